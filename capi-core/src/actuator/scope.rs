@@ -1,0 +1,260 @@
+//! What an actuator is handed: the objects of one reconcile, the bootstrap data and the
+//! idempotency key.
+
+use std::fmt;
+use std::sync::Arc;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+
+use crate::api::{Cluster, Machine};
+
+/// Everything a machine [`Actuator`](super::Actuator) call may look at.
+///
+/// The objects are snapshots taken at the start of the reconcile; an actuator never writes them
+/// (the loop records what the actuator returns).
+#[derive(Debug)]
+pub struct MachineScope<M> {
+    /// The `Cluster` the machine belongs to.
+    pub cluster: Arc<Cluster>,
+    /// The owning Cluster API `Machine`.
+    pub machine: Arc<Machine>,
+    /// The provider's machine object (for example an `OpenStackMachine`).
+    pub infra_machine: Arc<M>,
+    /// The decoded bootstrap data; `None` only for `exists` and `delete`, which must not need it.
+    pub bootstrap_data: Option<BootstrapData>,
+    /// The durable identity of the instance to create; see [`IdempotencyKey`].
+    pub idempotency_key: IdempotencyKey,
+}
+
+impl<M> Clone for MachineScope<M> {
+    fn clone(&self) -> Self {
+        Self {
+            cluster: Arc::clone(&self.cluster),
+            machine: Arc::clone(&self.machine),
+            infra_machine: Arc::clone(&self.infra_machine),
+            bootstrap_data: self.bootstrap_data.clone(),
+            idempotency_key: self.idempotency_key.clone(),
+        }
+    }
+}
+
+/// Everything a [`ClusterActuator`](super::ClusterActuator) call may look at.
+#[derive(Debug)]
+pub struct ClusterScope<C> {
+    /// The Cluster API `Cluster`.
+    pub cluster: Arc<Cluster>,
+    /// The provider's cluster object (for example an `OpenStackCluster`).
+    pub infra_cluster: Arc<C>,
+}
+
+impl<C> Clone for ClusterScope<C> {
+    fn clone(&self) -> Self {
+        Self { cluster: Arc::clone(&self.cluster), infra_cluster: Arc::clone(&self.infra_cluster) }
+    }
+}
+
+/// The durable identity under which an instance is created, derived from the owning `Machine`'s
+/// UID.
+///
+/// Guarantees: the key is the same on every reconcile of the same `Machine` object, across
+/// controller restarts, and differs between any two `Machine` objects (including a deleted machine
+/// and a new one of the same name). It is at most 64 ASCII characters, so it fits AWS
+/// `ClientToken`s, OpenStack metadata values and Azure tags unchanged.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct IdempotencyKey(String);
+
+/// The owning object has no UID yet: it was never stored by the API server.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{kind} {name:?} has no metadata.uid; it must be read from the API server before it is reconciled")]
+pub struct MissingUid {
+    kind: &'static str,
+    name: String,
+}
+
+impl IdempotencyKey {
+    /// The key for the instance of `machine`.
+    pub fn for_machine(machine: &Machine) -> Result<Self, MissingUid> {
+        match machine.metadata.uid.as_deref() {
+            Some(uid) if !uid.is_empty() => Ok(Self(format!("capi-{}", truncate_ascii(uid, 59)))),
+            _ => Err(MissingUid { kind: "Machine", name: machine.metadata.name.clone().unwrap_or_default() }),
+        }
+    }
+
+    /// The key as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn truncate_ascii(value: &str, max: usize) -> String {
+    value.chars().filter(char::is_ascii).take(max).collect()
+}
+
+/// The format of bootstrap data, from the Secret's `format` key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum BootstrapFormat {
+    /// cloud-init `#cloud-config` (the default when the key is absent).
+    #[default]
+    CloudConfig,
+    /// Ignition JSON.
+    Ignition,
+}
+
+impl BootstrapFormat {
+    /// The value of the Secret's `format` key.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::CloudConfig => "cloud-config",
+            Self::Ignition => "ignition",
+        }
+    }
+}
+
+/// Bootstrap data (user data) for an instance, decoded from the bootstrap Secret.
+///
+/// The bytes are secret: `Debug` prints only their length and format, and there is no `Display`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BootstrapData {
+    format: BootstrapFormat,
+    value: Vec<u8>,
+}
+
+/// Why a bootstrap Secret could not be used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BootstrapDataError {
+    /// The Secret has no `value` key.
+    #[error("bootstrap Secret {secret:?} has no \"value\" key")]
+    MissingValue {
+        /// The Secret's name.
+        secret: String,
+    },
+    /// The `value` key is empty.
+    #[error("bootstrap Secret {secret:?} has an empty \"value\" key")]
+    EmptyValue {
+        /// The Secret's name.
+        secret: String,
+    },
+    /// The `format` key holds something else than `cloud-config` or `ignition`.
+    #[error("bootstrap Secret {secret:?} has format {format:?}; expected \"cloud-config\" or \"ignition\"")]
+    UnknownFormat {
+        /// The Secret's name.
+        secret: String,
+        /// The format found (not secret).
+        format: String,
+    },
+}
+
+impl BootstrapData {
+    /// Bootstrap data of the given format.
+    pub fn new(format: BootstrapFormat, value: impl Into<Vec<u8>>) -> Self {
+        Self { format, value: value.into() }
+    }
+
+    /// Decodes the bootstrap contract's Secret: key `value` (required, non-empty) and key
+    /// `format` (`cloud-config` when absent).
+    pub fn from_secret(secret: &Secret) -> Result<Self, BootstrapDataError> {
+        let name = secret.metadata.name.clone().unwrap_or_default();
+        let data = secret.data.as_ref();
+        let value = data
+            .and_then(|d| d.get("value"))
+            .ok_or_else(|| BootstrapDataError::MissingValue { secret: name.clone() })?;
+        if value.0.is_empty() {
+            return Err(BootstrapDataError::EmptyValue { secret: name });
+        }
+        let format = match data.and_then(|d| d.get("format")) {
+            None => BootstrapFormat::CloudConfig,
+            Some(ByteString(raw)) => match raw.as_slice() {
+                b"cloud-config" | b"" => BootstrapFormat::CloudConfig,
+                b"ignition" => BootstrapFormat::Ignition,
+                other => {
+                    return Err(BootstrapDataError::UnknownFormat {
+                        secret: name,
+                        format: String::from_utf8_lossy(other).chars().take(64).collect(),
+                    });
+                }
+            },
+        };
+        Ok(Self { format, value: value.0.clone() })
+    }
+
+    /// The format.
+    pub fn format(&self) -> BootstrapFormat {
+        self.format
+    }
+
+    /// The raw bytes, to hand to the cloud as user data. Never log them.
+    pub fn expose(&self) -> &[u8] {
+        &self.value
+    }
+}
+
+impl fmt::Debug for BootstrapData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BootstrapData")
+            .field("format", &self.format)
+            .field("len", &self.value.len())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn secret(entries: &[(&str, &[u8])]) -> Secret {
+        let data: BTreeMap<String, ByteString> =
+            entries.iter().map(|(k, v)| (k.to_string(), ByteString(v.to_vec()))).collect();
+        let mut s = Secret { data: Some(data), ..Secret::default() };
+        s.metadata.name = Some("m-0-bootstrap".into());
+        s
+    }
+
+    #[test]
+    fn decodes_value_and_defaults_format() {
+        let data = BootstrapData::from_secret(&secret(&[("value", b"#cloud-config\n")])).unwrap();
+        assert_eq!(data.format(), BootstrapFormat::CloudConfig);
+        assert_eq!(data.expose(), b"#cloud-config\n");
+        let ign = BootstrapData::from_secret(&secret(&[("value", b"{}"), ("format", b"ignition")])).unwrap();
+        assert_eq!(ign.format(), BootstrapFormat::Ignition);
+    }
+
+    #[test]
+    fn rejects_missing_empty_and_unknown() {
+        assert!(matches!(BootstrapData::from_secret(&secret(&[])), Err(BootstrapDataError::MissingValue { .. })));
+        assert!(matches!(
+            BootstrapData::from_secret(&secret(&[("value", b"")])),
+            Err(BootstrapDataError::EmptyValue { .. })
+        ));
+        let err = BootstrapData::from_secret(&secret(&[("value", b"x"), ("format", b"kickstart")])).unwrap_err();
+        assert!(err.to_string().contains("kickstart"), "{err}");
+    }
+
+    #[test]
+    fn debug_never_shows_the_bytes() {
+        let data = BootstrapData::new(BootstrapFormat::CloudConfig, b"password: hunter2".to_vec());
+        let shown = format!("{data:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("len: 17"), "{shown}");
+    }
+
+    #[test]
+    fn idempotency_key_comes_from_the_uid() {
+        let mut machine = Machine::default();
+        machine.metadata.name = Some("m-0".into());
+        assert!(IdempotencyKey::for_machine(&machine).is_err());
+        machine.metadata.uid = Some("7c0f4a8e-2b1d-4b8e-9a55-0d3b7f6e1c2a".into());
+        let key = IdempotencyKey::for_machine(&machine).unwrap();
+        assert_eq!(key.as_str(), "capi-7c0f4a8e-2b1d-4b8e-9a55-0d3b7f6e1c2a");
+        assert!(key.as_str().len() <= 64);
+        assert_eq!(key, IdempotencyKey::for_machine(&machine.clone()).unwrap());
+    }
+}

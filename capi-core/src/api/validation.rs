@@ -1,0 +1,119 @@
+//! Schema fragments shared by the kinds: patterns and hand-written schemas for fields whose Rust
+//! type cannot express the API server's validation on its own.
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+
+/// A DNS-1123 subdomain (object names, API groups).
+pub(crate) const DNS_SUBDOMAIN: &str =
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+
+/// A DNS-1123 label (cluster names: they become label values and name prefixes).
+pub(crate) const DNS_LABEL: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+
+/// An IPv4 or IPv6 CIDR block such as `10.0.0.0/16` or `fd00::/108`.
+pub(crate) const CIDR: &str = r"^(((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])/(3[0-2]|[12]?[0-9])|[0-9a-fA-F:.]*:[0-9a-fA-F:.]*/(12[0-8]|1[01][0-9]|[1-9]?[0-9]))$";
+
+/// A Kubernetes semantic version such as `v1.30.2` or `1.31.0-rc.1`.
+pub(crate) const KUBERNETES_VERSION: &str =
+    r"^v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)([-+][0-9A-Za-z.+-]+)?$";
+
+/// A condition type: CamelCase, optionally prefixed with a DNS subdomain and a slash.
+pub(crate) const CONDITION_TYPE: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$";
+
+/// A condition reason: CamelCase, as `metav1.Condition` requires.
+pub(crate) const CONDITION_REASON: &str = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$";
+
+/// `unhealthyInRange`: `[min-max]`.
+pub(crate) const UNHEALTHY_RANGE: &str = r"^\[[0-9]+-[0-9]+\]$";
+
+/// An integer or a percentage (`maxSurge`, `maxUnavailable`, `maxInFlight`): a non-negative integer
+/// or a string such as `25%`.
+pub(crate) fn int_or_percent(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "x-kubernetes-int-or-string": true,
+        "anyOf": [{"type": "integer"}, {"type": "string"}],
+        "minimum": 0,
+        "pattern": "^[0-9]+%$",
+        "nullable": true,
+    })
+}
+
+/// `status.conditions`: a list of `metav1.Condition` keyed by `type`, validated as upstream does
+/// (the stock `k8s-openapi` schema carries no validation).
+pub(crate) fn conditions(generator: &mut SchemaGenerator) -> Schema {
+    let time = generator.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>();
+    json_schema!({
+        "description": "Conditions of the object: the current state of each aspect, as metav1.Condition.",
+        "type": "array",
+        "maxItems": 32,
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["type"],
+        "items": {
+            "type": "object",
+            "required": ["type", "status", "lastTransitionTime", "reason"],
+            "properties": {
+                "type": {"type": "string", "maxLength": 316, "pattern": CONDITION_TYPE},
+                "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+                "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+                "lastTransitionTime": time,
+                "reason": {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": CONDITION_REASON},
+                "message": {"type": "string", "maxLength": 32768},
+            },
+        },
+    })
+}
+
+/// A `metav1.LabelSelector`: the stock schema plus the marker that makes it atomic for server-side
+/// apply, as upstream declares it.
+pub(crate) fn label_selector(generator: &mut SchemaGenerator) -> Schema {
+    let mut schema =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector::json_schema(generator);
+    schema.insert("x-kubernetes-map-type".into(), "atomic".into());
+    schema
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn matches(pattern: &str, value: &str) -> bool {
+        // The patterns are ECMA-262/RE2 compatible; the `regex` engine speaks the same subset.
+        regex_lite::Regex::new(pattern).map(|re| re.is_match(value)).unwrap_or(false)
+    }
+
+    #[test]
+    fn cidr_accepts_v4_and_v6_blocks_only() {
+        for ok in ["10.0.0.0/16", "192.168.0.0/24", "0.0.0.0/0", "fd00::/108", "2001:db8::/32"] {
+            assert!(matches(CIDR, ok), "{ok} should match");
+        }
+        for bad in ["10.0.0.0", "10.0.0.0/33", "300.0.0.0/8", "hello/8", "fd00::/129", ""] {
+            assert!(!matches(CIDR, bad), "{bad} should not match");
+        }
+    }
+
+    #[test]
+    fn kubernetes_version_accepts_semver_with_optional_v() {
+        for ok in ["v1.30.2", "1.31.0", "v1.32.0-rc.1", "v1.29.3+k3s1"] {
+            assert!(matches(KUBERNETES_VERSION, ok), "{ok} should match");
+        }
+        for bad in ["1.30", "latest", "v01.2.3", "v1.2.3-", ""] {
+            assert!(!matches(KUBERNETES_VERSION, bad), "{bad} should not match");
+        }
+    }
+
+    #[test]
+    fn condition_reason_is_camel_case_identifier() {
+        assert!(matches(CONDITION_REASON, "WaitingForBootstrapData"));
+        assert!(matches(CONDITION_REASON, "A"));
+        assert!(!matches(CONDITION_REASON, "has space"));
+        assert!(!matches(CONDITION_REASON, ""));
+        assert!(!matches(CONDITION_REASON, "Trailing,"));
+    }
+
+    #[test]
+    fn unhealthy_range_is_bracketed_pair() {
+        assert!(matches(UNHEALTHY_RANGE, "[1-3]"));
+        assert!(!matches(UNHEALTHY_RANGE, "1-3"));
+        assert!(!matches(UNHEALTHY_RANGE, "[a-3]"));
+    }
+}

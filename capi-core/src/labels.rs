@@ -1,0 +1,88 @@
+//! Well-known labels, annotations and finalizers of Cluster API.
+//!
+//! The values are upstream's; a controller built with this SDK and an upstream Go controller
+//! recognise each other's marks.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+/// Label on every object of a cluster: the `Cluster`'s name.
+pub const CLUSTER_NAME: &str = "cluster.x-k8s.io/cluster-name";
+/// Label on machines created by a `MachineSet`: the set's name.
+pub const MACHINE_SET_NAME: &str = "cluster.x-k8s.io/set-name";
+/// Label on machines and sets created for a `MachineDeployment`: the deployment's name.
+pub const MACHINE_DEPLOYMENT_NAME: &str = "cluster.x-k8s.io/deployment-name";
+/// Label (empty value) on control-plane machines.
+pub const MACHINE_CONTROL_PLANE: &str = "cluster.x-k8s.io/control-plane";
+/// Label on control-plane machines: the control plane object's name.
+pub const MACHINE_CONTROL_PLANE_NAME: &str = "cluster.x-k8s.io/control-plane-name";
+/// Label on CRDs: which provider ships them (`cluster-api` for the core kinds).
+pub const PROVIDER: &str = "cluster.x-k8s.io/provider";
+/// Label on a Secret that a cluster's controllers must watch (kubeconfig, CA …).
+pub const WATCH: &str = "cluster.x-k8s.io/watch";
+
+/// Annotation that pauses reconciliation of the object it is on (any value).
+pub const PAUSED: &str = "cluster.x-k8s.io/paused";
+/// Annotation that makes a machine the first to go when its set scales down.
+pub const DELETE_MACHINE: &str = "cluster.x-k8s.io/delete-machine";
+/// Annotation that asks the owner of a machine to remediate (replace) it.
+pub const REMEDIATE_MACHINE: &str = "cluster.x-k8s.io/remediate-machine";
+/// Annotation on a `MachineDeployment` and its sets: the rollout revision.
+pub const REVISION: &str = "machinedeployment.clusters.x-k8s.io/revision";
+
+/// Finalizer the core controllers put on a `Machine`.
+pub const MACHINE_FINALIZER: &str = "machine.cluster.x-k8s.io";
+/// Finalizer the core controllers put on a `Cluster`.
+pub const CLUSTER_FINALIZER: &str = "cluster.cluster.x-k8s.io";
+
+/// The prefix of the label that states which version of a kind implements a contract:
+/// `cluster.x-k8s.io/<contract>: <version>[_<version>…]` on a provider's CRD.
+pub const CONTRACT_LABEL_PREFIX: &str = "cluster.x-k8s.io/";
+
+/// The contract this SDK implements.
+pub const CONTRACT: &str = "v1beta2";
+
+/// The contract label key for [`CONTRACT`]: `cluster.x-k8s.io/v1beta2`.
+pub fn contract_label_key() -> String {
+    format!("{CONTRACT_LABEL_PREFIX}{CONTRACT}")
+}
+
+/// Whether the object carries the [`PAUSED`] annotation (with any value).
+pub fn has_paused_annotation(meta: &ObjectMeta) -> bool {
+    meta.annotations.as_ref().is_some_and(|a| a.contains_key(PAUSED))
+}
+
+/// The [`CLUSTER_NAME`] label's value, if present and not empty.
+pub fn cluster_name(meta: &ObjectMeta) -> Option<&str> {
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(CLUSTER_NAME))
+        .map(String::as_str)
+        .filter(|name| !name.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paused_annotation_counts_with_any_value() {
+        let mut meta = ObjectMeta::default();
+        assert!(!has_paused_annotation(&meta));
+        meta.annotations = Some([(PAUSED.to_string(), String::new())].into());
+        assert!(has_paused_annotation(&meta));
+    }
+
+    #[test]
+    fn cluster_name_ignores_empty_label() {
+        let mut meta = ObjectMeta::default();
+        meta.labels = Some([(CLUSTER_NAME.to_string(), String::new())].into());
+        assert_eq!(cluster_name(&meta), None);
+        meta.labels = Some([(CLUSTER_NAME.to_string(), "demo".to_string())].into());
+        assert_eq!(cluster_name(&meta), Some("demo"));
+    }
+
+    #[test]
+    fn contract_label_key_is_upstreams() {
+        assert_eq!(contract_label_key(), "cluster.x-k8s.io/v1beta2");
+    }
+}

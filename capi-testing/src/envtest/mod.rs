@@ -1,0 +1,82 @@
+//! A private etcd + kube-apiserver on loopback.
+
+mod assets;
+mod control_plane;
+mod pki;
+
+pub use assets::{Assets, KUBEBUILDER_ASSETS, KUBE_APISERVER_VERSION, default_assets_dir, cache_root};
+pub use control_plane::ControlPlane;
+
+use std::path::PathBuf;
+
+/// Why the local control plane could not be provided.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EnvtestError {
+    /// The binaries are not where they should be.
+    #[error(
+        "{binary} not found in {searched}; run `cargo xtask envtest` to build and cache it, or set \
+         KUBEBUILDER_ASSETS to a directory holding etcd and kube-apiserver"
+    )]
+    MissingBinary {
+        /// `etcd` or `kube-apiserver`.
+        binary: &'static str,
+        /// Where it was looked for.
+        searched: String,
+    },
+    /// A file or process operation failed.
+    #[error("{action}: {source}")]
+    Io {
+        /// What was being done.
+        action: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A process exited before becoming ready.
+    #[error("{binary} exited during start-up ({status}); its log is {log}:\n{tail}")]
+    Exited {
+        /// Which process.
+        binary: &'static str,
+        /// Its exit status.
+        status: String,
+        /// The log file.
+        log: PathBuf,
+        /// The last lines of the log.
+        tail: String,
+    },
+    /// A process did not become ready in time.
+    #[error("{binary} was not ready after {seconds} s; its log is {log}:\n{tail}")]
+    NotReady {
+        /// Which process.
+        binary: &'static str,
+        /// How long we waited.
+        seconds: u64,
+        /// The log file.
+        log: PathBuf,
+        /// The last lines of the log.
+        tail: String,
+    },
+    /// Generating the control plane's keys and certificates failed.
+    #[error("generating the control plane's certificates: {0}")]
+    Certificates(#[from] rcgen::Error),
+    /// The client configuration could not be built.
+    #[error("building a client for the local API server: {0}")]
+    Kubeconfig(#[from] kube::config::KubeconfigError),
+    /// A request to the API server failed.
+    #[error("API request failed: {0}")]
+    Kube(#[from] kube::Error),
+    /// A CRD did not become established.
+    #[error("CRD {name} was not established in time")]
+    CrdNotEstablished {
+        /// The CRD's name.
+        name: String,
+    },
+}
+
+impl EnvtestError {
+    pub(crate) fn io(action: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
+        let action = action.into();
+        move |source| Self::Io { action, source }
+    }
+}

@@ -1,0 +1,5 @@
+//! Runnable examples of the capi-rs SDK; see the `[[example]]` targets of this package:
+//!
+//! - `cargo run -p capi-examples --example print_crds`: the core CRDs as YAML.
+//! - `cargo run -p capi-examples --example list_machines`: the Machines of the current
+//!   kubeconfig's cluster, with phase and provider ID.

@@ -1,0 +1,66 @@
+//! Running external commands with visible progress.
+
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+
+/// Prints a step header, as every long step of the xtasks does.
+pub(crate) fn step(message: &str) {
+    println!("\n==> {message}");
+}
+
+/// Runs `command` with inherited output; fails with the command line if it fails.
+pub(crate) fn run(command: &mut Command) -> Result<()> {
+    let shown = describe(command);
+    println!("    $ {shown}");
+    let started = Instant::now();
+    let status = command.status().with_context(|| format!("cannot start `{shown}`"))?;
+    if !status.success() {
+        bail!("`{shown}` failed ({status}) after {:.0?}", started.elapsed());
+    }
+    println!("    ok ({:.1?})", started.elapsed());
+    Ok(())
+}
+
+/// Runs `command` and returns its standard output; fails with its standard error if it fails.
+pub(crate) fn output(command: &mut Command) -> Result<String> {
+    let shown = describe(command);
+    let out = command.output().with_context(|| format!("cannot start `{shown}`"))?;
+    if !out.status.success() {
+        bail!("`{shown}` failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Whether `program args…` runs and exits 0 (used to probe for installed tools).
+pub(crate) fn succeeds(program: &str, args: &[&str]) -> bool {
+    Command::new(program)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A command run as root: directly when we are root, through `sudo` otherwise.
+pub(crate) fn as_root(program: &str) -> Command {
+    if is_root() {
+        Command::new(program)
+    } else {
+        let mut command = Command::new("sudo");
+        command.arg(program);
+        command
+    }
+}
+
+fn is_root() -> bool {
+    output(Command::new("id").arg("-u")).is_ok_and(|uid| uid.trim() == "0")
+}
+
+fn describe(command: &Command) -> String {
+    std::iter::once(command.get_program().to_string_lossy().into_owned())
+        .chain(command.get_args().map(|a| a.to_string_lossy().into_owned()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -1,0 +1,40 @@
+//! `cargo xtask crds`: the checked-in CRD YAML, generated from the Rust types.
+
+use anyhow::{Context, Result, bail};
+
+use crate::workspace_root;
+
+/// Writes `crds/core/*.yaml`, or with `check` fails if they differ from the generated ones.
+pub(crate) fn run(check: bool) -> Result<()> {
+    let dir = workspace_root().join("crds").join("core");
+    let rendered = capi_core::crd::render_core()?;
+    let mut stale = Vec::new();
+    for crd in &rendered {
+        let path = dir.join(&crd.file_name);
+        let current = std::fs::read_to_string(&path).unwrap_or_default();
+        if current != crd.yaml {
+            stale.push(crd.file_name.clone());
+            if !check {
+                std::fs::create_dir_all(&dir)?;
+                std::fs::write(&path, &crd.yaml).with_context(|| format!("writing {}", path.display()))?;
+            }
+        }
+    }
+    let expected: Vec<&str> = rendered.iter().map(|c| c.file_name.as_str()).collect();
+    for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if name.ends_with(".yaml") && !expected.contains(&name.as_str()) {
+            stale.push(name);
+            if !check {
+                std::fs::remove_file(&path)?;
+            }
+        }
+    }
+    match (check, stale.is_empty()) {
+        (_, true) => println!("crds: {} files in {} are up to date", rendered.len(), dir.display()),
+        (true, false) => bail!("stale CRDs in {}: {}; run `cargo xtask crds`", dir.display(), stale.join(", ")),
+        (false, false) => println!("crds: wrote {}", stale.join(", ")),
+    }
+    Ok(())
+}

@@ -1,0 +1,52 @@
+//! Developer automation for the capi-rs workspace: `cargo xtask <command>`.
+//!
+//! - `envtest`: provision etcd + kube-apiserver for tests (honours `KUBEBUILDER_ASSETS`; otherwise
+//!   builds kube-apiserver from Debian's source package once and caches it).
+//! - `crds [--check]`: write (or check) the generated CRD YAML in `crds/`.
+//! - `test`: everything CI checks — provisioning, fmt, CRDs, clippy, unit, integration and doc tests.
+//! - `quickstart [--keep-running]`: start a local control plane, install the CRDs, apply the sample
+//!   cluster and show it.
+
+mod command;
+mod crds;
+mod envtest;
+mod quickstart;
+mod test;
+
+use std::path::PathBuf;
+
+use anyhow::{Result, bail};
+
+const USAGE: &str = "usage: cargo xtask <envtest | crds [--check] | test | quickstart [--keep-running]>";
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((command, rest)) = args.split_first() else {
+        bail!("{USAGE}");
+    };
+    let flag = |name: &str| rest.iter().any(|a| a == name);
+    if let Some(unknown) = rest.iter().find(|a| !matches!(a.as_str(), "--check" | "--keep-running")) {
+        bail!("unknown argument {unknown:?}\n{USAGE}");
+    }
+    match command.as_str() {
+        "envtest" => {
+            let dir = envtest::ensure()?;
+            println!("KUBEBUILDER_ASSETS={}", dir.display());
+            Ok(())
+        }
+        "crds" => crds::run(flag("--check")),
+        "test" => test::run_all(),
+        "quickstart" => quickstart::run(flag("--keep-running")),
+        "help" | "--help" | "-h" => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        other => bail!("unknown command {other:?}\n{USAGE}"),
+    }
+}
+
+/// The workspace root (the parent of this crate's manifest directory).
+fn workspace_root() -> PathBuf {
+    let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir.parent().map(PathBuf::from).unwrap_or(manifest_dir)
+}

@@ -1,0 +1,60 @@
+//! `cargo xtask test`: every check CI runs, in order of cost.
+
+use std::process::Command;
+
+use anyhow::Result;
+use capi_testing::envtest::KUBEBUILDER_ASSETS;
+
+use crate::command::{run, step, succeeds};
+use crate::workspace_root;
+
+pub(crate) fn run_all() -> Result<()> {
+    let root = workspace_root();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let cargo_in_root = |args: &[&str]| {
+        let mut command = Command::new(&cargo);
+        command.args(args).current_dir(&root);
+        command
+    };
+
+    step("Tools: rustfmt, clippy, cargo-nextest");
+    ensure_tools(&cargo)?;
+
+    step("Local control plane binaries (etcd, kube-apiserver)");
+    let assets = crate::envtest::ensure()?;
+    let with_assets = |mut command: Command| {
+        command.env(KUBEBUILDER_ASSETS, &assets);
+        command
+    };
+
+    step("Formatting (cargo fmt --check)");
+    run(&mut cargo_in_root(&["fmt", "--all", "--check"]))?;
+
+    step("Generated CRDs are up to date");
+    crate::crds::run(true)?;
+
+    step("Lints (cargo clippy -D warnings)");
+    run(&mut cargo_in_root(&["clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings"]))?;
+
+    step("Unit and integration tests (cargo nextest)");
+    run(&mut with_assets(cargo_in_root(&["nextest", "run", "--workspace", "--all-features", "--no-fail-fast"])))?;
+
+    step("Doc tests");
+    run(&mut with_assets(cargo_in_root(&["test", "--doc", "--workspace", "--all-features"])))?;
+
+    println!("\nAll checks passed.");
+    Ok(())
+}
+
+fn ensure_tools(cargo: &str) -> Result<()> {
+    for component in ["rustfmt", "clippy"] {
+        let probe = if component == "rustfmt" { "fmt" } else { "clippy" };
+        if !succeeds(cargo, &[probe, "--version"]) {
+            run(Command::new("rustup").args(["component", "add", component]))?;
+        }
+    }
+    if !succeeds(cargo, &["nextest", "--version"]) {
+        run(Command::new(cargo).args(["install", "cargo-nextest", "--locked"]))?;
+    }
+    Ok(())
+}
