@@ -31,7 +31,6 @@ pub(crate) const UNHEALTHY_RANGE: &str = r"^\[[0-9]+-[0-9]+\]$";
 pub(crate) fn int_or_percent(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "x-kubernetes-int-or-string": true,
-        "anyOf": [{"type": "integer"}, {"type": "string"}],
         "minimum": 0,
         "pattern": "^[0-9]+%$",
         "nullable": true,

@@ -1,0 +1,33 @@
+//! The checked-in CRD YAML must be what the Rust types generate: `cargo xtask crds` rewrites it.
+
+use std::path::PathBuf;
+
+#[test]
+fn checked_in_crds_match_the_types() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/core");
+    let rendered = capi_core::crd::render_core().expect("CRDs render");
+    assert_eq!(rendered.len(), 5, "one CRD per core kind");
+    for crd in rendered {
+        let path = dir.join(&crd.file_name);
+        let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            on_disk == crd.yaml,
+            "{} is stale or missing; run `cargo xtask crds` and commit the result",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn rendered_yaml_parses_back_into_the_same_crd() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    for (crd, rendered) in capi_core::crd::core().into_iter().zip(capi_core::crd::render_core().unwrap()) {
+        let parsed: CustomResourceDefinition = serde_saphyr::from_str(&rendered.yaml).expect("YAML parses");
+        assert_eq!(
+            serde_json::to_value(&parsed).unwrap(),
+            serde_json::to_value(&crd).unwrap(),
+            "{}",
+            rendered.file_name
+        );
+    }
+}
