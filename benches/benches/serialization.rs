@@ -23,11 +23,19 @@ fn sample_machine() -> Machine {
     let mut machine: Machine = serde_json::from_value(json).unwrap_or_default();
     let mut status = MachineStatus {
         phase: Some(MachinePhase::Running),
-        addresses: vec![MachineAddress { type_: MachineAddressType::InternalIp, address: "10.0.0.12".into() }],
+        addresses: vec![MachineAddress {
+            type_: MachineAddressType::InternalIp,
+            address: "10.0.0.12".into(),
+        }],
         ..MachineStatus::default()
     };
     condition::mark_true(&mut status.conditions, condition::READY, "Ready", Some(3));
-    condition::mark_true(&mut status.conditions, condition::INFRASTRUCTURE_READY, "Provisioned", Some(3));
+    condition::mark_true(
+        &mut status.conditions,
+        condition::INFRASTRUCTURE_READY,
+        "Provisioned",
+        Some(3),
+    );
     machine.status = Some(status);
     machine
 }
@@ -35,8 +43,12 @@ fn sample_machine() -> Machine {
 fn serialization(c: &mut Criterion) {
     let machine = sample_machine();
     let bytes = serde_json::to_vec(&machine).unwrap_or_default();
-    c.bench_function("machine_to_json", |b| b.iter(|| serde_json::to_vec(black_box(&machine))));
-    c.bench_function("machine_from_json", |b| b.iter(|| serde_json::from_slice::<Machine>(black_box(&bytes))));
+    c.bench_function("machine_to_json", |b| {
+        b.iter(|| serde_json::to_vec(black_box(&machine)))
+    });
+    c.bench_function("machine_from_json", |b| {
+        b.iter(|| serde_json::from_slice::<Machine>(black_box(&bytes)))
+    });
     c.bench_function("core_crds_generate", |b| b.iter(capi_core::crd::core));
 }
 

@@ -27,7 +27,10 @@ impl Ensured {
 /// Guarantees: `create` is called at most once per call and only after `exists` returned `None`;
 /// any error from `exists` stops the call before anything is created (an unknown state is never
 /// answered with a create).
-pub async fn ensure_instance<M>(actuator: &dyn Actuator<M>, scope: &MachineScope<M>) -> Result<Ensured, ActuatorError>
+pub async fn ensure_instance<M>(
+    actuator: &dyn Actuator<M>,
+    scope: &MachineScope<M>,
+) -> Result<Ensured, ActuatorError>
 where
     M: Send + Sync + 'static,
 {
@@ -68,7 +71,11 @@ mod tests {
     }
 
     fn instance(id: &str) -> MachineInstance {
-        MachineInstance { provider_id: id.into(), addresses: vec![], state: InstanceState::Running }
+        MachineInstance {
+            provider_id: id.into(),
+            addresses: vec![],
+            state: InstanceState::Running,
+        }
     }
 
     #[tokio::test]
@@ -76,7 +83,10 @@ mod tests {
         let mut actuator = MockActuator::<()>::new();
         actuator.expect_exists().times(1).returning(|_| Ok(None));
         actuator.expect_update().never();
-        actuator.expect_create().times(1).returning(|_| Ok(instance("fake:///1")));
+        actuator
+            .expect_create()
+            .times(1)
+            .returning(|_| Ok(instance("fake:///1")));
         let ensured = ensure_instance(&actuator, &scope()).await.unwrap();
         assert_eq!(ensured, Ensured::Created(instance("fake:///1")));
     }
@@ -84,12 +94,17 @@ mod tests {
     #[tokio::test]
     async fn updates_and_never_creates_when_found() {
         let mut actuator = MockActuator::<()>::new();
-        actuator.expect_exists().times(1).returning(|_| Ok(Some(instance("fake:///1"))));
-        actuator.expect_create().never();
         actuator
-            .expect_update()
+            .expect_exists()
             .times(1)
-            .returning(|_, found| Ok(UpdateOutcome { instance: found.clone(), immutable_changes: vec![] }));
+            .returning(|_| Ok(Some(instance("fake:///1"))));
+        actuator.expect_create().never();
+        actuator.expect_update().times(1).returning(|_, found| {
+            Ok(UpdateOutcome {
+                instance: found.clone(),
+                immutable_changes: vec![],
+            })
+        });
         let ensured = ensure_instance(&actuator, &scope()).await.unwrap();
         assert_eq!(ensured.instance().provider_id, "fake:///1");
     }
@@ -97,7 +112,10 @@ mod tests {
     #[tokio::test]
     async fn an_error_from_exists_never_leads_to_create() {
         let mut actuator = MockActuator::<()>::new();
-        actuator.expect_exists().times(1).returning(|_| Err(ActuatorError::transient_message("CloudAPIError", "503")));
+        actuator
+            .expect_exists()
+            .times(1)
+            .returning(|_| Err(ActuatorError::transient_message("CloudAPIError", "503")));
         actuator.expect_create().never();
         let err = ensure_instance(&actuator, &scope()).await.unwrap_err();
         assert_eq!(err.reason(), "CloudAPIError");
@@ -107,10 +125,13 @@ mod tests {
     async fn requeue_from_create_is_passed_through() {
         let mut actuator = MockActuator::<()>::new();
         actuator.expect_exists().returning(|_| Ok(None));
-        actuator
-            .expect_create()
-            .times(1)
-            .returning(|_| Err(ActuatorError::requeue_after(Duration::from_secs(3), "WaitingForPort", "port busy")));
+        actuator.expect_create().times(1).returning(|_| {
+            Err(ActuatorError::requeue_after(
+                Duration::from_secs(3),
+                "WaitingForPort",
+                "port busy",
+            ))
+        });
         let err = ensure_instance(&actuator, &scope()).await.unwrap_err();
         assert_eq!(err.requeue_delay(), Some(Duration::from_secs(3)));
     }

@@ -76,13 +76,19 @@ impl BootstrapSecret {
     pub fn into_secret(self) -> Secret {
         let data = BTreeMap::from([
             (VALUE_KEY.to_string(), ByteString(self.value)),
-            (FORMAT_KEY.to_string(), ByteString(self.format.as_str().as_bytes().to_vec())),
+            (
+                FORMAT_KEY.to_string(),
+                ByteString(self.format.as_str().as_bytes().to_vec()),
+            ),
         ]);
         Secret {
             metadata: ObjectMeta {
                 name: Some(self.name),
                 namespace: Some(self.namespace),
-                labels: Some(BTreeMap::from([(labels::CLUSTER_NAME.to_string(), self.cluster_name)])),
+                labels: Some(BTreeMap::from([(
+                    labels::CLUSTER_NAME.to_string(),
+                    self.cluster_name,
+                )])),
                 owner_references: self.owner.map(|o| vec![o]),
                 ..ObjectMeta::default()
             },
@@ -107,9 +113,15 @@ mod tests {
             uid: "1234".into(),
             ..OwnerReference::default()
         };
-        let secret = BootstrapSecret::new("ns", "cp-0", "demo", BootstrapFormat::Ignition, b"{\"ignition\":{}}".to_vec())
-            .owned_by(owner)
-            .into_secret();
+        let secret = BootstrapSecret::new(
+            "ns",
+            "cp-0",
+            "demo",
+            BootstrapFormat::Ignition,
+            b"{\"ignition\":{}}".to_vec(),
+        )
+        .owned_by(owner)
+        .into_secret();
         assert_eq!(secret.type_.as_deref(), Some(SECRET_TYPE));
         assert_eq!(labels::cluster_name(&secret.metadata), Some("demo"));
         let owners = secret.metadata.owner_references.clone().unwrap_or_default();
@@ -122,7 +134,13 @@ mod tests {
 
     #[test]
     fn debug_hides_the_value() {
-        let secret = BootstrapSecret::new("ns", "n", "c", BootstrapFormat::CloudConfig, b"token: abc.def".to_vec());
+        let secret = BootstrapSecret::new(
+            "ns",
+            "n",
+            "c",
+            BootstrapFormat::CloudConfig,
+            b"token: abc.def".to_vec(),
+        );
         assert!(!format!("{secret:?}").contains("abc.def"));
     }
 }

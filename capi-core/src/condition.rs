@@ -104,7 +104,11 @@ pub struct DesiredCondition {
 
 impl DesiredCondition {
     /// A condition of the given type, status and reason, with no message.
-    pub fn new(type_: impl Into<String>, status: ConditionStatus, reason: impl Into<String>) -> Self {
+    pub fn new(
+        type_: impl Into<String>,
+        status: ConditionStatus,
+        reason: impl Into<String>,
+    ) -> Self {
         Self {
             type_: type_.into(),
             status,
@@ -201,7 +205,8 @@ pub fn mark_true(
 ) -> bool {
     set(
         conditions,
-        DesiredCondition::new(type_, ConditionStatus::True, reason).observed_generation(observed_generation),
+        DesiredCondition::new(type_, ConditionStatus::True, reason)
+            .observed_generation(observed_generation),
     )
 }
 
@@ -256,7 +261,11 @@ fn clean_reason(reason: &str, status: ConditionStatus) -> String {
     while cleaned.ends_with([',', ':']) {
         cleaned.pop();
     }
-    if cleaned.is_empty() { status.as_str().to_string() } else { cleaned }
+    if cleaned.is_empty() {
+        status.as_str().to_string()
+    } else {
+        cleaned
+    }
 }
 
 fn truncate_message(mut message: String) -> String {
@@ -285,7 +294,11 @@ mod tests {
     #[test]
     fn new_condition_is_appended_with_now() {
         let mut list = Vec::new();
-        assert!(set_at(&mut list, ready(ConditionStatus::False, "Waiting"), at(10)));
+        assert!(set_at(
+            &mut list,
+            ready(ConditionStatus::False, "Waiting"),
+            at(10)
+        ));
         assert_eq!(list.len(), 1);
         assert_eq!(list[0].status, "False");
         assert_eq!(list[0].last_transition_time, at(10));
@@ -294,9 +307,17 @@ mod tests {
     #[test]
     fn same_condition_again_changes_nothing() {
         let mut list = Vec::new();
-        set_at(&mut list, ready(ConditionStatus::False, "Waiting").message("m"), at(10));
+        set_at(
+            &mut list,
+            ready(ConditionStatus::False, "Waiting").message("m"),
+            at(10),
+        );
         let before = list.clone();
-        assert!(!set_at(&mut list, ready(ConditionStatus::False, "Waiting").message("m"), at(99)));
+        assert!(!set_at(
+            &mut list,
+            ready(ConditionStatus::False, "Waiting").message("m"),
+            at(99)
+        ));
         assert_eq!(list, before);
     }
 
@@ -304,7 +325,11 @@ mod tests {
     fn status_change_moves_transition_time() {
         let mut list = Vec::new();
         set_at(&mut list, ready(ConditionStatus::False, "Waiting"), at(10));
-        assert!(set_at(&mut list, ready(ConditionStatus::True, "Provisioned"), at(20)));
+        assert!(set_at(
+            &mut list,
+            ready(ConditionStatus::True, "Provisioned"),
+            at(20)
+        ));
         assert_eq!(list[0].last_transition_time, at(20));
         assert_eq!(list[0].reason, "Provisioned");
     }
@@ -313,11 +338,21 @@ mod tests {
     fn reason_message_or_generation_change_keeps_transition_time() {
         let mut list = Vec::new();
         set_at(&mut list, ready(ConditionStatus::False, "A"), at(10));
-        assert!(set_at(&mut list, ready(ConditionStatus::False, "B"), at(20)));
-        assert!(set_at(&mut list, ready(ConditionStatus::False, "B").message("x"), at(30)));
         assert!(set_at(
             &mut list,
-            ready(ConditionStatus::False, "B").message("x").observed_generation(Some(4)),
+            ready(ConditionStatus::False, "B"),
+            at(20)
+        ));
+        assert!(set_at(
+            &mut list,
+            ready(ConditionStatus::False, "B").message("x"),
+            at(30)
+        ));
+        assert!(set_at(
+            &mut list,
+            ready(ConditionStatus::False, "B")
+                .message("x")
+                .observed_generation(Some(4)),
             at(40)
         ));
         assert_eq!(list[0].last_transition_time, at(10));
@@ -327,9 +362,21 @@ mod tests {
     #[test]
     fn order_is_stable() {
         let mut list = Vec::new();
-        set_at(&mut list, DesiredCondition::new("B", ConditionStatus::True, "R"), at(1));
-        set_at(&mut list, DesiredCondition::new("A", ConditionStatus::True, "R"), at(1));
-        set_at(&mut list, DesiredCondition::new("B", ConditionStatus::False, "R"), at(2));
+        set_at(
+            &mut list,
+            DesiredCondition::new("B", ConditionStatus::True, "R"),
+            at(1),
+        );
+        set_at(
+            &mut list,
+            DesiredCondition::new("A", ConditionStatus::True, "R"),
+            at(1),
+        );
+        set_at(
+            &mut list,
+            DesiredCondition::new("B", ConditionStatus::False, "R"),
+            at(2),
+        );
         let types: Vec<_> = list.iter().map(|c| c.type_.as_str()).collect();
         assert_eq!(types, ["B", "A"]);
     }
@@ -347,9 +394,15 @@ mod tests {
 
     #[test]
     fn invalid_reason_is_cleaned_not_rejected() {
-        assert_eq!(clean_reason("Waiting For Data", ConditionStatus::False), "WaitingForData");
+        assert_eq!(
+            clean_reason("Waiting For Data", ConditionStatus::False),
+            "WaitingForData"
+        );
         assert_eq!(clean_reason("  9lives", ConditionStatus::False), "lives");
-        assert_eq!(clean_reason("Trailing,:", ConditionStatus::False), "Trailing");
+        assert_eq!(
+            clean_reason("Trailing,:", ConditionStatus::False),
+            "Trailing"
+        );
         assert_eq!(clean_reason("", ConditionStatus::Unknown), "Unknown");
         assert_eq!(clean_reason("!!!", ConditionStatus::True), "True");
     }
@@ -364,7 +417,11 @@ mod tests {
 
     #[test]
     fn condition_status_round_trips_its_wire_form() {
-        for s in [ConditionStatus::True, ConditionStatus::False, ConditionStatus::Unknown] {
+        for s in [
+            ConditionStatus::True,
+            ConditionStatus::False,
+            ConditionStatus::Unknown,
+        ] {
             assert_eq!(ConditionStatus::parse(s.as_str()), Some(s));
         }
         assert_eq!(ConditionStatus::parse("true"), None);

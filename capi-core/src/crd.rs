@@ -12,21 +12,37 @@ use crate::labels;
 /// The CRDs of the core kinds, labelled as upstream labels them
 /// (`cluster.x-k8s.io/provider: cluster-api`).
 pub fn core() -> Vec<CustomResourceDefinition> {
-    [Cluster::crd(), Machine::crd(), MachineSet::crd(), MachineDeployment::crd(), MachineHealthCheck::crd()]
-        .into_iter()
-        .map(|crd| with_label(crd, labels::PROVIDER, "cluster-api"))
-        .collect()
+    [
+        Cluster::crd(),
+        Machine::crd(),
+        MachineSet::crd(),
+        MachineDeployment::crd(),
+        MachineHealthCheck::crd(),
+    ]
+    .into_iter()
+    .map(|crd| with_label(crd, labels::PROVIDER, "cluster-api"))
+    .collect()
 }
 
 /// Adds the contract label `cluster.x-k8s.io/v1beta2: <versions>` to a provider's CRD, so that
 /// Cluster API (this SDK's or upstream's) finds which served version implements the contract.
 /// `versions` is one version or several joined with `_`, as upstream expects.
-pub fn with_contract_version(crd: CustomResourceDefinition, versions: &str) -> CustomResourceDefinition {
+pub fn with_contract_version(
+    crd: CustomResourceDefinition,
+    versions: &str,
+) -> CustomResourceDefinition {
     with_label(crd, &labels::contract_label_key(), versions)
 }
 
-fn with_label(mut crd: CustomResourceDefinition, key: &str, value: &str) -> CustomResourceDefinition {
-    crd.metadata.labels.get_or_insert_with(Default::default).insert(key.to_string(), value.to_string());
+fn with_label(
+    mut crd: CustomResourceDefinition,
+    key: &str,
+    value: &str,
+) -> CustomResourceDefinition {
+    crd.metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(key.to_string(), value.to_string());
     crd
 }
 

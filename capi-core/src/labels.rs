@@ -48,7 +48,9 @@ pub fn contract_label_key() -> String {
 
 /// Whether the object carries the [`PAUSED`] annotation (with any value).
 pub fn has_paused_annotation(meta: &ObjectMeta) -> bool {
-    meta.annotations.as_ref().is_some_and(|a| a.contains_key(PAUSED))
+    meta.annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(PAUSED))
 }
 
 /// The [`CLUSTER_NAME`] label's value, if present and not empty.
@@ -74,8 +76,10 @@ mod tests {
 
     #[test]
     fn cluster_name_ignores_empty_label() {
-        let mut meta = ObjectMeta::default();
-        meta.labels = Some([(CLUSTER_NAME.to_string(), String::new())].into());
+        let mut meta = ObjectMeta {
+            labels: Some([(CLUSTER_NAME.to_string(), String::new())].into()),
+            ..ObjectMeta::default()
+        };
         assert_eq!(cluster_name(&meta), None);
         meta.labels = Some([(CLUSTER_NAME.to_string(), "demo".to_string())].into());
         assert_eq!(cluster_name(&meta), Some("demo"));

@@ -49,9 +49,9 @@ pub mod crd;
 pub mod labels;
 
 pub use actuator::{
-    Actuator, ActuatorError, BootstrapData, BootstrapFormat, ClusterActuator, ClusterInfrastructure,
-    ClusterScope, IdempotencyKey, ImmutableChange, InstanceState, MachineInstance, MachineScope,
-    UpdateOutcome,
+    Actuator, ActuatorError, BootstrapData, BootstrapFormat, ClusterActuator,
+    ClusterInfrastructure, ClusterScope, IdempotencyKey, ImmutableChange, InstanceState,
+    MachineInstance, MachineScope, UpdateOutcome,
 };
 #[cfg(feature = "mock")]
 pub use actuator::{MockActuator, MockClusterActuator};

@@ -50,8 +50,8 @@ pub fn parse(yaml: &str) -> Result<Vec<DynamicObject>, ManifestError> {
         .filter(|d| !d.is_null())
         .enumerate()
         .map(|(index, document)| {
-            let object: DynamicObject =
-                serde_json::from_value(document).map_err(|source| ManifestError::NotAnObject { index, source })?;
+            let object: DynamicObject = serde_json::from_value(document)
+                .map_err(|source| ManifestError::NotAnObject { index, source })?;
             if object.types.is_none() {
                 return Err(ManifestError::MissingType { index });
             }
@@ -68,14 +68,25 @@ pub async fn create_all(
 ) -> Result<Vec<DynamicObject>, ManifestError> {
     let mut created = Vec::with_capacity(objects.len());
     for (index, object) in objects.iter().enumerate() {
-        let types = object.types.as_ref().ok_or(ManifestError::MissingType { index })?;
-        let gvk = GroupVersionKind::try_from(types).map_err(|source| ManifestError::BadApiVersion { index, source })?;
-        let (resource, capabilities) = pinned_kind(client, &gvk).await.map_err(EnvtestError::Kube)?;
+        let types = object
+            .types
+            .as_ref()
+            .ok_or(ManifestError::MissingType { index })?;
+        let gvk = GroupVersionKind::try_from(types)
+            .map_err(|source| ManifestError::BadApiVersion { index, source })?;
+        let (resource, capabilities) = pinned_kind(client, &gvk)
+            .await
+            .map_err(EnvtestError::Kube)?;
         let api: Api<DynamicObject> = match capabilities.scope {
-            kube::discovery::Scope::Namespaced => Api::namespaced_with(client.clone(), namespace, &resource),
+            kube::discovery::Scope::Namespaced => {
+                Api::namespaced_with(client.clone(), namespace, &resource)
+            }
             kube::discovery::Scope::Cluster => Api::all_with(client.clone(), &resource),
         };
-        let stored = api.create(&PostParams::default(), object).await.map_err(EnvtestError::Kube)?;
+        let stored = api
+            .create(&PostParams::default(), object)
+            .await
+            .map_err(EnvtestError::Kube)?;
         created.push(stored);
     }
     Ok(created)

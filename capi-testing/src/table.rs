@@ -38,9 +38,18 @@ impl fmt::Display for PrintedTable {
             }
         }
         let line = |cells: Vec<String>| {
-            cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("   ")
+            cells
+                .iter()
+                .zip(&widths)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect::<Vec<_>>()
+                .join("   ")
         };
-        writeln!(f, "{}", line(self.columns.iter().map(|c| c.to_uppercase()).collect()).trim_end())?;
+        writeln!(
+            f,
+            "{}",
+            line(self.columns.iter().map(|c| c.to_uppercase()).collect()).trim_end()
+        )?;
         for row in &self.rows {
             writeln!(f, "{}", line(row.clone()).trim_end())?;
         }
@@ -62,29 +71,49 @@ pub async fn get_table(
         None => format!("/apis/{group}/{version}/{plural}"),
     };
     let request = http::Request::get(path)
-        .header(http::header::ACCEPT, "application/json;as=Table;v=v1;g=meta.k8s.io,application/json")
+        .header(
+            http::header::ACCEPT,
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+        )
         .body(Vec::new())
-        .map_err(|e| EnvtestError::Io { action: "building a Table request".into(), source: std::io::Error::other(e) })?;
+        .map_err(|e| EnvtestError::Io {
+            action: "building a Table request".into(),
+            source: std::io::Error::other(e),
+        })?;
     let table: Value = client.request(request).await?;
     Ok(parse_table(&table))
 }
 
 fn parse_table(table: &Value) -> PrintedTable {
-    let definitions = table["columnDefinitions"].as_array().cloned().unwrap_or_default();
+    let definitions = table["columnDefinitions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let shown: Vec<usize> = definitions
         .iter()
         .enumerate()
         .filter(|(_, d)| d["priority"].as_i64().unwrap_or(0) == 0)
         .map(|(i, _)| i)
         .collect();
-    let columns = shown.iter().map(|&i| definitions[i]["name"].as_str().unwrap_or_default().to_string()).collect();
+    let columns = shown
+        .iter()
+        .map(|&i| {
+            definitions[i]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
     let rows = table["rows"]
         .as_array()
         .map(|rows| {
             rows.iter()
                 .map(|row| {
                     let cells = row["cells"].as_array().cloned().unwrap_or_default();
-                    shown.iter().map(|&i| render_cell(cells.get(i).unwrap_or(&Value::Null))).collect()
+                    shown
+                        .iter()
+                        .map(|&i| render_cell(cells.get(i).unwrap_or(&Value::Null)))
+                        .collect()
                 })
                 .collect()
         })

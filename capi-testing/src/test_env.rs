@@ -24,7 +24,9 @@ pub struct TestEnv {
 
 impl std::fmt::Debug for TestEnv {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TestEnv").field("control_plane", &self.control_plane).finish_non_exhaustive()
+        f.debug_struct("TestEnv")
+            .field("control_plane", &self.control_plane)
+            .finish_non_exhaustive()
     }
 }
 
@@ -40,7 +42,10 @@ impl TestEnv {
         let control_plane = ControlPlane::start().await?;
         let client = control_plane.client().await?;
         install_crds(&client, crds).await?;
-        Ok(Self { control_plane, client })
+        Ok(Self {
+            control_plane,
+            client,
+        })
     }
 
     /// A client authenticated as cluster admin.
@@ -56,21 +61,36 @@ impl TestEnv {
     /// Creates a new namespace with a unique name and returns the name.
     pub async fn namespace(&self) -> Result<String, EnvtestError> {
         static NEXT: AtomicU32 = AtomicU32::new(0);
-        let name = format!("test-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
-        let namespace = Namespace { metadata: ObjectMeta { name: Some(name.clone()), ..ObjectMeta::default() }, ..Namespace::default() };
-        Api::<Namespace>::all(self.client.clone()).create(&PostParams::default(), &namespace).await?;
+        let name = format!(
+            "test-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let namespace = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        Api::<Namespace>::all(self.client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await?;
         Ok(name)
     }
 }
 
 /// Creates (or replaces the spec of) each CRD and waits until the API server serves all of them.
-pub async fn install_crds(client: &Client, crds: &[CustomResourceDefinition]) -> Result<(), EnvtestError> {
+pub async fn install_crds(
+    client: &Client,
+    crds: &[CustomResourceDefinition],
+) -> Result<(), EnvtestError> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in crds {
         let name = crd.metadata.name.clone().unwrap_or_default();
         match api.create(&PostParams::default(), crd).await {
             Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 409 => {
+            Err(kube::Error::Api(status)) if status.is_already_exists() => {
                 let mut current = api.get(&name).await?;
                 current.spec = crd.spec.clone();
                 current.metadata.labels = crd.metadata.labels.clone();

@@ -15,9 +15,14 @@ pub(crate) fn run(command: &mut Command) -> Result<()> {
     let shown = describe(command);
     println!("    $ {shown}");
     let started = Instant::now();
-    let status = command.status().with_context(|| format!("cannot start `{shown}`"))?;
+    let status = command
+        .status()
+        .with_context(|| format!("cannot start `{shown}`"))?;
     if !status.success() {
-        bail!("`{shown}` failed ({status}) after {:.0?}", started.elapsed());
+        bail!(
+            "`{shown}` failed ({status}) after {:.0?}",
+            started.elapsed()
+        );
     }
     println!("    ok ({:.1?})", started.elapsed());
     Ok(())
@@ -26,9 +31,15 @@ pub(crate) fn run(command: &mut Command) -> Result<()> {
 /// Runs `command` and returns its standard output; fails with its standard error if it fails.
 pub(crate) fn output(command: &mut Command) -> Result<String> {
     let shown = describe(command);
-    let out = command.output().with_context(|| format!("cannot start `{shown}`"))?;
+    let out = command
+        .output()
+        .with_context(|| format!("cannot start `{shown}`"))?;
     if !out.status.success() {
-        bail!("`{shown}` failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "`{shown}` failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }

@@ -16,14 +16,18 @@ pub(crate) fn run(check: bool) -> Result<()> {
             stale.push(crd.file_name.clone());
             if !check {
                 std::fs::create_dir_all(&dir)?;
-                std::fs::write(&path, &crd.yaml).with_context(|| format!("writing {}", path.display()))?;
+                std::fs::write(&path, &crd.yaml)
+                    .with_context(|| format!("writing {}", path.display()))?;
             }
         }
     }
     let expected: Vec<&str> = rendered.iter().map(|c| c.file_name.as_str()).collect();
     for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
         let path = entry?.path();
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         if name.ends_with(".yaml") && !expected.contains(&name.as_str()) {
             stale.push(name);
             if !check {
@@ -32,8 +36,16 @@ pub(crate) fn run(check: bool) -> Result<()> {
         }
     }
     match (check, stale.is_empty()) {
-        (_, true) => println!("crds: {} files in {} are up to date", rendered.len(), dir.display()),
-        (true, false) => bail!("stale CRDs in {}: {}; run `cargo xtask crds`", dir.display(), stale.join(", ")),
+        (_, true) => println!(
+            "crds: {} files in {} are up to date",
+            rendered.len(),
+            dir.display()
+        ),
+        (true, false) => bail!(
+            "stale CRDs in {}: {}; run `cargo xtask crds`",
+            dir.display(),
+            stale.join(", ")
+        ),
         (false, false) => println!("crds: wrote {}", stale.join(", ")),
     }
     Ok(())

@@ -12,20 +12,29 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
-use capi_testing::envtest::{Assets, KUBE_APISERVER_VERSION, KUBEBUILDER_ASSETS, cache_root, default_assets_dir};
+use capi_testing::envtest::{
+    Assets, KUBE_APISERVER_VERSION, KUBEBUILDER_ASSETS, cache_root, default_assets_dir,
+};
 
 use crate::command::{as_root, output, run, step, succeeds};
 
 const DEB_SRC_FILE: &str = "/etc/apt/sources.list.d/capi-rs-bookworm-src.sources";
-const BUILD_PACKAGES: &[&str] =
-    &["dpkg-dev", "golang-go", "rsync", "jq", "golang-github-modern-go-reflect2-dev", "etcd-server"];
+const BUILD_PACKAGES: &[&str] = &[
+    "dpkg-dev",
+    "golang-go",
+    "rsync",
+    "jq",
+    "golang-github-modern-go-reflect2-dev",
+    "etcd-server",
+];
 const REFLECT2_DEBIAN: &str = "/usr/share/gocode/src/github.com/modern-go/reflect2";
 
 /// Makes sure etcd and kube-apiserver are available and returns their directory.
 pub(crate) fn ensure() -> Result<PathBuf> {
     if let Some(dir) = std::env::var_os(KUBEBUILDER_ASSETS).filter(|d| !d.is_empty()) {
         let dir = PathBuf::from(dir);
-        Assets::in_dir(&dir).with_context(|| format!("{KUBEBUILDER_ASSETS} is set to {}", dir.display()))?;
+        Assets::in_dir(&dir)
+            .with_context(|| format!("{KUBEBUILDER_ASSETS} is set to {}", dir.display()))?;
         println!("envtest: using {KUBEBUILDER_ASSETS}={}", dir.display());
         return Ok(dir);
     }
@@ -63,7 +72,9 @@ fn install_build_packages() -> Result<()> {
         let sources = "Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\n\
                        Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n";
         let mut tee = as_root("tee");
-        tee.arg(DEB_SRC_FILE).stdout(std::process::Stdio::null()).stdin(std::process::Stdio::piped());
+        tee.arg(DEB_SRC_FILE)
+            .stdout(std::process::Stdio::null())
+            .stdin(std::process::Stdio::piped());
         let mut child = tee.spawn().context("writing the deb-src entry")?;
         if let Some(stdin) = child.stdin.as_mut() {
             std::io::Write::write_all(stdin, sources.as_bytes())?;
@@ -85,26 +96,37 @@ fn install_build_packages() -> Result<()> {
 fn build_kube_apiserver() -> Result<PathBuf> {
     let root = build_root();
     if root.exists() {
-        std::fs::remove_dir_all(&root).with_context(|| format!("removing the stale build in {}", root.display()))?;
+        std::fs::remove_dir_all(&root)
+            .with_context(|| format!("removing the stale build in {}", root.display()))?;
     }
     std::fs::create_dir_all(&root)?;
 
     step("Fetching Debian's kubernetes source package");
-    run(Command::new("apt-get").args(["source", "--download-only", "-q", "kubernetes"]).current_dir(&root))?;
+    run(Command::new("apt-get")
+        .args(["source", "--download-only", "-q", "kubernetes"])
+        .current_dir(&root))?;
     let dsc = std::fs::read_dir(&root)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| p.extension().is_some_and(|x| x == "dsc"))
         .context("apt-get source did not download a .dsc file")?;
-    run(Command::new("dpkg-source").arg("-x").arg(&dsc).arg("src").current_dir(&root))?;
+    run(Command::new("dpkg-source")
+        .arg("-x")
+        .arg(&dsc)
+        .arg("src")
+        .current_dir(&root))?;
     let src = root.join("src");
 
     step("Replacing the vendored modern-go/reflect2 1.0.1 with Debian's 1.0.2");
     let vendored = src.join("vendor/github.com/modern-go/reflect2");
-    std::fs::remove_dir_all(&vendored).with_context(|| format!("removing {}", vendored.display()))?;
+    std::fs::remove_dir_all(&vendored)
+        .with_context(|| format!("removing {}", vendored.display()))?;
     copy_dir(Path::new(REFLECT2_DEBIAN), &vendored)?;
     for entry in std::fs::read_dir(&vendored)? {
         let path = entry?.path();
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         if name == "go.mod" || name == "go.sum" || name.ends_with("_test.go") {
             std::fs::remove_file(&path)?;
         }
@@ -144,7 +166,8 @@ fn install_binary(from: &Path, to: &Path) -> Result<()> {
         bail!("{} is missing", from.display());
     }
     let partial = to.with_extension("partial");
-    std::fs::copy(from, &partial).with_context(|| format!("copying {} to {}", from.display(), partial.display()))?;
+    std::fs::copy(from, &partial)
+        .with_context(|| format!("copying {} to {}", from.display(), partial.display()))?;
     std::fs::rename(&partial, to).with_context(|| format!("moving {} into place", to.display()))?;
     Ok(())
 }

@@ -17,7 +17,8 @@ use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <envtest | crds [--check] | test | quickstart [--keep-running]>";
+const USAGE: &str =
+    "usage: cargo xtask <envtest | crds [--check] | test | quickstart [--keep-running]>";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -25,7 +26,10 @@ fn main() -> Result<()> {
         bail!("{USAGE}");
     };
     let flag = |name: &str| rest.iter().any(|a| a == name);
-    if let Some(unknown) = rest.iter().find(|a| !matches!(a.as_str(), "--check" | "--keep-running")) {
+    if let Some(unknown) = rest
+        .iter()
+        .find(|a| !matches!(a.as_str(), "--check" | "--keep-running"))
+    {
         bail!("unknown argument {unknown:?}\n{USAGE}");
     }
     match command.as_str() {
@@ -48,5 +52,8 @@ fn main() -> Result<()> {
 /// The workspace root (the parent of this crate's manifest directory).
 fn workspace_root() -> PathBuf {
     let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    manifest_dir.parent().map(PathBuf::from).unwrap_or(manifest_dir)
+    manifest_dir
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or(manifest_dir)
 }

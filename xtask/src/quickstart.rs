@@ -11,19 +11,27 @@ use anyhow::{Context, Result};
 use capi_testing::envtest::{Assets, ControlPlane};
 use capi_testing::{install_crds, manifest, table};
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{ObjectMeta, PostParams};
 use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
 
 use crate::command::step;
 use crate::workspace_root;
 
 const NAMESPACE: &str = "quickstart";
-const SAMPLES: &[&str] = &["cluster.yaml", "machine.yaml", "machinedeployment.yaml", "machineset.yaml", "machinehealthcheck.yaml"];
+const SAMPLES: &[&str] = &[
+    "cluster.yaml",
+    "machine.yaml",
+    "machinedeployment.yaml",
+    "machineset.yaml",
+    "machinehealthcheck.yaml",
+];
 
 pub(crate) fn run(keep_running: bool) -> Result<()> {
     step("Local control plane binaries (etcd, kube-apiserver)");
     let assets_dir = crate::envtest::ensure()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async move {
         step("Starting etcd + kube-apiserver on loopback");
         let started = Instant::now();

@@ -34,13 +34,32 @@ pub(crate) fn run_all() -> Result<()> {
     crate::crds::run(true)?;
 
     step("Lints (cargo clippy -D warnings)");
-    run(&mut cargo_in_root(&["clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings"]))?;
+    run(&mut cargo_in_root(&[
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--all-features",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
 
     step("Unit and integration tests (cargo nextest)");
-    run(&mut with_assets(cargo_in_root(&["nextest", "run", "--workspace", "--all-features", "--no-fail-fast"])))?;
+    run(&mut with_assets(cargo_in_root(&[
+        "nextest",
+        "run",
+        "--workspace",
+        "--all-features",
+        "--no-fail-fast",
+    ])))?;
 
     step("Doc tests");
-    run(&mut with_assets(cargo_in_root(&["test", "--doc", "--workspace", "--all-features"])))?;
+    run(&mut with_assets(cargo_in_root(&[
+        "test",
+        "--doc",
+        "--workspace",
+        "--all-features",
+    ])))?;
 
     println!("\nAll checks passed.");
     Ok(())
@@ -48,7 +67,11 @@ pub(crate) fn run_all() -> Result<()> {
 
 fn ensure_tools(cargo: &str) -> Result<()> {
     for component in ["rustfmt", "clippy"] {
-        let probe = if component == "rustfmt" { "fmt" } else { "clippy" };
+        let probe = if component == "rustfmt" {
+            "fmt"
+        } else {
+            "clippy"
+        };
         if !succeeds(cargo, &[probe, "--version"]) {
             run(Command::new("rustup").args(["component", "add", component]))?;
         }

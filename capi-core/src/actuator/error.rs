@@ -81,8 +81,16 @@ impl ActuatorErrorKind {
 
 impl ActuatorError {
     /// Not done yet; check again after `after`.
-    pub fn requeue_after(after: Duration, reason: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::RequeueAfter { after, reason: reason.into(), message: message.into() }
+    pub fn requeue_after(
+        after: Duration,
+        reason: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self::RequeueAfter {
+            after,
+            reason: reason.into(),
+            message: message.into(),
+        }
     }
 
     /// A transient failure caused by `source`; its `Display` becomes the message.
@@ -90,17 +98,28 @@ impl ActuatorError {
     where
         E: StdError + Send + Sync + 'static,
     {
-        Self::Transient { reason: reason.into(), message: source.to_string(), source: Some(Box::new(source)) }
+        Self::Transient {
+            reason: reason.into(),
+            message: source.to_string(),
+            source: Some(Box::new(source)),
+        }
     }
 
     /// A transient failure described by a message only.
     pub fn transient_message(reason: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::Transient { reason: reason.into(), message: message.into(), source: None }
+        Self::Transient {
+            reason: reason.into(),
+            message: message.into(),
+            source: None,
+        }
     }
 
     /// The object's configuration cannot work; `message` tells the user what to change.
     pub fn invalid_configuration(reason: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::InvalidConfiguration { reason: reason.into(), message: message.into() }
+        Self::InvalidConfiguration {
+            reason: reason.into(),
+            message: message.into(),
+        }
     }
 
     /// The kind of this error.
@@ -150,7 +169,8 @@ mod tests {
 
     #[test]
     fn kinds_and_accessors() {
-        let requeue = ActuatorError::requeue_after(Duration::from_secs(5), "WaitingForInstance", "booting");
+        let requeue =
+            ActuatorError::requeue_after(Duration::from_secs(5), "WaitingForInstance", "booting");
         assert_eq!(requeue.kind(), ActuatorErrorKind::RequeueAfter);
         assert_eq!(requeue.requeue_delay(), Some(Duration::from_secs(5)));
         assert!(!requeue.is_failure());
@@ -163,7 +183,10 @@ mod tests {
         assert!(transient.is_failure());
         assert_eq!(transient.requeue_delay(), None);
 
-        let invalid = ActuatorError::invalid_configuration("ImageNotFound", "image \"ubuntu-99\" does not exist");
+        let invalid = ActuatorError::invalid_configuration(
+            "ImageNotFound",
+            "image \"ubuntu-99\" does not exist",
+        );
         assert_eq!(invalid.kind().as_str(), "invalid_configuration");
         assert_eq!(invalid.reason(), "ImageNotFound");
         assert_eq!(

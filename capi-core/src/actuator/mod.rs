@@ -26,7 +26,8 @@ use crate::api::{ApiEndpoint, FailureDomain, MachineAddress};
 
 pub use error::{ActuatorError, ActuatorErrorKind};
 pub use scope::{
-    BootstrapData, BootstrapDataError, BootstrapFormat, ClusterScope, IdempotencyKey, MachineScope, MissingUid,
+    BootstrapData, BootstrapDataError, BootstrapFormat, ClusterScope, IdempotencyKey, MachineScope,
+    MissingUid,
 };
 
 /// Machine infrastructure of one cloud: creates, finds, updates and deletes instances.
@@ -37,14 +38,21 @@ pub use scope::{
 pub trait Actuator<M: Send + Sync + 'static>: Send + Sync {
     /// Finds the instance of this machine, by provider ID if known, else by idempotency key.
     /// Must not create or change anything.
-    async fn exists(&self, scope: &MachineScope<M>) -> Result<Option<MachineInstance>, ActuatorError>;
+    async fn exists(
+        &self,
+        scope: &MachineScope<M>,
+    ) -> Result<Option<MachineInstance>, ActuatorError>;
 
     /// Creates the instance, or returns the one already created under the same idempotency key.
     /// Called only after `exists` returned `None`, with bootstrap data present.
     async fn create(&self, scope: &MachineScope<M>) -> Result<MachineInstance, ActuatorError>;
 
     /// Converges mutable properties of an existing instance.
-    async fn update(&self, scope: &MachineScope<M>, instance: &MachineInstance) -> Result<UpdateOutcome, ActuatorError>;
+    async fn update(
+        &self,
+        scope: &MachineScope<M>,
+        instance: &MachineInstance,
+    ) -> Result<UpdateOutcome, ActuatorError>;
 
     /// Deletes the instance and everything it owns. `Ok` means gone; in progress is
     /// [`ActuatorError::RequeueAfter`].
@@ -60,7 +68,10 @@ pub trait Actuator<M: Send + Sync + 'static>: Send + Sync {
 pub trait ClusterActuator<C: Send + Sync + 'static>: Send + Sync {
     /// Creates or converges the cluster infrastructure and reports the control plane endpoint and
     /// failure domains. Idempotent.
-    async fn reconcile(&self, scope: &ClusterScope<C>) -> Result<ClusterInfrastructure, ActuatorError>;
+    async fn reconcile(
+        &self,
+        scope: &ClusterScope<C>,
+    ) -> Result<ClusterInfrastructure, ActuatorError>;
 
     /// Deletes the cluster infrastructure in reverse order of creation, keeping on past individual
     /// failures. `Ok` means everything is gone; otherwise [`ActuatorError::RequeueAfter`] (or a

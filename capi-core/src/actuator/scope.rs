@@ -50,7 +50,10 @@ pub struct ClusterScope<C> {
 
 impl<C> Clone for ClusterScope<C> {
     fn clone(&self) -> Self {
-        Self { cluster: Arc::clone(&self.cluster), infra_cluster: Arc::clone(&self.infra_cluster) }
+        Self {
+            cluster: Arc::clone(&self.cluster),
+            infra_cluster: Arc::clone(&self.infra_cluster),
+        }
     }
 }
 
@@ -66,7 +69,9 @@ pub struct IdempotencyKey(String);
 
 /// The owning object has no UID yet: it was never stored by the API server.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("{kind} {name:?} has no metadata.uid; it must be read from the API server before it is reconciled")]
+#[error(
+    "{kind} {name:?} has no metadata.uid; it must be read from the API server before it is reconciled"
+)]
 pub struct MissingUid {
     kind: &'static str,
     name: String,
@@ -77,7 +82,10 @@ impl IdempotencyKey {
     pub fn for_machine(machine: &Machine) -> Result<Self, MissingUid> {
         match machine.metadata.uid.as_deref() {
             Some(uid) if !uid.is_empty() => Ok(Self(format!("capi-{}", truncate_ascii(uid, 59)))),
-            _ => Err(MissingUid { kind: "Machine", name: machine.metadata.name.clone().unwrap_or_default() }),
+            _ => Err(MissingUid {
+                kind: "Machine",
+                name: machine.metadata.name.clone().unwrap_or_default(),
+            }),
         }
     }
 
@@ -143,7 +151,9 @@ pub enum BootstrapDataError {
         secret: String,
     },
     /// The `format` key holds something else than `cloud-config` or `ignition`.
-    #[error("bootstrap Secret {secret:?} has format {format:?}; expected \"cloud-config\" or \"ignition\"")]
+    #[error(
+        "bootstrap Secret {secret:?} has format {format:?}; expected \"cloud-config\" or \"ignition\""
+    )]
     UnknownFormat {
         /// The Secret's name.
         secret: String,
@@ -155,7 +165,10 @@ pub enum BootstrapDataError {
 impl BootstrapData {
     /// Bootstrap data of the given format.
     pub fn new(format: BootstrapFormat, value: impl Into<Vec<u8>>) -> Self {
-        Self { format, value: value.into() }
+        Self {
+            format,
+            value: value.into(),
+        }
     }
 
     /// Decodes the bootstrap contract's Secret: key `value` (required, non-empty) and key
@@ -163,9 +176,11 @@ impl BootstrapData {
     pub fn from_secret(secret: &Secret) -> Result<Self, BootstrapDataError> {
         let name = secret.metadata.name.clone().unwrap_or_default();
         let data = secret.data.as_ref();
-        let value = data
-            .and_then(|d| d.get("value"))
-            .ok_or_else(|| BootstrapDataError::MissingValue { secret: name.clone() })?;
+        let value =
+            data.and_then(|d| d.get("value"))
+                .ok_or_else(|| BootstrapDataError::MissingValue {
+                    secret: name.clone(),
+                })?;
         if value.0.is_empty() {
             return Err(BootstrapDataError::EmptyValue { secret: name });
         }
@@ -182,7 +197,10 @@ impl BootstrapData {
                 }
             },
         };
-        Ok(Self { format, value: value.0.clone() })
+        Ok(Self {
+            format,
+            value: value.0.clone(),
+        })
     }
 
     /// The format.
@@ -211,9 +229,14 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn secret(entries: &[(&str, &[u8])]) -> Secret {
-        let data: BTreeMap<String, ByteString> =
-            entries.iter().map(|(k, v)| (k.to_string(), ByteString(v.to_vec()))).collect();
-        let mut s = Secret { data: Some(data), ..Secret::default() };
+        let data: BTreeMap<String, ByteString> = entries
+            .iter()
+            .map(|(k, v)| (k.to_string(), ByteString(v.to_vec())))
+            .collect();
+        let mut s = Secret {
+            data: Some(data),
+            ..Secret::default()
+        };
         s.metadata.name = Some("m-0-bootstrap".into());
         s
     }
@@ -223,18 +246,23 @@ mod tests {
         let data = BootstrapData::from_secret(&secret(&[("value", b"#cloud-config\n")])).unwrap();
         assert_eq!(data.format(), BootstrapFormat::CloudConfig);
         assert_eq!(data.expose(), b"#cloud-config\n");
-        let ign = BootstrapData::from_secret(&secret(&[("value", b"{}"), ("format", b"ignition")])).unwrap();
+        let ign = BootstrapData::from_secret(&secret(&[("value", b"{}"), ("format", b"ignition")]))
+            .unwrap();
         assert_eq!(ign.format(), BootstrapFormat::Ignition);
     }
 
     #[test]
     fn rejects_missing_empty_and_unknown() {
-        assert!(matches!(BootstrapData::from_secret(&secret(&[])), Err(BootstrapDataError::MissingValue { .. })));
+        assert!(matches!(
+            BootstrapData::from_secret(&secret(&[])),
+            Err(BootstrapDataError::MissingValue { .. })
+        ));
         assert!(matches!(
             BootstrapData::from_secret(&secret(&[("value", b"")])),
             Err(BootstrapDataError::EmptyValue { .. })
         ));
-        let err = BootstrapData::from_secret(&secret(&[("value", b"x"), ("format", b"kickstart")])).unwrap_err();
+        let err = BootstrapData::from_secret(&secret(&[("value", b"x"), ("format", b"kickstart")]))
+            .unwrap_err();
         assert!(err.to_string().contains("kickstart"), "{err}");
     }
 

@@ -38,11 +38,35 @@ use super::validation;
     shortname = "cl",
     category = "cluster-api",
     doc = "Cluster is the Schema for the clusters API: a workload cluster managed by Cluster API.",
-    printcolumn(name = "ClusterClass", type_ = "string", json_path = ".spec.topology.classRef.name", priority = 1),
-    printcolumn(name = "Paused", type_ = "boolean", json_path = ".spec.paused", priority = 10),
-    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase", description = "Cluster lifecycle phase"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    printcolumn(name = "Version", type_ = "string", json_path = ".spec.topology.version", priority = 1)
+    printcolumn(
+        name = "ClusterClass",
+        type_ = "string",
+        json_path = ".spec.topology.classRef.name",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Paused",
+        type_ = "boolean",
+        json_path = ".spec.paused",
+        priority = 10
+    ),
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "Cluster lifecycle phase"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Version",
+        type_ = "string",
+        json_path = ".spec.topology.version",
+        priority = 1
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterSpec {
@@ -95,7 +119,10 @@ pub struct ClusterNetwork {
 #[serde(rename_all = "camelCase")]
 pub struct NetworkRanges {
     /// CIDR blocks such as `10.96.0.0/12` or `fd00::/108`; at most 100.
-    #[schemars(length(max = 100), inner(length(min = 1, max = 43), pattern(validation::CIDR)))]
+    #[schemars(
+        length(max = 100),
+        inner(length(min = 1, max = 43), pattern(validation::CIDR))
+    )]
     pub cidr_blocks: Vec<String>,
 }
 
@@ -245,8 +272,7 @@ impl Cluster {
     /// Whether `spec.paused` is set or the object carries the `cluster.x-k8s.io/paused`
     /// annotation: controllers must then leave the cluster and its objects alone.
     pub fn is_paused(&self) -> bool {
-        self.spec.paused.unwrap_or(false)
-            || crate::labels::has_paused_annotation(&self.metadata)
+        self.spec.paused.unwrap_or(false) || crate::labels::has_paused_annotation(&self.metadata)
     }
 
     /// Whether the infrastructure provider reported the cluster infrastructure as provisioned.

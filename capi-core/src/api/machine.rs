@@ -25,12 +25,41 @@ use super::validation;
     shortname = "ma",
     category = "cluster-api",
     doc = "Machine is the Schema for the machines API: one node of a workload cluster.",
-    printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.clusterName", description = "Cluster"),
-    printcolumn(name = "Node Name", type_ = "string", json_path = ".status.nodeRef.name", description = "Node name associated with this machine"),
-    printcolumn(name = "Provider ID", type_ = "string", json_path = ".spec.providerID", description = "Provider ID"),
-    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase", description = "Machine lifecycle phase"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    printcolumn(name = "Version", type_ = "string", json_path = ".spec.version", description = "Kubernetes version")
+    printcolumn(
+        name = "Cluster",
+        type_ = "string",
+        json_path = ".spec.clusterName",
+        description = "Cluster"
+    ),
+    printcolumn(
+        name = "Node Name",
+        type_ = "string",
+        json_path = ".status.nodeRef.name",
+        description = "Node name associated with this machine"
+    ),
+    printcolumn(
+        name = "Provider ID",
+        type_ = "string",
+        json_path = ".spec.providerID",
+        description = "Provider ID"
+    ),
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "Machine lifecycle phase"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Version",
+        type_ = "string",
+        json_path = ".spec.version",
+        description = "Kubernetes version"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct MachineSpec {
@@ -50,7 +79,11 @@ pub struct MachineSpec {
     pub version: Option<String>,
 
     /// The cloud's identifier of the instance; must equal the `Node`'s `spec.providerID`.
-    #[serde(rename = "providerID", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "providerID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(length(min = 1, max = 512))]
     pub provider_id: Option<String>,
 
@@ -183,7 +216,9 @@ pub struct MachineAddress {
 }
 
 /// The kind of a [`MachineAddress`], as for `Node` addresses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 pub enum MachineAddressType {
     /// The host name.
     Hostname,

@@ -24,9 +24,21 @@ use crate::condition::ConditionStatus;
     category = "cluster-api",
     doc = "MachineHealthCheck is the Schema for the machinehealthchecks API: health checks and remediation for machines.",
     printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.clusterName"),
-    printcolumn(name = "Replicas", type_ = "integer", json_path = ".status.expectedMachines"),
-    printcolumn(name = "Healthy", type_ = "integer", json_path = ".status.currentHealthy"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Replicas",
+        type_ = "integer",
+        json_path = ".status.expectedMachines"
+    ),
+    printcolumn(
+        name = "Healthy",
+        type_ = "integer",
+        json_path = ".status.currentHealthy"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct MachineHealthCheckSpec {
@@ -137,7 +149,10 @@ pub struct MachineHealthCheckRemediationTriggerIf {
 #[serde(rename_all = "camelCase")]
 pub struct MachineHealthCheckRemediationTemplateReference {
     /// The template's kind.
-    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$")
+    )]
     pub kind: String,
     /// The template's name.
     #[schemars(length(min = 1, max = 253), pattern(validation::DNS_SUBDOMAIN))]

@@ -31,10 +31,26 @@ use super::validation;
     printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.replicas"),
     printcolumn(name = "Current", type_ = "integer", json_path = ".status.replicas"),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
-    printcolumn(name = "Available", type_ = "integer", json_path = ".status.availableReplicas"),
-    printcolumn(name = "Up-to-date", type_ = "integer", json_path = ".status.upToDateReplicas"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    printcolumn(name = "Version", type_ = "string", json_path = ".spec.template.spec.version")
+    printcolumn(
+        name = "Available",
+        type_ = "integer",
+        json_path = ".status.availableReplicas"
+    ),
+    printcolumn(
+        name = "Up-to-date",
+        type_ = "integer",
+        json_path = ".status.upToDateReplicas"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Version",
+        type_ = "string",
+        json_path = ".spec.template.spec.version"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct MachineSetSpec {

@@ -12,20 +12,37 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 pub struct ContractVersionedObjectReference {
     /// The group of the referenced kind, e.g. `infrastructure.cluster.x-k8s.io`.
-    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"))]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     pub api_group: String,
     /// The kind, e.g. `OpenStackMachine`.
-    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$")
+    )]
     pub kind: String,
     /// The object's name in the referring object's namespace.
-    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"))]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     pub name: String,
 }
 
 impl ContractVersionedObjectReference {
     /// A reference to `kind`/`name` in `api_group`.
-    pub fn new(api_group: impl Into<String>, kind: impl Into<String>, name: impl Into<String>) -> Self {
-        Self { api_group: api_group.into(), kind: kind.into(), name: name.into() }
+    pub fn new(
+        api_group: impl Into<String>,
+        kind: impl Into<String>,
+        name: impl Into<String>,
+    ) -> Self {
+        Self {
+            api_group: api_group.into(),
+            kind: kind.into(),
+            name: name.into(),
+        }
     }
 
     /// Whether this reference points at an object of the given kind and group, whatever its name.

@@ -77,15 +77,30 @@ mod tests {
 
     fn matches(pattern: &str, value: &str) -> bool {
         // The patterns are ECMA-262/RE2 compatible; the `regex` engine speaks the same subset.
-        regex_lite::Regex::new(pattern).map(|re| re.is_match(value)).unwrap_or(false)
+        regex_lite::Regex::new(pattern)
+            .map(|re| re.is_match(value))
+            .unwrap_or(false)
     }
 
     #[test]
     fn cidr_accepts_v4_and_v6_blocks_only() {
-        for ok in ["10.0.0.0/16", "192.168.0.0/24", "0.0.0.0/0", "fd00::/108", "2001:db8::/32"] {
+        for ok in [
+            "10.0.0.0/16",
+            "192.168.0.0/24",
+            "0.0.0.0/0",
+            "fd00::/108",
+            "2001:db8::/32",
+        ] {
             assert!(matches(CIDR, ok), "{ok} should match");
         }
-        for bad in ["10.0.0.0", "10.0.0.0/33", "300.0.0.0/8", "hello/8", "fd00::/129", ""] {
+        for bad in [
+            "10.0.0.0",
+            "10.0.0.0/33",
+            "300.0.0.0/8",
+            "hello/8",
+            "fd00::/129",
+            "",
+        ] {
             assert!(!matches(CIDR, bad), "{bad} should not match");
         }
     }

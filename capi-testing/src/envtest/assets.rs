@@ -47,10 +47,16 @@ impl Assets {
         let kube_apiserver = dir.join("kube-apiserver");
         for (binary, path) in [("etcd", &etcd), ("kube-apiserver", &kube_apiserver)] {
             if !path.is_file() {
-                return Err(EnvtestError::MissingBinary { binary, searched: dir.display().to_string() });
+                return Err(EnvtestError::MissingBinary {
+                    binary,
+                    searched: dir.display().to_string(),
+                });
             }
         }
-        Ok(Self { etcd, kube_apiserver })
+        Ok(Self {
+            etcd,
+            kube_apiserver,
+        })
     }
 
     /// Finds the binaries: in `$KUBEBUILDER_ASSETS` when set (and only there, so a user's choice

@@ -34,7 +34,10 @@ pub struct ControlPlane {
 
 impl std::fmt::Debug for ControlPlane {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ControlPlane").field("url", &self.url).field("dir", &self.dir.path()).finish_non_exhaustive()
+        f.debug_struct("ControlPlane")
+            .field("url", &self.url)
+            .field("dir", &self.dir.path())
+            .finish_non_exhaustive()
     }
 }
 
@@ -51,7 +54,9 @@ impl ControlPlane {
         loop {
             attempt += 1;
             match Self::start_once(assets).await {
-                Err(EnvtestError::Exited { ref tail, .. }) if attempt < 3 && tail.contains("address already in use") => {
+                Err(EnvtestError::Exited { ref tail, .. })
+                    if attempt < 3 && tail.contains("address already in use") =>
+                {
                     continue;
                 }
                 other => return other,
@@ -73,7 +78,10 @@ impl ControlPlane {
         for (name, content) in files {
             write(&root.join(name), content)?;
         }
-        write(&root.join("tokens.csv"), &format!("{token},admin,admin,\"system:masters\"\n"))?;
+        write(
+            &root.join("tokens.csv"),
+            &format!("{token},admin,admin,\"system:masters\"\n"),
+        )?;
 
         let [etcd_port, peer_port, api_port] = free_ports()?;
         let mut etcd = Process::spawn(
@@ -81,10 +89,16 @@ impl ControlPlane {
                 .arg(format!("--data-dir={}", root.join("etcd").display()))
                 .arg("--name=default")
                 .arg(format!("--listen-client-urls=http://127.0.0.1:{etcd_port}"))
-                .arg(format!("--advertise-client-urls=http://127.0.0.1:{etcd_port}"))
+                .arg(format!(
+                    "--advertise-client-urls=http://127.0.0.1:{etcd_port}"
+                ))
                 .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"))
-                .arg(format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"))
-                .arg(format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"))
+                .arg(format!(
+                    "--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"
+                ))
+                .arg(format!(
+                    "--initial-cluster=default=http://127.0.0.1:{peer_port}"
+                ))
                 .arg("--log-level=warn"),
             &root,
             "etcd",
@@ -98,12 +112,27 @@ impl ControlPlane {
                 .arg("--advertise-address=127.0.0.1")
                 .arg(format!("--secure-port={api_port}"))
                 .arg(format!("--cert-dir={}", root.join("certs").display()))
-                .arg(format!("--tls-cert-file={}", root.join("apiserver.crt").display()))
-                .arg(format!("--tls-private-key-file={}", root.join("apiserver.key").display()))
+                .arg(format!(
+                    "--tls-cert-file={}",
+                    root.join("apiserver.crt").display()
+                ))
+                .arg(format!(
+                    "--tls-private-key-file={}",
+                    root.join("apiserver.key").display()
+                ))
                 .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
-                .arg(format!("--service-account-key-file={}", root.join("sa.key").display()))
-                .arg(format!("--service-account-signing-key-file={}", root.join("sa.key").display()))
-                .arg(format!("--token-auth-file={}", root.join("tokens.csv").display()))
+                .arg(format!(
+                    "--service-account-key-file={}",
+                    root.join("sa.key").display()
+                ))
+                .arg(format!(
+                    "--service-account-signing-key-file={}",
+                    root.join("sa.key").display()
+                ))
+                .arg(format!(
+                    "--token-auth-file={}",
+                    root.join("tokens.csv").display()
+                ))
                 .arg("--authorization-mode=RBAC")
                 .arg("--service-cluster-ip-range=10.0.0.0/24")
                 .arg("--allow-privileged=true")
@@ -119,7 +148,15 @@ impl ControlPlane {
         let kubeconfig_path = root.join("kubeconfig");
         write(&kubeconfig_path, &kubeconfig)?;
         wait_for_readyz(&mut apiserver, &mut etcd, &kubeconfig).await?;
-        Ok(Self { _watchdog: watchdog, apiserver, etcd, url, kubeconfig, kubeconfig_path, dir })
+        Ok(Self {
+            _watchdog: watchdog,
+            apiserver,
+            etcd,
+            url,
+            kubeconfig,
+            kubeconfig_path,
+            dir,
+        })
     }
 
     /// The API server's URL, `https://127.0.0.1:<port>`.
@@ -162,10 +199,17 @@ struct Process {
 }
 
 impl Process {
-    fn spawn(command: &mut Command, dir: &Path, binary: &'static str) -> Result<Self, EnvtestError> {
+    fn spawn(
+        command: &mut Command,
+        dir: &Path,
+        binary: &'static str,
+    ) -> Result<Self, EnvtestError> {
         let log = dir.join(format!("{binary}.log"));
-        let out = File::create(&log).map_err(EnvtestError::io(format!("creating {}", log.display())))?;
-        let err = out.try_clone().map_err(EnvtestError::io(format!("opening {}", log.display())))?;
+        let out =
+            File::create(&log).map_err(EnvtestError::io(format!("creating {}", log.display())))?;
+        let err = out
+            .try_clone()
+            .map_err(EnvtestError::io(format!("opening {}", log.display())))?;
         let child = command
             .stdin(Stdio::null())
             .stdout(out)
@@ -220,20 +264,26 @@ async fn wait_for_port(process: &mut Process, port: u16) -> Result<(), EnvtestEr
     }
 }
 
-async fn wait_for_readyz(apiserver: &mut Process, etcd: &mut Process, kubeconfig: &str) -> Result<(), EnvtestError> {
+async fn wait_for_readyz(
+    apiserver: &mut Process,
+    etcd: &mut Process,
+    kubeconfig: &str,
+) -> Result<(), EnvtestError> {
     let started = Instant::now();
     let client = client_from_kubeconfig(kubeconfig).await?;
     loop {
         apiserver.check()?;
         etcd.check()?;
-        let request = http::Request::get("/readyz").body(Vec::new()).map_err(|e| EnvtestError::Io {
-            action: "building the readiness request".into(),
-            source: std::io::Error::other(e),
-        })?;
-        if let Ok(body) = client.request_text(request).await {
-            if body.trim() == "ok" {
-                return Ok(());
-            }
+        let request = http::Request::get("/readyz")
+            .body(Vec::new())
+            .map_err(|e| EnvtestError::Io {
+                action: "building the readiness request".into(),
+                source: std::io::Error::other(e),
+            })?;
+        if let Ok(body) = client.request_text(request).await
+            && body.trim() == "ok"
+        {
+            return Ok(());
         }
         if started.elapsed() > START_TIMEOUT {
             return Err(apiserver.not_ready());
@@ -263,8 +313,14 @@ fn scratch_dir() -> Result<tempfile::TempDir, EnvtestError> {
     let shm = Path::new("/dev/shm");
     let mut builder = tempfile::Builder::new();
     builder.prefix("capi-envtest-");
-    let dir = if shm.is_dir() { builder.tempdir_in(shm).or_else(|_| builder.tempdir()) } else { builder.tempdir() };
-    dir.map_err(EnvtestError::io("creating the control plane's scratch directory"))
+    let dir = if shm.is_dir() {
+        builder.tempdir_in(shm).or_else(|_| builder.tempdir())
+    } else {
+        builder.tempdir()
+    };
+    dir.map_err(EnvtestError::io(
+        "creating the control plane's scratch directory",
+    ))
 }
 
 fn write(path: &Path, content: &str) -> Result<(), EnvtestError> {
@@ -296,7 +352,10 @@ fn free_ports() -> Result<[u16; 3], EnvtestError> {
         .map_err(EnvtestError::io("finding free loopback ports"))?;
     let mut ports = [0; 3];
     for (port, listener) in ports.iter_mut().zip(&listeners) {
-        *port = listener.local_addr().map_err(EnvtestError::io("reading a bound port"))?.port();
+        *port = listener
+            .local_addr()
+            .map_err(EnvtestError::io("reading a bound port"))?
+            .port();
     }
     Ok(ports)
 }

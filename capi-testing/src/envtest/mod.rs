@@ -4,7 +4,9 @@ mod assets;
 mod control_plane;
 mod pki;
 
-pub use assets::{Assets, KUBEBUILDER_ASSETS, KUBE_APISERVER_VERSION, default_assets_dir, cache_root};
+pub use assets::{
+    Assets, KUBE_APISERVER_VERSION, KUBEBUILDER_ASSETS, cache_root, default_assets_dir,
+};
 pub use control_plane::ControlPlane;
 
 use std::path::PathBuf;

@@ -1,8 +1,8 @@
 //! The throw-away keys and certificates of a local control plane.
 
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose,
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose,
 };
 
 /// PEM material for one control plane. ECDSA P-256 throughout: generating it costs microseconds.
@@ -21,15 +21,26 @@ impl ControlPlanePki {
     pub(crate) fn generate() -> Result<Self, rcgen::Error> {
         let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params.distinguished_name.push(DnType::CommonName, "capi-envtest-ca");
-        ca_params.key_usages =
-            vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "capi-envtest-ca");
+        ca_params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
         let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
 
         let serving_key = KeyPair::generate()?;
-        let mut serving_params = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])?;
-        serving_params.distinguished_name.push(DnType::CommonName, "kube-apiserver");
-        serving_params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        let mut serving_params =
+            CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])?;
+        serving_params
+            .distinguished_name
+            .push(DnType::CommonName, "kube-apiserver");
+        serving_params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
         serving_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let serving_cert = serving_params.signed_by(&serving_key, &ca)?;
 
