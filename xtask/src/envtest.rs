@@ -3,8 +3,9 @@
 //! Neither binary ships in a registry this project can reach, so:
 //! - etcd comes from Debian's `etcd-server` package;
 //! - kube-apiserver is built once from Debian's `kubernetes` source package (bookworm), with the
-//!   vendored `modern-go/reflect2` replaced by Debian's 1.0.2 (1.0.1 crashes under Go ≥ 1.18), and
-//!   cached under `<cache>/envtest/<version>/` so that later runs start in seconds.
+//!   vendored `modern-go/reflect2` replaced by Debian's 1.0.2 (1.0.1 crashes under Go ≥ 1.18) and
+//!   the vendored OpenAPI type validator fixed (see [`patch_zero_value_check`]), and cached under
+//!   `<cache>/envtest/<revision>/` so that later runs start in seconds.
 //!
 //! `KUBEBUILDER_ASSETS`, when set, wins: nothing is installed or built.
 
@@ -13,7 +14,8 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use capi_testing::envtest::{
-    Assets, KUBE_APISERVER_VERSION, KUBEBUILDER_ASSETS, cache_root, default_assets_dir,
+    ASSETS_REVISION, Assets, KUBE_APISERVER_VERSION, KUBEBUILDER_ASSETS, cache_root,
+    default_assets_dir,
 };
 
 use crate::command::{as_root, output, run, step, succeeds};
@@ -44,7 +46,7 @@ pub(crate) fn ensure() -> Result<PathBuf> {
         return Ok(dir);
     }
     step(&format!(
-        "Provisioning etcd and kube-apiserver {KUBE_APISERVER_VERSION} into {} (once, about 6 minutes; later runs reuse it)",
+        "Provisioning etcd and kube-apiserver {ASSETS_REVISION} into {} (once, about 6 minutes; later runs reuse it)",
         dir.display()
     ));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -58,8 +60,29 @@ pub(crate) fn ensure() -> Result<PathBuf> {
         bail!("the built kube-apiserver reports {version:?}, expected {KUBE_APISERVER_VERSION}");
     }
     let _ = std::fs::remove_dir_all(build_root());
+    remove_stale_revisions(&dir);
     Assets::in_dir(&dir)?;
     Ok(dir)
+}
+
+/// Removes binaries cached by older build recipes (siblings of the current revision's directory).
+fn remove_stale_revisions(current: &Path) {
+    let Some(parent) = current.parent() else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path != current && path.is_dir() {
+            println!(
+                "    removing binaries of an older recipe: {}",
+                path.display()
+            );
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
 }
 
 fn build_root() -> PathBuf {
@@ -132,6 +155,8 @@ fn build_kube_apiserver() -> Result<PathBuf> {
         }
     }
 
+    patch_zero_value_check(&src)?;
+
     step("Building kube-apiserver (make WHAT=cmd/kube-apiserver)");
     let gopath = src.join(".go");
     let link_parent = gopath.join("src/k8s.io");
@@ -151,6 +176,36 @@ fn build_kube_apiserver() -> Result<PathBuf> {
         bail!("the build finished but {} is missing", binary.display());
     }
     Ok(binary)
+}
+
+/// The OpenAPI validators vendored by Kubernetes 1.20 treat a value as JSON `null` when
+/// `reflect.DeepEqual(reflect.Zero(T), reflect.ValueOf(v))` holds. Under Go ≥ 1.18 the runtime
+/// boxes every empty string at the same address as the zero value, so that comparison becomes true
+/// for `""`, and the API server rejects every empty string in a custom resource
+/// (`must be of type string: "null"`) — empty condition messages, `control-plane: ""` labels in
+/// templates. Upstream Kubernetes later reduced the check to `data == nil`; so do we.
+fn patch_zero_value_check(src: &Path) -> Result<()> {
+    step("Patching the vendored OpenAPI type validator (empty strings are not null)");
+    const BROKEN: &str = "if data == nil || reflect.DeepEqual(reflect.Zero(reflect.TypeOf(data)), reflect.ValueOf(data)) {";
+    const FIXED: &str = "if data == nil {";
+    for file in [
+        "vendor/github.com/go-openapi/validate/type.go",
+        "vendor/k8s.io/kube-openapi/pkg/validation/validate/type.go",
+    ] {
+        let path = src.join(file);
+        let content = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        if content.matches(BROKEN).count() != 1 {
+            bail!(
+                "{} does not contain the expected zero-value check; the source package changed",
+                path.display()
+            );
+        }
+        std::fs::write(&path, content.replace(BROKEN, FIXED))
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("    patched {file}");
+    }
+    Ok(())
 }
 
 fn copy_dir(from: &Path, to: &Path) -> Result<()> {

@@ -8,8 +8,13 @@ use super::EnvtestError;
 /// `kube-apiserver`.
 pub const KUBEBUILDER_ASSETS: &str = "KUBEBUILDER_ASSETS";
 
-/// The kube-apiserver version `cargo xtask envtest` builds; it names the cache directory.
+/// The kube-apiserver version `cargo xtask envtest` builds.
 pub const KUBE_APISERVER_VERSION: &str = "v1.20.2";
+
+/// The cache key of the built binaries: the version plus the revision of our build recipe. Bump the
+/// suffix whenever the recipe changes, so that every machine rebuilds instead of reusing a binary
+/// built the old way.
+pub const ASSETS_REVISION: &str = "v1.20.2-capi.2";
 
 /// The root of this project's caches: `$CAPI_RS_CACHE_DIR`, else `$XDG_CACHE_HOME/capi-rs`, else
 /// `$HOME/.cache/capi-rs`, else a directory under the system's temp dir.
@@ -26,9 +31,9 @@ pub fn cache_root() -> PathBuf {
     std::env::temp_dir().join("capi-rs-cache")
 }
 
-/// The directory `cargo xtask envtest` fills: `<cache_root>/envtest/<version>`.
+/// The directory `cargo xtask envtest` fills: `<cache_root>/envtest/<ASSETS_REVISION>`.
 pub fn default_assets_dir() -> PathBuf {
-    cache_root().join("envtest").join(KUBE_APISERVER_VERSION)
+    cache_root().join("envtest").join(ASSETS_REVISION)
 }
 
 /// The binaries of a local control plane.

@@ -74,6 +74,7 @@ impl ControlPlane {
             ("apiserver.crt", pki.serving_cert_pem.as_str()),
             ("apiserver.key", pki.serving_key_pem.as_str()),
             ("sa.key", pki.service_account_key_pem.as_str()),
+            ("sa.pub", pki.service_account_public_pem.as_str()),
         ];
         for (name, content) in files {
             write(&root.join(name), content)?;
@@ -123,7 +124,7 @@ impl ControlPlane {
                 .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
                 .arg(format!(
                     "--service-account-key-file={}",
-                    root.join("sa.key").display()
+                    root.join("sa.pub").display()
                 ))
                 .arg(format!(
                     "--service-account-signing-key-file={}",

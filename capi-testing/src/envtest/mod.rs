@@ -5,7 +5,8 @@ mod control_plane;
 mod pki;
 
 pub use assets::{
-    Assets, KUBE_APISERVER_VERSION, KUBEBUILDER_ASSETS, cache_root, default_assets_dir,
+    ASSETS_REVISION, Assets, KUBE_APISERVER_VERSION, KUBEBUILDER_ASSETS, cache_root,
+    default_assets_dir,
 };
 pub use control_plane::ControlPlane;
 

@@ -15,6 +15,8 @@ pub(crate) struct ControlPlanePki {
     pub(crate) serving_key_pem: String,
     /// The service-account token signing key.
     pub(crate) service_account_key_pem: String,
+    /// Its public half, which the API server verifies tokens with.
+    pub(crate) service_account_public_pem: String,
 }
 
 impl ControlPlanePki {
@@ -44,11 +46,13 @@ impl ControlPlanePki {
         serving_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let serving_cert = serving_params.signed_by(&serving_key, &ca)?;
 
+        let service_account = KeyPair::generate()?;
         Ok(Self {
             ca_pem: ca.pem(),
             serving_cert_pem: serving_cert.pem(),
             serving_key_pem: serving_key.serialize_pem(),
-            service_account_key_pem: KeyPair::generate()?.serialize_pem(),
+            service_account_key_pem: service_account.serialize_pem(),
+            service_account_public_pem: service_account.public_key_pem(),
         })
     }
 }
