@@ -316,6 +316,15 @@ async fn invalid_specs_are_rejected_with_the_field_path() {
     .unwrap();
     bad_surge["spec"]["rollout"]["strategy"]["rollingUpdate"]["maxSurge"] = json!("lots");
 
+    let mut negative_unavailable: Value = serde_json::to_value(
+        manifest::parse(&sample("machinedeployment.yaml"))
+            .unwrap()
+            .remove(0),
+    )
+    .unwrap();
+    negative_unavailable["spec"]["rollout"]["strategy"]["rollingUpdate"]["maxUnavailable"] =
+        json!(-1);
+
     let mut bad_order: Value = serde_json::to_value(
         manifest::parse(&sample("machineset.yaml"))
             .unwrap()
@@ -343,6 +352,11 @@ async fn invalid_specs_are_rejected_with_the_field_path() {
             "machinedeployments",
             bad_surge,
             "spec.rollout.strategy.rollingUpdate.maxSurge",
+        ),
+        (
+            "machinedeployments",
+            negative_unavailable,
+            "spec.rollout.strategy.rollingUpdate.maxUnavailable",
         ),
         ("machinesets", bad_order, "spec.deletion.order"),
         (
@@ -387,7 +401,7 @@ async fn invalid_status_writes_are_rejected_with_the_field_path() {
         ),
         (
             json!({"status": {"addresses": [{"type": "PublicIP", "address": "1.2.3.4"}]}}),
-            "status.addresses[0].type",
+            "status.addresses.type",
         ),
     ];
     for (patch, field) in cases {

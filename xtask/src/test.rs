@@ -44,6 +44,15 @@ pub(crate) fn run_all() -> Result<()> {
         "warnings",
     ]))?;
 
+    step("Doc tests");
+    run(&mut with_assets(cargo_in_root(&[
+        "test",
+        "--doc",
+        "--workspace",
+        "--all-features",
+    ])))?;
+
+    // Last, so that its summary line closes the run.
     step("Unit and integration tests (cargo nextest)");
     run(&mut with_assets(cargo_in_root(&[
         "nextest",
@@ -51,14 +60,6 @@ pub(crate) fn run_all() -> Result<()> {
         "--workspace",
         "--all-features",
         "--no-fail-fast",
-    ])))?;
-
-    step("Doc tests");
-    run(&mut with_assets(cargo_in_root(&[
-        "test",
-        "--doc",
-        "--workspace",
-        "--all-features",
     ])))?;
 
     println!("\nAll checks passed.");
