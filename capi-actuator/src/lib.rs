@@ -1,8 +1,23 @@
 //! The generic reconcile loop of Cluster API infrastructure providers.
 //!
-//! This crate drives any [`capi_core::Actuator`]. Today it holds the loop's central decision,
-//! [`machine::ensure_instance`]: find the instance by durable identity, then update it, or create
-//! it. The kube-runtime controllers around it (owner lookup, pause, finalizers, status writes,
-//! backoff) and the `Manager` are tracked as their own issue (DESIGN.md §5) and are not here yet.
+//! A provider implements [`capi_core::Actuator`] for its machine kind (a type implementing
+//! [`capi_core::infra::InfraMachine`]); this crate does the rest, the same way for every cloud:
+//!
+//! - [`machine`]: the infrastructure machine reconciler — owner lookup, pause, finalizer, waiting
+//!   for cluster infrastructure and bootstrap data, `exists` → `update` or `create`, recording the
+//!   provider ID before anything else, deletion until the instance is gone, conditions and events;
+//! - [`retry`]: jittered requeues and per-object exponential backoff;
+//! - [`reasons`]: the condition and event reasons the loop writes.
+//!
+//! Error semantics follow [`capi_core::ActuatorError`]: `RequeueAfter` is not a failure (no
+//! backoff, no error log); `Transient` backs off per object up to a cap and resets on success;
+//! `InvalidConfiguration` becomes a `Ready=False` condition and the cloud is not called again until
+//! the object's generation changes. Status is written only when it changed, with merge patches, and
+//! the loop ignores its own status writes, so it cannot trigger itself.
+//!
+//! Not here yet (tracked by the loop's issue): the infrastructure cluster reconciler and the
+//! `Manager` (metrics, health endpoints, leader election).
 
 pub mod machine;
+pub mod reasons;
+pub mod retry;

@@ -48,6 +48,8 @@ pub const NODE_READY: &str = "NodeReady";
 pub const HEALTH_CHECK_SUCCEEDED: &str = "HealthCheckSucceeded";
 /// The object is being deleted; the reason tells which step is running.
 pub const DELETING: &str = "Deleting";
+/// The object matches its spec; `False` lists what cannot be applied in place.
+pub const UP_TO_DATE: &str = "UpToDate";
 /// A `MachineHealthCheck` may remediate now.
 pub const REMEDIATION_ALLOWED: &str = "RemediationAllowed";
 

@@ -46,12 +46,13 @@ pub mod actuator;
 pub mod api;
 pub mod condition;
 pub mod crd;
+pub mod infra;
 pub mod labels;
 
 pub use actuator::{
-    Actuator, ActuatorError, BootstrapData, BootstrapFormat, ClusterActuator,
-    ClusterInfrastructure, ClusterScope, IdempotencyKey, ImmutableChange, InstanceState,
-    MachineInstance, MachineScope, UpdateOutcome,
+    Actuator, ActuatorError, ActuatorErrorKind, BootstrapData, BootstrapDataError, BootstrapFormat,
+    ClusterActuator, ClusterInfrastructure, ClusterScope, IdempotencyKey, ImmutableChange,
+    InstanceState, MachineInstance, MachineScope, MissingUid, UpdateOutcome,
 };
 #[cfg(feature = "mock")]
 pub use actuator::{MockActuator, MockClusterActuator};

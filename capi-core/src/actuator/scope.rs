@@ -13,6 +13,11 @@ use crate::api::{Cluster, Machine};
 ///
 /// The objects are snapshots taken at the start of the reconcile; an actuator never writes them
 /// (the loop records what the actuator returns).
+///
+/// During deletion the owning `Machine` and `Cluster` may already be gone. `delete` then receives
+/// stand-ins that carry only the `Machine`'s UID (an empty `Cluster`), so it must find the instance
+/// by `spec.providerID` of the infrastructure machine or by the idempotency key — which is what the
+/// contract asks of it anyway.
 #[derive(Debug)]
 pub struct MachineScope<M> {
     /// The `Cluster` the machine belongs to.
@@ -80,13 +85,21 @@ pub struct MissingUid {
 impl IdempotencyKey {
     /// The key for the instance of `machine`.
     pub fn for_machine(machine: &Machine) -> Result<Self, MissingUid> {
-        match machine.metadata.uid.as_deref() {
-            Some(uid) if !uid.is_empty() => Ok(Self(format!("capi-{}", truncate_ascii(uid, 59)))),
-            _ => Err(MissingUid {
+        machine
+            .metadata
+            .uid
+            .as_deref()
+            .and_then(Self::from_owner_uid)
+            .ok_or_else(|| MissingUid {
                 kind: "Machine",
                 name: machine.metadata.name.clone().unwrap_or_default(),
-            }),
-        }
+            })
+    }
+
+    /// The key for the instance of the `Machine` with this UID (as found in an owner reference,
+    /// for example when the `Machine` itself is already gone). `None` for an empty UID.
+    pub fn from_owner_uid(uid: &str) -> Option<Self> {
+        (!uid.is_empty()).then(|| Self(format!("capi-{}", truncate_ascii(uid, 59))))
     }
 
     /// The key as a string.

@@ -1,0 +1,427 @@
+//! The decision of one reconcile of an infrastructure machine, given what was observed.
+//!
+//! [`decide`] talks to the cloud (through the actuator) but never to the API server: it returns a
+//! [`Plan`] that [`super::record`] writes. That keeps every branch of the loop testable with a mock
+//! actuator and no API server, and makes the order of writes explicit (provider ID first).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use capi_core::api::{Cluster, Machine, MachineAddress};
+use capi_core::condition::{self, ConditionStatus, DesiredCondition};
+use capi_core::infra::InfraMachine;
+use capi_core::{
+    Actuator, ActuatorError, ActuatorErrorKind, BootstrapData, IdempotencyKey, InstanceState,
+    MachineInstance, MachineScope, labels,
+};
+use kube::ResourceExt;
+
+use crate::reasons;
+
+/// The finalizer the loop puts on infrastructure machines before creating anything.
+pub const INFRA_MACHINE_FINALIZER: &str = "infrastructure.cluster.x-k8s.io/machine";
+
+/// What the loop found about the bootstrap data.
+#[derive(Debug)]
+pub(crate) enum BootstrapLookup {
+    /// The owner `Machine` has no `spec.bootstrap.dataSecretName` yet.
+    NotSet,
+    /// The named Secret does not exist (yet).
+    SecretMissing(String),
+    /// The Secret exists but cannot be used; the message says why.
+    Invalid(String),
+    /// Decoded data.
+    Ready(BootstrapData),
+}
+
+/// Everything observed for one reconcile.
+#[derive(Debug)]
+pub(crate) struct Snapshot<M> {
+    pub(crate) infra: Arc<M>,
+    /// The UID of the owning `Machine`, from the owner reference.
+    pub(crate) owner_uid: Option<String>,
+    pub(crate) machine: Option<Arc<Machine>>,
+    pub(crate) cluster: Option<Arc<Cluster>>,
+    pub(crate) bootstrap: BootstrapLookup,
+    /// The generation at which an invalid configuration was last reported, if any.
+    pub(crate) invalid_at_generation: Option<i64>,
+}
+
+/// How the finalizer must change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FinalizerChange {
+    Keep,
+    Add,
+    Remove,
+}
+
+/// What happens after the plan is written.
+#[derive(Debug)]
+pub(crate) enum Next {
+    /// Nothing to do until something changes.
+    AwaitChange,
+    /// Look again after this long (jitter is added when scheduling).
+    Requeue(Duration),
+    /// Provisioned and converged: look again after the resync period.
+    Resync,
+    /// The configuration cannot work at this generation; do not call the cloud again until it
+    /// changes.
+    InvalidConfiguration,
+    /// A failure: back off.
+    Failed(ActuatorError),
+}
+
+/// A Kubernetes event to publish.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct EventNote {
+    pub(crate) warning: bool,
+    pub(crate) reason: &'static str,
+    pub(crate) note: String,
+}
+
+/// What one reconcile decided.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    /// Record `spec.providerID` (first, before anything else).
+    pub(crate) provider_id: Option<String>,
+    pub(crate) addresses: Option<Vec<MachineAddress>>,
+    pub(crate) provisioned: bool,
+    pub(crate) conditions: Vec<DesiredCondition>,
+    pub(crate) finalizer: FinalizerChange,
+    pub(crate) events: Vec<EventNote>,
+    pub(crate) next: Next,
+    generation: Option<i64>,
+}
+
+impl Plan {
+    fn new(generation: Option<i64>) -> Self {
+        Self {
+            provider_id: None,
+            addresses: None,
+            provisioned: false,
+            conditions: Vec::new(),
+            finalizer: FinalizerChange::Keep,
+            events: Vec::new(),
+            next: Next::AwaitChange,
+            generation,
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn for_test(generation: Option<i64>) -> Self {
+        Self::new(generation)
+    }
+
+    fn condition(
+        &mut self,
+        type_: &str,
+        status: ConditionStatus,
+        reason: &str,
+        message: impl Into<String>,
+    ) {
+        self.conditions.push(
+            DesiredCondition::new(type_, status, reason)
+                .message(message)
+                .observed_generation(self.generation),
+        );
+    }
+
+    fn not_ready(mut self, reason: &str, message: impl Into<String>, next: Next) -> Self {
+        self.condition(condition::READY, ConditionStatus::False, reason, message);
+        self.next = next;
+        self
+    }
+
+    fn event(&mut self, warning: bool, reason: &'static str, note: impl Into<String>) {
+        self.events.push(EventNote {
+            warning,
+            reason,
+            note: note.into(),
+        });
+    }
+
+    /// Turns an actuator error into the plan: a condition, and the retry its kind asks for.
+    fn actuator_error(mut self, error: ActuatorError) -> Self {
+        let reason = error.reason().to_string();
+        let message = error.message().to_string();
+        match error.kind() {
+            ActuatorErrorKind::RequeueAfter => {
+                let delay = error.requeue_delay().unwrap_or_default();
+                self.not_ready(&reason, message, Next::Requeue(delay))
+            }
+            ActuatorErrorKind::InvalidConfiguration => {
+                self.event(
+                    true,
+                    reasons::INVALID_CONFIGURATION,
+                    format!("{reason}: {message}"),
+                );
+                self.not_ready(&reason, message, Next::InvalidConfiguration)
+            }
+            ActuatorErrorKind::Transient => self.not_ready(&reason, message, Next::Failed(error)),
+        }
+    }
+
+    /// Records what the cloud reported about the instance.
+    fn instance(mut self, instance: MachineInstance, policy_poll: Duration) -> Self {
+        self.provider_id = Some(instance.provider_id.clone());
+        self.addresses = Some(instance.addresses);
+        match instance.state {
+            InstanceState::Provisioning => self.not_ready(
+                reasons::INSTANCE_PROVISIONING,
+                format!("instance {} is being provisioned", instance.provider_id),
+                Next::Requeue(policy_poll),
+            ),
+            InstanceState::Running => {
+                self.provisioned = true;
+                self.condition(
+                    condition::READY,
+                    ConditionStatus::True,
+                    reasons::INSTANCE_RUNNING,
+                    "",
+                );
+                self.next = Next::Resync;
+                self
+            }
+            InstanceState::Failed { message } => {
+                self.event(
+                    true,
+                    reasons::INSTANCE_FAILED,
+                    format!("instance {}: {message}", instance.provider_id),
+                );
+                self.not_ready(reasons::INSTANCE_FAILED, message, Next::Resync)
+            }
+        }
+    }
+}
+
+/// Decides one reconcile. Calls the actuator as the contract allows and nothing else.
+pub(crate) async fn decide<M: InfraMachine>(
+    actuator: &dyn Actuator<M>,
+    snapshot: Snapshot<M>,
+    poll: Duration,
+) -> Plan {
+    let infra = Arc::clone(&snapshot.infra);
+    let generation = infra.meta().generation;
+    let mut plan = Plan::new(generation);
+
+    let paused = labels::has_paused_annotation(infra.meta())
+        || snapshot.cluster.as_ref().is_some_and(|c| c.is_paused());
+    if paused {
+        plan.condition(
+            condition::PAUSED,
+            ConditionStatus::True,
+            reasons::PAUSED,
+            "reconciliation is paused",
+        );
+        return plan;
+    }
+    plan.condition(
+        condition::PAUSED,
+        ConditionStatus::False,
+        reasons::NOT_PAUSED,
+        "",
+    );
+
+    let has_finalizer = infra
+        .finalizers()
+        .iter()
+        .any(|f| f == INFRA_MACHINE_FINALIZER);
+    if infra.meta().deletion_timestamp.is_some() {
+        return decide_deletion(actuator, snapshot, plan, has_finalizer).await;
+    }
+
+    let Some(machine) = snapshot.machine.clone() else {
+        let next = if snapshot.owner_uid.is_some() {
+            Next::Requeue(poll)
+        } else {
+            Next::AwaitChange
+        };
+        return plan.not_ready(
+            reasons::WAITING_FOR_OWNER,
+            "waiting for a Machine to own this object",
+            next,
+        );
+    };
+    let Some(cluster) = snapshot.cluster.clone() else {
+        return plan.not_ready(
+            reasons::WAITING_FOR_CLUSTER,
+            format!("waiting for Cluster {:?}", machine.spec.cluster_name),
+            Next::Requeue(poll),
+        );
+    };
+    if !has_finalizer {
+        // Persisted before anything is created, so that a deletion can never skip the cloud.
+        plan.finalizer = FinalizerChange::Add;
+        return plan;
+    }
+    if !cluster.infrastructure_provisioned() {
+        return plan.not_ready(
+            reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE,
+            "waiting for the cluster infrastructure to be provisioned",
+            Next::AwaitChange,
+        );
+    }
+    if snapshot.invalid_at_generation.is_some() && snapshot.invalid_at_generation == generation {
+        // Already reported at this generation; the condition stays as it is.
+        plan.conditions.clear();
+        return plan;
+    }
+    let Ok(idempotency_key) = IdempotencyKey::for_machine(&machine) else {
+        return plan.not_ready(
+            reasons::WAITING_FOR_OWNER,
+            "the owning Machine has no UID yet",
+            Next::Requeue(poll),
+        );
+    };
+
+    let recorded_provider_id = infra.provider_id().map(str::to_string);
+    let bootstrap_data = match snapshot.bootstrap {
+        BootstrapLookup::Ready(data) => Some(data),
+        // An instance that exists needs no bootstrap data.
+        _ if recorded_provider_id.is_some() => None,
+        BootstrapLookup::NotSet => {
+            return plan.not_ready(
+                reasons::WAITING_FOR_BOOTSTRAP_DATA,
+                "waiting for the bootstrap provider to set spec.bootstrap.dataSecretName on the Machine",
+                Next::AwaitChange,
+            );
+        }
+        BootstrapLookup::SecretMissing(name) => {
+            return plan.not_ready(
+                reasons::WAITING_FOR_BOOTSTRAP_DATA,
+                format!("waiting for bootstrap Secret {name:?}"),
+                Next::Requeue(poll),
+            );
+        }
+        BootstrapLookup::Invalid(message) => {
+            return plan.not_ready(reasons::BOOTSTRAP_DATA_INVALID, message, Next::AwaitChange);
+        }
+    };
+    let creatable = bootstrap_data.is_some();
+    let scope = MachineScope {
+        cluster,
+        machine,
+        infra_machine: infra,
+        bootstrap_data,
+        idempotency_key,
+    };
+
+    match actuator.exists(&scope).await {
+        Err(error) => plan.actuator_error(error),
+        Ok(Some(found)) => match actuator.update(&scope, &found).await {
+            Err(error) => plan.actuator_error(error),
+            Ok(outcome) => {
+                if outcome.immutable_changes.is_empty() {
+                    plan.condition(
+                        condition::UP_TO_DATE,
+                        ConditionStatus::True,
+                        reasons::UP_TO_DATE,
+                        "",
+                    );
+                } else {
+                    let fields: Vec<String> = outcome
+                        .immutable_changes
+                        .iter()
+                        .map(|c| format!("{} ({} → {})", c.field, c.current, c.desired))
+                        .collect();
+                    let message = format!(
+                        "immutable fields differ from the instance: {}; replace the machine to apply them",
+                        fields.join(", ")
+                    );
+                    plan.condition(
+                        condition::UP_TO_DATE,
+                        ConditionStatus::False,
+                        reasons::IMMUTABLE_FIELDS_CHANGED,
+                        message,
+                    );
+                }
+                plan.instance(outcome.instance, poll)
+            }
+        },
+        Ok(None) if recorded_provider_id.is_some() => {
+            // Never answered with a second instance: the machine must be replaced, not repaired.
+            let id = recorded_provider_id.unwrap_or_default();
+            plan.event(
+                true,
+                reasons::INSTANCE_NOT_FOUND,
+                format!("instance {id} no longer exists in the cloud"),
+            );
+            plan.not_ready(
+                reasons::INSTANCE_NOT_FOUND,
+                format!(
+                    "instance {id} no longer exists in the cloud; delete the Machine to replace it"
+                ),
+                Next::Resync,
+            )
+        }
+        Ok(None) if !creatable => plan.not_ready(
+            reasons::WAITING_FOR_BOOTSTRAP_DATA,
+            "waiting for bootstrap data before creating the instance",
+            Next::AwaitChange,
+        ),
+        Ok(None) => match actuator.create(&scope).await {
+            Err(error) => plan.actuator_error(error),
+            Ok(instance) => {
+                plan.event(
+                    false,
+                    reasons::INSTANCE_CREATED,
+                    format!("created instance {}", instance.provider_id),
+                );
+                plan.instance(instance, poll)
+            }
+        },
+    }
+}
+
+async fn decide_deletion<M: InfraMachine>(
+    actuator: &dyn Actuator<M>,
+    snapshot: Snapshot<M>,
+    mut plan: Plan,
+    has_finalizer: bool,
+) -> Plan {
+    if !has_finalizer {
+        return plan;
+    }
+    // Creation needs an owner, whose UID is the idempotency key: no owner, nothing was created.
+    let Some(idempotency_key) = snapshot
+        .owner_uid
+        .as_deref()
+        .and_then(IdempotencyKey::from_owner_uid)
+    else {
+        plan.finalizer = FinalizerChange::Remove;
+        return plan;
+    };
+    // The owners may already be gone; the actuator then sees empty stand-ins (documented on
+    // `MachineScope`), and must delete by provider ID or idempotency key.
+    let machine = snapshot.machine.unwrap_or_else(|| {
+        let mut stand_in = Machine::default();
+        stand_in.metadata.uid = snapshot.owner_uid.clone();
+        Arc::new(stand_in)
+    });
+    let cluster = snapshot.cluster.unwrap_or_default();
+    let scope = MachineScope {
+        cluster,
+        machine,
+        infra_machine: snapshot.infra,
+        bootstrap_data: None,
+        idempotency_key,
+    };
+    match actuator.delete(&scope).await {
+        Ok(()) => {
+            plan.finalizer = FinalizerChange::Remove;
+            plan.event(
+                false,
+                reasons::INSTANCE_DELETED,
+                "deleted the instance and everything it owned",
+            );
+            plan
+        }
+        Err(error) if error.kind() == ActuatorErrorKind::InvalidConfiguration => {
+            // Deletion cannot wait for a spec change: keep retrying, with backoff.
+            let reason = error.reason().to_string();
+            let message = error.message().to_string();
+            plan.not_ready(&reason, message, Next::Failed(error))
+        }
+        Err(error) => plan.actuator_error(error),
+    }
+}

@@ -1,0 +1,77 @@
+//! Reading what one reconcile needs from the API server.
+
+use std::sync::Arc;
+
+use capi_core::api::{Cluster, Machine};
+use capi_core::infra::InfraMachine;
+use capi_core::{BootstrapData, labels};
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, Client, ResourceExt};
+
+use super::decide::{BootstrapLookup, Snapshot};
+
+/// The owner reference to a Cluster API `Machine`, if any.
+pub(crate) fn machine_owner<M: InfraMachine>(infra: &M) -> Option<(String, String)> {
+    infra
+        .owner_references()
+        .iter()
+        .find(|r| r.kind == "Machine" && r.api_version.starts_with("cluster.x-k8s.io/"))
+        .map(|r| (r.name.clone(), r.uid.clone()))
+}
+
+/// Fetches the owner `Machine`, its `Cluster` and (if an instance may still have to be created) the
+/// bootstrap data.
+pub(crate) async fn observe<M: InfraMachine>(
+    client: &Client,
+    infra: Arc<M>,
+    invalid_at_generation: Option<i64>,
+) -> Result<Snapshot<M>, kube::Error> {
+    let namespace = infra.namespace().unwrap_or_default();
+    let owner = machine_owner(infra.as_ref());
+    let machine = match &owner {
+        Some((name, uid)) => Api::<Machine>::namespaced(client.clone(), &namespace)
+            .get_opt(name)
+            .await?
+            // A Machine of the same name but another UID is not our owner.
+            .filter(|m| m.metadata.uid.as_deref() == Some(uid.as_str()))
+            .map(Arc::new),
+        None => None,
+    };
+    let cluster_name = machine
+        .as_ref()
+        .map(|m| m.spec.cluster_name.clone())
+        .or_else(|| labels::cluster_name(infra.meta()).map(str::to_string));
+    let cluster = match cluster_name {
+        Some(name) => Api::<Cluster>::namespaced(client.clone(), &namespace)
+            .get_opt(&name)
+            .await?
+            .map(Arc::new),
+        None => None,
+    };
+    let deleting = infra.meta().deletion_timestamp.is_some();
+    let bootstrap = match machine
+        .as_ref()
+        .and_then(|m| m.spec.bootstrap.data_secret_name.clone())
+    {
+        _ if deleting || infra.provider_id().is_some() => BootstrapLookup::NotSet,
+        None => BootstrapLookup::NotSet,
+        Some(name) => match Api::<Secret>::namespaced(client.clone(), &namespace)
+            .get_opt(&name)
+            .await?
+        {
+            None => BootstrapLookup::SecretMissing(name),
+            Some(secret) => match BootstrapData::from_secret(&secret) {
+                Ok(data) => BootstrapLookup::Ready(data),
+                Err(error) => BootstrapLookup::Invalid(error.to_string()),
+            },
+        },
+    };
+    Ok(Snapshot {
+        infra,
+        owner_uid: owner.map(|(_, uid)| uid),
+        machine,
+        cluster,
+        bootstrap,
+        invalid_at_generation,
+    })
+}

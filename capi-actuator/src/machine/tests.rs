@@ -1,0 +1,533 @@
+//! Every branch of the machine loop's decision, with a mock actuator and no API server.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use capi_core::api::{
+    Cluster, ClusterInitializationStatus, ClusterStatus, Machine, MachineAddress,
+    MachineAddressType,
+};
+use capi_core::condition::{self, ConditionStatus};
+use capi_core::infra::{InfraMachine, InfraMachineStatus};
+use capi_core::{
+    ActuatorError, BootstrapData, BootstrapFormat, ImmutableChange, InstanceState, MachineInstance,
+    MockActuator, UpdateOutcome,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::decide::{
+    BootstrapLookup, FinalizerChange, INFRA_MACHINE_FINALIZER, Next, Plan, Snapshot, decide,
+};
+use crate::reasons;
+
+#[derive(CustomResource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "infrastructure.test.io",
+    version = "v1alpha1",
+    kind = "TestMachine",
+    namespaced,
+    status = "InfraMachineStatus"
+)]
+#[serde(rename_all = "camelCase")]
+struct TestMachineSpec {
+    #[serde(
+        rename = "providerID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    provider_id: Option<String>,
+}
+
+impl InfraMachine for TestMachine {
+    fn provider_id(&self) -> Option<&str> {
+        self.spec.provider_id.as_deref()
+    }
+    fn infra_status(&self) -> Option<&InfraMachineStatus> {
+        self.status.as_ref()
+    }
+}
+
+const POLL: Duration = Duration::from_secs(5);
+const OWNER_UID: &str = "6a1e2f0c";
+
+fn infra() -> TestMachine {
+    let mut infra = TestMachine::new("m-0", TestMachineSpec::default());
+    infra.metadata.namespace = Some("ns".into());
+    infra.metadata.generation = Some(1);
+    infra.metadata.finalizers = Some(vec![INFRA_MACHINE_FINALIZER.into()]);
+    infra.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "cluster.x-k8s.io/v1beta2".into(),
+        kind: "Machine".into(),
+        name: "m-0".into(),
+        uid: OWNER_UID.into(),
+        ..OwnerReference::default()
+    }]);
+    infra
+}
+
+fn machine() -> Machine {
+    let mut machine = Machine::default();
+    machine.metadata.name = Some("m-0".into());
+    machine.metadata.uid = Some(OWNER_UID.into());
+    machine.spec.cluster_name = "demo".into();
+    machine
+}
+
+fn cluster(provisioned: bool) -> Cluster {
+    let mut cluster = Cluster::default();
+    cluster.metadata.name = Some("demo".into());
+    cluster.status = Some(ClusterStatus {
+        initialization: Some(ClusterInitializationStatus {
+            infrastructure_provisioned: Some(provisioned),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    cluster
+}
+
+fn snapshot(infra: TestMachine) -> Snapshot<TestMachine> {
+    Snapshot {
+        infra: Arc::new(infra),
+        owner_uid: Some(OWNER_UID.into()),
+        machine: Some(Arc::new(machine())),
+        cluster: Some(Arc::new(cluster(true))),
+        bootstrap: BootstrapLookup::Ready(BootstrapData::new(
+            BootstrapFormat::CloudConfig,
+            b"#cloud-config\n".to_vec(),
+        )),
+        invalid_at_generation: None,
+    }
+}
+
+fn running(id: &str) -> MachineInstance {
+    MachineInstance {
+        provider_id: id.into(),
+        addresses: vec![MachineAddress {
+            type_: MachineAddressType::InternalIp,
+            address: "10.0.0.7".into(),
+        }],
+        state: InstanceState::Running,
+    }
+}
+
+fn ready(plan: &Plan) -> Option<(ConditionStatus, String)> {
+    plan.conditions
+        .iter()
+        .rev()
+        .find(|c| c.type_ == condition::READY)
+        .map(|c| (c.status, c.reason.clone()))
+}
+
+/// A mock that fails the test on any call.
+fn untouched() -> MockActuator<TestMachine> {
+    let mut actuator = MockActuator::new();
+    actuator.expect_exists().never();
+    actuator.expect_create().never();
+    actuator.expect_update().never();
+    actuator.expect_delete().never();
+    actuator
+}
+
+#[tokio::test]
+async fn paused_cluster_calls_nothing_and_says_so() {
+    let mut snap = snapshot(infra());
+    let mut paused = cluster(true);
+    paused.spec.paused = Some(true);
+    snap.cluster = Some(Arc::new(paused));
+    let plan = decide(&untouched(), snap, POLL).await;
+    assert!(
+        plan.conditions
+            .iter()
+            .any(|c| c.type_ == condition::PAUSED && c.status == ConditionStatus::True)
+    );
+    assert!(matches!(plan.next, Next::AwaitChange));
+    assert_eq!(plan.finalizer, FinalizerChange::Keep);
+}
+
+#[tokio::test]
+async fn paused_annotation_pauses_even_deletion() {
+    let mut infra = infra();
+    infra.metadata.annotations =
+        Some([(capi_core::labels::PAUSED.to_string(), String::new())].into());
+    infra.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+    let plan = decide(&untouched(), snapshot(infra), POLL).await;
+    assert_eq!(plan.finalizer, FinalizerChange::Keep);
+}
+
+#[tokio::test]
+async fn missing_owner_waits_without_failing() {
+    let mut infra = infra();
+    infra.metadata.owner_references = None;
+    let mut snap = snapshot(infra);
+    snap.owner_uid = None;
+    snap.machine = None;
+    let plan = decide(&untouched(), snap, POLL).await;
+    assert_eq!(
+        ready(&plan),
+        Some((ConditionStatus::False, reasons::WAITING_FOR_OWNER.into()))
+    );
+    assert!(matches!(plan.next, Next::AwaitChange));
+}
+
+#[tokio::test]
+async fn owner_reference_to_a_machine_not_yet_visible_polls() {
+    let mut snap = snapshot(infra());
+    snap.machine = None;
+    let plan = decide(&untouched(), snap, POLL).await;
+    assert!(matches!(plan.next, Next::Requeue(d) if d == POLL));
+}
+
+#[tokio::test]
+async fn missing_cluster_polls() {
+    let mut snap = snapshot(infra());
+    snap.cluster = None;
+    let plan = decide(&untouched(), snap, POLL).await;
+    assert_eq!(
+        ready(&plan),
+        Some((ConditionStatus::False, reasons::WAITING_FOR_CLUSTER.into()))
+    );
+    assert!(matches!(plan.next, Next::Requeue(_)));
+}
+
+#[tokio::test]
+async fn finalizer_is_added_before_anything_is_created() {
+    let mut infra = infra();
+    infra.metadata.finalizers = None;
+    let plan = decide(&untouched(), snapshot(infra), POLL).await;
+    assert_eq!(plan.finalizer, FinalizerChange::Add);
+    assert!(plan.provider_id.is_none());
+}
+
+#[tokio::test]
+async fn waits_for_cluster_infrastructure() {
+    let mut snap = snapshot(infra());
+    snap.cluster = Some(Arc::new(cluster(false)));
+    let plan = decide(&untouched(), snap, POLL).await;
+    assert_eq!(
+        ready(&plan),
+        Some((
+            ConditionStatus::False,
+            reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE.into()
+        ))
+    );
+    assert!(matches!(plan.next, Next::AwaitChange));
+}
+
+#[tokio::test]
+async fn missing_bootstrap_data_waits_without_calling_the_cloud() {
+    for (lookup, next_is_poll) in [
+        (BootstrapLookup::NotSet, false),
+        (BootstrapLookup::SecretMissing("m-0-bootstrap".into()), true),
+        (BootstrapLookup::Invalid("no value key".into()), false),
+    ] {
+        let mut snap = snapshot(infra());
+        snap.bootstrap = lookup;
+        let plan = decide(&untouched(), snap, POLL).await;
+        let (status, reason) = ready(&plan).unwrap();
+        assert_eq!(status, ConditionStatus::False);
+        assert!(
+            reason == reasons::WAITING_FOR_BOOTSTRAP_DATA
+                || reason == reasons::BOOTSTRAP_DATA_INVALID,
+            "{reason}"
+        );
+        assert_eq!(matches!(plan.next, Next::Requeue(_)), next_is_poll);
+    }
+}
+
+#[tokio::test]
+async fn creates_once_when_nothing_exists_and_records_everything() {
+    let mut actuator = MockActuator::new();
+    actuator.expect_exists().times(1).returning(|_| Ok(None));
+    actuator.expect_create().times(1).returning(|scope| {
+        assert_eq!(scope.idempotency_key.as_str(), format!("capi-{OWNER_UID}"));
+        assert!(scope.bootstrap_data.is_some());
+        Ok(running("test:///i-1"))
+    });
+    actuator.expect_update().never();
+    let plan = decide(&actuator, snapshot(infra()), POLL).await;
+    assert_eq!(plan.provider_id.as_deref(), Some("test:///i-1"));
+    assert!(plan.provisioned);
+    assert_eq!(plan.addresses.as_ref().map(Vec::len), Some(1));
+    assert_eq!(
+        ready(&plan),
+        Some((ConditionStatus::True, reasons::INSTANCE_RUNNING.into()))
+    );
+    assert!(
+        plan.events
+            .iter()
+            .any(|e| e.reason == reasons::INSTANCE_CREATED && !e.warning)
+    );
+    assert!(matches!(plan.next, Next::Resync));
+}
+
+#[tokio::test]
+async fn booting_instance_is_recorded_but_not_provisioned() {
+    let mut actuator = MockActuator::new();
+    actuator.expect_exists().returning(|_| Ok(None));
+    actuator.expect_create().times(1).returning(|_| {
+        Ok(MachineInstance {
+            state: InstanceState::Provisioning,
+            ..running("test:///i-2")
+        })
+    });
+    let plan = decide(&actuator, snapshot(infra()), POLL).await;
+    assert_eq!(plan.provider_id.as_deref(), Some("test:///i-2"));
+    assert!(!plan.provisioned);
+    assert!(matches!(plan.next, Next::Requeue(d) if d == POLL));
+}
+
+#[tokio::test]
+async fn existing_instance_is_updated_never_created() {
+    let mut actuator = MockActuator::new();
+    actuator
+        .expect_exists()
+        .times(1)
+        .returning(|_| Ok(Some(running("test:///i-1"))));
+    actuator.expect_create().never();
+    actuator.expect_update().times(1).returning(|_, found| {
+        Ok(UpdateOutcome {
+            instance: found.clone(),
+            immutable_changes: vec![ImmutableChange {
+                field: "spec.flavor".into(),
+                current: "m1.small".into(),
+                desired: "m1.large".into(),
+            }],
+        })
+    });
+    let plan = decide(&actuator, snapshot(infra()), POLL).await;
+    assert!(plan.provisioned);
+    let up_to_date = plan
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition::UP_TO_DATE)
+        .unwrap();
+    assert_eq!(up_to_date.status, ConditionStatus::False);
+    assert!(
+        up_to_date.message.contains("spec.flavor"),
+        "{}",
+        up_to_date.message
+    );
+}
+
+#[tokio::test]
+async fn an_instance_that_vanished_is_reported_and_never_recreated() {
+    let mut infra = infra();
+    infra.spec.provider_id = Some("test:///i-1".into());
+    let mut actuator = MockActuator::new();
+    actuator.expect_exists().times(1).returning(|_| Ok(None));
+    actuator.expect_create().never();
+    let plan = decide(&actuator, snapshot(infra), POLL).await;
+    assert_eq!(
+        ready(&plan),
+        Some((ConditionStatus::False, reasons::INSTANCE_NOT_FOUND.into()))
+    );
+    assert!(
+        plan.events
+            .iter()
+            .any(|e| e.warning && e.reason == reasons::INSTANCE_NOT_FOUND)
+    );
+}
+
+#[tokio::test]
+async fn requeue_after_is_not_a_failure() {
+    let mut actuator = MockActuator::new();
+    actuator.expect_exists().returning(|_| Ok(None));
+    actuator.expect_create().returning(|_| {
+        Err(ActuatorError::requeue_after(
+            Duration::from_secs(7),
+            "WaitingForQuota",
+            "quota busy",
+        ))
+    });
+    let plan = decide(&actuator, snapshot(infra()), POLL).await;
+    assert!(matches!(plan.next, Next::Requeue(d) if d == Duration::from_secs(7)));
+    assert_eq!(
+        ready(&plan),
+        Some((ConditionStatus::False, "WaitingForQuota".into()))
+    );
+}
+
+#[tokio::test]
+async fn transient_errors_are_failures_with_a_condition() {
+    let mut actuator = MockActuator::new();
+    actuator.expect_exists().returning(|_| {
+        Err(ActuatorError::transient_message(
+            "CloudAPIError",
+            "HTTP 503",
+        ))
+    });
+    actuator.expect_create().never();
+    let plan = decide(&actuator, snapshot(infra()), POLL).await;
+    assert!(matches!(plan.next, Next::Failed(ref e) if e.reason() == "CloudAPIError"));
+    assert_eq!(
+        ready(&plan),
+        Some((ConditionStatus::False, "CloudAPIError".into()))
+    );
+}
+
+#[tokio::test]
+async fn invalid_configuration_waits_for_a_new_generation() {
+    let mut actuator = MockActuator::new();
+    actuator.expect_exists().times(1).returning(|_| Ok(None));
+    actuator.expect_create().times(1).returning(|_| {
+        Err(ActuatorError::invalid_configuration(
+            "ImageNotFound",
+            "image \"ubuntu-99\" does not exist",
+        ))
+    });
+    let plan = decide(&actuator, snapshot(infra()), POLL).await;
+    assert!(matches!(plan.next, Next::InvalidConfiguration));
+    assert!(
+        plan.events
+            .iter()
+            .any(|e| e.warning && e.reason == reasons::INVALID_CONFIGURATION)
+    );
+
+    // Same generation: the cloud is not called again.
+    let mut snap = snapshot(infra());
+    snap.invalid_at_generation = Some(1);
+    let plan = decide(&untouched(), snap, POLL).await;
+    assert!(matches!(plan.next, Next::AwaitChange));
+
+    // A new generation: tried again.
+    let mut edited = infra();
+    edited.metadata.generation = Some(2);
+    let mut snap = snapshot(edited);
+    snap.invalid_at_generation = Some(1);
+    let mut actuator = MockActuator::new();
+    actuator.expect_exists().times(1).returning(|_| Ok(None));
+    actuator
+        .expect_create()
+        .times(1)
+        .returning(|_| Ok(running("test:///i-3")));
+    let plan = decide(&actuator, snap, POLL).await;
+    assert!(plan.provisioned);
+}
+
+fn deleting() -> TestMachine {
+    let mut infra = infra();
+    infra.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+    infra
+}
+
+#[tokio::test]
+async fn deletion_in_progress_keeps_the_finalizer_and_requeues() {
+    let mut actuator = MockActuator::new();
+    actuator.expect_delete().times(1).returning(|_| {
+        Err(ActuatorError::requeue_after(
+            Duration::from_secs(3),
+            "Deleting",
+            "instance shutting down",
+        ))
+    });
+    let plan = decide(&actuator, snapshot(deleting()), POLL).await;
+    assert_eq!(plan.finalizer, FinalizerChange::Keep);
+    assert!(matches!(plan.next, Next::Requeue(d) if d == Duration::from_secs(3)));
+}
+
+#[tokio::test]
+async fn deletion_done_removes_the_finalizer_even_without_owners() {
+    let mut snap = snapshot(deleting());
+    snap.machine = None;
+    snap.cluster = None;
+    let mut actuator = MockActuator::new();
+    actuator.expect_delete().times(1).returning(|scope| {
+        assert_eq!(scope.idempotency_key.as_str(), format!("capi-{OWNER_UID}"));
+        Ok(())
+    });
+    let plan = decide(&actuator, snap, POLL).await;
+    assert_eq!(plan.finalizer, FinalizerChange::Remove);
+    assert!(
+        plan.events
+            .iter()
+            .any(|e| e.reason == reasons::INSTANCE_DELETED)
+    );
+}
+
+#[tokio::test]
+async fn deletion_failures_back_off_and_keep_the_finalizer() {
+    for error in [
+        ActuatorError::transient_message("CloudAPIError", "HTTP 500"),
+        ActuatorError::invalid_configuration(
+            "CredentialsMissing",
+            "Secret cloud-credentials not found",
+        ),
+    ] {
+        let mut actuator = MockActuator::new();
+        let mut error = Some(error);
+        actuator
+            .expect_delete()
+            .times(1)
+            .returning(move |_| Err(error.take().unwrap()));
+        let plan = decide(&actuator, snapshot(deleting()), POLL).await;
+        assert_eq!(plan.finalizer, FinalizerChange::Keep);
+        assert!(matches!(plan.next, Next::Failed(_)));
+    }
+}
+
+#[tokio::test]
+async fn deletion_of_a_never_owned_object_calls_nothing() {
+    let mut infra = deleting();
+    infra.metadata.owner_references = None;
+    let mut snap = snapshot(infra);
+    snap.owner_uid = None;
+    let plan = decide(&untouched(), snap, POLL).await;
+    assert_eq!(plan.finalizer, FinalizerChange::Remove);
+}
+
+#[tokio::test]
+async fn deletion_without_our_finalizer_does_nothing() {
+    let mut infra = deleting();
+    infra.metadata.finalizers = None;
+    let plan = decide(&untouched(), snapshot(infra), POLL).await;
+    assert_eq!(plan.finalizer, FinalizerChange::Keep);
+}
+
+#[test]
+fn unchanged_plan_means_unchanged_status() {
+    use super::record::desired_status;
+    let mut current = InfraMachineStatus::default();
+    condition::mark_true(
+        &mut current.conditions,
+        condition::READY,
+        reasons::INSTANCE_RUNNING,
+        Some(1),
+    );
+    condition::mark_false(
+        &mut current.conditions,
+        condition::PAUSED,
+        reasons::NOT_PAUSED,
+        "",
+        Some(1),
+    );
+    current.initialization = Some(capi_core::infra::InfraInitialization {
+        provisioned: Some(true),
+    });
+    current.addresses = running("x").addresses;
+    let mut plan = Plan::for_test(Some(1));
+    plan.provisioned = true;
+    plan.addresses = Some(running("x").addresses);
+    plan.conditions = vec![
+        condition::DesiredCondition::new(
+            condition::PAUSED,
+            ConditionStatus::False,
+            reasons::NOT_PAUSED,
+        )
+        .observed_generation(Some(1)),
+        condition::DesiredCondition::new(
+            condition::READY,
+            ConditionStatus::True,
+            reasons::INSTANCE_RUNNING,
+        )
+        .observed_generation(Some(1)),
+    ];
+    assert_eq!(
+        desired_status(&current, &plan),
+        current,
+        "a converged pass must not write"
+    );
+}
