@@ -1,0 +1,289 @@
+//! The in-memory provider's actuators: the same code shape a real provider has, over the simulated
+//! cloud's [`Compute`] and [`LoadBalancers`] traits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use capi_core::api::{ApiEndpoint, FailureDomain, MachineAddress, MachineAddressType};
+use capi_core::{
+    Actuator, ActuatorError, ClusterActuator, ClusterInfrastructure, ClusterScope, ImmutableChange, InstanceState,
+    MachineInstance, MachineScope, UpdateOutcome,
+};
+
+use crate::api::{InMemoryCluster, InMemoryMachine};
+use crate::cloud::{CloudError, Compute, Instance, InstanceRequest, InstanceStatus, LoadBalancers};
+
+/// The prefix of every provider ID of this provider.
+pub const PROVIDER_ID_PREFIX: &str = "inmemory:///";
+
+const DEFAULT_ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
+
+/// Drives the simulated cloud for `InMemoryMachine`s and `InMemoryCluster`s.
+#[derive(Clone)]
+pub struct InMemoryActuator {
+    compute: Arc<dyn Compute>,
+    load_balancers: Arc<dyn LoadBalancers>,
+    poll: Duration,
+}
+
+impl InMemoryActuator {
+    /// An actuator over the given cloud clients. `poll` is how often an ongoing deletion is
+    /// checked.
+    pub fn new(compute: Arc<dyn Compute>, load_balancers: Arc<dyn LoadBalancers>, poll: Duration) -> Self {
+        Self { compute, load_balancers, poll }
+    }
+}
+
+/// The provider ID of an instance.
+pub fn provider_id(instance_id: &str) -> String {
+    format!("{PROVIDER_ID_PREFIX}{instance_id}")
+}
+
+fn instance_id(provider_id: &str) -> Option<&str> {
+    provider_id.strip_prefix(PROVIDER_ID_PREFIX).filter(|id| !id.is_empty())
+}
+
+fn to_machine_instance(instance: &Instance) -> MachineInstance {
+    let state = match instance.status {
+        InstanceStatus::Building => InstanceState::Provisioning,
+        InstanceStatus::Active => InstanceState::Running,
+        InstanceStatus::Deleting => InstanceState::Failed { message: "the instance is being deleted".into() },
+        InstanceStatus::Error => InstanceState::Failed { message: "the cloud failed to build the instance".into() },
+    };
+    MachineInstance {
+        provider_id: provider_id(&instance.id),
+        addresses: vec![
+            MachineAddress { type_: MachineAddressType::InternalIp, address: instance.address.clone() },
+            MachineAddress { type_: MachineAddressType::Hostname, address: instance.id.clone() },
+        ],
+        state,
+    }
+}
+
+fn cloud_error(error: CloudError) -> ActuatorError {
+    match error {
+        CloudError::QuotaExceeded { limit } => ActuatorError::requeue_after(
+            Duration::from_secs(30),
+            "WaitingForQuota",
+            format!("the instance quota ({limit}) is used up; waiting for capacity"),
+        ),
+        CloudError::UnknownFlavor(flavor) => ActuatorError::invalid_configuration(
+            "UnknownFlavor",
+            format!("flavor {flavor:?} does not exist in the simulated cloud; use small, medium or large"),
+        ),
+        other => ActuatorError::transient("CloudAPIError", other),
+    }
+}
+
+impl InMemoryActuator {
+    /// The oldest live instance of this machine: by recorded provider ID, else by idempotency tag.
+    async fn find(&self, scope: &MachineScope<InMemoryMachine>) -> Result<Option<Instance>, ActuatorError> {
+        if let Some(id) = scope.infra_machine.spec.provider_id.as_deref().and_then(instance_id) {
+            return self.compute.get_instance(id).await.map_err(cloud_error);
+        }
+        let mut found = self.compute.find_instances(scope.idempotency_key.as_str()).await.map_err(cloud_error)?;
+        found.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(found.into_iter().next())
+    }
+}
+
+#[async_trait]
+impl Actuator<InMemoryMachine> for InMemoryActuator {
+    async fn exists(&self, scope: &MachineScope<InMemoryMachine>) -> Result<Option<MachineInstance>, ActuatorError> {
+        Ok(self.find(scope).await?.as_ref().map(to_machine_instance))
+    }
+
+    async fn create(&self, scope: &MachineScope<InMemoryMachine>) -> Result<MachineInstance, ActuatorError> {
+        // The tag makes a retry after a lost response find the first instance instead of
+        // creating a second one.
+        if let Some(existing) = self.find(scope).await? {
+            return Ok(to_machine_instance(&existing));
+        }
+        let request = InstanceRequest {
+            tag: scope.idempotency_key.as_str().to_string(),
+            flavor: scope.infra_machine.spec.flavor.clone(),
+            zone: scope.machine.spec.failure_domain.clone(),
+            user_data_len: scope.bootstrap_data.as_ref().map_or(0, |d| d.expose().len()),
+        };
+        let created = self.compute.create_instance(request).await.map_err(cloud_error)?;
+        Ok(to_machine_instance(&created))
+    }
+
+    async fn update(
+        &self,
+        scope: &MachineScope<InMemoryMachine>,
+        instance: &MachineInstance,
+    ) -> Result<UpdateOutcome, ActuatorError> {
+        let mut immutable_changes = Vec::new();
+        if let Some(found) = self.find(scope).await? {
+            if found.flavor != scope.infra_machine.spec.flavor {
+                immutable_changes.push(ImmutableChange {
+                    field: "spec.flavor".into(),
+                    current: found.flavor.clone(),
+                    desired: scope.infra_machine.spec.flavor.clone(),
+                });
+            }
+            return Ok(UpdateOutcome { instance: to_machine_instance(&found), immutable_changes });
+        }
+        Ok(UpdateOutcome { instance: instance.clone(), immutable_changes })
+    }
+
+    async fn delete(&self, scope: &MachineScope<InMemoryMachine>) -> Result<(), ActuatorError> {
+        // Everything this machine may own: the recorded instance and anything carrying its tag
+        // (a create whose response was lost), so that nothing leaks.
+        let mut owned = self.compute.find_instances(scope.idempotency_key.as_str()).await.map_err(cloud_error)?;
+        if let Some(id) = scope.infra_machine.spec.provider_id.as_deref().and_then(instance_id)
+            && !owned.iter().any(|i| i.id == id)
+            && let Some(recorded) = self.compute.get_instance(id).await.map_err(cloud_error)?
+        {
+            owned.push(recorded);
+        }
+        if owned.is_empty() {
+            return Ok(());
+        }
+        for instance in owned.iter().filter(|i| i.status != InstanceStatus::Deleting) {
+            self.compute.delete_instance(&instance.id).await.map_err(cloud_error)?;
+        }
+        Err(ActuatorError::requeue_after(
+            self.poll,
+            "DeletingInstance",
+            format!("waiting for {} instance(s) to be deleted", owned.len()),
+        ))
+    }
+}
+
+fn cluster_tag(scope: &ClusterScope<InMemoryCluster>) -> String {
+    format!("capi-cluster-{}", scope.cluster.metadata.uid.as_deref().unwrap_or_default())
+}
+
+#[async_trait]
+impl ClusterActuator<InMemoryCluster> for InMemoryActuator {
+    async fn reconcile(&self, scope: &ClusterScope<InMemoryCluster>) -> Result<ClusterInfrastructure, ActuatorError> {
+        if scope.cluster.metadata.uid.as_deref().unwrap_or_default().is_empty() {
+            return Err(ActuatorError::requeue_after(self.poll, "WaitingForCluster", "the Cluster has no UID yet"));
+        }
+        let tag = cluster_tag(scope);
+        let mut found = self.load_balancers.find_load_balancers(&tag).await.map_err(cloud_error)?;
+        found.sort_by(|a, b| a.id.cmp(&b.id));
+        let lb = match found.into_iter().next() {
+            Some(lb) => lb,
+            None => self.load_balancers.create_load_balancer(&tag).await.map_err(cloud_error)?,
+        };
+        let zones: Vec<String> = if scope.infra_cluster.spec.failure_domains.is_empty() {
+            DEFAULT_ZONES.iter().map(|z| z.to_string()).collect()
+        } else {
+            scope.infra_cluster.spec.failure_domains.clone()
+        };
+        Ok(ClusterInfrastructure {
+            control_plane_endpoint: Some(ApiEndpoint { host: lb.address, port: lb.port }),
+            failure_domains: zones
+                .into_iter()
+                .map(|name| FailureDomain { name, control_plane: Some(true), attributes: Default::default() })
+                .collect(),
+            provisioned: !lb.provisioning,
+        })
+    }
+
+    async fn delete(&self, scope: &ClusterScope<InMemoryCluster>) -> Result<(), ActuatorError> {
+        let tag = cluster_tag(scope);
+        let found = self.load_balancers.find_load_balancers(&tag).await.map_err(cloud_error)?;
+        for lb in &found {
+            self.load_balancers.delete_load_balancer(&lb.id).await.map_err(cloud_error)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::InMemoryMachineSpec;
+    use crate::cloud::{CloudConfig, Faults, SimulatedCloud};
+    use capi_core::api::{Cluster, Machine};
+    use capi_core::{ActuatorErrorKind, BootstrapData, BootstrapFormat, IdempotencyKey};
+
+    fn setup(config: CloudConfig) -> (Arc<SimulatedCloud>, InMemoryActuator) {
+        let cloud = Arc::new(SimulatedCloud::new(config));
+        let actuator = InMemoryActuator::new(cloud.clone(), cloud.clone(), Duration::from_millis(10));
+        (cloud, actuator)
+    }
+
+    fn scope(uid: &str, spec: InMemoryMachineSpec) -> MachineScope<InMemoryMachine> {
+        let mut machine = Machine::default();
+        machine.metadata.uid = Some(uid.into());
+        MachineScope {
+            cluster: Arc::new(Cluster::default()),
+            idempotency_key: IdempotencyKey::for_machine(&machine).unwrap(),
+            machine: Arc::new(machine),
+            infra_machine: Arc::new(InMemoryMachine::new("m", spec)),
+            bootstrap_data: Some(BootstrapData::new(BootstrapFormat::CloudConfig, b"#cloud-config\n".to_vec())),
+        }
+    }
+
+    fn small() -> InMemoryMachineSpec {
+        InMemoryMachineSpec { provider_id: None, flavor: "small".into() }
+    }
+
+    #[tokio::test]
+    async fn a_retried_create_after_a_lost_response_finds_the_first_instance() {
+        let (cloud, actuator) = setup(CloudConfig::default());
+        cloud.set_faults(Faults { lost_create_response_rate: 1.0, ..Faults::default() });
+        let scope = scope("u1", small());
+        assert_eq!(actuator.create(&scope).await.unwrap_err().kind(), ActuatorErrorKind::Transient);
+        cloud.set_faults(Faults::default());
+        let found = actuator.exists(&scope).await.unwrap().expect("found by tag");
+        let again = actuator.create(&scope).await.unwrap();
+        assert_eq!(found.provider_id, again.provider_id);
+        assert_eq!(cloud.instance_count(), 1);
+        assert_eq!(cloud.max_created_per_tag(), 1);
+    }
+
+    #[tokio::test]
+    async fn exists_prefers_the_recorded_provider_id() {
+        let (cloud, actuator) = setup(CloudConfig::default());
+        let created = actuator.create(&scope("u2", small())).await.unwrap();
+        let recorded = InMemoryMachineSpec { provider_id: Some(created.provider_id.clone()), flavor: "small".into() };
+        // Another tag, same provider ID: found by ID.
+        let found = actuator.exists(&scope("other", recorded)).await.unwrap().unwrap();
+        assert_eq!(found.provider_id, created.provider_id);
+        assert_eq!(found.state, InstanceState::Running);
+        assert_eq!(cloud.instance_count(), 1);
+    }
+
+    #[tokio::test]
+    async fn delete_waits_until_everything_with_the_tag_is_gone() {
+        let (cloud, actuator) = setup(CloudConfig { delete_time: Duration::from_millis(50), ..CloudConfig::default() });
+        let scope = scope("u3", small());
+        // Two instances under one tag (a cloud that ignores idempotency): both must go.
+        cloud.create_instance(InstanceRequest { tag: scope.idempotency_key.to_string(), flavor: "small".into(), zone: None, user_data_len: 0 }).await.unwrap();
+        cloud.create_instance(InstanceRequest { tag: scope.idempotency_key.to_string(), flavor: "small".into(), zone: None, user_data_len: 0 }).await.unwrap();
+        let first = Actuator::delete(&actuator, &scope).await.unwrap_err();
+        assert_eq!(first.kind(), ActuatorErrorKind::RequeueAfter);
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        Actuator::delete(&actuator, &scope).await.unwrap();
+        assert_eq!(cloud.instance_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn unknown_flavor_is_invalid_configuration_and_quota_is_a_wait() {
+        let (_, actuator) = setup(CloudConfig { max_instances: Some(1), ..CloudConfig::default() });
+        let huge = InMemoryMachineSpec { provider_id: None, flavor: "huge".into() };
+        let error = actuator.create(&scope("u4", huge)).await.unwrap_err();
+        assert_eq!(error.kind(), ActuatorErrorKind::InvalidConfiguration);
+        assert!(error.message().contains("huge"));
+        actuator.create(&scope("u5", small())).await.unwrap();
+        let error = actuator.create(&scope("u6", small())).await.unwrap_err();
+        assert_eq!(error.kind(), ActuatorErrorKind::RequeueAfter);
+    }
+
+    #[tokio::test]
+    async fn a_changed_flavor_is_reported_not_applied() {
+        let (_, actuator) = setup(CloudConfig::default());
+        let created = actuator.create(&scope("u7", small())).await.unwrap();
+        let resized = InMemoryMachineSpec { provider_id: Some(created.provider_id.clone()), flavor: "large".into() };
+        let outcome = actuator.update(&scope("u7", resized), &created).await.unwrap();
+        assert_eq!(outcome.immutable_changes.len(), 1);
+        assert_eq!(outcome.immutable_changes[0].field, "spec.flavor");
+    }
+}

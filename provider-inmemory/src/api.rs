@@ -1,0 +1,134 @@
+//! The in-memory provider's kinds, group `infrastructure.capi-rs.dev` (distinct from every
+//! upstream provider's group, so that both can be installed side by side).
+
+use capi_core::api::ApiEndpoint;
+use capi_core::infra::{InfraCluster, InfraClusterStatus, InfraMachine, InfraMachineStatus};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The API group of the in-memory provider's kinds.
+pub const GROUP: &str = "infrastructure.capi-rs.dev";
+/// Its version, recorded in the CRDs' contract label.
+pub const VERSION: &str = "v1alpha1";
+
+/// A machine of the simulated cloud.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "infrastructure.capi-rs.dev",
+    version = "v1alpha1",
+    kind = "InMemoryMachine",
+    plural = "inmemorymachines",
+    namespaced,
+    status = "InfraMachineStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    category = "cluster-api",
+    doc = "InMemoryMachine is an instance of the simulated cloud.",
+    printcolumn(name = "Cluster", type_ = "string", json_path = ".metadata.labels.cluster\\.x-k8s\\.io/cluster-name"),
+    printcolumn(name = "Provider ID", type_ = "string", json_path = ".spec.providerID"),
+    printcolumn(name = "Provisioned", type_ = "boolean", json_path = ".status.initialization.provisioned"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct InMemoryMachineSpec {
+    /// The instance's provider ID, `inmemory:///<id>`; set by the controller.
+    #[serde(rename = "providerID", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub provider_id: Option<String>,
+
+    /// The instance size: `small`, `medium` or `large` in the default cloud. Immutable.
+    #[serde(default = "default_flavor")]
+    #[schemars(length(min = 1, max = 63))]
+    pub flavor: String,
+}
+
+fn default_flavor() -> String {
+    "small".to_string()
+}
+
+impl InfraMachine for InMemoryMachine {
+    fn provider_id(&self) -> Option<&str> {
+        self.spec.provider_id.as_deref()
+    }
+
+    fn infra_status(&self) -> Option<&InfraMachineStatus> {
+        self.status.as_ref()
+    }
+}
+
+/// A template for `InMemoryMachine`s, used by `MachineSet`s and `MachineDeployment`s.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "infrastructure.capi-rs.dev",
+    version = "v1alpha1",
+    kind = "InMemoryMachineTemplate",
+    plural = "inmemorymachinetemplates",
+    namespaced,
+    derive = "PartialEq",
+    derive = "Default",
+    category = "cluster-api",
+    doc = "InMemoryMachineTemplate stamps out InMemoryMachines."
+)]
+#[serde(rename_all = "camelCase")]
+pub struct InMemoryMachineTemplateSpec {
+    /// The machines to create.
+    pub template: InMemoryMachineTemplateResource,
+}
+
+/// `InMemoryMachineTemplate.spec.template`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InMemoryMachineTemplateResource {
+    /// The spec of each machine.
+    pub spec: InMemoryMachineSpec,
+}
+
+/// The cluster-wide infrastructure of the simulated cloud: a load balancer as the API endpoint.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "infrastructure.capi-rs.dev",
+    version = "v1alpha1",
+    kind = "InMemoryCluster",
+    plural = "inmemoryclusters",
+    namespaced,
+    status = "InfraClusterStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    category = "cluster-api",
+    doc = "InMemoryCluster is the cluster infrastructure of the simulated cloud.",
+    printcolumn(name = "Cluster", type_ = "string", json_path = ".metadata.labels.cluster\\.x-k8s\\.io/cluster-name"),
+    printcolumn(name = "Endpoint", type_ = "string", json_path = ".spec.controlPlaneEndpoint.host"),
+    printcolumn(name = "Provisioned", type_ = "boolean", json_path = ".status.initialization.provisioned"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct InMemoryClusterSpec {
+    /// The API endpoint; set by the controller from the load balancer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_endpoint: Option<ApiEndpoint>,
+
+    /// The failure domains to offer; `zone-a`, `zone-b`, `zone-c` when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10), inner(length(min = 1, max = 63)))]
+    pub failure_domains: Vec<String>,
+}
+
+impl InfraCluster for InMemoryCluster {
+    fn control_plane_endpoint(&self) -> Option<&ApiEndpoint> {
+        self.spec.control_plane_endpoint.as_ref()
+    }
+
+    fn infra_status(&self) -> Option<&InfraClusterStatus> {
+        self.status.as_ref()
+    }
+}
+
+/// The provider's CRDs, with the contract label `cluster.x-k8s.io/v1beta2: v1alpha1`.
+pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
+    use kube::CustomResourceExt;
+    [InMemoryCluster::crd(), InMemoryMachine::crd(), InMemoryMachineTemplate::crd()]
+        .into_iter()
+        .map(|crd| capi_core::crd::with_contract_version(crd, VERSION))
+        .collect()
+}

@@ -1,0 +1,120 @@
+//! The simulated cloud's API, behind the same kind of narrow traits a real provider puts its cloud
+//! client behind: [`Compute`] for instances, [`LoadBalancers`] for API-server endpoints.
+//!
+//! [`SimulatedCloud`] implements both in memory, with configurable latency, failure injection and
+//! quota, and an inspection API for tests.
+
+mod simulated;
+
+use async_trait::async_trait;
+
+pub use simulated::{CloudConfig, Faults, SimulatedCloud};
+
+/// The lifecycle state of a simulated instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum InstanceStatus {
+    /// Booting.
+    Building,
+    /// Running.
+    Active,
+    /// Being deleted.
+    Deleting,
+    /// The cloud failed to build it.
+    Error,
+}
+
+/// An instance as the cloud reports it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Instance {
+    /// The cloud's identifier.
+    pub id: String,
+    /// The idempotency tag it was created with.
+    pub tag: String,
+    /// The flavor (size).
+    pub flavor: String,
+    /// The failure domain it runs in.
+    pub zone: Option<String>,
+    /// Its private address.
+    pub address: String,
+    /// Its state.
+    pub status: InstanceStatus,
+}
+
+/// What to create.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct InstanceRequest {
+    /// The idempotency tag (the loop's idempotency key).
+    pub tag: String,
+    /// The flavor.
+    pub flavor: String,
+    /// The failure domain.
+    pub zone: Option<String>,
+    /// The size of the user data, in bytes (the data itself is not kept).
+    pub user_data_len: usize,
+}
+
+/// A load balancer fronting a cluster's API servers.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LoadBalancer {
+    /// The cloud's identifier.
+    pub id: String,
+    /// The idempotency tag it was created with.
+    pub tag: String,
+    /// Its address.
+    pub address: String,
+    /// Its port.
+    pub port: i32,
+    /// Whether it is still being created.
+    pub provisioning: bool,
+}
+
+/// An error of the simulated cloud API.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CloudError {
+    /// An injected failure (HTTP 500 in a real cloud).
+    #[error("simulated cloud: injected failure in {method}")]
+    Injected {
+        /// The method that failed.
+        method: &'static str,
+    },
+    /// The instance quota is used up.
+    #[error("simulated cloud: quota of {limit} instances exceeded")]
+    QuotaExceeded {
+        /// The quota.
+        limit: usize,
+    },
+    /// The flavor does not exist.
+    #[error("simulated cloud: unknown flavor {0:?}")]
+    UnknownFlavor(String),
+    /// The object does not exist.
+    #[error("simulated cloud: {0} not found")]
+    NotFound(String),
+    /// The cloud process could not be reached (remote mode).
+    #[error("simulated cloud unreachable: {0}")]
+    Unreachable(String),
+}
+
+/// Instances.
+#[async_trait]
+pub trait Compute: Send + Sync {
+    /// Creates an instance. Not idempotent by itself: like most clouds, two calls create two
+    /// instances; callers look up the tag first.
+    async fn create_instance(&self, request: InstanceRequest) -> Result<Instance, CloudError>;
+    /// The instance with this ID.
+    async fn get_instance(&self, id: &str) -> Result<Option<Instance>, CloudError>;
+    /// The instances carrying this tag.
+    async fn find_instances(&self, tag: &str) -> Result<Vec<Instance>, CloudError>;
+    /// Starts deleting the instance; deleting a missing instance is not an error.
+    async fn delete_instance(&self, id: &str) -> Result<(), CloudError>;
+}
+
+/// Load balancers.
+#[async_trait]
+pub trait LoadBalancers: Send + Sync {
+    /// Creates a load balancer (not idempotent by itself).
+    async fn create_load_balancer(&self, tag: &str) -> Result<LoadBalancer, CloudError>;
+    /// The load balancers carrying this tag.
+    async fn find_load_balancers(&self, tag: &str) -> Result<Vec<LoadBalancer>, CloudError>;
+    /// Deletes a load balancer; deleting a missing one is not an error.
+    async fn delete_load_balancer(&self, id: &str) -> Result<(), CloudError>;
+}

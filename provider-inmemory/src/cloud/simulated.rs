@@ -1,0 +1,365 @@
+//! The simulated cloud: state in memory, latency, failure injection, quota and inspection.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::{CloudError, Compute, Instance, InstanceRequest, InstanceStatus, LoadBalancer, LoadBalancers};
+
+/// How the simulated cloud behaves.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CloudConfig {
+    /// The latency of every API call.
+    pub call_latency: Duration,
+    /// How long an instance stays `Building`.
+    pub boot_time: Duration,
+    /// How long an instance stays `Deleting`.
+    pub delete_time: Duration,
+    /// Relative jitter on every latency (0.2 = ±20 %).
+    pub jitter: f64,
+    /// At most this many instances at once.
+    pub max_instances: Option<usize>,
+    /// The flavors that exist.
+    pub flavors: Vec<String>,
+    /// Injected failures.
+    pub faults: Faults,
+}
+
+impl Default for CloudConfig {
+    fn default() -> Self {
+        Self {
+            call_latency: Duration::ZERO,
+            boot_time: Duration::ZERO,
+            delete_time: Duration::ZERO,
+            jitter: 0.0,
+            max_instances: None,
+            flavors: vec!["small".into(), "medium".into(), "large".into()],
+            faults: Faults::default(),
+        }
+    }
+}
+
+/// Injected failures, as probabilities between 0 and 1.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Faults {
+    /// Every call fails before doing anything with this probability.
+    pub error_rate: f64,
+    /// Per-method overrides of `error_rate` (`create_instance`, `get_instance`, …).
+    pub per_method: BTreeMap<String, f64>,
+    /// `create_instance` creates the instance but reports a failure, as when a response is lost
+    /// or the caller crashes before reading it.
+    pub lost_create_response_rate: f64,
+}
+
+impl Faults {
+    fn rate(&self, method: &str) -> f64 {
+        self.per_method.get(method).copied().unwrap_or(self.error_rate)
+    }
+}
+
+struct StoredInstance {
+    instance: Instance,
+    ready_at: Instant,
+    gone_at: Option<Instant>,
+}
+
+#[derive(Default)]
+struct State {
+    instances: BTreeMap<String, StoredInstance>,
+    load_balancers: BTreeMap<String, LoadBalancer>,
+    next_id: u64,
+    create_calls: u64,
+    created_per_tag: BTreeMap<String, u32>,
+}
+
+impl State {
+    /// Advances every instance's state to `now`: booted ones become active, deleted ones vanish.
+    fn settle(&mut self, now: Instant) {
+        self.instances.retain(|_, stored| stored.gone_at.is_none_or(|gone| now < gone));
+        for stored in self.instances.values_mut() {
+            if stored.instance.status == InstanceStatus::Building && now >= stored.ready_at {
+                stored.instance.status = InstanceStatus::Active;
+            }
+        }
+    }
+}
+
+/// A cloud that lives in memory. Cheap to clone through `Arc`; safe to share between tasks.
+pub struct SimulatedCloud {
+    config: Mutex<CloudConfig>,
+    state: Mutex<State>,
+    create_gate: watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for SimulatedCloud {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimulatedCloud").field("instances", &self.instance_count()).finish_non_exhaustive()
+    }
+}
+
+impl Default for SimulatedCloud {
+    fn default() -> Self {
+        Self::new(CloudConfig::default())
+    }
+}
+
+impl SimulatedCloud {
+    /// A cloud with the given behaviour and nothing in it.
+    pub fn new(config: CloudConfig) -> Self {
+        Self { config: Mutex::new(config), state: Mutex::new(State::default()), create_gate: watch::channel(false).0 }
+    }
+
+    /// Changes the injected failures from now on.
+    pub fn set_faults(&self, faults: Faults) {
+        lock(&self.config).faults = faults;
+    }
+
+    /// While held, `create_instance` stores the instance and then waits before answering: the
+    /// window in which a caller that crashes has created an instance it never heard of.
+    pub fn hold_creates(&self, hold: bool) {
+        self.create_gate.send_replace(hold);
+    }
+
+    // ---- inspection, for tests and benchmarks ----
+
+    /// Instances that exist now (building, active or deleting).
+    pub fn instances(&self) -> Vec<Instance> {
+        let mut state = lock(&self.state);
+        state.settle(Instant::now());
+        state.instances.values().map(|s| s.instance.clone()).collect()
+    }
+
+    /// How many instances exist now.
+    pub fn instance_count(&self) -> usize {
+        self.instances().len()
+    }
+
+    /// How many instances were ever created with `tag`.
+    pub fn created_with_tag(&self, tag: &str) -> u32 {
+        lock(&self.state).created_per_tag.get(tag).copied().unwrap_or(0)
+    }
+
+    /// The most instances ever created under one tag: 1 means no idempotency key was ever used
+    /// twice.
+    pub fn max_created_per_tag(&self) -> u32 {
+        lock(&self.state).created_per_tag.values().copied().max().unwrap_or(0)
+    }
+
+    /// How many `create_instance` calls were made (including failed ones).
+    pub fn create_calls(&self) -> u64 {
+        lock(&self.state).create_calls
+    }
+
+    /// Load balancers that exist now.
+    pub fn load_balancers(&self) -> Vec<LoadBalancer> {
+        lock(&self.state).load_balancers.values().cloned().collect()
+    }
+
+    // ---- simulation ----
+
+    /// Waits the call latency and decides whether `method` fails.
+    async fn call(&self, method: &'static str) -> Result<CloudConfig, CloudError> {
+        let config = lock(&self.config).clone();
+        let latency = jittered(config.call_latency, config.jitter);
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+        if fastrand::f64() < config.faults.rate(method) {
+            return Err(CloudError::Injected { method });
+        }
+        Ok(config)
+    }
+}
+
+#[async_trait]
+impl Compute for SimulatedCloud {
+    async fn create_instance(&self, request: InstanceRequest) -> Result<Instance, CloudError> {
+        lock(&self.state).create_calls += 1;
+        let config = self.call("create_instance").await?;
+        if !config.flavors.contains(&request.flavor) {
+            return Err(CloudError::UnknownFlavor(request.flavor));
+        }
+        let instance = {
+            let mut state = lock(&self.state);
+            let now = Instant::now();
+            state.settle(now);
+            if let Some(limit) = config.max_instances
+                && state.instances.len() >= limit
+            {
+                return Err(CloudError::QuotaExceeded { limit });
+            }
+            state.next_id += 1;
+            let n = state.next_id;
+            let instance = Instance {
+                id: format!("i-{n:08x}"),
+                tag: request.tag.clone(),
+                flavor: request.flavor,
+                zone: request.zone,
+                address: format!("10.{}.{}.{}", (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff),
+                status: InstanceStatus::Building,
+            };
+            let ready_at = now + jittered(config.boot_time, config.jitter);
+            state.instances.insert(instance.id.clone(), StoredInstance { instance: instance.clone(), ready_at, gone_at: None });
+            *state.created_per_tag.entry(request.tag).or_insert(0) += 1;
+            state.settle(now);
+            state.instances.get(&instance.id).map(|s| s.instance.clone()).unwrap_or(instance)
+        };
+        let mut gate = self.create_gate.subscribe();
+        while *gate.borrow_and_update() {
+            if gate.changed().await.is_err() {
+                break;
+            }
+        }
+        if fastrand::f64() < config.faults.lost_create_response_rate {
+            return Err(CloudError::Injected { method: "create_instance (response lost)" });
+        }
+        Ok(instance)
+    }
+
+    async fn get_instance(&self, id: &str) -> Result<Option<Instance>, CloudError> {
+        self.call("get_instance").await?;
+        let mut state = lock(&self.state);
+        state.settle(Instant::now());
+        Ok(state.instances.get(id).map(|s| s.instance.clone()))
+    }
+
+    async fn find_instances(&self, tag: &str) -> Result<Vec<Instance>, CloudError> {
+        self.call("find_instances").await?;
+        let mut state = lock(&self.state);
+        state.settle(Instant::now());
+        Ok(state.instances.values().filter(|s| s.instance.tag == tag).map(|s| s.instance.clone()).collect())
+    }
+
+    async fn delete_instance(&self, id: &str) -> Result<(), CloudError> {
+        let config = self.call("delete_instance").await?;
+        let mut state = lock(&self.state);
+        let now = Instant::now();
+        if let Some(stored) = state.instances.get_mut(id)
+            && stored.gone_at.is_none()
+        {
+            stored.instance.status = InstanceStatus::Deleting;
+            stored.gone_at = Some(now + jittered(config.delete_time, config.jitter));
+        }
+        state.settle(now);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl LoadBalancers for SimulatedCloud {
+    async fn create_load_balancer(&self, tag: &str) -> Result<LoadBalancer, CloudError> {
+        self.call("create_load_balancer").await?;
+        let mut state = lock(&self.state);
+        state.next_id += 1;
+        let n = state.next_id;
+        let lb = LoadBalancer {
+            id: format!("lb-{n:08x}"),
+            tag: tag.to_string(),
+            address: format!("192.0.2.{}", n % 250 + 1),
+            port: 6443,
+            provisioning: false,
+        };
+        state.load_balancers.insert(lb.id.clone(), lb.clone());
+        Ok(lb)
+    }
+
+    async fn find_load_balancers(&self, tag: &str) -> Result<Vec<LoadBalancer>, CloudError> {
+        self.call("find_load_balancers").await?;
+        Ok(lock(&self.state).load_balancers.values().filter(|lb| lb.tag == tag).cloned().collect())
+    }
+
+    async fn delete_load_balancer(&self, id: &str) -> Result<(), CloudError> {
+        self.call("delete_load_balancer").await?;
+        lock(&self.state).load_balancers.remove(id);
+        Ok(())
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn jittered(duration: Duration, jitter: f64) -> Duration {
+    if duration.is_zero() || jitter <= 0.0 {
+        return duration;
+    }
+    duration.mul_f64((1.0 + jitter.min(1.0) * (fastrand::f64() * 2.0 - 1.0)).max(0.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(tag: &str) -> InstanceRequest {
+        InstanceRequest { tag: tag.into(), flavor: "small".into(), zone: None, user_data_len: 10 }
+    }
+
+    #[tokio::test]
+    async fn instances_boot_and_delete_over_time() {
+        tokio::time::pause();
+        let cloud = SimulatedCloud::new(CloudConfig {
+            boot_time: Duration::from_secs(10),
+            delete_time: Duration::from_secs(5),
+            ..CloudConfig::default()
+        });
+        let created = cloud.create_instance(request("a")).await.unwrap();
+        assert_eq!(created.status, InstanceStatus::Building);
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert_eq!(cloud.get_instance(&created.id).await.unwrap().unwrap().status, InstanceStatus::Active);
+        cloud.delete_instance(&created.id).await.unwrap();
+        assert_eq!(cloud.get_instance(&created.id).await.unwrap().unwrap().status, InstanceStatus::Deleting);
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert_eq!(cloud.get_instance(&created.id).await.unwrap(), None);
+        assert_eq!(cloud.instance_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn creating_twice_makes_two_and_inspection_sees_it() {
+        let cloud = SimulatedCloud::default();
+        cloud.create_instance(request("k")).await.unwrap();
+        cloud.create_instance(request("k")).await.unwrap();
+        assert_eq!(cloud.find_instances("k").await.unwrap().len(), 2);
+        assert_eq!(cloud.max_created_per_tag(), 2);
+        assert_eq!(cloud.create_calls(), 2);
+    }
+
+    #[tokio::test]
+    async fn quota_and_flavors_are_enforced() {
+        let cloud = SimulatedCloud::new(CloudConfig { max_instances: Some(1), ..CloudConfig::default() });
+        cloud.create_instance(request("a")).await.unwrap();
+        assert_eq!(cloud.create_instance(request("b")).await, Err(CloudError::QuotaExceeded { limit: 1 }));
+        let mut huge = request("c");
+        huge.flavor = "huge".into();
+        assert_eq!(cloud.create_instance(huge).await, Err(CloudError::UnknownFlavor("huge".into())));
+    }
+
+    #[tokio::test]
+    async fn injected_failures_follow_the_configured_rates() {
+        let cloud = SimulatedCloud::default();
+        cloud.set_faults(Faults { error_rate: 1.0, ..Faults::default() });
+        assert!(matches!(cloud.find_instances("x").await, Err(CloudError::Injected { .. })));
+        cloud.set_faults(Faults { lost_create_response_rate: 1.0, ..Faults::default() });
+        assert!(cloud.create_instance(request("lost")).await.is_err());
+        assert_eq!(cloud.find_instances("lost").await.unwrap().len(), 1, "created despite the error");
+    }
+
+    #[tokio::test]
+    async fn held_creates_store_first_and_answer_later() {
+        let cloud = std::sync::Arc::new(SimulatedCloud::default());
+        cloud.hold_creates(true);
+        let task = tokio::spawn({
+            let cloud = std::sync::Arc::clone(&cloud);
+            async move { cloud.create_instance(request("held")).await }
+        });
+        while cloud.instance_count() == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!task.is_finished());
+        cloud.hold_creates(false);
+        assert!(task.await.unwrap().is_ok());
+    }
+}

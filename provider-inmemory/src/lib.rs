@@ -1,0 +1,32 @@
+//! The in-memory infrastructure provider: a simulated cloud and the actuators that drive it.
+//!
+//! It exists so that the whole SDK can be exercised without a cloud: the quickstart, the
+//! integration tests, the benchmarks and the chaos tests run against it.
+//!
+//! - [`cloud`]: the simulated cloud behind narrow client traits ([`cloud::Compute`],
+//!   [`cloud::LoadBalancers`]) — latency, jitter, failure injection (including creates whose
+//!   response is lost), quota, and an inspection API that tells how many instances exist and how
+//!   many were ever created per idempotency key.
+//! - [`api`]: the `InMemoryCluster`, `InMemoryMachine` and `InMemoryMachineTemplate` kinds.
+//! - [`actuator`]: [`actuator::InMemoryActuator`], implementing `Actuator` and `ClusterActuator`
+//!   the way a real provider would: find by provider ID or idempotency tag, create only after
+//!   looking, delete everything carrying the tag.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use provider_inmemory::actuator::InMemoryActuator;
+//! use provider_inmemory::cloud::SimulatedCloud;
+//!
+//! let cloud = Arc::new(SimulatedCloud::default());
+//! let actuator = InMemoryActuator::new(cloud.clone(), cloud.clone(), Duration::from_secs(1));
+//! assert_eq!(cloud.instance_count(), 0);
+//! # let _ = actuator;
+//! ```
+//!
+//! Not here yet: serving the simulated cloud from its own process (so that its state survives a
+//! manager restart) and registering `Node`s in a workload API server.
+
+pub mod actuator;
+pub mod api;
+pub mod cloud;
