@@ -27,6 +27,7 @@
 //! ```
 
 pub mod envtest;
+pub mod faults;
 pub mod manifest;
 pub mod table;
 mod test_env;

@@ -7,8 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use capi_core::api::{ApiEndpoint, FailureDomain, MachineAddress, MachineAddressType};
 use capi_core::{
-    Actuator, ActuatorError, ClusterActuator, ClusterInfrastructure, ClusterScope, ImmutableChange, InstanceState,
-    MachineInstance, MachineScope, UpdateOutcome,
+    Actuator, ActuatorError, ClusterActuator, ClusterInfrastructure, ClusterScope, ImmutableChange,
+    InstanceState, MachineInstance, MachineScope, UpdateOutcome,
 };
 
 use crate::api::{InMemoryCluster, InMemoryMachine};
@@ -30,8 +30,16 @@ pub struct InMemoryActuator {
 impl InMemoryActuator {
     /// An actuator over the given cloud clients. `poll` is how often an ongoing deletion is
     /// checked.
-    pub fn new(compute: Arc<dyn Compute>, load_balancers: Arc<dyn LoadBalancers>, poll: Duration) -> Self {
-        Self { compute, load_balancers, poll }
+    pub fn new(
+        compute: Arc<dyn Compute>,
+        load_balancers: Arc<dyn LoadBalancers>,
+        poll: Duration,
+    ) -> Self {
+        Self {
+            compute,
+            load_balancers,
+            poll,
+        }
     }
 }
 
@@ -41,21 +49,33 @@ pub fn provider_id(instance_id: &str) -> String {
 }
 
 fn instance_id(provider_id: &str) -> Option<&str> {
-    provider_id.strip_prefix(PROVIDER_ID_PREFIX).filter(|id| !id.is_empty())
+    provider_id
+        .strip_prefix(PROVIDER_ID_PREFIX)
+        .filter(|id| !id.is_empty())
 }
 
 fn to_machine_instance(instance: &Instance) -> MachineInstance {
     let state = match instance.status {
         InstanceStatus::Building => InstanceState::Provisioning,
         InstanceStatus::Active => InstanceState::Running,
-        InstanceStatus::Deleting => InstanceState::Failed { message: "the instance is being deleted".into() },
-        InstanceStatus::Error => InstanceState::Failed { message: "the cloud failed to build the instance".into() },
+        InstanceStatus::Deleting => InstanceState::Failed {
+            message: "the instance is being deleted".into(),
+        },
+        InstanceStatus::Error => InstanceState::Failed {
+            message: "the cloud failed to build the instance".into(),
+        },
     };
     MachineInstance {
         provider_id: provider_id(&instance.id),
         addresses: vec![
-            MachineAddress { type_: MachineAddressType::InternalIp, address: instance.address.clone() },
-            MachineAddress { type_: MachineAddressType::Hostname, address: instance.id.clone() },
+            MachineAddress {
+                type_: MachineAddressType::InternalIp,
+                address: instance.address.clone(),
+            },
+            MachineAddress {
+                type_: MachineAddressType::Hostname,
+                address: instance.id.clone(),
+            },
         ],
         state,
     }
@@ -70,7 +90,9 @@ fn cloud_error(error: CloudError) -> ActuatorError {
         ),
         CloudError::UnknownFlavor(flavor) => ActuatorError::invalid_configuration(
             "UnknownFlavor",
-            format!("flavor {flavor:?} does not exist in the simulated cloud; use small, medium or large"),
+            format!(
+                "flavor {flavor:?} does not exist in the simulated cloud; use small, medium or large"
+            ),
         ),
         other => ActuatorError::transient("CloudAPIError", other),
     }
@@ -78,11 +100,24 @@ fn cloud_error(error: CloudError) -> ActuatorError {
 
 impl InMemoryActuator {
     /// The oldest live instance of this machine: by recorded provider ID, else by idempotency tag.
-    async fn find(&self, scope: &MachineScope<InMemoryMachine>) -> Result<Option<Instance>, ActuatorError> {
-        if let Some(id) = scope.infra_machine.spec.provider_id.as_deref().and_then(instance_id) {
+    async fn find(
+        &self,
+        scope: &MachineScope<InMemoryMachine>,
+    ) -> Result<Option<Instance>, ActuatorError> {
+        if let Some(id) = scope
+            .infra_machine
+            .spec
+            .provider_id
+            .as_deref()
+            .and_then(instance_id)
+        {
             return self.compute.get_instance(id).await.map_err(cloud_error);
         }
-        let mut found = self.compute.find_instances(scope.idempotency_key.as_str()).await.map_err(cloud_error)?;
+        let mut found = self
+            .compute
+            .find_instances(scope.idempotency_key.as_str())
+            .await
+            .map_err(cloud_error)?;
         found.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(found.into_iter().next())
     }
@@ -90,11 +125,17 @@ impl InMemoryActuator {
 
 #[async_trait]
 impl Actuator<InMemoryMachine> for InMemoryActuator {
-    async fn exists(&self, scope: &MachineScope<InMemoryMachine>) -> Result<Option<MachineInstance>, ActuatorError> {
+    async fn exists(
+        &self,
+        scope: &MachineScope<InMemoryMachine>,
+    ) -> Result<Option<MachineInstance>, ActuatorError> {
         Ok(self.find(scope).await?.as_ref().map(to_machine_instance))
     }
 
-    async fn create(&self, scope: &MachineScope<InMemoryMachine>) -> Result<MachineInstance, ActuatorError> {
+    async fn create(
+        &self,
+        scope: &MachineScope<InMemoryMachine>,
+    ) -> Result<MachineInstance, ActuatorError> {
         // The tag makes a retry after a lost response find the first instance instead of
         // creating a second one.
         if let Some(existing) = self.find(scope).await? {
@@ -104,9 +145,16 @@ impl Actuator<InMemoryMachine> for InMemoryActuator {
             tag: scope.idempotency_key.as_str().to_string(),
             flavor: scope.infra_machine.spec.flavor.clone(),
             zone: scope.machine.spec.failure_domain.clone(),
-            user_data_len: scope.bootstrap_data.as_ref().map_or(0, |d| d.expose().len()),
+            user_data_len: scope
+                .bootstrap_data
+                .as_ref()
+                .map_or(0, |d| d.expose().len()),
         };
-        let created = self.compute.create_instance(request).await.map_err(cloud_error)?;
+        let created = self
+            .compute
+            .create_instance(request)
+            .await
+            .map_err(cloud_error)?;
         Ok(to_machine_instance(&created))
     }
 
@@ -124,16 +172,31 @@ impl Actuator<InMemoryMachine> for InMemoryActuator {
                     desired: scope.infra_machine.spec.flavor.clone(),
                 });
             }
-            return Ok(UpdateOutcome { instance: to_machine_instance(&found), immutable_changes });
+            return Ok(UpdateOutcome {
+                instance: to_machine_instance(&found),
+                immutable_changes,
+            });
         }
-        Ok(UpdateOutcome { instance: instance.clone(), immutable_changes })
+        Ok(UpdateOutcome {
+            instance: instance.clone(),
+            immutable_changes,
+        })
     }
 
     async fn delete(&self, scope: &MachineScope<InMemoryMachine>) -> Result<(), ActuatorError> {
         // Everything this machine may own: the recorded instance and anything carrying its tag
         // (a create whose response was lost), so that nothing leaks.
-        let mut owned = self.compute.find_instances(scope.idempotency_key.as_str()).await.map_err(cloud_error)?;
-        if let Some(id) = scope.infra_machine.spec.provider_id.as_deref().and_then(instance_id)
+        let mut owned = self
+            .compute
+            .find_instances(scope.idempotency_key.as_str())
+            .await
+            .map_err(cloud_error)?;
+        if let Some(id) = scope
+            .infra_machine
+            .spec
+            .provider_id
+            .as_deref()
+            .and_then(instance_id)
             && !owned.iter().any(|i| i.id == id)
             && let Some(recorded) = self.compute.get_instance(id).await.map_err(cloud_error)?
         {
@@ -142,8 +205,14 @@ impl Actuator<InMemoryMachine> for InMemoryActuator {
         if owned.is_empty() {
             return Ok(());
         }
-        for instance in owned.iter().filter(|i| i.status != InstanceStatus::Deleting) {
-            self.compute.delete_instance(&instance.id).await.map_err(cloud_error)?;
+        for instance in owned
+            .iter()
+            .filter(|i| i.status != InstanceStatus::Deleting)
+        {
+            self.compute
+                .delete_instance(&instance.id)
+                .await
+                .map_err(cloud_error)?;
         }
         Err(ActuatorError::requeue_after(
             self.poll,
@@ -154,21 +223,46 @@ impl Actuator<InMemoryMachine> for InMemoryActuator {
 }
 
 fn cluster_tag(scope: &ClusterScope<InMemoryCluster>) -> String {
-    format!("capi-cluster-{}", scope.cluster.metadata.uid.as_deref().unwrap_or_default())
+    format!(
+        "capi-cluster-{}",
+        scope.cluster.metadata.uid.as_deref().unwrap_or_default()
+    )
 }
 
 #[async_trait]
 impl ClusterActuator<InMemoryCluster> for InMemoryActuator {
-    async fn reconcile(&self, scope: &ClusterScope<InMemoryCluster>) -> Result<ClusterInfrastructure, ActuatorError> {
-        if scope.cluster.metadata.uid.as_deref().unwrap_or_default().is_empty() {
-            return Err(ActuatorError::requeue_after(self.poll, "WaitingForCluster", "the Cluster has no UID yet"));
+    async fn reconcile(
+        &self,
+        scope: &ClusterScope<InMemoryCluster>,
+    ) -> Result<ClusterInfrastructure, ActuatorError> {
+        if scope
+            .cluster
+            .metadata
+            .uid
+            .as_deref()
+            .unwrap_or_default()
+            .is_empty()
+        {
+            return Err(ActuatorError::requeue_after(
+                self.poll,
+                "WaitingForCluster",
+                "the Cluster has no UID yet",
+            ));
         }
         let tag = cluster_tag(scope);
-        let mut found = self.load_balancers.find_load_balancers(&tag).await.map_err(cloud_error)?;
+        let mut found = self
+            .load_balancers
+            .find_load_balancers(&tag)
+            .await
+            .map_err(cloud_error)?;
         found.sort_by(|a, b| a.id.cmp(&b.id));
         let lb = match found.into_iter().next() {
             Some(lb) => lb,
-            None => self.load_balancers.create_load_balancer(&tag).await.map_err(cloud_error)?,
+            None => self
+                .load_balancers
+                .create_load_balancer(&tag)
+                .await
+                .map_err(cloud_error)?,
         };
         let zones: Vec<String> = if scope.infra_cluster.spec.failure_domains.is_empty() {
             DEFAULT_ZONES.iter().map(|z| z.to_string()).collect()
@@ -176,10 +270,17 @@ impl ClusterActuator<InMemoryCluster> for InMemoryActuator {
             scope.infra_cluster.spec.failure_domains.clone()
         };
         Ok(ClusterInfrastructure {
-            control_plane_endpoint: Some(ApiEndpoint { host: lb.address, port: lb.port }),
+            control_plane_endpoint: Some(ApiEndpoint {
+                host: lb.address,
+                port: lb.port,
+            }),
             failure_domains: zones
                 .into_iter()
-                .map(|name| FailureDomain { name, control_plane: Some(true), attributes: Default::default() })
+                .map(|name| FailureDomain {
+                    name,
+                    control_plane: Some(true),
+                    attributes: Default::default(),
+                })
                 .collect(),
             provisioned: !lb.provisioning,
         })
@@ -187,9 +288,16 @@ impl ClusterActuator<InMemoryCluster> for InMemoryActuator {
 
     async fn delete(&self, scope: &ClusterScope<InMemoryCluster>) -> Result<(), ActuatorError> {
         let tag = cluster_tag(scope);
-        let found = self.load_balancers.find_load_balancers(&tag).await.map_err(cloud_error)?;
+        let found = self
+            .load_balancers
+            .find_load_balancers(&tag)
+            .await
+            .map_err(cloud_error)?;
         for lb in &found {
-            self.load_balancers.delete_load_balancer(&lb.id).await.map_err(cloud_error)?;
+            self.load_balancers
+                .delete_load_balancer(&lb.id)
+                .await
+                .map_err(cloud_error)?;
         }
         Ok(())
     }
@@ -205,7 +313,8 @@ mod tests {
 
     fn setup(config: CloudConfig) -> (Arc<SimulatedCloud>, InMemoryActuator) {
         let cloud = Arc::new(SimulatedCloud::new(config));
-        let actuator = InMemoryActuator::new(cloud.clone(), cloud.clone(), Duration::from_millis(10));
+        let actuator =
+            InMemoryActuator::new(cloud.clone(), cloud.clone(), Duration::from_millis(10));
         (cloud, actuator)
     }
 
@@ -217,22 +326,38 @@ mod tests {
             idempotency_key: IdempotencyKey::for_machine(&machine).unwrap(),
             machine: Arc::new(machine),
             infra_machine: Arc::new(InMemoryMachine::new("m", spec)),
-            bootstrap_data: Some(BootstrapData::new(BootstrapFormat::CloudConfig, b"#cloud-config\n".to_vec())),
+            bootstrap_data: Some(BootstrapData::new(
+                BootstrapFormat::CloudConfig,
+                b"#cloud-config\n".to_vec(),
+            )),
         }
     }
 
     fn small() -> InMemoryMachineSpec {
-        InMemoryMachineSpec { provider_id: None, flavor: "small".into() }
+        InMemoryMachineSpec {
+            provider_id: None,
+            flavor: "small".into(),
+        }
     }
 
     #[tokio::test]
     async fn a_retried_create_after_a_lost_response_finds_the_first_instance() {
         let (cloud, actuator) = setup(CloudConfig::default());
-        cloud.set_faults(Faults { lost_create_response_rate: 1.0, ..Faults::default() });
+        cloud.set_faults(Faults {
+            lost_create_response_rate: 1.0,
+            ..Faults::default()
+        });
         let scope = scope("u1", small());
-        assert_eq!(actuator.create(&scope).await.unwrap_err().kind(), ActuatorErrorKind::Transient);
+        assert_eq!(
+            actuator.create(&scope).await.unwrap_err().kind(),
+            ActuatorErrorKind::Transient
+        );
         cloud.set_faults(Faults::default());
-        let found = actuator.exists(&scope).await.unwrap().expect("found by tag");
+        let found = actuator
+            .exists(&scope)
+            .await
+            .unwrap()
+            .expect("found by tag");
         let again = actuator.create(&scope).await.unwrap();
         assert_eq!(found.provider_id, again.provider_id);
         assert_eq!(cloud.instance_count(), 1);
@@ -243,9 +368,16 @@ mod tests {
     async fn exists_prefers_the_recorded_provider_id() {
         let (cloud, actuator) = setup(CloudConfig::default());
         let created = actuator.create(&scope("u2", small())).await.unwrap();
-        let recorded = InMemoryMachineSpec { provider_id: Some(created.provider_id.clone()), flavor: "small".into() };
+        let recorded = InMemoryMachineSpec {
+            provider_id: Some(created.provider_id.clone()),
+            flavor: "small".into(),
+        };
         // Another tag, same provider ID: found by ID.
-        let found = actuator.exists(&scope("other", recorded)).await.unwrap().unwrap();
+        let found = actuator
+            .exists(&scope("other", recorded))
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(found.provider_id, created.provider_id);
         assert_eq!(found.state, InstanceState::Running);
         assert_eq!(cloud.instance_count(), 1);
@@ -253,11 +385,30 @@ mod tests {
 
     #[tokio::test]
     async fn delete_waits_until_everything_with_the_tag_is_gone() {
-        let (cloud, actuator) = setup(CloudConfig { delete_time: Duration::from_millis(50), ..CloudConfig::default() });
+        let (cloud, actuator) = setup(CloudConfig {
+            delete_time: Duration::from_millis(50),
+            ..CloudConfig::default()
+        });
         let scope = scope("u3", small());
         // Two instances under one tag (a cloud that ignores idempotency): both must go.
-        cloud.create_instance(InstanceRequest { tag: scope.idempotency_key.to_string(), flavor: "small".into(), zone: None, user_data_len: 0 }).await.unwrap();
-        cloud.create_instance(InstanceRequest { tag: scope.idempotency_key.to_string(), flavor: "small".into(), zone: None, user_data_len: 0 }).await.unwrap();
+        cloud
+            .create_instance(InstanceRequest {
+                tag: scope.idempotency_key.to_string(),
+                flavor: "small".into(),
+                zone: None,
+                user_data_len: 0,
+            })
+            .await
+            .unwrap();
+        cloud
+            .create_instance(InstanceRequest {
+                tag: scope.idempotency_key.to_string(),
+                flavor: "small".into(),
+                zone: None,
+                user_data_len: 0,
+            })
+            .await
+            .unwrap();
         let first = Actuator::delete(&actuator, &scope).await.unwrap_err();
         assert_eq!(first.kind(), ActuatorErrorKind::RequeueAfter);
         tokio::time::sleep(Duration::from_millis(80)).await;
@@ -267,8 +418,14 @@ mod tests {
 
     #[tokio::test]
     async fn unknown_flavor_is_invalid_configuration_and_quota_is_a_wait() {
-        let (_, actuator) = setup(CloudConfig { max_instances: Some(1), ..CloudConfig::default() });
-        let huge = InMemoryMachineSpec { provider_id: None, flavor: "huge".into() };
+        let (_, actuator) = setup(CloudConfig {
+            max_instances: Some(1),
+            ..CloudConfig::default()
+        });
+        let huge = InMemoryMachineSpec {
+            provider_id: None,
+            flavor: "huge".into(),
+        };
         let error = actuator.create(&scope("u4", huge)).await.unwrap_err();
         assert_eq!(error.kind(), ActuatorErrorKind::InvalidConfiguration);
         assert!(error.message().contains("huge"));
@@ -281,8 +438,14 @@ mod tests {
     async fn a_changed_flavor_is_reported_not_applied() {
         let (_, actuator) = setup(CloudConfig::default());
         let created = actuator.create(&scope("u7", small())).await.unwrap();
-        let resized = InMemoryMachineSpec { provider_id: Some(created.provider_id.clone()), flavor: "large".into() };
-        let outcome = actuator.update(&scope("u7", resized), &created).await.unwrap();
+        let resized = InMemoryMachineSpec {
+            provider_id: Some(created.provider_id.clone()),
+            flavor: "large".into(),
+        };
+        let outcome = actuator
+            .update(&scope("u7", resized), &created)
+            .await
+            .unwrap();
         assert_eq!(outcome.immutable_changes.len(), 1);
         assert_eq!(outcome.immutable_changes[0].field, "spec.flavor");
     }

@@ -25,15 +25,31 @@ pub const VERSION: &str = "v1alpha1";
     derive = "Default",
     category = "cluster-api",
     doc = "InMemoryMachine is an instance of the simulated cloud.",
-    printcolumn(name = "Cluster", type_ = "string", json_path = ".metadata.labels.cluster\\.x-k8s\\.io/cluster-name"),
+    printcolumn(
+        name = "Cluster",
+        type_ = "string",
+        json_path = ".metadata.labels.cluster\\.x-k8s\\.io/cluster-name"
+    ),
     printcolumn(name = "Provider ID", type_ = "string", json_path = ".spec.providerID"),
-    printcolumn(name = "Provisioned", type_ = "boolean", json_path = ".status.initialization.provisioned"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Provisioned",
+        type_ = "boolean",
+        json_path = ".status.initialization.provisioned"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct InMemoryMachineSpec {
     /// The instance's provider ID, `inmemory:///<id>`; set by the controller.
-    #[serde(rename = "providerID", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "providerID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(length(min = 1, max = 512))]
     pub provider_id: Option<String>,
 
@@ -97,10 +113,26 @@ pub struct InMemoryMachineTemplateResource {
     derive = "Default",
     category = "cluster-api",
     doc = "InMemoryCluster is the cluster infrastructure of the simulated cloud.",
-    printcolumn(name = "Cluster", type_ = "string", json_path = ".metadata.labels.cluster\\.x-k8s\\.io/cluster-name"),
-    printcolumn(name = "Endpoint", type_ = "string", json_path = ".spec.controlPlaneEndpoint.host"),
-    printcolumn(name = "Provisioned", type_ = "boolean", json_path = ".status.initialization.provisioned"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Cluster",
+        type_ = "string",
+        json_path = ".metadata.labels.cluster\\.x-k8s\\.io/cluster-name"
+    ),
+    printcolumn(
+        name = "Endpoint",
+        type_ = "string",
+        json_path = ".spec.controlPlaneEndpoint.host"
+    ),
+    printcolumn(
+        name = "Provisioned",
+        type_ = "boolean",
+        json_path = ".status.initialization.provisioned"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct InMemoryClusterSpec {
@@ -125,10 +157,16 @@ impl InfraCluster for InMemoryCluster {
 }
 
 /// The provider's CRDs, with the contract label `cluster.x-k8s.io/v1beta2: v1alpha1`.
-pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
+pub fn crds()
+-> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
+{
     use kube::CustomResourceExt;
-    [InMemoryCluster::crd(), InMemoryMachine::crd(), InMemoryMachineTemplate::crd()]
-        .into_iter()
-        .map(|crd| capi_core::crd::with_contract_version(crd, VERSION))
-        .collect()
+    [
+        InMemoryCluster::crd(),
+        InMemoryMachine::crd(),
+        InMemoryMachineTemplate::crd(),
+    ]
+    .into_iter()
+    .map(|crd| capi_core::crd::with_contract_version(crd, VERSION))
+    .collect()
 }

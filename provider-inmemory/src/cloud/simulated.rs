@@ -8,7 +8,9 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{CloudError, Compute, Instance, InstanceRequest, InstanceStatus, LoadBalancer, LoadBalancers};
+use super::{
+    CloudError, Compute, Instance, InstanceRequest, InstanceStatus, LoadBalancer, LoadBalancers,
+};
 
 /// How the simulated cloud behaves.
 #[derive(Clone, Debug, PartialEq)]
@@ -57,7 +59,10 @@ pub struct Faults {
 
 impl Faults {
     fn rate(&self, method: &str) -> f64 {
-        self.per_method.get(method).copied().unwrap_or(self.error_rate)
+        self.per_method
+            .get(method)
+            .copied()
+            .unwrap_or(self.error_rate)
     }
 }
 
@@ -79,7 +84,8 @@ struct State {
 impl State {
     /// Advances every instance's state to `now`: booted ones become active, deleted ones vanish.
     fn settle(&mut self, now: Instant) {
-        self.instances.retain(|_, stored| stored.gone_at.is_none_or(|gone| now < gone));
+        self.instances
+            .retain(|_, stored| stored.gone_at.is_none_or(|gone| now < gone));
         for stored in self.instances.values_mut() {
             if stored.instance.status == InstanceStatus::Building && now >= stored.ready_at {
                 stored.instance.status = InstanceStatus::Active;
@@ -97,7 +103,9 @@ pub struct SimulatedCloud {
 
 impl std::fmt::Debug for SimulatedCloud {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SimulatedCloud").field("instances", &self.instance_count()).finish_non_exhaustive()
+        f.debug_struct("SimulatedCloud")
+            .field("instances", &self.instance_count())
+            .finish_non_exhaustive()
     }
 }
 
@@ -110,7 +118,11 @@ impl Default for SimulatedCloud {
 impl SimulatedCloud {
     /// A cloud with the given behaviour and nothing in it.
     pub fn new(config: CloudConfig) -> Self {
-        Self { config: Mutex::new(config), state: Mutex::new(State::default()), create_gate: watch::channel(false).0 }
+        Self {
+            config: Mutex::new(config),
+            state: Mutex::new(State::default()),
+            create_gate: watch::channel(false).0,
+        }
     }
 
     /// Changes the injected failures from now on.
@@ -130,7 +142,11 @@ impl SimulatedCloud {
     pub fn instances(&self) -> Vec<Instance> {
         let mut state = lock(&self.state);
         state.settle(Instant::now());
-        state.instances.values().map(|s| s.instance.clone()).collect()
+        state
+            .instances
+            .values()
+            .map(|s| s.instance.clone())
+            .collect()
     }
 
     /// How many instances exist now.
@@ -140,13 +156,22 @@ impl SimulatedCloud {
 
     /// How many instances were ever created with `tag`.
     pub fn created_with_tag(&self, tag: &str) -> u32 {
-        lock(&self.state).created_per_tag.get(tag).copied().unwrap_or(0)
+        lock(&self.state)
+            .created_per_tag
+            .get(tag)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// The most instances ever created under one tag: 1 means no idempotency key was ever used
     /// twice.
     pub fn max_created_per_tag(&self) -> u32 {
-        lock(&self.state).created_per_tag.values().copied().max().unwrap_or(0)
+        lock(&self.state)
+            .created_per_tag
+            .values()
+            .copied()
+            .max()
+            .unwrap_or(0)
     }
 
     /// How many `create_instance` calls were made (including failed ones).
@@ -203,10 +228,21 @@ impl Compute for SimulatedCloud {
                 status: InstanceStatus::Building,
             };
             let ready_at = now + jittered(config.boot_time, config.jitter);
-            state.instances.insert(instance.id.clone(), StoredInstance { instance: instance.clone(), ready_at, gone_at: None });
+            state.instances.insert(
+                instance.id.clone(),
+                StoredInstance {
+                    instance: instance.clone(),
+                    ready_at,
+                    gone_at: None,
+                },
+            );
             *state.created_per_tag.entry(request.tag).or_insert(0) += 1;
             state.settle(now);
-            state.instances.get(&instance.id).map(|s| s.instance.clone()).unwrap_or(instance)
+            state
+                .instances
+                .get(&instance.id)
+                .map(|s| s.instance.clone())
+                .unwrap_or(instance)
         };
         let mut gate = self.create_gate.subscribe();
         while *gate.borrow_and_update() {
@@ -215,7 +251,9 @@ impl Compute for SimulatedCloud {
             }
         }
         if fastrand::f64() < config.faults.lost_create_response_rate {
-            return Err(CloudError::Injected { method: "create_instance (response lost)" });
+            return Err(CloudError::Injected {
+                method: "create_instance (response lost)",
+            });
         }
         Ok(instance)
     }
@@ -231,7 +269,12 @@ impl Compute for SimulatedCloud {
         self.call("find_instances").await?;
         let mut state = lock(&self.state);
         state.settle(Instant::now());
-        Ok(state.instances.values().filter(|s| s.instance.tag == tag).map(|s| s.instance.clone()).collect())
+        Ok(state
+            .instances
+            .values()
+            .filter(|s| s.instance.tag == tag)
+            .map(|s| s.instance.clone())
+            .collect())
     }
 
     async fn delete_instance(&self, id: &str) -> Result<(), CloudError> {
@@ -269,7 +312,12 @@ impl LoadBalancers for SimulatedCloud {
 
     async fn find_load_balancers(&self, tag: &str) -> Result<Vec<LoadBalancer>, CloudError> {
         self.call("find_load_balancers").await?;
-        Ok(lock(&self.state).load_balancers.values().filter(|lb| lb.tag == tag).cloned().collect())
+        Ok(lock(&self.state)
+            .load_balancers
+            .values()
+            .filter(|lb| lb.tag == tag)
+            .cloned()
+            .collect())
     }
 
     async fn delete_load_balancer(&self, id: &str) -> Result<(), CloudError> {
@@ -280,7 +328,9 @@ impl LoadBalancers for SimulatedCloud {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn jittered(duration: Duration, jitter: f64) -> Duration {
@@ -295,7 +345,12 @@ mod tests {
     use super::*;
 
     fn request(tag: &str) -> InstanceRequest {
-        InstanceRequest { tag: tag.into(), flavor: "small".into(), zone: None, user_data_len: 10 }
+        InstanceRequest {
+            tag: tag.into(),
+            flavor: "small".into(),
+            zone: None,
+            user_data_len: 10,
+        }
     }
 
     #[tokio::test]
@@ -309,9 +364,25 @@ mod tests {
         let created = cloud.create_instance(request("a")).await.unwrap();
         assert_eq!(created.status, InstanceStatus::Building);
         tokio::time::advance(Duration::from_secs(11)).await;
-        assert_eq!(cloud.get_instance(&created.id).await.unwrap().unwrap().status, InstanceStatus::Active);
+        assert_eq!(
+            cloud
+                .get_instance(&created.id)
+                .await
+                .unwrap()
+                .unwrap()
+                .status,
+            InstanceStatus::Active
+        );
         cloud.delete_instance(&created.id).await.unwrap();
-        assert_eq!(cloud.get_instance(&created.id).await.unwrap().unwrap().status, InstanceStatus::Deleting);
+        assert_eq!(
+            cloud
+                .get_instance(&created.id)
+                .await
+                .unwrap()
+                .unwrap()
+                .status,
+            InstanceStatus::Deleting
+        );
         tokio::time::advance(Duration::from_secs(6)).await;
         assert_eq!(cloud.get_instance(&created.id).await.unwrap(), None);
         assert_eq!(cloud.instance_count(), 0);
@@ -329,22 +400,44 @@ mod tests {
 
     #[tokio::test]
     async fn quota_and_flavors_are_enforced() {
-        let cloud = SimulatedCloud::new(CloudConfig { max_instances: Some(1), ..CloudConfig::default() });
+        let cloud = SimulatedCloud::new(CloudConfig {
+            max_instances: Some(1),
+            ..CloudConfig::default()
+        });
         cloud.create_instance(request("a")).await.unwrap();
-        assert_eq!(cloud.create_instance(request("b")).await, Err(CloudError::QuotaExceeded { limit: 1 }));
+        assert_eq!(
+            cloud.create_instance(request("b")).await,
+            Err(CloudError::QuotaExceeded { limit: 1 })
+        );
         let mut huge = request("c");
         huge.flavor = "huge".into();
-        assert_eq!(cloud.create_instance(huge).await, Err(CloudError::UnknownFlavor("huge".into())));
+        assert_eq!(
+            cloud.create_instance(huge).await,
+            Err(CloudError::UnknownFlavor("huge".into()))
+        );
     }
 
     #[tokio::test]
     async fn injected_failures_follow_the_configured_rates() {
         let cloud = SimulatedCloud::default();
-        cloud.set_faults(Faults { error_rate: 1.0, ..Faults::default() });
-        assert!(matches!(cloud.find_instances("x").await, Err(CloudError::Injected { .. })));
-        cloud.set_faults(Faults { lost_create_response_rate: 1.0, ..Faults::default() });
+        cloud.set_faults(Faults {
+            error_rate: 1.0,
+            ..Faults::default()
+        });
+        assert!(matches!(
+            cloud.find_instances("x").await,
+            Err(CloudError::Injected { .. })
+        ));
+        cloud.set_faults(Faults {
+            lost_create_response_rate: 1.0,
+            ..Faults::default()
+        });
         assert!(cloud.create_instance(request("lost")).await.is_err());
-        assert_eq!(cloud.find_instances("lost").await.unwrap().len(), 1, "created despite the error");
+        assert_eq!(
+            cloud.find_instances("lost").await.unwrap().len(),
+            1,
+            "created despite the error"
+        );
     }
 
     #[tokio::test]

@@ -1,0 +1,151 @@
+//! Injecting API-server failures into a client: `409 Conflict` on a status write, `500` on a list,
+//! without touching the server.
+//!
+//! ```no_run
+//! # async fn demo(env: &capi_testing::TestEnv) -> Result<(), capi_testing::envtest::EnvtestError> {
+//! use capi_testing::faults::ApiFaults;
+//!
+//! let faults = ApiFaults::default();
+//! // The next 3 PATCHes of any object whose path contains "/inmemorymachines/m-0" answer 409.
+//! faults.fail_next(http::Method::PATCH, "/inmemorymachines/m-0", 409, 3);
+//! let client = faults.client(env.control_plane().kubeconfig_yaml()).await?;
+//! # let _ = client; Ok(()) }
+//! ```
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use kube::client::{Body, ClientBuilder, DynBody};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use tower::{Layer, Service};
+
+use crate::envtest::EnvtestError;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+#[derive(Debug)]
+struct Rule {
+    method: Method,
+    path_contains: String,
+    status: u16,
+    remaining: u32,
+}
+
+/// A set of failure rules shared by every client built from it. Cloning shares the rules.
+#[derive(Clone, Debug, Default)]
+pub struct ApiFaults {
+    rules: Arc<Mutex<Vec<Rule>>>,
+    injected: Arc<AtomicU64>,
+}
+
+impl ApiFaults {
+    /// The next `times` requests with this method whose path contains `path_contains` get
+    /// `status` (with a Kubernetes `Status` body) instead of reaching the server.
+    pub fn fail_next(&self, method: Method, path_contains: &str, status: u16, times: u32) {
+        lock(&self.rules).push(Rule {
+            method,
+            path_contains: path_contains.to_string(),
+            status,
+            remaining: times,
+        });
+    }
+
+    /// How many responses were injected so far.
+    pub fn injected(&self) -> u64 {
+        self.injected.load(Ordering::Relaxed)
+    }
+
+    /// A client for the kubeconfig whose requests pass through these rules.
+    pub async fn client(&self, kubeconfig_yaml: &str) -> Result<Client, EnvtestError> {
+        let kubeconfig = Kubeconfig::from_yaml(kubeconfig_yaml)?;
+        let config =
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+        Ok(ClientBuilder::try_from(config)?.with_layer(self).build())
+    }
+
+    fn take(&self, request: &Request<Body>) -> Option<u16> {
+        let mut rules = lock(&self.rules);
+        let path = request.uri().path();
+        let rule = rules.iter_mut().find(|r| {
+            r.remaining > 0 && r.method == request.method() && path.contains(&r.path_contains)
+        })?;
+        rule.remaining -= 1;
+        self.injected.fetch_add(1, Ordering::Relaxed);
+        Some(rule.status)
+    }
+}
+
+impl<S> Layer<S> for ApiFaults {
+    type Service = FaultService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        FaultService {
+            inner,
+            faults: self.clone(),
+        }
+    }
+}
+
+/// The service [`ApiFaults`] wraps a client's stack in.
+#[derive(Clone, Debug)]
+pub struct FaultService<S> {
+    inner: S,
+    faults: ApiFaults,
+}
+
+impl<S> Service<Request<Body>> for FaultService<S>
+where
+    S: Service<Request<Body>, Response = Response<Box<DynBody>>, Error = BoxError>,
+    S::Future: Send + 'static,
+{
+    type Response = Response<Box<DynBody>>;
+    type Error = BoxError;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        match self.faults.take(&request) {
+            Some(code) => Box::pin(async move { Ok(status_response(code)) }),
+            None => Box::pin(self.inner.call(request)),
+        }
+    }
+}
+
+fn status_response(code: u16) -> Response<Box<DynBody>> {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let reason = match code {
+        409 => "Conflict",
+        429 => "TooManyRequests",
+        503 => "ServiceUnavailable",
+        _ => "InternalError",
+    };
+    let body = serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": format!("injected by capi-testing: {reason}"), "reason": reason, "code": code,
+    });
+    let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
+    let body: Box<DynBody> =
+        Box::new(http_body_util::Full::new(bytes).map_err(|never| match never {}));
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -1,0 +1,347 @@
+//! The generic machine loop driving the in-memory provider against a real kube-apiserver:
+//! create → provisioned → delete, exactly one instance per machine through cloud failures,
+//! controller crashes and API conflicts, and nothing left behind.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use capi_actuator::machine::InfraMachineReconciler;
+use capi_actuator::retry::RetryPolicy;
+use capi_core::api::{Cluster, ContractVersionedObjectReference, Machine};
+use capi_core::labels;
+use capi_testing::TestEnv;
+use capi_testing::faults::ApiFaults;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use provider_inmemory::actuator::InMemoryActuator;
+use provider_inmemory::api::{InMemoryMachine, InMemoryMachineSpec};
+use provider_inmemory::cloud::{CloudConfig, Faults, SimulatedCloud};
+use serde_json::json;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+struct Fixture {
+    env: TestEnv,
+    ns: String,
+    cloud: Arc<SimulatedCloud>,
+}
+
+async fn fixture(config: CloudConfig) -> Fixture {
+    let mut crds = capi_core::crd::core();
+    crds.extend(provider_inmemory::api::crds());
+    let env = TestEnv::start_with_crds(&crds).await.unwrap();
+    let ns = env.namespace().await.unwrap();
+    let clusters: Api<Cluster> = Api::namespaced(env.client(), &ns);
+    let mut cluster = Cluster::new("demo", Default::default());
+    cluster.metadata.namespace = Some(ns.clone());
+    clusters
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    let ready = json!({"status": {"initialization": {"infrastructureProvisioned": true}}});
+    clusters
+        .patch_status("demo", &PatchParams::default(), &Patch::Merge(&ready))
+        .await
+        .unwrap();
+    Fixture {
+        env,
+        ns,
+        cloud: Arc::new(SimulatedCloud::new(config)),
+    }
+}
+
+/// Creates `n` Machines with bootstrap data and their InMemoryMachines, owned as the Machine
+/// controller would own them.
+async fn add_machines(client: &Client, ns: &str, n: usize) {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let machines: Api<Machine> = Api::namespaced(client.clone(), ns);
+    let infra: Api<InMemoryMachine> = Api::namespaced(client.clone(), ns);
+    for i in 0..n {
+        let name = format!("m-{i}");
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(format!("{name}-bootstrap")),
+                ..ObjectMeta::default()
+            },
+            data: Some(BTreeMap::from([(
+                "value".to_string(),
+                ByteString(b"#cloud-config\n".to_vec()),
+            )])),
+            ..Secret::default()
+        };
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+        let mut machine: Machine = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": name, "labels": {labels::CLUSTER_NAME: "demo"}},
+            "spec": {"clusterName": "demo", "bootstrap": {"dataSecretName": format!("{name}-bootstrap")},
+                     "infrastructureRef": ContractVersionedObjectReference::new(provider_inmemory::api::GROUP, "InMemoryMachine", &name)}
+        }))
+        .unwrap();
+        machine = machines
+            .create(&PostParams::default(), &machine)
+            .await
+            .unwrap();
+        let mut infra_machine = InMemoryMachine::new(
+            &name,
+            InMemoryMachineSpec {
+                provider_id: None,
+                flavor: "small".into(),
+            },
+        );
+        infra_machine.metadata.labels = Some(BTreeMap::from([(
+            labels::CLUSTER_NAME.to_string(),
+            "demo".to_string(),
+        )]));
+        infra_machine.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "cluster.x-k8s.io/v1beta2".into(),
+            kind: "Machine".into(),
+            name: name.clone(),
+            uid: machine.uid().unwrap(),
+            controller: Some(true),
+            ..OwnerReference::default()
+        }]);
+        infra
+            .create(&PostParams::default(), &infra_machine)
+            .await
+            .unwrap();
+    }
+}
+
+fn policy() -> RetryPolicy {
+    RetryPolicy {
+        backoff_base: Duration::from_millis(20),
+        backoff_cap: Duration::from_millis(500),
+        jitter: 0.1,
+        poll: Duration::from_millis(100),
+        resync: Duration::from_secs(60),
+    }
+}
+
+/// Starts the reconciler; the returned sender stops it gracefully.
+fn start(
+    client: Client,
+    ns: &str,
+    cloud: &Arc<SimulatedCloud>,
+) -> (JoinHandle<()>, oneshot::Sender<()>) {
+    let actuator = InMemoryActuator::new(cloud.clone(), cloud.clone(), Duration::from_millis(50));
+    let (stop, stopped) = oneshot::channel::<()>();
+    let reconciler = InfraMachineReconciler::new(client, Arc::new(actuator))
+        .namespace(ns)
+        .retry_policy(policy())
+        .concurrency(8);
+    let handle = tokio::spawn(reconciler.run(async move {
+        let _ = stopped.await;
+    }));
+    (handle, stop)
+}
+
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn provisioned(client: &Client, ns: &str) -> usize {
+    let infra: Api<InMemoryMachine> = Api::namespaced(client.clone(), ns);
+    infra
+        .list(&Default::default())
+        .await
+        .map(|list| {
+            list.items
+                .iter()
+                .filter(|m| {
+                    m.status.as_ref().is_some_and(|s| s.provisioned())
+                        && m.spec.provider_id.is_some()
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+async fn delete_all_and_wait(client: &Client, ns: &str) {
+    let infra: Api<InMemoryMachine> = Api::namespaced(client.clone(), ns);
+    for machine in infra.list(&Default::default()).await.unwrap() {
+        infra
+            .delete(&machine.name_any(), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    eventually("every InMemoryMachine to be gone", || async {
+        infra
+            .list(&Default::default())
+            .await
+            .map(|l| l.items.is_empty())
+            .unwrap_or(false)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn n_machines_get_exactly_n_instances_and_deletion_leaves_none() {
+    const N: usize = 10;
+    let f = fixture(CloudConfig {
+        boot_time: Duration::from_millis(300),
+        delete_time: Duration::from_millis(200),
+        ..CloudConfig::default()
+    })
+    .await;
+    let client = f.env.client();
+    add_machines(&client, &f.ns, N).await;
+    let (task, stop) = start(client.clone(), &f.ns, &f.cloud);
+
+    eventually("all machines provisioned", || async {
+        provisioned(&client, &f.ns).await == N
+    })
+    .await;
+    assert_eq!(f.cloud.instance_count(), N);
+    assert_eq!(
+        f.cloud.max_created_per_tag(),
+        1,
+        "an idempotency key was used twice"
+    );
+
+    // Recorded state: provider ID, addresses, Ready.
+    let infra: Api<InMemoryMachine> = Api::namespaced(client.clone(), &f.ns);
+    let m0 = infra.get("m-0").await.unwrap();
+    let status = m0.status.clone().unwrap();
+    assert!(m0.spec.provider_id.unwrap().starts_with("inmemory:///"));
+    assert_eq!(status.addresses.len(), 2);
+    assert!(capi_core::condition::is_true(
+        &status.conditions,
+        capi_core::condition::READY
+    ));
+    assert!(
+        m0.metadata
+            .finalizers
+            .unwrap()
+            .contains(&capi_actuator::machine::INFRA_MACHINE_FINALIZER.to_string())
+    );
+
+    delete_all_and_wait(&client, &f.ns).await;
+    assert_eq!(f.cloud.instance_count(), 0, "instances leaked");
+    let _ = stop.send(());
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn twenty_percent_cloud_failures_still_converge_to_exactly_n() {
+    const N: usize = 10;
+    let f = fixture(CloudConfig {
+        boot_time: Duration::from_millis(200),
+        faults: Faults {
+            error_rate: 0.2,
+            lost_create_response_rate: 0.2,
+            ..Faults::default()
+        },
+        ..CloudConfig::default()
+    })
+    .await;
+    let client = f.env.client();
+    add_machines(&client, &f.ns, N).await;
+    let (task, stop) = start(client.clone(), &f.ns, &f.cloud);
+
+    eventually("all machines provisioned despite failures", || async {
+        provisioned(&client, &f.ns).await == N
+    })
+    .await;
+    assert_eq!(f.cloud.instance_count(), N);
+    assert_eq!(f.cloud.max_created_per_tag(), 1);
+
+    delete_all_and_wait(&client, &f.ns).await;
+    assert_eq!(f.cloud.instance_count(), 0);
+    let _ = stop.send(());
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_crash_between_create_and_the_status_write_creates_no_second_instance() {
+    let f = fixture(CloudConfig::default()).await;
+    let client = f.env.client();
+    add_machines(&client, &f.ns, 1).await;
+
+    // The cloud creates the instance, then the controller dies before hearing back.
+    f.cloud.hold_creates(true);
+    let (crashed, _stop) = start(client.clone(), &f.ns, &f.cloud);
+    eventually("the instance to exist", || async {
+        f.cloud.instance_count() == 1
+    })
+    .await;
+    crashed.abort();
+    let _ = crashed.await;
+    f.cloud.hold_creates(false);
+    let infra: Api<InMemoryMachine> = Api::namespaced(client.clone(), &f.ns);
+    assert!(
+        infra.get("m-0").await.unwrap().spec.provider_id.is_none(),
+        "nothing was recorded before the crash"
+    );
+
+    // A new controller finds it by its idempotency key.
+    let (task, stop) = start(client.clone(), &f.ns, &f.cloud);
+    eventually("the machine to be provisioned", || async {
+        provisioned(&client, &f.ns).await == 1
+    })
+    .await;
+    assert_eq!(f.cloud.instance_count(), 1);
+    assert_eq!(
+        f.cloud.create_calls(),
+        1,
+        "the restarted controller created again"
+    );
+    let _ = stop.send(());
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn conflicts_on_the_provider_id_write_are_retried_never_answered_with_a_create() {
+    let f = fixture(CloudConfig::default()).await;
+    let faults = ApiFaults::default();
+    let client = faults
+        .client(f.env.control_plane().kubeconfig_yaml())
+        .await
+        .unwrap();
+    add_machines(&f.env.client(), &f.ns, 1).await;
+
+    f.cloud.hold_creates(true);
+    let (task, stop) = start(client.clone(), &f.ns, &f.cloud);
+    eventually("the instance to exist", || async {
+        f.cloud.instance_count() == 1
+    })
+    .await;
+    // More conflicts than one reconcile retries: at least one reconcile fails after create.
+    faults.fail_next(http::Method::PATCH, "/inmemorymachines/m-0", 409, 7);
+    f.cloud.hold_creates(false);
+
+    eventually("the machine to be provisioned", || async {
+        provisioned(&f.env.client(), &f.ns).await == 1
+    })
+    .await;
+    assert_eq!(faults.injected(), 7);
+    assert_eq!(
+        f.cloud.create_calls(),
+        1,
+        "a conflict was answered with a second create"
+    );
+    assert_eq!(f.cloud.instance_count(), 1);
+    let _ = stop.send(());
+    task.await.unwrap();
+}
