@@ -19,5 +19,7 @@
 //! `Manager` (metrics, health endpoints, leader election).
 
 pub mod machine;
+mod plan;
+mod write;
 pub mod reasons;
 pub mod retry;

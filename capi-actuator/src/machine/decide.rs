@@ -8,14 +8,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capi_core::api::{Cluster, Machine, MachineAddress};
-use capi_core::condition::{self, ConditionStatus, DesiredCondition};
+use capi_core::condition::{self, ConditionStatus};
 use capi_core::infra::InfraMachine;
 use capi_core::{
-    Actuator, ActuatorError, ActuatorErrorKind, BootstrapData, IdempotencyKey, InstanceState,
+    Actuator, ActuatorErrorKind, BootstrapData, IdempotencyKey, InstanceState,
     MachineInstance, MachineScope, labels,
 };
 use kube::ResourceExt;
 
+use crate::plan::{FinalizerChange, Next};
 use crate::reasons;
 
 /// The finalizer the loop puts on infrastructure machines before creating anything.
@@ -47,124 +48,23 @@ pub(crate) struct Snapshot<M> {
     pub(crate) invalid_at_generation: Option<i64>,
 }
 
-/// How the finalizer must change.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum FinalizerChange {
-    Keep,
-    Add,
-    Remove,
-}
-
-/// What happens after the plan is written.
-#[derive(Debug)]
-pub(crate) enum Next {
-    /// Nothing to do until something changes.
-    AwaitChange,
-    /// Look again after this long (jitter is added when scheduling).
-    Requeue(Duration),
-    /// Provisioned and converged: look again after the resync period.
-    Resync,
-    /// The configuration cannot work at this generation; do not call the cloud again until it
-    /// changes.
-    InvalidConfiguration,
-    /// A failure: back off.
-    Failed(ActuatorError),
-}
-
-/// A Kubernetes event to publish.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct EventNote {
-    pub(crate) warning: bool,
-    pub(crate) reason: &'static str,
-    pub(crate) note: String,
-}
-
-/// What one reconcile decided.
-#[derive(Debug)]
-pub(crate) struct Plan {
+/// What a machine reconcile records besides conditions.
+#[derive(Debug, Default)]
+pub(crate) struct MachineRecord {
     /// Record `spec.providerID` (first, before anything else).
     pub(crate) provider_id: Option<String>,
     pub(crate) addresses: Option<Vec<MachineAddress>>,
     pub(crate) provisioned: bool,
-    pub(crate) conditions: Vec<DesiredCondition>,
-    pub(crate) finalizer: FinalizerChange,
-    pub(crate) events: Vec<EventNote>,
-    pub(crate) next: Next,
-    generation: Option<i64>,
 }
 
+/// What one machine reconcile decided.
+pub(crate) type Plan = crate::plan::Plan<MachineRecord>;
+
 impl Plan {
-    fn new(generation: Option<i64>) -> Self {
-        Self {
-            provider_id: None,
-            addresses: None,
-            provisioned: false,
-            conditions: Vec::new(),
-            finalizer: FinalizerChange::Keep,
-            events: Vec::new(),
-            next: Next::AwaitChange,
-            generation,
-        }
-    }
-
-    #[cfg(test)]
-    pub(crate) fn for_test(generation: Option<i64>) -> Self {
-        Self::new(generation)
-    }
-
-    fn condition(
-        &mut self,
-        type_: &str,
-        status: ConditionStatus,
-        reason: &str,
-        message: impl Into<String>,
-    ) {
-        self.conditions.push(
-            DesiredCondition::new(type_, status, reason)
-                .message(message)
-                .observed_generation(self.generation),
-        );
-    }
-
-    fn not_ready(mut self, reason: &str, message: impl Into<String>, next: Next) -> Self {
-        self.condition(condition::READY, ConditionStatus::False, reason, message);
-        self.next = next;
-        self
-    }
-
-    fn event(&mut self, warning: bool, reason: &'static str, note: impl Into<String>) {
-        self.events.push(EventNote {
-            warning,
-            reason,
-            note: note.into(),
-        });
-    }
-
-    /// Turns an actuator error into the plan: a condition, and the retry its kind asks for.
-    fn actuator_error(mut self, error: ActuatorError) -> Self {
-        let reason = error.reason().to_string();
-        let message = error.message().to_string();
-        match error.kind() {
-            ActuatorErrorKind::RequeueAfter => {
-                let delay = error.requeue_delay().unwrap_or_default();
-                self.not_ready(&reason, message, Next::Requeue(delay))
-            }
-            ActuatorErrorKind::InvalidConfiguration => {
-                self.event(
-                    true,
-                    reasons::INVALID_CONFIGURATION,
-                    format!("{reason}: {message}"),
-                );
-                self.not_ready(&reason, message, Next::InvalidConfiguration)
-            }
-            ActuatorErrorKind::Transient => self.not_ready(&reason, message, Next::Failed(error)),
-        }
-    }
-
     /// Records what the cloud reported about the instance.
     fn instance(mut self, instance: MachineInstance, policy_poll: Duration) -> Self {
-        self.provider_id = Some(instance.provider_id.clone());
-        self.addresses = Some(instance.addresses);
+        self.record.provider_id = Some(instance.provider_id.clone());
+        self.record.addresses = Some(instance.addresses);
         match instance.state {
             InstanceState::Provisioning => self.not_ready(
                 reasons::INSTANCE_PROVISIONING,
@@ -172,22 +72,13 @@ impl Plan {
                 Next::Requeue(policy_poll),
             ),
             InstanceState::Running => {
-                self.provisioned = true;
-                self.condition(
-                    condition::READY,
-                    ConditionStatus::True,
-                    reasons::INSTANCE_RUNNING,
-                    "",
-                );
+                self.record.provisioned = true;
+                self.condition(condition::READY, ConditionStatus::True, reasons::INSTANCE_RUNNING, "");
                 self.next = Next::Resync;
                 self
             }
             InstanceState::Failed { message } => {
-                self.event(
-                    true,
-                    reasons::INSTANCE_FAILED,
-                    format!("instance {}: {message}", instance.provider_id),
-                );
+                self.event(true, reasons::INSTANCE_FAILED, format!("instance {}: {message}", instance.provider_id));
                 self.not_ready(reasons::INSTANCE_FAILED, message, Next::Resync)
             }
         }

@@ -28,7 +28,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 
 pub use decide::INFRA_MACHINE_FINALIZER;
-use decide::Next;
+use crate::plan::Next;
 
 use crate::retry::{FailureCounts, RetryPolicy};
 

@@ -19,8 +19,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::decide::{
-    BootstrapLookup, FinalizerChange, INFRA_MACHINE_FINALIZER, Next, Plan, Snapshot, decide,
+    BootstrapLookup, INFRA_MACHINE_FINALIZER, Plan, Snapshot, decide,
 };
+use crate::plan::{FinalizerChange, Next};
 use crate::reasons;
 
 #[derive(CustomResource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
@@ -199,7 +200,7 @@ async fn finalizer_is_added_before_anything_is_created() {
     infra.metadata.finalizers = None;
     let plan = decide(&untouched(), snapshot(infra), POLL).await;
     assert_eq!(plan.finalizer, FinalizerChange::Add);
-    assert!(plan.provider_id.is_none());
+    assert!(plan.record.provider_id.is_none());
 }
 
 #[tokio::test]
@@ -249,9 +250,9 @@ async fn creates_once_when_nothing_exists_and_records_everything() {
     });
     actuator.expect_update().never();
     let plan = decide(&actuator, snapshot(infra()), POLL).await;
-    assert_eq!(plan.provider_id.as_deref(), Some("test:///i-1"));
-    assert!(plan.provisioned);
-    assert_eq!(plan.addresses.as_ref().map(Vec::len), Some(1));
+    assert_eq!(plan.record.provider_id.as_deref(), Some("test:///i-1"));
+    assert!(plan.record.provisioned);
+    assert_eq!(plan.record.addresses.as_ref().map(Vec::len), Some(1));
     assert_eq!(
         ready(&plan),
         Some((ConditionStatus::True, reasons::INSTANCE_RUNNING.into()))
@@ -275,8 +276,8 @@ async fn booting_instance_is_recorded_but_not_provisioned() {
         })
     });
     let plan = decide(&actuator, snapshot(infra()), POLL).await;
-    assert_eq!(plan.provider_id.as_deref(), Some("test:///i-2"));
-    assert!(!plan.provisioned);
+    assert_eq!(plan.record.provider_id.as_deref(), Some("test:///i-2"));
+    assert!(!plan.record.provisioned);
     assert!(matches!(plan.next, Next::Requeue(d) if d == POLL));
 }
 
@@ -299,7 +300,7 @@ async fn existing_instance_is_updated_never_created() {
         })
     });
     let plan = decide(&actuator, snapshot(infra()), POLL).await;
-    assert!(plan.provisioned);
+    assert!(plan.record.provisioned);
     let up_to_date = plan
         .conditions
         .iter()
@@ -405,7 +406,7 @@ async fn invalid_configuration_waits_for_a_new_generation() {
         .times(1)
         .returning(|_| Ok(running("test:///i-3")));
     let plan = decide(&actuator, snap, POLL).await;
-    assert!(plan.provisioned);
+    assert!(plan.record.provisioned);
 }
 
 fn deleting() -> TestMachine {
@@ -509,8 +510,8 @@ fn unchanged_plan_means_unchanged_status() {
     });
     current.addresses = running("x").addresses;
     let mut plan = Plan::for_test(Some(1));
-    plan.provisioned = true;
-    plan.addresses = Some(running("x").addresses);
+    plan.record.provisioned = true;
+    plan.record.addresses = Some(running("x").addresses);
     plan.conditions = vec![
         condition::DesiredCondition::new(
             condition::PAUSED,

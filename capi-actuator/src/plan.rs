@@ -1,0 +1,121 @@
+//! The outcome of one reconcile, common to every kind: conditions to set, the finalizer change,
+//! events to publish and what happens next. Deciding fills a [`Plan`]; recording writes it.
+
+use std::time::Duration;
+
+use capi_core::condition::{self, ConditionStatus, DesiredCondition};
+use capi_core::{ActuatorError, ActuatorErrorKind};
+
+use crate::reasons;
+
+/// How the finalizer must change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FinalizerChange {
+    Keep,
+    Add,
+    Remove,
+}
+
+/// What happens after the plan is written.
+#[derive(Debug)]
+pub(crate) enum Next {
+    /// Nothing to do until something changes.
+    AwaitChange,
+    /// Look again after this long (jitter is added when scheduling).
+    Requeue(Duration),
+    /// Provisioned and converged: look again after the resync period.
+    Resync,
+    /// The configuration cannot work at this generation; do not call the cloud again until it
+    /// changes.
+    InvalidConfiguration,
+    /// A failure: back off.
+    Failed(ActuatorError),
+}
+
+/// A Kubernetes event to publish.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct EventNote {
+    pub(crate) warning: bool,
+    pub(crate) reason: &'static str,
+    pub(crate) note: String,
+}
+
+/// What one reconcile decided: conditions, finalizer, events and what comes next, plus `R`, what
+/// the kind records besides (provider ID and addresses for machines, endpoint and failure domains
+/// for clusters).
+#[derive(Debug)]
+pub(crate) struct Plan<R> {
+    pub(crate) record: R,
+    pub(crate) conditions: Vec<DesiredCondition>,
+    pub(crate) finalizer: FinalizerChange,
+    pub(crate) events: Vec<EventNote>,
+    pub(crate) next: Next,
+    generation: Option<i64>,
+}
+
+impl<R: Default> Plan<R> {
+    pub(crate) fn new(generation: Option<i64>) -> Self {
+        Self {
+            record: R::default(),
+            conditions: Vec::new(),
+            finalizer: FinalizerChange::Keep,
+            events: Vec::new(),
+            next: Next::AwaitChange,
+            generation,
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn for_test(generation: Option<i64>) -> Self {
+        Self::new(generation)
+    }
+
+    pub(crate) fn condition(
+        &mut self,
+        type_: &str,
+        status: ConditionStatus,
+        reason: &str,
+        message: impl Into<String>,
+    ) {
+        self.conditions.push(
+            DesiredCondition::new(type_, status, reason)
+                .message(message)
+                .observed_generation(self.generation),
+        );
+    }
+
+    pub(crate) fn not_ready(mut self, reason: &str, message: impl Into<String>, next: Next) -> Self {
+        self.condition(condition::READY, ConditionStatus::False, reason, message);
+        self.next = next;
+        self
+    }
+
+    pub(crate) fn event(&mut self, warning: bool, reason: &'static str, note: impl Into<String>) {
+        self.events.push(EventNote {
+            warning,
+            reason,
+            note: note.into(),
+        });
+    }
+
+    /// Turns an actuator error into the plan: a condition, and the retry its kind asks for.
+    pub(crate) fn actuator_error(mut self, error: ActuatorError) -> Self {
+        let reason = error.reason().to_string();
+        let message = error.message().to_string();
+        match error.kind() {
+            ActuatorErrorKind::RequeueAfter => {
+                let delay = error.requeue_delay().unwrap_or_default();
+                self.not_ready(&reason, message, Next::Requeue(delay))
+            }
+            ActuatorErrorKind::InvalidConfiguration => {
+                self.event(
+                    true,
+                    reasons::INVALID_CONFIGURATION,
+                    format!("{reason}: {message}"),
+                );
+                self.not_ready(&reason, message, Next::InvalidConfiguration)
+            }
+            ActuatorErrorKind::Transient => self.not_ready(&reason, message, Next::Failed(error)),
+        }
+    }
+}

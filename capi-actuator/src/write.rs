@@ -1,0 +1,111 @@
+//! The writes every reconciler makes, each in the form that cannot clobber someone else's change:
+//! merge patches for contract fields (retried on conflict), a resource-version-guarded patch to add
+//! a finalizer, a tested JSON patch to remove one, best-effort events.
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::plan::EventNote;
+
+/// How often a write that meets a conflict (409) is retried before the reconcile fails.
+const CONFLICT_RETRIES: u32 = 5;
+
+/// Merge-patches the object (`{"spec": …}` or `{"metadata": …}`), retrying conflicts.
+pub(crate) async fn patch<K>(api: &Api<K>, name: &str, patch: Value) -> Result<(), kube::Error>
+where
+    K: Clone + DeserializeOwned + Debug,
+{
+    let patch = Patch::Merge(patch);
+    let params = PatchParams::default();
+    with_conflict_retries(|| api.patch(name, &params, &patch)).await.map(drop)
+}
+
+/// Merge-patches the status subresource, retrying conflicts. A vanished object is not an error.
+pub(crate) async fn patch_status<K>(api: &Api<K>, name: &str, status: Value) -> Result<(), kube::Error>
+where
+    K: Clone + DeserializeOwned + Debug,
+{
+    let patch = Patch::Merge(json!({ "status": status }));
+    let params = PatchParams::default();
+    match with_conflict_retries(|| api.patch_status(name, &params, &patch)).await {
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
+        other => other.map(drop),
+    }
+}
+
+/// Adds `finalizer`, guarded by the resource version that was read: a concurrent change makes the
+/// patch fail (and the reconcile retry) instead of being overwritten.
+pub(crate) async fn add_finalizer<K>(api: &Api<K>, object: &K, finalizer: &str) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let mut finalizers = object.finalizers().to_vec();
+    if finalizers.iter().any(|f| f == finalizer) {
+        return Ok(());
+    }
+    finalizers.push(finalizer.to_string());
+    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": object.resource_version()}});
+    api.patch(&object.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await.map(drop)
+}
+
+/// Removes `finalizer` with a JSON patch that first tests the list, so that only our entry goes and
+/// only if nobody changed the list meanwhile. A vanished object is not an error.
+pub(crate) async fn remove_finalizer<K>(api: &Api<K>, object: &K, finalizer: &str) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let current = object.finalizers().to_vec();
+    if !current.iter().any(|f| f == finalizer) {
+        return Ok(());
+    }
+    let remaining: Vec<&String> = current.iter().filter(|f| *f != finalizer).collect();
+    let patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "test", "path": "/metadata/finalizers", "value": current},
+        {"op": "replace", "path": "/metadata/finalizers", "value": remaining},
+    ]))
+    .map_err(kube::Error::SerdeError)?;
+    match api.patch(&object.name_any(), &PatchParams::default(), &Patch::<()>::Json(patch)).await {
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
+        other => other.map(drop),
+    }
+}
+
+/// Publishes events, best effort: a user-facing nicety must not fail the reconcile.
+pub(crate) async fn publish<K: Resource<DynamicType = ()>>(recorder: &Recorder, object: &K, events: &[EventNote]) {
+    let reference = object.object_ref(&());
+    for note in events {
+        let event = Event {
+            type_: if note.warning { EventType::Warning } else { EventType::Normal },
+            reason: note.reason.to_string(),
+            note: Some(note.note.clone()),
+            action: "Reconcile".to_string(),
+            secondary: None,
+        };
+        if let Err(error) = recorder.publish(&event, &reference).await {
+            tracing::debug!(%error, reason = note.reason, "could not publish an event");
+        }
+    }
+}
+
+async fn with_conflict_retries<T, F, Fut>(mut write: F) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match write().await {
+            Err(kube::Error::Api(status)) if status.is_conflict() && attempt < CONFLICT_RETRIES => {
+                tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
+            }
+            other => return other,
+        }
+    }
+}
