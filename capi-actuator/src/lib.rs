@@ -18,8 +18,13 @@
 //! Not here yet (tracked by the loop's issue): the infrastructure cluster reconciler and the
 //! `Manager` (metrics, health endpoints, leader election).
 
+pub mod cluster;
 pub mod machine;
+mod options;
 mod plan;
-mod write;
+mod predicate;
 pub mod reasons;
 pub mod retry;
+mod write;
+
+pub use options::ReconcilerOptions;

@@ -84,7 +84,12 @@ impl<R: Default> Plan<R> {
         );
     }
 
-    pub(crate) fn not_ready(mut self, reason: &str, message: impl Into<String>, next: Next) -> Self {
+    pub(crate) fn not_ready(
+        mut self,
+        reason: &str,
+        message: impl Into<String>,
+        next: Next,
+    ) -> Self {
         self.condition(condition::READY, ConditionStatus::False, reason, message);
         self.next = next;
         self

@@ -33,3 +33,11 @@ pub const INVALID_CONFIGURATION: &str = "InvalidConfiguration";
 pub const UP_TO_DATE: &str = "UpToDate";
 /// Immutable fields of the spec differ from the instance.
 pub const IMMUTABLE_FIELDS_CHANGED: &str = "ImmutableFieldsChanged";
+/// The cluster infrastructure is being provisioned.
+pub const INFRASTRUCTURE_PROVISIONING: &str = "InfrastructureProvisioning";
+/// The cluster infrastructure is provisioned.
+pub const INFRASTRUCTURE_READY: &str = "InfrastructureReady";
+/// The cluster infrastructure was deleted (event).
+pub const INFRASTRUCTURE_DELETED: &str = "InfrastructureDeleted";
+/// Deletion waits for the cluster's machines to go first.
+pub const WAITING_FOR_MACHINES_DELETION: &str = "WaitingForMachinesDeletion";

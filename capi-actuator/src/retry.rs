@@ -5,6 +5,11 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use capi_core::ActuatorError;
+use kube::runtime::controller::Action;
+
+use crate::plan::Next;
+
 /// How the loop spaces its retries. The defaults suit cloud APIs; tests shorten them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RetryPolicy {
@@ -126,4 +131,99 @@ mod tests {
         counts.reset("a");
         assert_eq!(counts.record_failure("a"), 1);
     }
+}
+
+/// The per-controller retry state: the policy, failure counts and invalid generations, and the
+/// translation of a plan's [`Next`] into the controller's [`Action`].
+#[derive(Debug)]
+pub(crate) struct RetryState {
+    pub(crate) policy: RetryPolicy,
+    failures: FailureCounts,
+    invalid: InvalidGenerations,
+}
+
+impl RetryState {
+    pub(crate) fn new(policy: RetryPolicy) -> Self {
+        Self {
+            policy,
+            failures: FailureCounts::default(),
+            invalid: InvalidGenerations::default(),
+        }
+    }
+
+    /// The generation at which `object` was last found invalid.
+    pub(crate) fn invalid_at<K: kube::Resource>(&self, object: &K) -> Option<i64> {
+        self.invalid.get(&object_key(object))
+    }
+
+    /// What the controller does after a reconcile that ended with `next`. A failure is returned
+    /// as an error, for [`Self::back_off`]; anything else resets the failure count.
+    pub(crate) fn next_action<K: kube::Resource>(
+        &self,
+        object: &K,
+        next: Next,
+    ) -> Result<Action, ActuatorError> {
+        let key = object_key(object);
+        let action = match next {
+            Next::Failed(error) => return Err(error),
+            Next::AwaitChange => Action::await_change(),
+            Next::Requeue(delay) => Action::requeue(self.policy.jittered(delay)),
+            Next::Resync => Action::requeue(self.policy.jittered(self.policy.resync)),
+            Next::InvalidConfiguration => {
+                if let Some(generation) = object.meta().generation {
+                    self.invalid.set(&key, generation);
+                }
+                Action::await_change()
+            }
+        };
+        self.failures.reset(&key);
+        Ok(action)
+    }
+
+    /// The requeue after a failed reconcile: exponential in the failures in a row, capped.
+    pub(crate) fn back_off<K: kube::Resource, E: std::fmt::Display>(
+        &self,
+        object: &K,
+        error: &E,
+    ) -> Action {
+        let key = object_key(object);
+        let failures = self.failures.record_failure(&key);
+        let delay = self.policy.backoff(failures);
+        tracing::warn!(object = %key, failures, retry_in = ?delay, %error, "reconcile failed");
+        Action::requeue(delay)
+    }
+}
+
+/// Remembers at which generation an object's configuration was found invalid, so that the cloud is
+/// not asked again until the generation changes. Lost on restart, which costs one extra call.
+#[derive(Debug, Default)]
+pub(crate) struct InvalidGenerations {
+    generations: Mutex<HashMap<String, i64>>,
+}
+
+impl InvalidGenerations {
+    pub(crate) fn get(&self, key: &str) -> Option<i64> {
+        self.generations
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(key)
+            .copied()
+    }
+
+    pub(crate) fn set(&self, key: &str, generation: i64) {
+        self.generations
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(key.to_string(), generation);
+    }
+}
+
+/// The key under which per-object retry state is kept: `namespace/name`.
+pub(crate) fn object_key<K: kube::Resource>(object: &K) -> String {
+    let meta = object.meta();
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    )
 }

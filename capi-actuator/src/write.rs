@@ -23,11 +23,17 @@ where
 {
     let patch = Patch::Merge(patch);
     let params = PatchParams::default();
-    with_conflict_retries(|| api.patch(name, &params, &patch)).await.map(drop)
+    with_conflict_retries(|| api.patch(name, &params, &patch))
+        .await
+        .map(drop)
 }
 
 /// Merge-patches the status subresource, retrying conflicts. A vanished object is not an error.
-pub(crate) async fn patch_status<K>(api: &Api<K>, name: &str, status: Value) -> Result<(), kube::Error>
+pub(crate) async fn patch_status<K>(
+    api: &Api<K>,
+    name: &str,
+    status: Value,
+) -> Result<(), kube::Error>
 where
     K: Clone + DeserializeOwned + Debug,
 {
@@ -41,7 +47,11 @@ where
 
 /// Adds `finalizer`, guarded by the resource version that was read: a concurrent change makes the
 /// patch fail (and the reconcile retry) instead of being overwritten.
-pub(crate) async fn add_finalizer<K>(api: &Api<K>, object: &K, finalizer: &str) -> Result<(), kube::Error>
+pub(crate) async fn add_finalizer<K>(
+    api: &Api<K>,
+    object: &K,
+    finalizer: &str,
+) -> Result<(), kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
@@ -51,12 +61,22 @@ where
     }
     finalizers.push(finalizer.to_string());
     let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": object.resource_version()}});
-    api.patch(&object.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await.map(drop)
+    api.patch(
+        &object.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map(drop)
 }
 
 /// Removes `finalizer` with a JSON patch that first tests the list, so that only our entry goes and
 /// only if nobody changed the list meanwhile. A vanished object is not an error.
-pub(crate) async fn remove_finalizer<K>(api: &Api<K>, object: &K, finalizer: &str) -> Result<(), kube::Error>
+pub(crate) async fn remove_finalizer<K>(
+    api: &Api<K>,
+    object: &K,
+    finalizer: &str,
+) -> Result<(), kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
@@ -70,18 +90,33 @@ where
         {"op": "replace", "path": "/metadata/finalizers", "value": remaining},
     ]))
     .map_err(kube::Error::SerdeError)?;
-    match api.patch(&object.name_any(), &PatchParams::default(), &Patch::<()>::Json(patch)).await {
+    match api
+        .patch(
+            &object.name_any(),
+            &PatchParams::default(),
+            &Patch::<()>::Json(patch),
+        )
+        .await
+    {
         Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
         other => other.map(drop),
     }
 }
 
 /// Publishes events, best effort: a user-facing nicety must not fail the reconcile.
-pub(crate) async fn publish<K: Resource<DynamicType = ()>>(recorder: &Recorder, object: &K, events: &[EventNote]) {
+pub(crate) async fn publish<K: Resource<DynamicType = ()>>(
+    recorder: &Recorder,
+    object: &K,
+    events: &[EventNote],
+) {
     let reference = object.object_ref(&());
     for note in events {
         let event = Event {
-            type_: if note.warning { EventType::Warning } else { EventType::Normal },
+            type_: if note.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
             reason: note.reason.to_string(),
             note: Some(note.note.clone()),
             action: "Reconcile".to_string(),

@@ -3,21 +3,23 @@
 //! controller crashes and API conflicts, and nothing left behind.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use capi_actuator::ReconcilerOptions;
 use capi_actuator::machine::InfraMachineReconciler;
-use capi_actuator::retry::RetryPolicy;
-use capi_core::api::{Cluster, ContractVersionedObjectReference, Machine};
+
+use capi_core::api::{ContractVersionedObjectReference, Machine};
 use capi_core::labels;
-use capi_testing::TestEnv;
 use capi_testing::faults::ApiFaults;
+use common::{eventually, fixture, policy};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use provider_inmemory::actuator::InMemoryActuator;
 use provider_inmemory::api::{InMemoryMachine, InMemoryMachineSpec};
@@ -25,38 +27,6 @@ use provider_inmemory::cloud::{CloudConfig, Faults, SimulatedCloud};
 use serde_json::json;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-
-const TIMEOUT: Duration = Duration::from_secs(90);
-
-struct Fixture {
-    env: TestEnv,
-    ns: String,
-    cloud: Arc<SimulatedCloud>,
-}
-
-async fn fixture(config: CloudConfig) -> Fixture {
-    let mut crds = capi_core::crd::core();
-    crds.extend(provider_inmemory::api::crds());
-    let env = TestEnv::start_with_crds(&crds).await.unwrap();
-    let ns = env.namespace().await.unwrap();
-    let clusters: Api<Cluster> = Api::namespaced(env.client(), &ns);
-    let mut cluster = Cluster::new("demo", Default::default());
-    cluster.metadata.namespace = Some(ns.clone());
-    clusters
-        .create(&PostParams::default(), &cluster)
-        .await
-        .unwrap();
-    let ready = json!({"status": {"initialization": {"infrastructureProvisioned": true}}});
-    clusters
-        .patch_status("demo", &PatchParams::default(), &Patch::Merge(&ready))
-        .await
-        .unwrap();
-    Fixture {
-        env,
-        ns,
-        cloud: Arc::new(SimulatedCloud::new(config)),
-    }
-}
 
 /// Creates `n` Machines with bootstrap data and their InMemoryMachines, owned as the Machine
 /// controller would own them.
@@ -118,16 +88,6 @@ async fn add_machines(client: &Client, ns: &str, n: usize) {
     }
 }
 
-fn policy() -> RetryPolicy {
-    RetryPolicy {
-        backoff_base: Duration::from_millis(20),
-        backoff_cap: Duration::from_millis(500),
-        jitter: 0.1,
-        poll: Duration::from_millis(100),
-        resync: Duration::from_secs(60),
-    }
-}
-
 /// Starts the reconciler; the returned sender stops it gracefully.
 fn start(
     client: Client,
@@ -136,29 +96,16 @@ fn start(
 ) -> (JoinHandle<()>, oneshot::Sender<()>) {
     let actuator = InMemoryActuator::new(cloud.clone(), cloud.clone(), Duration::from_millis(50));
     let (stop, stopped) = oneshot::channel::<()>();
-    let reconciler = InfraMachineReconciler::new(client, Arc::new(actuator))
-        .namespace(ns)
-        .retry_policy(policy())
-        .concurrency(8);
+    let reconciler = InfraMachineReconciler::new(client, Arc::new(actuator)).options(
+        ReconcilerOptions::default()
+            .namespace(ns)
+            .retry_policy(policy())
+            .concurrency(8),
+    );
     let handle = tokio::spawn(reconciler.run(async move {
         let _ = stopped.await;
     }));
     (handle, stop)
-}
-
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 async fn provisioned(client: &Client, ns: &str) -> usize {

@@ -11,8 +11,8 @@ use capi_core::api::{Cluster, Machine, MachineAddress};
 use capi_core::condition::{self, ConditionStatus};
 use capi_core::infra::InfraMachine;
 use capi_core::{
-    Actuator, ActuatorErrorKind, BootstrapData, IdempotencyKey, InstanceState,
-    MachineInstance, MachineScope, labels,
+    Actuator, ActuatorErrorKind, BootstrapData, IdempotencyKey, InstanceState, MachineInstance,
+    MachineScope, labels,
 };
 use kube::ResourceExt;
 
@@ -73,12 +73,21 @@ impl Plan {
             ),
             InstanceState::Running => {
                 self.record.provisioned = true;
-                self.condition(condition::READY, ConditionStatus::True, reasons::INSTANCE_RUNNING, "");
+                self.condition(
+                    condition::READY,
+                    ConditionStatus::True,
+                    reasons::INSTANCE_RUNNING,
+                    "",
+                );
                 self.next = Next::Resync;
                 self
             }
             InstanceState::Failed { message } => {
-                self.event(true, reasons::INSTANCE_FAILED, format!("instance {}: {message}", instance.provider_id));
+                self.event(
+                    true,
+                    reasons::INSTANCE_FAILED,
+                    format!("instance {}: {message}", instance.provider_id),
+                );
                 self.not_ready(reasons::INSTANCE_FAILED, message, Next::Resync)
             }
         }

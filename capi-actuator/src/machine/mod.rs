@@ -12,10 +12,7 @@ mod decide;
 mod observe;
 mod record;
 
-use std::collections::HashMap;
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use capi_core::api::{Cluster, Machine};
 use capi_core::infra::InfraMachine;
@@ -25,12 +22,12 @@ use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 
 pub use decide::INFRA_MACHINE_FINALIZER;
-use crate::plan::Next;
 
-use crate::retry::{FailureCounts, RetryPolicy};
+use crate::options::ReconcilerOptions;
+use crate::retry::RetryState;
 
 /// Why one reconcile failed. Transient actuator failures and API errors back off per object.
 #[derive(Debug, thiserror::Error)]
@@ -48,9 +45,10 @@ pub enum ReconcileError {
 /// ```no_run
 /// # use std::sync::Arc;
 /// # use capi_actuator::machine::InfraMachineReconciler;
+/// # use capi_actuator::ReconcilerOptions;
 /// # async fn demo<M: capi_core::infra::InfraMachine>(client: kube::Client, actuator: Arc<dyn capi_core::Actuator<M>>) {
 /// InfraMachineReconciler::new(client, actuator)
-///     .concurrency(32)
+///     .options(ReconcilerOptions::default().concurrency(32))
 ///     .run(std::future::pending())
 ///     .await;
 /// # }
@@ -58,85 +56,57 @@ pub enum ReconcileError {
 pub struct InfraMachineReconciler<M: InfraMachine> {
     client: Client,
     actuator: Arc<dyn Actuator<M>>,
-    policy: RetryPolicy,
-    concurrency: u16,
-    namespace: Option<String>,
-    label_selector: Option<String>,
-    reporter: String,
+    options: ReconcilerOptions,
 }
 
 impl<M: InfraMachine> InfraMachineReconciler<M> {
-    /// A reconciler of every `M` in the cluster, with the default retry policy and concurrency 16.
+    /// A reconciler of every `M` in the cluster, with default options.
     pub fn new(client: Client, actuator: Arc<dyn Actuator<M>>) -> Self {
         Self {
             client,
             actuator,
-            policy: RetryPolicy::default(),
-            concurrency: 16,
-            namespace: None,
-            label_selector: None,
-            reporter: format!("{}-controller", M::kind(&()).to_lowercase()),
+            options: ReconcilerOptions::default(),
         }
     }
 
-    /// Sets the retry policy.
-    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
-        self.policy = policy;
-        self
-    }
-
-    /// At most this many objects are reconciled at once (at least 1).
-    pub fn concurrency(mut self, concurrency: u16) -> Self {
-        self.concurrency = concurrency.max(1);
-        self
-    }
-
-    /// Only objects in this namespace.
-    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.namespace = Some(namespace.into());
-        self
-    }
-
-    /// Only objects matching this label selector.
-    pub fn label_selector(mut self, selector: impl Into<String>) -> Self {
-        self.label_selector = Some(selector.into());
+    /// Sets the options.
+    pub fn options(mut self, options: ReconcilerOptions) -> Self {
+        self.options = options;
         self
     }
 
     /// Runs until `shutdown` completes; in-flight reconciles finish first.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-        let api: Api<M> = scoped_api(&self.client, self.namespace.as_deref());
-        let mut watch_config = watcher::Config::default();
-        if let Some(selector) = &self.label_selector {
-            watch_config = watch_config.labels(selector);
-        }
+        let options = self.options;
         let (reader, writer) = reflector::store();
-        let trigger = watcher(api, watch_config)
+        let trigger = watcher(options.api::<M>(&self.client), options.watch_config())
             .default_backoff()
             .reflect(writer)
             .applied_objects()
-            .predicate_filter(reconcile_relevant::<M>, Default::default());
+            .predicate_filter(
+                crate::predicate::reconcile_relevant::<M>,
+                Default::default(),
+            );
 
         let by_cluster = reader.clone();
+        let reporter = format!("{}-controller", M::kind(&()).to_lowercase());
         let context = Arc::new(Context {
             recorder: Recorder::new(
                 self.client.clone(),
                 Reporter {
-                    controller: self.reporter.clone(),
+                    controller: reporter,
                     instance: None,
                 },
             ),
             client: self.client.clone(),
             actuator: self.actuator,
-            policy: self.policy,
-            failures: FailureCounts::default(),
-            invalid_at_generation: Mutex::new(HashMap::new()),
+            retry: RetryState::new(options.retry.clone()),
         });
         Controller::for_stream(trigger, reader)
-            .with_config(ControllerConfig::default().concurrency(self.concurrency))
+            .with_config(ControllerConfig::default().concurrency(options.concurrency))
             // A Machine changes (bootstrap data ready, owner set): reconcile its infrastructure.
             .watches(
-                scoped_api::<Machine>(&self.client, self.namespace.as_deref()),
+                options.api::<Machine>(&self.client),
                 watcher::Config::default(),
                 |machine| {
                     let reference = &machine.spec.infrastructure_ref;
@@ -148,7 +118,7 @@ impl<M: InfraMachine> InfraMachineReconciler<M> {
             )
             // A Cluster changes (infrastructure ready, paused): reconcile its machines.
             .watches(
-                scoped_api::<Cluster>(&self.client, self.namespace.as_deref()),
+                options.api::<Cluster>(&self.client),
                 watcher::Config::default(),
                 move |cluster| {
                     let name = cluster.name_any();
@@ -175,51 +145,11 @@ impl<M: InfraMachine> InfraMachineReconciler<M> {
     }
 }
 
-fn scoped_api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
-
-/// What makes an object worth reconciling again: not its status (which the loop writes itself) but
-/// its spec, deletion, finalizers, owners, labels and annotations.
-fn reconcile_relevant<M: InfraMachine>(infra: &M) -> Option<u64> {
-    let meta = infra.meta();
-    let mut hasher = DefaultHasher::new();
-    meta.generation.hash(&mut hasher);
-    meta.deletion_timestamp
-        .as_ref()
-        .map(|t| t.0.as_second())
-        .hash(&mut hasher);
-    meta.finalizers.hash(&mut hasher);
-    meta.labels.hash(&mut hasher);
-    meta.annotations.hash(&mut hasher);
-    meta.owner_references
-        .as_ref()
-        .map(|refs| refs.iter().map(|r| r.uid.clone()).collect::<Vec<_>>())
-        .hash(&mut hasher);
-    Some(hasher.finish())
-}
-
 struct Context<M: InfraMachine> {
     client: Client,
     recorder: Recorder,
     actuator: Arc<dyn Actuator<M>>,
-    policy: RetryPolicy,
-    failures: FailureCounts,
-    invalid_at_generation: Mutex<HashMap<String, i64>>,
-}
-
-fn key<M: InfraMachine>(infra: &M) -> String {
-    format!(
-        "{}/{}",
-        infra.namespace().unwrap_or_default(),
-        infra.name_any()
-    )
+    retry: RetryState,
 }
 
 #[tracing::instrument(skip_all, fields(kind = %M::kind(&()), namespace = %infra.namespace().unwrap_or_default(), name = %infra.name_any()))]
@@ -227,34 +157,19 @@ async fn reconcile<M: InfraMachine>(
     infra: Arc<M>,
     context: Arc<Context<M>>,
 ) -> Result<Action, ReconcileError> {
-    let key = key(infra.as_ref());
-    let invalid = context
-        .invalid_at_generation
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&key)
-        .copied();
+    let invalid = context.retry.invalid_at(infra.as_ref());
     let snapshot = observe::observe(&context.client, Arc::clone(&infra), invalid).await?;
-    let plan = decide::decide(context.actuator.as_ref(), snapshot, context.policy.poll).await;
+    let plan = decide::decide(
+        context.actuator.as_ref(),
+        snapshot,
+        context.retry.policy.poll,
+    )
+    .await;
     record::record(&context.client, &context.recorder, infra.as_ref(), &plan).await?;
-    let action = match plan.next {
-        Next::Failed(error) => return Err(ReconcileError::Actuator(error)),
-        Next::AwaitChange => Action::await_change(),
-        Next::Requeue(delay) => Action::requeue(context.policy.jittered(delay)),
-        Next::Resync => Action::requeue(context.policy.jittered(context.policy.resync)),
-        Next::InvalidConfiguration => {
-            if let Some(generation) = infra.meta().generation {
-                context
-                    .invalid_at_generation
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(key.clone(), generation);
-            }
-            Action::await_change()
-        }
-    };
-    context.failures.reset(&key);
-    Ok(action)
+    context
+        .retry
+        .next_action(infra.as_ref(), plan.next)
+        .map_err(ReconcileError::Actuator)
 }
 
 fn error_policy<M: InfraMachine>(
@@ -262,18 +177,7 @@ fn error_policy<M: InfraMachine>(
     error: &ReconcileError,
     context: Arc<Context<M>>,
 ) -> Action {
-    let failures = context.failures.record_failure(&key(infra.as_ref()));
-    let delay = context.policy.backoff(failures);
-    tracing::warn!(
-        kind = %M::kind(&()),
-        namespace = %infra.namespace().unwrap_or_default(),
-        name = %infra.name_any(),
-        failures,
-        retry_in = ?delay,
-        %error,
-        "reconcile failed"
-    );
-    Action::requeue(delay)
+    context.retry.back_off(infra.as_ref(), error)
 }
 
 #[cfg(test)]

@@ -30,7 +30,9 @@ pub(crate) async fn record<M: InfraMachine>(
     }
     match plan.finalizer {
         FinalizerChange::Add => write::add_finalizer(&api, infra, INFRA_MACHINE_FINALIZER).await?,
-        FinalizerChange::Remove => write::remove_finalizer(&api, infra, INFRA_MACHINE_FINALIZER).await?,
+        FinalizerChange::Remove => {
+            write::remove_finalizer(&api, infra, INFRA_MACHINE_FINALIZER).await?
+        }
         FinalizerChange::Keep => {}
     }
     // Status, only when it changed: an unchanged pass writes nothing and so triggers nothing.
@@ -61,7 +63,9 @@ pub(crate) fn desired_status(current: &InfraMachineStatus, plan: &Plan) -> Infra
         desired.addresses = addresses.clone();
     }
     if plan.record.provisioned {
-        desired.initialization = Some(InfraInitialization { provisioned: Some(true) });
+        desired.initialization = Some(InfraInitialization {
+            provisioned: Some(true),
+        });
     }
     desired
 }

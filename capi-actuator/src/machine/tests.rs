@@ -18,9 +18,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::decide::{
-    BootstrapLookup, INFRA_MACHINE_FINALIZER, Plan, Snapshot, decide,
-};
+use super::decide::{BootstrapLookup, INFRA_MACHINE_FINALIZER, Plan, Snapshot, decide};
 use crate::plan::{FinalizerChange, Next};
 use crate::reasons;
 

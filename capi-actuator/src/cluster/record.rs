@@ -1,0 +1,73 @@
+//! Writing a cluster [`Plan`]: the control plane endpoint, the finalizer, status (only if it
+//! changed), events.
+
+use capi_core::condition;
+use capi_core::infra::{InfraCluster, InfraClusterStatus, InfraInitialization};
+use kube::runtime::events::Recorder;
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+use super::decide::{INFRA_CLUSTER_FINALIZER, Plan};
+use crate::plan::FinalizerChange;
+use crate::write;
+
+/// Writes the plan for `infra`.
+pub(crate) async fn record<C: InfraCluster>(
+    client: &Client,
+    recorder: &Recorder,
+    infra: &C,
+    plan: &Plan,
+) -> Result<(), kube::Error> {
+    let name = infra.name_any();
+    let api: Api<C> = Api::namespaced(client.clone(), &infra.namespace().unwrap_or_default());
+    if let Some(endpoint) = &plan.record.control_plane_endpoint
+        && infra.control_plane_endpoint() != Some(endpoint)
+    {
+        write::patch(
+            &api,
+            &name,
+            json!({"spec": {"controlPlaneEndpoint": endpoint}}),
+        )
+        .await?;
+    }
+    match plan.finalizer {
+        FinalizerChange::Add => write::add_finalizer(&api, infra, INFRA_CLUSTER_FINALIZER).await?,
+        FinalizerChange::Remove => {
+            write::remove_finalizer(&api, infra, INFRA_CLUSTER_FINALIZER).await?
+        }
+        FinalizerChange::Keep => {}
+    }
+    if plan.finalizer != FinalizerChange::Remove {
+        let current = infra.infra_status().cloned().unwrap_or_default();
+        let desired = desired_status(&current, plan);
+        if desired != current {
+            let status = json!({
+                "initialization": desired.initialization,
+                "failureDomains": desired.failure_domains,
+                "conditions": desired.conditions,
+            });
+            write::patch_status(&api, &name, status).await?;
+        }
+    }
+    write::publish(recorder, infra, &plan.events).await;
+    Ok(())
+}
+
+/// The status after applying the plan to `current`; timestamps of unchanged conditions are kept.
+pub(crate) fn desired_status(current: &InfraClusterStatus, plan: &Plan) -> InfraClusterStatus {
+    let mut desired = current.clone();
+    for wanted in &plan.conditions {
+        condition::set(&mut desired.conditions, wanted.clone());
+    }
+    if let Some(domains) = &plan.record.failure_domains {
+        let mut domains = domains.clone();
+        domains.sort_by(|a, b| a.name.cmp(&b.name));
+        desired.failure_domains = domains;
+    }
+    if plan.record.provisioned {
+        desired.initialization = Some(InfraInitialization {
+            provisioned: Some(true),
+        });
+    }
+    desired
+}
