@@ -19,12 +19,17 @@
 //! `Manager` (metrics, health endpoints, leader election).
 
 pub mod cluster;
+mod instrument;
 pub mod machine;
+pub mod manager;
+pub mod metrics;
 mod options;
 mod plan;
 mod predicate;
+pub mod readiness;
 pub mod reasons;
 pub mod retry;
+pub mod telemetry;
 mod write;
 
 pub use options::ReconcilerOptions;

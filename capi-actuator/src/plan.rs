@@ -124,3 +124,15 @@ impl<R: Default> Plan<R> {
         }
     }
 }
+
+impl Next {
+    /// How controller-runtime would label a reconcile that ended like this.
+    pub(crate) fn result(&self) -> crate::metrics::ReconcileResult {
+        use crate::metrics::ReconcileResult;
+        match self {
+            Self::AwaitChange | Self::InvalidConfiguration => ReconcileResult::Success,
+            Self::Requeue(_) | Self::Resync => ReconcileResult::RequeueAfter,
+            Self::Failed(_) => ReconcileResult::Error,
+        }
+    }
+}

@@ -11,6 +11,7 @@ mod observe;
 mod record;
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use capi_core::ClusterActuator;
 use capi_core::api::Cluster;
@@ -25,7 +26,11 @@ use kube::{Client, ResourceExt};
 pub use decide::INFRA_CLUSTER_FINALIZER;
 
 use crate::ReconcilerOptions;
+use crate::instrument::InstrumentedClusterActuator;
 use crate::machine::ReconcileError;
+use crate::metrics::{Metrics, ReconcileResult};
+use crate::plan::Next;
+use crate::readiness::Readiness;
 use crate::retry::RetryState;
 
 /// Builds and runs the reconciler of one infrastructure cluster kind `C`.
@@ -33,6 +38,8 @@ pub struct InfraClusterReconciler<C: InfraCluster> {
     client: Client,
     actuator: Arc<dyn ClusterActuator<C>>,
     options: ReconcilerOptions,
+    metrics: Option<Metrics>,
+    readiness: Option<Readiness>,
 }
 
 impl<C: InfraCluster> InfraClusterReconciler<C> {
@@ -42,7 +49,26 @@ impl<C: InfraCluster> InfraClusterReconciler<C> {
             client,
             actuator,
             options: ReconcilerOptions::default(),
+            metrics: None,
+            readiness: None,
         }
+    }
+
+    /// Records reconciles and actuator calls in `metrics`.
+    pub fn metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Reports this controller ready in `readiness` once its cache is filled.
+    pub fn readiness(mut self, readiness: Readiness) -> Self {
+        self.readiness = Some(readiness);
+        self
+    }
+
+    /// The controller's name in metrics and readiness: the kind, lower case.
+    pub fn controller_name() -> String {
+        C::kind(&()).to_lowercase()
     }
 
     /// Sets the options.
@@ -54,16 +80,25 @@ impl<C: InfraCluster> InfraClusterReconciler<C> {
     /// Runs until `shutdown` completes; in-flight reconciles finish first.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
         let options = self.options;
+        let controller_name = Self::controller_name();
+        if let Some(readiness) = &self.readiness {
+            readiness.register(&controller_name);
+        }
         let (reader, writer) = reflector::store();
         let trigger = watcher(options.api::<C>(&self.client), options.watch_config())
             .default_backoff()
             .reflect(writer)
+            .inspect(crate::readiness::on_initial_list(
+                self.readiness.clone(),
+                controller_name,
+            ))
             .applied_objects()
             .predicate_filter(
                 crate::predicate::reconcile_relevant::<C>,
                 Default::default(),
             );
-        let reporter = format!("{}-controller", C::kind(&()).to_lowercase());
+        let controller = Self::controller_name();
+        let reporter = format!("{controller}-controller");
         let context = Arc::new(Context {
             recorder: Recorder::new(
                 self.client.clone(),
@@ -73,8 +108,17 @@ impl<C: InfraCluster> InfraClusterReconciler<C> {
                 },
             ),
             client: self.client.clone(),
-            actuator: self.actuator,
+            actuator: match &self.metrics {
+                Some(metrics) => Arc::new(InstrumentedClusterActuator {
+                    inner: self.actuator,
+                    metrics: metrics.clone(),
+                    controller: controller.clone(),
+                }),
+                None => self.actuator,
+            },
             retry: RetryState::new(options.retry.clone()),
+            metrics: self.metrics,
+            controller: controller.clone(),
         });
         Controller::for_stream(trigger, reader)
             .with_config(ControllerConfig::default().concurrency(options.concurrency))
@@ -106,6 +150,8 @@ struct Context<C: InfraCluster> {
     recorder: Recorder,
     actuator: Arc<dyn ClusterActuator<C>>,
     retry: RetryState,
+    metrics: Option<Metrics>,
+    controller: String,
 }
 
 #[tracing::instrument(skip_all, fields(kind = %C::kind(&()), namespace = %infra.namespace().unwrap_or_default(), name = %infra.name_any()))]
@@ -113,8 +159,27 @@ async fn reconcile<C: InfraCluster>(
     infra: Arc<C>,
     context: Arc<Context<C>>,
 ) -> Result<Action, ReconcileError> {
+    let started = Instant::now();
+    let outcome = reconcile_once(&infra, &context).await;
+    if let Some(metrics) = &context.metrics {
+        let result = match &outcome {
+            Ok(next) => next.result(),
+            Err(_) => ReconcileResult::Error,
+        };
+        metrics.reconcile_done(&context.controller, result, started.elapsed());
+    }
+    context
+        .retry
+        .next_action(infra.as_ref(), outcome?)
+        .map_err(ReconcileError::Actuator)
+}
+
+async fn reconcile_once<C: InfraCluster>(
+    infra: &Arc<C>,
+    context: &Context<C>,
+) -> Result<Next, ReconcileError> {
     let invalid = context.retry.invalid_at(infra.as_ref());
-    let snapshot = observe::observe(&context.client, Arc::clone(&infra), invalid).await?;
+    let snapshot = observe::observe(&context.client, Arc::clone(infra), invalid).await?;
     let plan = decide::decide(
         context.actuator.as_ref(),
         snapshot,
@@ -122,10 +187,7 @@ async fn reconcile<C: InfraCluster>(
     )
     .await;
     record::record(&context.client, &context.recorder, infra.as_ref(), &plan).await?;
-    context
-        .retry
-        .next_action(infra.as_ref(), plan.next)
-        .map_err(ReconcileError::Actuator)
+    Ok(plan.next)
 }
 
 fn error_policy<C: InfraCluster>(

@@ -13,6 +13,7 @@ mod observe;
 mod record;
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use capi_core::api::{Cluster, Machine};
 use capi_core::infra::InfraMachine;
@@ -26,7 +27,11 @@ use kube::{Client, ResourceExt};
 
 pub use decide::INFRA_MACHINE_FINALIZER;
 
+use crate::instrument::InstrumentedActuator;
+use crate::metrics::{Metrics, ReconcileResult};
 use crate::options::ReconcilerOptions;
+use crate::plan::Next;
+use crate::readiness::Readiness;
 use crate::retry::RetryState;
 
 /// Why one reconcile failed. Transient actuator failures and API errors back off per object.
@@ -57,6 +62,8 @@ pub struct InfraMachineReconciler<M: InfraMachine> {
     client: Client,
     actuator: Arc<dyn Actuator<M>>,
     options: ReconcilerOptions,
+    metrics: Option<Metrics>,
+    readiness: Option<Readiness>,
 }
 
 impl<M: InfraMachine> InfraMachineReconciler<M> {
@@ -66,7 +73,26 @@ impl<M: InfraMachine> InfraMachineReconciler<M> {
             client,
             actuator,
             options: ReconcilerOptions::default(),
+            metrics: None,
+            readiness: None,
         }
+    }
+
+    /// Records reconciles and actuator calls in `metrics`.
+    pub fn metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Reports this controller ready in `readiness` once its cache is filled.
+    pub fn readiness(mut self, readiness: Readiness) -> Self {
+        self.readiness = Some(readiness);
+        self
+    }
+
+    /// The controller's name in metrics and readiness: the kind, lower case.
+    pub fn controller_name() -> String {
+        M::kind(&()).to_lowercase()
     }
 
     /// Sets the options.
@@ -78,10 +104,18 @@ impl<M: InfraMachine> InfraMachineReconciler<M> {
     /// Runs until `shutdown` completes; in-flight reconciles finish first.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
         let options = self.options;
+        let controller_name = Self::controller_name();
+        if let Some(readiness) = &self.readiness {
+            readiness.register(&controller_name);
+        }
         let (reader, writer) = reflector::store();
         let trigger = watcher(options.api::<M>(&self.client), options.watch_config())
             .default_backoff()
             .reflect(writer)
+            .inspect(crate::readiness::on_initial_list(
+                self.readiness.clone(),
+                controller_name,
+            ))
             .applied_objects()
             .predicate_filter(
                 crate::predicate::reconcile_relevant::<M>,
@@ -89,7 +123,8 @@ impl<M: InfraMachine> InfraMachineReconciler<M> {
             );
 
         let by_cluster = reader.clone();
-        let reporter = format!("{}-controller", M::kind(&()).to_lowercase());
+        let controller = Self::controller_name();
+        let reporter = format!("{controller}-controller");
         let context = Arc::new(Context {
             recorder: Recorder::new(
                 self.client.clone(),
@@ -99,8 +134,17 @@ impl<M: InfraMachine> InfraMachineReconciler<M> {
                 },
             ),
             client: self.client.clone(),
-            actuator: self.actuator,
+            actuator: match &self.metrics {
+                Some(metrics) => Arc::new(InstrumentedActuator {
+                    inner: self.actuator,
+                    metrics: metrics.clone(),
+                    controller: controller.clone(),
+                }),
+                None => self.actuator,
+            },
             retry: RetryState::new(options.retry.clone()),
+            metrics: self.metrics,
+            controller: controller.clone(),
         });
         Controller::for_stream(trigger, reader)
             .with_config(ControllerConfig::default().concurrency(options.concurrency))
@@ -150,6 +194,8 @@ struct Context<M: InfraMachine> {
     recorder: Recorder,
     actuator: Arc<dyn Actuator<M>>,
     retry: RetryState,
+    metrics: Option<Metrics>,
+    controller: String,
 }
 
 #[tracing::instrument(skip_all, fields(kind = %M::kind(&()), namespace = %infra.namespace().unwrap_or_default(), name = %infra.name_any()))]
@@ -157,8 +203,27 @@ async fn reconcile<M: InfraMachine>(
     infra: Arc<M>,
     context: Arc<Context<M>>,
 ) -> Result<Action, ReconcileError> {
+    let started = Instant::now();
+    let outcome = reconcile_once(&infra, &context).await;
+    if let Some(metrics) = &context.metrics {
+        let result = match &outcome {
+            Ok(next) => next.result(),
+            Err(_) => ReconcileResult::Error,
+        };
+        metrics.reconcile_done(&context.controller, result, started.elapsed());
+    }
+    context
+        .retry
+        .next_action(infra.as_ref(), outcome?)
+        .map_err(ReconcileError::Actuator)
+}
+
+async fn reconcile_once<M: InfraMachine>(
+    infra: &Arc<M>,
+    context: &Context<M>,
+) -> Result<Next, ReconcileError> {
     let invalid = context.retry.invalid_at(infra.as_ref());
-    let snapshot = observe::observe(&context.client, Arc::clone(&infra), invalid).await?;
+    let snapshot = observe::observe(&context.client, Arc::clone(infra), invalid).await?;
     let plan = decide::decide(
         context.actuator.as_ref(),
         snapshot,
@@ -166,10 +231,7 @@ async fn reconcile<M: InfraMachine>(
     )
     .await;
     record::record(&context.client, &context.recorder, infra.as_ref(), &plan).await?;
-    context
-        .retry
-        .next_action(infra.as_ref(), plan.next)
-        .map_err(ReconcileError::Actuator)
+    Ok(plan.next)
 }
 
 fn error_policy<M: InfraMachine>(

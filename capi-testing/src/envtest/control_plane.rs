@@ -181,6 +181,13 @@ impl ControlPlane {
         self.dir.path()
     }
 
+    /// The client configuration for the API server (admin token, CA), e.g. to build a client with
+    /// extra layers.
+    pub async fn config(&self) -> Result<Config, EnvtestError> {
+        let kubeconfig = Kubeconfig::from_yaml(&self.kubeconfig)?;
+        Ok(Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?)
+    }
+
     /// A new client for the API server, authenticated as a member of `system:masters`.
     pub async fn client(&self) -> Result<Client, EnvtestError> {
         client_from_kubeconfig(&self.kubeconfig).await

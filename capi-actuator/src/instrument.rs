@@ -1,0 +1,112 @@
+//! Actuators wrapped with metrics: every call counted and timed by method and result.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use capi_core::{
+    Actuator, ActuatorError, ClusterActuator, ClusterInfrastructure, ClusterScope, MachineInstance,
+    MachineScope, UpdateOutcome,
+};
+
+use crate::metrics::Metrics;
+
+fn result_label<T>(result: &Result<T, ActuatorError>) -> &'static str {
+    match result {
+        Ok(_) => "ok",
+        Err(error) => error.kind().as_str(),
+    }
+}
+
+/// An [`Actuator`] whose calls are recorded in [`Metrics`].
+pub(crate) struct InstrumentedActuator<M> {
+    pub(crate) inner: Arc<dyn Actuator<M>>,
+    pub(crate) metrics: Metrics,
+    pub(crate) controller: String,
+}
+
+impl<M> InstrumentedActuator<M> {
+    fn record<T>(&self, method: &'static str, started: Instant, result: &Result<T, ActuatorError>) {
+        self.metrics.actuator_call(
+            &self.controller,
+            method,
+            result_label(result),
+            started.elapsed(),
+        );
+    }
+}
+
+#[async_trait]
+impl<M: Send + Sync + 'static> Actuator<M> for InstrumentedActuator<M> {
+    async fn exists(
+        &self,
+        scope: &MachineScope<M>,
+    ) -> Result<Option<MachineInstance>, ActuatorError> {
+        let started = Instant::now();
+        let result = self.inner.exists(scope).await;
+        self.record("exists", started, &result);
+        result
+    }
+
+    async fn create(&self, scope: &MachineScope<M>) -> Result<MachineInstance, ActuatorError> {
+        let started = Instant::now();
+        let result = self.inner.create(scope).await;
+        self.record("create", started, &result);
+        result
+    }
+
+    async fn update(
+        &self,
+        scope: &MachineScope<M>,
+        instance: &MachineInstance,
+    ) -> Result<UpdateOutcome, ActuatorError> {
+        let started = Instant::now();
+        let result = self.inner.update(scope, instance).await;
+        self.record("update", started, &result);
+        result
+    }
+
+    async fn delete(&self, scope: &MachineScope<M>) -> Result<(), ActuatorError> {
+        let started = Instant::now();
+        let result = self.inner.delete(scope).await;
+        self.record("delete", started, &result);
+        result
+    }
+}
+
+/// A [`ClusterActuator`] whose calls are recorded in [`Metrics`].
+pub(crate) struct InstrumentedClusterActuator<C> {
+    pub(crate) inner: Arc<dyn ClusterActuator<C>>,
+    pub(crate) metrics: Metrics,
+    pub(crate) controller: String,
+}
+
+#[async_trait]
+impl<C: Send + Sync + 'static> ClusterActuator<C> for InstrumentedClusterActuator<C> {
+    async fn reconcile(
+        &self,
+        scope: &ClusterScope<C>,
+    ) -> Result<ClusterInfrastructure, ActuatorError> {
+        let started = Instant::now();
+        let result = self.inner.reconcile(scope).await;
+        self.metrics.actuator_call(
+            &self.controller,
+            "reconcile",
+            result_label(&result),
+            started.elapsed(),
+        );
+        result
+    }
+
+    async fn delete(&self, scope: &ClusterScope<C>) -> Result<(), ActuatorError> {
+        let started = Instant::now();
+        let result = self.inner.delete(scope).await;
+        self.metrics.actuator_call(
+            &self.controller,
+            "delete",
+            result_label(&result),
+            started.elapsed(),
+        );
+        result
+    }
+}
