@@ -88,7 +88,7 @@ fn cloud_error(error: CloudError) -> ActuatorError {
             "WaitingForQuota",
             format!("the instance quota ({limit}) is used up; waiting for capacity"),
         ),
-        CloudError::UnknownFlavor(flavor) => ActuatorError::invalid_configuration(
+        CloudError::UnknownFlavor { flavor } => ActuatorError::invalid_configuration(
             "UnknownFlavor",
             format!(
                 "flavor {flavor:?} does not exist in the simulated cloud; use small, medium or large"

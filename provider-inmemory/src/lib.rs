@@ -24,9 +24,12 @@
 //! # let _ = actuator;
 //! ```
 //!
-//! Not here yet: serving the simulated cloud from its own process (so that its state survives a
-//! manager restart) and registering `Node`s in a workload API server.
+//! - [`cloud::CloudServer`] / [`cloud::RemoteCloud`]: the same cloud served over HTTP from its own
+//!   process (the `inmemory-cloud` binary), so that its state survives managers being killed.
+//! - [`nodes`]: simulated kubelets registering a `Node` per running instance in a workload API
+//!   server.
 
 pub mod actuator;
 pub mod api;
 pub mod cloud;
+pub mod nodes;

@@ -292,3 +292,49 @@ async fn conflicts_on_the_provider_id_write_are_retried_never_answered_with_a_cr
     let _ = stop.send(());
     task.await.unwrap();
 }
+
+#[tokio::test]
+async fn a_cloud_in_its_own_process_keeps_state_across_manager_restarts() {
+    use provider_inmemory::cloud::{CloudServer, RemoteCloud};
+    const N: usize = 5;
+    let f = fixture(CloudConfig {
+        boot_time: Duration::from_millis(300),
+        ..CloudConfig::default()
+    })
+    .await;
+    let server = CloudServer::start(f.cloud.clone(), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let client = f.env.client();
+    add_machines(&client, &f.ns, N).await;
+
+    let run = |remote: RemoteCloud| {
+        let remote = Arc::new(remote);
+        let actuator = InMemoryActuator::new(remote.clone(), remote, Duration::from_millis(50));
+        let options = ReconcilerOptions::default()
+            .namespace(&f.ns)
+            .retry_policy(policy());
+        tokio::spawn(
+            InfraMachineReconciler::new(client.clone(), Arc::new(actuator))
+                .options(options)
+                .run(std::future::pending()),
+        )
+    };
+    // The first manager is killed part-way; the second one, with a new client, finishes the job.
+    let first = run(RemoteCloud::new(server.url()));
+    eventually("the first instances", || async {
+        f.cloud.instance_count() >= 2
+    })
+    .await;
+    first.abort();
+    let _ = first.await;
+    let second = run(RemoteCloud::new(server.url()));
+    eventually("all machines provisioned", || async {
+        provisioned(&client, &f.ns).await == N
+    })
+    .await;
+    let seen = RemoteCloud::new(server.url()).inspect().await.unwrap();
+    assert_eq!(seen.instances.len(), N);
+    assert_eq!(seen.max_created_per_tag, 1);
+    second.abort();
+}

@@ -4,10 +4,14 @@
 //! [`SimulatedCloud`] implements both in memory, with configurable latency, failure injection and
 //! quota, and an inspection API for tests.
 
+mod remote;
+mod server;
 mod simulated;
 
 use async_trait::async_trait;
 
+pub use remote::RemoteCloud;
+pub use server::{CloudServer, Inspection};
 pub use simulated::{CloudConfig, Faults, SimulatedCloud};
 
 /// The lifecycle state of a simulated instance.
@@ -69,13 +73,14 @@ pub struct LoadBalancer {
 }
 
 /// An error of the simulated cloud API.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "error", rename_all = "camelCase")]
 pub enum CloudError {
     /// An injected failure (HTTP 500 in a real cloud).
     #[error("simulated cloud: injected failure in {method}")]
     Injected {
         /// The method that failed.
-        method: &'static str,
+        method: String,
     },
     /// The instance quota is used up.
     #[error("simulated cloud: quota of {limit} instances exceeded")]
@@ -84,14 +89,17 @@ pub enum CloudError {
         limit: usize,
     },
     /// The flavor does not exist.
-    #[error("simulated cloud: unknown flavor {0:?}")]
-    UnknownFlavor(String),
-    /// The object does not exist.
-    #[error("simulated cloud: {0} not found")]
-    NotFound(String),
-    /// The cloud process could not be reached (remote mode).
-    #[error("simulated cloud unreachable: {0}")]
-    Unreachable(String),
+    #[error("simulated cloud: unknown flavor {flavor:?}")]
+    UnknownFlavor {
+        /// The flavor asked for.
+        flavor: String,
+    },
+    /// The cloud process could not be reached or answered nonsense (remote mode).
+    #[error("simulated cloud unreachable: {reason}")]
+    Unreachable {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// Instances.

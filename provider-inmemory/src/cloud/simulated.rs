@@ -46,7 +46,8 @@ impl Default for CloudConfig {
 }
 
 /// Injected failures, as probabilities between 0 and 1.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct Faults {
     /// Every call fails before doing anything with this probability.
     pub error_rate: f64,
@@ -194,7 +195,9 @@ impl SimulatedCloud {
             tokio::time::sleep(latency).await;
         }
         if fastrand::f64() < config.faults.rate(method) {
-            return Err(CloudError::Injected { method });
+            return Err(CloudError::Injected {
+                method: method.to_string(),
+            });
         }
         Ok(config)
     }
@@ -206,7 +209,9 @@ impl Compute for SimulatedCloud {
         lock(&self.state).create_calls += 1;
         let config = self.call("create_instance").await?;
         if !config.flavors.contains(&request.flavor) {
-            return Err(CloudError::UnknownFlavor(request.flavor));
+            return Err(CloudError::UnknownFlavor {
+                flavor: request.flavor,
+            });
         }
         let instance = {
             let mut state = lock(&self.state);
@@ -252,7 +257,7 @@ impl Compute for SimulatedCloud {
         }
         if fastrand::f64() < config.faults.lost_create_response_rate {
             return Err(CloudError::Injected {
-                method: "create_instance (response lost)",
+                method: "create_instance (response lost)".to_string(),
             });
         }
         Ok(instance)
@@ -413,7 +418,9 @@ mod tests {
         huge.flavor = "huge".into();
         assert_eq!(
             cloud.create_instance(huge).await,
-            Err(CloudError::UnknownFlavor("huge".into()))
+            Err(CloudError::UnknownFlavor {
+                flavor: "huge".into()
+            })
         );
     }
 

@@ -1,0 +1,91 @@
+//! `inmemory-cloud`: the simulated cloud as its own process, so that its state survives the
+//! managers that are killed and restarted against it (quickstart, benchmarks, chaos tests).
+//!
+//! ```text
+//! inmemory-cloud [--listen 127.0.0.1:0] [--boot-time-ms N] [--delete-time-ms N] [--call-latency-ms N]
+//!                [--jitter F] [--max-instances N] [--error-rate F] [--lost-create-response-rate F]
+//!                [--workload-kubeconfig FILE]
+//! ```
+//!
+//! Prints `listening on http://ADDR` on the first line of standard output once it accepts requests.
+//! With `--workload-kubeconfig`, every running instance is registered as a `Node` there.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use provider_inmemory::cloud::{CloudConfig, CloudServer, Faults, SimulatedCloud};
+use provider_inmemory::nodes::NodeRegistrar;
+
+struct Args {
+    listen: SocketAddr,
+    config: CloudConfig,
+    workload_kubeconfig: Option<String>,
+}
+
+fn parse(mut args: impl Iterator<Item = String>) -> Result<Args> {
+    let mut parsed = Args {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        config: CloudConfig::default(),
+        workload_kubeconfig: None,
+    };
+    let mut faults = Faults::default();
+    while let Some(flag) = args.next() {
+        let mut value = || args.next().with_context(|| format!("{flag} needs a value"));
+        let ms = |v: String| -> Result<Duration> {
+            Ok(Duration::from_millis(
+                v.parse().context("expected milliseconds")?,
+            ))
+        };
+        let rate = |v: String| -> Result<f64> {
+            let r: f64 = v.parse().context("expected a number")?;
+            if !(0.0..=1.0).contains(&r) {
+                bail!("{r} is not a probability between 0 and 1");
+            }
+            Ok(r)
+        };
+        match flag.as_str() {
+            "--listen" => parsed.listen = value()?.parse().context("--listen expects HOST:PORT")?,
+            "--boot-time-ms" => parsed.config.boot_time = ms(value()?)?,
+            "--delete-time-ms" => parsed.config.delete_time = ms(value()?)?,
+            "--call-latency-ms" => parsed.config.call_latency = ms(value()?)?,
+            "--jitter" => parsed.config.jitter = rate(value()?)?,
+            "--max-instances" => {
+                parsed.config.max_instances = Some(
+                    value()?
+                        .parse()
+                        .context("--max-instances expects a count")?,
+                )
+            }
+            "--error-rate" => faults.error_rate = rate(value()?)?,
+            "--lost-create-response-rate" => faults.lost_create_response_rate = rate(value()?)?,
+            "--workload-kubeconfig" => parsed.workload_kubeconfig = Some(value()?),
+            other => bail!("unknown argument {other:?}; see the crate docs for the flags"),
+        }
+    }
+    parsed.config.faults = faults;
+    Ok(parsed)
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .init();
+    let args = parse(std::env::args().skip(1))?;
+    let cloud = Arc::new(SimulatedCloud::new(args.config));
+    let server = CloudServer::start(Arc::clone(&cloud), args.listen)
+        .await
+        .context("binding the listen address")?;
+    if let Some(path) = args.workload_kubeconfig {
+        let yaml = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+        let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml)?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+        let registrar = NodeRegistrar::new(kube::Client::try_from(config)?, Arc::clone(&cloud));
+        tokio::spawn(registrar.run(Duration::from_millis(200)));
+    }
+    println!("listening on {}", server.url());
+    tokio::signal::ctrl_c().await?;
+    Ok(())
+}

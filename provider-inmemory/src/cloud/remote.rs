@@ -1,0 +1,166 @@
+//! A client of the simulated cloud's HTTP API ([`super::server`]), implementing the same narrow
+//! traits as the in-process cloud.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use http::{Method, Request, StatusCode, header};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde::de::DeserializeOwned;
+
+use super::server::{Inspection, encode};
+use super::{CloudError, Compute, Faults, Instance, InstanceRequest, LoadBalancer, LoadBalancers};
+
+/// The simulated cloud in another process, reached over HTTP.
+#[derive(Clone, Debug)]
+pub struct RemoteCloud {
+    base: String,
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+fn unreachable(reason: impl std::fmt::Display) -> CloudError {
+    CloudError::Unreachable {
+        reason: reason.to_string(),
+    }
+}
+
+impl RemoteCloud {
+    /// A client of the cloud at `base_url` (e.g. `http://127.0.0.1:7070`).
+    pub fn new(base_url: impl Into<String>) -> Self {
+        let base = base_url.into().trim_end_matches('/').to_string();
+        Self {
+            base,
+            client: Client::builder(TokioExecutor::new()).build_http(),
+        }
+    }
+
+    /// A snapshot of the cloud's state.
+    pub async fn inspect(&self) -> Result<Inspection, CloudError> {
+        self.call(Method::GET, "/v1/inspect", None).await
+    }
+
+    /// Changes the injected failures.
+    pub async fn set_faults(&self, faults: &Faults) -> Result<(), CloudError> {
+        let body = serde_json::to_vec(faults).map_err(unreachable)?;
+        self.send(Method::PUT, "/v1/faults", Some(body))
+            .await
+            .map(drop)
+    }
+
+    /// Sends a request; returns status and body.
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(StatusCode, Bytes), CloudError> {
+        let request = Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(unreachable)?;
+        let response = self.client.request(request).await.map_err(unreachable)?;
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(unreachable)?
+            .to_bytes();
+        if status.is_client_error() || status.is_server_error() {
+            if status == StatusCode::NOT_FOUND {
+                return Ok((status, body));
+            }
+            return Err(
+                serde_json::from_slice::<CloudError>(&body).unwrap_or_else(|_| {
+                    unreachable(format!("HTTP {status}: {}", String::from_utf8_lossy(&body)))
+                }),
+            );
+        }
+        Ok((status, body))
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<T, CloudError> {
+        let (status, body) = self.send(method, path, body).await?;
+        if status == StatusCode::NOT_FOUND {
+            return Err(unreachable(format!("{path} not found")));
+        }
+        serde_json::from_slice(&body).map_err(unreachable)
+    }
+}
+
+#[async_trait]
+impl Compute for RemoteCloud {
+    async fn create_instance(&self, request: InstanceRequest) -> Result<Instance, CloudError> {
+        let body = serde_json::to_vec(&request).map_err(unreachable)?;
+        self.call(Method::POST, "/v1/instances", Some(body)).await
+    }
+
+    async fn get_instance(&self, id: &str) -> Result<Option<Instance>, CloudError> {
+        let (status, body) = self
+            .send(Method::GET, &format!("/v1/instances/{}", encode(id)), None)
+            .await?;
+        if status == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        serde_json::from_slice(&body).map(Some).map_err(unreachable)
+    }
+
+    async fn find_instances(&self, tag: &str) -> Result<Vec<Instance>, CloudError> {
+        self.call(
+            Method::GET,
+            &format!("/v1/instances?tag={}", encode(tag)),
+            None,
+        )
+        .await
+    }
+
+    async fn delete_instance(&self, id: &str) -> Result<(), CloudError> {
+        self.send(
+            Method::DELETE,
+            &format!("/v1/instances/{}", encode(id)),
+            None,
+        )
+        .await
+        .map(drop)
+    }
+}
+
+#[async_trait]
+impl LoadBalancers for RemoteCloud {
+    async fn create_load_balancer(&self, tag: &str) -> Result<LoadBalancer, CloudError> {
+        self.call(
+            Method::POST,
+            &format!("/v1/loadbalancers?tag={}", encode(tag)),
+            None,
+        )
+        .await
+    }
+
+    async fn find_load_balancers(&self, tag: &str) -> Result<Vec<LoadBalancer>, CloudError> {
+        self.call(
+            Method::GET,
+            &format!("/v1/loadbalancers?tag={}", encode(tag)),
+            None,
+        )
+        .await
+    }
+
+    async fn delete_load_balancer(&self, id: &str) -> Result<(), CloudError> {
+        self.send(
+            Method::DELETE,
+            &format!("/v1/loadbalancers/{}", encode(id)),
+            None,
+        )
+        .await
+        .map(drop)
+    }
+}

@@ -1,0 +1,148 @@
+//! Simulated kubelets: every running instance of the simulated cloud registers a `Node` (with its
+//! provider ID, addresses and a `Ready` condition) in a workload API server, and the `Node` goes
+//! when the instance does — what the kubelet and the cloud-controller-manager do in a real cluster.
+//!
+//! Simulated clusters may share one workload API server; nodes are told apart by provider ID.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::actuator::provider_id;
+use crate::cloud::{InstanceStatus, SimulatedCloud};
+
+/// The label on every simulated node.
+pub const SIMULATED_NODE_LABEL: &str = "node.capi-rs.dev/simulated";
+
+/// Keeps the workload API server's nodes in step with the simulated cloud's running instances.
+pub struct NodeRegistrar {
+    nodes: Api<Node>,
+    cloud: Arc<SimulatedCloud>,
+    registered: BTreeSet<String>,
+}
+
+impl std::fmt::Debug for NodeRegistrar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeRegistrar")
+            .field("registered", &self.registered.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodeRegistrar {
+    /// A registrar writing to the workload cluster of `client`.
+    pub fn new(client: Client, cloud: Arc<SimulatedCloud>) -> Self {
+        Self {
+            nodes: Api::all(client),
+            cloud,
+            registered: BTreeSet::new(),
+        }
+    }
+
+    /// Syncs every `interval`, forever. Errors are logged and retried on the next pass.
+    pub async fn run(mut self, interval: Duration) {
+        loop {
+            if let Err(error) = self.sync().await {
+                tracing::warn!(%error, "could not sync simulated nodes");
+            }
+            tokio::time::sleep(interval).await;
+        }
+    }
+
+    /// One pass: registers nodes for running instances and removes nodes of vanished ones.
+    pub async fn sync(&mut self) -> Result<(), kube::Error> {
+        if self.registered.is_empty() {
+            // After a restart: adopt the nodes registered before.
+            let selector = format!("{SIMULATED_NODE_LABEL}=true");
+            for node in self
+                .nodes
+                .list_metadata(&ListParams::default().labels(&selector))
+                .await?
+            {
+                if let Some(name) = node.metadata.name {
+                    self.registered.insert(name);
+                }
+            }
+        }
+        let instances = self.cloud.instances();
+        let running: BTreeSet<String> = instances
+            .iter()
+            .filter(|i| i.status == InstanceStatus::Active)
+            .map(|i| i.id.clone())
+            .collect();
+        let new: Vec<_> = instances
+            .iter()
+            .filter(|i| running.contains(&i.id) && !self.registered.contains(&i.id))
+            .collect();
+        for instance in new {
+            let node = Node {
+                metadata: ObjectMeta {
+                    name: Some(instance.id.clone()),
+                    labels: Some(
+                        [
+                            (SIMULATED_NODE_LABEL.to_string(), "true".to_string()),
+                            ("kubernetes.io/hostname".to_string(), instance.id.clone()),
+                            (
+                                "topology.kubernetes.io/zone".to_string(),
+                                instance.zone.clone().unwrap_or_default(),
+                            ),
+                        ]
+                        .into(),
+                    ),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(k8s_openapi::api::core::v1::NodeSpec {
+                    provider_id: Some(provider_id(&instance.id)),
+                    ..Default::default()
+                }),
+                status: None,
+            };
+            match self.nodes.create(&PostParams::default(), &node).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.is_already_exists() => {}
+                Err(error) => return Err(error),
+            }
+            let now = jiff::Timestamp::now().to_string();
+            let status = json!({"status": {
+                "conditions": [{
+                    "type": "Ready", "status": "True", "reason": "KubeletReady",
+                    "message": "simulated kubelet is posting ready status",
+                    "lastHeartbeatTime": now, "lastTransitionTime": now,
+                }],
+                "addresses": [
+                    {"type": "InternalIP", "address": instance.address},
+                    {"type": "Hostname", "address": instance.id},
+                ],
+            }});
+            self.nodes
+                .patch_status(
+                    &instance.id,
+                    &PatchParams::default(),
+                    &Patch::Merge(&status),
+                )
+                .await?;
+            self.registered.insert(instance.id.clone());
+        }
+        let gone: Vec<String> = self
+            .registered
+            .iter()
+            .filter(|name| !running.contains(*name))
+            .cloned()
+            .collect();
+        for name in gone {
+            match self.nodes.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.is_not_found() => {}
+                Err(error) => return Err(error),
+            }
+            self.registered.remove(&name);
+        }
+        Ok(())
+    }
+}
