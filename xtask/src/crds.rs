@@ -4,18 +4,29 @@ use anyhow::{Context, Result, bail};
 
 use crate::workspace_root;
 
-/// Writes `crds/core/*.yaml`, or with `check` fails if they differ from the generated ones.
+/// Writes every generated CRD folder (`crds/core`, `crds/inmemory`), or with `check` fails if a
+/// folder differs from what the types generate.
 pub(crate) fn run(check: bool) -> Result<()> {
-    let dir = workspace_root().join("crds").join("core");
-    let rendered = capi_core::crd::render_core()?;
+    let sets = [
+        ("core", capi_core::crd::core()),
+        ("inmemory", provider_inmemory::api::crds()),
+    ];
+    for (folder, crds) in sets {
+        sync_folder(folder, &capi_core::crd::render(&crds)?, check)?;
+    }
+    Ok(())
+}
+
+fn sync_folder(folder: &str, rendered: &[capi_core::crd::RenderedCrd], check: bool) -> Result<()> {
+    let dir = workspace_root().join("crds").join(folder);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut stale = Vec::new();
-    for crd in &rendered {
+    for crd in rendered {
         let path = dir.join(&crd.file_name);
         let current = std::fs::read_to_string(&path).unwrap_or_default();
         if current != crd.yaml {
             stale.push(crd.file_name.clone());
             if !check {
-                std::fs::create_dir_all(&dir)?;
                 std::fs::write(&path, &crd.yaml)
                     .with_context(|| format!("writing {}", path.display()))?;
             }
