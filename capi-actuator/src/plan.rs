@@ -84,6 +84,38 @@ impl<R: Default> Plan<R> {
         );
     }
 
+    /// Records whether reconciliation is paused (the `Paused` condition) and returns it.
+    pub(crate) fn paused(&mut self, paused: bool) -> bool {
+        if paused {
+            let message = "reconciliation is paused";
+            self.condition(
+                condition::PAUSED,
+                ConditionStatus::True,
+                reasons::PAUSED,
+                message,
+            );
+        } else {
+            self.condition(
+                condition::PAUSED,
+                ConditionStatus::False,
+                reasons::NOT_PAUSED,
+                "",
+            );
+        }
+        paused
+    }
+
+    /// Turns an error of a deletion into the plan. Unlike elsewhere, an invalid configuration is
+    /// retried with backoff: a deletion cannot wait for a spec change.
+    pub(crate) fn deletion_error(self, error: ActuatorError) -> Self {
+        if error.kind() == ActuatorErrorKind::InvalidConfiguration {
+            let reason = error.reason().to_string();
+            let message = error.message().to_string();
+            return self.not_ready(&reason, message, Next::Failed(error));
+        }
+        self.actuator_error(error)
+    }
+
     pub(crate) fn not_ready(
         mut self,
         reason: &str,

@@ -11,7 +11,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::plan::EventNote;
+use crate::plan::{EventNote, FinalizerChange};
 
 /// How often a write that meets a conflict (409) is retried before the reconcile fails.
 const CONFLICT_RETRIES: u32 = 5;
@@ -45,13 +45,26 @@ where
     }
 }
 
-/// Adds `finalizer`, guarded by the resource version that was read: a concurrent change makes the
-/// patch fail (and the reconcile retry) instead of being overwritten.
-pub(crate) async fn add_finalizer<K>(
+/// Applies a plan's finalizer change.
+pub(crate) async fn change_finalizer<K>(
     api: &Api<K>,
     object: &K,
+    change: FinalizerChange,
     finalizer: &str,
 ) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    match change {
+        FinalizerChange::Add => add_finalizer(api, object, finalizer).await,
+        FinalizerChange::Remove => remove_finalizer(api, object, finalizer).await,
+        FinalizerChange::Keep => Ok(()),
+    }
+}
+
+/// Adds `finalizer`, guarded by the resource version that was read: a concurrent change makes the
+/// patch fail (and the reconcile retry) instead of being overwritten.
+async fn add_finalizer<K>(api: &Api<K>, object: &K, finalizer: &str) -> Result<(), kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
@@ -72,11 +85,7 @@ where
 
 /// Removes `finalizer` with a JSON patch that first tests the list, so that only our entry goes and
 /// only if nobody changed the list meanwhile. A vanished object is not an error.
-pub(crate) async fn remove_finalizer<K>(
-    api: &Api<K>,
-    object: &K,
-    finalizer: &str,
-) -> Result<(), kube::Error>
+async fn remove_finalizer<K>(api: &Api<K>, object: &K, finalizer: &str) -> Result<(), kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {

@@ -5,86 +5,26 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use capi_actuator::ReconcilerOptions;
 use capi_actuator::machine::InfraMachineReconciler;
 
-use capi_core::api::{ContractVersionedObjectReference, Machine};
-use capi_core::labels;
 use capi_testing::faults::ApiFaults;
-use common::{eventually, fixture, policy};
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{DeleteParams, PostParams};
+use common::{add_machine, eventually, fixture, policy};
+use kube::api::DeleteParams;
 use kube::{Api, Client, ResourceExt};
 use provider_inmemory::actuator::InMemoryActuator;
-use provider_inmemory::api::{InMemoryMachine, InMemoryMachineSpec};
+use provider_inmemory::api::InMemoryMachine;
 use provider_inmemory::cloud::{CloudConfig, Faults, SimulatedCloud};
-use serde_json::json;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-/// Creates `n` Machines with bootstrap data and their InMemoryMachines, owned as the Machine
-/// controller would own them.
+/// Creates `n` Machines `m-0`…`m-{n-1}` with bootstrap data and their InMemoryMachines.
 async fn add_machines(client: &Client, ns: &str, n: usize) {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let machines: Api<Machine> = Api::namespaced(client.clone(), ns);
-    let infra: Api<InMemoryMachine> = Api::namespaced(client.clone(), ns);
     for i in 0..n {
-        let name = format!("m-{i}");
-        let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some(format!("{name}-bootstrap")),
-                ..ObjectMeta::default()
-            },
-            data: Some(BTreeMap::from([(
-                "value".to_string(),
-                ByteString(b"#cloud-config\n".to_vec()),
-            )])),
-            ..Secret::default()
-        };
-        secrets
-            .create(&PostParams::default(), &secret)
-            .await
-            .unwrap();
-        let mut machine: Machine = serde_json::from_value(json!({
-            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-            "metadata": {"name": name, "labels": {labels::CLUSTER_NAME: "demo"}},
-            "spec": {"clusterName": "demo", "bootstrap": {"dataSecretName": format!("{name}-bootstrap")},
-                     "infrastructureRef": ContractVersionedObjectReference::new(provider_inmemory::api::GROUP, "InMemoryMachine", &name)}
-        }))
-        .unwrap();
-        machine = machines
-            .create(&PostParams::default(), &machine)
-            .await
-            .unwrap();
-        let mut infra_machine = InMemoryMachine::new(
-            &name,
-            InMemoryMachineSpec {
-                provider_id: None,
-                flavor: "small".into(),
-            },
-        );
-        infra_machine.metadata.labels = Some(BTreeMap::from([(
-            labels::CLUSTER_NAME.to_string(),
-            "demo".to_string(),
-        )]));
-        infra_machine.metadata.owner_references = Some(vec![OwnerReference {
-            api_version: "cluster.x-k8s.io/v1beta2".into(),
-            kind: "Machine".into(),
-            name: name.clone(),
-            uid: machine.uid().unwrap(),
-            controller: Some(true),
-            ..OwnerReference::default()
-        }]);
-        infra
-            .create(&PostParams::default(), &infra_machine)
-            .await
-            .unwrap();
+        add_machine(client, ns, &format!("m-{i}")).await;
     }
 }
 

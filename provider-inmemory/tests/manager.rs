@@ -4,26 +4,18 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use capi_actuator::ReconcilerOptions;
 use capi_actuator::manager::{LeaderElectionConfig, Manager, ManagerConfig, ManagerError};
-use capi_core::api::Machine;
-use capi_core::labels;
-use common::{Fixture, eventually, fixture, policy};
-use k8s_openapi::ByteString;
+use common::{Fixture, add_machine, eventually, fixture, policy};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::PostParams;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 use provider_inmemory::actuator::InMemoryActuator;
-use provider_inmemory::api::{InMemoryMachine, InMemoryMachineSpec};
+use provider_inmemory::api::InMemoryMachine;
 use provider_inmemory::cloud::CloudConfig;
-use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -48,57 +40,6 @@ async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
     (status, body)
-}
-
-async fn add_machine(client: &Client, ns: &str, name: &str) {
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(format!("{name}-bootstrap")),
-            ..ObjectMeta::default()
-        },
-        data: Some(BTreeMap::from([(
-            "value".to_string(),
-            ByteString(b"#cloud-config\n".to_vec()),
-        )])),
-        ..Secret::default()
-    };
-    Api::<Secret>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
-    let machine: Machine = serde_json::from_value(json!({
-        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-        "metadata": {"name": name, "labels": {labels::CLUSTER_NAME: "demo"}},
-        "spec": {"clusterName": "demo", "bootstrap": {"dataSecretName": format!("{name}-bootstrap")},
-                 "infrastructureRef": {"apiGroup": "infrastructure.capi-rs.dev", "kind": "InMemoryMachine", "name": name}}
-    }))
-    .unwrap();
-    let machine = Api::<Machine>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &machine)
-        .await
-        .unwrap();
-    let mut infra = InMemoryMachine::new(
-        name,
-        InMemoryMachineSpec {
-            provider_id: None,
-            flavor: "small".into(),
-        },
-    );
-    infra.metadata.labels = Some(BTreeMap::from([(
-        labels::CLUSTER_NAME.to_string(),
-        "demo".to_string(),
-    )]));
-    infra.metadata.owner_references = Some(vec![OwnerReference {
-        api_version: "cluster.x-k8s.io/v1beta2".into(),
-        kind: "Machine".into(),
-        name: name.into(),
-        uid: machine.uid().unwrap(),
-        ..OwnerReference::default()
-    }]);
-    Api::<InMemoryMachine>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &infra)
-        .await
-        .unwrap();
 }
 
 async fn is_provisioned(client: &Client, ns: &str, name: &str) -> bool {

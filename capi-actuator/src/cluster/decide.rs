@@ -6,7 +6,7 @@ use std::time::Duration;
 use capi_core::api::{ApiEndpoint, Cluster, FailureDomain};
 use capi_core::condition::{self, ConditionStatus};
 use capi_core::infra::InfraCluster;
-use capi_core::{ActuatorErrorKind, ClusterActuator, ClusterScope, labels};
+use capi_core::{ClusterActuator, ClusterScope, labels};
 use kube::ResourceExt;
 
 use crate::plan::{FinalizerChange, Next};
@@ -51,21 +51,9 @@ pub(crate) async fn decide<C: InfraCluster>(
 
     let paused = labels::has_paused_annotation(infra.meta())
         || snapshot.cluster.as_ref().is_some_and(|c| c.is_paused());
-    if paused {
-        plan.condition(
-            condition::PAUSED,
-            ConditionStatus::True,
-            reasons::PAUSED,
-            "reconciliation is paused",
-        );
+    if plan.paused(paused) {
         return plan;
     }
-    plan.condition(
-        condition::PAUSED,
-        ConditionStatus::False,
-        reasons::NOT_PAUSED,
-        "",
-    );
 
     let has_finalizer = infra
         .finalizers()
@@ -105,12 +93,7 @@ pub(crate) async fn decide<C: InfraCluster>(
                 );
                 plan
             }
-            Err(error) if error.kind() == ActuatorErrorKind::InvalidConfiguration => {
-                let reason = error.reason().to_string();
-                let message = error.message().to_string();
-                plan.not_ready(&reason, message, Next::Failed(error))
-            }
-            Err(error) => plan.actuator_error(error),
+            Err(error) => plan.deletion_error(error),
         };
     }
 

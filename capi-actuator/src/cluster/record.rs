@@ -30,13 +30,7 @@ pub(crate) async fn record<C: InfraCluster>(
         )
         .await?;
     }
-    match plan.finalizer {
-        FinalizerChange::Add => write::add_finalizer(&api, infra, INFRA_CLUSTER_FINALIZER).await?,
-        FinalizerChange::Remove => {
-            write::remove_finalizer(&api, infra, INFRA_CLUSTER_FINALIZER).await?
-        }
-        FinalizerChange::Keep => {}
-    }
+    write::change_finalizer(&api, infra, plan.finalizer, INFRA_CLUSTER_FINALIZER).await?;
     if plan.finalizer != FinalizerChange::Remove {
         let current = infra.infra_status().cloned().unwrap_or_default();
         let desired = desired_status(&current, plan);

@@ -11,8 +11,7 @@ use capi_core::api::{Cluster, Machine, MachineAddress};
 use capi_core::condition::{self, ConditionStatus};
 use capi_core::infra::InfraMachine;
 use capi_core::{
-    Actuator, ActuatorErrorKind, BootstrapData, IdempotencyKey, InstanceState, MachineInstance,
-    MachineScope, labels,
+    Actuator, BootstrapData, IdempotencyKey, InstanceState, MachineInstance, MachineScope, labels,
 };
 use kube::ResourceExt;
 
@@ -106,21 +105,9 @@ pub(crate) async fn decide<M: InfraMachine>(
 
     let paused = labels::has_paused_annotation(infra.meta())
         || snapshot.cluster.as_ref().is_some_and(|c| c.is_paused());
-    if paused {
-        plan.condition(
-            condition::PAUSED,
-            ConditionStatus::True,
-            reasons::PAUSED,
-            "reconciliation is paused",
-        );
+    if plan.paused(paused) {
         return plan;
     }
-    plan.condition(
-        condition::PAUSED,
-        ConditionStatus::False,
-        reasons::NOT_PAUSED,
-        "",
-    );
 
     let has_finalizer = infra
         .finalizers()
@@ -316,12 +303,6 @@ async fn decide_deletion<M: InfraMachine>(
             );
             plan
         }
-        Err(error) if error.kind() == ActuatorErrorKind::InvalidConfiguration => {
-            // Deletion cannot wait for a spec change: keep retrying, with backoff.
-            let reason = error.reason().to_string();
-            let message = error.message().to_string();
-            plan.not_ready(&reason, message, Next::Failed(error))
-        }
-        Err(error) => plan.actuator_error(error),
+        Err(error) => plan.deletion_error(error),
     }
 }

@@ -28,13 +28,7 @@ pub(crate) async fn record<M: InfraMachine>(
     {
         write::patch(&api, &name, json!({"spec": {"providerID": provider_id}})).await?;
     }
-    match plan.finalizer {
-        FinalizerChange::Add => write::add_finalizer(&api, infra, INFRA_MACHINE_FINALIZER).await?,
-        FinalizerChange::Remove => {
-            write::remove_finalizer(&api, infra, INFRA_MACHINE_FINALIZER).await?
-        }
-        FinalizerChange::Keep => {}
-    }
+    write::change_finalizer(&api, infra, plan.finalizer, INFRA_MACHINE_FINALIZER).await?;
     // Status, only when it changed: an unchanged pass writes nothing and so triggers nothing.
     // (Not for an object whose finalizer just went: it is about to disappear.)
     if plan.finalizer != FinalizerChange::Remove {

@@ -1,15 +1,22 @@
 //! Helpers shared by the in-memory provider's integration tests.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use capi_actuator::retry::RetryPolicy;
-use capi_core::api::Cluster;
+use capi_core::api::{Cluster, Machine};
+use capi_core::labels;
 use capi_testing::TestEnv;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use provider_inmemory::api::{InMemoryMachine, InMemoryMachineSpec};
 use provider_inmemory::cloud::{CloudConfig, SimulatedCloud};
 use serde_json::json;
 
@@ -68,4 +75,57 @@ where
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Creates a Machine with bootstrap data and its InMemoryMachine, owned as the Machine controller
+/// would own it.
+pub(crate) async fn add_machine(client: &Client, ns: &str, name: &str) {
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(format!("{name}-bootstrap")),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([(
+            "value".to_string(),
+            ByteString(b"#cloud-config\n".to_vec()),
+        )])),
+        ..Secret::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let machine: Machine = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+        "metadata": {"name": name, "labels": {labels::CLUSTER_NAME: "demo"}},
+        "spec": {"clusterName": "demo", "bootstrap": {"dataSecretName": format!("{name}-bootstrap")},
+                 "infrastructureRef": {"apiGroup": "infrastructure.capi-rs.dev", "kind": "InMemoryMachine", "name": name}}
+    }))
+    .unwrap();
+    let machine = Api::<Machine>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &machine)
+        .await
+        .unwrap();
+    let mut infra = InMemoryMachine::new(
+        name,
+        InMemoryMachineSpec {
+            provider_id: None,
+            flavor: "small".into(),
+        },
+    );
+    infra.metadata.labels = Some(BTreeMap::from([(
+        labels::CLUSTER_NAME.to_string(),
+        "demo".to_string(),
+    )]));
+    infra.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "cluster.x-k8s.io/v1beta2".into(),
+        kind: "Machine".into(),
+        name: name.into(),
+        uid: machine.uid().unwrap(),
+        ..OwnerReference::default()
+    }]);
+    Api::<InMemoryMachine>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &infra)
+        .await
+        .unwrap();
 }
