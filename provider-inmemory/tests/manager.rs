@@ -193,3 +193,44 @@ async fn only_the_leader_reconciles_and_a_successor_takes_over() {
     let _ = stop_b.send(());
     task_b.await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn losing_the_lease_stops_the_controllers_and_says_so() {
+    let f = fixture(CloudConfig::default()).await;
+    let leases: Api<Lease> = Api::namespaced(f.env.client(), &f.ns);
+    let (_addr, task, _stop) = start_manager(&f, Some(election(&f.ns, "replica-a"))).await;
+    eventually("replica a to lead", || async {
+        leases
+            .get_opt("inmemory-provider")
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|l| l.spec.and_then(|s| s.holder_identity).as_deref() == Some("replica-a"))
+    })
+    .await;
+
+    // Another replica takes the lease (as after a network partition): this one must stop.
+    let mut lease = leases.get("inmemory-provider").await.unwrap();
+    let spec = lease.spec.as_mut().unwrap();
+    spec.holder_identity = Some("intruder".into());
+    spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+        jiff::Timestamp::now(),
+    ));
+    leases
+        .replace(
+            "inmemory-provider",
+            &kube::api::PostParams::default(),
+            &lease,
+        )
+        .await
+        .unwrap();
+
+    let result = tokio::time::timeout(Duration::from_secs(60), task)
+        .await
+        .expect("the manager stopped")
+        .unwrap();
+    assert!(
+        matches!(result, Err(ManagerError::LeadershipLost)),
+        "{result:?}"
+    );
+}
