@@ -1,10 +1,19 @@
-//! Bootstrap for Cluster API machines.
+//! Bootstrap for Cluster API machines: kubeadm, as cloud-init or Ignition.
 //!
-//! Today this crate provides the producer side of the bootstrap contract ([`secret`]): the Secret
-//! a bootstrap provider writes and an infrastructure provider reads (with
-//! [`capi_core::BootstrapData::from_secret`]). The kubeadm types (`KubeadmConfig`), cloud-init and
-//! Ignition rendering, PKI and the bootstrap reconciler (DESIGN.md §7) are tracked as their own
-//! issue and are not here yet.
+//! - [`api`]: `KubeadmConfig` and `KubeadmConfigTemplate` (`bootstrap.cluster.x-k8s.io/v1beta2`, a
+//!   documented subset of upstream's fields).
+//! - [`render`]: one model ([`render::plan`]) and two outputs — [`render::cloud_init`]
+//!   (YAML-1.1-safe cloud-config) and [`render::ignition`] (spec v3.3) — with kubeadm's
+//!   configuration in the API version the node's kubeadm expects ([`render::kubeadm`]). Every
+//!   variant is checked by the real `cloud-init schema` and `ignition-validate` in the tests, and
+//!   checked in as golden files (`tests/golden/`). Providers add files (a cloud provider
+//!   configuration, a CA bundle) through [`render::RenderInput::extra_files`] without forking the
+//!   renderer.
+//! - [`secret`]: the producer side of the bootstrap contract — the Secret an infrastructure
+//!   provider reads with [`capi_core::BootstrapData::from_secret`].
+//!
+//! Not here yet (tracked by the bootstrap issue): the cluster PKI Secrets, the init lock, bootstrap
+//! tokens in the workload cluster, and the reconciler that renders a `KubeadmConfig` into its Secret.
 //!
 //! ```
 //! use capi_bootstrap::secret::BootstrapSecret;
@@ -16,4 +25,6 @@
 //! assert_eq!(data.expose(), b"#cloud-config\n");
 //! ```
 
+pub mod api;
+pub mod render;
 pub mod secret;

@@ -4,11 +4,12 @@ use anyhow::{Context, Result, bail};
 
 use crate::workspace_root;
 
-/// Writes every generated CRD folder (`crds/core`, `crds/inmemory`), or with `check` fails if a
+/// Writes every generated CRD folder (`crds/core`, `crds/bootstrap`, `crds/inmemory`), or with `check` fails if a
 /// folder differs from what the types generate.
 pub(crate) fn run(check: bool) -> Result<()> {
     let sets = [
         ("core", capi_core::crd::core()),
+        ("bootstrap", capi_bootstrap::api::crds()),
         ("inmemory", provider_inmemory::api::crds()),
     ];
     for (folder, crds) in sets {

@@ -27,6 +27,9 @@ pub(crate) fn run_all() -> Result<()> {
         command
     };
 
+    step("Bootstrap validators (cloud-init, ignition-validate)");
+    ensure_validators()?;
+
     step("Formatting (cargo fmt --check)");
     run(&mut cargo_in_root(&["fmt", "--all", "--check"]))?;
 
@@ -63,6 +66,28 @@ pub(crate) fn run_all() -> Result<()> {
     ])))?;
 
     println!("\nAll checks passed.");
+    Ok(())
+}
+
+/// The real validators the bootstrap tests run: Debian's `cloud-init` and `ignition` packages.
+fn ensure_validators() -> Result<()> {
+    let missing =
+        !succeeds("cloud-init", &["--version"]) || !succeeds("ignition-validate", &["--version"]);
+    if missing {
+        run(crate::command::as_root("apt-get").args(["update", "-q"]))?;
+        run(crate::command::as_root("apt-get")
+            .args([
+                "install",
+                "-y",
+                "-q",
+                "--no-install-recommends",
+                "cloud-init",
+                "ignition",
+            ])
+            .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    } else {
+        println!("    cloud-init and ignition-validate are installed");
+    }
     Ok(())
 }
 

@@ -1,0 +1,224 @@
+//! kubeadm's configuration files, in the API version the node's kubeadm expects:
+//! `kubeadm.k8s.io/v1beta4` from Kubernetes 1.31 on, `kubeadm.k8s.io/v1beta3` before.
+//!
+//! Documents are written as JSON (a subset of YAML that kubeadm reads), separated by `---`, so
+//! that no value can be misread by a YAML 1.1 parser.
+
+use serde_json::{Map, Value, json};
+
+use super::{KubernetesVersion, RenderInput, Role};
+use crate::api::{Arg, ClusterConfiguration, NodeRegistration};
+
+/// The default TTL of bootstrap tokens created by `kubeadm init` for joining machines.
+pub const BOOTSTRAP_TOKEN_TTL: &str = "15m0s";
+
+/// The kubeadm API version for a node of `version`.
+pub fn api_version(version: KubernetesVersion) -> &'static str {
+    if (version.major, version.minor) >= (1, 31) {
+        "kubeadm.k8s.io/v1beta4"
+    } else {
+        "kubeadm.k8s.io/v1beta3"
+    }
+}
+
+/// Renders the configuration file for the machine's role.
+pub fn render(input: &RenderInput<'_>) -> String {
+    let v4 = api_version(input.version).ends_with("v1beta4");
+    let documents = match &input.role {
+        Role::Init { token } => vec![
+            init_configuration(input, token, v4),
+            cluster_configuration(input, v4),
+        ],
+        Role::JoinControlPlane {
+            token,
+            ca_cert_hashes,
+        } => vec![join_configuration(input, token, ca_cert_hashes, true, v4)],
+        Role::JoinWorker {
+            token,
+            ca_cert_hashes,
+        } => vec![join_configuration(input, token, ca_cert_hashes, false, v4)],
+    };
+    let mut out = String::new();
+    for document in documents {
+        out.push_str("---\n");
+        out.push_str(&serde_json::to_string_pretty(&document).unwrap_or_default());
+        out.push('\n');
+    }
+    out
+}
+
+/// `extraArgs` as v1beta3's map or v1beta4's list of `{name, value}`.
+fn args(args: &[Arg], v4: bool) -> Value {
+    if v4 {
+        Value::Array(
+            args.iter()
+                .map(|a| json!({"name": a.name, "value": a.value}))
+                .collect(),
+        )
+    } else {
+        Value::Object(
+            args.iter()
+                .map(|a| (a.name.clone(), Value::String(a.value.clone())))
+                .collect(),
+        )
+    }
+}
+
+fn insert_nonempty(map: &mut Map<String, Value>, key: &str, value: Value) {
+    let empty = match &value {
+        Value::Null => true,
+        Value::Array(items) => items.is_empty(),
+        Value::Object(fields) => fields.is_empty(),
+        Value::String(s) => s.is_empty(),
+        _ => false,
+    };
+    if !empty {
+        map.insert(key.to_string(), value);
+    }
+}
+
+fn node_registration(registration: Option<&NodeRegistration>, v4: bool) -> Value {
+    let mut map = Map::new();
+    if let Some(registration) = registration {
+        insert_nonempty(&mut map, "name", json!(registration.name));
+        insert_nonempty(&mut map, "criSocket", json!(registration.cri_socket));
+        insert_nonempty(
+            &mut map,
+            "kubeletExtraArgs",
+            args(&registration.kubelet_extra_args, v4),
+        );
+        insert_nonempty(
+            &mut map,
+            "ignorePreflightErrors",
+            json!(registration.ignore_preflight_errors),
+        );
+    }
+    Value::Object(map)
+}
+
+fn document(input: &RenderInput<'_>, kind: &str) -> Map<String, Value> {
+    let mut map = Map::new();
+    map.insert("apiVersion".into(), json!(api_version(input.version)));
+    map.insert("kind".into(), json!(kind));
+    map
+}
+
+fn init_configuration(input: &RenderInput<'_>, token: &str, v4: bool) -> Value {
+    let init = input.spec.init_configuration.clone().unwrap_or_default();
+    let mut map = document(input, "InitConfiguration");
+    map.insert(
+        "bootstrapTokens".into(),
+        json!([{
+            "token": token,
+            "ttl": BOOTSTRAP_TOKEN_TTL,
+            "groups": ["system:bootstrappers:kubeadm:default-node-token"],
+            "usages": ["signing", "authentication"],
+        }]),
+    );
+    insert_nonempty(
+        &mut map,
+        "nodeRegistration",
+        node_registration(init.node_registration.as_ref(), v4),
+    );
+    if let Some(endpoint) = &init.local_api_endpoint {
+        let mut local = Map::new();
+        insert_nonempty(
+            &mut local,
+            "advertiseAddress",
+            json!(endpoint.advertise_address),
+        );
+        insert_nonempty(&mut local, "bindPort", json!(endpoint.bind_port));
+        insert_nonempty(&mut map, "localAPIEndpoint", Value::Object(local));
+    }
+    insert_nonempty(&mut map, "skipPhases", json!(init.skip_phases));
+    Value::Object(map)
+}
+
+fn cluster_configuration(input: &RenderInput<'_>, v4: bool) -> Value {
+    let config: ClusterConfiguration = input.spec.cluster_configuration.clone().unwrap_or_default();
+    let cluster = &input.cluster;
+    let mut map = document(input, "ClusterConfiguration");
+    map.insert("clusterName".into(), json!(cluster.name));
+    map.insert("kubernetesVersion".into(), json!(input.version.to_tag()));
+    map.insert(
+        "controlPlaneEndpoint".into(),
+        json!(cluster.control_plane_endpoint),
+    );
+    map.insert(
+        "networking".into(),
+        json!({
+            "podSubnet": cluster.pod_cidrs.join(","),
+            "serviceSubnet": cluster.service_cidrs.join(","),
+            "dnsDomain": cluster.service_domain,
+        }),
+    );
+    let api_server = config.api_server.unwrap_or_default();
+    let mut api = Map::new();
+    insert_nonempty(&mut api, "certSANs", json!(api_server.cert_sans));
+    insert_nonempty(&mut api, "extraArgs", args(&api_server.extra_args, v4));
+    insert_nonempty(&mut map, "apiServer", Value::Object(api));
+    for (key, component) in [
+        ("controllerManager", &config.controller_manager),
+        ("scheduler", &config.scheduler),
+    ] {
+        if let Some(component) = component {
+            let mut fields = Map::new();
+            insert_nonempty(&mut fields, "extraArgs", args(&component.extra_args, v4));
+            insert_nonempty(&mut map, key, Value::Object(fields));
+        }
+    }
+    if let Some(local) = config.etcd.and_then(|e| e.local) {
+        let mut fields = Map::new();
+        insert_nonempty(&mut fields, "dataDir", json!(local.data_dir));
+        insert_nonempty(&mut fields, "extraArgs", args(&local.extra_args, v4));
+        insert_nonempty(&mut map, "etcd", json!({"local": fields}));
+    }
+    if let Some(dns) = config.dns {
+        let mut fields = Map::new();
+        insert_nonempty(&mut fields, "imageRepository", json!(dns.image_repository));
+        insert_nonempty(&mut fields, "imageTag", json!(dns.image_tag));
+        insert_nonempty(&mut map, "dns", Value::Object(fields));
+    }
+    insert_nonempty(&mut map, "imageRepository", json!(config.image_repository));
+    insert_nonempty(&mut map, "certificatesDir", json!(config.certificates_dir));
+    insert_nonempty(&mut map, "featureGates", json!(config.feature_gates));
+    Value::Object(map)
+}
+
+fn join_configuration(
+    input: &RenderInput<'_>,
+    token: &str,
+    ca_cert_hashes: &[String],
+    control_plane: bool,
+    v4: bool,
+) -> Value {
+    let join = input.spec.join_configuration.clone().unwrap_or_default();
+    let mut map = document(input, "JoinConfiguration");
+    map.insert(
+        "discovery".into(),
+        json!({"bootstrapToken": {
+            "token": token,
+            "apiServerEndpoint": input.cluster.control_plane_endpoint,
+            "caCertHashes": ca_cert_hashes,
+        }}),
+    );
+    insert_nonempty(
+        &mut map,
+        "nodeRegistration",
+        node_registration(join.node_registration.as_ref(), v4),
+    );
+    if control_plane {
+        let mut local = Map::new();
+        if let Some(endpoint) = join.control_plane.and_then(|c| c.local_api_endpoint) {
+            insert_nonempty(
+                &mut local,
+                "advertiseAddress",
+                json!(endpoint.advertise_address),
+            );
+            insert_nonempty(&mut local, "bindPort", json!(endpoint.bind_port));
+        }
+        map.insert("controlPlane".into(), json!({"localAPIEndpoint": local}));
+    }
+    insert_nonempty(&mut map, "skipPhases", json!(join.skip_phases));
+    Value::Object(map)
+}

@@ -1,0 +1,368 @@
+//! One rendering model, two outputs.
+//!
+//! [`plan`] turns a `KubeadmConfigSpec`, the machine's role and the cluster's facts into a
+//! [`BootstrapPlan`]: files (kubeadm's configuration among them), users, NTP and the commands to
+//! run. [`cloud_init::render`] and [`ignition::render`] write that plan as cloud-config or as
+//! Ignition v3.3; both carry exactly the same files, users and commands.
+//!
+//! ```
+//! use capi_bootstrap::api::KubeadmConfigSpec;
+//! use capi_bootstrap::render::{self, ClusterFacts, KubernetesVersion, RenderInput, Role};
+//!
+//! let spec = KubeadmConfigSpec::default();
+//! let input = RenderInput {
+//!     spec: &spec,
+//!     role: Role::JoinWorker { token: "abcdef.0123456789abcdef".into(), ca_cert_hashes: vec!["sha256:00".into()] },
+//!     version: KubernetesVersion::parse("v1.30.2").unwrap(),
+//!     cluster: ClusterFacts::new("demo", "10.0.0.10:6443"),
+//!     resolved_files: vec![],
+//!     extra_files: vec![],
+//! };
+//! let plan = render::plan(&input).unwrap();
+//! let cloud_config = render::cloud_init::render(&plan);
+//! assert!(cloud_config.starts_with("#cloud-config\n"));
+//! assert!(cloud_config.contains("kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml"));
+//! ```
+
+pub mod cloud_init;
+pub mod ignition;
+pub mod kubeadm;
+
+use base64::Engine;
+
+use crate::api::{Encoding, File, KubeadmConfigSpec, Ntp, User};
+
+/// Why bootstrap data cannot be rendered. Each is a configuration a user must fix.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RenderError {
+    /// The machine's version is not a Kubernetes version.
+    #[error("{0:?} is not a Kubernetes version like v1.30.2")]
+    InvalidVersion(String),
+    /// A file's permissions are not an octal mode.
+    #[error("file {path}: permissions {permissions:?} are not an octal mode like 0640")]
+    InvalidPermissions {
+        /// The file.
+        path: String,
+        /// What was given.
+        permissions: String,
+    },
+    /// A file's content does not decode with its encoding.
+    #[error("file {path}: content is not valid {encoding}")]
+    InvalidEncoding {
+        /// The file.
+        path: String,
+        /// The declared encoding.
+        encoding: &'static str,
+    },
+    /// A file refers to a Secret key that the caller did not resolve.
+    #[error("file {path}: contentFrom secret {secret}/{key} was not resolved")]
+    UnresolvedContent {
+        /// The file.
+        path: String,
+        /// The Secret.
+        secret: String,
+        /// The key.
+        key: String,
+    },
+    /// `ignition.containerLinuxConfig.additionalConfig` is not an Ignition JSON fragment.
+    #[error("ignition.containerLinuxConfig.additionalConfig is not Ignition JSON: {0}")]
+    InvalidAdditionalConfig(String),
+}
+
+/// A Kubernetes version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KubernetesVersion {
+    /// Major.
+    pub major: u32,
+    /// Minor.
+    pub minor: u32,
+    /// Patch.
+    pub patch: u32,
+}
+
+impl KubernetesVersion {
+    /// Parses `v1.30.2` or `1.30.2` (a pre-release or build suffix is ignored).
+    pub fn parse(version: &str) -> Result<Self, RenderError> {
+        let invalid = || RenderError::InvalidVersion(version.to_string());
+        let core = version.strip_prefix('v').unwrap_or(version);
+        let core = core.split(['-', '+']).next().unwrap_or_default();
+        let mut parts = core
+            .split('.')
+            .map(|p| p.parse::<u32>().map_err(|_| invalid()));
+        let (Some(major), Some(minor), Some(patch), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(invalid());
+        };
+        Ok(Self {
+            major: major?,
+            minor: minor?,
+            patch: patch?,
+        })
+    }
+
+    /// `v<major>.<minor>.<patch>`.
+    pub fn to_tag(self) -> String {
+        format!("v{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// What this machine does with kubeadm.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The first control-plane machine: `kubeadm init`, creating `token` for the others.
+    Init {
+        /// The bootstrap token (`[a-z0-9]{6}.[a-z0-9]{16}`) to create for joining machines.
+        token: String,
+    },
+    /// Another control-plane machine: `kubeadm join --control-plane`.
+    JoinControlPlane {
+        /// The bootstrap token.
+        token: String,
+        /// `sha256:<hex>` pins of the cluster CA's public key.
+        ca_cert_hashes: Vec<String>,
+    },
+    /// A worker: `kubeadm join`.
+    JoinWorker {
+        /// The bootstrap token.
+        token: String,
+        /// `sha256:<hex>` pins of the cluster CA's public key.
+        ca_cert_hashes: Vec<String>,
+    },
+}
+
+/// What the renderer needs to know about the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterFacts {
+    /// The cluster's name.
+    pub name: String,
+    /// `host:port` of the control plane.
+    pub control_plane_endpoint: String,
+    /// Pod CIDRs.
+    pub pod_cidrs: Vec<String>,
+    /// Service CIDRs.
+    pub service_cidrs: Vec<String>,
+    /// The service DNS domain.
+    pub service_domain: String,
+}
+
+impl ClusterFacts {
+    /// Facts with upstream's defaults for networking (`192.168.0.0/16`, `10.96.0.0/12`,
+    /// `cluster.local`).
+    pub fn new(name: impl Into<String>, control_plane_endpoint: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            control_plane_endpoint: control_plane_endpoint.into(),
+            pod_cidrs: vec!["192.168.0.0/16".into()],
+            service_cidrs: vec!["10.96.0.0/12".into()],
+            service_domain: "cluster.local".into(),
+        }
+    }
+}
+
+/// Everything one rendering needs.
+#[derive(Clone, Debug)]
+pub struct RenderInput<'a> {
+    /// The config.
+    pub spec: &'a KubeadmConfigSpec,
+    /// The machine's role.
+    pub role: Role,
+    /// The machine's Kubernetes version.
+    pub version: KubernetesVersion,
+    /// The cluster.
+    pub cluster: ClusterFacts,
+    /// The content of `files[].contentFrom` keys, by `(secret, key)`, as read by the caller.
+    pub resolved_files: Vec<((String, String), Vec<u8>)>,
+    /// Files a provider adds (for example a cloud provider configuration or a CA bundle); they
+    /// are written after the user's files.
+    pub extra_files: Vec<PlanFile>,
+}
+
+/// A file of the plan, with decoded content.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PlanFile {
+    /// The absolute path.
+    pub path: String,
+    /// The owning user.
+    pub user: String,
+    /// The owning group.
+    pub group: String,
+    /// The mode, e.g. `0o640`.
+    pub mode: u32,
+    /// The content.
+    pub content: Vec<u8>,
+    /// Append instead of replacing.
+    pub append: bool,
+    /// `content` is gzip-compressed; the node decompresses it when writing.
+    pub gzip: bool,
+}
+
+impl std::fmt::Debug for PlanFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // File contents can hold keys and tokens.
+        f.debug_struct("PlanFile")
+            .field("path", &self.path)
+            .field("mode", &format_args!("{:o}", self.mode))
+            .field("len", &self.content.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PlanFile {
+    /// A root-owned file.
+    pub fn new(path: impl Into<String>, mode: u32, content: impl Into<Vec<u8>>) -> Self {
+        Self {
+            path: path.into(),
+            user: "root".into(),
+            group: "root".into(),
+            mode,
+            content: content.into(),
+            append: false,
+            gzip: false,
+        }
+    }
+}
+
+/// The rendering model: what both formats write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BootstrapPlan {
+    /// Files, in order.
+    pub files: Vec<PlanFile>,
+    /// Users.
+    pub users: Vec<User>,
+    /// NTP, if enabled.
+    pub ntp: Option<Ntp>,
+    /// Shell commands, in order: pre-kubeadm, kubeadm, post-kubeadm.
+    pub commands: Vec<String>,
+    /// Extra Ignition (`additionalConfig`), already parsed.
+    pub additional_ignition: Option<serde_json::Value>,
+}
+
+/// Where kubeadm's configuration is written on the node.
+pub const KUBEADM_INIT_CONFIG: &str = "/run/kubeadm/kubeadm.yaml";
+/// Where kubeadm's join configuration is written on the node.
+pub const KUBEADM_JOIN_CONFIG: &str = "/run/kubeadm/kubeadm-join-config.yaml";
+/// Written when bootstrap succeeded, as upstream's sentinel file.
+pub const BOOTSTRAP_SENTINEL: &str = "/run/cluster-api/bootstrap-success.complete";
+
+/// Builds the plan.
+pub fn plan(input: &RenderInput<'_>) -> Result<BootstrapPlan, RenderError> {
+    let spec = input.spec;
+    let mut files = Vec::with_capacity(spec.files.len() + input.extra_files.len() + 1);
+    for file in &spec.files {
+        files.push(plan_file(file, &input.resolved_files)?);
+    }
+    files.extend(input.extra_files.iter().cloned());
+
+    let verbosity = spec
+        .verbosity
+        .map(|v| format!(" --v={v}"))
+        .unwrap_or_default();
+    let (config_path, command) = match &input.role {
+        Role::Init { .. } => (
+            KUBEADM_INIT_CONFIG,
+            format!("kubeadm init --config {KUBEADM_INIT_CONFIG}{verbosity}"),
+        ),
+        Role::JoinControlPlane { .. } | Role::JoinWorker { .. } => (
+            KUBEADM_JOIN_CONFIG,
+            format!("kubeadm join --config {KUBEADM_JOIN_CONFIG}{verbosity}"),
+        ),
+    };
+    files.push(PlanFile::new(config_path, 0o640, kubeadm::render(input)));
+
+    let mut commands = spec.pre_kubeadm_commands.clone();
+    commands.push(command);
+    commands.extend(spec.post_kubeadm_commands.iter().cloned());
+    commands.push(format!(
+        "mkdir -p /run/cluster-api && echo success > {BOOTSTRAP_SENTINEL}"
+    ));
+
+    let additional_ignition = spec
+        .ignition
+        .as_ref()
+        .and_then(|i| i.container_linux_config.as_ref())
+        .and_then(|c| c.additional_config.as_deref())
+        .filter(|c| !c.trim().is_empty())
+        .map(|c| {
+            serde_json::from_str(c).map_err(|e| RenderError::InvalidAdditionalConfig(e.to_string()))
+        })
+        .transpose()?;
+
+    Ok(BootstrapPlan {
+        files,
+        users: spec.users.clone(),
+        ntp: spec
+            .ntp
+            .clone()
+            .filter(|n| n.enabled.unwrap_or(true) && !n.servers.is_empty()),
+        commands,
+        additional_ignition,
+    })
+}
+
+fn plan_file(
+    file: &File,
+    resolved: &[((String, String), Vec<u8>)],
+) -> Result<PlanFile, RenderError> {
+    let raw = match (&file.content, &file.content_from) {
+        (_, Some(from)) => resolved
+            .iter()
+            .find(|((secret, key), _)| *secret == from.secret.name && *key == from.secret.key)
+            .map(|(_, bytes)| bytes.clone())
+            .ok_or_else(|| RenderError::UnresolvedContent {
+                path: file.path.clone(),
+                secret: from.secret.name.clone(),
+                key: from.secret.key.clone(),
+            })?,
+        (Some(content), None) => content.clone().into_bytes(),
+        (None, None) => Vec::new(),
+    };
+    let content = match file.encoding {
+        None | Some(Encoding::Gzip) => raw,
+        Some(Encoding::Base64) | Some(Encoding::GzipBase64) => {
+            let compact: Vec<u8> = raw
+                .into_iter()
+                .filter(|b| !b.is_ascii_whitespace())
+                .collect();
+            base64::engine::general_purpose::STANDARD
+                .decode(compact)
+                .map_err(|_| RenderError::InvalidEncoding {
+                    path: file.path.clone(),
+                    encoding: "base64",
+                })?
+        }
+    };
+    // Gzip content stays compressed: both formats can carry it (cloud-init `gzip`, Ignition
+    // `compression: gzip`); the renderers mark it.
+    let (user, group) = match file.owner.as_deref() {
+        Some(owner) => match owner.split_once(':') {
+            Some((user, group)) => (user.to_string(), group.to_string()),
+            None => (owner.to_string(), owner.to_string()),
+        },
+        None => ("root".to_string(), "root".to_string()),
+    };
+    let mode = match file.permissions.as_deref() {
+        None => 0o644,
+        Some(permissions) => u32::from_str_radix(permissions, 8)
+            .ok()
+            .filter(|m| *m <= 0o7777)
+            .ok_or_else(|| RenderError::InvalidPermissions {
+                path: file.path.clone(),
+                permissions: permissions.to_string(),
+            })?,
+    };
+    let gzip = matches!(
+        file.encoding,
+        Some(Encoding::Gzip) | Some(Encoding::GzipBase64)
+    );
+    Ok(PlanFile {
+        path: file.path.clone(),
+        user,
+        group,
+        mode,
+        content,
+        append: file.append.unwrap_or(false),
+        gzip,
+    })
+}

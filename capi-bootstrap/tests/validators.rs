@@ -1,0 +1,269 @@
+//! Every rendered variant against the real validators (`cloud-init schema`, `ignition-validate`)
+//! and against its checked-in golden file. `UPDATE_GOLDEN=1 cargo test -p capi-bootstrap` rewrites
+//! the golden files.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use capi_bootstrap::api::{
+    Arg, ClusterConfiguration, ControlPlaneComponent, File, InitConfiguration, JoinConfiguration,
+    JoinControlPlane, KubeadmConfigSpec, LocalApiEndpoint, NodeRegistration, Ntp, SecretFileSource,
+    User,
+};
+use capi_bootstrap::render::{self, ClusterFacts, KubernetesVersion, PlanFile, RenderInput, Role};
+
+const TOKEN: &str = "abcdef.0123456789abcdef";
+const CA_HASH: &str = "sha256:0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9";
+
+/// A config using every supported feature: files (inline, from a Secret, base64), users, NTP,
+/// commands, extra args.
+fn full_spec() -> KubeadmConfigSpec {
+    let kubelet = NodeRegistration {
+        name: Some("node-0".into()),
+        kubelet_extra_args: vec![Arg {
+            name: "cloud-provider".into(),
+            value: "external".into(),
+        }],
+        ..NodeRegistration::default()
+    };
+    KubeadmConfigSpec {
+        cluster_configuration: Some(ClusterConfiguration {
+            api_server: Some(capi_bootstrap::api::ApiServer {
+                extra_args: vec![Arg {
+                    name: "cloud-provider".into(),
+                    value: "external".into(),
+                }],
+                cert_sans: vec!["api.demo.example".into()],
+            }),
+            controller_manager: Some(ControlPlaneComponent {
+                extra_args: vec![Arg {
+                    name: "cloud-provider".into(),
+                    value: "external".into(),
+                }],
+            }),
+            ..ClusterConfiguration::default()
+        }),
+        init_configuration: Some(InitConfiguration {
+            node_registration: Some(kubelet.clone()),
+            ..Default::default()
+        }),
+        join_configuration: Some(JoinConfiguration {
+            node_registration: Some(kubelet),
+            control_plane: Some(JoinControlPlane {
+                local_api_endpoint: Some(LocalApiEndpoint {
+                    advertise_address: None,
+                    bind_port: Some(6443),
+                }),
+            }),
+            ..Default::default()
+        }),
+        files: vec![
+            File {
+                path: "/etc/kubernetes/cloud.conf".into(),
+                owner: Some("root:root".into()),
+                permissions: Some("0600".into()),
+                content: Some(
+                    "[Global]\nauth-url=https://keystone.example:5000/v3\nyes = on\n".into(),
+                ),
+                ..File::default()
+            },
+            File {
+                path: "/etc/certs/cacert".into(),
+                permissions: Some("0644".into()),
+                content_from: Some(capi_bootstrap::api::FileSource {
+                    secret: SecretFileSource {
+                        name: "cloud-ca".into(),
+                        key: "ca.crt".into(),
+                    },
+                }),
+                ..File::default()
+            },
+            File {
+                path: "/etc/sysctl.d/99-kubernetes.conf".into(),
+                encoding: Some(capi_bootstrap::api::Encoding::Base64),
+                content: Some("bmV0LmlwdjQuaXBfZm9yd2FyZCA9IDEK".into()),
+                ..File::default()
+            },
+        ],
+        users: vec![User {
+            name: "capi".into(),
+            groups: Some("wheel, docker".into()),
+            shell: Some("/bin/bash".into()),
+            sudo: Some("ALL=(ALL) NOPASSWD:ALL".into()),
+            ssh_authorized_keys: vec![
+                "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHvq1 capi@example".into(),
+            ],
+            ..User::default()
+        }],
+        ntp: Some(Ntp {
+            servers: vec!["0.pool.ntp.org".into(), "1.pool.ntp.org".into()],
+            enabled: Some(true),
+        }),
+        pre_kubeadm_commands: vec!["swapoff -a".into(), "echo 'yes' > /tmp/quoted".into()],
+        post_kubeadm_commands: vec!["echo bootstrap done".into()],
+        verbosity: Some(5),
+        ..KubeadmConfigSpec::default()
+    }
+}
+
+fn input<'a>(spec: &'a KubeadmConfigSpec, role: Role, version: &str) -> RenderInput<'a> {
+    RenderInput {
+        spec,
+        role,
+        version: KubernetesVersion::parse(version).unwrap(),
+        cluster: ClusterFacts::new("demo", "10.0.0.10:6443"),
+        resolved_files: vec![(
+            ("cloud-ca".into(), "ca.crt".into()),
+            b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".to_vec(),
+        )],
+        extra_files: vec![PlanFile::new(
+            "/etc/provider/extra.conf",
+            0o644,
+            "provided by the infrastructure provider\n",
+        )],
+    }
+}
+
+fn roles() -> Vec<(&'static str, Role)> {
+    vec![
+        (
+            "init",
+            Role::Init {
+                token: TOKEN.into(),
+            },
+        ),
+        (
+            "join-control-plane",
+            Role::JoinControlPlane {
+                token: TOKEN.into(),
+                ca_cert_hashes: vec![CA_HASH.into()],
+            },
+        ),
+        (
+            "join-worker",
+            Role::JoinWorker {
+                token: TOKEN.into(),
+                ca_cert_hashes: vec![CA_HASH.into()],
+            },
+        ),
+    ]
+}
+
+const VERSIONS: [(&str, &str); 2] = [("v1beta3", "v1.30.2"), ("v1beta4", "v1.31.1")];
+
+fn golden(name: &str, actual: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        expected == actual,
+        "{} differs from the rendering; rerun with UPDATE_GOLDEN=1 and review the diff",
+        path.display()
+    );
+}
+
+fn run_validator(program: &str, args: &[&str], file: &Path) -> (bool, String, String) {
+    let output = Command::new(program).args(args).arg(file).output().unwrap_or_else(|e| {
+        panic!("cannot run {program} ({e}); `cargo xtask test` installs it (Debian packages cloud-init, ignition)")
+    });
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn every_cloud_config_variant_passes_cloud_init_schema() {
+    let spec = full_spec();
+    let dir = tempfile::tempdir().unwrap();
+    for (api, version) in VERSIONS {
+        for (role_name, role) in roles() {
+            let plan = render::plan(&input(&spec, role, version)).unwrap();
+            let rendered = render::cloud_init::render(&plan);
+            let name = format!("cloud-config-{role_name}-{api}.yaml");
+            golden(&name, &rendered);
+            let path = dir.path().join(&name);
+            std::fs::write(&path, &rendered).unwrap();
+            let (ok, stdout, stderr) =
+                run_validator("cloud-init", &["schema", "--config-file"], &path);
+            assert!(
+                ok && stderr.trim().is_empty(),
+                "{name}: cloud-init schema failed\nstdout: {stdout}\nstderr: {stderr}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_ignition_variant_passes_ignition_validate() {
+    let mut spec = full_spec();
+    spec.ignition = Some(capi_bootstrap::api::IgnitionSpec {
+        container_linux_config: Some(capi_bootstrap::api::ContainerLinuxConfig {
+            additional_config: Some(
+                r#"{"systemd": {"units": [{"name": "containerd.service", "enabled": true}]}}"#
+                    .into(),
+            ),
+            strict: None,
+        }),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    for (api, version) in VERSIONS {
+        for (role_name, role) in roles() {
+            let plan = render::plan(&input(&spec, role, version)).unwrap();
+            let rendered = render::ignition::render(&plan).unwrap();
+            let name = format!("ignition-{role_name}-{api}.json");
+            golden(&name, &rendered);
+            let path = dir.path().join(&name);
+            std::fs::write(&path, &rendered).unwrap();
+            let (ok, stdout, stderr) = run_validator("ignition-validate", &[], &path);
+            assert!(
+                ok && stdout.trim().is_empty() && stderr.trim().is_empty(),
+                "{name}: ignition-validate failed\nstdout: {stdout}\nstderr: {stderr}"
+            );
+        }
+    }
+}
+
+#[test]
+fn both_formats_carry_the_same_files_and_commands() {
+    let spec = full_spec();
+    let plan = render::plan(&input(&spec, roles().remove(0).1, "v1.31.1")).unwrap();
+    let cloud_config = render::cloud_init::render(&plan);
+    let ignition: serde_json::Value =
+        serde_json::from_str(&render::ignition::render(&plan).unwrap()).unwrap();
+    let ignition_paths: Vec<&str> = ignition["storage"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["path"].as_str())
+        .collect();
+    for file in &plan.files {
+        assert!(
+            cloud_config.contains(&format!("path: \"{}\"", file.path)),
+            "{} missing in cloud-config",
+            file.path
+        );
+        assert!(
+            ignition_paths.contains(&file.path.as_str()),
+            "{} missing in Ignition",
+            file.path
+        );
+    }
+    assert!(
+        plan.commands
+            .iter()
+            .any(|c| c.starts_with("kubeadm init --config /run/kubeadm/kubeadm.yaml --v=5"))
+    );
+    assert_eq!(
+        plan.commands.first().map(String::as_str),
+        Some("swapoff -a"),
+        "pre-kubeadm commands run first"
+    );
+}
