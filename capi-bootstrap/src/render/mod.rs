@@ -259,24 +259,19 @@ pub fn plan(input: &RenderInput<'_>) -> Result<BootstrapPlan, RenderError> {
         .verbosity
         .map(|v| format!(" --v={v}"))
         .unwrap_or_default();
-    let (config_path, command) = match &input.role {
-        Role::Init { .. } => (
-            KUBEADM_INIT_CONFIG,
-            format!("kubeadm init --config {KUBEADM_INIT_CONFIG}{verbosity}"),
-        ),
-        Role::JoinControlPlane { .. } | Role::JoinWorker { .. } => (
-            KUBEADM_JOIN_CONFIG,
-            format!("kubeadm join --config {KUBEADM_JOIN_CONFIG}{verbosity}"),
-        ),
+    let (config_path, subcommand) = match &input.role {
+        Role::Init { .. } => (KUBEADM_INIT_CONFIG, "init"),
+        Role::JoinControlPlane { .. } | Role::JoinWorker { .. } => (KUBEADM_JOIN_CONFIG, "join"),
     };
+    // The sentinel is written only if kubeadm succeeded, as upstream does.
+    let command = format!(
+        "kubeadm {subcommand} --config {config_path}{verbosity} && mkdir -p /run/cluster-api && echo success > {BOOTSTRAP_SENTINEL}"
+    );
     files.push(PlanFile::new(config_path, 0o640, kubeadm::render(input)));
 
     let mut commands = spec.pre_kubeadm_commands.clone();
     commands.push(command);
     commands.extend(spec.post_kubeadm_commands.iter().cloned());
-    commands.push(format!(
-        "mkdir -p /run/cluster-api && echo success > {BOOTSTRAP_SENTINEL}"
-    ));
 
     let additional_ignition = spec
         .ignition
