@@ -26,5 +26,6 @@
 //! ```
 
 pub mod api;
+pub mod pki;
 pub mod render;
 pub mod secret;
