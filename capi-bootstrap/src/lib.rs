@@ -26,6 +26,8 @@
 //! ```
 
 pub mod api;
+pub mod init_lock;
 pub mod pki;
 pub mod render;
 pub mod secret;
+pub mod tokens;
