@@ -25,6 +25,7 @@
 //!
 //! See `examples/minimal_provider.rs` for a complete provider in about 140 lines.
 
+pub mod bootstrap;
 pub mod cluster;
 mod instrument;
 pub mod machine;

@@ -41,3 +41,19 @@ pub const INFRASTRUCTURE_READY: &str = "InfrastructureReady";
 pub const INFRASTRUCTURE_DELETED: &str = "InfrastructureDeleted";
 /// Deletion waits for the cluster's machines to go first.
 pub const WAITING_FOR_MACHINES_DELETION: &str = "WaitingForMachinesDeletion";
+/// The bootstrap data Secret exists.
+pub const DATA_SECRET_AVAILABLE: &str = "DataSecretAvailable";
+/// Bootstrap data was rendered (event).
+pub const DATA_SECRET_CREATED: &str = "DataSecretCreated";
+/// Joining waits for `kubeadm init` on the first control-plane machine.
+pub const WAITING_FOR_CONTROL_PLANE_INITIALIZATION: &str = "WaitingForControlPlaneInitialization";
+/// The Machine has no (valid) Kubernetes version.
+pub const VERSION_MISSING: &str = "VersionMissing";
+/// A `files[].contentFrom` Secret key does not exist yet.
+pub const WAITING_FOR_FILE_SECRET: &str = "WaitingForFileSecret";
+/// The cluster PKI is being created or is incomplete.
+pub const WAITING_FOR_PKI: &str = "WaitingForPKI";
+/// The stored cluster PKI cannot be read.
+pub const PKI_INVALID: &str = "PKIInvalid";
+/// The workload cluster cannot be reached through `<cluster>-kubeconfig`.
+pub const WAITING_FOR_WORKLOAD_CLUSTER: &str = "WaitingForWorkloadCluster";

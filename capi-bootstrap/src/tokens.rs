@@ -29,9 +29,7 @@ pub fn token_secret(token: &str, ttl: Duration, now: jiff::Timestamp) -> Option<
     if !valid(id, 6) || !valid(secret, 16) {
         return None;
     }
-    let expiration = now
-        .checked_add(jiff::SignedDuration::try_from(ttl).ok()?)
-        .ok()?;
+    let expiration = expiration(ttl, now)?;
     let entry = |k: &str, v: &str| (k.to_string(), ByteString(v.as_bytes().to_vec()));
     Some(Secret {
         metadata: ObjectMeta {
@@ -43,10 +41,7 @@ pub fn token_secret(token: &str, ttl: Duration, now: jiff::Timestamp) -> Option<
         data: Some(BTreeMap::from([
             entry("token-id", id),
             entry("token-secret", secret),
-            entry(
-                "expiration",
-                &expiration.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-            ),
+            entry("expiration", &expiration),
             entry("usage-bootstrap-authentication", "true"),
             entry("usage-bootstrap-signing", "true"),
             entry("auth-extra-groups", NODE_GROUP),
@@ -57,6 +52,14 @@ pub fn token_secret(token: &str, ttl: Duration, now: jiff::Timestamp) -> Option<
         ])),
         ..Secret::default()
     })
+}
+
+/// The `expiration` value for a token valid `ttl` from `now` (RFC 3339, UTC).
+pub fn expiration(ttl: Duration, now: jiff::Timestamp) -> Option<String> {
+    let at = now
+        .checked_add(jiff::SignedDuration::try_from(ttl).ok()?)
+        .ok()?;
+    Some(at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
 }
 
 #[cfg(test)]

@@ -204,6 +204,23 @@ impl Manager {
         self
     }
 
+    /// Registers the kubeadm bootstrap reconciler (standalone mode; leave it out when upstream's
+    /// kubeadm bootstrap provider runs beside this manager).
+    pub fn add_bootstrap_reconciler(
+        &mut self,
+        settings: crate::bootstrap::BootstrapSettings,
+    ) -> &mut Self {
+        let reconciler =
+            crate::bootstrap::KubeadmConfigReconciler::new(self.client.clone(), Arc::new(settings))
+                .options(self.config.reconciler.clone())
+                .metrics(self.metrics.clone())
+                .readiness(self.readiness.clone());
+        self.controllers.push(Box::new(move |shutdown| {
+            Box::pin(reconciler.run(shutdown.wait()))
+        }));
+        self
+    }
+
     /// Runs until SIGTERM or SIGINT.
     pub async fn run(self) -> Result<(), ManagerError> {
         self.run_until(termination_signal()).await

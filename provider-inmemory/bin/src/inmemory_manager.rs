@@ -5,7 +5,12 @@
 //! ```text
 //! inmemory-manager [--cloud-url http://127.0.0.1:PORT] [--http-addr 0.0.0.0:8080] [--namespace NS]
 //!                  [--label-selector SEL] [--concurrency N] [--qps F] [--burst N]
-//!                  [--leader-elect NAMESPACE/NAME] [--log-format text|json]
+//!                  [--leader-elect NAMESPACE/NAME] [--log-format text|json] [--with-bootstrap]
+//! ```
+//!
+//! `--with-bootstrap` also runs the kubeadm bootstrap reconciler (standalone mode).
+//!
+//! ```text
 //! ```
 
 use std::sync::Arc;
@@ -19,16 +24,23 @@ use provider_inmemory::actuator::InMemoryActuator;
 use provider_inmemory::api::{InMemoryCluster, InMemoryMachine};
 use provider_inmemory::cloud::{Compute, LoadBalancers, RemoteCloud, SimulatedCloud};
 
-fn parse(
-    mut args: impl Iterator<Item = String>,
-) -> Result<(ManagerConfig, Option<String>, LogFormat)> {
+struct Args {
+    config: ManagerConfig,
+    cloud_url: Option<String>,
+    log_format: LogFormat,
+    with_bootstrap: bool,
+}
+
+fn parse(mut args: impl Iterator<Item = String>) -> Result<Args> {
     let mut config = ManagerConfig::default();
+    let mut with_bootstrap = false;
     let mut options = ReconcilerOptions::default();
     let (mut cloud_url, mut log_format) = (None, LogFormat::Text);
     while let Some(flag) = args.next() {
         let mut value = || args.next().with_context(|| format!("{flag} needs a value"));
         match flag.as_str() {
             "--cloud-url" => cloud_url = Some(value()?),
+            "--with-bootstrap" => with_bootstrap = true,
             "--http-addr" => {
                 config.http_addr = value()?.parse().context("--http-addr expects HOST:PORT")?
             }
@@ -58,12 +70,22 @@ fn parse(
         }
     }
     config.reconciler = options;
-    Ok((config, cloud_url, log_format))
+    Ok(Args {
+        config,
+        cloud_url,
+        log_format,
+        with_bootstrap,
+    })
 }
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let (config, cloud_url, log_format) = parse(std::env::args().skip(1))?;
+    let Args {
+        config,
+        cloud_url,
+        log_format,
+        with_bootstrap,
+    } = parse(std::env::args().skip(1))?;
     init_logging(log_format).map_err(|e| anyhow::anyhow!(e))?;
     let (compute, load_balancers): (Arc<dyn Compute>, Arc<dyn LoadBalancers>) = match cloud_url {
         Some(url) => {
@@ -83,6 +105,9 @@ async fn main() -> Result<()> {
     let mut manager = Manager::new(kube::Config::infer().await?, config).await?;
     manager.add_machine_reconciler::<InMemoryMachine>(actuator.clone());
     manager.add_cluster_reconciler::<InMemoryCluster>(actuator);
+    if with_bootstrap {
+        manager.add_bootstrap_reconciler(Default::default());
+    }
     tracing::info!(http = %manager.http_addr()?, "in-memory provider manager starting");
     manager.run().await?;
     Ok(())

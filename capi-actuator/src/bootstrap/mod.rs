@@ -1,0 +1,100 @@
+//! The kubeadm bootstrap reconciler: renders each `KubeadmConfig` owned by a `Machine` into the
+//! bootstrap-data Secret of the contract, once.
+//!
+//! Per config: find the owner `Machine` and its `Cluster`; honour pause; wait for the cluster
+//! infrastructure (and its endpoint); make sure the cluster PKI Secrets and the
+//! `<cluster>-kubeconfig` Secret exist (generated once); decide the role — the first control-plane
+//! machine that takes the init lock runs `kubeadm init`, other control-plane machines and workers
+//! wait until the control plane is initialised and then join with a bootstrap token created in the
+//! workload cluster; render in the config's format; write the Secret (owned by the config, labelled
+//! with the cluster) and `status.dataSecretName`. Data is never re-rendered once its Secret exists.
+
+mod reconcile;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use capi_bootstrap::api::KubeadmConfig;
+use capi_core::api::{Cluster, Machine};
+use futures::Future;
+use kube::ResourceExt;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+
+use crate::reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
+
+/// Settings of the bootstrap reconciler.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BootstrapSettings {
+    /// How long bootstrap tokens for joining machines are valid.
+    pub token_ttl: Duration,
+    /// How often a token is extended while its machine has not joined (its Machine has no
+    /// `status.nodeRef` yet). Must be well below `token_ttl`.
+    pub token_refresh: Duration,
+}
+
+impl Default for BootstrapSettings {
+    fn default() -> Self {
+        Self {
+            token_ttl: Duration::from_secs(15 * 60),
+            token_refresh: Duration::from_secs(5 * 60),
+        }
+    }
+}
+
+/// The reconciler of `KubeadmConfig`s.
+pub type KubeadmConfigReconciler = Reconciler<KubeadmConfig, BootstrapSettings>;
+
+impl Reconciler<KubeadmConfig, BootstrapSettings> {
+    /// Runs until `shutdown` completes; in-flight reconciles finish first.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+        let (trigger, reader) = self.trigger();
+        let machines = self.options.api::<Machine>(&self.client);
+        let clusters = self.options.api::<Cluster>(&self.client);
+        let by_cluster = reader.clone();
+        let concurrency = self.options.concurrency;
+        let context = self.into_context(|settings, _, _| settings);
+        let results = Controller::for_stream(trigger, reader)
+            .with_config(ControllerConfig::default().concurrency(concurrency))
+            // A Machine changes (created, deleted): reconcile its config.
+            .watches(machines, watcher::Config::default(), |machine| {
+                let reference = machine.spec.bootstrap.config_ref.as_ref()?;
+                let ours = reference.kind == "KubeadmConfig"
+                    && reference.api_group == "bootstrap.cluster.x-k8s.io";
+                let namespace = machine.namespace().unwrap_or_default();
+                ours.then(|| ObjectRef::<KubeadmConfig>::new(&reference.name).within(&namespace))
+            })
+            // A Cluster changes (infrastructure ready, control plane initialised): reconcile its configs.
+            .watches(clusters, watcher::Config::default(), move |cluster| {
+                let name = cluster.name_any();
+                let namespace = cluster.namespace();
+                by_cluster
+                    .state()
+                    .into_iter()
+                    .filter(|c| {
+                        c.namespace() == namespace
+                            && capi_core::labels::cluster_name(&c.metadata) == Some(name.as_str())
+                    })
+                    .map(|c| ObjectRef::from_obj(c.as_ref()))
+                    .collect::<Vec<_>>()
+            })
+            .graceful_shutdown_on(shutdown)
+            .run(
+                reconcile_config,
+                back_off::<KubeadmConfig, BootstrapSettings>,
+                context,
+            );
+        drain(results).await;
+    }
+}
+
+#[tracing::instrument(skip_all, fields(namespace = %config.namespace().unwrap_or_default(), name = %config.name_any()))]
+async fn reconcile_config(
+    config: Arc<KubeadmConfig>,
+    context: Arc<Context<BootstrapSettings>>,
+) -> Result<Action, ReconcileError> {
+    let started = Instant::now();
+    let outcome = reconcile::reconcile_once(&config, &context).await;
+    context.finish(config.as_ref(), started, outcome)
+}

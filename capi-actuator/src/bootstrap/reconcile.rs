@@ -1,0 +1,526 @@
+//! One reconcile of a `KubeadmConfig`: observe, decide, write — kept in one place because every
+//! step depends on the API server (locks, PKI, tokens) rather than on a cloud.
+
+use std::sync::Arc;
+
+use capi_bootstrap::api::{Format, KubeadmConfig, KubeadmConfigStatus};
+use capi_bootstrap::init_lock::{InitLock, LockState};
+use capi_bootstrap::pki::{ClusterPki, SECRET_SUFFIXES, bootstrap_token};
+use capi_bootstrap::render::{self, ClusterFacts, KubernetesVersion, RenderInput, Role};
+use capi_bootstrap::secret::BootstrapSecret;
+use capi_bootstrap::tokens;
+use capi_core::api::{Cluster, Machine};
+use capi_core::condition::{self, ConditionStatus};
+use capi_core::{BootstrapFormat, labels};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::PostParams;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+
+use super::BootstrapSettings;
+use crate::plan::{Next, Plan};
+use crate::reasons;
+use crate::reconciler::{Context, ReconcileError};
+use crate::write;
+
+type BootstrapPlan = Plan<()>;
+
+/// The annotation on a bootstrap data Secret naming its join token's ID (not its secret).
+pub(crate) const TOKEN_ID_ANNOTATION: &str = "bootstrap.cluster.x-k8s.io/token-id";
+
+/// Reconciles one config; returns what comes next.
+pub(crate) async fn reconcile_once(
+    config: &Arc<KubeadmConfig>,
+    context: &Context<BootstrapSettings>,
+) -> Result<Next, ReconcileError> {
+    let client = &context.client;
+    let namespace = config.namespace().unwrap_or_default();
+    let poll = context.retry.policy.poll;
+    let mut plan = BootstrapPlan::new(config.metadata.generation);
+    let mut data_secret_name = None;
+
+    let outcome = decide(
+        config,
+        context,
+        &namespace,
+        &mut plan,
+        &mut data_secret_name,
+    )
+    .await;
+    let next = match outcome {
+        Ok(()) => std::mem::replace(&mut plan.next, Next::AwaitChange),
+        Err(Failure::Waiting(reason, message)) => {
+            plan.condition(condition::READY, ConditionStatus::False, reason, message);
+            Next::Requeue(poll)
+        }
+        Err(Failure::Invalid(reason, message)) => {
+            plan.condition(
+                condition::READY,
+                ConditionStatus::False,
+                reason,
+                message.clone(),
+            );
+            plan.event(true, reasons::INVALID_CONFIGURATION, message);
+            Next::InvalidConfiguration
+        }
+        Err(Failure::Api(error)) => return Err(ReconcileError::Kube(error)),
+    };
+    write_status(client, config, &plan, data_secret_name).await?;
+    write::publish(&context.recorder, config.as_ref(), &plan.events).await;
+    Ok(next)
+}
+
+enum Failure {
+    /// Not ready yet; poll.
+    Waiting(&'static str, String),
+    /// The configuration cannot work until it changes.
+    Invalid(&'static str, String),
+    /// The API server failed.
+    Api(kube::Error),
+}
+
+impl From<kube::Error> for Failure {
+    fn from(error: kube::Error) -> Self {
+        Self::Api(error)
+    }
+}
+
+async fn decide(
+    config: &Arc<KubeadmConfig>,
+    context: &Context<BootstrapSettings>,
+    namespace: &str,
+    plan: &mut BootstrapPlan,
+    data_secret_name: &mut Option<String>,
+) -> Result<(), Failure> {
+    let client = &context.client;
+    let Some(owner) = config
+        .owner_references()
+        .iter()
+        .find(|r| r.kind == "Machine" && r.api_version.starts_with("cluster.x-k8s.io/"))
+        .cloned()
+    else {
+        plan.condition(
+            condition::READY,
+            ConditionStatus::False,
+            reasons::WAITING_FOR_OWNER,
+            "waiting for a Machine to own this config",
+        );
+        return Ok(());
+    };
+    let Some(machine) = Api::<Machine>::namespaced(client.clone(), namespace)
+        .get_opt(&owner.name)
+        .await?
+        .filter(|m| m.metadata.uid.as_deref() == Some(owner.uid.as_str()))
+    else {
+        return Err(Failure::Waiting(
+            reasons::WAITING_FOR_OWNER,
+            format!("waiting for Machine {:?}", owner.name),
+        ));
+    };
+    let Some(cluster) = Api::<Cluster>::namespaced(client.clone(), namespace)
+        .get_opt(&machine.spec.cluster_name)
+        .await?
+    else {
+        return Err(Failure::Waiting(
+            reasons::WAITING_FOR_CLUSTER,
+            format!("waiting for Cluster {:?}", machine.spec.cluster_name),
+        ));
+    };
+    if plan.paused(cluster.is_paused() || labels::has_paused_annotation(&config.metadata)) {
+        return Ok(());
+    }
+    if config.meta().deletion_timestamp.is_some() {
+        // The init lock must not outlive a machine that never initialised.
+        InitLock::new(client.clone(), namespace, &cluster.name_any())
+            .release(&owner.uid)
+            .await?;
+        return Ok(());
+    }
+
+    // Data is rendered once: a machine may already have booted from it.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let name = config.name_any();
+    if let Some(existing) = secrets.get_opt(&name).await? {
+        *data_secret_name = Some(name);
+        plan.condition(
+            condition::READY,
+            ConditionStatus::True,
+            reasons::DATA_SECRET_AVAILABLE,
+            "",
+        );
+        let token_id = existing.annotations().get(TOKEN_ID_ANNOTATION).cloned();
+        let joined = machine
+            .status
+            .as_ref()
+            .is_some_and(|s| s.node_ref.is_some());
+        if let (Some(token_id), false) = (token_id, joined) {
+            // Keep the token valid until the machine has joined.
+            let settings = &context.actuator;
+            refresh_join_token(&secrets, &cluster.name_any(), &token_id, settings.token_ttl)
+                .await?;
+            plan.next = Next::Requeue(settings.token_refresh);
+        }
+        return Ok(());
+    }
+
+    let endpoint = cluster
+        .spec
+        .control_plane_endpoint
+        .clone()
+        .filter(|e| e.is_valid());
+    let Some(endpoint) = endpoint.filter(|_| cluster.infrastructure_provisioned()) else {
+        plan.condition(
+            condition::READY,
+            ConditionStatus::False,
+            reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE,
+            "waiting for the cluster infrastructure and its control plane endpoint",
+        );
+        return Ok(());
+    };
+    let Some(version) = machine.spec.version.as_deref() else {
+        return Err(Failure::Invalid(
+            reasons::VERSION_MISSING,
+            "the Machine has no spec.version; kubeadm needs one".into(),
+        ));
+    };
+    let version = KubernetesVersion::parse(version)
+        .map_err(|e| Failure::Invalid(reasons::VERSION_MISSING, e.to_string()))?;
+
+    let cluster_name = cluster.name_any();
+    let server = format!("https://{}:{}", endpoint.host, endpoint.port);
+    let pki = ensure_pki(&secrets, &cluster, namespace, &server).await?;
+
+    let initialized = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.initialization.as_ref())
+        .and_then(|i| i.control_plane_initialized)
+        .unwrap_or(false);
+    let control_plane = machine.is_control_plane();
+    let role = if control_plane && !initialized {
+        match InitLock::new(client.clone(), namespace, &cluster_name)
+            .try_acquire(&machine.name_any(), &owner.uid)
+            .await?
+        {
+            LockState::Acquired => Role::Init { token: token()? },
+            LockState::HeldBy(holder) => {
+                return Err(Failure::Waiting(
+                    reasons::WAITING_FOR_CONTROL_PLANE_INITIALIZATION,
+                    format!(
+                        "machine {holder:?} is initialising the control plane; this one joins afterwards"
+                    ),
+                ));
+            }
+        }
+    } else if !initialized {
+        plan.condition(
+            condition::READY,
+            ConditionStatus::False,
+            reasons::WAITING_FOR_CONTROL_PLANE_INITIALIZATION,
+            "waiting for the control plane to be initialised before joining",
+        );
+        return Ok(());
+    } else {
+        let token = token()?;
+        create_join_token(&secrets, &cluster_name, &token, context.actuator.token_ttl).await?;
+        let ca_cert_hashes = vec![pki.ca.cert_hash()];
+        if control_plane {
+            Role::JoinControlPlane {
+                token,
+                ca_cert_hashes,
+            }
+        } else {
+            Role::JoinWorker {
+                token,
+                ca_cert_hashes,
+            }
+        }
+    };
+
+    let spec = &config.spec;
+    let mut resolved_files = Vec::new();
+    for file in &spec.files {
+        if let Some(from) = &file.content_from {
+            let source = &from.secret;
+            let value = secrets
+                .get_opt(&source.name)
+                .await?
+                .and_then(|s| s.data)
+                .and_then(|d| d.get(&source.key).cloned());
+            let Some(ByteString(bytes)) = value else {
+                return Err(Failure::Waiting(
+                    reasons::WAITING_FOR_FILE_SECRET,
+                    format!(
+                        "file {}: waiting for key {:?} of Secret {:?}",
+                        file.path, source.key, source.name
+                    ),
+                ));
+            };
+            resolved_files.push(((source.name.clone(), source.key.clone()), bytes));
+        }
+    }
+    let extra_files = match role {
+        Role::Init { .. } | Role::JoinControlPlane { .. } => pki.control_plane_files(),
+        Role::JoinWorker { .. } => Vec::new(),
+    };
+    let cluster_facts = cluster_facts(&cluster, &endpoint.host, endpoint.port);
+    let input = RenderInput {
+        spec,
+        role: role.clone(),
+        version,
+        cluster: cluster_facts,
+        resolved_files,
+        extra_files,
+    };
+    let rendered = render::plan(&input)
+        .map_err(|e| Failure::Invalid(reasons::BOOTSTRAP_DATA_INVALID, e.to_string()))?;
+    let (format, value) = match spec.format.unwrap_or_default() {
+        Format::CloudConfig => (
+            BootstrapFormat::CloudConfig,
+            render::cloud_init::render(&rendered).into_bytes(),
+        ),
+        Format::Ignition => {
+            let json = render::ignition::render(&rendered)
+                .map_err(|e| Failure::Invalid(reasons::BOOTSTRAP_DATA_INVALID, e.to_string()))?;
+            (BootstrapFormat::Ignition, json.into_bytes())
+        }
+    };
+    let owner_reference = config.controller_owner_ref(&()).ok_or_else(|| {
+        Failure::Waiting(
+            reasons::WAITING_FOR_OWNER,
+            "the KubeadmConfig has no UID yet".into(),
+        )
+    })?;
+    let mut secret = BootstrapSecret::new(namespace, &name, &cluster_name, format, value)
+        .owned_by(owner_reference)
+        .into_secret();
+    if let Role::JoinControlPlane { token, .. } | Role::JoinWorker { token, .. } = &role
+        && let Some((id, _)) = token.split_once('.')
+    {
+        // The token's ID (not its secret) is kept for refreshing it until the machine joins.
+        let annotation = (TOKEN_ID_ANNOTATION.to_string(), id.to_string());
+        secret.metadata.annotations = Some(std::collections::BTreeMap::from([annotation]));
+        plan.next = Next::Requeue(context.actuator.token_refresh);
+    }
+    match secrets.create(&PostParams::default(), &secret).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.is_already_exists() => {}
+        Err(error) => return Err(error.into()),
+    }
+    let what = match role {
+        Role::Init { .. } => "kubeadm init",
+        Role::JoinControlPlane { .. } => "kubeadm join --control-plane",
+        Role::JoinWorker { .. } => "kubeadm join",
+    };
+    plan.event(
+        false,
+        reasons::DATA_SECRET_CREATED,
+        format!("rendered {what} bootstrap data into Secret {name}"),
+    );
+    plan.condition(
+        condition::READY,
+        ConditionStatus::True,
+        reasons::DATA_SECRET_AVAILABLE,
+        "",
+    );
+    *data_secret_name = Some(name);
+    Ok(())
+}
+
+fn token() -> Result<String, Failure> {
+    bootstrap_token().map_err(|e| Failure::Waiting(reasons::BOOTSTRAP_DATA_INVALID, e.to_string()))
+}
+
+fn cluster_facts(cluster: &Cluster, host: &str, port: i32) -> ClusterFacts {
+    let mut facts = ClusterFacts::new(cluster.name_any(), format!("{host}:{port}"));
+    if let Some(network) = &cluster.spec.cluster_network {
+        if let Some(pods) = network.pods.as_ref().filter(|p| !p.cidr_blocks.is_empty()) {
+            facts.pod_cidrs = pods.cidr_blocks.clone();
+        }
+        if let Some(services) = network
+            .services
+            .as_ref()
+            .filter(|s| !s.cidr_blocks.is_empty())
+        {
+            facts.service_cidrs = services.cidr_blocks.clone();
+        }
+        if let Some(domain) = &network.service_domain {
+            facts.service_domain = domain.clone();
+        }
+    }
+    facts
+}
+
+/// Loads the cluster PKI, generating and storing it (and the admin kubeconfig) the first time.
+/// Never regenerates a partial PKI: that would orphan the running control plane.
+async fn ensure_pki(
+    secrets: &Api<Secret>,
+    cluster: &Cluster,
+    namespace: &str,
+    server: &str,
+) -> Result<ClusterPki, Failure> {
+    let name = cluster.name_any();
+    let mut found = Vec::new();
+    for suffix in SECRET_SUFFIXES {
+        if let Some(secret) = secrets.get_opt(&format!("{name}-{suffix}")).await? {
+            found.push(secret);
+        }
+    }
+    let pki = match found.len() {
+        0 => {
+            let pki = ClusterPki::generate()
+                .map_err(|e| Failure::Waiting(reasons::BOOTSTRAP_DATA_INVALID, e.to_string()))?;
+            let owner = cluster.controller_owner_ref(&());
+            for secret in pki.secrets(&name, namespace, owner) {
+                match secrets.create(&PostParams::default(), &secret).await {
+                    Ok(_) => {}
+                    // Another reconcile created it first: use what is stored.
+                    Err(kube::Error::Api(status)) if status.is_already_exists() => {
+                        return Err(Failure::Waiting(
+                            reasons::WAITING_FOR_PKI,
+                            "the cluster PKI is being created".into(),
+                        ));
+                    }
+                    Err(error) => return Err(error.into()),
+                }
+            }
+            pki
+        }
+        n if n == SECRET_SUFFIXES.len() => ClusterPki::from_secrets(&name, &found)
+            .map_err(|e| Failure::Invalid(reasons::PKI_INVALID, e.to_string()))?,
+        _ => {
+            return Err(Failure::Waiting(
+                reasons::WAITING_FOR_PKI,
+                format!(
+                    "only {} of the cluster's {} PKI Secrets exist",
+                    found.len(),
+                    SECRET_SUFFIXES.len()
+                ),
+            ));
+        }
+    };
+    let kubeconfig_name = format!("{name}-kubeconfig");
+    if secrets.get_opt(&kubeconfig_name).await?.is_none() {
+        let kubeconfig = pki
+            .admin_kubeconfig(&name, server)
+            .map_err(|e| Failure::Waiting(reasons::WAITING_FOR_PKI, e.to_string()))?;
+        let mut secret = BootstrapSecret::new(
+            namespace,
+            &kubeconfig_name,
+            &name,
+            BootstrapFormat::CloudConfig,
+            kubeconfig.into_bytes(),
+        )
+        .into_secret();
+        if let Some(data) = secret.data.as_mut() {
+            data.remove(capi_bootstrap::secret::FORMAT_KEY);
+        }
+        secret.metadata.owner_references = cluster.controller_owner_ref(&()).map(|o| vec![o]);
+        match secrets.create(&PostParams::default(), &secret).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.is_already_exists() => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(pki)
+}
+
+/// A client of the workload cluster, from the `<cluster>-kubeconfig` Secret.
+async fn workload_client(secrets: &Api<Secret>, cluster: &str) -> Result<Client, Failure> {
+    let waiting =
+        |message: String| Failure::Waiting(reasons::WAITING_FOR_WORKLOAD_CLUSTER, message);
+    let kubeconfig = secrets
+        .get_opt(&format!("{cluster}-kubeconfig"))
+        .await?
+        .and_then(|s| s.data)
+        .and_then(|d| d.get("value").cloned())
+        .and_then(|v| String::from_utf8(v.0).ok())
+        .ok_or_else(|| waiting(format!("Secret {cluster}-kubeconfig has no value")))?;
+    let kubeconfig = Kubeconfig::from_yaml(&kubeconfig)
+        .map_err(|e| waiting(format!("{cluster}-kubeconfig: {e}")))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| waiting(format!("{cluster}-kubeconfig: {e}")))?;
+    Client::try_from(config).map_err(|e| waiting(format!("workload cluster client: {e}")))
+}
+
+/// Creates the bootstrap-token Secret in the workload cluster.
+async fn create_join_token(
+    secrets: &Api<Secret>,
+    cluster: &str,
+    token: &str,
+    ttl: std::time::Duration,
+) -> Result<(), Failure> {
+    let waiting =
+        |message: String| Failure::Waiting(reasons::WAITING_FOR_WORKLOAD_CLUSTER, message);
+    let workload = workload_client(secrets, cluster).await?;
+    let secret = tokens::token_secret(token, ttl, jiff::Timestamp::now())
+        .ok_or_else(|| waiting("invalid token".into()))?;
+    Api::<Secret>::namespaced(workload, tokens::NAMESPACE)
+        .create(&PostParams::default(), &secret)
+        .await
+        .map_err(|e| {
+            waiting(format!(
+                "creating the bootstrap token in the workload cluster: {e}"
+            ))
+        })?;
+    Ok(())
+}
+
+/// Moves the expiration of token `id` in the workload cluster to `ttl` from now.
+async fn refresh_join_token(
+    secrets: &Api<Secret>,
+    cluster: &str,
+    id: &str,
+    ttl: std::time::Duration,
+) -> Result<(), Failure> {
+    let waiting =
+        |message: String| Failure::Waiting(reasons::WAITING_FOR_WORKLOAD_CLUSTER, message);
+    let workload = workload_client(secrets, cluster).await?;
+    let expiration = tokens::expiration(ttl, jiff::Timestamp::now())
+        .ok_or_else(|| waiting("token TTL out of range".into()))?;
+    let patch = json!({"data": {"expiration": ByteString(expiration.into_bytes())}});
+    Api::<Secret>::namespaced(workload, tokens::NAMESPACE)
+        .patch(
+            &format!("bootstrap-token-{id}"),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .map_err(|e| waiting(format!("refreshing the bootstrap token: {e}")))?;
+    Ok(())
+}
+
+async fn write_status(
+    client: &Client,
+    config: &KubeadmConfig,
+    plan: &BootstrapPlan,
+    data_secret_name: Option<String>,
+) -> Result<(), kube::Error> {
+    let current = config.status.clone().unwrap_or_default();
+    let mut desired: KubeadmConfigStatus = current.clone();
+    for wanted in &plan.conditions {
+        condition::set(&mut desired.conditions, wanted.clone());
+    }
+    if let Some(name) = data_secret_name {
+        desired.data_secret_name = Some(name);
+        desired.initialization = Some(capi_bootstrap::api::KubeadmConfigInitialization {
+            data_secret_created: Some(true),
+        });
+    }
+    desired.observed_generation = config.metadata.generation;
+    if desired == current {
+        return Ok(());
+    }
+    let api: Api<KubeadmConfig> =
+        Api::namespaced(client.clone(), &config.namespace().unwrap_or_default());
+    let status = json!({
+        "initialization": desired.initialization,
+        "dataSecretName": desired.data_secret_name,
+        "observedGeneration": desired.observed_generation,
+        "conditions": desired.conditions,
+    });
+    write::patch_status(&api, &config.name_any(), status).await
+}

@@ -1,0 +1,307 @@
+//! The kubeadm bootstrap reconciler on a real API server: of three control-plane machines exactly
+//! one gets `kubeadm init`; after initialisation the others and a worker join with tokens created
+//! in the workload cluster; Secrets follow the contract and are never re-rendered.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use capi_actuator::ReconcilerOptions;
+use capi_actuator::bootstrap::{BootstrapSettings, KubeadmConfigReconciler};
+use capi_actuator::retry::RetryPolicy;
+use capi_bootstrap::api::{KubeadmConfig, KubeadmConfigSpec};
+use capi_core::api::{Cluster, Machine};
+use capi_core::{BootstrapData, condition, labels};
+use capi_testing::TestEnv;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn add_machine(client: &Client, ns: &str, name: &str, control_plane: bool) {
+    let mut labels = BTreeMap::from([(labels::CLUSTER_NAME.to_string(), "demo".to_string())]);
+    if control_plane {
+        labels.insert(labels::MACHINE_CONTROL_PLANE.to_string(), String::new());
+    }
+    let machine: Machine = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"clusterName": "demo", "version": "v1.31.1",
+                 "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": name}},
+                 "infrastructureRef": {"apiGroup": "infrastructure.capi-rs.dev", "kind": "InMemoryMachine", "name": name}}
+    }))
+    .unwrap();
+    let machine = Api::<Machine>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &machine)
+        .await
+        .unwrap();
+    let mut config = KubeadmConfig::new(
+        name,
+        KubeadmConfigSpec {
+            pre_kubeadm_commands: vec!["swapoff -a".into()],
+            ..Default::default()
+        },
+    );
+    config.metadata.labels = Some(BTreeMap::from([(
+        labels::CLUSTER_NAME.to_string(),
+        "demo".to_string(),
+    )]));
+    config.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "cluster.x-k8s.io/v1beta2".into(),
+        kind: "Machine".into(),
+        name: name.into(),
+        uid: machine.uid().unwrap(),
+        controller: Some(true),
+        ..OwnerReference::default()
+    }]);
+    Api::<KubeadmConfig>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &config)
+        .await
+        .unwrap();
+}
+
+async fn data(secrets: &Api<Secret>, name: &str) -> Option<String> {
+    let secret = secrets.get_opt(name).await.unwrap()?;
+    Some(
+        String::from_utf8(
+            BootstrapData::from_secret(&secret)
+                .unwrap()
+                .expose()
+                .to_vec(),
+        )
+        .unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn one_init_then_joins_with_tokens_in_the_workload_cluster_and_no_re_rendering() {
+    let mut crds = capi_core::crd::core();
+    crds.extend(capi_bootstrap::api::crds());
+    let env = TestEnv::start_with_crds(&crds).await.unwrap();
+    let ns = env.namespace().await.unwrap();
+    let client = env.client();
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns);
+    let cluster: Cluster = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "demo"},
+        "spec": {"controlPlaneEndpoint": {"host": "10.0.0.10", "port": 6443},
+                 "clusterNetwork": {"pods": {"cidrBlocks": ["10.244.0.0/16"]}}}
+    }))
+    .unwrap();
+    clusters
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    let patch = json!({"status": {"initialization": {"infrastructureProvisioned": true}}});
+    clusters
+        .patch_status("demo", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    for name in ["cp-0", "cp-1", "cp-2"] {
+        add_machine(&client, &ns, name, true).await;
+    }
+    add_machine(&client, &ns, "worker-0", false).await;
+
+    let retry = RetryPolicy {
+        poll: Duration::from_millis(200),
+        backoff_base: Duration::from_millis(50),
+        ..RetryPolicy::default()
+    };
+    let settings = BootstrapSettings {
+        token_refresh: Duration::from_millis(500),
+        ..BootstrapSettings::default()
+    };
+    let reconciler = KubeadmConfigReconciler::new(client.clone(), std::sync::Arc::new(settings))
+        .options(
+            ReconcilerOptions::default()
+                .namespace(&ns)
+                .retry_policy(retry),
+        );
+    let task = tokio::spawn(reconciler.run(std::future::pending()));
+
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    eventually("one init secret", || async {
+        let mut found = 0;
+        for name in ["cp-0", "cp-1", "cp-2"] {
+            found += usize::from(data(&secrets, name).await.is_some());
+        }
+        found == 1
+    })
+    .await;
+    // Give the others time to (wrongly) render too.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut init = Vec::new();
+    for name in ["cp-0", "cp-1", "cp-2"] {
+        if let Some(value) = data(&secrets, name).await {
+            assert!(
+                value.contains("kubeadm init --config /run/kubeadm/kubeadm.yaml"),
+                "{value}"
+            );
+            assert!(
+                value.contains("/etc/kubernetes/pki/ca.key"),
+                "the init machine gets the cluster CA"
+            );
+            assert!(value.contains("10.244.0.0/16"), "pod CIDR from the Cluster");
+            init.push(name);
+        }
+    }
+    assert_eq!(
+        init.len(),
+        1,
+        "exactly one control-plane machine initialises: {init:?}"
+    );
+    assert!(
+        data(&secrets, "worker-0").await.is_none(),
+        "workers wait for the control plane"
+    );
+    for suffix in ["ca", "etcd", "proxy", "sa", "kubeconfig"] {
+        assert!(
+            secrets
+                .get_opt(&format!("demo-{suffix}"))
+                .await
+                .unwrap()
+                .is_some(),
+            "demo-{suffix}"
+        );
+    }
+    let configs: Api<KubeadmConfig> = Api::namespaced(client.clone(), &ns);
+    let initialised = configs.get(init[0]).await.unwrap().status.unwrap();
+    assert_eq!(initialised.data_secret_name.as_deref(), Some(init[0]));
+    assert!(condition::is_true(
+        &initialised.conditions,
+        condition::READY
+    ));
+    let init_secret = secrets.get(init[0]).await.unwrap();
+    assert_eq!(labels::cluster_name(&init_secret.metadata), Some("demo"));
+    assert_eq!(
+        init_secret.metadata.owner_references.unwrap()[0].kind,
+        "KubeadmConfig"
+    );
+
+    // The workload cluster is this API server: point the kubeconfig Secret at it, then report
+    // the control plane initialised.
+    let kubeconfig = env.control_plane().kubeconfig_yaml().to_string();
+    let patch = json!({"data": {"value": ByteString(kubeconfig.into_bytes())}});
+    secrets
+        .patch(
+            "demo-kubeconfig",
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    let patch = json!({"status": {"initialization": {"infrastructureProvisioned": true, "controlPlaneInitialized": true}}});
+    clusters
+        .patch_status("demo", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+
+    eventually("every machine's data", || async {
+        let mut all = true;
+        for name in ["cp-0", "cp-1", "cp-2", "worker-0"] {
+            all &= data(&secrets, name).await.is_some();
+        }
+        all
+    })
+    .await;
+    for name in ["cp-0", "cp-1", "cp-2"]
+        .into_iter()
+        .filter(|n| !init.contains(n))
+    {
+        let value = data(&secrets, name).await.unwrap();
+        assert!(
+            value.contains("kubeadm join") && value.contains("controlPlane"),
+            "{value}"
+        );
+        assert!(value.contains("sha256:"), "joins pin the cluster CA");
+    }
+    let worker = data(&secrets, "worker-0").await.unwrap();
+    assert!(
+        worker.contains("kubeadm join")
+            && !worker.contains("controlPlane")
+            && !worker.contains("ca.key"),
+        "{worker}"
+    );
+    let tokens = Api::<Secret>::namespaced(client.clone(), "kube-system")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|s| s.type_.as_deref() == Some("bootstrap.kubernetes.io/token"))
+        .count();
+    assert_eq!(tokens, 3, "one bootstrap token per joining machine");
+
+    // Tokens are refreshed while the machine has not joined, and no longer after it has.
+    let token_name = {
+        let worker_secret = secrets.get("worker-0").await.unwrap();
+        format!(
+            "bootstrap-token-{}",
+            worker_secret.annotations()["bootstrap.cluster.x-k8s.io/token-id"]
+        )
+    };
+    let workload_tokens: Api<Secret> = Api::namespaced(client.clone(), "kube-system");
+    let expiration = || async {
+        let token = workload_tokens.get(&token_name).await.unwrap();
+        String::from_utf8(token.data.unwrap()["expiration"].0.clone()).unwrap()
+    };
+    let first = expiration().await;
+    eventually("the worker's token to be extended", || async {
+        expiration().await > first
+    })
+    .await;
+    let machines: Api<Machine> = Api::namespaced(client.clone(), &ns);
+    let joined = json!({"status": {"nodeRef": {"name": "worker-0"}}});
+    machines
+        .patch_status("worker-0", &PatchParams::default(), &Patch::Merge(&joined))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let settled = expiration().await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        expiration().await,
+        settled,
+        "a joined machine's token is no longer extended"
+    );
+
+    // Never re-rendered: a change to the config does not touch the Secret.
+    let before = secrets
+        .get("worker-0")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+    let patch = json!({"metadata": {"annotations": {"touched": "yes"}}});
+    configs
+        .patch("worker-0", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        secrets
+            .get("worker-0")
+            .await
+            .unwrap()
+            .metadata
+            .resource_version,
+        before
+    );
+    task.abort();
+}
