@@ -57,3 +57,5 @@ pub const WAITING_FOR_PKI: &str = "WaitingForPKI";
 pub const PKI_INVALID: &str = "PKIInvalid";
 /// The workload cluster cannot be reached through `<cluster>-kubeconfig`.
 pub const WAITING_FOR_WORKLOAD_CLUSTER: &str = "WaitingForWorkloadCluster";
+/// A provider's bootstrap file hook failed.
+pub const WAITING_FOR_PROVIDER_FILES: &str = "WaitingForProviderFiles";

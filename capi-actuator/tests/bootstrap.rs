@@ -10,6 +10,7 @@ use capi_actuator::ReconcilerOptions;
 use capi_actuator::bootstrap::{BootstrapSettings, KubeadmConfigReconciler};
 use capi_actuator::retry::RetryPolicy;
 use capi_bootstrap::api::{KubeadmConfig, KubeadmConfigSpec};
+use capi_bootstrap::render::PlanFile;
 use capi_core::api::{Cluster, Machine};
 use capi_core::{BootstrapData, condition, labels};
 use capi_testing::TestEnv;
@@ -77,6 +78,30 @@ async fn add_machine(client: &Client, ns: &str, name: &str, control_plane: bool)
         .unwrap();
 }
 
+/// A provider's hook: every machine gets a cloud provider configuration naming its cluster.
+struct CloudConf;
+
+#[async_trait::async_trait]
+impl capi_actuator::bootstrap::BootstrapFiles for CloudConf {
+    async fn files(
+        &self,
+        _: &Client,
+        cluster: &Cluster,
+        machine: &Machine,
+    ) -> Result<Vec<PlanFile>, String> {
+        let content = format!(
+            "[Global]\ncluster = {}\nmachine = {}\n",
+            cluster.name_any(),
+            machine.name_any()
+        );
+        Ok(vec![PlanFile::new(
+            "/etc/provider/cloud.conf",
+            0o600,
+            content,
+        )])
+    }
+}
+
 async fn data(secrets: &Api<Secret>, name: &str) -> Option<String> {
     let secret = secrets.get_opt(name).await.unwrap()?;
     Some(
@@ -125,6 +150,7 @@ async fn one_init_then_joins_with_tokens_in_the_workload_cluster_and_no_re_rende
     };
     let settings = BootstrapSettings {
         token_refresh: Duration::from_millis(500),
+        extra_files: vec![std::sync::Arc::new(CloudConf)],
         ..BootstrapSettings::default()
     };
     let reconciler = KubeadmConfigReconciler::new(client.clone(), std::sync::Arc::new(settings))
@@ -237,6 +263,14 @@ async fn one_init_then_joins_with_tokens_in_the_workload_cluster_and_no_re_rende
             && !worker.contains("controlPlane")
             && !worker.contains("ca.key"),
         "{worker}"
+    );
+    assert!(
+        worker.contains("/etc/provider/cloud.conf"),
+        "provider hook files are added"
+    );
+    assert!(
+        worker.contains("machine = worker-0"),
+        "hooks see the machine"
     );
     let tokens = Api::<Secret>::namespaced(client.clone(), "kube-system")
         .list(&ListParams::default())

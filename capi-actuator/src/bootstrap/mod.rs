@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use capi_bootstrap::api::KubeadmConfig;
+use capi_bootstrap::render::PlanFile;
 use capi_core::api::{Cluster, Machine};
 use futures::Future;
 use kube::ResourceExt;
@@ -24,14 +25,40 @@ use kube::runtime::watcher;
 
 use crate::reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
 
+/// Files a provider adds to every machine's bootstrap data — the OpenStack provider's `cloud.conf`
+/// and CA bundle, for example — without forking the renderer.
+#[async_trait::async_trait]
+pub trait BootstrapFiles: Send + Sync {
+    /// The files for `machine` of `cluster`. An error is reported on the config's `Ready`
+    /// condition and retried; it must not contain secrets.
+    async fn files(
+        &self,
+        client: &kube::Client,
+        cluster: &Cluster,
+        machine: &Machine,
+    ) -> Result<Vec<PlanFile>, String>;
+}
+
 /// Settings of the bootstrap reconciler.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct BootstrapSettings {
     /// How long bootstrap tokens for joining machines are valid.
     pub token_ttl: Duration,
     /// How often a token is extended while its machine has not joined (its Machine has no
     /// `status.nodeRef` yet). Must be well below `token_ttl`.
     pub token_refresh: Duration,
+    /// Provider hooks adding files, in order.
+    pub extra_files: Vec<Arc<dyn BootstrapFiles>>,
+}
+
+impl std::fmt::Debug for BootstrapSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BootstrapSettings")
+            .field("token_ttl", &self.token_ttl)
+            .field("token_refresh", &self.token_refresh)
+            .field("extra_files", &self.extra_files.len())
+            .finish()
+    }
 }
 
 impl Default for BootstrapSettings {
@@ -39,6 +66,7 @@ impl Default for BootstrapSettings {
         Self {
             token_ttl: Duration::from_secs(15 * 60),
             token_refresh: Duration::from_secs(5 * 60),
+            extra_files: Vec::new(),
         }
     }
 }

@@ -261,10 +261,22 @@ async fn decide(
             resolved_files.push(((source.name.clone(), source.key.clone()), bytes));
         }
     }
-    let extra_files = match role {
+    let mut extra_files = match role {
         Role::Init { .. } | Role::JoinControlPlane { .. } => pki.control_plane_files(),
         Role::JoinWorker { .. } => Vec::new(),
     };
+    for hook in &context.actuator.extra_files {
+        let files = hook
+            .files(client, &cluster, &machine)
+            .await
+            .map_err(|message| {
+                Failure::Waiting(
+                    reasons::WAITING_FOR_PROVIDER_FILES,
+                    format!("provider files: {message}"),
+                )
+            })?;
+        extra_files.extend(files);
+    }
     let cluster_facts = cluster_facts(&cluster, &endpoint.host, endpoint.port);
     let input = RenderInput {
         spec,
