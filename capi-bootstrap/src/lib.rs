@@ -11,9 +11,12 @@
 //!   renderer.
 //! - [`secret`]: the producer side of the bootstrap contract — the Secret an infrastructure
 //!   provider reads with [`capi_core::BootstrapData::from_secret`].
+//! - [`pki`]: the cluster CAs, service-account key, admin kubeconfig, CA pin and bootstrap tokens;
+//!   [`init_lock`]: exactly one control-plane machine runs `kubeadm init`; [`tokens`]: bootstrap
+//!   token Secrets for the workload cluster.
 //!
-//! Not here yet (tracked by the bootstrap issue): the cluster PKI Secrets, the init lock, bootstrap
-//! tokens in the workload cluster, and the reconciler that renders a `KubeadmConfig` into its Secret.
+//! The reconciler that puts these together — `KubeadmConfig` → bootstrap-data Secret, once — lives
+//! with the other controllers in `capi_actuator::bootstrap` and is registered by the `Manager`.
 //!
 //! ```
 //! use capi_bootstrap::secret::BootstrapSecret;
