@@ -6,9 +6,10 @@
 //!   ([`ReconcilerOptions`]);
 //! - `/healthz`, `/readyz` (every controller's cache synced) and `/metrics` on one HTTP address;
 //! - leader election on a `coordination.k8s.io/v1` Lease: controllers start only once this replica
-//!   leads, and stop (and [`Manager::run`] returns [`ManagerError::LeadershipLost`]) when it no
-//!   longer does;
-//! - graceful shutdown on SIGTERM and SIGINT: in-flight reconciles finish, the lease is released.
+//!   leads, and are aborted at once (and [`Manager::run`] returns [`ManagerError::LeadershipLost`])
+//!   when it no longer does — another replica may already be reconciling;
+//! - graceful shutdown on SIGTERM and SIGINT: in-flight reconciles finish (within
+//!   [`ManagerConfig::shutdown_timeout`], then they are aborted), the lease is released.
 //!
 //! ```no_run
 //! # use std::sync::Arc;
@@ -46,11 +47,13 @@ use tokio::sync::watch;
 
 pub use leader::LeaderElectionConfig;
 
+use crate::bootstrap::KubeadmConfigReconciler;
 use crate::cluster::InfraClusterReconciler;
 use crate::machine::InfraMachineReconciler;
 use crate::metrics::Metrics;
 use crate::options::ReconcilerOptions;
 use crate::readiness::Readiness;
+use crate::reconciler::Reconciler;
 
 /// How a [`Manager`] runs.
 #[derive(Clone, Debug, PartialEq)]
@@ -65,6 +68,8 @@ pub struct ManagerConfig {
     pub http_addr: SocketAddr,
     /// Leader election; `None` runs the controllers right away (one replica only).
     pub leader_election: Option<LeaderElectionConfig>,
+    /// How long a graceful stop waits for in-flight reconciles before aborting them.
+    pub shutdown_timeout: Duration,
 }
 
 impl Default for ManagerConfig {
@@ -75,6 +80,7 @@ impl Default for ManagerConfig {
             burst: 100,
             http_addr: SocketAddr::from(([0, 0, 0, 0], 8080)),
             leader_election: None,
+            shutdown_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -179,10 +185,7 @@ impl Manager {
         &mut self,
         actuator: Arc<dyn Actuator<M>>,
     ) -> &mut Self {
-        let reconciler = InfraMachineReconciler::new(self.client.clone(), actuator)
-            .options(self.config.reconciler.clone())
-            .metrics(self.metrics.clone())
-            .readiness(self.readiness.clone());
+        let reconciler = self.wire(InfraMachineReconciler::new(self.client.clone(), actuator));
         self.controllers.push(Box::new(move |shutdown| {
             Box::pin(reconciler.run(shutdown.wait()))
         }));
@@ -194,10 +197,7 @@ impl Manager {
         &mut self,
         actuator: Arc<dyn ClusterActuator<C>>,
     ) -> &mut Self {
-        let reconciler = InfraClusterReconciler::new(self.client.clone(), actuator)
-            .options(self.config.reconciler.clone())
-            .metrics(self.metrics.clone())
-            .readiness(self.readiness.clone());
+        let reconciler = self.wire(InfraClusterReconciler::new(self.client.clone(), actuator));
         self.controllers.push(Box::new(move |shutdown| {
             Box::pin(reconciler.run(shutdown.wait()))
         }));
@@ -210,15 +210,25 @@ impl Manager {
         &mut self,
         settings: crate::bootstrap::BootstrapSettings,
     ) -> &mut Self {
-        let reconciler =
-            crate::bootstrap::KubeadmConfigReconciler::new(self.client.clone(), Arc::new(settings))
-                .options(self.config.reconciler.clone())
-                .metrics(self.metrics.clone())
-                .readiness(self.readiness.clone());
+        let reconciler = self.wire(KubeadmConfigReconciler::new(
+            self.client.clone(),
+            Arc::new(settings),
+        ));
         self.controllers.push(Box::new(move |shutdown| {
             Box::pin(reconciler.run(shutdown.wait()))
         }));
         self
+    }
+
+    /// Gives a reconciler the manager's options, metrics and readiness.
+    fn wire<K: kube::Resource<DynamicType = ()>, A: ?Sized>(
+        &self,
+        reconciler: Reconciler<K, A>,
+    ) -> Reconciler<K, A> {
+        reconciler
+            .options(self.config.reconciler.clone())
+            .metrics(self.metrics.clone())
+            .readiness(self.readiness.clone())
     }
 
     /// Runs until SIGTERM or SIGINT.
@@ -276,9 +286,24 @@ impl Manager {
             }
         };
         trigger.fire();
-        for controller in controllers {
-            if let Err(error) = controller.await {
-                tracing::error!(%error, "a controller task failed");
+        // After losing the lease another replica may already be reconciling: stop at once. On a
+        // normal stop, let in-flight reconciles finish, within the shutdown timeout.
+        let grace = if lost {
+            Duration::ZERO
+        } else {
+            self.config.shutdown_timeout
+        };
+        let deadline = tokio::time::Instant::now() + grace;
+        for mut controller in controllers {
+            match tokio::time::timeout_at(deadline, &mut controller).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => tracing::error!(%error, "a controller task failed"),
+                Err(_) => {
+                    controller.abort();
+                    if !lost {
+                        tracing::warn!(timeout = ?grace, "a controller did not stop within the shutdown timeout; aborted");
+                    }
+                }
             }
         }
         if let Some(elector) = &elector
