@@ -38,6 +38,7 @@ pub mod readiness;
 pub mod reasons;
 mod reconciler;
 pub mod retry;
+pub mod rollout;
 pub mod telemetry;
 mod write;
 
