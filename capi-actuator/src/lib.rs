@@ -15,7 +15,12 @@
 //! - [`metrics`]: controller-runtime-compatible series plus actuator call counters and latency;
 //! - [`retry`]: jittered requeues and per-object exponential backoff;
 //! - [`reasons`]: the condition and event reasons the loop writes;
-//! - [`telemetry`]: text or JSON logs.
+//! - [`telemetry`]: text or JSON logs;
+//! - the decisions of the core controllers, as pure functions with their own tests: [`rollout`]
+//!   (MachineDeployment fenceposts and rolling-update steps, simulated in golden files),
+//!   [`deletion_priority`] (which machines a MachineSet deletes first), [`health`]
+//!   (MachineHealthCheck verdicts and remediation short-circuits). The controllers that apply
+//!   them (Cluster, Machine, MachineSet, MachineDeployment, MachineHealthCheck) are not here yet.
 //!
 //! Error semantics follow [`capi_core::ActuatorError`]: `RequeueAfter` is not a failure (no
 //! backoff, no error log); `Transient` backs off per object up to a cap and resets on success;
@@ -27,6 +32,8 @@
 
 pub mod bootstrap;
 pub mod cluster;
+pub mod deletion_priority;
+pub mod health;
 mod instrument;
 pub mod machine;
 pub mod manager;

@@ -1,0 +1,388 @@
+//! Whether a machine is healthy, and whether remediation may proceed, as a `MachineHealthCheck`
+//! defines it. Pure functions of what was observed and the current time.
+//!
+//! - [`assess`]: a machine without a node is unhealthy once the node startup timeout has passed
+//!   since it was created; a machine whose node vanished is unhealthy at once; a node or machine
+//!   condition listed in `unhealthyNodeConditions`/`unhealthyMachineConditions` makes it unhealthy
+//!   once it has held for its timeout. Until then the answer says when to look again.
+//! - [`remediation_allowed`]: `triggerIf.unhealthyInRange` (`[min-max]`) or
+//!   `triggerIf.unhealthyLessThanOrEqualTo` (a count, or a percentage of the checked machines,
+//!   rounded down) short-circuits remediation when too many machines are unhealthy at once.
+
+use std::time::Duration;
+
+use capi_core::api::{MachineHealthCheckChecks, MachineHealthCheckRemediationTriggerIf};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+/// The upstream default node startup timeout.
+pub const DEFAULT_NODE_STARTUP_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// A condition as observed: type, status and when it last changed (seconds since the epoch).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObservedCondition {
+    /// The condition type.
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// When it last changed.
+    pub since: i64,
+}
+
+/// The node of a machine, as observed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeObservation {
+    /// The machine has no `nodeRef` yet.
+    NotRegistered,
+    /// The machine's `nodeRef` names a node that does not exist.
+    Missing,
+    /// The node exists, with these conditions.
+    Present(Vec<ObservedCondition>),
+}
+
+/// What the health check needs to know about one machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MachineObservation {
+    /// When the machine was created (seconds since the epoch).
+    pub created: i64,
+    /// Its node.
+    pub node: NodeObservation,
+    /// Its own conditions.
+    pub conditions: Vec<ObservedCondition>,
+}
+
+/// The verdict on one machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Healthy; if `recheck` is set, something may turn unhealthy then.
+    Healthy {
+        /// When to look again, if a timeout is running.
+        recheck: Option<Duration>,
+    },
+    /// Unhealthy, with a reason and a message for the machine's condition.
+    Unhealthy {
+        /// A CamelCase reason.
+        reason: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+fn remaining(since: i64, timeout: Duration, now: i64) -> Option<Duration> {
+    let deadline = since.saturating_add(i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX));
+    (deadline > now).then(|| Duration::from_secs(u64::try_from(deadline - now).unwrap_or(0)))
+}
+
+/// Judges one machine at `now` (seconds since the epoch).
+pub fn assess(
+    checks: Option<&MachineHealthCheckChecks>,
+    machine: &MachineObservation,
+    now: i64,
+) -> Verdict {
+    let default_checks = MachineHealthCheckChecks::default();
+    let checks = checks.unwrap_or(&default_checks);
+    let mut recheck: Option<Duration> = None;
+    let mut sooner = |d: Duration| recheck = Some(recheck.map_or(d, |r| r.min(d)));
+
+    // Unhealthy machine conditions apply whether or not there is a node.
+    for rule in &checks.unhealthy_machine_conditions {
+        if let Some(found) = machine
+            .conditions
+            .iter()
+            .find(|c| c.type_ == rule.type_ && c.status == rule.status.as_str())
+        {
+            let timeout = Duration::from_secs(u64::try_from(rule.timeout_seconds).unwrap_or(0));
+            match remaining(found.since, timeout, now) {
+                None => {
+                    return Verdict::Unhealthy {
+                        reason: "UnhealthyMachineCondition",
+                        message: format!(
+                            "condition {}={} for more than {}s",
+                            rule.type_,
+                            rule.status.as_str(),
+                            rule.timeout_seconds
+                        ),
+                    };
+                }
+                Some(left) => sooner(left),
+            }
+        }
+    }
+    match &machine.node {
+        NodeObservation::Missing => {
+            return Verdict::Unhealthy {
+                reason: "NodeNotFound",
+                message: "the machine's node no longer exists".into(),
+            };
+        }
+        NodeObservation::NotRegistered => {
+            let timeout = checks
+                .node_startup_timeout_seconds
+                .map_or(DEFAULT_NODE_STARTUP_TIMEOUT, |s| {
+                    Duration::from_secs(u64::try_from(s).unwrap_or(0))
+                });
+            if !timeout.is_zero() {
+                match remaining(machine.created, timeout, now) {
+                    None => {
+                        return Verdict::Unhealthy {
+                            reason: "NodeStartupTimeout",
+                            message: format!("no node registered within {}s", timeout.as_secs()),
+                        };
+                    }
+                    Some(left) => sooner(left),
+                }
+            }
+        }
+        NodeObservation::Present(conditions) => {
+            for rule in &checks.unhealthy_node_conditions {
+                if let Some(found) = conditions
+                    .iter()
+                    .find(|c| c.type_ == rule.type_ && c.status == rule.status.as_str())
+                {
+                    let timeout =
+                        Duration::from_secs(u64::try_from(rule.timeout_seconds).unwrap_or(0));
+                    match remaining(found.since, timeout, now) {
+                        None => {
+                            return Verdict::Unhealthy {
+                                reason: "UnhealthyNode",
+                                message: format!(
+                                    "node condition {}={} for more than {}s",
+                                    rule.type_,
+                                    rule.status.as_str(),
+                                    rule.timeout_seconds
+                                ),
+                            };
+                        }
+                        Some(left) => sooner(left),
+                    }
+                }
+            }
+        }
+    }
+    Verdict::Healthy { recheck }
+}
+
+/// Whether remediation may proceed with `unhealthy` of `total` checked machines unhealthy.
+/// An unusable `triggerIf` is an error a user must fix (remediation is then not allowed).
+pub fn remediation_allowed(
+    trigger: Option<&MachineHealthCheckRemediationTriggerIf>,
+    total: i32,
+    unhealthy: i32,
+) -> Result<bool, String> {
+    let Some(trigger) = trigger else {
+        return Ok(true);
+    };
+    if let Some(range) = &trigger.unhealthy_in_range {
+        let inner = range
+            .strip_prefix('[')
+            .and_then(|r| r.strip_suffix(']'))
+            .ok_or_else(|| format!("unhealthyInRange {range:?} is not [min-max]"))?;
+        let (min, max) = inner
+            .split_once('-')
+            .ok_or_else(|| format!("unhealthyInRange {range:?} is not [min-max]"))?;
+        let (min, max): (i32, i32) = (
+            min.parse()
+                .map_err(|_| format!("unhealthyInRange {range:?}: bad minimum"))?,
+            max.parse()
+                .map_err(|_| format!("unhealthyInRange {range:?}: bad maximum"))?,
+        );
+        if min > max {
+            return Err(format!("unhealthyInRange {range:?}: minimum above maximum"));
+        }
+        return Ok((min..=max).contains(&unhealthy));
+    }
+    if let Some(limit) = &trigger.unhealthy_less_than_or_equal_to {
+        let limit = match limit {
+            IntOrString::Int(n) if *n >= 0 => *n,
+            IntOrString::String(text) => {
+                let percent: i64 = text
+                    .strip_suffix('%')
+                    .and_then(|p| p.parse().ok())
+                    .filter(|p| *p >= 0)
+                    .ok_or_else(|| {
+                        format!(
+                            "unhealthyLessThanOrEqualTo {text:?} is not a count or a percentage"
+                        )
+                    })?;
+                i32::try_from(percent * i64::from(total.max(0)) / 100).unwrap_or(i32::MAX)
+            }
+            IntOrString::Int(n) => {
+                return Err(format!("unhealthyLessThanOrEqualTo {n} is negative"));
+            }
+        };
+        return Ok(unhealthy <= limit);
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capi_core::api::{UnhealthyMachineCondition, UnhealthyNodeCondition};
+    use capi_core::condition::ConditionStatus;
+
+    fn checks() -> MachineHealthCheckChecks {
+        MachineHealthCheckChecks {
+            node_startup_timeout_seconds: Some(600),
+            unhealthy_node_conditions: vec![
+                UnhealthyNodeCondition {
+                    type_: "Ready".into(),
+                    status: ConditionStatus::False,
+                    timeout_seconds: 300,
+                },
+                UnhealthyNodeCondition {
+                    type_: "Ready".into(),
+                    status: ConditionStatus::Unknown,
+                    timeout_seconds: 300,
+                },
+            ],
+            unhealthy_machine_conditions: vec![UnhealthyMachineCondition {
+                type_: "InfrastructureReady".into(),
+                status: ConditionStatus::False,
+                timeout_seconds: 60,
+            }],
+        }
+    }
+
+    fn node(status: &str, since: i64) -> NodeObservation {
+        NodeObservation::Present(vec![ObservedCondition {
+            type_: "Ready".into(),
+            status: status.into(),
+            since,
+        }])
+    }
+
+    fn machine(node: NodeObservation) -> MachineObservation {
+        MachineObservation {
+            created: 0,
+            node,
+            conditions: vec![],
+        }
+    }
+
+    #[test]
+    fn node_startup_timeout_counts_from_creation() {
+        let waiting = assess(
+            Some(&checks()),
+            &machine(NodeObservation::NotRegistered),
+            100,
+        );
+        assert_eq!(
+            waiting,
+            Verdict::Healthy {
+                recheck: Some(Duration::from_secs(500))
+            }
+        );
+        let late = assess(
+            Some(&checks()),
+            &machine(NodeObservation::NotRegistered),
+            601,
+        );
+        assert!(matches!(
+            late,
+            Verdict::Unhealthy {
+                reason: "NodeStartupTimeout",
+                ..
+            }
+        ));
+        let mut disabled = checks();
+        disabled.node_startup_timeout_seconds = Some(0);
+        assert_eq!(
+            assess(
+                Some(&disabled),
+                &machine(NodeObservation::NotRegistered),
+                10_000
+            ),
+            Verdict::Healthy { recheck: None }
+        );
+    }
+
+    #[test]
+    fn unhealthy_node_conditions_need_their_timeout() {
+        assert_eq!(
+            assess(Some(&checks()), &machine(node("True", 0)), 10_000),
+            Verdict::Healthy { recheck: None }
+        );
+        assert_eq!(
+            assess(Some(&checks()), &machine(node("False", 1000)), 1100),
+            Verdict::Healthy {
+                recheck: Some(Duration::from_secs(200))
+            }
+        );
+        assert!(matches!(
+            assess(Some(&checks()), &machine(node("Unknown", 1000)), 1301),
+            Verdict::Unhealthy {
+                reason: "UnhealthyNode",
+                ..
+            }
+        ));
+        assert!(matches!(
+            assess(Some(&checks()), &machine(NodeObservation::Missing), 1),
+            Verdict::Unhealthy {
+                reason: "NodeNotFound",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn unhealthy_machine_conditions_apply_too() {
+        let mut observed = machine(node("True", 0));
+        observed.conditions.push(ObservedCondition {
+            type_: "InfrastructureReady".into(),
+            status: "False".into(),
+            since: 0,
+        });
+        assert!(matches!(
+            assess(Some(&checks()), &observed, 61),
+            Verdict::Unhealthy {
+                reason: "UnhealthyMachineCondition",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn trigger_if_short_circuits_remediation() {
+        let trigger = |less: Option<IntOrString>, range: Option<&str>| {
+            MachineHealthCheckRemediationTriggerIf {
+                unhealthy_less_than_or_equal_to: less,
+                unhealthy_in_range: range.map(str::to_string),
+            }
+        };
+        assert_eq!(remediation_allowed(None, 10, 10), Ok(true));
+        assert_eq!(
+            remediation_allowed(Some(&trigger(Some(IntOrString::Int(2)), None)), 10, 2),
+            Ok(true)
+        );
+        assert_eq!(
+            remediation_allowed(Some(&trigger(Some(IntOrString::Int(2)), None)), 10, 3),
+            Ok(false)
+        );
+        // 40 % of 6 is 2.4: rounded down to 2.
+        assert_eq!(
+            remediation_allowed(
+                Some(&trigger(Some(IntOrString::String("40%".into())), None)),
+                6,
+                3
+            ),
+            Ok(false)
+        );
+        assert_eq!(
+            remediation_allowed(Some(&trigger(None, Some("[1-3]"))), 10, 3),
+            Ok(true)
+        );
+        assert_eq!(
+            remediation_allowed(Some(&trigger(None, Some("[1-3]"))), 10, 4),
+            Ok(false)
+        );
+        assert!(remediation_allowed(Some(&trigger(None, Some("[3-1]"))), 10, 2).is_err());
+        assert!(
+            remediation_allowed(
+                Some(&trigger(Some(IntOrString::String("many".into())), None)),
+                10,
+                2
+            )
+            .is_err()
+        );
+    }
+}
