@@ -2,8 +2,8 @@
 //!
 //! Today: provision and start the local control plane, install the core CRDs, apply the sample
 //! cluster from `config/samples/`, and show what the API server stores, as `kubectl get` would.
-//! No controllers run yet — the reconcile loop, the core controllers and the in-memory provider are
-//! later issues — so the objects are stored and validated, not reconciled; the output says so.
+//! The core controllers are a later issue, so the samples are stored and validated, not reconciled;
+//! the output says so.
 
 use std::time::Instant;
 
@@ -66,8 +66,9 @@ pub(crate) fn run(keep_running: bool) -> Result<()> {
             println!("\n$ kubectl get {plural} -n {NAMESPACE}\n{listing}");
         }
         println!(
-            "No controllers run yet: the objects above are validated and stored by a real kube-apiserver, \
-             not reconciled. The reconcile loop, core controllers and in-memory provider arrive with later issues."
+            "No controllers reconcile these samples yet: they are validated and stored by a real kube-apiserver. \
+             The infrastructure and bootstrap reconcilers, the Manager and the in-memory provider exist (see the README); \
+             the core controllers that turn a MachineDeployment into Running machines, and the full quickstart, are later issues."
         );
 
         if keep_running {
