@@ -20,9 +20,8 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
+use kube::Client;
 use kube::client::{Body, ClientBuilder, DynBody};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
 use tower::{Layer, Service};
 
 use crate::envtest::EnvtestError;
@@ -63,9 +62,7 @@ impl ApiFaults {
 
     /// A client for the kubeconfig whose requests pass through these rules.
     pub async fn client(&self, kubeconfig_yaml: &str) -> Result<Client, EnvtestError> {
-        let kubeconfig = Kubeconfig::from_yaml(kubeconfig_yaml)?;
-        let config =
-            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+        let config = crate::envtest::config_from_kubeconfig(kubeconfig_yaml).await?;
         Ok(ClientBuilder::try_from(config)?.with_layer(self).build())
     }
 

@@ -206,8 +206,7 @@ impl ControlPlane {
     /// The client configuration for the API server (admin token, CA), e.g. to build a client with
     /// extra layers.
     pub async fn config(&self) -> Result<Config, EnvtestError> {
-        let kubeconfig = Kubeconfig::from_yaml(&self.kubeconfig)?;
-        Ok(Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?)
+        config_from_kubeconfig(&self.kubeconfig).await
     }
 
     /// A new client for the API server, authenticated as a member of `system:masters`.
@@ -322,11 +321,15 @@ async fn wait_for_readyz(
     }
 }
 
+/// Builds a client configuration from kubeconfig YAML.
+pub(crate) async fn config_from_kubeconfig(yaml: &str) -> Result<Config, EnvtestError> {
+    let kubeconfig = Kubeconfig::from_yaml(yaml)?;
+    Ok(Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?)
+}
+
 /// Builds a client from kubeconfig YAML.
 pub(crate) async fn client_from_kubeconfig(yaml: &str) -> Result<Client, EnvtestError> {
-    let kubeconfig = Kubeconfig::from_yaml(yaml)?;
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-    Ok(Client::try_from(config)?)
+    Ok(Client::try_from(config_from_kubeconfig(yaml).await?)?)
 }
 
 fn kubeconfig_yaml(url: &str, ca: &Path, token: &str) -> String {

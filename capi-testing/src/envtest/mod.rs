@@ -9,6 +9,7 @@ pub use assets::{
     default_assets_dir,
 };
 pub use control_plane::ControlPlane;
+pub(crate) use control_plane::config_from_kubeconfig;
 
 use std::path::PathBuf;
 
