@@ -84,7 +84,10 @@ fn write_file(out: &mut String, file: &PlanFile) {
         .ok()
         .filter(|t| is_plain_text(t));
     match (file.gzip, text) {
-        (false, Some("")) => out.push_str("    content: \"\"\n"),
+        // Nothing but line breaks (or nothing): a literal block would read back as empty.
+        (false, Some(text)) if text.trim_end_matches('\n').is_empty() => {
+            let _ = writeln!(out, "    content: {}", quote(text));
+        }
         (false, Some(text)) => literal_block(out, text),
         (gzip, _) => {
             let encoding = if gzip { "gzip+base64" } else { "b64" };
@@ -155,6 +158,13 @@ mod tests {
         assert!(render_file(b"a\n").contains("content: |2\n      a\n"));
         assert!(render_file(b"a\n\n").contains("content: |2+\n      a\n\n"));
         assert!(render_file(b"  indented\n").contains("content: |2\n        indented\n"));
+    }
+
+    #[test]
+    fn content_of_only_line_breaks_is_quoted() {
+        assert!(render_file(b"").contains("content: \"\"\n"));
+        assert!(render_file(b"\n").contains("content: \"\\n\"\n"));
+        assert!(render_file(b"\n\n").contains("content: \"\\n\\n\"\n"));
     }
 
     #[test]
