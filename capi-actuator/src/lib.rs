@@ -46,6 +46,7 @@ pub mod reasons;
 mod reconciler;
 pub mod retry;
 pub mod rollout;
+pub mod standalone;
 pub mod telemetry;
 mod write;
 

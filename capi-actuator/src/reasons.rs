@@ -59,3 +59,64 @@ pub const PKI_INVALID: &str = "PKIInvalid";
 pub const WAITING_FOR_WORKLOAD_CLUSTER: &str = "WaitingForWorkloadCluster";
 /// A provider's bootstrap file hook failed.
 pub const WAITING_FOR_PROVIDER_FILES: &str = "WaitingForProviderFiles";
+
+// Core controllers (standalone mode).
+
+/// The object is not being deleted.
+pub const NOT_DELETING: &str = "NotDeleting";
+/// The object is being deleted.
+pub const DELETING: &str = "Deleting";
+/// A MachineHealthCheck found the machine unhealthy.
+pub const HEALTH_CHECK_FAILED: &str = "HealthCheckFailed";
+/// The machine's infrastructure is not provisioned yet.
+pub const WAITING_FOR_INFRASTRUCTURE: &str = "WaitingForInfrastructure";
+/// The machine has no ready node yet.
+pub const WAITING_FOR_NODE: &str = "WaitingForNode";
+/// Bootstrap data, infrastructure and node are ready.
+pub const MACHINE_READY: &str = "Ready";
+/// Ready for at least `minReadySeconds`.
+pub const MACHINE_AVAILABLE: &str = "Available";
+/// Ready for less than `minReadySeconds`.
+pub const WAITING_FOR_MIN_READY: &str = "WaitingForMinReadySeconds";
+/// The machine is not ready.
+pub const MACHINE_NOT_READY: &str = "NotReady";
+/// A referenced object (infrastructure, bootstrap config, control plane) does not exist yet.
+pub const REFERENCE_NOT_FOUND: &str = "ReferenceNotFound";
+/// A referenced kind is not served: its provider's CRDs are not installed.
+pub const REFERENCE_KIND_UNKNOWN: &str = "ReferenceKindUnknown";
+/// The bootstrap data Secret is known.
+pub const BOOTSTRAP_DATA_READY: &str = "DataSecretAvailable";
+/// The infrastructure reports itself provisioned.
+pub const PROVISIONED: &str = "Provisioned";
+/// The node exists and reports `Ready=True`.
+pub const NODE_READY: &str = "NodeReady";
+/// The node exists but is not ready.
+pub const NODE_NOT_READY: &str = "NodeNotReady";
+/// The machine's node no longer exists.
+pub const NODE_NOT_FOUND: &str = "NodeNotFound";
+/// The node is being drained before the machine goes.
+pub const DRAINING_NODE: &str = "DrainingNode";
+/// Draining took longer than allowed; the machine goes anyway (event).
+pub const DRAIN_TIMEOUT: &str = "NodeDrainTimeout";
+/// Deletion waits for the infrastructure and bootstrap objects to go.
+pub const WAITING_FOR_INFRASTRUCTURE_DELETION: &str = "WaitingForInfrastructureDeletion";
+/// The node could not be deleted within the allowed time; the machine goes anyway (event).
+pub const NODE_DELETION_FAILED: &str = "NodeDeletionFailed";
+/// A machine was created by a MachineSet (event).
+pub const MACHINE_CREATED: &str = "SuccessfulCreate";
+/// A machine was deleted by a MachineSet (event).
+pub const MACHINE_DELETED: &str = "SuccessfulDelete";
+/// A MachineSet was created or scaled by a MachineDeployment (event).
+pub const MACHINE_SET_SCALED: &str = "SuccessfulScale";
+/// A selector or template cannot work.
+pub const INVALID_SPEC: &str = "InvalidSpec";
+/// The cluster's infrastructure or control plane is provisioning.
+pub const PROVISIONING: &str = "Provisioning";
+/// Remediation is allowed.
+pub const REMEDIATION_ALLOWED: &str = "RemediationAllowed";
+/// Too many unhealthy machines: remediation stopped.
+pub const TOO_MANY_UNHEALTHY: &str = "TooManyUnhealthy";
+/// The machine passed its health checks.
+pub const HEALTHY: &str = "Healthy";
+/// The machine waits for its owner to replace it.
+pub const WAITING_FOR_REMEDIATION: &str = "WaitingForRemediation";

@@ -31,6 +31,9 @@ pub enum ReconcileError {
     /// The actuator reported a failure.
     #[error("actuator failed: {0}")]
     Actuator(#[source] ActuatorError),
+    /// An object referenced by `{apiGroup, kind, name}` could not be read or written.
+    #[error("{0}")]
+    Reference(#[from] crate::standalone::ReferenceError),
 }
 
 /// A reconciler of kind `K` driving an actuator `A`: see

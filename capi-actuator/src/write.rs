@@ -153,3 +153,28 @@ where
         }
     }
 }
+
+/// Merge-patches the status subresource guarded by the resource version `object` was read at:
+/// a status other controllers also write (conditions of a `Machine`) is never overwritten from a
+/// stale copy — the write fails with a conflict and the reconcile runs again on fresh data. A
+/// vanished object is not an error.
+pub(crate) async fn patch_status_guarded<K>(
+    api: &Api<K>,
+    object: &K,
+    status: Value,
+) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let patch = Patch::Merge(json!({
+        "metadata": {"resourceVersion": object.resource_version()},
+        "status": status,
+    }));
+    match api
+        .patch_status(&object.name_any(), &PatchParams::default(), &patch)
+        .await
+    {
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
+        other => other.map(drop),
+    }
+}

@@ -54,6 +54,11 @@ use crate::metrics::Metrics;
 use crate::options::ReconcilerOptions;
 use crate::readiness::Readiness;
 use crate::reconciler::Reconciler;
+use crate::standalone::{
+    ClusterController, CoreSettings, DeploymentController, HealthCheckController,
+    MachineController, MachineSetController, WorkloadClusters,
+};
+use capi_core::api::{Cluster, Machine, MachineDeployment, MachineHealthCheck, MachineSet};
 
 /// How a [`Manager`] runs.
 #[derive(Clone, Debug, PartialEq)]
@@ -216,6 +221,65 @@ impl Manager {
         ));
         self.controllers.push(Box::new(move |shutdown| {
             Box::pin(reconciler.run(shutdown.wait()))
+        }));
+        self
+    }
+
+    /// Registers the core Cluster API controllers — Cluster, Machine, MachineSet,
+    /// MachineDeployment, MachineHealthCheck — for standalone mode (leave them out when upstream
+    /// Cluster API core runs beside this manager). See [`crate::standalone`].
+    pub fn add_core_controllers(&mut self, settings: CoreSettings) -> &mut Self {
+        let namespace = self.config.reconciler.namespace.clone();
+        let (workloads, node_changes) = WorkloadClusters::new(self.client.clone());
+        let workloads = Arc::new(workloads);
+        let cluster = self.wire(Reconciler::<Cluster, _>::new(
+            self.client.clone(),
+            Arc::new(ClusterController::new(
+                self.client.clone(),
+                namespace.clone(),
+                Arc::clone(&workloads),
+                settings.clone(),
+            )),
+        ));
+        let machine = self.wire(Reconciler::<Machine, _>::new(
+            self.client.clone(),
+            Arc::new(MachineController::new(
+                self.client.clone(),
+                namespace.clone(),
+                Arc::clone(&workloads),
+                node_changes,
+                settings.clone(),
+            )),
+        ));
+        let set = self.wire(Reconciler::<MachineSet, _>::new(
+            self.client.clone(),
+            Arc::new(MachineSetController::new(
+                self.client.clone(),
+                namespace,
+                settings.clone(),
+            )),
+        ));
+        let deployment = self.wire(Reconciler::<MachineDeployment, _>::new(
+            self.client.clone(),
+            Arc::new(DeploymentController::new(settings.clone())),
+        ));
+        let health = self.wire(Reconciler::<MachineHealthCheck, _>::new(
+            self.client.clone(),
+            Arc::new(HealthCheckController::new(workloads, settings)),
+        ));
+        self.controllers.push(Box::new(move |shutdown| {
+            Box::pin(cluster.run(shutdown.wait()))
+        }));
+        self.controllers.push(Box::new(move |shutdown| {
+            Box::pin(machine.run(shutdown.wait()))
+        }));
+        self.controllers
+            .push(Box::new(move |shutdown| Box::pin(set.run(shutdown.wait()))));
+        self.controllers.push(Box::new(move |shutdown| {
+            Box::pin(deployment.run(shutdown.wait()))
+        }));
+        self.controllers.push(Box::new(move |shutdown| {
+            Box::pin(health.run(shutdown.wait()))
         }));
         self
     }

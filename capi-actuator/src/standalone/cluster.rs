@@ -1,0 +1,534 @@
+//! The Cluster controller: owner references on the infrastructure cluster and control plane,
+//! their readiness in `status.initialization`, the control plane endpoint and failure domains
+//! copied from the infrastructure cluster, phases, replica summaries; and deletion in order.
+//!
+//! Without a control plane provider (`spec.controlPlaneRef` unset) the control plane counts as
+//! initialised once a control-plane machine has a node, as upstream does for machine-based
+//! control planes.
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use capi_core::api::{
+    ApiEndpoint, Cluster, ClusterInitializationStatus, ClusterPhase, ClusterStatus, FailureDomain,
+    Machine, MachineDeployment, MachineHealthCheck, MachineSet, ReplicaSummary,
+};
+use capi_core::condition::{self, ConditionStatus, DesiredCondition};
+use capi_core::labels;
+use futures::{StreamExt, stream};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{DeleteParams, DynamicObject, ListParams};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use super::machine::{receiver_stream, take};
+use super::references::{ReferenceError, References, initialization_flag};
+use super::workload::WorkloadClusters;
+use super::{CoreSettings, ownership};
+use crate::plan::{FinalizerChange, Next};
+use crate::reasons;
+use crate::reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
+use crate::write;
+
+/// `ControlPlaneInitialized`.
+const CONTROL_PLANE_INITIALIZED: &str = "ControlPlaneInitialized";
+
+/// What the Cluster controller works with besides the client.
+pub(crate) struct ClusterController {
+    references: References,
+    reference_changes: Mutex<Option<mpsc::UnboundedReceiver<Arc<DynamicObject>>>>,
+    workloads: Arc<WorkloadClusters>,
+    machines: OnceLock<Store<Machine>>,
+    settings: CoreSettings,
+}
+
+impl ClusterController {
+    pub(crate) fn new(
+        client: kube::Client,
+        namespace: Option<String>,
+        workloads: Arc<WorkloadClusters>,
+        settings: CoreSettings,
+    ) -> Self {
+        let (references, reference_changes) = References::new(client, namespace);
+        Self {
+            references,
+            reference_changes: Mutex::new(Some(reference_changes)),
+            workloads,
+            machines: OnceLock::new(),
+            settings,
+        }
+    }
+}
+
+impl Reconciler<Cluster, ClusterController> {
+    /// Runs until `shutdown` completes; in-flight reconciles finish first.
+    pub(crate) async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+        let (trigger, clusters) = self.trigger();
+        let (machines, writer) = reflector::store();
+        let machine_changes = watcher(
+            self.options.api::<Machine>(&self.client),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+        let _ = self.actuator.machines.set(machines);
+        let owners = receiver_stream(take(&self.actuator.reference_changes)).flat_map(|object| {
+            let namespace = object.namespace().unwrap_or_default();
+            let owners: Vec<ObjectRef<Cluster>> = object
+                .owner_references()
+                .iter()
+                .filter(|r| r.kind == "Cluster" && r.api_version.starts_with("cluster.x-k8s.io/"))
+                .map(|r| ObjectRef::new(&r.name).within(&namespace))
+                .collect();
+            stream::iter(owners)
+        });
+        let concurrency = self.options.concurrency;
+        let context = self.into_context(|deps, _, _| deps);
+        let results = Controller::for_stream(trigger, clusters)
+            .with_config(ControllerConfig::default().concurrency(concurrency))
+            .watches_stream(machine_changes, |machine| {
+                let namespace = machine.namespace().unwrap_or_default();
+                Some(ObjectRef::new(&machine.spec.cluster_name).within(&namespace))
+            })
+            .reconcile_on(owners)
+            .graceful_shutdown_on(shutdown)
+            .run(
+                reconcile_cluster,
+                back_off::<Cluster, ClusterController>,
+                context,
+            );
+        drain(results).await;
+    }
+}
+
+#[tracing::instrument(skip_all, fields(namespace = %cluster.namespace().unwrap_or_default(), name = %cluster.name_any()))]
+async fn reconcile_cluster(
+    cluster: Arc<Cluster>,
+    context: Arc<Context<ClusterController>>,
+) -> Result<Action, ReconcileError> {
+    let started = Instant::now();
+    let outcome = reconcile_once(&cluster, &context).await;
+    context.finish(cluster.as_ref(), started, outcome)
+}
+
+async fn reconcile_once(
+    cluster: &Cluster,
+    context: &Context<ClusterController>,
+) -> Result<Next, ReconcileError> {
+    let deps = &context.actuator;
+    let namespace = cluster.namespace().unwrap_or_default();
+    let api: Api<Cluster> = Api::namespaced(context.client.clone(), &namespace);
+    let has_finalizer = cluster
+        .finalizers()
+        .iter()
+        .any(|f| f == labels::CLUSTER_FINALIZER);
+    if cluster.metadata.deletion_timestamp.is_some() {
+        if !has_finalizer {
+            return Ok(Next::AwaitChange);
+        }
+        return delete(cluster, &namespace, context).await;
+    }
+    if !has_finalizer {
+        write::change_finalizer(
+            &api,
+            cluster,
+            FinalizerChange::Add,
+            labels::CLUSTER_FINALIZER,
+        )
+        .await?;
+        return Ok(Next::AwaitChange);
+    }
+    let mut status = cluster.status.clone().unwrap_or_default();
+    let generation = cluster.metadata.generation;
+    let set = |status: &mut ClusterStatus, type_: &str, state, reason: &str, message: String| {
+        condition::set(
+            &mut status.conditions,
+            DesiredCondition::new(type_, state, reason)
+                .message(message)
+                .observed_generation(generation),
+        );
+    };
+    if cluster.is_paused() {
+        set(
+            &mut status,
+            condition::PAUSED,
+            ConditionStatus::True,
+            reasons::PAUSED,
+            "reconciliation is paused".into(),
+        );
+        write_status(&api, cluster, &status).await?;
+        return Ok(Next::AwaitChange);
+    }
+    set(
+        &mut status,
+        condition::PAUSED,
+        ConditionStatus::False,
+        reasons::NOT_PAUSED,
+        String::new(),
+    );
+    let owner = cluster.controller_owner_ref(&());
+
+    // Infrastructure.
+    let mut endpoint: Option<ApiEndpoint> = None;
+    let (infra_provisioned, infra_reason, infra_message) = match &cluster.spec.infrastructure_ref {
+        None => (true, reasons::PROVISIONED, String::new()),
+        Some(reference) => match deps.references.get(reference, &namespace).await {
+            Err(error @ ReferenceError::UnknownKind { .. }) => {
+                (false, reasons::REFERENCE_KIND_UNKNOWN, error.to_string())
+            }
+            Err(error) => return Err(error.into()),
+            Ok(None) => (
+                false,
+                reasons::REFERENCE_NOT_FOUND,
+                format!("waiting for {} {:?}", reference.kind, reference.name),
+            ),
+            Ok(Some(infra)) => {
+                if let Some(owner) = owner.clone() {
+                    ownership::ensure_owner(&deps.references, reference, &namespace, &infra, owner)
+                        .await?;
+                }
+                endpoint = endpoint_of(&infra);
+                if let Ok(domains) = serde_json::from_value::<Vec<FailureDomain>>(
+                    infra.data["status"]["failureDomains"].clone(),
+                ) {
+                    status.failure_domains = domains;
+                }
+                if initialization_flag(&infra, "provisioned") {
+                    (true, reasons::PROVISIONED, String::new())
+                } else {
+                    (
+                        false,
+                        reasons::PROVISIONING,
+                        format!(
+                            "{} {:?} is being provisioned",
+                            reference.kind, reference.name
+                        ),
+                    )
+                }
+            }
+        },
+    };
+    set(
+        &mut status,
+        condition::INFRASTRUCTURE_READY,
+        if infra_provisioned {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        },
+        infra_reason,
+        infra_message,
+    );
+
+    // Control plane.
+    let machines: Vec<Arc<Machine>> = deps
+        .machines
+        .get()
+        .map(|store| {
+            store
+                .state()
+                .into_iter()
+                .filter(|m| {
+                    m.namespace().as_deref() == Some(namespace.as_str())
+                        && m.spec.cluster_name == cluster.name_any()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let control_plane_initialized = match &cluster.spec.control_plane_ref {
+        Some(reference) => match deps.references.get(reference, &namespace).await {
+            Err(ReferenceError::UnknownKind { .. }) | Ok(None) => false,
+            Err(error) => return Err(error.into()),
+            Ok(Some(control_plane)) => {
+                if let Some(owner) = owner.clone() {
+                    ownership::ensure_owner(
+                        &deps.references,
+                        reference,
+                        &namespace,
+                        &control_plane,
+                        owner,
+                    )
+                    .await?;
+                }
+                if endpoint.is_none() {
+                    endpoint = endpoint_of(&control_plane);
+                }
+                initialization_flag(&control_plane, "controlPlaneInitialized")
+            }
+        },
+        None => machines.iter().any(|m| {
+            m.is_control_plane() && m.status.as_ref().is_some_and(|s| s.node_ref.is_some())
+        }),
+    };
+    set(
+        &mut status,
+        CONTROL_PLANE_INITIALIZED,
+        if control_plane_initialized {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        },
+        if control_plane_initialized {
+            "Initialized"
+        } else {
+            "WaitingForControlPlane"
+        },
+        String::new(),
+    );
+    let current_endpoint = cluster
+        .spec
+        .control_plane_endpoint
+        .clone()
+        .unwrap_or_default();
+    if let Some(found) = endpoint.filter(|e| e.is_valid())
+        && !current_endpoint.is_valid()
+    {
+        let patch = json!({"spec": {"controlPlaneEndpoint": found}});
+        write::patch(&api, &cluster.name_any(), patch).await?;
+    }
+    let endpoint_valid = current_endpoint.is_valid()
+        || cluster.spec.infrastructure_ref.is_none() && cluster.spec.control_plane_ref.is_none();
+
+    status.initialization = Some(ClusterInitializationStatus {
+        infrastructure_provisioned: Some(infra_provisioned),
+        control_plane_initialized: Some(control_plane_initialized),
+    });
+    status.phase = Some(if infra_provisioned && endpoint_valid {
+        ClusterPhase::Provisioned
+    } else if cluster.spec.infrastructure_ref.is_some() {
+        ClusterPhase::Provisioning
+    } else {
+        ClusterPhase::Pending
+    });
+    let summary = |control_plane: bool| {
+        let group: Vec<&Arc<Machine>> = machines
+            .iter()
+            .filter(|m| m.is_control_plane() == control_plane)
+            .collect();
+        let count = |f: &dyn Fn(&Machine) -> bool| {
+            i32::try_from(group.iter().filter(|m| f(m)).count()).unwrap_or(i32::MAX)
+        };
+        let has = |type_: &'static str| {
+            move |m: &Machine| {
+                m.status
+                    .as_ref()
+                    .is_some_and(|s| condition::is_true(&s.conditions, type_))
+            }
+        };
+        ReplicaSummary {
+            desired_replicas: None,
+            replicas: Some(count(&|_| true)),
+            ready_replicas: Some(count(&has(condition::READY))),
+            available_replicas: Some(count(&has(condition::AVAILABLE))),
+            up_to_date_replicas: None,
+        }
+    };
+    status.control_plane = Some(summary(true));
+    status.workers = Some(summary(false));
+    status.observed_generation = generation;
+    write_status(&api, cluster, &status).await?;
+    Ok(if infra_provisioned {
+        Next::AwaitChange
+    } else {
+        Next::Requeue(deps.settings.poll)
+    })
+}
+
+/// `spec.controlPlaneEndpoint` of an infrastructure cluster or control plane, if it has one.
+fn endpoint_of(object: &DynamicObject) -> Option<ApiEndpoint> {
+    serde_json::from_value(object.data["spec"]["controlPlaneEndpoint"].clone()).ok()
+}
+
+async fn write_status(
+    api: &Api<Cluster>,
+    cluster: &Cluster,
+    status: &ClusterStatus,
+) -> Result<(), kube::Error> {
+    if cluster.status.as_ref() == Some(status) {
+        return Ok(());
+    }
+    let value = serde_json::to_value(status).map_err(kube::Error::SerdeError)?;
+    write::patch_status(api, &cluster.name_any(), value).await
+}
+
+/// One pass of deleting a cluster: deployments, sets, health checks and machines first; then the
+/// control plane and infrastructure objects; then the Secrets and ConfigMaps the cluster owns;
+/// then the finalizer.
+async fn delete(
+    cluster: &Cluster,
+    namespace: &str,
+    context: &Context<ClusterController>,
+) -> Result<Next, ReconcileError> {
+    let deps = &context.actuator;
+    let client = &context.client;
+    let name = cluster.name_any();
+    let api: Api<Cluster> = Api::namespaced(client.clone(), namespace);
+    let mut status = cluster.status.clone().unwrap_or_default();
+    status.phase = Some(ClusterPhase::Deleting);
+
+    let mut left = Vec::new();
+    let deployments =
+        delete_all::<MachineDeployment>(client, namespace, &name, |d| &d.spec.cluster_name).await?;
+    let sets = delete_all::<MachineSet>(client, namespace, &name, |s| &s.spec.cluster_name).await?;
+    delete_all::<MachineHealthCheck>(client, namespace, &name, |h| &h.spec.cluster_name).await?;
+    // Machines of sets go with their sets; the others now.
+    let machines = if deployments + sets == 0 {
+        delete_all::<Machine>(client, namespace, &name, |m| &m.spec.cluster_name).await?
+    } else {
+        count_all::<Machine>(client, namespace, &name, |m| &m.spec.cluster_name).await?
+    };
+    for (count, what) in [
+        (deployments, "MachineDeployments"),
+        (sets, "MachineSets"),
+        (machines, "Machines"),
+    ] {
+        if count > 0 {
+            left.push(format!("{count} {what}"));
+        }
+    }
+    if left.is_empty() {
+        for reference in [
+            &cluster.spec.control_plane_ref,
+            &cluster.spec.infrastructure_ref,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if deps.references.delete(reference, namespace).await? {
+                left.push(format!("{} {:?}", reference.kind, reference.name));
+            }
+        }
+    }
+    if !left.is_empty() {
+        let message = format!("waiting for {} to be deleted", left.join(", "));
+        condition::set(
+            &mut status.conditions,
+            DesiredCondition::new(
+                condition::DELETING,
+                ConditionStatus::True,
+                reasons::DELETING,
+            )
+            .message(message)
+            .observed_generation(cluster.metadata.generation),
+        );
+        write_status(&api, cluster, &status).await?;
+        return Ok(Next::Requeue(deps.settings.poll));
+    }
+    // What the cluster owns in the management cluster (PKI, kubeconfig, locks): deleted here, so
+    // that nothing is left even without a garbage collector.
+    let uid = cluster.uid().unwrap_or_default();
+    delete_owned::<Secret>(client, namespace, &uid).await?;
+    delete_owned::<ConfigMap>(client, namespace, &uid).await?;
+    deps.workloads.forget(namespace, &name);
+    write::change_finalizer(
+        &api,
+        cluster,
+        FinalizerChange::Remove,
+        labels::CLUSTER_FINALIZER,
+    )
+    .await?;
+    Ok(Next::AwaitChange)
+}
+
+async fn list_of_cluster<K>(
+    client: &kube::Client,
+    namespace: &str,
+    cluster: &str,
+    cluster_of: impl Fn(&K) -> &String,
+) -> Result<Vec<K>, kube::Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    Ok(api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|o| cluster_of(o) == cluster)
+        .collect())
+}
+
+/// How many objects of the cluster are left.
+async fn count_all<K>(
+    client: &kube::Client,
+    namespace: &str,
+    cluster: &str,
+    cluster_of: impl Fn(&K) -> &String,
+) -> Result<usize, kube::Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    Ok(list_of_cluster(client, namespace, cluster, cluster_of)
+        .await?
+        .len())
+}
+
+/// Requests deletion of every object of the cluster; returns how many are left.
+async fn delete_all<K>(
+    client: &kube::Client,
+    namespace: &str,
+    cluster: &str,
+    cluster_of: impl Fn(&K) -> &String,
+) -> Result<usize, kube::Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    let objects = list_of_cluster(client, namespace, cluster, cluster_of).await?;
+    for object in objects
+        .iter()
+        .filter(|o| o.meta().deletion_timestamp.is_none())
+    {
+        match api
+            .delete(&object.name_any(), &DeleteParams::background())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.is_not_found() => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(objects.len())
+}
+
+/// Deletes the objects of kind `K` in `namespace` owned by the object with this UID.
+async fn delete_owned<K>(
+    client: &kube::Client,
+    namespace: &str,
+    owner_uid: &str,
+) -> Result<(), kube::Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    for object in api.list_metadata(&ListParams::default()).await?.items {
+        if ownership::is_owned_by(&object.metadata, owner_uid) {
+            let name = object.metadata.name.unwrap_or_default();
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.is_not_found() => {}
+                Err(error) => return Err(error),
+            }
+        }
+    }
+    Ok(())
+}

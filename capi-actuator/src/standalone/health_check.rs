@@ -1,0 +1,376 @@
+//! The MachineHealthCheck controller: judges every machine its selector matches with
+//! [`health::assess`](crate::health::assess), stops when too many are unhealthy
+//! ([`health::remediation_allowed`](crate::health::remediation_allowed), condition
+//! `RemediationAllowed=False`), and otherwise marks unhealthy machines `OwnerRemediated=False` so
+//! that their MachineSet replaces them.
+//!
+//! Machine conditions are written with a guarded patch (the resource version that was read), as
+//! the Machine controller writes the same list. `status.remediationsAllowed` counts the machines
+//! this pass allowed to be remediated.
+
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use capi_core::api::{Cluster, Machine, MachineHealthCheck, MachineHealthCheckStatus};
+use capi_core::condition::{self, ConditionStatus, DesiredCondition};
+use capi_core::labels;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use super::machine::status::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
+use super::workload::WorkloadClusters;
+use super::{CoreSettings, selector};
+use crate::health::{
+    MachineObservation, NodeObservation, ObservedCondition, Verdict, assess, remediation_allowed,
+};
+use crate::plan::Next;
+use crate::reasons;
+use crate::reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
+use crate::write;
+
+/// What the MachineHealthCheck controller works with besides the client.
+pub(crate) struct HealthCheckController {
+    workloads: Arc<WorkloadClusters>,
+    machines: OnceLock<Store<Machine>>,
+    settings: CoreSettings,
+}
+
+impl HealthCheckController {
+    pub(crate) fn new(workloads: Arc<WorkloadClusters>, settings: CoreSettings) -> Self {
+        Self {
+            workloads,
+            machines: OnceLock::new(),
+            settings,
+        }
+    }
+}
+
+impl Reconciler<MachineHealthCheck, HealthCheckController> {
+    /// Runs until `shutdown` completes; in-flight reconciles finish first.
+    pub(crate) async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+        let (trigger, checks) = self.trigger();
+        let (machines, writer) = reflector::store();
+        let machine_changes = watcher(
+            self.options.api::<Machine>(&self.client),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+        let _ = self.actuator.machines.set(machines);
+        let concurrency = self.options.concurrency;
+        let by_machine = checks.clone();
+        let context = self.into_context(|deps, _, _| deps);
+        let results = Controller::for_stream(trigger, checks)
+            .with_config(ControllerConfig::default().concurrency(concurrency))
+            .watches_stream(machine_changes, move |machine| {
+                let namespace = machine.namespace();
+                by_machine
+                    .state()
+                    .into_iter()
+                    .filter(|c| {
+                        c.namespace() == namespace
+                            && c.spec.cluster_name == machine.spec.cluster_name
+                            && selector::matches(&c.spec.selector, machine.metadata.labels.as_ref())
+                    })
+                    .map(|c| ObjectRef::from_obj(c.as_ref()))
+                    .collect::<Vec<_>>()
+            })
+            .graceful_shutdown_on(shutdown)
+            .run(
+                reconcile_check,
+                back_off::<MachineHealthCheck, HealthCheckController>,
+                context,
+            );
+        drain(results).await;
+    }
+}
+
+#[tracing::instrument(skip_all, fields(namespace = %check.namespace().unwrap_or_default(), name = %check.name_any()))]
+async fn reconcile_check(
+    check: Arc<MachineHealthCheck>,
+    context: Arc<Context<HealthCheckController>>,
+) -> Result<Action, ReconcileError> {
+    let started = Instant::now();
+    let outcome = reconcile_once(&check, &context).await;
+    context.finish(check.as_ref(), started, outcome)
+}
+
+fn observed(conditions: &[Condition]) -> Vec<ObservedCondition> {
+    conditions
+        .iter()
+        .map(|c| ObservedCondition {
+            type_: c.type_.clone(),
+            status: c.status.clone(),
+            since: c.last_transition_time.0.as_second(),
+        })
+        .collect()
+}
+
+fn node_conditions(node: &Node) -> Vec<ObservedCondition> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .map(|conditions| {
+            conditions
+                .iter()
+                .map(|c| ObservedCondition {
+                    type_: c.type_.clone(),
+                    status: c.status.clone(),
+                    since: c
+                        .last_transition_time
+                        .as_ref()
+                        .map_or(0, |t| t.0.as_second()),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn reconcile_once(
+    check: &MachineHealthCheck,
+    context: &Context<HealthCheckController>,
+) -> Result<Next, ReconcileError> {
+    let deps = &context.actuator;
+    let namespace = check.namespace().unwrap_or_default();
+    let api: Api<MachineHealthCheck> = Api::namespaced(context.client.clone(), &namespace);
+    let machines_api: Api<Machine> = Api::namespaced(context.client.clone(), &namespace);
+    let generation = check.metadata.generation;
+    let mut status = check.status.clone().unwrap_or_default();
+    let set = |status: &mut MachineHealthCheckStatus,
+               type_: &str,
+               state,
+               reason: &str,
+               message: String| {
+        condition::set(
+            &mut status.conditions,
+            DesiredCondition::new(type_, state, reason)
+                .message(message)
+                .observed_generation(generation),
+        );
+    };
+    let cluster = Api::<Cluster>::namespaced(context.client.clone(), &namespace)
+        .get_opt(&check.spec.cluster_name)
+        .await?;
+    let Some(cluster) = cluster else {
+        return Ok(Next::Requeue(deps.settings.poll));
+    };
+    if cluster.is_paused() || labels::has_paused_annotation(&check.metadata) {
+        set(
+            &mut status,
+            condition::PAUSED,
+            ConditionStatus::True,
+            reasons::PAUSED,
+            "reconciliation is paused".into(),
+        );
+        write_status(&api, check, &status).await?;
+        return Ok(Next::AwaitChange);
+    }
+    set(
+        &mut status,
+        condition::PAUSED,
+        ConditionStatus::False,
+        reasons::NOT_PAUSED,
+        String::new(),
+    );
+    let Some(store) = deps.machines.get() else {
+        return Ok(Next::Requeue(deps.settings.poll));
+    };
+    let mut targets: Vec<Arc<Machine>> = store
+        .state()
+        .into_iter()
+        .filter(|m| {
+            m.namespace().as_deref() == Some(namespace.as_str())
+                && m.spec.cluster_name == check.spec.cluster_name
+                && m.metadata.deletion_timestamp.is_none()
+                && selector::matches(&check.spec.selector, m.metadata.labels.as_ref())
+        })
+        .collect();
+    targets.sort_by_key(|m| m.name_any());
+    let workload = deps
+        .workloads
+        .get(&namespace, &check.spec.cluster_name)
+        .await
+        .ok()
+        .filter(|w| w.synced());
+    let now = jiff::Timestamp::now().as_second();
+    let mut recheck: Option<Duration> = None;
+    let mut verdicts = Vec::new();
+    for machine in &targets {
+        let node = match machine.status.as_ref().and_then(|s| s.node_ref.as_ref()) {
+            None => NodeObservation::NotRegistered,
+            Some(reference) => match &workload {
+                // Nodes cannot be seen: no verdict on them now.
+                None => {
+                    recheck = Some(deps.settings.poll);
+                    verdicts.push(None);
+                    continue;
+                }
+                Some(workload) => match workload.node(&reference.name) {
+                    Some(node) => NodeObservation::Present(node_conditions(&node)),
+                    None => NodeObservation::Missing,
+                },
+            },
+        };
+        let observation = MachineObservation {
+            created: machine
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(now, |t| t.0.as_second()),
+            node,
+            conditions: observed(
+                machine
+                    .status
+                    .as_ref()
+                    .map(|s| s.conditions.as_slice())
+                    .unwrap_or_default(),
+            ),
+        };
+        let verdict = assess(check.spec.checks.as_ref(), &observation, now);
+        if let Verdict::Healthy {
+            recheck: Some(after),
+        } = &verdict
+        {
+            recheck = Some(recheck.map_or(*after, |r| r.min(*after)));
+        }
+        verdicts.push(Some(verdict));
+    }
+    let total = i32::try_from(targets.len()).unwrap_or(i32::MAX);
+    let unhealthy = i32::try_from(
+        verdicts
+            .iter()
+            .filter(|v| matches!(v, Some(Verdict::Unhealthy { .. })))
+            .count(),
+    )
+    .unwrap_or(i32::MAX);
+    let trigger = check
+        .spec
+        .remediation
+        .as_ref()
+        .and_then(|r| r.trigger_if.as_ref());
+    let allowed = match remediation_allowed(trigger, total, unhealthy) {
+        Ok(true) => {
+            set(
+                &mut status,
+                condition::REMEDIATION_ALLOWED,
+                ConditionStatus::True,
+                reasons::REMEDIATION_ALLOWED,
+                String::new(),
+            );
+            true
+        }
+        Ok(false) => {
+            set(
+                &mut status,
+                condition::REMEDIATION_ALLOWED,
+                ConditionStatus::False,
+                reasons::TOO_MANY_UNHEALTHY,
+                format!(
+                    "{unhealthy} of {total} machines are unhealthy; remediation is stopped by spec.remediation.triggerIf"
+                ),
+            );
+            false
+        }
+        Err(message) => {
+            set(
+                &mut status,
+                condition::REMEDIATION_ALLOWED,
+                ConditionStatus::False,
+                reasons::INVALID_SPEC,
+                message,
+            );
+            false
+        }
+    };
+
+    for (machine, verdict) in targets.iter().zip(&verdicts) {
+        let Some(verdict) = verdict else { continue };
+        let mut conditions = machine
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let machine_generation = machine.metadata.generation;
+        let changed = match verdict {
+            Verdict::Healthy { .. } => {
+                let mut changed = condition::set(
+                    &mut conditions,
+                    DesiredCondition::new(
+                        HEALTH_CHECK_SUCCEEDED,
+                        ConditionStatus::True,
+                        reasons::HEALTHY,
+                    )
+                    .observed_generation(machine_generation),
+                );
+                changed |= condition::remove(&mut conditions, OWNER_REMEDIATED);
+                changed
+            }
+            Verdict::Unhealthy { reason, message } => {
+                let mut changed = condition::set(
+                    &mut conditions,
+                    DesiredCondition::new(HEALTH_CHECK_SUCCEEDED, ConditionStatus::False, *reason)
+                        .message(message.clone())
+                        .observed_generation(machine_generation),
+                );
+                if allowed {
+                    changed |= condition::set(
+                        &mut conditions,
+                        DesiredCondition::new(
+                            OWNER_REMEDIATED,
+                            ConditionStatus::False,
+                            reasons::WAITING_FOR_REMEDIATION,
+                        )
+                        .message("waiting for the owner to replace the machine")
+                        .observed_generation(machine_generation),
+                    );
+                }
+                changed
+            }
+        };
+        if changed {
+            write::patch_status_guarded(
+                &machines_api,
+                machine.as_ref(),
+                json!({"conditions": conditions}),
+            )
+            .await?;
+        }
+    }
+
+    status.expected_machines = Some(total);
+    status.current_healthy = Some(
+        i32::try_from(
+            verdicts
+                .iter()
+                .filter(|v| matches!(v, Some(Verdict::Healthy { .. })))
+                .count(),
+        )
+        .unwrap_or(i32::MAX),
+    );
+    status.remediations_allowed = Some(if allowed { unhealthy } else { 0 });
+    status.targets = targets.iter().map(|m| m.name_any()).collect();
+    status.observed_generation = generation;
+    write_status(&api, check, &status).await?;
+    Ok(match recheck {
+        Some(after) => Next::Requeue(after + Duration::from_secs(1)),
+        None => Next::Resync,
+    })
+}
+
+async fn write_status(
+    api: &Api<MachineHealthCheck>,
+    check: &MachineHealthCheck,
+    status: &MachineHealthCheckStatus,
+) -> Result<(), kube::Error> {
+    if check.status.as_ref() == Some(status) {
+        return Ok(());
+    }
+    let value = serde_json::to_value(status).map_err(kube::Error::SerdeError)?;
+    write::patch_status(api, &check.name_any(), value).await
+}

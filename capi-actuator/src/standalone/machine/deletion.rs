@@ -1,0 +1,244 @@
+//! Deleting a Machine, in upstream's order: drain the node (unless the whole cluster is going),
+//! delete the infrastructure machine and the bootstrap config and wait until they are gone,
+//! delete the bootstrap data Secret the config owned, delete the node, drop the finalizer.
+
+use std::time::Duration;
+
+use capi_core::api::{Cluster, Machine, MachinePhase};
+use capi_core::condition::{self, ConditionStatus, DesiredCondition};
+use capi_core::labels;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::DeleteParams;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use super::MachineController;
+use super::drain::{DrainStatus, drain};
+use crate::plan::{EventNote, FinalizerChange, Next};
+use crate::reasons;
+use crate::reconciler::{Context, ReconcileError};
+use crate::write;
+
+/// One pass of deleting `machine`.
+pub(super) async fn delete(
+    machine: &Machine,
+    cluster: Option<&Cluster>,
+    context: &Context<MachineController>,
+) -> Result<Next, ReconcileError> {
+    let has_finalizer = machine
+        .finalizers()
+        .iter()
+        .any(|f| f == labels::MACHINE_FINALIZER);
+    if !has_finalizer {
+        return Ok(Next::AwaitChange);
+    }
+    let deps = &context.actuator;
+    let namespace = machine.namespace().unwrap_or_default();
+    let api: Api<Machine> = Api::namespaced(context.client.clone(), &namespace);
+    let cluster_going = cluster.is_none_or(|c| c.metadata.deletion_timestamp.is_some());
+    let node_name = machine
+        .status
+        .as_ref()
+        .and_then(|s| s.node_ref.as_ref())
+        .map(|n| n.name.clone());
+    let now = jiff::Timestamp::now();
+
+    if let Some(node) = &node_name
+        && !cluster_going
+    {
+        let drain_started = machine
+            .status
+            .as_ref()
+            .and_then(|s| s.deletion.as_ref())
+            .and_then(|d| d.node_drain_start_time.clone());
+        let Some(started) = drain_started else {
+            let status = deleting_status(machine, reasons::DRAINING_NODE, "draining the node");
+            let mut value = status;
+            value["deletion"] = json!({"nodeDrainStartTime": Time(now)});
+            write::patch_status_guarded(&api, machine, value).await?;
+            return Ok(Next::AwaitChange);
+        };
+        let timeout = machine
+            .spec
+            .deletion
+            .as_ref()
+            .and_then(|d| d.node_drain_timeout_seconds)
+            .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(0)))
+            .filter(|d| !d.is_zero())
+            .or(deps.settings.node_drain_timeout);
+        let elapsed = Duration::try_from(now.duration_since(started.0)).unwrap_or_default();
+        let timed_out = timeout.is_some_and(|t| elapsed >= t);
+        if !timed_out {
+            let workload = deps
+                .workloads
+                .get(&namespace, &machine.spec.cluster_name)
+                .await;
+            // A workload cluster that cannot be reached cannot be drained: upstream goes on.
+            if let Ok(workload) = workload {
+                match drain(&workload.client, node).await {
+                    Ok(DrainStatus::Drained) => {}
+                    Ok(DrainStatus::Waiting(message)) => {
+                        let status = deleting_status(machine, reasons::DRAINING_NODE, &message);
+                        write::patch_status_guarded(&api, machine, status).await?;
+                        return Ok(Next::Requeue(deps.settings.poll));
+                    }
+                    Err(error) => {
+                        deps.workloads
+                            .recheck(&namespace, &machine.spec.cluster_name);
+                        return Err(error.into());
+                    }
+                }
+            }
+        } else {
+            let note = EventNote {
+                warning: true,
+                reason: reasons::DRAIN_TIMEOUT,
+                note: format!(
+                    "draining node {node} took longer than {}s; deleting the machine anyway",
+                    timeout.unwrap_or_default().as_secs()
+                ),
+            };
+            write::publish(&context.recorder, machine, &[note]).await;
+        }
+    }
+
+    // The infrastructure and bootstrap objects, and wait until they are gone.
+    let mut left = Vec::new();
+    let infra = &machine.spec.infrastructure_ref;
+    if deps.references.delete(infra, &namespace).await? {
+        left.push(format!("{} {:?}", infra.kind, infra.name));
+    }
+    if let Some(config) = &machine.spec.bootstrap.config_ref {
+        if deps.references.delete(config, &namespace).await? {
+            left.push(format!("{} {:?}", config.kind, config.name));
+        }
+        delete_bootstrap_secret(machine, &namespace, context).await?;
+    }
+    if !left.is_empty() {
+        let message = format!("waiting for {} to be deleted", left.join(" and "));
+        let status = deleting_status(
+            machine,
+            reasons::WAITING_FOR_INFRASTRUCTURE_DELETION,
+            &message,
+        );
+        if Some(&status) != current_deleting(machine).as_ref() {
+            write::patch_status_guarded(&api, machine, status).await?;
+        }
+        return Ok(Next::Requeue(deps.settings.poll));
+    }
+
+    // The node, unless the whole cluster is going.
+    if let Some(node) = &node_name
+        && !cluster_going
+    {
+        let result = match deps
+            .workloads
+            .get(&namespace, &machine.spec.cluster_name)
+            .await
+        {
+            Ok(workload) => Api::<Node>::all(workload.client)
+                .delete(node, &DeleteParams::default())
+                .await
+                .map(drop)
+                .or_else(|error| match error {
+                    kube::Error::Api(status) if status.is_not_found() => Ok(()),
+                    other => Err(other.to_string()),
+                }),
+            Err(error) => Err(error.to_string()),
+        };
+        if let Err(message) = result {
+            let timeout = machine
+                .spec
+                .deletion
+                .as_ref()
+                .and_then(|d| d.node_deletion_timeout_seconds)
+                .map_or(deps.settings.node_deletion_timeout, |s| {
+                    Duration::from_secs(u64::try_from(s).unwrap_or(0))
+                });
+            let since = machine
+                .metadata
+                .deletion_timestamp
+                .as_ref()
+                .map_or(now, |t| t.0);
+            let elapsed = Duration::try_from(now.duration_since(since)).unwrap_or_default();
+            if elapsed < timeout {
+                deps.workloads
+                    .recheck(&namespace, &machine.spec.cluster_name);
+                let status = deleting_status(machine, reasons::NODE_DELETION_FAILED, &message);
+                write::patch_status_guarded(&api, machine, status).await?;
+                return Ok(Next::Requeue(deps.settings.poll));
+            }
+            let note = EventNote {
+                warning: true,
+                reason: reasons::NODE_DELETION_FAILED,
+                note: format!(
+                    "could not delete node {node} within {}s: {message}",
+                    timeout.as_secs()
+                ),
+            };
+            write::publish(&context.recorder, machine, &[note]).await;
+        }
+    }
+    write::change_finalizer(
+        &api,
+        machine,
+        FinalizerChange::Remove,
+        labels::MACHINE_FINALIZER,
+    )
+    .await?;
+    Ok(Next::AwaitChange)
+}
+
+/// The bootstrap data Secret goes with the machine when its config owned it (no garbage collector
+/// is needed for that).
+async fn delete_bootstrap_secret(
+    machine: &Machine,
+    namespace: &str,
+    context: &Context<MachineController>,
+) -> Result<(), kube::Error> {
+    let (Some(name), Some(config)) = (
+        &machine.spec.bootstrap.data_secret_name,
+        &machine.spec.bootstrap.config_ref,
+    ) else {
+        return Ok(());
+    };
+    let secrets: Api<Secret> = Api::namespaced(context.client.clone(), namespace);
+    let Some(secret) = secrets.get_metadata_opt(name).await? else {
+        return Ok(());
+    };
+    let owned_by_config = secret
+        .owner_references()
+        .iter()
+        .any(|r| r.kind == config.kind && r.name == config.name);
+    if owned_by_config {
+        match secrets.delete(name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.is_not_found() => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
+}
+
+/// The status patch of a deleting machine: phase `Deleting` and the `Deleting` condition.
+fn deleting_status(machine: &Machine, reason: &str, message: &str) -> serde_json::Value {
+    let mut conditions = machine
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    condition::set(
+        &mut conditions,
+        DesiredCondition::new(condition::DELETING, ConditionStatus::True, reason)
+            .message(message)
+            .observed_generation(machine.metadata.generation),
+    );
+    json!({"phase": MachinePhase::Deleting, "conditions": conditions})
+}
+
+/// The status patch that would change nothing about deletion.
+fn current_deleting(machine: &Machine) -> Option<serde_json::Value> {
+    let status = machine.status.as_ref()?;
+    Some(json!({"phase": status.phase, "conditions": status.conditions}))
+}

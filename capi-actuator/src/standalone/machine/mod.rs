@@ -1,0 +1,536 @@
+//! The Machine controller: bootstrap data → infrastructure → node → Running, and deletion
+//! (drain, infrastructure and bootstrap objects, node, finalizer).
+
+mod deletion;
+mod drain;
+pub(crate) mod status;
+
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use capi_core::api::{Cluster, Machine, MachineAddress};
+use capi_core::condition::{self, ConditionStatus, DesiredCondition};
+use capi_core::labels;
+use futures::{StreamExt, stream};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::DynamicObject;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use self::status::{Facts, Step};
+use super::references::{ReferenceError, References, initialization_flag};
+use super::workload::{NodeChange, WorkloadClusters};
+use super::{CoreSettings, find_cluster, ownership};
+use crate::plan::Next;
+use crate::reasons;
+use crate::reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
+use crate::write;
+
+/// What the Machine controller works with besides the client.
+pub(crate) struct MachineController {
+    references: References,
+    reference_changes: Mutex<Option<mpsc::UnboundedReceiver<Arc<DynamicObject>>>>,
+    workloads: Arc<WorkloadClusters>,
+    node_changes: Mutex<Option<mpsc::UnboundedReceiver<NodeChange>>>,
+    clusters: OnceLock<Store<Cluster>>,
+    settings: CoreSettings,
+}
+
+impl MachineController {
+    /// The controller's dependencies; node changes of `workloads` arrive on `node_changes`.
+    pub(crate) fn new(
+        client: kube::Client,
+        namespace: Option<String>,
+        workloads: Arc<WorkloadClusters>,
+        node_changes: mpsc::UnboundedReceiver<NodeChange>,
+        settings: CoreSettings,
+    ) -> Self {
+        let (references, reference_changes) = References::new(client, namespace);
+        Self {
+            references,
+            reference_changes: Mutex::new(Some(reference_changes)),
+            workloads,
+            node_changes: Mutex::new(Some(node_changes)),
+            clusters: OnceLock::new(),
+            settings,
+        }
+    }
+}
+
+impl Reconciler<Machine, MachineController> {
+    /// Runs until `shutdown` completes; in-flight reconciles finish first.
+    pub(crate) async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+        let (trigger, machines) = self.trigger();
+        let (clusters, writer) = reflector::store();
+        let cluster_changes = watcher(
+            self.options.api::<Cluster>(&self.client),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+        let _ = self.actuator.clusters.set(clusters);
+        let reference_changes = take(&self.actuator.reference_changes);
+        let node_changes = take(&self.actuator.node_changes);
+        let concurrency = self.options.concurrency;
+        let by_cluster = machines.clone();
+        let by_node = machines.clone();
+        // An infrastructure machine or bootstrap config changed: its owner Machine looks again.
+        let owners = receiver_stream(reference_changes).flat_map(|object| {
+            let namespace = object.namespace().unwrap_or_default();
+            let owners: Vec<ObjectRef<Machine>> = object
+                .owner_references()
+                .iter()
+                .filter(|r| r.kind == "Machine" && r.api_version.starts_with("cluster.x-k8s.io/"))
+                .map(|r| ObjectRef::new(&r.name).within(&namespace))
+                .collect();
+            stream::iter(owners)
+        });
+        // A node changed: the machine with its provider ID looks again.
+        let nodes = receiver_stream(node_changes).flat_map(move |change| {
+            let found: Vec<ObjectRef<Machine>> = by_node
+                .state()
+                .into_iter()
+                .filter(|m| {
+                    m.namespace().as_deref() == Some(change.namespace.as_str())
+                        && m.spec.cluster_name == change.cluster
+                        && change.provider_id.is_some()
+                        && m.spec.provider_id == change.provider_id
+                })
+                .map(|m| ObjectRef::from_obj(m.as_ref()))
+                .collect();
+            stream::iter(found)
+        });
+        let context = self.into_context(|deps, _, _| deps);
+        let results = Controller::for_stream(trigger, machines)
+            .with_config(ControllerConfig::default().concurrency(concurrency))
+            // A Cluster changed (paused, infrastructure ready, deleting): its machines look again.
+            .watches_stream(cluster_changes, move |cluster| {
+                let name = cluster.name_any();
+                let namespace = cluster.namespace();
+                by_cluster
+                    .state()
+                    .into_iter()
+                    .filter(|m| m.namespace() == namespace && m.spec.cluster_name == name)
+                    .map(|m| ObjectRef::from_obj(m.as_ref()))
+                    .collect::<Vec<_>>()
+            })
+            .reconcile_on(stream::select(owners, nodes))
+            .graceful_shutdown_on(shutdown)
+            .run(
+                reconcile_machine,
+                back_off::<Machine, MachineController>,
+                context,
+            );
+        drain(results).await;
+    }
+}
+
+/// Takes a receiver out of its slot (once; later calls get one that never yields).
+pub(crate) fn take<T>(
+    slot: &Mutex<Option<mpsc::UnboundedReceiver<T>>>,
+) -> Option<mpsc::UnboundedReceiver<T>> {
+    slot.lock().unwrap_or_else(PoisonError::into_inner).take()
+}
+
+/// A receiver as a stream; an absent one never yields.
+pub(crate) fn receiver_stream<T: Send + 'static>(
+    receiver: Option<mpsc::UnboundedReceiver<T>>,
+) -> impl futures::Stream<Item = T> + Send + 'static {
+    match receiver {
+        Some(receiver) => stream::unfold(receiver, |mut receiver| async move {
+            receiver.recv().await.map(|item| (item, receiver))
+        })
+        .left_stream(),
+        None => stream::pending().right_stream(),
+    }
+}
+
+#[tracing::instrument(skip_all, fields(namespace = %machine.namespace().unwrap_or_default(), name = %machine.name_any()))]
+async fn reconcile_machine(
+    machine: Arc<Machine>,
+    context: Arc<Context<MachineController>>,
+) -> Result<Action, ReconcileError> {
+    let started = Instant::now();
+    let outcome = reconcile_once(&machine, &context).await;
+    context.finish(machine.as_ref(), started, outcome)
+}
+
+async fn reconcile_once(
+    machine: &Arc<Machine>,
+    context: &Context<MachineController>,
+) -> Result<Next, ReconcileError> {
+    let deps = &context.actuator;
+    let namespace = machine.namespace().unwrap_or_default();
+    let api: Api<Machine> = Api::namespaced(context.client.clone(), &namespace);
+    let cluster = match deps.clusters.get() {
+        Some(store) => {
+            find_cluster(
+                store,
+                &context.client,
+                &machine.spec.cluster_name,
+                &namespace,
+            )
+            .await?
+        }
+        None => None,
+    };
+    if machine.meta().deletion_timestamp.is_some() {
+        return deletion::delete(machine, cluster.as_deref(), context).await;
+    }
+    let Some(cluster) = cluster else {
+        return Ok(Next::Requeue(deps.settings.poll));
+    };
+    let paused = cluster.is_paused() || labels::has_paused_annotation(&machine.metadata);
+    if paused {
+        let mut status = machine.status.clone().unwrap_or_default();
+        let wanted =
+            DesiredCondition::new(condition::PAUSED, ConditionStatus::True, reasons::PAUSED)
+                .message("reconciliation is paused")
+                .observed_generation(machine.metadata.generation);
+        if condition::set(&mut status.conditions, wanted) {
+            let value = json!({"conditions": status.conditions});
+            write::patch_status_guarded(&api, machine.as_ref(), value).await?;
+        }
+        return Ok(Next::AwaitChange);
+    }
+    if ensure_metadata(&api, machine, &cluster).await? {
+        // The watch brings the updated object back.
+        return Ok(Next::AwaitChange);
+    }
+
+    let owner = machine.controller_owner_ref(&()).map(|mut r| {
+        r.block_owner_deletion = Some(true);
+        r
+    });
+    let mut next = Next::AwaitChange;
+    let (bootstrap, bootstrap_data) =
+        observe_bootstrap(&api, machine, &namespace, owner.clone(), deps).await?;
+    let infra = observe_infrastructure(machine, &namespace, owner, deps).await?;
+    if let Some(provider_id) = &infra.provider_id
+        && machine.spec.provider_id.as_deref() != Some(provider_id.as_str())
+    {
+        // Recorded before anything else: the node is found by it.
+        let patch = json!({"spec": {"providerID": provider_id}});
+        write::patch(&api, &machine.name_any(), patch).await?;
+        return Ok(Next::AwaitChange);
+    }
+    let (node_name, node) = match &machine.spec.provider_id {
+        None => (
+            None,
+            Step::unknown(
+                reasons::WAITING_FOR_NODE,
+                "waiting for the infrastructure provider to report a provider ID",
+            ),
+        ),
+        Some(provider_id) => {
+            let (name, step, wait) =
+                observe_node(machine, &cluster, provider_id, &namespace, deps).await;
+            if wait {
+                next = Next::Requeue(deps.settings.poll);
+            }
+            (name, step)
+        }
+    };
+    let facts = Facts {
+        generation: machine.metadata.generation,
+        bootstrap_data,
+        bootstrap,
+        infrastructure_provisioned: infra.provisioned,
+        infrastructure: infra.step,
+        node_name,
+        node,
+        addresses: infra.addresses,
+        min_ready: Duration::from_secs(
+            u64::try_from(machine.spec.min_ready_seconds.unwrap_or(0)).unwrap_or(0),
+        ),
+    };
+    let current = machine.status.clone().unwrap_or_default();
+    let (desired, available_in) = status::desired(&current, &facts, Time(jiff::Timestamp::now()));
+    if desired != current {
+        let value = serde_json::to_value(&desired).map_err(kube::Error::SerdeError)?;
+        write::patch_status_guarded(&api, machine.as_ref(), value).await?;
+    }
+    if let Some(wait) = available_in {
+        next = Next::Requeue(wait);
+    }
+    Ok(next)
+}
+
+/// Puts the finalizer, the cluster-name label and the Cluster owner reference on the Machine
+/// (one guarded patch); returns whether it wrote.
+async fn ensure_metadata(
+    api: &Api<Machine>,
+    machine: &Machine,
+    cluster: &Cluster,
+) -> Result<bool, kube::Error> {
+    let has_finalizer = machine
+        .finalizers()
+        .iter()
+        .any(|f| f == labels::MACHINE_FINALIZER);
+    let labelled = labels::cluster_name(&machine.metadata) == Some(cluster.name_any().as_str());
+    let cluster_uid = cluster.uid().unwrap_or_default();
+    let owned = ownership::is_owned_by(&machine.metadata, &cluster_uid);
+    if has_finalizer && labelled && owned {
+        return Ok(false);
+    }
+    let mut finalizers = machine.finalizers().to_vec();
+    if !has_finalizer {
+        finalizers.push(labels::MACHINE_FINALIZER.to_string());
+    }
+    let mut owners = machine.owner_references().to_vec();
+    if !owned && let Some(mut owner) = cluster.controller_owner_ref(&()) {
+        // A MachineSet may control the machine; the Cluster is then a plain owner.
+        owner.controller = ownership::controller_of(&machine.metadata)
+            .is_none()
+            .then_some(true);
+        owners.push(owner);
+    }
+    let patch = json!({"metadata": {
+        "finalizers": finalizers,
+        "labels": {labels::CLUSTER_NAME: cluster.name_any()},
+        "ownerReferences": owners,
+        "resourceVersion": machine.resource_version(),
+    }});
+    write::patch(api, &machine.name_any(), patch).await?;
+    Ok(true)
+}
+
+/// The `BootstrapConfigReady` step, and whether `spec.bootstrap.dataSecretName` is set (copying
+/// it from the config's status when the config has one).
+async fn observe_bootstrap(
+    api: &Api<Machine>,
+    machine: &Machine,
+    namespace: &str,
+    owner: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
+    deps: &MachineController,
+) -> Result<(Step, bool), ReconcileError> {
+    if machine.spec.bootstrap.data_secret_name.is_some() {
+        // Ensure the config (if any) is owned even when the data is already known.
+        if let (Some(reference), Some(owner)) = (&machine.spec.bootstrap.config_ref, owner)
+            && let Ok(Some(config)) = deps.references.get(reference, namespace).await
+        {
+            ownership::ensure_owner(&deps.references, reference, namespace, &config, owner).await?;
+        }
+        return Ok((Step::done(reasons::BOOTSTRAP_DATA_READY), true));
+    }
+    let Some(reference) = &machine.spec.bootstrap.config_ref else {
+        return Ok((
+            Step::waiting(
+                reasons::INVALID_SPEC,
+                "spec.bootstrap needs a configRef or a dataSecretName",
+            ),
+            false,
+        ));
+    };
+    let config = match deps.references.get(reference, namespace).await {
+        Ok(config) => config,
+        Err(error @ ReferenceError::UnknownKind { .. }) => {
+            return Ok((
+                Step::waiting(reasons::REFERENCE_KIND_UNKNOWN, error.to_string()),
+                false,
+            ));
+        }
+        Err(error) => return Err(error.into()),
+    };
+    let Some(config) = config else {
+        return Ok((
+            Step::waiting(
+                reasons::REFERENCE_NOT_FOUND,
+                format!("waiting for {} {:?}", reference.kind, reference.name),
+            ),
+            false,
+        ));
+    };
+    if let Some(owner) = owner
+        && ownership::ensure_owner(&deps.references, reference, namespace, &config, owner).await?
+    {
+        return Ok((
+            Step::waiting(
+                reasons::WAITING_FOR_BOOTSTRAP_DATA,
+                "took ownership of the config",
+            ),
+            false,
+        ));
+    }
+    let secret = config.data["status"]["dataSecretName"].as_str();
+    match secret {
+        Some(name) if initialization_flag(&config, "dataSecretCreated") || !name.is_empty() => {
+            let patch = json!({"spec": {"bootstrap": {"dataSecretName": name}}});
+            write::patch(api, &machine.name_any(), patch).await?;
+            Ok((Step::done(reasons::BOOTSTRAP_DATA_READY), true))
+        }
+        _ => Ok((
+            Step::waiting(
+                reasons::WAITING_FOR_BOOTSTRAP_DATA,
+                format!(
+                    "waiting for {} {:?} to produce bootstrap data",
+                    reference.kind, reference.name
+                ),
+            ),
+            false,
+        )),
+    }
+}
+
+/// What the infrastructure machine reports.
+struct Infrastructure {
+    step: Step,
+    provisioned: bool,
+    provider_id: Option<String>,
+    addresses: Option<Vec<MachineAddress>>,
+}
+
+async fn observe_infrastructure(
+    machine: &Machine,
+    namespace: &str,
+    owner: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
+    deps: &MachineController,
+) -> Result<Infrastructure, ReconcileError> {
+    let reference = &machine.spec.infrastructure_ref;
+    let waiting = |step| Infrastructure {
+        step,
+        provisioned: false,
+        provider_id: None,
+        addresses: None,
+    };
+    let object = match deps.references.get(reference, namespace).await {
+        Ok(object) => object,
+        Err(error @ ReferenceError::UnknownKind { .. }) => {
+            return Ok(waiting(Step::waiting(
+                reasons::REFERENCE_KIND_UNKNOWN,
+                error.to_string(),
+            )));
+        }
+        Err(error) => return Err(error.into()),
+    };
+    let Some(object) = object else {
+        return Ok(waiting(Step::waiting(
+            reasons::REFERENCE_NOT_FOUND,
+            format!("waiting for {} {:?}", reference.kind, reference.name),
+        )));
+    };
+    if let Some(owner) = owner {
+        ownership::ensure_owner(&deps.references, reference, namespace, &object, owner).await?;
+    }
+    let provisioned = initialization_flag(&object, "provisioned");
+    let provider_id = object.data["spec"]["providerID"]
+        .as_str()
+        .map(str::to_string);
+    // Addresses that do not parse are left out rather than failing the machine.
+    let addresses = object.data["status"]["addresses"].as_array().map(|list| {
+        list.iter()
+            .filter_map(|a| serde_json::from_value::<MachineAddress>(a.clone()).ok())
+            .collect()
+    });
+    let step = if provisioned {
+        Step::done(reasons::PROVISIONED)
+    } else {
+        // The provider's own Ready condition says why, when it has one.
+        let message = object.data["status"]["conditions"]
+            .as_array()
+            .and_then(|conditions| {
+                conditions
+                    .iter()
+                    .find(|c| c["type"] == "Ready")
+                    .and_then(|c| c["message"].as_str())
+            })
+            .filter(|m| !m.is_empty())
+            .map_or_else(
+                || {
+                    format!(
+                        "{} {:?} is not provisioned yet",
+                        reference.kind, reference.name
+                    )
+                },
+                str::to_string,
+            );
+        Step::waiting(reasons::WAITING_FOR_INFRASTRUCTURE, message)
+    };
+    Ok(Infrastructure {
+        step,
+        provisioned,
+        provider_id,
+        addresses,
+    })
+}
+
+/// The node of the machine: its name, the `NodeReady` step, and whether to poll (the workload
+/// cluster cannot be reached yet, so no watch reports the node).
+async fn observe_node(
+    machine: &Machine,
+    cluster: &Cluster,
+    provider_id: &str,
+    namespace: &str,
+    deps: &MachineController,
+) -> (Option<String>, Step, bool) {
+    let workload = match deps.workloads.get(namespace, &cluster.name_any()).await {
+        Ok(workload) => workload,
+        Err(error) => {
+            let step = Step::unknown(reasons::WAITING_FOR_WORKLOAD_CLUSTER, error.to_string());
+            return (None, step, true);
+        }
+    };
+    match workload.node_by_provider_id(provider_id) {
+        Some(node) => {
+            let (step, _) = node_readiness(&node);
+            (Some(node.name_any()), step, false)
+        }
+        None if workload.synced()
+            && machine
+                .status
+                .as_ref()
+                .is_some_and(|s| s.node_ref.is_some()) =>
+        {
+            (
+                None,
+                Step::waiting(
+                    reasons::NODE_NOT_FOUND,
+                    "the machine's node no longer exists",
+                ),
+                false,
+            )
+        }
+        None => (
+            None,
+            Step::unknown(
+                reasons::WAITING_FOR_NODE,
+                format!("waiting for a node with provider ID {provider_id}"),
+            ),
+            !workload.synced(),
+        ),
+    }
+}
+
+/// The `NodeReady` step from the node's own `Ready` condition, and that condition's status.
+fn node_readiness(node: &Node) -> (Step, Option<String>) {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
+    match ready {
+        Some(c) if c.status == "True" => (Step::done(reasons::NODE_READY), Some(c.status.clone())),
+        Some(c) => (
+            Step::waiting(
+                reasons::NODE_NOT_READY,
+                c.message
+                    .clone()
+                    .unwrap_or_else(|| format!("node Ready={}", c.status)),
+            ),
+            Some(c.status.clone()),
+        ),
+        None => (
+            Step::unknown(
+                reasons::NODE_NOT_READY,
+                "the node reports no Ready condition yet",
+            ),
+            None,
+        ),
+    }
+}

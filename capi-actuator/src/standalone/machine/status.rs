@@ -1,0 +1,286 @@
+//! A Machine's status from what one reconcile found: phase, conditions, node reference,
+//! addresses. Pure, so that every combination is tested without an API server.
+
+use std::time::Duration;
+
+use capi_core::api::{
+    MachineAddress, MachineInitializationStatus, MachineNodeReference, MachinePhase, MachineStatus,
+};
+use capi_core::condition::{self, ConditionStatus, DesiredCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::reasons;
+
+/// `HealthCheckSucceeded`, written by the MachineHealthCheck controller.
+pub(crate) const HEALTH_CHECK_SUCCEEDED: &str = condition::HEALTH_CHECK_SUCCEEDED;
+/// `OwnerRemediated`, written by the MachineHealthCheck controller when remediation is due and
+/// read by the MachineSet controller.
+pub(crate) const OWNER_REMEDIATED: &str = "OwnerRemediated";
+
+/// The state of one step of provisioning, as a condition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Step {
+    pub(crate) status: ConditionStatus,
+    pub(crate) reason: &'static str,
+    pub(crate) message: String,
+}
+
+impl Step {
+    pub(crate) fn done(reason: &'static str) -> Self {
+        Self {
+            status: ConditionStatus::True,
+            reason,
+            message: String::new(),
+        }
+    }
+
+    pub(crate) fn waiting(reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status: ConditionStatus::False,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn unknown(reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status: ConditionStatus::Unknown,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    fn ready(&self) -> bool {
+        self.status == ConditionStatus::True
+    }
+}
+
+/// What one reconcile of a (not deleting) Machine found.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Facts {
+    pub(crate) generation: Option<i64>,
+    /// `spec.bootstrap.dataSecretName` is set.
+    pub(crate) bootstrap_data: bool,
+    pub(crate) bootstrap: Step,
+    /// The infrastructure machine reports `status.initialization.provisioned`.
+    pub(crate) infrastructure_provisioned: bool,
+    pub(crate) infrastructure: Step,
+    /// The node found for the provider ID, if any.
+    pub(crate) node_name: Option<String>,
+    pub(crate) node: Step,
+    pub(crate) addresses: Option<Vec<MachineAddress>>,
+    pub(crate) min_ready: Duration,
+}
+
+/// The status after applying `facts` to `current` at `now`, and how long until `Available` may
+/// turn true (if it is waiting for `minReadySeconds`).
+pub(crate) fn desired(
+    current: &MachineStatus,
+    facts: &Facts,
+    now: Time,
+) -> (MachineStatus, Option<Duration>) {
+    let mut status = current.clone();
+    let generation = facts.generation;
+    let set = |status: &mut MachineStatus, type_: &str, step: &Step| {
+        let wanted = DesiredCondition::new(type_, step.status, step.reason)
+            .message(step.message.clone())
+            .observed_generation(generation);
+        condition::set_at(&mut status.conditions, wanted, now.clone());
+    };
+    set(
+        &mut status,
+        condition::BOOTSTRAP_CONFIG_READY,
+        &facts.bootstrap,
+    );
+    set(
+        &mut status,
+        condition::INFRASTRUCTURE_READY,
+        &facts.infrastructure,
+    );
+    set(&mut status, condition::NODE_READY, &facts.node);
+    set(
+        &mut status,
+        condition::DELETING,
+        &Step::waiting(reasons::NOT_DELETING, ""),
+    );
+    set(
+        &mut status,
+        condition::PAUSED,
+        &Step::waiting(reasons::NOT_PAUSED, ""),
+    );
+
+    let health_failed = condition::status(&status.conditions, HEALTH_CHECK_SUCCEEDED)
+        == Some(ConditionStatus::False);
+    let ready = if health_failed {
+        Step::waiting(
+            reasons::HEALTH_CHECK_FAILED,
+            "a MachineHealthCheck found the machine unhealthy",
+        )
+    } else if !facts.bootstrap.ready() {
+        Step::waiting(
+            reasons::WAITING_FOR_BOOTSTRAP_DATA,
+            &facts.bootstrap.message,
+        )
+    } else if !facts.infrastructure.ready() {
+        Step::waiting(
+            reasons::WAITING_FOR_INFRASTRUCTURE,
+            &facts.infrastructure.message,
+        )
+    } else if !facts.node.ready() {
+        Step::waiting(reasons::WAITING_FOR_NODE, &facts.node.message)
+    } else {
+        Step::done(reasons::MACHINE_READY)
+    };
+    set(&mut status, condition::READY, &ready);
+
+    let mut wait = None;
+    let available = match condition::get(&status.conditions, condition::READY) {
+        Some(c) if c.status == "True" => {
+            let ready_for = now.0.duration_since(c.last_transition_time.0);
+            let ready_for = Duration::try_from(ready_for).unwrap_or_default();
+            if ready_for >= facts.min_ready {
+                Step::done(reasons::MACHINE_AVAILABLE)
+            } else {
+                wait = Some(facts.min_ready - ready_for);
+                Step::waiting(
+                    reasons::WAITING_FOR_MIN_READY,
+                    format!(
+                        "ready for less than minReadySeconds ({}s)",
+                        facts.min_ready.as_secs()
+                    ),
+                )
+            }
+        }
+        _ => Step::waiting(reasons::MACHINE_NOT_READY, "the machine is not ready"),
+    };
+    set(&mut status, condition::AVAILABLE, &available);
+
+    status.initialization = Some(MachineInitializationStatus {
+        infrastructure_provisioned: facts.infrastructure_provisioned.then_some(true),
+        bootstrap_data_secret_created: facts.bootstrap_data.then_some(true),
+    });
+    if let Some(name) = &facts.node_name {
+        status.node_ref = Some(MachineNodeReference { name: name.clone() });
+    }
+    if let Some(addresses) = &facts.addresses {
+        status.addresses = addresses.clone();
+    }
+    status.phase = Some(phase(
+        facts.bootstrap_data,
+        facts.infrastructure_provisioned,
+        status.node_ref.is_some(),
+    ));
+    status.observed_generation = generation;
+    (status, wait)
+}
+
+/// The upstream phase of a Machine that is not being deleted.
+pub(crate) fn phase(bootstrap_data: bool, provisioned: bool, node: bool) -> MachinePhase {
+    match (bootstrap_data, provisioned, node) {
+        (_, true, true) => MachinePhase::Running,
+        (_, true, false) => MachinePhase::Provisioned,
+        (true, false, _) => MachinePhase::Provisioning,
+        (false, false, _) => MachinePhase::Pending,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(seconds: i64) -> Time {
+        Time(jiff::Timestamp::from_second(seconds).unwrap_or_default())
+    }
+
+    fn facts() -> Facts {
+        Facts {
+            generation: Some(1),
+            bootstrap_data: true,
+            bootstrap: Step::done("DataSecretAvailable"),
+            infrastructure_provisioned: true,
+            infrastructure: Step::done("Provisioned"),
+            node_name: Some("node-a".into()),
+            node: Step::done("NodeReady"),
+            addresses: None,
+            min_ready: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn phases_follow_upstream() {
+        assert_eq!(phase(false, false, false), MachinePhase::Pending);
+        assert_eq!(phase(true, false, false), MachinePhase::Provisioning);
+        assert_eq!(phase(true, true, false), MachinePhase::Provisioned);
+        assert_eq!(phase(true, true, true), MachinePhase::Running);
+    }
+
+    #[test]
+    fn ready_machine_is_running_and_available() {
+        let (status, wait) = desired(&MachineStatus::default(), &facts(), at(100));
+        assert_eq!(status.phase, Some(MachinePhase::Running));
+        assert!(condition::is_true(&status.conditions, condition::READY));
+        assert!(condition::is_true(&status.conditions, condition::AVAILABLE));
+        assert_eq!(status.node_ref.map(|n| n.name).as_deref(), Some("node-a"));
+        assert_eq!(wait, None);
+    }
+
+    #[test]
+    fn available_waits_for_min_ready_seconds() {
+        let facts = Facts {
+            min_ready: Duration::from_secs(30),
+            ..facts()
+        };
+        let (first, wait) = desired(&MachineStatus::default(), &facts, at(100));
+        assert!(!condition::is_true(&first.conditions, condition::AVAILABLE));
+        assert_eq!(wait, Some(Duration::from_secs(30)));
+        let (later, wait) = desired(&first, &facts, at(131));
+        assert!(condition::is_true(&later.conditions, condition::AVAILABLE));
+        assert_eq!(wait, None);
+    }
+
+    #[test]
+    fn a_failed_health_check_makes_the_machine_not_ready() {
+        let mut current = MachineStatus::default();
+        condition::set_at(
+            &mut current.conditions,
+            DesiredCondition::new(
+                HEALTH_CHECK_SUCCEEDED,
+                ConditionStatus::False,
+                "NodeNotFound",
+            ),
+            at(1),
+        );
+        let (status, _) = desired(&current, &facts(), at(100));
+        let ready = condition::get(&status.conditions, condition::READY);
+        assert_eq!(
+            ready.map(|c| c.reason.as_str()),
+            Some(reasons::HEALTH_CHECK_FAILED)
+        );
+        assert!(
+            condition::get(&status.conditions, HEALTH_CHECK_SUCCEEDED).is_some(),
+            "another controller's condition is kept"
+        );
+    }
+
+    #[test]
+    fn an_unchanged_pass_changes_nothing() {
+        let (first, _) = desired(&MachineStatus::default(), &facts(), at(100));
+        let (second, _) = desired(&first, &facts(), at(200));
+        assert_eq!(first, second, "no timestamp churn");
+    }
+
+    #[test]
+    fn the_step_that_waits_is_named_in_ready() {
+        let facts = Facts {
+            infrastructure_provisioned: false,
+            infrastructure: Step::waiting("WaitingForInfrastructure", "instance booting"),
+            node_name: None,
+            node: Step::unknown("WaitingForNode", "no node yet"),
+            ..facts()
+        };
+        let (status, _) = desired(&MachineStatus::default(), &facts, at(100));
+        assert_eq!(status.phase, Some(MachinePhase::Provisioning));
+        let ready = condition::get(&status.conditions, condition::READY);
+        assert_eq!(ready.map(|c| c.message.as_str()), Some("instance booting"));
+    }
+}

@@ -1,0 +1,598 @@
+//! The MachineSet controller: keeps `spec.replicas` machines made from the template.
+//!
+//! Each pass: adopt orphans matching the selector; wait until the cache shows this controller's
+//! own previous creates and deletes ([`Expectations`]); delete machines a health check marked for
+//! remediation; complete machines whose bootstrap config or infrastructure machine is missing (a
+//! crash between creating the Machine and cloning its templates); create the missing machines or
+//! delete the surplus by [`deletion_priority`](crate::deletion_priority); write status.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use capi_core::api::{
+    Cluster, ContractVersionedObjectReference, Machine, MachineSet, MachineSetStatus,
+};
+use capi_core::condition::{self, ConditionStatus, DesiredCondition};
+use capi_core::labels;
+use futures::{StreamExt, stream};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+
+use super::expectations::Expectations;
+use super::machine::status::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
+use super::references::{ReferenceError, References};
+use super::{CoreSettings, find_cluster, ownership, selector};
+use crate::deletion_priority::{MachineFacts, select_for_deletion};
+use crate::plan::{EventNote, FinalizerChange, Next};
+use crate::reasons;
+use crate::reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
+use crate::write;
+
+/// The finalizer that makes a deleted MachineSet delete its machines first.
+pub const MACHINE_SET_FINALIZER: &str = "machineset.cluster.x-k8s.io";
+
+/// Annotations upstream puts on objects cloned from templates.
+const CLONED_FROM_NAME: &str = "cluster.x-k8s.io/cloned-from-name";
+const CLONED_FROM_GROUP_KIND: &str = "cluster.x-k8s.io/cloned-from-groupkind";
+
+/// What the MachineSet controller works with besides the client.
+pub(crate) struct MachineSetController {
+    references: References,
+    expectations: Expectations,
+    machines: OnceLock<Store<Machine>>,
+    clusters: OnceLock<Store<Cluster>>,
+    settings: CoreSettings,
+}
+
+impl MachineSetController {
+    pub(crate) fn new(
+        client: kube::Client,
+        namespace: Option<String>,
+        settings: CoreSettings,
+    ) -> Self {
+        // Changes of referenced objects do not concern sets: the receiver is dropped.
+        let (references, _) = References::new(client, namespace);
+        Self {
+            references,
+            expectations: Expectations::default(),
+            machines: OnceLock::new(),
+            clusters: OnceLock::new(),
+            settings,
+        }
+    }
+}
+
+impl Reconciler<MachineSet, MachineSetController> {
+    /// Runs until `shutdown` completes; in-flight reconciles finish first.
+    pub(crate) async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+        let (trigger, sets) = self.trigger();
+        let (machines, writer) = reflector::store();
+        let machine_changes = watcher(
+            self.options.api::<Machine>(&self.client),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+        let (clusters, writer) = reflector::store();
+        let cluster_changes = watcher(
+            self.options.api::<Cluster>(&self.client),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+        let _ = self.actuator.machines.set(machines);
+        let _ = self.actuator.clusters.set(clusters);
+        let concurrency = self.options.concurrency;
+        let for_machines = sets.clone();
+        let for_clusters = sets.clone();
+        let context = self.into_context(|deps, _, _| deps);
+        let results = Controller::for_stream(trigger, sets)
+            .with_config(ControllerConfig::default().concurrency(concurrency))
+            // A machine changed: its set (or, for an orphan, the sets that would adopt it).
+            .watches_stream(machine_changes, move |machine| {
+                let namespace = machine.namespace();
+                if let Some(owner) = ownership::controller_of(&machine.metadata) {
+                    return if owner.kind == "MachineSet" {
+                        vec![ObjectRef::new(&owner.name).within(&namespace.unwrap_or_default())]
+                    } else {
+                        Vec::new()
+                    };
+                }
+                for_machines
+                    .state()
+                    .into_iter()
+                    .filter(|s| {
+                        s.namespace() == namespace
+                            && s.spec.cluster_name == machine.spec.cluster_name
+                            && selector::matches(&s.spec.selector, machine.metadata.labels.as_ref())
+                    })
+                    .map(|s| ObjectRef::from_obj(s.as_ref()))
+                    .collect()
+            })
+            .watches_stream(cluster_changes, move |cluster| {
+                let name = cluster.name_any();
+                let namespace = cluster.namespace();
+                for_clusters
+                    .state()
+                    .into_iter()
+                    .filter(|s| s.namespace() == namespace && s.spec.cluster_name == name)
+                    .map(|s| ObjectRef::from_obj(s.as_ref()))
+                    .collect::<Vec<_>>()
+            })
+            .graceful_shutdown_on(shutdown)
+            .run(
+                reconcile_set,
+                back_off::<MachineSet, MachineSetController>,
+                context,
+            );
+        drain(results).await;
+    }
+}
+
+#[tracing::instrument(skip_all, fields(namespace = %set.namespace().unwrap_or_default(), name = %set.name_any()))]
+async fn reconcile_set(
+    set: Arc<MachineSet>,
+    context: Arc<Context<MachineSetController>>,
+) -> Result<Action, ReconcileError> {
+    let started = Instant::now();
+    let outcome = reconcile_once(&set, &context).await;
+    context.finish(set.as_ref(), started, outcome)
+}
+
+async fn reconcile_once(
+    set: &MachineSet,
+    context: &Context<MachineSetController>,
+) -> Result<Next, ReconcileError> {
+    let deps = &context.actuator;
+    let namespace = set.namespace().unwrap_or_default();
+    let sets: Api<MachineSet> = Api::namespaced(context.client.clone(), &namespace);
+    let machines_api: Api<Machine> = Api::namespaced(context.client.clone(), &namespace);
+    let uid = set.uid().unwrap_or_default();
+    let has_finalizer = set.finalizers().iter().any(|f| f == MACHINE_SET_FINALIZER);
+
+    if set.metadata.deletion_timestamp.is_some() {
+        if !has_finalizer {
+            return Ok(Next::AwaitChange);
+        }
+        // Read fresh: the cache may not show machines created just before the deletion.
+        let selector = format!("{}={}", labels::MACHINE_SET_NAME, set.name_any());
+        let owned: Vec<Machine> = machines_api
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items
+            .into_iter()
+            .filter(|m| ownership::is_controlled_by(&m.metadata, &uid))
+            .collect();
+        if owned.is_empty() {
+            deps.expectations.forget(&uid);
+            write::change_finalizer(&sets, set, FinalizerChange::Remove, MACHINE_SET_FINALIZER)
+                .await?;
+            return Ok(Next::AwaitChange);
+        }
+        for machine in owned
+            .iter()
+            .filter(|m| m.metadata.deletion_timestamp.is_none())
+        {
+            delete_machine(&machines_api, &machine.name_any()).await?;
+        }
+        return Ok(Next::Requeue(deps.settings.poll));
+    }
+    if !has_finalizer {
+        write::change_finalizer(&sets, set, FinalizerChange::Add, MACHINE_SET_FINALIZER).await?;
+        return Ok(Next::AwaitChange);
+    }
+    let cluster = match deps.clusters.get() {
+        Some(store) => {
+            find_cluster(store, &context.client, &set.spec.cluster_name, &namespace).await?
+        }
+        None => None,
+    };
+    let Some(cluster) = cluster else {
+        return Ok(Next::Requeue(deps.settings.poll));
+    };
+    let mut status = set.status.clone().unwrap_or_default();
+    let paused = cluster.is_paused() || labels::has_paused_annotation(&set.metadata);
+    set_condition(&mut status, set, condition::PAUSED, paused);
+    if paused {
+        write_status(&sets, set, &status).await?;
+        return Ok(Next::AwaitChange);
+    }
+
+    let Some(store) = deps.machines.get() else {
+        return Ok(Next::Requeue(deps.settings.poll));
+    };
+    let candidates: Vec<Arc<Machine>> = store
+        .state()
+        .into_iter()
+        .filter(|m| m.namespace().as_deref() == Some(namespace.as_str()))
+        .filter(|m| {
+            ownership::is_controlled_by(&m.metadata, &uid)
+                || (ownership::controller_of(&m.metadata).is_none()
+                    && m.metadata.deletion_timestamp.is_none()
+                    && m.spec.cluster_name == set.spec.cluster_name
+                    && selector::matches(&set.spec.selector, m.metadata.labels.as_ref()))
+        })
+        .collect();
+    // Adopt orphans; the watch brings them back owned.
+    let mut adopted = false;
+    for orphan in candidates
+        .iter()
+        .filter(|m| !ownership::is_controlled_by(&m.metadata, &uid))
+    {
+        if let Some(owner) = set.controller_owner_ref(&()) {
+            let mut owners = orphan.owner_references().to_vec();
+            owners.push(owner);
+            let patch = json!({"metadata": {
+                "ownerReferences": owners,
+                "labels": {labels::MACHINE_SET_NAME: set.name_any()},
+                "resourceVersion": orphan.resource_version(),
+            }});
+            write::patch(&machines_api, &orphan.name_any(), patch).await?;
+            adopted = true;
+        }
+    }
+    if adopted {
+        return Ok(Next::AwaitChange);
+    }
+    let present = |name: &str| {
+        candidates
+            .iter()
+            .any(|m| m.name_any() == name && m.metadata.deletion_timestamp.is_none())
+    };
+    if !deps.expectations.satisfied(&uid, present) {
+        // The machine watch triggers the next pass as soon as the cache catches up.
+        return Ok(Next::Requeue(deps.settings.poll));
+    }
+
+    let mut events = Vec::new();
+    let mut active: Vec<Arc<Machine>> = candidates
+        .iter()
+        .filter(|m| m.metadata.deletion_timestamp.is_none())
+        .cloned()
+        .collect();
+    // Machines a health check marked: deleted, and replaced below.
+    let remediate: Vec<String> = active
+        .iter()
+        .filter(|m| remediation_requested(m))
+        .map(|m| m.name_any())
+        .collect();
+    for name in &remediate {
+        deps.expectations.deleted(&uid, name);
+        delete_machine(&machines_api, name).await?;
+        events.push(note(
+            reasons::MACHINE_DELETED,
+            format!("deleted machine {name} for remediation"),
+        ));
+    }
+    active.retain(|m| !remediate.contains(&m.name_any()));
+
+    for machine in &active {
+        complete_machine(set, machine, &namespace, deps).await?;
+    }
+
+    let desired = usize::try_from(set.spec.replicas.unwrap_or(1)).unwrap_or(0);
+    let mut next = Next::AwaitChange;
+    if active.len() < desired {
+        let missing = desired - active.len();
+        let created = stream::iter(0..missing)
+            .map(|_| create_machine(set, &cluster, &namespace, context))
+            .buffer_unordered(deps.settings.machine_set_parallelism.max(1))
+            .collect::<Vec<_>>()
+            .await;
+        let mut failure = None;
+        for result in created {
+            match result {
+                Ok(name) => events.push(note(
+                    reasons::MACHINE_CREATED,
+                    format!("created machine {name}"),
+                )),
+                Err(error) => failure = Some(error),
+            }
+        }
+        if let Some(error) = failure {
+            write::publish(&context.recorder, set, &events).await;
+            return Err(error);
+        }
+    } else if active.len() > desired {
+        let facts: Vec<MachineFacts> = active.iter().map(|m| machine_facts(m)).collect();
+        let order = set
+            .spec
+            .deletion
+            .as_ref()
+            .and_then(|d| d.order)
+            .unwrap_or_default();
+        for name in select_for_deletion(&facts, active.len() - desired, order) {
+            deps.expectations.deleted(&uid, &name);
+            delete_machine(&machines_api, &name).await?;
+            events.push(note(
+                reasons::MACHINE_DELETED,
+                format!("deleted machine {name}"),
+            ));
+        }
+    } else {
+        next = Next::Resync;
+    }
+
+    let count = |f: &dyn Fn(&Machine) -> bool| {
+        i32::try_from(active.iter().filter(|m| f(m)).count()).unwrap_or(i32::MAX)
+    };
+    status.replicas = Some(count(&|_| true));
+    status.ready_replicas = Some(count(&|m| machine_condition(m, condition::READY)));
+    status.available_replicas = Some(count(&|m| machine_condition(m, condition::AVAILABLE)));
+    status.up_to_date_replicas = Some(count(&|_| true));
+    status.selector = Some(selector::to_string(&set.spec.selector));
+    status.observed_generation = set.metadata.generation;
+    write_status(&sets, set, &status).await?;
+    write::publish(&context.recorder, set, &events).await;
+    Ok(next)
+}
+
+fn note(reason: &'static str, text: String) -> EventNote {
+    EventNote {
+        warning: false,
+        reason,
+        note: text,
+    }
+}
+
+fn set_condition(status: &mut MachineSetStatus, set: &MachineSet, type_: &str, value: bool) {
+    let (state, reason) = if value {
+        (ConditionStatus::True, reasons::PAUSED)
+    } else {
+        (ConditionStatus::False, reasons::NOT_PAUSED)
+    };
+    condition::set(
+        &mut status.conditions,
+        DesiredCondition::new(type_, state, reason).observed_generation(set.metadata.generation),
+    );
+}
+
+async fn write_status(
+    api: &Api<MachineSet>,
+    set: &MachineSet,
+    status: &MachineSetStatus,
+) -> Result<(), kube::Error> {
+    if set.status.as_ref() == Some(status) {
+        return Ok(());
+    }
+    let value = serde_json::to_value(status).map_err(kube::Error::SerdeError)?;
+    write::patch_status(api, &set.name_any(), value).await
+}
+
+fn machine_condition(machine: &Machine, type_: &str) -> bool {
+    machine
+        .status
+        .as_ref()
+        .is_some_and(|s| condition::is_true(&s.conditions, type_))
+}
+
+/// Marked by a health check for its owner to replace (`OwnerRemediated=False`).
+fn remediation_requested(machine: &Machine) -> bool {
+    machine.status.as_ref().is_some_and(|s| {
+        condition::status(&s.conditions, OWNER_REMEDIATED) == Some(ConditionStatus::False)
+    })
+}
+
+fn machine_facts(machine: &Machine) -> MachineFacts {
+    let annotated = machine.annotations().contains_key(labels::DELETE_MACHINE);
+    let unhealthy = remediation_requested(machine)
+        || machine.status.as_ref().is_none_or(|s| {
+            s.node_ref.is_none()
+                || condition::status(&s.conditions, HEALTH_CHECK_SUCCEEDED)
+                    == Some(ConditionStatus::False)
+        });
+    MachineFacts {
+        name: machine.name_any(),
+        created: machine
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(0, |t| t.0.as_second()),
+        marked_for_deletion: annotated || machine.metadata.deletion_timestamp.is_some(),
+        unhealthy,
+    }
+}
+
+async fn delete_machine(api: &Api<Machine>, name: &str) -> Result<(), kube::Error> {
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+/// The object a template reference stands for: same group, kind without `Template`, named after
+/// the machine.
+fn instance_of(
+    template: &ContractVersionedObjectReference,
+    name: &str,
+) -> ContractVersionedObjectReference {
+    let kind = template
+        .kind
+        .strip_suffix("Template")
+        .unwrap_or(&template.kind);
+    ContractVersionedObjectReference::new(&template.api_group, kind, name)
+}
+
+/// Creates one machine: the Machine first (its references name objects that do not exist yet),
+/// then its bootstrap config and infrastructure machine, owned by it. Returns its name.
+async fn create_machine(
+    set: &MachineSet,
+    cluster: &Cluster,
+    namespace: &str,
+    context: &Context<MachineSetController>,
+) -> Result<String, ReconcileError> {
+    let deps = &context.actuator;
+    let uid = set.uid().unwrap_or_default();
+    let suffix: String = std::iter::repeat_with(|| {
+        let chars = b"bcdfghjklmnpqrstvwxz2456789";
+        char::from(chars[fastrand::usize(..chars.len())])
+    })
+    .take(5)
+    .collect();
+    let name = format!("{}-{suffix}", set.name_any());
+    let template = &set.spec.template;
+    let mut spec = template.spec.clone();
+    spec.cluster_name = set.spec.cluster_name.clone();
+    spec.provider_id = None;
+    spec.infrastructure_ref = instance_of(&template.spec.infrastructure_ref, &name);
+    spec.bootstrap.config_ref = template
+        .spec
+        .bootstrap
+        .config_ref
+        .as_ref()
+        .map(|r| instance_of(r, &name));
+    let mut machine_labels: BTreeMap<String, String> = template
+        .metadata
+        .as_ref()
+        .map(|m| m.labels.clone())
+        .unwrap_or_default();
+    machine_labels.insert(labels::MACHINE_SET_NAME.into(), set.name_any());
+    machine_labels.insert(labels::CLUSTER_NAME.into(), cluster.name_any());
+    let mut owners: Vec<OwnerReference> = set.controller_owner_ref(&()).into_iter().collect();
+    owners.extend(cluster.controller_owner_ref(&()).map(|mut r| {
+        r.controller = None;
+        r
+    }));
+    let machine = Machine {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(namespace.to_string()),
+            labels: Some(machine_labels),
+            annotations: template
+                .metadata
+                .as_ref()
+                .map(|m| m.annotations.clone())
+                .filter(|a| !a.is_empty()),
+            finalizers: Some(vec![labels::MACHINE_FINALIZER.to_string()]),
+            owner_references: Some(owners),
+            ..ObjectMeta::default()
+        },
+        spec,
+        status: None,
+    };
+    let api: Api<Machine> = Api::namespaced(context.client.clone(), namespace);
+    deps.expectations.created(&uid, &name);
+    let created = match api.create(&PostParams::default(), &machine).await {
+        Ok(created) => created,
+        Err(error) => {
+            deps.expectations.create_failed(&uid, &name);
+            return Err(error.into());
+        }
+    };
+    complete_machine(set, &created, namespace, deps).await?;
+    Ok(name)
+}
+
+/// Clones the templates of a machine that is not provisioned yet and lacks its bootstrap config
+/// or infrastructure machine.
+async fn complete_machine(
+    set: &MachineSet,
+    machine: &Machine,
+    namespace: &str,
+    deps: &MachineSetController,
+) -> Result<(), ReconcileError> {
+    let provisioned = machine
+        .status
+        .as_ref()
+        .and_then(|s| s.initialization.as_ref())
+        .and_then(|i| i.infrastructure_provisioned)
+        .unwrap_or(false);
+    if provisioned || machine.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let template = &set.spec.template.spec;
+    let pairs = [
+        Some((
+            &template.infrastructure_ref,
+            &machine.spec.infrastructure_ref,
+        )),
+        template
+            .bootstrap
+            .config_ref
+            .as_ref()
+            .zip(machine.spec.bootstrap.config_ref.as_ref()),
+    ];
+    for (template_ref, target) in pairs.into_iter().flatten() {
+        if instance_of(template_ref, &target.name) != *target {
+            continue; // Not made from this set's template.
+        }
+        let known = deps.references.synced(target).await?
+            && deps.references.get(target, namespace).await?.is_some();
+        if !known
+            && deps
+                .references
+                .get_fresh(target, namespace)
+                .await?
+                .is_none()
+        {
+            clone_template(template_ref, target, machine, namespace, deps).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn clone_template(
+    template_ref: &ContractVersionedObjectReference,
+    target: &ContractVersionedObjectReference,
+    machine: &Machine,
+    namespace: &str,
+    deps: &MachineSetController,
+) -> Result<(), ReconcileError> {
+    let Some(template) = deps.references.get(template_ref, namespace).await? else {
+        return Err(ReferenceError::TemplateNotFound {
+            kind: template_ref.kind.clone(),
+            name: template_ref.name.clone(),
+        }
+        .into());
+    };
+    let api_version = deps.references.api_version(target).await?;
+    let inner = &template.data["spec"]["template"];
+    let mut object_labels: BTreeMap<String, String> =
+        serde_json::from_value(inner["metadata"]["labels"].clone()).unwrap_or_default();
+    for key in [
+        labels::CLUSTER_NAME,
+        labels::MACHINE_SET_NAME,
+        labels::MACHINE_DEPLOYMENT_NAME,
+    ] {
+        if let Some(value) = machine.labels().get(key) {
+            object_labels.insert(key.to_string(), value.clone());
+        }
+    }
+    let mut annotations: BTreeMap<String, String> =
+        serde_json::from_value(inner["metadata"]["annotations"].clone()).unwrap_or_default();
+    annotations.insert(CLONED_FROM_NAME.into(), template_ref.name.clone());
+    annotations.insert(
+        CLONED_FROM_GROUP_KIND.into(),
+        format!("{}.{}", template_ref.kind, template_ref.api_group),
+    );
+    let mut owner = machine.controller_owner_ref(&());
+    if let Some(owner) = owner.as_mut() {
+        owner.block_owner_deletion = Some(true);
+    }
+    let object = DynamicObject {
+        types: Some(kube::core::TypeMeta {
+            api_version,
+            kind: target.kind.clone(),
+        }),
+        metadata: ObjectMeta {
+            name: Some(target.name.clone()),
+            namespace: Some(namespace.to_string()),
+            labels: Some(object_labels),
+            annotations: Some(annotations),
+            owner_references: owner.map(|o| vec![o]),
+            ..ObjectMeta::default()
+        },
+        data: json!({"spec": inner["spec"].clone()}),
+    };
+    deps.references.create(target, namespace, &object).await?;
+    Ok(())
+}

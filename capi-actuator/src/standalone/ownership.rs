@@ -1,0 +1,81 @@
+//! Owner references between Cluster API objects: who controls what, and adding an owner without
+//! clobbering the ones that are there.
+
+use capi_core::api::ContractVersionedObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::DynamicObject;
+use serde_json::json;
+
+use super::references::{ReferenceError, References};
+
+/// The controller owner reference of `meta`, if any.
+pub(crate) fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
+}
+
+/// Whether the object is controlled by the object with this UID.
+pub(crate) fn is_controlled_by(meta: &ObjectMeta, uid: &str) -> bool {
+    controller_of(meta).is_some_and(|r| r.uid == uid)
+}
+
+/// Whether any owner reference of `meta` names the object with this UID.
+pub(crate) fn is_owned_by(meta: &ObjectMeta, uid: &str) -> bool {
+    meta.owner_references.iter().flatten().any(|r| r.uid == uid)
+}
+
+/// Makes `owner` an owner of the referenced `object` (its controller, unless something else
+/// controls it already). The patch is guarded by the resource version that was read, so that a
+/// concurrent change of the list fails the write instead of being overwritten. Returns whether
+/// anything was written.
+pub(crate) async fn ensure_owner(
+    references: &References,
+    reference: &ContractVersionedObjectReference,
+    namespace: &str,
+    object: &DynamicObject,
+    mut owner: OwnerReference,
+) -> Result<bool, ReferenceError> {
+    if is_owned_by(&object.metadata, &owner.uid) {
+        return Ok(false);
+    }
+    if controller_of(&object.metadata).is_some() {
+        owner.controller = None;
+    }
+    let mut owners = object.metadata.owner_references.clone().unwrap_or_default();
+    owners.push(owner);
+    let patch = json!({"metadata": {
+        "ownerReferences": owners,
+        "resourceVersion": object.metadata.resource_version,
+    }});
+    references.patch(reference, namespace, &patch).await?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner(uid: &str, controller: bool) -> OwnerReference {
+        OwnerReference {
+            uid: uid.into(),
+            controller: Some(controller),
+            ..OwnerReference::default()
+        }
+    }
+
+    #[test]
+    fn controller_and_owner_lookups() {
+        let meta = ObjectMeta {
+            owner_references: Some(vec![owner("a", false), owner("b", true)]),
+            ..ObjectMeta::default()
+        };
+        assert_eq!(controller_of(&meta).map(|r| r.uid.as_str()), Some("b"));
+        assert!(is_controlled_by(&meta, "b"));
+        assert!(!is_controlled_by(&meta, "a"));
+        assert!(is_owned_by(&meta, "a"));
+        assert!(!is_owned_by(&meta, "c"));
+        assert!(controller_of(&ObjectMeta::default()).is_none());
+    }
+}

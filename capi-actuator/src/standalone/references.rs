@@ -1,0 +1,286 @@
+//! The objects Cluster API objects refer to by `{apiGroup, kind, name}` — infrastructure machines
+//! and clusters, bootstrap configs, their templates — whose kinds are known only at run time.
+//!
+//! A [`References`] resolves a reference's version through discovery (once per group and kind),
+//! keeps a cache of every referenced kind fed by one watch per kind (started the first time the
+//! kind is referenced), and reports each change of such an object on a channel, so that the
+//! controller owning it reconciles again. Reads come from the cache once its first list is in,
+//! and from the API server before that.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use capi_core::api::ContractVersionedObjectReference;
+use futures::StreamExt;
+use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::discovery;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+/// Why a referenced object could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum ReferenceError {
+    /// The API server serves no such kind: the provider's CRDs are not installed.
+    #[error(
+        "the API server serves no kind {kind:?} in group {group:?}; install the CRDs of the provider that owns it"
+    )]
+    UnknownKind {
+        /// The API group.
+        group: String,
+        /// The kind.
+        kind: String,
+    },
+    /// A template that machines are cloned from does not exist.
+    #[error("{kind} {name:?} does not exist; create it or correct the template reference")]
+    TemplateNotFound {
+        /// The template's kind.
+        kind: String,
+        /// The template's name.
+        name: String,
+    },
+    /// A request failed.
+    #[error("API request failed: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+struct Watched {
+    resource: ApiResource,
+    store: Store<DynamicObject>,
+    synced: Arc<AtomicBool>,
+}
+
+/// Referenced objects of kinds known at run time; see the module documentation.
+pub(crate) struct References {
+    client: Client,
+    namespace: Option<String>,
+    kinds: Mutex<HashMap<(String, String), Arc<Watched>>>,
+    changes: mpsc::UnboundedSender<Arc<DynamicObject>>,
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for References {
+    fn drop(&mut self) {
+        for task in self
+            .tasks
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+        {
+            task.abort();
+        }
+    }
+}
+
+impl References {
+    /// References read through `client` (within `namespace` when set); changes of watched objects
+    /// arrive on the returned receiver.
+    pub(crate) fn new(
+        client: Client,
+        namespace: Option<String>,
+    ) -> (Self, mpsc::UnboundedReceiver<Arc<DynamicObject>>) {
+        let (changes, receiver) = mpsc::unbounded_channel();
+        let references = Self {
+            client,
+            namespace,
+            kinds: Mutex::new(HashMap::new()),
+            changes,
+            tasks: Mutex::new(Vec::new()),
+        };
+        (references, receiver)
+    }
+
+    /// The kind's resource, discovered once, with its cache (whose watch starts now if it had not).
+    async fn watched(&self, group: &str, kind: &str) -> Result<Arc<Watched>, ReferenceError> {
+        let key = (group.to_string(), kind.to_string());
+        if let Some(found) = self.lock().get(&key) {
+            return Ok(Arc::clone(found));
+        }
+        let unknown = || ReferenceError::UnknownKind {
+            group: group.to_string(),
+            kind: kind.to_string(),
+        };
+        let resource = match discovery::group(&self.client, group).await {
+            Ok(api_group) => api_group
+                .recommended_kind(kind)
+                .map(|(resource, _)| resource)
+                .ok_or_else(unknown)?,
+            Err(kube::Error::Api(status)) if status.is_not_found() => return Err(unknown()),
+            Err(kube::Error::Discovery(_)) => return Err(unknown()),
+            Err(error) => return Err(error.into()),
+        };
+        let mut kinds = self.lock();
+        if let Some(found) = kinds.get(&key) {
+            return Ok(Arc::clone(found));
+        }
+        let api: Api<DynamicObject> = match &self.namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
+            None => Api::all_with(self.client.clone(), &resource),
+        };
+        let writer = reflector::store::Writer::new(resource.clone());
+        let store = writer.as_reader();
+        let synced = Arc::new(AtomicBool::new(false));
+        let changes = self.changes.clone();
+        let flag = Arc::clone(&synced);
+        let task = tokio::spawn(async move {
+            watcher(api, watcher::Config::default())
+                .default_backoff()
+                .reflect(writer)
+                .inspect(move |event| {
+                    if matches!(event, Ok(watcher::Event::InitDone)) {
+                        flag.store(true, Ordering::Release);
+                    }
+                })
+                .touched_objects()
+                .for_each(|object| {
+                    if let Ok(object) = object {
+                        // The receiver is gone only when the controller stopped.
+                        let _ = changes.send(Arc::new(object));
+                    }
+                    std::future::ready(())
+                })
+                .await;
+        });
+        self.tasks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(task);
+        let watched = Arc::new(Watched {
+            resource,
+            store,
+            synced,
+        });
+        kinds.insert(key, Arc::clone(&watched));
+        Ok(watched)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<Watched>>> {
+        self.kinds.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The API of the referenced kind in `namespace`.
+    pub(crate) async fn api(
+        &self,
+        reference: &ContractVersionedObjectReference,
+        namespace: &str,
+    ) -> Result<Api<DynamicObject>, ReferenceError> {
+        let watched = self.watched(&reference.api_group, &reference.kind).await?;
+        Ok(Api::namespaced_with(
+            self.client.clone(),
+            namespace,
+            &watched.resource,
+        ))
+    }
+
+    /// The `apiVersion` (group/version) the kind is served at.
+    pub(crate) async fn api_version(
+        &self,
+        reference: &ContractVersionedObjectReference,
+    ) -> Result<String, ReferenceError> {
+        let watched = self.watched(&reference.api_group, &reference.kind).await?;
+        Ok(watched.resource.api_version.clone())
+    }
+
+    /// The referenced object, from the cache once it is filled (from the API server before).
+    pub(crate) async fn get(
+        &self,
+        reference: &ContractVersionedObjectReference,
+        namespace: &str,
+    ) -> Result<Option<Arc<DynamicObject>>, ReferenceError> {
+        let watched = self.watched(&reference.api_group, &reference.kind).await?;
+        if watched.synced.load(Ordering::Acquire) {
+            let key =
+                ObjectRef::new_with(&reference.name, watched.resource.clone()).within(namespace);
+            return Ok(watched.store.get(&key));
+        }
+        self.get_fresh(reference, namespace).await
+    }
+
+    /// The referenced object, read from the API server.
+    pub(crate) async fn get_fresh(
+        &self,
+        reference: &ContractVersionedObjectReference,
+        namespace: &str,
+    ) -> Result<Option<Arc<DynamicObject>>, ReferenceError> {
+        let api = self.api(reference, namespace).await?;
+        Ok(api.get_opt(&reference.name).await?.map(Arc::new))
+    }
+
+    /// Whether the cache of the kind is filled (so that a missing object is really missing).
+    pub(crate) async fn synced(
+        &self,
+        reference: &ContractVersionedObjectReference,
+    ) -> Result<bool, ReferenceError> {
+        let watched = self.watched(&reference.api_group, &reference.kind).await?;
+        Ok(watched.synced.load(Ordering::Acquire))
+    }
+
+    /// Merge-patches the referenced object.
+    pub(crate) async fn patch(
+        &self,
+        reference: &ContractVersionedObjectReference,
+        namespace: &str,
+        patch: &Value,
+    ) -> Result<(), ReferenceError> {
+        let api = self.api(reference, namespace).await?;
+        api.patch(
+            &reference.name,
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Creates `object` of the referenced kind; an object of that name that exists already is
+    /// not an error (creates are retried after crashes).
+    pub(crate) async fn create(
+        &self,
+        reference: &ContractVersionedObjectReference,
+        namespace: &str,
+        object: &DynamicObject,
+    ) -> Result<(), ReferenceError> {
+        let api = self.api(reference, namespace).await?;
+        match api.create(&PostParams::default(), object).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(()),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// Requests deletion of the referenced object; returns whether it still exists (it may be
+    /// held by finalizers). An unknown kind counts as gone: nothing of it can exist.
+    pub(crate) async fn delete(
+        &self,
+        reference: &ContractVersionedObjectReference,
+        namespace: &str,
+    ) -> Result<bool, ReferenceError> {
+        let api = match self.api(reference, namespace).await {
+            Ok(api) => api,
+            Err(ReferenceError::UnknownKind { .. }) => return Ok(false),
+            Err(error) => return Err(error),
+        };
+        match api.get_opt(&reference.name).await? {
+            None => Ok(false),
+            Some(object) if object.metadata.deletion_timestamp.is_some() => Ok(true),
+            Some(_) => match api
+                .delete(&reference.name, &DeleteParams::background())
+                .await
+            {
+                Ok(_) => Ok(api.get_opt(&reference.name).await?.is_some()),
+                Err(kube::Error::Api(status)) if status.is_not_found() => Ok(false),
+                Err(error) => Err(error.into()),
+            },
+        }
+    }
+}
+
+/// `status.initialization.<field>` of an object following the Cluster API contract.
+pub(crate) fn initialization_flag(object: &DynamicObject, field: &str) -> bool {
+    object.data["status"]["initialization"][field]
+        .as_bool()
+        .unwrap_or(false)
+}

@@ -1,0 +1,261 @@
+//! Clients of workload clusters, reached through the `<cluster>-kubeconfig` Secret (key `value`),
+//! one per cluster, cached and rebuilt when the Secret changes.
+//!
+//! Each cached cluster keeps a cache of its `Node`s, fed by one watch, so that finding a machine's
+//! node by provider ID costs no request; every node change is reported on a channel (as the
+//! cluster it belongs to and the node's provider ID) so that the machine controller looks again.
+//! The Secret is read again at most every [`SECRET_RECHECK`], and at once after a failure.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Config, ResourceExt};
+use tokio::sync::mpsc;
+
+/// How long a cached client is used before the kubeconfig Secret is checked for changes.
+pub const SECRET_RECHECK: Duration = Duration::from_secs(10);
+
+/// Why a workload cluster cannot be reached.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    /// The kubeconfig Secret does not exist (yet).
+    #[error("Secret {0:?} with the workload cluster's kubeconfig does not exist yet")]
+    KubeconfigMissing(String),
+    /// The Secret holds no usable kubeconfig.
+    #[error("Secret {secret:?} does not hold a usable kubeconfig under key \"value\": {reason}")]
+    KubeconfigInvalid {
+        /// The Secret's name.
+        secret: String,
+        /// What is wrong (never the Secret's content).
+        reason: String,
+    },
+    /// Reading the management cluster failed.
+    #[error("reading the kubeconfig Secret failed: {0}")]
+    Management(#[source] kube::Error),
+}
+
+/// A node changed in a workload cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct NodeChange {
+    /// The namespace of the `Cluster`.
+    pub(crate) namespace: String,
+    /// The `Cluster`'s name.
+    pub(crate) cluster: String,
+    /// The node's `spec.providerID`.
+    pub(crate) provider_id: Option<String>,
+}
+
+/// One workload cluster: a client and its node cache.
+#[derive(Clone)]
+pub(crate) struct Workload {
+    /// A client of the workload cluster.
+    pub(crate) client: Client,
+    nodes: Store<Node>,
+    synced: Arc<AtomicBool>,
+}
+
+impl Workload {
+    /// The node with this provider ID, from the cache; `None` also while the cache fills
+    /// (see [`Workload::synced`]).
+    pub(crate) fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<Node>> {
+        self.nodes.find(|node| {
+            node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id)
+        })
+    }
+
+    /// The node of this name, from the cache.
+    pub(crate) fn node(&self, name: &str) -> Option<Arc<Node>> {
+        self.nodes.get(&reflector::ObjectRef::new(name))
+    }
+
+    /// Whether the node cache holds the cluster's nodes (a node missing from it is missing).
+    pub(crate) fn synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+}
+
+struct Entry {
+    secret_version: String,
+    checked: Instant,
+    workload: Workload,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// The workload clusters known to the controllers; see the module documentation.
+pub(crate) struct WorkloadClusters {
+    management: Client,
+    entries: Mutex<HashMap<(String, String), Entry>>,
+    changes: mpsc::UnboundedSender<NodeChange>,
+}
+
+impl Drop for WorkloadClusters {
+    fn drop(&mut self) {
+        for entry in self
+            .entries
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+        {
+            entry.task.abort();
+        }
+    }
+}
+
+impl WorkloadClusters {
+    /// Workload clusters found through Secrets read with `management`; node changes arrive on the
+    /// returned receiver.
+    pub(crate) fn new(management: Client) -> (Self, mpsc::UnboundedReceiver<NodeChange>) {
+        let (changes, receiver) = mpsc::unbounded_channel();
+        let clusters = Self {
+            management,
+            entries: Mutex::new(HashMap::new()),
+            changes,
+        };
+        (clusters, receiver)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Entry>> {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The workload cluster of `cluster` in `namespace`.
+    pub(crate) async fn get(
+        &self,
+        namespace: &str,
+        cluster: &str,
+    ) -> Result<Workload, WorkloadError> {
+        let key = (namespace.to_string(), cluster.to_string());
+        let known_version = match self.lock().get(&key) {
+            Some(entry) if entry.checked.elapsed() < SECRET_RECHECK => {
+                return Ok(entry.workload.clone());
+            }
+            Some(entry) => Some(entry.secret_version.clone()),
+            None => None,
+        };
+        let name = format!("{cluster}-kubeconfig");
+        let secret = Api::<Secret>::namespaced(self.management.clone(), namespace)
+            .get_opt(&name)
+            .await
+            .map_err(WorkloadError::Management)?;
+        let Some(secret) = secret else {
+            self.forget(namespace, cluster);
+            return Err(WorkloadError::KubeconfigMissing(name));
+        };
+        let version = secret.resource_version().unwrap_or_default();
+        if known_version.as_deref() == Some(version.as_str()) {
+            let mut entries = self.lock();
+            if let Some(entry) = entries.get_mut(&key) {
+                entry.checked = Instant::now();
+                return Ok(entry.workload.clone());
+            }
+        }
+        let client = client_from_secret(&secret, &name).await?;
+        let workload = self.start(client, namespace, cluster);
+        let previous = self.lock().insert(
+            key,
+            Entry {
+                secret_version: version,
+                checked: Instant::now(),
+                workload: workload.0.clone(),
+                task: workload.1,
+            },
+        );
+        if let Some(previous) = previous {
+            previous.task.abort();
+        }
+        Ok(workload.0)
+    }
+
+    /// Drops the cached client of a cluster (after it was deleted, or its Secret went).
+    pub(crate) fn forget(&self, namespace: &str, cluster: &str) {
+        if let Some(entry) = self
+            .lock()
+            .remove(&(namespace.to_string(), cluster.to_string()))
+        {
+            entry.task.abort();
+        }
+    }
+
+    /// Marks the cached client of a cluster for a Secret check at its next use (after a request
+    /// with it failed).
+    pub(crate) fn recheck(&self, namespace: &str, cluster: &str) {
+        if let Some(entry) = self
+            .lock()
+            .get_mut(&(namespace.to_string(), cluster.to_string()))
+        {
+            entry.checked = Instant::now() - SECRET_RECHECK;
+        }
+    }
+
+    fn start(
+        &self,
+        client: Client,
+        namespace: &str,
+        cluster: &str,
+    ) -> (Workload, tokio::task::JoinHandle<()>) {
+        let (reader, writer) = reflector::store();
+        let synced = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&synced);
+        let changes = self.changes.clone();
+        let (namespace, cluster) = (namespace.to_string(), cluster.to_string());
+        let nodes: Api<Node> = Api::all(client.clone());
+        let task = tokio::spawn(async move {
+            watcher(nodes, watcher::Config::default())
+                .default_backoff()
+                .reflect(writer)
+                .inspect(move |event| {
+                    if matches!(event, Ok(watcher::Event::InitDone)) {
+                        flag.store(true, Ordering::Release);
+                    }
+                })
+                .touched_objects()
+                .for_each(|node| {
+                    if let Ok(node) = node {
+                        let _ = changes.send(NodeChange {
+                            namespace: namespace.clone(),
+                            cluster: cluster.clone(),
+                            provider_id: node.spec.and_then(|s| s.provider_id),
+                        });
+                    }
+                    std::future::ready(())
+                })
+                .await;
+        });
+        let workload = Workload {
+            client,
+            nodes: reader,
+            synced,
+        };
+        (workload, task)
+    }
+}
+
+async fn client_from_secret(secret: &Secret, name: &str) -> Result<Client, WorkloadError> {
+    let invalid = |reason: String| WorkloadError::KubeconfigInvalid {
+        secret: name.to_string(),
+        reason,
+    };
+    let bytes = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("value"))
+        .ok_or_else(|| invalid("the key is missing".into()))?;
+    let text =
+        std::str::from_utf8(&bytes.0).map_err(|_| invalid("the value is not UTF-8".into()))?;
+    // Errors of the kubeconfig parser can quote its input; only their kind is reported.
+    let kubeconfig = Kubeconfig::from_yaml(text)
+        .map_err(|_| invalid("the value is not a kubeconfig document".into()))?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|_| {
+            invalid("the kubeconfig has no usable current context, cluster or user".into())
+        })?;
+    Client::try_from(config).map_err(|_| invalid("no client can be built from it".into()))
+}
