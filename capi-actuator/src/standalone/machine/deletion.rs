@@ -57,7 +57,8 @@ pub(super) async fn delete(
             let mut value = status;
             value["deletion"] = json!({"nodeDrainStartTime": Time(now)});
             write::patch_status_guarded(&api, machine, value).await?;
-            return Ok(Next::AwaitChange);
+            // The loop ignores its own status writes: look again right away.
+            return Ok(Next::Requeue(Duration::ZERO));
         };
         let timeout = machine
             .spec

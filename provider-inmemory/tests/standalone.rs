@@ -1,0 +1,533 @@
+//! Standalone mode end to end: the core controllers, the in-memory provider and simulated kubelets
+//! registering nodes in a second (workload) API server. A Cluster with a MachineDeployment is
+//! scaled 3 → 5 → 2, rolled to a new version with no capacity dip, healed by a
+//! MachineHealthCheck after its node is deleted, and deleted with everything it owns.
+//!
+//! The MachineSet replica changes of the rollout are compared with a checked-in golden log
+//! (`tests/golden/standalone-*.log`; `UPDATE_GOLDEN=1` rewrites it).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use capi_actuator::ReconcilerOptions;
+use capi_actuator::manager::{Manager, ManagerConfig};
+use capi_actuator::standalone::{CoreSettings, TEMPLATE_HASH_LABEL};
+use capi_core::api::{
+    Cluster, Machine, MachineDeployment, MachineHealthCheck, MachinePhase, MachineSet,
+};
+use capi_core::{condition, labels};
+use capi_testing::envtest::ControlPlane;
+use capi_testing::{TestEnv, manifest};
+use common::{TIMEOUT, eventually, policy};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use provider_inmemory::actuator::InMemoryActuator;
+use provider_inmemory::api::{InMemoryCluster, InMemoryMachine};
+use provider_inmemory::cloud::{CloudConfig, SimulatedCloud};
+use provider_inmemory::nodes::NodeRegistrar;
+use serde_json::json;
+
+const MANIFESTS: &str = r##"
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Cluster
+metadata: {name: demo}
+spec:
+  clusterNetwork: {pods: {cidrBlocks: [192.168.0.0/16]}}
+  infrastructureRef: {apiGroup: infrastructure.capi-rs.dev, kind: InMemoryCluster, name: demo}
+---
+apiVersion: infrastructure.capi-rs.dev/v1alpha1
+kind: InMemoryCluster
+metadata: {name: demo}
+spec: {}
+---
+apiVersion: infrastructure.capi-rs.dev/v1alpha1
+kind: InMemoryMachineTemplate
+metadata: {name: workers}
+spec: {template: {spec: {flavor: small}}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: workers-bootstrap}
+stringData: {value: "#cloud-config\n"}
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineDeployment
+metadata: {name: workers}
+spec:
+  clusterName: demo
+  replicas: 3
+  selector: {matchLabels: {pool: workers}}
+  rollout: {strategy: {type: RollingUpdate, rollingUpdate: {maxSurge: 1, maxUnavailable: 0}}}
+  template:
+    metadata: {labels: {pool: workers}}
+    spec:
+      clusterName: demo
+      version: v1.33.0
+      bootstrap: {dataSecretName: workers-bootstrap}
+      infrastructureRef: {apiGroup: infrastructure.capi-rs.dev, kind: InMemoryMachineTemplate, name: workers}
+"##;
+
+struct World {
+    env: TestEnv,
+    ns: String,
+    cloud: Arc<SimulatedCloud>,
+    workload: ControlPlane,
+    _tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl World {
+    fn client(&self) -> Client {
+        self.env.client()
+    }
+    fn machines(&self) -> Api<Machine> {
+        Api::namespaced(self.client(), &self.ns)
+    }
+    fn sets(&self) -> Api<MachineSet> {
+        Api::namespaced(self.client(), &self.ns)
+    }
+    fn deployments(&self) -> Api<MachineDeployment> {
+        Api::namespaced(self.client(), &self.ns)
+    }
+}
+
+async fn world() -> World {
+    let mut crds = capi_core::crd::core();
+    crds.extend(provider_inmemory::api::crds());
+    let env = TestEnv::start_with_crds(&crds).await.unwrap();
+    let ns = env.namespace().await.unwrap();
+    let workload = ControlPlane::start().await.unwrap();
+    let cloud = Arc::new(SimulatedCloud::new(CloudConfig::default()));
+
+    // The workload cluster's kubeconfig, where the bootstrap provider would put it.
+    let secrets: Api<Secret> = Api::namespaced(env.client(), &ns);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "demo-kubeconfig", "labels": {labels::CLUSTER_NAME: "demo"}},
+        "stringData": {"value": workload.kubeconfig_yaml()},
+    }))
+    .unwrap();
+    secrets.create(&Default::default(), &secret).await.unwrap();
+
+    let registrar = NodeRegistrar::new(workload.client().await.unwrap(), cloud.clone());
+    let kubelets = tokio::spawn(registrar.run(Duration::from_millis(100)));
+
+    let config = ManagerConfig {
+        reconciler: ReconcilerOptions::default()
+            .namespace(&ns)
+            .retry_policy(policy()),
+        http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        qps: 500.0,
+        burst: 500,
+        ..ManagerConfig::default()
+    };
+    let mut manager = Manager::new(env.control_plane().config().await.unwrap(), config)
+        .await
+        .unwrap();
+    let actuator = Arc::new(InMemoryActuator::new(
+        cloud.clone(),
+        cloud.clone(),
+        Duration::from_millis(50),
+    ));
+    manager.add_machine_reconciler::<InMemoryMachine>(actuator.clone());
+    manager.add_cluster_reconciler::<InMemoryCluster>(actuator);
+    manager.add_core_controllers(CoreSettings {
+        poll: Duration::from_millis(200),
+        ..CoreSettings::default()
+    });
+    let running = tokio::spawn(async move {
+        let _ = manager.run_until(std::future::pending()).await;
+    });
+    World {
+        env,
+        ns,
+        cloud,
+        workload,
+        _tasks: vec![kubelets, running],
+    }
+}
+
+/// The machines of the deployment that are Running with a node, by name.
+async fn running(world: &World) -> BTreeMap<String, Machine> {
+    world
+        .machines()
+        .list(&ListParams::default().labels("pool=workers"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|m| {
+            m.metadata.deletion_timestamp.is_none()
+                && m.phase() == Some(MachinePhase::Running)
+                && m.status.as_ref().is_some_and(|s| s.node_ref.is_some())
+        })
+        .map(|m| (m.name_any(), m))
+        .collect()
+}
+
+async fn all_machines(world: &World) -> Vec<Machine> {
+    world
+        .machines()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+}
+
+async fn scale(world: &World, replicas: i32) {
+    let patch = json!({"spec": {"replicas": replicas}});
+    world
+        .deployments()
+        .patch("workers", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+/// Waits until exactly `n` machines exist, all Running with nodes, and the cloud has `n`
+/// instances.
+async fn converged(world: &World, n: usize) {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let machines = all_machines(world).await;
+        if machines.len() == n
+            && running(world).await.len() == n
+            && world.cloud.instance_count() == n
+        {
+            return;
+        }
+        if tokio::time::Instant::now() > deadline {
+            let summary: Vec<String> = machines
+                .iter()
+                .map(|m| {
+                    format!(
+                        "{} phase={:?} deleting={} finalizers={:?} conditions={:?}",
+                        m.name_any(),
+                        m.phase(),
+                        m.metadata.deletion_timestamp.is_some(),
+                        m.finalizers(),
+                        m.status.as_ref().map(|s| s
+                            .conditions
+                            .iter()
+                            .map(|c| format!("{}={} {} {}", c.type_, c.status, c.reason, c.message))
+                            .collect::<Vec<_>>())
+                    )
+                })
+                .collect();
+            panic!(
+                "timed out waiting for {n} running machines; cloud has {}:\n{}",
+                world.cloud.instance_count(),
+                summary.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn check_golden(name: &str, actual: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|_| panic!("missing {}; run with UPDATE_GOLDEN=1", path.display()));
+    assert_eq!(
+        actual,
+        expected,
+        "behaviour differs from {}",
+        path.display()
+    );
+}
+
+#[tokio::test]
+async fn a_machine_deployment_scales_rolls_heals_and_goes_away() {
+    let world = world().await;
+    let objects = manifest::parse(MANIFESTS).unwrap();
+    manifest::create_all(&world.client(), &world.ns, &objects)
+        .await
+        .unwrap();
+
+    // Applied: the cluster becomes Provisioned and three machines Running with node references.
+    converged(&world, 3).await;
+    let clusters: Api<Cluster> = Api::namespaced(world.client(), &world.ns);
+    let cluster = clusters.get("demo").await.unwrap();
+    let status = cluster.status.clone().unwrap();
+    assert_eq!(
+        status.phase,
+        Some(capi_core::api::ClusterPhase::Provisioned)
+    );
+    assert_eq!(
+        status.initialization.unwrap().infrastructure_provisioned,
+        Some(true)
+    );
+    assert!(
+        cluster
+            .spec
+            .control_plane_endpoint
+            .is_some_and(|e| e.is_valid()),
+        "the endpoint is copied from the infrastructure cluster"
+    );
+    for machine in running(&world).await.values() {
+        let node = machine.status.as_ref().unwrap().node_ref.as_ref().unwrap();
+        let found = Api::<Node>::all(world.workload.client().await.unwrap())
+            .get(&node.name)
+            .await
+            .unwrap();
+        assert_eq!(
+            found.spec.unwrap().provider_id,
+            machine.spec.provider_id,
+            "the node reference names the node with the machine's provider ID"
+        );
+        assert!(condition::is_true(
+            &machine.status.as_ref().unwrap().conditions,
+            condition::READY
+        ));
+    }
+    eventually("deployment status", || async {
+        let d = world.deployments().get("workers").await.unwrap();
+        let s = d.status.unwrap_or_default();
+        s.replicas == Some(3) && s.available_replicas == Some(3) && s.up_to_date_replicas == Some(3)
+    })
+    .await;
+
+    // kubectl's columns, as upstream's.
+    let table = capi_testing::table::get_table(
+        &world.client(),
+        "cluster.x-k8s.io",
+        "v1beta2",
+        "machines",
+        Some(&world.ns),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        table.columns,
+        [
+            "Name",
+            "Cluster",
+            "Node Name",
+            "Provider ID",
+            "Phase",
+            "Age",
+            "Version"
+        ]
+    );
+    assert_eq!(table.cell(0, "Phase"), Some("Running"));
+
+    // Scale 3 → 5 → 2.
+    scale(&world, 5).await;
+    converged(&world, 5).await;
+    scale(&world, 2).await;
+    converged(&world, 2).await;
+
+    // Roll to a new version: record every MachineSet replica change, and sample capacity.
+    let changes = Arc::new(Mutex::new(Vec::<(String, i64, i32)>::new()));
+    let recorder = {
+        let changes = Arc::clone(&changes);
+        let sets = world.sets();
+        tokio::spawn(async move {
+            let mut stream = watcher(sets, watcher::Config::default())
+                .applied_objects()
+                .boxed();
+            while let Some(Ok(set)) = stream.next().await {
+                let revision = set
+                    .annotations()
+                    .get(labels::REVISION)
+                    .and_then(|r| r.parse().ok())
+                    .unwrap_or(0);
+                let entry = (set.name_any(), revision, set.spec.replicas.unwrap_or(0));
+                let mut changes = changes.lock().unwrap();
+                if !changes
+                    .iter()
+                    .rev()
+                    .find(|c| c.0 == entry.0)
+                    .is_some_and(|c| c == &entry)
+                {
+                    changes.push(entry);
+                }
+            }
+        })
+    };
+    let old_hash = world
+        .sets()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items[0]
+        .labels()
+        .get(TEMPLATE_HASH_LABEL)
+        .cloned()
+        .unwrap();
+    let patch = json!({"spec": {"template": {"spec": {"version": "v1.33.1"}}}});
+    world
+        .deployments()
+        .patch("workers", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let mut most = 0;
+    let mut fewest_available = usize::MAX;
+    loop {
+        let machines = all_machines(&world).await;
+        let live: Vec<&Machine> = machines
+            .iter()
+            .filter(|m| m.metadata.deletion_timestamp.is_none())
+            .collect();
+        let available = live
+            .iter()
+            .filter(|m| {
+                m.status
+                    .as_ref()
+                    .is_some_and(|s| condition::is_true(&s.conditions, condition::AVAILABLE))
+            })
+            .count();
+        // Machines being deleted are on their way out; upstream does not count them either.
+        most = most.max(live.len());
+        fewest_available = fewest_available.min(available);
+        let done = machines.len() == 2
+            && live
+                .iter()
+                .all(|m| m.spec.version.as_deref() == Some("v1.33.1"))
+            && running(&world).await.len() == 2
+            && world
+                .sets()
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .len()
+                == 1;
+        if done {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "rollout timed out");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        most <= 3,
+        "never more than replicas + maxSurge machines not being deleted: saw {most}"
+    );
+    assert!(
+        fewest_available >= 2,
+        "never fewer than replicas − maxUnavailable available: saw {fewest_available}"
+    );
+    assert_eq!(world.cloud.instance_count(), 2, "old instances deleted");
+    recorder.abort();
+    let log: String = changes
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(name, revision, replicas)| {
+            let which = if name.ends_with(&old_hash) {
+                "old"
+            } else {
+                "new"
+            };
+            format!("{which} MachineSet (revision {revision}): replicas {replicas}\n")
+        })
+        .collect();
+    check_golden("standalone-rolling-update.log", &log);
+
+    // Delete a node: the health check marks its machine and the set replaces it.
+    let checks: Api<MachineHealthCheck> = Api::namespaced(world.client(), &world.ns);
+    let check: MachineHealthCheck = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
+        "metadata": {"name": "workers"},
+        "spec": {"clusterName": "demo", "selector": {"matchLabels": {"pool": "workers"}},
+                 "checks": {"nodeStartupTimeoutSeconds": 60,
+                            "unhealthyNodeConditions": [{"type": "Ready", "status": "False", "timeoutSeconds": 5}]},
+                 "remediation": {"triggerIf": {"unhealthyLessThanOrEqualTo": "50%"}}}
+    }))
+    .unwrap();
+    checks.create(&Default::default(), &check).await.unwrap();
+    eventually("the health check sees two healthy machines", || async {
+        let c = checks.get("workers").await.unwrap();
+        c.status
+            .is_some_and(|s| s.current_healthy == Some(2) && s.expected_machines == Some(2))
+    })
+    .await;
+    let before = running(&world).await;
+    let (victim, machine) = before.iter().next().unwrap();
+    let node = machine
+        .status
+        .as_ref()
+        .unwrap()
+        .node_ref
+        .clone()
+        .unwrap()
+        .name;
+    Api::<Node>::all(world.workload.client().await.unwrap())
+        .delete(&node, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the machine without a node is replaced", || async {
+        let now = running(&world).await;
+        now.len() == 2 && !now.contains_key(victim) && all_machines(&world).await.len() == 2
+    })
+    .await;
+    assert_eq!(
+        world.cloud.instance_count(),
+        2,
+        "the unhealthy instance is gone"
+    );
+
+    // Delete the cluster: everything goes, in the management cluster and in the cloud.
+    clusters
+        .delete("demo", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("everything deleted", || async {
+        let ns = &world.ns;
+        let client = world.client();
+        clusters.get_opt("demo").await.unwrap().is_none()
+            && all_machines(&world).await.is_empty()
+            && world
+                .sets()
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+            && world
+                .deployments()
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+            && Api::<InMemoryMachine>::namespaced(client.clone(), ns)
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+            && Api::<InMemoryCluster>::namespaced(client.clone(), ns)
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+            && checks
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+    })
+    .await;
+    assert_eq!(world.cloud.instance_count(), 0, "no instance leaked");
+    let secrets: Api<Secret> = Api::namespaced(world.client(), &world.ns);
+    assert!(
+        secrets.get_opt("demo-kubeconfig").await.unwrap().is_some(),
+        "a Secret the cluster does not own is left alone"
+    );
+}
