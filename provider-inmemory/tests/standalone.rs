@@ -346,12 +346,8 @@ async fn a_machine_deployment_scales_rolls_heals_and_goes_away() {
                     .unwrap_or(0);
                 let entry = (set.name_any(), revision, set.spec.replicas.unwrap_or(0));
                 let mut changes = changes.lock().unwrap();
-                if !changes
-                    .iter()
-                    .rev()
-                    .find(|c| c.0 == entry.0)
-                    .is_some_and(|c| c == &entry)
-                {
+                let last = changes.iter().rev().find(|c| c.0 == entry.0);
+                if last != Some(&entry) {
                     changes.push(entry);
                 }
             }
