@@ -94,27 +94,102 @@ fn sets_and_deployments_have_a_scale_subresource() {
     }
 }
 
-#[test]
-fn machine_printer_columns_match_upstream_kubectl_get() {
-    let crd = crd_named("machines");
-    let columns: Vec<(String, String)> = crd.spec.versions[0]
+/// Names and priorities of the printer columns (priority 10: only in `-o wide`).
+fn printer_columns(plural: &str) -> Vec<(String, i32)> {
+    crd_named(plural).spec.versions[0]
         .additional_printer_columns
         .clone()
         .unwrap_or_default()
         .into_iter()
-        .map(|c| (c.name, c.json_path))
-        .collect();
-    let expected = [
-        ("Cluster", ".spec.clusterName"),
-        ("Node Name", ".status.nodeRef.name"),
-        ("Provider ID", ".spec.providerID"),
-        ("Phase", ".status.phase"),
-        ("Age", ".metadata.creationTimestamp"),
-        ("Version", ".spec.version"),
-    ];
+        .map(|c| (c.name, c.priority.unwrap_or(0)))
+        .collect()
+}
+
+fn columns(expected: &[(&str, i32)]) -> Vec<(String, i32)> {
+    expected.iter().map(|(n, p)| (n.to_string(), *p)).collect()
+}
+
+#[test]
+fn printer_columns_match_upstream_v1beta2_kubectl_get() {
+    // As in upstream's `api/core/v1beta2/*_types.go`.
     assert_eq!(
-        columns,
-        expected.map(|(n, p)| (n.to_string(), p.to_string()))
+        printer_columns("machines"),
+        columns(&[
+            ("Cluster", 0),
+            ("Node Name", 0),
+            ("Provider ID", 10),
+            ("Failure domain", 0),
+            ("Ready", 0),
+            ("Available", 0),
+            ("Up-to-date", 0),
+            ("Internal-IP", 10),
+            ("External-IP", 10),
+            ("Paused", 10),
+            ("Phase", 0),
+            ("Age", 0),
+            ("Version", 0),
+        ])
+    );
+    assert_eq!(
+        printer_columns("machinesets"),
+        columns(&[
+            ("Cluster", 0),
+            ("Desired", 0),
+            ("Current", 0),
+            ("Ready", 0),
+            ("Available", 0),
+            ("Up-to-date", 0),
+            ("Paused", 10),
+            ("Age", 0),
+            ("Version", 0),
+        ])
+    );
+    assert_eq!(
+        printer_columns("machinedeployments"),
+        columns(&[
+            ("Cluster", 0),
+            ("Available", 0),
+            ("Desired", 0),
+            ("Current", 0),
+            ("Ready", 0),
+            ("Available", 0),
+            ("Up-to-date", 0),
+            ("Paused", 10),
+            ("Phase", 0),
+            ("Age", 0),
+            ("Version", 0),
+        ])
+    );
+    assert_eq!(
+        printer_columns("machinehealthchecks"),
+        columns(&[
+            ("Cluster", 0),
+            ("Replicas", 0),
+            ("Healthy", 0),
+            ("Paused", 10),
+            ("Age", 0),
+        ])
+    );
+    let cluster: Vec<String> = printer_columns("clusters")
+        .into_iter()
+        .filter(|(_, p)| *p == 0)
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(
+        cluster,
+        [
+            "ClusterClass",
+            "Available",
+            "CP Desired",
+            "CP Available",
+            "CP Up-to-date",
+            "W Desired",
+            "W Available",
+            "W Up-to-date",
+            "Phase",
+            "Age",
+            "Version"
+        ]
     );
 }
 

@@ -229,16 +229,19 @@ async fn kubectl_get_shows_upstream_columns_and_status_patches_stick() {
             "Name",
             "Cluster",
             "Node Name",
-            "Provider ID",
+            "Failure domain",
+            "Ready",
+            "Available",
+            "Up-to-date",
             "Phase",
             "Age",
             "Version"
         ]
     );
+    assert_eq!(listing.cell(0, "Ready"), Some("True"));
     assert_eq!(listing.cell(0, "Name"), Some("m-0"));
     assert_eq!(listing.cell(0, "Cluster"), Some("demo"));
     assert_eq!(listing.cell(0, "Node Name"), Some("node-a"));
-    assert_eq!(listing.cell(0, "Provider ID"), Some("fake:///m-0"));
     assert_eq!(listing.cell(0, "Phase"), Some("Running"));
     assert_eq!(listing.cell(0, "Version"), Some("v1.30.2"));
 }

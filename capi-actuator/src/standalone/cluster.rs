@@ -306,6 +306,30 @@ async fn reconcile_once(
     } else {
         ClusterPhase::Pending
     });
+    let (available, reason, message) = match (infra_provisioned, control_plane_initialized) {
+        (true, true) => (
+            ConditionStatus::True,
+            reasons::MACHINE_AVAILABLE,
+            String::new(),
+        ),
+        (false, _) => (
+            ConditionStatus::False,
+            reasons::PROVISIONING,
+            "the infrastructure is not provisioned yet".to_string(),
+        ),
+        (true, false) => (
+            ConditionStatus::False,
+            reasons::PROVISIONING,
+            "the control plane is not initialized yet".to_string(),
+        ),
+    };
+    set(
+        &mut status,
+        condition::AVAILABLE,
+        available,
+        reason,
+        message,
+    );
     let summary = |control_plane: bool| {
         let group: Vec<&Arc<Machine>> = machines
             .iter()

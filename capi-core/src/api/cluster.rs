@@ -41,21 +41,74 @@ use super::validation;
     printcolumn(
         name = "ClusterClass",
         type_ = "string",
-        json_path = ".spec.topology.classRef.name",
-        priority = 1
+        json_path = ".spec.topology.classRef.name"
     ),
     printcolumn(
-        name = "Paused",
-        type_ = "boolean",
-        json_path = ".spec.paused",
+        name = "Available",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Available\")].status"
+    ),
+    printcolumn(
+        name = "CP Desired",
+        type_ = "integer",
+        json_path = ".status.controlPlane.desiredReplicas"
+    ),
+    printcolumn(
+        name = "CP Current",
+        type_ = "integer",
+        json_path = ".status.controlPlane.replicas",
         priority = 10
     ),
     printcolumn(
-        name = "Phase",
-        type_ = "string",
-        json_path = ".status.phase",
-        description = "Cluster lifecycle phase"
+        name = "CP Ready",
+        type_ = "integer",
+        json_path = ".status.controlPlane.readyReplicas",
+        priority = 10
     ),
+    printcolumn(
+        name = "CP Available",
+        type_ = "integer",
+        json_path = ".status.controlPlane.availableReplicas"
+    ),
+    printcolumn(
+        name = "CP Up-to-date",
+        type_ = "integer",
+        json_path = ".status.controlPlane.upToDateReplicas"
+    ),
+    printcolumn(
+        name = "W Desired",
+        type_ = "integer",
+        json_path = ".status.workers.desiredReplicas"
+    ),
+    printcolumn(
+        name = "W Current",
+        type_ = "integer",
+        json_path = ".status.workers.replicas",
+        priority = 10
+    ),
+    printcolumn(
+        name = "W Ready",
+        type_ = "integer",
+        json_path = ".status.workers.readyReplicas",
+        priority = 10
+    ),
+    printcolumn(
+        name = "W Available",
+        type_ = "integer",
+        json_path = ".status.workers.availableReplicas"
+    ),
+    printcolumn(
+        name = "W Up-to-date",
+        type_ = "integer",
+        json_path = ".status.workers.upToDateReplicas"
+    ),
+    printcolumn(
+        name = "Paused",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Paused\")].status",
+        priority = 10
+    ),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -64,8 +117,7 @@ use super::validation;
     printcolumn(
         name = "Version",
         type_ = "string",
-        json_path = ".spec.topology.version",
-        priority = 1
+        json_path = ".spec.topology.version"
     )
 )]
 #[serde(rename_all = "camelCase")]

@@ -25,41 +25,63 @@ use super::validation;
     shortname = "ma",
     category = "cluster-api",
     doc = "Machine is the Schema for the machines API: one node of a workload cluster.",
-    printcolumn(
-        name = "Cluster",
-        type_ = "string",
-        json_path = ".spec.clusterName",
-        description = "Cluster"
-    ),
+    printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.clusterName"),
     printcolumn(
         name = "Node Name",
         type_ = "string",
-        json_path = ".status.nodeRef.name",
-        description = "Node name associated with this machine"
+        json_path = ".status.nodeRef.name"
     ),
     printcolumn(
         name = "Provider ID",
         type_ = "string",
         json_path = ".spec.providerID",
-        description = "Provider ID"
+        priority = 10
     ),
     printcolumn(
-        name = "Phase",
+        name = "Failure domain",
         type_ = "string",
-        json_path = ".status.phase",
-        description = "Machine lifecycle phase"
+        json_path = ".spec.failureDomain"
     ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Available",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Available\")].status"
+    ),
+    printcolumn(
+        name = "Up-to-date",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"UpToDate\")].status"
+    ),
+    printcolumn(
+        name = "Internal-IP",
+        type_ = "string",
+        json_path = ".status.addresses[?(@.type==\"InternalIP\")].address",
+        priority = 10
+    ),
+    printcolumn(
+        name = "External-IP",
+        type_ = "string",
+        json_path = ".status.addresses[?(@.type==\"ExternalIP\")].address",
+        priority = 10
+    ),
+    printcolumn(
+        name = "Paused",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Paused\")].status",
+        priority = 10
+    ),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
     ),
-    printcolumn(
-        name = "Version",
-        type_ = "string",
-        json_path = ".spec.version",
-        description = "Kubernetes version"
-    )
+    printcolumn(name = "Version", type_ = "string", json_path = ".spec.version")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct MachineSpec {

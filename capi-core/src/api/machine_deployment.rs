@@ -30,6 +30,11 @@ use super::validation;
         label_selector_path = ".status.selector"
     ),
     printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.clusterName"),
+    printcolumn(
+        name = "Available",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Available\")].status"
+    ),
     printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.replicas"),
     printcolumn(name = "Current", type_ = "integer", json_path = ".status.replicas"),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
@@ -42,6 +47,12 @@ use super::validation;
         name = "Up-to-date",
         type_ = "integer",
         json_path = ".status.upToDateReplicas"
+    ),
+    printcolumn(
+        name = "Paused",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Paused\")].status",
+        priority = 10
     ),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(

@@ -35,6 +35,12 @@ use crate::condition::ConditionStatus;
         json_path = ".status.currentHealthy"
     ),
     printcolumn(
+        name = "Paused",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Paused\")].status",
+        priority = 10
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"

@@ -42,6 +42,12 @@ use super::validation;
         json_path = ".status.upToDateReplicas"
     ),
     printcolumn(
+        name = "Paused",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Paused\")].status",
+        priority = 10
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
