@@ -1,6 +1,8 @@
 //! Simulated kubelets: every running instance of the simulated cloud registers a `Node` (with its
 //! provider ID, addresses and a `Ready` condition) in a workload API server, and the `Node` goes
 //! when the instance does — what the kubelet and the cloud-controller-manager do in a real cluster.
+//! Like a kubelet, it also finishes the deletion of pods on its nodes once they are terminating
+//! (an evicted pod is gone as soon as the simulated kubelet sees it), so that node drains complete.
 //!
 //! Simulated clusters may share one workload API server; nodes are told apart by provider ID.
 
@@ -8,7 +10,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -142,6 +144,40 @@ impl NodeRegistrar {
                 Err(error) => return Err(error),
             }
             self.registered.remove(&name);
+        }
+        self.finish_terminating_pods().await?;
+        Ok(())
+    }
+}
+
+impl NodeRegistrar {
+    /// Deletes at once the terminating pods bound to this registrar's nodes, as their kubelet
+    /// would after stopping their containers.
+    async fn finish_terminating_pods(&self) -> Result<(), kube::Error> {
+        if self.registered.is_empty() {
+            return Ok(());
+        }
+        let pods: Api<Pod> = Api::all(self.nodes.clone().into_client());
+        for pod in pods.list(&ListParams::default()).await? {
+            let on_our_node = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_some_and(|n| self.registered.contains(n));
+            if !on_our_node || pod.metadata.deletion_timestamp.is_none() {
+                continue;
+            }
+            let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let api: Api<Pod> = Api::namespaced(self.nodes.clone().into_client(), &namespace);
+            match api
+                .delete(&name, &DeleteParams::default().grace_period(0))
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.is_not_found() => {}
+                Err(error) => return Err(error),
+            }
         }
         Ok(())
     }

@@ -99,6 +99,7 @@ impl World {
 }
 
 async fn world() -> World {
+    let _ = capi_actuator::telemetry::init_logging(capi_actuator::telemetry::LogFormat::Text);
     let mut crds = capi_core::crd::core();
     crds.extend(provider_inmemory::api::crds());
     let env = TestEnv::start_with_crds(&crds).await.unwrap();
@@ -309,19 +310,30 @@ async fn a_machine_deployment_scales_rolls_heals_and_goes_away() {
     )
     .await
     .unwrap();
-    assert_eq!(
-        table.columns,
-        [
-            "Name",
-            "Cluster",
-            "Node Name",
-            "Provider ID",
-            "Phase",
-            "Age",
-            "Version"
-        ]
-    );
     assert_eq!(table.cell(0, "Phase"), Some("Running"));
+    assert_eq!(table.cell(0, "Ready"), Some("True"));
+    assert_eq!(table.cell(0, "Available"), Some("True"));
+    assert_eq!(table.cell(0, "Version"), Some("v1.33.0"));
+    for (plural, column, value) in [
+        ("machinesets", "Current", "3"),
+        ("machinesets", "Available", "3"),
+        ("machinedeployments", "Desired", "3"),
+        ("machinedeployments", "Up-to-date", "3"),
+        ("machinedeployments", "Phase", "Running"),
+        ("clusters", "Phase", "Provisioned"),
+        ("clusters", "W Available", "3"),
+    ] {
+        let table = capi_testing::table::get_table(
+            &world.client(),
+            "cluster.x-k8s.io",
+            "v1beta2",
+            plural,
+            Some(&world.ns),
+        )
+        .await
+        .unwrap();
+        assert_eq!(table.cell(0, column), Some(value), "{plural} {column}");
+    }
 
     // Scale 3 → 5 → 2.
     scale(&world, 5).await;
@@ -525,5 +537,180 @@ async fn a_machine_deployment_scales_rolls_heals_and_goes_away() {
     assert!(
         secrets.get_opt("demo-kubeconfig").await.unwrap().is_some(),
         "a Secret the cluster does not own is left alone"
+    );
+}
+
+/// The deployment's manifests with `replicas` machines and extra fields in the machine template
+/// spec (YAML flow mappings, one per line, indented as template spec fields).
+fn manifests(replicas: i32, template_extra: &[&str]) -> Vec<kube::api::DynamicObject> {
+    let mut text = MANIFESTS.replace("replicas: 3", &format!("replicas: {replicas}"));
+    let extra: String = template_extra
+        .iter()
+        .map(|line| format!("\n      {line}"))
+        .collect();
+    text = text.replace("version: v1.33.0", &format!("version: v1.33.0{extra}"));
+    manifest::parse(&text).unwrap()
+}
+
+fn pod(name: &str, node: &str, app: &str) -> k8s_openapi::api::core::v1::Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"app": app}},
+        "spec": {"nodeName": node, "automountServiceAccountToken": false,
+                 "containers": [{"name": "main", "image": "example.invalid/app:1"}]}
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn deletion_drains_the_node_respecting_budgets_until_the_timeout() {
+    let world = world().await;
+    let objects = manifests(1, &["deletion: {nodeDrainTimeoutSeconds: 4}"]);
+    manifest::create_all(&world.client(), &world.ns, &objects)
+        .await
+        .unwrap();
+    converged(&world, 1).await;
+    let (name, machine) = running(&world).await.into_iter().next().unwrap();
+    let node = machine.status.unwrap().node_ref.unwrap().name;
+
+    // A pod that may go, and one that a PodDisruptionBudget protects (no disruption controller
+    // runs here, so the budget never allows an eviction).
+    let workload = world.workload.client().await.unwrap();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(workload.clone(), "default");
+    pods.create(&Default::default(), &pod("web", &node, "web"))
+        .await
+        .unwrap();
+    pods.create(&Default::default(), &pod("guarded", &node, "guarded"))
+        .await
+        .unwrap();
+    // Running, as a kubelet would report: pending pods are evicted without asking budgets.
+    for name in ["web", "guarded"] {
+        let running = json!({"status": {"phase": "Running"}});
+        pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&running))
+            .await
+            .unwrap();
+    }
+    let budget = manifest::parse(
+        "apiVersion: policy/v1beta1\nkind: PodDisruptionBudget\nmetadata: {name: guarded}\nspec: {minAvailable: 1, selector: {matchLabels: {app: guarded}}}\n",
+    )
+    .unwrap();
+    manifest::create_all(&workload, "default", &budget)
+        .await
+        .unwrap();
+
+    world
+        .machines()
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the drain reports the budget", || async {
+        world
+            .machines()
+            .get_opt(&name)
+            .await
+            .unwrap()
+            .is_some_and(|m| {
+                m.status.as_ref().is_some_and(|s| {
+                    condition::get(&s.conditions, condition::DELETING).is_some_and(|c| {
+                        c.reason == "DrainingNode"
+                            && c.message.contains("PodDisruptionBudget")
+                            && c.message.contains("default/guarded")
+                    })
+                })
+            })
+    })
+    .await;
+    let cordoned = Api::<Node>::all(workload.clone()).get(&node).await.unwrap();
+    assert_eq!(
+        cordoned.spec.unwrap().unschedulable,
+        Some(true),
+        "the node is cordoned first"
+    );
+    eventually("the unprotected pod is evicted", || async {
+        pods.get_opt("web").await.unwrap().is_none()
+    })
+    .await;
+    assert!(
+        pods.get_opt("guarded").await.unwrap().is_some(),
+        "the budget holds while the timeout runs"
+    );
+    // After the drain timeout the machine goes anyway; its set replaces it.
+    eventually("the machine is deleted after the drain timeout", || async {
+        world.machines().get_opt(&name).await.unwrap().is_none()
+    })
+    .await;
+    eventually("its node is deleted", || async {
+        Api::<Node>::all(workload.clone())
+            .get_opt(&node)
+            .await
+            .unwrap()
+            .is_none()
+    })
+    .await;
+    converged(&world, 1).await;
+}
+
+#[tokio::test]
+async fn a_health_check_stops_remediating_when_too_many_machines_are_unhealthy() {
+    let world = world().await;
+    let objects = manifests(2, &[]);
+    manifest::create_all(&world.client(), &world.ns, &objects)
+        .await
+        .unwrap();
+    converged(&world, 2).await;
+    let checks: Api<MachineHealthCheck> = Api::namespaced(world.client(), &world.ns);
+    let check: MachineHealthCheck = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
+        "metadata": {"name": "workers"},
+        "spec": {"clusterName": "demo", "selector": {"matchLabels": {"pool": "workers"}},
+                 "remediation": {"triggerIf": {"unhealthyInRange": "[0-0]"}}}
+    }))
+    .unwrap();
+    checks.create(&Default::default(), &check).await.unwrap();
+    let before = running(&world).await;
+    let (victim, machine) = before.iter().next().unwrap();
+    let node = machine
+        .status
+        .as_ref()
+        .unwrap()
+        .node_ref
+        .clone()
+        .unwrap()
+        .name;
+    Api::<Node>::all(world.workload.client().await.unwrap())
+        .delete(&node, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("remediation is short-circuited", || async {
+        checks
+            .get("workers")
+            .await
+            .unwrap()
+            .status
+            .is_some_and(|s| {
+                s.current_healthy == Some(1)
+                    && condition::get(&s.conditions, condition::REMEDIATION_ALLOWED)
+                        .is_some_and(|c| c.status == "False" && c.reason == "TooManyUnhealthy")
+            })
+    })
+    .await;
+    let marked = world.machines().get(victim).await.unwrap();
+    let conditions = marked.status.unwrap().conditions;
+    assert_eq!(
+        condition::get(&conditions, condition::HEALTH_CHECK_SUCCEEDED).map(|c| c.reason.as_str()),
+        Some("NodeNotFound")
+    );
+    assert!(
+        condition::get(&conditions, "OwnerRemediated").is_none(),
+        "not marked for remediation"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        world
+            .machines()
+            .get_opt(victim)
+            .await
+            .unwrap()
+            .is_some_and(|m| m.metadata.deletion_timestamp.is_none()),
+        "the unhealthy machine is left alone"
     );
 }

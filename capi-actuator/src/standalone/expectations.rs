@@ -91,7 +91,10 @@ mod tests {
         assert!(expectations.satisfied("ms", |_| false), "nothing pending");
         expectations.created("ms", "a");
         expectations.deleted("ms", "b");
-        assert!(!expectations.satisfied("ms", |n| n == "b"), "a not seen yet");
+        assert!(
+            !expectations.satisfied("ms", |n| n == "b"),
+            "a not seen yet"
+        );
         assert!(
             !expectations.satisfied("ms", |n| n == "a" || n == "b"),
             "b still there"

@@ -252,10 +252,13 @@ async fn client_from_secret(secret: &Secret, name: &str) -> Result<Client, Workl
     // Errors of the kubeconfig parser can quote its input; only their kind is reported.
     let kubeconfig = Kubeconfig::from_yaml(text)
         .map_err(|_| invalid("the value is not a kubeconfig document".into()))?;
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|_| {
             invalid("the kubeconfig has no usable current context, cluster or user".into())
         })?;
+    // A 429 from the workload cluster is an answer (an eviction a PodDisruptionBudget refuses),
+    // not something to wait out inside one request: the controllers retry on their own terms.
+    config.default_retry = false;
     Client::try_from(config).map_err(|_| invalid("no client can be built from it".into()))
 }

@@ -76,8 +76,13 @@ pub(super) async fn delete(
                 .get(&namespace, &machine.spec.cluster_name)
                 .await;
             // A workload cluster that cannot be reached cannot be drained: upstream goes on.
+            if let Err(error) = &workload {
+                tracing::info!(node, %error, "cannot reach the workload cluster; not draining");
+            }
             if let Ok(workload) = workload {
-                match drain(&workload.client, node).await {
+                let result = drain(&workload.client, node).await;
+                tracing::debug!(node, ?result, "drained");
+                match result {
                     Ok(DrainStatus::Drained) => {}
                     Ok(DrainStatus::Waiting(message)) => {
                         let status = deleting_status(machine, reasons::DRAINING_NODE, &message);
@@ -87,6 +92,9 @@ pub(super) async fn delete(
                     Err(error) => {
                         deps.workloads
                             .recheck(&namespace, &machine.spec.cluster_name);
+                        let message = format!("draining node {node} failed: {error}");
+                        let status = deleting_status(machine, reasons::DRAINING_NODE, &message);
+                        write::patch_status_guarded(&api, machine, status).await?;
                         return Err(error.into());
                     }
                 }

@@ -4,7 +4,7 @@
 //! DaemonSet pods and mirror (static) pods are left alone; they go with the node.
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{EvictParams, ListParams, Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
@@ -47,8 +47,7 @@ pub(crate) async fn drain(client: &Client, node: &str) -> Result<DrainStatus, ku
             continue;
         }
         let namespace = pod.namespace().unwrap_or_default();
-        let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-        match api.evict(&pod.name_any(), &EvictParams::default()).await {
+        match evict(client, &namespace, &pod.name_any()).await {
             Ok(_) => terminating += 1,
             Err(kube::Error::Api(status)) if status.is_not_found() => {}
             // 429: a PodDisruptionBudget forbids it now.
@@ -75,6 +74,37 @@ pub(crate) async fn drain(client: &Client, node: &str) -> Result<DrainStatus, ku
         ));
     }
     Ok(DrainStatus::Waiting(message))
+}
+
+/// Asks for the eviction of a pod: `policy/v1` (Kubernetes ≥ 1.22), else `policy/v1beta1`.
+async fn evict(client: &Client, namespace: &str, name: &str) -> Result<(), kube::Error> {
+    match post_eviction(client, namespace, name, "policy/v1").await {
+        // An older server that does not know this version of Eviction.
+        Err(kube::Error::Api(status)) if status.code == 400 => {
+            post_eviction(client, namespace, name, "policy/v1beta1").await
+        }
+        other => other,
+    }
+}
+
+async fn post_eviction(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    version: &str,
+) -> Result<(), kube::Error> {
+    let body = json!({
+        "apiVersion": version,
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": namespace},
+    });
+    let request = http::Request::post(format!(
+        "/api/v1/namespaces/{namespace}/pods/{name}/eviction"
+    ))
+    .header(http::header::CONTENT_TYPE, "application/json")
+    .body(serde_json::to_vec(&body).map_err(kube::Error::SerdeError)?)
+    .map_err(kube::Error::HttpError)?;
+    client.request_text(request).await.map(drop)
 }
 
 /// Whether a drain must evict the pod: not a mirror pod, not a DaemonSet's.
