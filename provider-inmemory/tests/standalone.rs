@@ -154,11 +154,11 @@ async fn world() -> World {
     }
 }
 
-/// The machines of the deployment that are Running with a node, by name.
+/// The machines that are Running with a node, by name.
 async fn running(world: &World) -> BTreeMap<String, Machine> {
     world
         .machines()
-        .list(&ListParams::default().labels("pool=workers"))
+        .list(&ListParams::default())
         .await
         .unwrap()
         .items
@@ -220,10 +220,37 @@ async fn converged(world: &World, n: usize) {
                     )
                 })
                 .collect();
+            let infra: Vec<String> = Api::<InMemoryMachine>::namespaced(world.client(), &world.ns)
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .map(|m| {
+                    format!(
+                        "{} deleting={} owners={:?} providerID={:?}",
+                        m.name_any(),
+                        m.metadata.deletion_timestamp.is_some(),
+                        m.owner_references()
+                            .iter()
+                            .map(|o| &o.name)
+                            .collect::<Vec<_>>(),
+                        m.spec.provider_id
+                    )
+                })
+                .collect();
+            let instances: Vec<String> = world
+                .cloud
+                .instances()
+                .iter()
+                .map(|i| format!("{i:?}"))
+                .collect();
             panic!(
-                "timed out waiting for {n} running machines; cloud has {}:\n{}",
+                "timed out waiting for {n} running machines; cloud has {}:\n{}\ninfra:\n{}\ninstances:\n{}",
                 world.cloud.instance_count(),
-                summary.join("\n")
+                summary.join("\n"),
+                infra.join("\n"),
+                instances.join("\n")
             );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -713,4 +740,159 @@ async fn a_health_check_stops_remediating_when_too_many_machines_are_unhealthy()
             .is_some_and(|m| m.metadata.deletion_timestamp.is_none()),
         "the unhealthy machine is left alone"
     );
+}
+
+/// Every machine name the watch ever saw, and the most machines not being deleted at once.
+fn record_machines(
+    world: &World,
+) -> (
+    Arc<Mutex<(Vec<String>, usize)>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let seen = Arc::new(Mutex::new((Vec::<String>::new(), 0usize)));
+    let machines = world.machines();
+    let task = {
+        let seen = Arc::clone(&seen);
+        tokio::spawn(async move {
+            let (reader, writer) = kube::runtime::reflector::store();
+            let mut stream = watcher(machines, watcher::Config::default())
+                .reflect(writer)
+                .applied_objects()
+                .boxed();
+            while let Some(Ok(machine)) = stream.next().await {
+                let live = reader
+                    .state()
+                    .iter()
+                    .filter(|m| m.metadata.deletion_timestamp.is_none())
+                    .count();
+                let mut seen = seen.lock().unwrap();
+                if !seen.0.contains(&machine.name_any()) {
+                    seen.0.push(machine.name_any());
+                }
+                seen.1 = seen.1.max(live);
+            }
+        })
+    };
+    (seen, task)
+}
+
+#[tokio::test]
+async fn a_machine_set_adopts_orphans_honours_delete_marks_and_never_overshoots() {
+    let world = world().await;
+    let base: Vec<_> = manifest::parse(MANIFESTS)
+        .unwrap()
+        .into_iter()
+        .filter(|o| {
+            o.types
+                .as_ref()
+                .is_some_and(|t| t.kind != "MachineDeployment")
+        })
+        .collect();
+    manifest::create_all(&world.client(), &world.ns, &base)
+        .await
+        .unwrap();
+    let (seen, recorder) = record_machines(&world);
+
+    // An orphan that matches the set's selector, made by hand.
+    let orphan = manifest::parse(
+        r##"
+apiVersion: infrastructure.capi-rs.dev/v1alpha1
+kind: InMemoryMachine
+metadata: {name: orphan}
+spec: {flavor: small}
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Machine
+metadata: {name: orphan, labels: {app: pool}}
+spec:
+  clusterName: demo
+  bootstrap: {dataSecretName: workers-bootstrap}
+  infrastructureRef: {apiGroup: infrastructure.capi-rs.dev, kind: InMemoryMachine, name: orphan}
+"##,
+    )
+    .unwrap();
+    manifest::create_all(&world.client(), &world.ns, &orphan)
+        .await
+        .unwrap();
+    eventually("the orphan is seen by the controllers", || async {
+        let machine = world.machines().get("orphan").await.unwrap();
+        !machine.finalizers().is_empty()
+    })
+    .await;
+    let set = manifest::parse(
+        r##"
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineSet
+metadata: {name: pool}
+spec:
+  clusterName: demo
+  replicas: 2
+  selector: {matchLabels: {app: pool}}
+  template:
+    metadata: {labels: {app: pool}}
+    spec:
+      clusterName: demo
+      bootstrap: {dataSecretName: workers-bootstrap}
+      infrastructureRef: {apiGroup: infrastructure.capi-rs.dev, kind: InMemoryMachineTemplate, name: workers}
+"##,
+    )
+    .unwrap();
+    manifest::create_all(&world.client(), &world.ns, &set)
+        .await
+        .unwrap();
+    converged(&world, 2).await;
+    let adopted = world.machines().get("orphan").await.unwrap();
+    let set_uid = world.sets().get("pool").await.unwrap().uid().unwrap();
+    assert!(
+        adopted
+            .owner_references()
+            .iter()
+            .any(|o| o.uid == set_uid && o.controller == Some(true)),
+        "the orphan is adopted"
+    );
+    assert_eq!(
+        seen.lock().unwrap().0.len(),
+        2,
+        "one machine created, not two"
+    );
+
+    // The delete-machine mark wins over every other priority.
+    let other = all_machines(&world)
+        .await
+        .into_iter()
+        .find(|m| m.name_any() != "orphan")
+        .unwrap()
+        .name_any();
+    let mark = json!({"metadata": {"annotations": {labels::DELETE_MACHINE: ""}}});
+    world
+        .machines()
+        .patch(&other, &PatchParams::default(), &Patch::Merge(&mark))
+        .await
+        .unwrap();
+    let scale = json!({"spec": {"replicas": 1}});
+    world
+        .sets()
+        .patch("pool", &PatchParams::default(), &Patch::Merge(&scale))
+        .await
+        .unwrap();
+    converged(&world, 1).await;
+    assert!(world.machines().get_opt("orphan").await.unwrap().is_some());
+
+    // A big step up creates exactly the missing machines, never more at once.
+    let scale = json!({"spec": {"replicas": 12}});
+    world
+        .sets()
+        .patch("pool", &PatchParams::default(), &Patch::Merge(&scale))
+        .await
+        .unwrap();
+    converged(&world, 12).await;
+    recorder.abort();
+    let (names, most) = seen.lock().unwrap().clone();
+    assert_eq!(names.len(), 2 + 11, "every create was needed: {names:?}");
+    assert!(most <= 12, "never more machines than replicas: saw {most}");
+    assert_eq!(world.cloud.instance_count(), 12);
+    let set = world.sets().get("pool").await.unwrap();
+    let status = set.status.unwrap();
+    assert_eq!(status.replicas, Some(12));
+    assert_eq!(status.selector.as_deref(), Some("app=pool"));
 }

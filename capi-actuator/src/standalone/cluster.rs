@@ -190,8 +190,15 @@ async fn reconcile_once(
             ),
             Ok(Some(infra)) => {
                 if let Some(owner) = owner.clone() {
-                    ownership::ensure_owner(&deps.references, reference, &namespace, &infra, owner)
-                        .await?;
+                    ownership::ensure_owner(
+                        &deps.references,
+                        reference,
+                        &namespace,
+                        &infra,
+                        owner,
+                        &cluster.name_any(),
+                    )
+                    .await?;
                 }
                 endpoint = endpoint_of(&infra);
                 if let Ok(domains) = serde_json::from_value::<Vec<FailureDomain>>(
@@ -253,6 +260,7 @@ async fn reconcile_once(
                         &namespace,
                         &control_plane,
                         owner,
+                        &cluster.name_any(),
                     )
                     .await?;
                 }

@@ -2,6 +2,7 @@
 //! clobbering the ones that are there.
 
 use capi_core::api::ContractVersionedObjectReference;
+use capi_core::labels;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::DynamicObject;
 use serde_json::json;
@@ -27,26 +28,33 @@ pub(crate) fn is_owned_by(meta: &ObjectMeta, uid: &str) -> bool {
 }
 
 /// Makes `owner` an owner of the referenced `object` (its controller, unless something else
-/// controls it already). The patch is guarded by the resource version that was read, so that a
-/// concurrent change of the list fails the write instead of being overwritten. Returns whether
-/// anything was written.
+/// controls it already) and labels it with its cluster's name, as upstream does for the objects
+/// a Machine or Cluster refers to (controllers find them by that label). The patch is guarded by
+/// the resource version that was read, so that a concurrent change of the lists fails the write
+/// instead of being overwritten. Returns whether anything was written.
 pub(crate) async fn ensure_owner(
     references: &References,
     reference: &ContractVersionedObjectReference,
     namespace: &str,
     object: &DynamicObject,
     mut owner: OwnerReference,
+    cluster_name: &str,
 ) -> Result<bool, ReferenceError> {
-    if is_owned_by(&object.metadata, &owner.uid) {
+    let owned = is_owned_by(&object.metadata, &owner.uid);
+    let labelled = labels::cluster_name(&object.metadata) == Some(cluster_name);
+    if owned && labelled {
         return Ok(false);
     }
-    if controller_of(&object.metadata).is_some() {
-        owner.controller = None;
-    }
     let mut owners = object.metadata.owner_references.clone().unwrap_or_default();
-    owners.push(owner);
+    if !owned {
+        if controller_of(&object.metadata).is_some() {
+            owner.controller = None;
+        }
+        owners.push(owner);
+    }
     let patch = json!({"metadata": {
         "ownerReferences": owners,
+        "labels": {labels::CLUSTER_NAME: cluster_name},
         "resourceVersion": object.metadata.resource_version,
     }});
     references.patch(reference, namespace, &patch).await?;

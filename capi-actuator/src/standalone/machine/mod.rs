@@ -285,10 +285,8 @@ async fn ensure_metadata(
     }
     let mut owners = machine.owner_references().to_vec();
     if !owned && let Some(mut owner) = cluster.controller_owner_ref(&()) {
-        // A MachineSet may control the machine; the Cluster is then a plain owner.
-        owner.controller = ownership::controller_of(&machine.metadata)
-            .is_none()
-            .then_some(true);
+        // A plain owner, never the controller: a MachineSet may still adopt the machine.
+        owner.controller = None;
         owners.push(owner);
     }
     let patch = json!({"metadata": {
@@ -315,7 +313,15 @@ async fn observe_bootstrap(
         if let (Some(reference), Some(owner)) = (&machine.spec.bootstrap.config_ref, owner)
             && let Ok(Some(config)) = deps.references.get(reference, namespace).await
         {
-            ownership::ensure_owner(&deps.references, reference, namespace, &config, owner).await?;
+            ownership::ensure_owner(
+                &deps.references,
+                reference,
+                namespace,
+                &config,
+                owner,
+                &machine.spec.cluster_name,
+            )
+            .await?;
         }
         return Ok((Step::done(reasons::BOOTSTRAP_DATA_READY), true));
     }
@@ -348,7 +354,15 @@ async fn observe_bootstrap(
         ));
     };
     if let Some(owner) = owner
-        && ownership::ensure_owner(&deps.references, reference, namespace, &config, owner).await?
+        && ownership::ensure_owner(
+            &deps.references,
+            reference,
+            namespace,
+            &config,
+            owner,
+            &machine.spec.cluster_name,
+        )
+        .await?
     {
         return Ok((
             Step::waiting(
@@ -416,7 +430,15 @@ async fn observe_infrastructure(
         )));
     };
     if let Some(owner) = owner {
-        ownership::ensure_owner(&deps.references, reference, namespace, &object, owner).await?;
+        ownership::ensure_owner(
+            &deps.references,
+            reference,
+            namespace,
+            &object,
+            owner,
+            &machine.spec.cluster_name,
+        )
+        .await?;
     }
     let provisioned = initialization_flag(&object, "provisioned");
     let provider_id = object.data["spec"]["providerID"]
