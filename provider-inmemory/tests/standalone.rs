@@ -742,13 +742,11 @@ async fn a_health_check_stops_remediating_when_too_many_machines_are_unhealthy()
     );
 }
 
-/// Every machine name the watch ever saw, and the most machines not being deleted at once.
-fn record_machines(
-    world: &World,
-) -> (
-    Arc<Mutex<(Vec<String>, usize)>>,
-    tokio::task::JoinHandle<()>,
-) {
+/// Every machine name a watch saw, and the most machines not being deleted at once.
+type Seen = Arc<Mutex<(Vec<String>, usize)>>;
+
+/// Records what [`Seen`] holds until the returned task is aborted.
+fn record_machines(world: &World) -> (Seen, tokio::task::JoinHandle<()>) {
     let seen = Arc::new(Mutex::new((Vec::<String>::new(), 0usize)));
     let machines = world.machines();
     let task = {
