@@ -894,3 +894,91 @@ spec:
     assert_eq!(status.replicas, Some(12));
     assert_eq!(status.selector.as_deref(), Some("app=pool"));
 }
+
+#[tokio::test]
+async fn on_delete_waits_for_the_user_and_a_paused_deployment_waits_for_everyone() {
+    let world = world().await;
+    let text = MANIFESTS.replace("replicas: 3", "replicas: 2").replace(
+        "{type: RollingUpdate, rollingUpdate: {maxSurge: 1, maxUnavailable: 0}}",
+        "{type: OnDelete}",
+    );
+    let objects = manifest::parse(&text).unwrap();
+    manifest::create_all(&world.client(), &world.ns, &objects)
+        .await
+        .unwrap();
+    converged(&world, 2).await;
+
+    // OnDelete: a new template replaces nothing by itself…
+    let patch = json!({"spec": {"template": {"spec": {"version": "v1.33.1"}}}});
+    world
+        .deployments()
+        .patch("workers", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    eventually("a new MachineSet with no replicas", || async {
+        let sets = world
+            .sets()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        sets.len() == 2 && sets.iter().any(|s| s.spec.replicas == Some(0))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let old: Vec<Machine> = all_machines(&world).await;
+    assert_eq!(old.len(), 2);
+    assert!(
+        old.iter()
+            .all(|m| m.spec.version.as_deref() == Some("v1.33.0")),
+        "no machine is replaced by the controller"
+    );
+    // …until the user deletes a machine: its replacement has the new version.
+    world
+        .machines()
+        .delete(&old[0].name_any(), &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "the deleted machine is replaced with the new version",
+        || async {
+            let now = running(&world).await;
+            now.len() == 2
+                && !now.contains_key(&old[0].name_any())
+                && now
+                    .values()
+                    .filter(|m| m.spec.version.as_deref() == Some("v1.33.1"))
+                    .count()
+                    == 1
+        },
+    )
+    .await;
+    converged(&world, 2).await;
+
+    // Paused: scaling waits until it is resumed.
+    let pause = json!({"spec": {"paused": true, "replicas": 3}});
+    world
+        .deployments()
+        .patch("workers", &PatchParams::default(), &Patch::Merge(&pause))
+        .await
+        .unwrap();
+    eventually("the deployment reports itself paused", || async {
+        let d = world.deployments().get("workers").await.unwrap();
+        d.status
+            .is_some_and(|s| condition::is_true(&s.conditions, condition::PAUSED))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        all_machines(&world).await.len(),
+        2,
+        "nothing happens while paused"
+    );
+    let resume = json!({"spec": {"paused": false}});
+    world
+        .deployments()
+        .patch("workers", &PatchParams::default(), &Patch::Merge(&resume))
+        .await
+        .unwrap();
+    converged(&world, 3).await;
+}
