@@ -101,6 +101,7 @@ impl World {
 async fn world() -> World {
     let _ = capi_actuator::telemetry::init_logging(capi_actuator::telemetry::LogFormat::Text);
     let mut crds = capi_core::crd::core();
+    crds.extend(capi_bootstrap::api::crds());
     crds.extend(provider_inmemory::api::crds());
     let env = TestEnv::start_with_crds(&crds).await.unwrap();
     let ns = env.namespace().await.unwrap();
@@ -138,6 +139,7 @@ async fn world() -> World {
     ));
     manager.add_machine_reconciler::<InMemoryMachine>(actuator.clone());
     manager.add_cluster_reconciler::<InMemoryCluster>(actuator);
+    manager.add_bootstrap_reconciler(capi_actuator::bootstrap::BootstrapSettings::default());
     manager.add_core_controllers(CoreSettings {
         poll: Duration::from_millis(200),
         ..CoreSettings::default()
@@ -981,4 +983,146 @@ async fn on_delete_waits_for_the_user_and_a_paused_deployment_waits_for_everyone
         .await
         .unwrap();
     converged(&world, 3).await;
+}
+
+const KUBEADM_CLUSTER: &str = r##"
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Cluster
+metadata: {name: demo}
+spec:
+  clusterNetwork: {pods: {cidrBlocks: [192.168.0.0/16]}}
+  infrastructureRef: {apiGroup: infrastructure.capi-rs.dev, kind: InMemoryCluster, name: demo}
+---
+apiVersion: infrastructure.capi-rs.dev/v1alpha1
+kind: InMemoryCluster
+metadata: {name: demo}
+spec: {}
+---
+apiVersion: bootstrap.cluster.x-k8s.io/v1beta2
+kind: KubeadmConfig
+metadata: {name: cp-0}
+spec: {}
+---
+apiVersion: infrastructure.capi-rs.dev/v1alpha1
+kind: InMemoryMachine
+metadata: {name: cp-0}
+spec: {flavor: small}
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Machine
+metadata:
+  name: cp-0
+  labels: {cluster.x-k8s.io/control-plane: ""}
+spec:
+  clusterName: demo
+  version: v1.31.1
+  bootstrap: {configRef: {apiGroup: bootstrap.cluster.x-k8s.io, kind: KubeadmConfig, name: cp-0}}
+  infrastructureRef: {apiGroup: infrastructure.capi-rs.dev, kind: InMemoryMachine, name: cp-0}
+---
+apiVersion: bootstrap.cluster.x-k8s.io/v1beta2
+kind: KubeadmConfigTemplate
+metadata: {name: workers}
+spec: {template: {spec: {preKubeadmCommands: ["echo joining"]}}}
+---
+apiVersion: infrastructure.capi-rs.dev/v1alpha1
+kind: InMemoryMachineTemplate
+metadata: {name: workers}
+spec: {template: {spec: {flavor: small}}}
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineDeployment
+metadata: {name: workers}
+spec:
+  clusterName: demo
+  replicas: 2
+  selector: {matchLabels: {pool: workers}}
+  template:
+    metadata: {labels: {pool: workers}}
+    spec:
+      clusterName: demo
+      version: v1.31.1
+      bootstrap: {configRef: {apiGroup: bootstrap.cluster.x-k8s.io, kind: KubeadmConfigTemplate, name: workers}}
+      infrastructureRef: {apiGroup: infrastructure.capi-rs.dev, kind: InMemoryMachineTemplate, name: workers}
+"##;
+
+#[tokio::test]
+async fn kubeadm_bootstrapped_control_plane_and_workers_come_up_and_go_away() {
+    let world = world().await;
+    let objects = manifest::parse(KUBEADM_CLUSTER).unwrap();
+    manifest::create_all(&world.client(), &world.ns, &objects)
+        .await
+        .unwrap();
+    converged(&world, 3).await;
+
+    let clusters: Api<Cluster> = Api::namespaced(world.client(), &world.ns);
+    let status = clusters.get("demo").await.unwrap().status.unwrap();
+    assert_eq!(
+        status.initialization.unwrap().control_plane_initialized,
+        Some(true),
+        "initialised once the control-plane machine has a node"
+    );
+    let configs: Api<capi_bootstrap::api::KubeadmConfig> =
+        Api::namespaced(world.client(), &world.ns);
+    let secrets: Api<Secret> = Api::namespaced(world.client(), &world.ns);
+    for machine in all_machines(&world).await {
+        let name = machine.name_any();
+        let config = configs.get(&name).await.unwrap();
+        assert!(
+            config
+                .owner_references()
+                .iter()
+                .any(|o| o.kind == "Machine" && Some(&o.uid) == machine.metadata.uid.as_ref()),
+            "{name}: the config is owned by its machine"
+        );
+        let data_secret = machine.spec.bootstrap.data_secret_name.clone().unwrap();
+        let secret = secrets.get(&data_secret).await.unwrap();
+        let value = capi_core::BootstrapData::from_secret(&secret).unwrap();
+        let text = String::from_utf8(value.expose().to_vec()).unwrap();
+        if machine.is_control_plane() {
+            assert!(text.contains("kubeadm init"), "{name}");
+        } else {
+            assert!(
+                text.contains("kubeadm join") && text.contains("echo joining"),
+                "{name}"
+            );
+            assert_eq!(
+                config
+                    .annotations()
+                    .get("cluster.x-k8s.io/cloned-from-name")
+                    .map(String::as_str),
+                Some("workers")
+            );
+        }
+    }
+
+    // Deleting the cluster removes the configs, their Secrets and the cluster's own Secrets.
+    clusters
+        .delete("demo", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("everything deleted", || async {
+        clusters.get_opt("demo").await.unwrap().is_none()
+            && all_machines(&world).await.is_empty()
+            && configs
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+    })
+    .await;
+    assert_eq!(world.cloud.instance_count(), 0, "no instance leaked");
+    let left: Vec<String> = secrets
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|s| s.name_any())
+        .collect();
+    assert_eq!(
+        left,
+        ["demo-kubeconfig"],
+        "only the Secret the test made itself is left"
+    );
 }
