@@ -16,11 +16,13 @@
 //! - [`retry`]: jittered requeues and per-object exponential backoff;
 //! - [`reasons`]: the condition and event reasons the loop writes;
 //! - [`telemetry`]: text or JSON logs;
+//! - [`standalone`]: the core Cluster API controllers — Cluster, Machine, MachineSet,
+//!   MachineDeployment, MachineHealthCheck — so that a management cluster needs no Go controllers
+//!   ([`Manager::add_core_controllers`](manager::Manager::add_core_controllers));
 //! - the decisions of the core controllers, as pure functions with their own tests: [`rollout`]
 //!   (MachineDeployment fenceposts and rolling-update steps, simulated in golden files),
 //!   [`deletion_priority`] (which machines a MachineSet deletes first), [`health`]
-//!   (MachineHealthCheck verdicts and remediation short-circuits). The controllers that apply
-//!   them (Cluster, Machine, MachineSet, MachineDeployment, MachineHealthCheck) are not here yet.
+//!   (MachineHealthCheck verdicts and remediation short-circuits).
 //!
 //! Error semantics follow [`capi_core::ActuatorError`]: `RequeueAfter` is not a failure (no
 //! backoff, no error log); `Transient` backs off per object up to a cap and resets on success;

@@ -78,7 +78,7 @@ pub fn render(crds: &[CustomResourceDefinition]) -> Result<Vec<RenderedCrd>, Ren
         .collect()
 }
 
-/// [`render`] of [`core`].
+/// [`render`] of [`core()`].
 pub fn render_core() -> Result<Vec<RenderedCrd>, RenderError> {
     render(&core())
 }

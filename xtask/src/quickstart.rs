@@ -2,8 +2,9 @@
 //!
 //! Today: provision and start the local control plane, install the core CRDs, apply the sample
 //! cluster from `config/samples/`, and show what the API server stores, as `kubectl get` would.
-//! The core controllers are a later issue, so the samples are stored and validated, not reconciled;
-//! the output says so.
+//! The samples refer to upstream's Docker provider, which does not exist here, so they are stored
+//! and validated, not reconciled; the output says so. (Running a cluster end to end with the
+//! in-memory provider and the core controllers is the CLI issue's quickstart.)
 
 use std::time::Instant;
 
@@ -66,9 +67,9 @@ pub(crate) fn run(keep_running: bool) -> Result<()> {
             println!("\n$ kubectl get {plural} -n {NAMESPACE}\n{listing}");
         }
         println!(
-            "No controllers reconcile these samples yet: they are validated and stored by a real kube-apiserver. \
-             The infrastructure and bootstrap reconcilers, the Manager and the in-memory provider exist (see the README); \
-             the core controllers that turn a MachineDeployment into Running machines, and the full quickstart, are later issues."
+            "These upstream samples (Docker provider) are validated and stored by a real kube-apiserver, not reconciled. \
+             The core controllers, the bootstrap reconciler and the in-memory provider exist (see the README; \
+             `inmemory-manager --with-bootstrap --with-core` runs them); the end-to-end quickstart comes with the CLI."
         );
 
         if keep_running {

@@ -47,6 +47,11 @@ pub(crate) fn run_all() -> Result<()> {
         "warnings",
     ]))?;
 
+    step("API docs build without broken links (cargo doc -D warnings)");
+    let mut doc = cargo_in_root(&["doc", "--workspace", "--no-deps", "--all-features"]);
+    doc.env("RUSTDOCFLAGS", "-D warnings");
+    run(&mut doc)?;
+
     step("Doc tests");
     run(&mut with_assets(cargo_in_root(&[
         "test",

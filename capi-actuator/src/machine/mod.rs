@@ -5,8 +5,8 @@
 //! for the cluster infrastructure and the bootstrap data, then `exists` → `update`, or `create`,
 //! and record provider ID, addresses, `initialization.provisioned` and conditions.
 //!
-//! Phases are separate functions: [`observe`](observe::observe) reads, [`decide`](decide::decide)
-//! calls the cloud and plans, [`record`](record::record) writes.
+//! Phases are separate functions: `observe` reads, `decide`
+//! calls the cloud and plans, `record` writes.
 
 mod decide;
 mod observe;

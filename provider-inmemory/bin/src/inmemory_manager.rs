@@ -6,12 +6,12 @@
 //! inmemory-manager [--cloud-url http://127.0.0.1:PORT] [--http-addr 0.0.0.0:8080] [--namespace NS]
 //!                  [--label-selector SEL] [--concurrency N] [--qps F] [--burst N]
 //!                  [--leader-elect NAMESPACE/NAME] [--log-format text|json] [--with-bootstrap]
+//!                  [--with-core]
 //! ```
 //!
-//! `--with-bootstrap` also runs the kubeadm bootstrap reconciler (standalone mode).
-//!
-//! ```text
-//! ```
+//! `--with-bootstrap` also runs the kubeadm bootstrap reconciler, `--with-core` the core Cluster
+//! API controllers (Cluster, Machine, MachineSet, MachineDeployment, MachineHealthCheck): both
+//! together are standalone mode, with no Go controller needed.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,11 +29,12 @@ struct Args {
     cloud_url: Option<String>,
     log_format: LogFormat,
     with_bootstrap: bool,
+    with_core: bool,
 }
 
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Args> {
     let mut config = ManagerConfig::default();
-    let mut with_bootstrap = false;
+    let (mut with_bootstrap, mut with_core) = (false, false);
     let mut options = ReconcilerOptions::default();
     let (mut cloud_url, mut log_format) = (None, LogFormat::Text);
     while let Some(flag) = args.next() {
@@ -41,6 +42,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args> {
         match flag.as_str() {
             "--cloud-url" => cloud_url = Some(value()?),
             "--with-bootstrap" => with_bootstrap = true,
+            "--with-core" => with_core = true,
             "--http-addr" => {
                 config.http_addr = value()?.parse().context("--http-addr expects HOST:PORT")?
             }
@@ -75,6 +77,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args> {
         cloud_url,
         log_format,
         with_bootstrap,
+        with_core,
     })
 }
 
@@ -85,6 +88,7 @@ async fn main() -> Result<()> {
         cloud_url,
         log_format,
         with_bootstrap,
+        with_core,
     } = parse(std::env::args().skip(1))?;
     init_logging(log_format).map_err(|e| anyhow::anyhow!(e))?;
     let (compute, load_balancers): (Arc<dyn Compute>, Arc<dyn LoadBalancers>) = match cloud_url {
@@ -107,6 +111,9 @@ async fn main() -> Result<()> {
     manager.add_cluster_reconciler::<InMemoryCluster>(actuator);
     if with_bootstrap {
         manager.add_bootstrap_reconciler(Default::default());
+    }
+    if with_core {
+        manager.add_core_controllers(Default::default());
     }
     tracing::info!(http = %manager.http_addr()?, "in-memory provider manager starting");
     manager.run().await?;
