@@ -364,13 +364,7 @@ async fn a_machine_deployment_scales_rolls_heals_and_goes_away() {
         assert_eq!(table.cell(0, column), Some(value), "{plural} {column}");
     }
 
-    // Scale 3 → 5 → 2.
-    scale(&world, 5).await;
-    converged(&world, 5).await;
-    scale(&world, 2).await;
-    converged(&world, 2).await;
-
-    // Roll to a new version: record every MachineSet replica change, and sample capacity.
+    // Every MachineSet replica change from here on, for the golden logs.
     let changes = Arc::new(Mutex::new(Vec::<(String, i64, i32)>::new()));
     let recorder = {
         let changes = Arc::clone(&changes);
@@ -394,6 +388,24 @@ async fn a_machine_deployment_scales_rolls_heals_and_goes_away() {
             }
         })
     };
+
+    // Scale 3 → 5 → 2.
+    scale(&world, 5).await;
+    converged(&world, 5).await;
+    scale(&world, 2).await;
+    converged(&world, 2).await;
+    let scaled: String = changes
+        .lock()
+        .unwrap()
+        .drain(..)
+        .map(|(_, revision, replicas)| {
+            format!("MachineSet (revision {revision}): replicas {replicas}\n")
+        })
+        .collect();
+    check_golden("standalone-scale.log", &scaled);
+
+    // Roll to a new version, sampling capacity.
+
     let old_hash = world
         .sets()
         .list(&ListParams::default())
@@ -502,6 +514,42 @@ async fn a_machine_deployment_scales_rolls_heals_and_goes_away() {
         .clone()
         .unwrap()
         .name;
+    // The victim's health and remediation as every write leaves them.
+    let states = Arc::new(Mutex::new(Vec::<String>::new()));
+    let machine_recorder = {
+        let states = Arc::clone(&states);
+        let machines = world.machines();
+        let victim = victim.clone();
+        tokio::spawn(async move {
+            let config = watcher::Config::default().fields(&format!("metadata.name={victim}"));
+            let mut stream = watcher(machines, config).applied_objects().boxed();
+            while let Some(Ok(machine)) = stream.next().await {
+                let conditions = machine
+                    .status
+                    .as_ref()
+                    .map(|s| s.conditions.clone())
+                    .unwrap_or_default();
+                let show = |type_: &str| {
+                    condition::get(&conditions, type_)
+                        .map_or("-".to_string(), |c| format!("{} ({})", c.status, c.reason))
+                };
+                let line = format!(
+                    "victim: HealthCheckSucceeded={} OwnerRemediated={} deleting={}\n",
+                    show(condition::HEALTH_CHECK_SUCCEEDED),
+                    show("OwnerRemediated"),
+                    machine.metadata.deletion_timestamp.is_some()
+                );
+                let mut states = states.lock().unwrap();
+                if states.last() != Some(&line) {
+                    states.push(line);
+                }
+            }
+        })
+    };
+    eventually("the recorder sees the victim", || async {
+        !states.lock().unwrap().is_empty()
+    })
+    .await;
     Api::<Node>::all(world.workload.client().await.unwrap())
         .delete(&node, &DeleteParams::default())
         .await
@@ -511,6 +559,10 @@ async fn a_machine_deployment_scales_rolls_heals_and_goes_away() {
         now.len() == 2 && !now.contains_key(victim) && all_machines(&world).await.len() == 2
     })
     .await;
+    machine_recorder.abort();
+    let mut remediation: String = states.lock().unwrap().concat();
+    remediation.push_str("replacement: Running with a node\n");
+    check_golden("standalone-remediation.log", &remediation);
     assert_eq!(
         world.cloud.instance_count(),
         2,
