@@ -156,7 +156,7 @@ async fn world() -> World {
     }
 }
 
-/// The machines that are Running with a node, by name.
+/// The machines that are Running and Ready with a node, by name.
 async fn running(world: &World) -> BTreeMap<String, Machine> {
     world
         .machines()
@@ -168,7 +168,9 @@ async fn running(world: &World) -> BTreeMap<String, Machine> {
         .filter(|m| {
             m.metadata.deletion_timestamp.is_none()
                 && m.phase() == Some(MachinePhase::Running)
-                && m.status.as_ref().is_some_and(|s| s.node_ref.is_some())
+                && m.status.as_ref().is_some_and(|s| {
+                    s.node_ref.is_some() && condition::is_true(&s.conditions, condition::READY)
+                })
         })
         .map(|m| (m.name_any(), m))
         .collect()
@@ -961,6 +963,7 @@ async fn on_delete_waits_for_the_user_and_a_paused_deployment_waits_for_everyone
         .await
         .unwrap();
     converged(&world, 2).await;
+    let (seen, recorder) = record_machines(&world);
 
     // OnDelete: a new template replaces nothing by itself…
     let patch = json!({"spec": {"template": {"spec": {"version": "v1.33.1"}}}});
@@ -1008,6 +1011,12 @@ async fn on_delete_waits_for_the_user_and_a_paused_deployment_waits_for_everyone
     )
     .await;
     converged(&world, 2).await;
+    recorder.abort();
+    assert_eq!(
+        seen.lock().unwrap().0.len(),
+        3,
+        "the old set did not replace the deleted machine: one new machine, from the new set"
+    );
 
     // Paused: scaling waits until it is resumed.
     let pause = json!({"spec": {"paused": true, "replicas": 3}});

@@ -279,9 +279,17 @@ async fn reconcile_once(
     }
 
     let desired = usize::try_from(set.spec.replicas.unwrap_or(1)).unwrap_or(0);
+    // A machine on its way out still holds its slot (and its instance) until it is gone, as
+    // upstream counts it: never more instances than replicas, and an OnDelete deployment has time
+    // to shrink the old set before a user-deleted machine would be replaced from it.
+    let leaving = candidates
+        .iter()
+        .filter(|m| m.metadata.deletion_timestamp.is_some())
+        .count()
+        + remediate.len();
     let mut next = Next::AwaitChange;
-    if active.len() < desired {
-        let missing = desired - active.len();
+    if active.len() + leaving < desired {
+        let missing = desired - active.len() - leaving;
         let created = stream::iter(0..missing)
             .map(|_| create_machine(set, &cluster, &namespace, context))
             .buffer_unordered(deps.settings.machine_set_parallelism.max(1))
@@ -317,7 +325,7 @@ async fn reconcile_once(
                 format!("deleted machine {name}"),
             ));
         }
-    } else {
+    } else if leaving == 0 {
         next = Next::Resync;
     }
 

@@ -15,8 +15,9 @@
 //! - machine sets: machines created from the template (the Machine first, then its bootstrap config
 //!   and infrastructure machine, named after it and owned by it, so that a crash in between leaks
 //!   nothing and the next pass completes it), surplus deleted by priority, orphans adopted,
-//!   machines marked by a health check replaced; expectations of in-flight creates and deletes
-//!   keep a stale cache from causing duplicates;
+//!   machines marked by a health check replaced (a machine being deleted keeps its slot until it
+//!   is gone, as upstream counts it); expectations of in-flight creates and deletes keep a stale
+//!   cache from causing duplicates;
 //! - machine deployments: RollingUpdate (upstream's rounding of `maxSurge`/`maxUnavailable`) and
 //!   OnDelete, revision annotations, one MachineSet per template, `paused`;
 //! - machine health checks: node startup timeout, unhealthy node and machine conditions with
