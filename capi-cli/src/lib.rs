@@ -1,0 +1,26 @@
+//! `capictl`, the workspace's clusterctl-style command line, as a library so that the quickstart
+//! and tests drive the same code as the binary.
+//!
+//! - [`template`]: clusterctl's `${VAR}`, `${VAR:-default}`, `${VAR:=default}`, `${VAR=default}`
+//!   variables;
+//! - [`generate`]: `capictl generate cluster` — the built-in templates per provider and flavor,
+//!   flags and environment, `--list-variables`;
+//! - [`describe`]: `capictl describe cluster` — the cluster as a tree of objects with readiness.
+//!
+//! ```
+//! use capi_cli::generate::{Inputs, built_in, render};
+//!
+//! let inputs = Inputs {
+//!     cluster_name: "demo".into(),
+//!     kubernetes_version: Some("v1.33.0".into()),
+//!     worker_machine_count: Some(5),
+//!     ..Inputs::default()
+//! };
+//! let yaml = render(built_in("inmemory", None)?, &inputs, |_| None)?;
+//! assert!(yaml.contains("replicas: 5"));
+//! # Ok::<(), capi_cli::generate::GenerateError>(())
+//! ```
+
+pub mod describe;
+pub mod generate;
+pub mod template;

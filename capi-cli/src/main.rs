@@ -1,0 +1,268 @@
+//! `capictl`: generate, inspect and delete Cluster API clusters.
+//!
+//! ```text
+//! capictl generate cluster NAME [--infrastructure inmemory] [--flavor F] [--from FILE]
+//!                               [--kubernetes-version V] [--control-plane-machine-count N]
+//!                               [--worker-machine-count N] [--target-namespace NS] [--list-variables]
+//! capictl describe cluster NAME [-n NS] [--show-conditions]
+//! capictl get kubeconfig NAME [-n NS]
+//! capictl delete cluster NAME [-n NS] [--wait]
+//! ```
+//!
+//! Commands that talk to a management cluster use `--kubeconfig`, else `$KUBECONFIG` or
+//! `~/.kube/config`. Colours follow `NO_COLOR` and whether the output is a terminal.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use capi_cli::describe::{self, Style};
+use capi_cli::generate::{self, Inputs};
+use capi_core::api::Cluster;
+use clap::{Args, Parser, Subcommand};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::DeleteParams;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+
+#[derive(Parser)]
+#[command(
+    name = "capictl",
+    version,
+    about = "Generate, inspect and delete Cluster API clusters"
+)]
+struct Cli {
+    /// The management cluster's kubeconfig (default: $KUBECONFIG, then ~/.kube/config).
+    #[arg(long, global = true)]
+    kubeconfig: Option<std::path::PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Render a cluster template.
+    Generate {
+        #[command(subcommand)]
+        what: GenerateWhat,
+    },
+    /// Show a cluster and everything it owns as a tree.
+    Describe {
+        #[command(subcommand)]
+        what: DescribeWhat,
+    },
+    /// Print something a cluster has.
+    Get {
+        #[command(subcommand)]
+        what: GetWhat,
+    },
+    /// Delete a cluster.
+    Delete {
+        #[command(subcommand)]
+        what: DeleteWhat,
+    },
+}
+
+#[derive(Subcommand)]
+enum GenerateWhat {
+    /// Render the cluster template of a provider (or `--from FILE`).
+    Cluster(GenerateCluster),
+}
+
+#[derive(Args)]
+struct GenerateCluster {
+    /// The cluster's name (CLUSTER_NAME).
+    name: String,
+    /// The infrastructure provider whose template to use.
+    #[arg(long, default_value = "inmemory")]
+    infrastructure: String,
+    /// The template flavor (cluster-template-<flavor>.yaml).
+    #[arg(long)]
+    flavor: Option<String>,
+    /// A template file instead of the built-in one.
+    #[arg(long)]
+    from: Option<std::path::PathBuf>,
+    /// KUBERNETES_VERSION.
+    #[arg(long)]
+    kubernetes_version: Option<String>,
+    /// CONTROL_PLANE_MACHINE_COUNT.
+    #[arg(long)]
+    control_plane_machine_count: Option<u32>,
+    /// WORKER_MACHINE_COUNT.
+    #[arg(long)]
+    worker_machine_count: Option<u32>,
+    /// NAMESPACE.
+    #[arg(long, short = 'n')]
+    target_namespace: Option<String>,
+    /// Print the template's variables instead of rendering it.
+    #[arg(long)]
+    list_variables: bool,
+}
+
+#[derive(Subcommand)]
+enum DescribeWhat {
+    /// Show the cluster tree.
+    Cluster {
+        /// The cluster's name.
+        name: String,
+        /// The cluster's namespace.
+        #[arg(long, short = 'n', default_value = "default")]
+        namespace: String,
+        /// Also list every condition of every object.
+        #[arg(long)]
+        show_conditions: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum GetWhat {
+    /// Print the workload cluster's kubeconfig (the `<name>-kubeconfig` Secret).
+    Kubeconfig {
+        /// The cluster's name.
+        name: String,
+        /// The cluster's namespace.
+        #[arg(long, short = 'n', default_value = "default")]
+        namespace: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum DeleteWhat {
+    /// Delete the cluster and everything it owns.
+    Cluster {
+        /// The cluster's name.
+        name: String,
+        /// The cluster's namespace.
+        #[arg(long, short = 'n', default_value = "default")]
+        namespace: String,
+        /// Wait until everything is gone, showing what is left.
+        #[arg(long)]
+        wait: bool,
+    },
+}
+
+async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?
+        }
+        None => Config::infer()
+            .await
+            .context("no kubeconfig: pass --kubeconfig or set KUBECONFIG")?,
+    };
+    Ok(Client::try_from(config)?)
+}
+
+fn color() -> bool {
+    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) && std::io::stdout().is_terminal()
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Generate {
+            what: GenerateWhat::Cluster(args),
+        } => {
+            let text = match &args.from {
+                Some(path) => std::fs::read_to_string(path)
+                    .with_context(|| format!("reading template {}", path.display()))?,
+                None => {
+                    generate::built_in(&args.infrastructure, args.flavor.as_deref())?.to_string()
+                }
+            };
+            if args.list_variables {
+                print!("{}", generate::list_variables(&text)?);
+                return Ok(());
+            }
+            let inputs = Inputs {
+                cluster_name: args.name,
+                namespace: args.target_namespace,
+                kubernetes_version: args.kubernetes_version,
+                control_plane_machine_count: args.control_plane_machine_count,
+                worker_machine_count: args.worker_machine_count,
+            };
+            print!(
+                "{}",
+                generate::render(&text, &inputs, |n| std::env::var(n).ok())?
+            );
+        }
+        Command::Describe {
+            what:
+                DescribeWhat::Cluster {
+                    name,
+                    namespace,
+                    show_conditions,
+                },
+        } => {
+            let client = client(cli.kubeconfig.as_deref()).await?;
+            let tree = describe::tree(&client, &namespace, &name)
+                .await
+                .with_context(|| format!("reading cluster {namespace}/{name}"))?;
+            let style = Style {
+                color: color(),
+                show_conditions,
+            };
+            print!("{}", describe::render(&tree, jiff::Timestamp::now(), style));
+        }
+        Command::Get {
+            what: GetWhat::Kubeconfig { name, namespace },
+        } => {
+            let client = client(cli.kubeconfig.as_deref()).await?;
+            let secret_name = format!("{name}-kubeconfig");
+            let secret = Api::<Secret>::namespaced(client, &namespace)
+                .get_opt(&secret_name)
+                .await?
+                .with_context(|| format!("Secret {namespace}/{secret_name} does not exist (yet): the bootstrap provider writes it once the cluster's PKI exists"))?;
+            let value = secret
+                .data
+                .as_ref()
+                .and_then(|d| d.get("value"))
+                .with_context(|| {
+                    format!("Secret {namespace}/{secret_name} has no key \"value\"")
+                })?;
+            print!("{}", String::from_utf8_lossy(&value.0));
+        }
+        Command::Delete {
+            what:
+                DeleteWhat::Cluster {
+                    name,
+                    namespace,
+                    wait,
+                },
+        } => {
+            let client = client(cli.kubeconfig.as_deref()).await?;
+            let clusters: Api<Cluster> = Api::namespaced(client.clone(), &namespace);
+            if clusters.get_opt(&name).await?.is_none() {
+                bail!("cluster {namespace}/{name} does not exist");
+            }
+            clusters.delete(&name, &DeleteParams::background()).await?;
+            println!("cluster {namespace}/{name} is being deleted");
+            if wait {
+                let mut last = String::new();
+                while clusters.get_opt(&name).await?.is_some() {
+                    let tree = describe::tree(&client, &namespace, &name).await;
+                    let left = match tree {
+                        Ok(tree) => count(&tree).saturating_sub(1),
+                        Err(_) => 0,
+                    };
+                    let line = format!("  waiting: {left} objects left");
+                    if line != last {
+                        println!("{line}");
+                        last = line;
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                println!("cluster {namespace}/{name} and everything it owned are gone");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Objects in a tree (groups not counted).
+fn count(node: &describe::TreeNode) -> usize {
+    usize::from(!node.ready.is_empty()) + node.children.iter().map(count).sum::<usize>()
+}
