@@ -1,31 +1,42 @@
-//! `cargo xtask quickstart`: the README's main job.
+//! `cargo xtask quickstart`: the README's main job — a Cluster API management plane on this
+//! machine, end to end, with nothing but Rust.
 //!
-//! Today: provision and start the local control plane, install the core CRDs, apply the sample
-//! cluster from `config/samples/`, and show what the API server stores, as `kubectl get` would.
-//! The samples refer to upstream's Docker provider, which does not exist here, so they are stored
-//! and validated, not reconciled; the output says so. (Running a cluster end to end with the
-//! in-memory provider and the core controllers is the CLI issue's quickstart.)
+//! Provisions (once) and starts the local control plane, plus a second API server that plays the
+//! workload cluster (its nodes are registered by simulated kubelets); runs a Manager with the
+//! in-memory provider, the kubeadm bootstrap reconciler and the core controllers; generates a
+//! cluster with `capictl`'s built-in template (1 control-plane machine, 3 workers), applies it and
+//! shows progress until every machine is Running; prints the `describe` tree; scales the workers
+//! 3 → 5; deletes a worker and shows it replaced; then stops (or keeps running with
+//! `--keep-running`, printing the kubeconfig to use).
 
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
+use capi_actuator::manager::{Manager, ManagerConfig};
+use capi_actuator::standalone::CoreSettings;
+use capi_cli::describe::{self, Style};
+use capi_cli::generate::{self, Inputs};
+use capi_core::api::{Machine, MachineDeployment, MachinePhase};
+use capi_core::condition;
 use capi_testing::envtest::{Assets, ControlPlane};
 use capi_testing::{install_crds, manifest, table};
-use k8s_openapi::api::core::v1::Namespace;
-use kube::Api;
-use kube::api::{ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use provider_inmemory::actuator::InMemoryActuator;
+use provider_inmemory::api::{InMemoryCluster, InMemoryMachine};
+use provider_inmemory::cloud::{CloudConfig, SimulatedCloud};
+use provider_inmemory::nodes::NodeRegistrar;
+use serde_json::json;
 
 use crate::command::step;
-use crate::workspace_root;
 
 const NAMESPACE: &str = "quickstart";
-const SAMPLES: &[&str] = &[
-    "cluster.yaml",
-    "machine.yaml",
-    "machinedeployment.yaml",
-    "machineset.yaml",
-    "machinehealthcheck.yaml",
-];
+const CLUSTER: &str = "demo";
+const KUBERNETES_VERSION: &str = "v1.33.0";
+/// How long the quickstart waits for any one step.
+const STEP_TIMEOUT: Duration = Duration::from_secs(180);
 
 pub(crate) fn run(keep_running: bool) -> Result<()> {
     step("Local control plane binaries (etcd, kube-apiserver)");
@@ -34,53 +45,199 @@ pub(crate) fn run(keep_running: bool) -> Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        step("Starting etcd + kube-apiserver on loopback");
+        let assets = Assets::in_dir(&assets_dir)?;
+        step("Starting the management cluster and a workload API server (etcd + kube-apiserver on loopback)");
         let started = Instant::now();
-        let control_plane = ControlPlane::start_with(&Assets::in_dir(&assets_dir)?).await?;
-        println!("    API server {} ready in {:.1?}", control_plane.url(), started.elapsed());
-        let client = control_plane.client().await?;
+        let (management, workload) =
+            tokio::try_join!(ControlPlane::start_with(&assets), ControlPlane::start_with(&assets))?;
+        println!("    management: {}", management.url());
+        println!("    workload:   {} (simulated kubelets register nodes here)", workload.url());
+        println!("    ready in {:.1?}", started.elapsed());
+        let client = management.client().await?;
 
-        step("Installing the Cluster API CRDs (cluster.x-k8s.io/v1beta2)");
-        let crds = capi_core::crd::core();
+        step("Installing CRDs: Cluster API core, kubeadm bootstrap, in-memory provider");
+        let mut crds = capi_core::crd::core();
+        crds.extend(capi_bootstrap::api::crds());
+        crds.extend(provider_inmemory::api::crds());
         install_crds(&client, &crds).await?;
-        for crd in &crds {
-            println!("    {}", crd.metadata.name.as_deref().unwrap_or_default());
-        }
+        println!("    {} CRDs installed", crds.len());
 
-        step(&format!("Applying the sample cluster from config/samples/ into namespace {NAMESPACE:?}"));
-        let namespace = Namespace { metadata: ObjectMeta { name: Some(NAMESPACE.into()), ..ObjectMeta::default() }, ..Namespace::default() };
-        Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await?;
-        for sample in SAMPLES {
-            let path = workspace_root().join("config/samples").join(sample);
-            let yaml = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-            let objects = manifest::parse(&yaml).with_context(|| format!("parsing {}", path.display()))?;
-            for created in manifest::create_all(&client, NAMESPACE, &objects).await.with_context(|| format!("applying {}", path.display()))? {
-                let kind = created.types.as_ref().map(|t| t.kind.as_str()).unwrap_or("object");
-                println!("    {kind}/{} created", created.metadata.name.as_deref().unwrap_or_default());
-            }
-        }
-
-        step("What the API server stores (kubectl get)");
-        for crd in &crds {
-            let plural = &crd.spec.names.plural;
-            let listing = table::get_table(&client, capi_core::api::GROUP, capi_core::api::VERSION, plural, Some(NAMESPACE)).await?;
-            println!("\n$ kubectl get {plural} -n {NAMESPACE}\n{listing}");
-        }
-        println!(
-            "These upstream samples (Docker provider) are validated and stored by a real kube-apiserver, not reconciled. \
-             The core controllers, the bootstrap reconciler and the in-memory provider exist (see the README; \
-             `inmemory-manager --with-bootstrap --with-core` runs them); the end-to-end quickstart comes with the CLI."
+        step("Starting the Manager: in-memory provider, kubeadm bootstrap, core controllers");
+        let cloud = Arc::new(SimulatedCloud::new(CloudConfig {
+            boot_time: Duration::from_millis(500),
+            ..CloudConfig::default()
+        }));
+        let kubelets = tokio::spawn(
+            NodeRegistrar::new(workload.client().await?, cloud.clone()).run(Duration::from_millis(200)),
         );
+        let config = ManagerConfig {
+            http_addr: ([127, 0, 0, 1], 0).into(),
+            ..ManagerConfig::default()
+        };
+        let mut manager = Manager::new(management.config().await?, config).await?;
+        let actuator = Arc::new(InMemoryActuator::new(cloud.clone(), cloud.clone(), Duration::from_millis(500)));
+        manager.add_machine_reconciler::<InMemoryMachine>(actuator.clone());
+        manager.add_cluster_reconciler::<InMemoryCluster>(actuator);
+        manager.add_bootstrap_reconciler(Default::default());
+        manager.add_core_controllers(CoreSettings { poll: Duration::from_secs(1), ..CoreSettings::default() });
+        println!("    health and metrics on http://{}/metrics", manager.http_addr()?);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let manager_task = tokio::spawn(manager.run_until(async {
+            let _ = stopped.await;
+        }));
+
+        step(&format!(
+            "capictl generate cluster {CLUSTER} --infrastructure inmemory --kubernetes-version {KUBERNETES_VERSION} \
+             --control-plane-machine-count 1 --worker-machine-count 3 --target-namespace {NAMESPACE}"
+        ));
+        let inputs = Inputs {
+            cluster_name: CLUSTER.into(),
+            namespace: Some(NAMESPACE.into()),
+            kubernetes_version: Some(KUBERNETES_VERSION.into()),
+            control_plane_machine_count: Some(1),
+            worker_machine_count: Some(3),
+        };
+        let yaml = generate::render(generate::built_in("inmemory", None)?, &inputs, |_| None)?;
+        let objects = manifest::parse(&yaml)?;
+        let namespace = Namespace {
+            metadata: ObjectMeta { name: Some(NAMESPACE.into()), ..ObjectMeta::default() },
+            ..Namespace::default()
+        };
+        Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await?;
+        // The workload cluster's kubeconfig where the bootstrap provider would write it; a
+        // simulated cluster's own endpoint answers nothing, the workload API server does.
+        let kubeconfig: Secret = serde_json::from_value(json!({
+            "metadata": {"name": format!("{CLUSTER}-kubeconfig"), "labels": {"cluster.x-k8s.io/cluster-name": CLUSTER}},
+            "stringData": {"value": workload.kubeconfig_yaml()},
+        }))?;
+        Api::<Secret>::namespaced(client.clone(), NAMESPACE).create(&PostParams::default(), &kubeconfig).await?;
+        for created in manifest::create_all(&client, NAMESPACE, &objects).await? {
+            let kind = created.types.as_ref().map(|t| t.kind.as_str()).unwrap_or("object");
+            println!("    {kind}/{} created", created.name_any());
+        }
+
+        step("Waiting for 4 Running machines (1 control plane, 3 workers)");
+        wait_for_machines(&client, 4, None).await?;
+        print_describe(&client).await?;
+
+        step("Scaling the workers 3 → 5 (kubectl scale machinedeployment demo-md-0 --replicas 5)");
+        let deployments: Api<MachineDeployment> = Api::namespaced(client.clone(), NAMESPACE);
+        deployments
+            .patch_scale(&format!("{CLUSTER}-md-0"), &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 5}})))
+            .await?;
+        wait_for_machines(&client, 6, None).await?;
+
+        let machines: Api<Machine> = Api::namespaced(client.clone(), NAMESPACE);
+        let victim = machines
+            .list(&ListParams::default().labels("pool=md-0"))
+            .await?
+            .items
+            .into_iter()
+            .map(|m| m.name_any())
+            .min()
+            .context("no worker machine to delete")?;
+        step(&format!("Deleting machine {victim}: its MachineSet replaces it"));
+        machines.delete(&victim, &DeleteParams::default()).await?;
+        wait_for_machines(&client, 6, Some(&victim)).await?;
+
+        step("kubectl get machines");
+        let listing = table::get_table(&client, capi_core::api::GROUP, capi_core::api::VERSION, "machines", Some(NAMESPACE)).await?;
+        println!("{listing}");
+        print_describe(&client).await?;
+        println!("    simulated cloud: {} instances", cloud.instance_count());
 
         if keep_running {
             println!(
-                "\nThe control plane keeps running. Use it with:\n    export KUBECONFIG={}\nPress Ctrl-C to stop.",
-                control_plane.kubeconfig_path().display()
+                "\nEverything keeps running. Use the management cluster with:\n    export KUBECONFIG={}\n    \
+                 cargo run -q -p capi-cli --bin capictl -- describe cluster {CLUSTER} -n {NAMESPACE}\nPress Ctrl-C to stop.",
+                management.kubeconfig_path().display()
             );
             tokio::signal::ctrl_c().await?;
         }
-        drop(control_plane);
-        println!("\nQuickstart finished; the local control plane is stopped.");
+        step("Stopping");
+        let _ = stop.send(());
+        match tokio::time::timeout(Duration::from_secs(30), manager_task).await {
+            Ok(Ok(Ok(()))) => println!("    manager stopped"),
+            Ok(Ok(Err(error))) => println!("    manager stopped with: {error}"),
+            _ => println!("    manager did not stop in time; its tasks are dropped"),
+        }
+        kubelets.abort();
+        drop(workload);
+        drop(management);
+        println!("\nQuickstart finished in {:.0?}; the local API servers are stopped.", started.elapsed());
         Ok(())
     })
+}
+
+/// Prints progress until `want` machines are Running and Ready with a node (and `gone`, if given,
+/// no longer exists).
+async fn wait_for_machines(client: &Client, want: usize, gone: Option<&str>) -> Result<()> {
+    let machines: Api<Machine> = Api::namespaced(client.clone(), NAMESPACE);
+    let started = Instant::now();
+    let mut last = String::new();
+    loop {
+        let all = machines.list(&ListParams::default()).await?.items;
+        let count = |phase: MachinePhase| all.iter().filter(|m| m.phase() == Some(phase)).count();
+        let ready = all
+            .iter()
+            .filter(|m| {
+                m.metadata.deletion_timestamp.is_none()
+                    && m.status.as_ref().is_some_and(|s| {
+                        s.node_ref.is_some() && condition::is_true(&s.conditions, condition::READY)
+                    })
+            })
+            .count();
+        let deleting = all
+            .iter()
+            .filter(|m| m.metadata.deletion_timestamp.is_some())
+            .count();
+        let line = format!(
+            "    {:>5.1}s  machines: {} ({} Pending, {} Provisioning, {} Provisioned, {} Running, {} Deleting), {ready}/{want} ready",
+            started.elapsed().as_secs_f64(),
+            all.len(),
+            count(MachinePhase::Pending),
+            count(MachinePhase::Provisioning),
+            count(MachinePhase::Provisioned),
+            count(MachinePhase::Running),
+            deleting,
+        );
+        let progress = line
+            .split_once("machines:")
+            .map(|(_, rest)| rest.to_string())
+            .unwrap_or_default();
+        if progress != last {
+            println!("{line}");
+            last = progress;
+        }
+        let victim_gone = gone.is_none_or(|name| all.iter().all(|m| m.name_any() != name));
+        if ready == want && all.len() == want && victim_gone {
+            println!("    done in {:.1?}", started.elapsed());
+            return Ok(());
+        }
+        if started.elapsed() > STEP_TIMEOUT {
+            bail!("machines did not converge within {STEP_TIMEOUT:?}; last state:{last}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn print_describe(client: &Client) -> Result<()> {
+    step(&format!(
+        "capictl describe cluster {CLUSTER} -n {NAMESPACE}"
+    ));
+    let tree = describe::tree(client, NAMESPACE, CLUSTER).await?;
+    let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+        && std::io::IsTerminal::is_terminal(&std::io::stdout());
+    print!(
+        "{}",
+        describe::render(
+            &tree,
+            jiff::Timestamp::now(),
+            Style {
+                color,
+                show_conditions: false
+            }
+        )
+    );
+    Ok(())
 }
