@@ -1,0 +1,163 @@
+//! `capictl` as a user runs it, against a real API server: what it prints, what it creates, and
+//! the errors it gives.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Command, Output};
+
+use capi_testing::{TestEnv, manifest};
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use serde_json::json;
+
+fn capictl(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_capictl"))
+        .args(args)
+        .env_remove("KUBERNETES_VERSION")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "capictl failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+#[test]
+fn generate_names_missing_variables_and_lists_them() {
+    let missing = capictl(&["generate", "cluster", "demo"]);
+    assert!(!missing.status.success());
+    let error = String::from_utf8_lossy(&missing.stderr);
+    assert!(error.contains("KUBERNETES_VERSION"), "{error}");
+
+    let listing = stdout(&capictl(&[
+        "generate",
+        "cluster",
+        "demo",
+        "--flavor",
+        "ignition",
+        "--list-variables",
+    ]));
+    assert!(
+        listing.contains("Required Variables:\n  - CLUSTER_NAME\n  - KUBERNETES_VERSION"),
+        "{listing}"
+    );
+    assert!(listing.contains("WORKER_MACHINE_COUNT"));
+
+    let unknown = capictl(&["generate", "cluster", "demo", "--infrastructure", "nimbus"]);
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("available: inmemory"));
+}
+
+#[tokio::test]
+async fn generated_clusters_apply_and_describe_get_and_delete_work_on_a_real_server() {
+    let mut crds = capi_core::crd::core();
+    crds.extend(capi_bootstrap::api::crds());
+    crds.extend(provider_inmemory::api::crds());
+    let env = TestEnv::start_with_crds(&crds).await.unwrap();
+    let ns = env.namespace().await.unwrap();
+    let kubeconfig = env
+        .control_plane()
+        .kubeconfig_path()
+        .to_str()
+        .unwrap()
+        .to_string();
+
+    let yaml = stdout(&capictl(&[
+        "generate",
+        "cluster",
+        "demo",
+        "--kubernetes-version",
+        "v1.33.0",
+        "--worker-machine-count",
+        "4",
+        "--target-namespace",
+        &ns,
+    ]));
+    // The API server accepts every generated object as it is (schemas included).
+    let objects = manifest::parse(&yaml).unwrap();
+    let created = manifest::create_all(&env.client(), &ns, &objects)
+        .await
+        .unwrap();
+    assert_eq!(created.len(), objects.len());
+    assert!(yaml.contains("replicas: 4"));
+
+    let tree = stdout(&capictl(&[
+        "--kubeconfig",
+        &kubeconfig,
+        "describe",
+        "cluster",
+        "demo",
+        "-n",
+        &ns,
+    ]));
+    for line in [
+        "Cluster/demo",
+        "├─ClusterInfrastructure - InMemoryCluster/demo",
+        "├─ControlPlane",
+        "│ └─MachineDeployment/demo-control-plane",
+        "└─Workers",
+        "  └─MachineDeployment/demo-md-0",
+    ] {
+        assert!(tree.contains(line), "{line:?} missing in\n{tree}");
+    }
+    assert!(!tree.contains('\x1b'), "NO_COLOR is respected");
+
+    let missing = capictl(&[
+        "--kubeconfig",
+        &kubeconfig,
+        "get",
+        "kubeconfig",
+        "demo",
+        "-n",
+        &ns,
+    ]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("demo-kubeconfig"));
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "demo-kubeconfig"}, "stringData": {"value": "apiVersion: v1\nkind: Config\n"}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(env.client(), &ns)
+        .create(&Default::default(), &secret)
+        .await
+        .unwrap();
+    let printed = stdout(&capictl(&[
+        "--kubeconfig",
+        &kubeconfig,
+        "get",
+        "kubeconfig",
+        "demo",
+        "-n",
+        &ns,
+    ]));
+    assert_eq!(printed, "apiVersion: v1\nkind: Config\n");
+
+    // No controllers run here: the Cluster has no finalizer and goes at once.
+    let deleted = stdout(&capictl(&[
+        "--kubeconfig",
+        &kubeconfig,
+        "delete",
+        "cluster",
+        "demo",
+        "-n",
+        &ns,
+        "--wait",
+    ]));
+    assert!(deleted.contains("are gone"), "{deleted}");
+    let again = capictl(&[
+        "--kubeconfig",
+        &kubeconfig,
+        "delete",
+        "cluster",
+        "demo",
+        "-n",
+        &ns,
+    ]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("does not exist"));
+}
