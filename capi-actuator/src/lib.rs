@@ -13,6 +13,7 @@
 //! - [`manager`]: one rate-limited client, bounded concurrency, `/healthz`, `/readyz`, `/metrics`,
 //!   Lease leader election, graceful shutdown on SIGTERM/SIGINT;
 //! - [`metrics`]: controller-runtime-compatible series plus actuator call counters and latency;
+//! - [`rbac`]: the ClusterRole rules each part needs (least privilege, generated into manifests);
 //! - [`retry`]: jittered requeues and per-object exponential backoff;
 //! - [`reasons`]: the condition and event reasons the loop writes;
 //! - [`telemetry`]: text or JSON logs;
@@ -43,6 +44,7 @@ pub mod metrics;
 mod options;
 mod plan;
 mod predicate;
+pub mod rbac;
 pub mod readiness;
 pub mod reasons;
 mod reconciler;

@@ -76,7 +76,7 @@ struct GenerateCluster {
     /// The infrastructure provider whose template to use.
     #[arg(long, default_value = "inmemory")]
     infrastructure: String,
-    /// The template flavor (cluster-template-<flavor>.yaml).
+    /// The template flavor (`cluster-template-<flavor>.yaml`).
     #[arg(long)]
     flavor: Option<String>,
     /// A template file instead of the built-in one.

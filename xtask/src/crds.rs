@@ -4,8 +4,9 @@ use anyhow::{Context, Result, bail};
 
 use crate::workspace_root;
 
-/// Writes every generated CRD folder (`crds/core`, `crds/bootstrap`, `crds/inmemory`), or with `check` fails if a
-/// folder differs from what the types generate.
+/// Writes every generated CRD folder (`crds/core`, `crds/bootstrap`, `crds/inmemory`) and the
+/// in-memory provider's manifests (`config/inmemory`), or with `check` fails if any differs from
+/// what the code generates.
 pub(crate) fn run(check: bool) -> Result<()> {
     let sets = [
         ("core", capi_core::crd::core()),
@@ -15,7 +16,7 @@ pub(crate) fn run(check: bool) -> Result<()> {
     for (folder, crds) in sets {
         sync_folder(folder, &capi_core::crd::render(&crds)?, check)?;
     }
-    Ok(())
+    crate::manifests::run(check)
 }
 
 fn sync_folder(folder: &str, rendered: &[capi_core::crd::RenderedCrd], check: bool) -> Result<()> {

@@ -10,6 +10,7 @@
 mod command;
 mod crds;
 mod envtest;
+mod manifests;
 mod quickstart;
 mod test;
 

@@ -1,0 +1,135 @@
+//! The permissions each part of the Manager needs in the management cluster — exactly the verbs
+//! its code uses, kept next to that code — so that a provider's generated ClusterRole is least
+//! privilege. `cargo xtask crds` writes the in-memory provider's from these.
+//!
+//! ```
+//! use capi_actuator::rbac;
+//!
+//! let mut rules = rbac::manager();
+//! rules.extend(rbac::infra_machine("infrastructure.example.com", "examplemachines"));
+//! rules.extend(rbac::infra_cluster("infrastructure.example.com", "exampleclusters"));
+//! let role = rbac::cluster_role("example-manager", rules);
+//! assert_eq!(role.metadata.name.as_deref(), Some("example-manager"));
+//! ```
+
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+const CORE: &str = "cluster.x-k8s.io";
+const BOOTSTRAP: &str = "bootstrap.cluster.x-k8s.io";
+const READ: &[&str] = &["get", "list", "watch"];
+
+fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(vec![group.to_string()]),
+        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..PolicyRule::default()
+    }
+}
+
+/// What every Manager needs: its leader-election Lease and events.
+pub fn manager() -> Vec<PolicyRule> {
+    vec![
+        rule(
+            "coordination.k8s.io",
+            &["leases"],
+            &["get", "create", "update"],
+        ),
+        rule("", &["events"], &["create", "patch"]),
+        rule("events.k8s.io", &["events"], &["create", "patch"]),
+    ]
+}
+
+/// The infrastructure machine reconciler of a provider's kind (`plural` in `group`).
+pub fn infra_machine(group: &str, plural: &str) -> Vec<PolicyRule> {
+    vec![
+        rule(group, &[plural], &["get", "list", "watch", "patch"]),
+        rule(group, &[&format!("{plural}/status")], &["patch"]),
+        rule(CORE, &["machines", "clusters"], READ),
+        rule("", &["secrets"], &["get"]),
+    ]
+}
+
+/// The infrastructure cluster reconciler of a provider's kind (`plural` in `group`).
+pub fn infra_cluster(group: &str, plural: &str) -> Vec<PolicyRule> {
+    vec![
+        rule(group, &[plural], &["get", "list", "watch", "patch"]),
+        rule(group, &[&format!("{plural}/status")], &["patch"]),
+        rule(CORE, &["machines", "clusters"], READ),
+    ]
+}
+
+/// The kubeadm bootstrap reconciler.
+pub fn bootstrap() -> Vec<PolicyRule> {
+    vec![
+        rule(
+            BOOTSTRAP,
+            &["kubeadmconfigs"],
+            &["get", "list", "watch", "patch"],
+        ),
+        rule(BOOTSTRAP, &["kubeadmconfigs/status"], &["patch"]),
+        rule(CORE, &["machines", "clusters"], READ),
+        rule("", &["secrets"], &["get", "create", "patch"]),
+        rule("", &["configmaps"], &["get", "create", "delete"]),
+    ]
+}
+
+/// The core controllers of standalone mode, for a provider whose referenced kinds (infrastructure
+/// machines, clusters and their templates) are `infra_plurals` in `infra_group`.
+pub fn core(infra_group: &str, infra_plurals: &[&str]) -> Vec<PolicyRule> {
+    vec![
+        rule(CORE, &["clusters"], &["get", "list", "watch", "patch"]),
+        rule(
+            CORE,
+            &["machines", "machinesets"],
+            &["get", "list", "watch", "create", "patch", "delete"],
+        ),
+        rule(
+            CORE,
+            &["machinedeployments"],
+            &["get", "list", "watch", "patch", "delete"],
+        ),
+        rule(
+            CORE,
+            &["machinehealthchecks"],
+            &["get", "list", "watch", "delete"],
+        ),
+        rule(
+            CORE,
+            &[
+                "clusters/status",
+                "machines/status",
+                "machinesets/status",
+                "machinedeployments/status",
+                "machinehealthchecks/status",
+            ],
+            &["patch"],
+        ),
+        // Referenced objects: read, owned (patch), cloned from templates (create), deleted.
+        rule(
+            BOOTSTRAP,
+            &["kubeadmconfigs", "kubeadmconfigtemplates"],
+            &["get", "list", "watch", "create", "patch", "delete"],
+        ),
+        rule(
+            infra_group,
+            infra_plurals,
+            &["get", "list", "watch", "create", "patch", "delete"],
+        ),
+        // Kubeconfigs of workload clusters; what a deleted cluster owned.
+        rule("", &["secrets", "configmaps"], &["get", "list", "delete"]),
+    ]
+}
+
+/// A ClusterRole holding `rules`.
+pub fn cluster_role(name: &str, rules: Vec<PolicyRule>) -> ClusterRole {
+    ClusterRole {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            ..ObjectMeta::default()
+        },
+        rules: Some(rules),
+        ..ClusterRole::default()
+    }
+}
