@@ -99,6 +99,47 @@ impl World {
 }
 
 async fn world() -> World {
+    world_as(Identity::Admin).await
+}
+
+/// Whom the Manager runs as.
+enum Identity {
+    /// `system:masters`.
+    Admin,
+    /// The in-memory manager's ServiceAccount with only its generated RBAC
+    /// (`config/inmemory/rbac.yaml`), cluster-wide, with leader election.
+    GeneratedRbac,
+}
+
+/// A ServiceAccount token for the generated RBAC of the in-memory manager.
+async fn generated_rbac_token(env: &TestEnv) -> String {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/inmemory/rbac.yaml"),
+    )
+    .unwrap();
+    let system = "capi-inmemory-system";
+    let namespace: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(json!({"metadata": {"name": system}})).unwrap();
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(env.client())
+        .create(&Default::default(), &namespace)
+        .await
+        .unwrap();
+    manifest::create_all(&env.client(), system, &manifest::parse(&text).unwrap())
+        .await
+        .unwrap();
+    let request: k8s_openapi::api::authentication::v1::TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
+            .unwrap();
+    Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(env.client(), system)
+        .create_token_request("capi-inmemory-manager", &Default::default(), &request)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token
+}
+
+async fn world_as(identity: Identity) -> World {
     let _ = capi_actuator::telemetry::init_logging(capi_actuator::telemetry::LogFormat::Text);
     let mut crds = capi_core::crd::core();
     crds.extend(capi_bootstrap::api::crds());
@@ -120,7 +161,7 @@ async fn world() -> World {
     let registrar = NodeRegistrar::new(workload.client().await.unwrap(), cloud.clone());
     let kubelets = tokio::spawn(registrar.run(Duration::from_millis(100)));
 
-    let config = ManagerConfig {
+    let mut config = ManagerConfig {
         reconciler: ReconcilerOptions::default()
             .namespace(&ns)
             .retry_policy(policy()),
@@ -129,9 +170,20 @@ async fn world() -> World {
         burst: 500,
         ..ManagerConfig::default()
     };
-    let mut manager = Manager::new(env.control_plane().config().await.unwrap(), config)
-        .await
-        .unwrap();
+    let kube_config = match identity {
+        Identity::Admin => env.control_plane().config().await.unwrap(),
+        Identity::GeneratedRbac => {
+            // As deployed: every namespace, leader election in the system namespace.
+            config.reconciler = ReconcilerOptions::default().retry_policy(policy());
+            config.leader_election = Some(capi_actuator::manager::LeaderElectionConfig::new(
+                "capi-inmemory-system",
+                "capi-inmemory-manager",
+            ));
+            let token = generated_rbac_token(&env).await;
+            env.control_plane().config_with_token(&token).await.unwrap()
+        }
+    };
+    let mut manager = Manager::new(kube_config, config).await.unwrap();
     let actuator = Arc::new(InMemoryActuator::new(
         cloud.clone(),
         cloud.clone(),
@@ -1186,4 +1238,67 @@ async fn kubeadm_bootstrapped_control_plane_and_workers_come_up_and_go_away() {
         ["demo-kubeconfig"],
         "only the Secret the test made itself is left"
     );
+}
+
+#[tokio::test]
+async fn the_manager_needs_nothing_beyond_its_generated_rbac() {
+    let world = world_as(Identity::GeneratedRbac).await;
+    let objects = manifests(2, &[]);
+    manifest::create_all(&world.client(), &world.ns, &objects)
+        .await
+        .unwrap();
+    converged(&world, 2).await;
+    scale(&world, 1).await;
+    converged(&world, 1).await;
+    let clusters: Api<Cluster> = Api::namespaced(world.client(), &world.ns);
+    clusters
+        .delete("demo", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("everything deleted", || async {
+        clusters.get_opt("demo").await.unwrap().is_none() && all_machines(&world).await.is_empty()
+    })
+    .await;
+    assert_eq!(world.cloud.instance_count(), 0);
+
+    // Least privilege: what the manager does not need, it cannot do, and the refusal says what
+    // was refused to whom.
+    let token = generated_rbac_token_again(&world).await;
+    let restricted = Client::try_from(
+        world
+            .env
+            .control_plane()
+            .config_with_token(&token)
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let error = Api::<k8s_openapi::api::core::v1::Namespace>::all(restricted)
+        .delete(&world.ns, &DeleteParams::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("forbidden")
+            && error.contains("system:serviceaccount:capi-inmemory-system:capi-inmemory-manager")
+            && error.contains("namespaces"),
+        "{error}"
+    );
+}
+
+/// Another token for the same ServiceAccount.
+async fn generated_rbac_token_again(world: &World) -> String {
+    let request: k8s_openapi::api::authentication::v1::TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
+            .unwrap();
+    Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(
+        world.client(),
+        "capi-inmemory-system",
+    )
+    .create_token_request("capi-inmemory-manager", &Default::default(), &request)
+    .await
+    .unwrap()
+    .status
+    .unwrap()
+    .token
 }

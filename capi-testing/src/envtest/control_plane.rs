@@ -209,6 +209,13 @@ impl ControlPlane {
         config_from_kubeconfig(&self.kubeconfig).await
     }
 
+    /// The client configuration for the API server authenticated with `token` instead of the
+    /// admin's — a ServiceAccount's, to run code with exactly the permissions RBAC grants it.
+    pub async fn config_with_token(&self, token: &str) -> Result<Config, EnvtestError> {
+        let yaml = kubeconfig_yaml(self.url(), &self.dir.path().join("ca.crt"), token);
+        config_from_kubeconfig(&yaml).await
+    }
+
     /// A new client for the API server, authenticated as a member of `system:masters`.
     pub async fn client(&self) -> Result<Client, EnvtestError> {
         client_from_kubeconfig(&self.kubeconfig).await
