@@ -5,7 +5,9 @@
 //!   variables;
 //! - [`generate`]: `capictl generate cluster` — the built-in templates per provider and flavor,
 //!   flags and environment, `--list-variables`;
-//! - [`describe`]: `capictl describe cluster` — the cluster as a tree of objects with readiness.
+//! - [`describe`]: `capictl describe cluster` — the cluster as a tree of objects with readiness;
+//! - [`init`]: `capictl init` — CRDs, RBAC and the provider manager, applied idempotently;
+//! - [`manifests`]: the provider manager's generated RBAC, Deployment and clusterctl metadata.
 //!
 //! ```
 //! use capi_cli::generate::{Inputs, built_in, render};
@@ -23,4 +25,6 @@
 
 pub mod describe;
 pub mod generate;
+pub mod init;
+pub mod manifests;
 pub mod template;

@@ -4,6 +4,7 @@
 //! capictl generate cluster NAME [--infrastructure inmemory] [--flavor F] [--from FILE]
 //!                               [--kubernetes-version V] [--control-plane-machine-count N]
 //!                               [--worker-machine-count N] [--target-namespace NS] [--list-variables]
+//! capictl init [--infrastructure inmemory] [--dry-run]
 //! capictl describe cluster NAME [-n NS] [--show-conditions]
 //! capictl get kubeconfig NAME [-n NS]
 //! capictl delete cluster NAME [-n NS] [--wait]
@@ -41,6 +42,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Install the CRDs, RBAC and the provider manager into the management cluster (idempotent).
+    Init {
+        /// The infrastructure provider to install.
+        #[arg(long, default_value = "inmemory")]
+        infrastructure: String,
+        /// Print the YAML instead of applying it.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Render a cluster template.
     Generate {
         #[command(subcommand)]
@@ -180,6 +190,25 @@ fn main() -> std::process::ExitCode {
 
 async fn run(cli: Cli) -> Result<()> {
     match cli.command {
+        Command::Init {
+            infrastructure,
+            dry_run,
+        } => {
+            let objects = capi_cli::init::objects(&infrastructure)?;
+            if dry_run {
+                print!("{}", capi_cli::init::to_yaml(&objects)?);
+                return Ok(());
+            }
+            let client = client(cli.kubeconfig.as_deref()).await?;
+            let total = objects.len();
+            let mut done = 0;
+            capi_cli::init::apply(&client, &objects, |what| {
+                done += 1;
+                println!("[{done:>2}/{total}] applied {what}");
+            })
+            .await?;
+            println!("management cluster initialised with the {infrastructure} provider");
+        }
         Command::Generate {
             what: GenerateWhat::Cluster(args),
         } => {

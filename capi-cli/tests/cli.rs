@@ -161,3 +161,60 @@ async fn generated_clusters_apply_and_describe_get_and_delete_work_on_a_real_ser
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("does not exist"));
 }
+
+#[tokio::test]
+async fn init_installs_crds_rbac_and_the_manager_idempotently() {
+    let env = TestEnv::start().await.unwrap();
+    let kubeconfig = env
+        .control_plane()
+        .kubeconfig_path()
+        .to_str()
+        .unwrap()
+        .to_string();
+
+    let yaml = stdout(&capictl(&["init", "--dry-run"]));
+    for kind in [
+        "CustomResourceDefinition",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+    ] {
+        assert!(yaml.contains(&format!("kind: {kind}")), "{kind} missing");
+    }
+
+    let first = stdout(&capictl(&["--kubeconfig", &kubeconfig, "init"]));
+    assert!(
+        first.contains("applied CustomResourceDefinition machines.cluster.x-k8s.io"),
+        "{first}"
+    );
+    assert!(
+        first.contains("applied Deployment capi-inmemory-system/capi-inmemory-manager"),
+        "{first}"
+    );
+    let second = stdout(&capictl(&["--kubeconfig", &kubeconfig, "init"]));
+    assert!(
+        second.contains("initialised"),
+        "a second run succeeds: {second}"
+    );
+
+    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(env.client());
+    let role = roles.get("capi-inmemory-manager").await.unwrap();
+    assert!(!role.rules.unwrap_or_default().is_empty());
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(env.client(), "capi-inmemory-system");
+    let deployment = deployments.get("capi-inmemory-manager").await.unwrap();
+    let args = deployment.spec.unwrap().template.spec.unwrap().containers[0]
+        .args
+        .clone()
+        .unwrap();
+    assert!(args.contains(&"--with-core".to_string()));
+    // The CRDs serve: a Cluster can be created right away.
+    let cluster: capi_core::api::Cluster = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "x"}, "spec": {}
+    }))
+    .unwrap();
+    Api::<capi_core::api::Cluster>::namespaced(env.client(), "default")
+        .create(&Default::default(), &cluster)
+        .await
+        .unwrap();
+}
