@@ -7,7 +7,8 @@
 //!   flags and environment, `--list-variables`;
 //! - [`describe`]: `capictl describe cluster` — the cluster as a tree of objects with readiness;
 //! - [`init`]: `capictl init` — CRDs, RBAC and the provider manager, applied idempotently;
-//! - [`manifests`]: the provider manager's generated RBAC, Deployment and clusterctl metadata.
+//! - [`manifests`]: the provider manager's generated RBAC, Deployment and clusterctl metadata;
+//! - [`move_cluster`]: `capictl move` — a cluster's objects to another management cluster.
 //!
 //! ```
 //! use capi_cli::generate::{Inputs, built_in, render};
@@ -27,4 +28,5 @@ pub mod describe;
 pub mod generate;
 pub mod init;
 pub mod manifests;
+pub mod move_cluster;
 pub mod template;

@@ -8,6 +8,7 @@
 //! capictl describe cluster NAME [-n NS] [--show-conditions]
 //! capictl get kubeconfig NAME [-n NS]
 //! capictl delete cluster NAME [-n NS] [--wait]
+//! capictl move NAME [-n NS] --to-kubeconfig FILE
 //! ```
 //!
 //! Commands that talk to a management cluster use `--kubeconfig`, else `$KUBECONFIG` or
@@ -65,6 +66,17 @@ enum Command {
     Get {
         #[command(subcommand)]
         what: GetWhat,
+    },
+    /// Move a cluster's objects to another management cluster (resumable).
+    Move {
+        /// The cluster's name.
+        name: String,
+        /// The cluster's namespace.
+        #[arg(long, short = 'n', default_value = "default")]
+        namespace: String,
+        /// The target management cluster's kubeconfig.
+        #[arg(long)]
+        to_kubeconfig: std::path::PathBuf,
     },
     /// Delete a cluster.
     Delete {
@@ -270,6 +282,21 @@ async fn run(cli: Cli) -> Result<()> {
                     format!("Secret {namespace}/{secret_name} has no key \"value\"")
                 })?;
             print!("{}", String::from_utf8_lossy(&value.0));
+        }
+        Command::Move {
+            name,
+            namespace,
+            to_kubeconfig,
+        } => {
+            let source = client(cli.kubeconfig.as_deref()).await?;
+            let target = client(Some(&to_kubeconfig)).await?;
+            let moved =
+                capi_cli::move_cluster::move_cluster(&source, &target, &namespace, &name, |line| {
+                    println!("  {line}");
+                })
+                .await
+                .context("the move stopped; run the same command again to resume it")?;
+            println!("moved cluster {namespace}/{name} ({moved} objects)");
         }
         Command::Delete {
             what:

@@ -9,7 +9,7 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -183,10 +183,27 @@ async fn world_as(identity: Identity) -> World {
             env.control_plane().config_with_token(&token).await.unwrap()
         }
     };
+    let running = start_manager(kube_config, config, cloud.clone()).await;
+    World {
+        env,
+        ns,
+        cloud,
+        workload,
+        _tasks: vec![kubelets, running],
+    }
+}
+
+/// A Manager with the in-memory provider, kubeadm bootstrap and core controllers, running until
+/// the returned task is aborted.
+async fn start_manager(
+    kube_config: kube::Config,
+    config: ManagerConfig,
+    cloud: Arc<SimulatedCloud>,
+) -> tokio::task::JoinHandle<()> {
     let mut manager = Manager::new(kube_config, config).await.unwrap();
     let actuator = Arc::new(InMemoryActuator::new(
         cloud.clone(),
-        cloud.clone(),
+        cloud,
         Duration::from_millis(50),
     ));
     manager.add_machine_reconciler::<InMemoryMachine>(actuator.clone());
@@ -196,16 +213,9 @@ async fn world_as(identity: Identity) -> World {
         poll: Duration::from_millis(200),
         ..CoreSettings::default()
     });
-    let running = tokio::spawn(async move {
+    tokio::spawn(async move {
         let _ = manager.run_until(std::future::pending()).await;
-    });
-    World {
-        env,
-        ns,
-        cloud,
-        workload,
-        _tasks: vec![kubelets, running],
-    }
+    })
 }
 
 /// The machines that are Running and Ready with a node, by name.
@@ -1301,4 +1311,127 @@ async fn generated_rbac_token_again(world: &World) -> String {
     .status
     .unwrap()
     .token
+}
+
+#[tokio::test]
+async fn move_hands_a_running_cluster_to_another_management_cluster_without_touching_instances() {
+    let world = world().await;
+    let objects = manifests(2, &[]);
+    manifest::create_all(&world.client(), &world.ns, &objects)
+        .await
+        .unwrap();
+    converged(&world, 2).await;
+    let instances_before: Vec<String> = world.cloud.instances().into_iter().map(|i| i.id).collect();
+
+    // The target: another management cluster with the same CRDs and its own Manager, reaching
+    // the same cloud and workload cluster.
+    let mut crds = capi_core::crd::core();
+    crds.extend(capi_bootstrap::api::crds());
+    crds.extend(provider_inmemory::api::crds());
+    let target = TestEnv::start_with_crds(&crds).await.unwrap();
+    let config = ManagerConfig {
+        reconciler: ReconcilerOptions::default()
+            .namespace(&world.ns)
+            .retry_policy(policy()),
+        http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        ..ManagerConfig::default()
+    };
+    let _target_manager = start_manager(
+        target.control_plane().config().await.unwrap(),
+        config,
+        world.cloud.clone(),
+    )
+    .await;
+
+    // Interrupted after the copy: run again, and it completes without duplicating anything.
+    let source = world.client();
+    capi_cli::move_cluster::pause(&source, &world.ns, "demo")
+        .await
+        .unwrap();
+    let movable = capi_cli::move_cluster::objects_of(&source, &world.ns, "demo")
+        .await
+        .unwrap();
+    let kinds: BTreeSet<String> = movable.iter().map(|m| m.resource.kind.clone()).collect();
+    for kind in [
+        "Cluster",
+        "InMemoryCluster",
+        "MachineDeployment",
+        "MachineSet",
+        "Machine",
+        "InMemoryMachine",
+        "InMemoryMachineTemplate",
+        "Secret",
+    ] {
+        assert!(kinds.contains(kind), "{kind} is moved: {kinds:?}");
+    }
+    let first = capi_cli::move_cluster::copy(&target.client(), &world.ns, &movable, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(first, movable.len());
+    let moved =
+        capi_cli::move_cluster::move_cluster(&source, &target.client(), &world.ns, "demo", |_| {})
+            .await
+            .unwrap();
+    assert_eq!(moved, movable.len());
+
+    // The source is empty; the cloud still has exactly the same instances.
+    eventually("the source forgets the cluster", || async {
+        all_machines(&world).await.is_empty()
+            && Api::<Cluster>::namespaced(world.client(), &world.ns)
+                .get_opt("demo")
+                .await
+                .unwrap()
+                .is_none()
+    })
+    .await;
+    // The target runs it: its machines are Running and Ready on the same instances.
+    let target_machines: Api<Machine> = Api::namespaced(target.client(), &world.ns);
+    eventually("the target runs the moved machines", || async {
+        let machines = target_machines
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        machines.len() == 2
+            && machines.iter().all(|m| {
+                m.phase() == Some(MachinePhase::Running)
+                    && m.status
+                        .as_ref()
+                        .is_some_and(|s| condition::is_true(&s.conditions, condition::READY))
+            })
+    })
+    .await;
+    let target_cluster = Api::<Cluster>::namespaced(target.client(), &world.ns)
+        .get("demo")
+        .await
+        .unwrap();
+    assert!(!target_cluster.is_paused(), "unpaused in the target");
+    // A scale-up in the target works and the cloud never saw a duplicate.
+    let deployments: Api<MachineDeployment> = Api::namespaced(target.client(), &world.ns);
+    deployments
+        .patch(
+            "workers",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    eventually("three machines in the target", || async {
+        world.cloud.instance_count() == 3
+            && target_machines
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .len()
+                == 3
+    })
+    .await;
+    let instances_after: Vec<String> = world.cloud.instances().into_iter().map(|i| i.id).collect();
+    for id in &instances_before {
+        assert!(
+            instances_after.contains(id),
+            "instance {id} survived the move"
+        );
+    }
 }
