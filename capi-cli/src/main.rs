@@ -177,6 +177,22 @@ async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client> {
     Ok(Client::try_from(config)?)
 }
 
+/// A progress bar on a terminal (hidden otherwise; callers print plain lines then).
+fn progress_bar(len: Option<u64>) -> Option<indicatif::ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = match len {
+        Some(len) => indicatif::ProgressBar::new(len).with_style(
+            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        ),
+        None => indicatif::ProgressBar::new_spinner(),
+    };
+    bar.enable_steady_tick(Duration::from_millis(120));
+    Some(bar)
+}
+
 fn color() -> bool {
     std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) && std::io::stdout().is_terminal()
 }
@@ -212,13 +228,23 @@ async fn run(cli: Cli) -> Result<()> {
                 return Ok(());
             }
             let client = client(cli.kubeconfig.as_deref()).await?;
+            let bar = progress_bar(Some(objects.len() as u64));
             let total = objects.len();
             let mut done = 0;
             capi_cli::init::apply(&client, &objects, |what| {
                 done += 1;
-                println!("[{done:>2}/{total}] applied {what}");
+                match &bar {
+                    Some(bar) => {
+                        bar.set_message(format!("applied {what}"));
+                        bar.inc(1);
+                    }
+                    None => println!("[{done:>2}/{total}] applied {what}"),
+                }
             })
             .await?;
+            if let Some(bar) = bar {
+                bar.finish_and_clear();
+            }
             println!("management cluster initialised with the {infrastructure} provider");
         }
         Command::Generate {
@@ -314,6 +340,7 @@ async fn run(cli: Cli) -> Result<()> {
             clusters.delete(&name, &DeleteParams::background()).await?;
             println!("cluster {namespace}/{name} is being deleted");
             if wait {
+                let bar = progress_bar(None);
                 let mut last = String::new();
                 while clusters.get_opt(&name).await?.is_some() {
                     let tree = describe::tree(&client, &namespace, &name).await;
@@ -321,12 +348,17 @@ async fn run(cli: Cli) -> Result<()> {
                         Ok(tree) => count(&tree).saturating_sub(1),
                         Err(_) => 0,
                     };
-                    let line = format!("  waiting: {left} objects left");
-                    if line != last {
-                        println!("{line}");
-                        last = line;
+                    let line = format!("waiting: {left} objects left besides the Cluster");
+                    match &bar {
+                        Some(bar) => bar.set_message(line.clone()),
+                        None if line != last => println!("  {line}"),
+                        None => {}
                     }
+                    last = line;
                     tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                if let Some(bar) = bar {
+                    bar.finish_and_clear();
                 }
                 println!("cluster {namespace}/{name} and everything it owned are gone");
             }
