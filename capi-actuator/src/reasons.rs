@@ -120,3 +120,5 @@ pub const TOO_MANY_UNHEALTHY: &str = "TooManyUnhealthy";
 pub const HEALTHY: &str = "Healthy";
 /// The machine waits for its owner to replace it.
 pub const WAITING_FOR_REMEDIATION: &str = "WaitingForRemediation";
+/// The machine was made from an older template of its MachineDeployment.
+pub const NEEDS_ROLLOUT: &str = "NeedsRollout";

@@ -406,6 +406,7 @@ async fn a_machine_deployment_scales_rolls_heals_and_goes_away() {
     assert_eq!(table.cell(0, "Phase"), Some("Running"));
     assert_eq!(table.cell(0, "Ready"), Some("True"));
     assert_eq!(table.cell(0, "Available"), Some("True"));
+    assert_eq!(table.cell(0, "Up-to-date"), Some("True"));
     assert_eq!(table.cell(0, "Version"), Some("v1.33.0"));
     for (plural, column, value) in [
         ("machinesets", "Current", "3"),
@@ -432,6 +433,8 @@ async fn a_machine_deployment_scales_rolls_heals_and_goes_away() {
     let changes = Arc::new(Mutex::new(Vec::<(String, i64, i32)>::new()));
     let recorder = {
         let changes = Arc::clone(&changes);
+        // The last state of each set, kept apart from the log, which the test drains per phase.
+        let mut last_seen: BTreeMap<String, (i64, i32)> = BTreeMap::new();
         let sets = world.sets();
         tokio::spawn(async move {
             let mut stream = watcher(sets, watcher::Config::default())
@@ -443,11 +446,12 @@ async fn a_machine_deployment_scales_rolls_heals_and_goes_away() {
                     .get(labels::REVISION)
                     .and_then(|r| r.parse().ok())
                     .unwrap_or(0);
-                let entry = (set.name_any(), revision, set.spec.replicas.unwrap_or(0));
-                let mut changes = changes.lock().unwrap();
-                let last = changes.iter().rev().find(|c| c.0 == entry.0);
-                if last != Some(&entry) {
-                    changes.push(entry);
+                let state = (revision, set.spec.replicas.unwrap_or(0));
+                if last_seen.insert(set.name_any(), state) != Some(state) {
+                    changes
+                        .lock()
+                        .unwrap()
+                        .push((set.name_any(), state.0, state.1));
                 }
             }
         })
@@ -489,6 +493,7 @@ async fn a_machine_deployment_scales_rolls_heals_and_goes_away() {
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     let mut most = 0;
     let mut fewest_available = usize::MAX;
+    let mut needs_rollout = false;
     loop {
         let machines = all_machines(&world).await;
         let live: Vec<&Machine> = machines
@@ -505,6 +510,13 @@ async fn a_machine_deployment_scales_rolls_heals_and_goes_away() {
             .count();
         // Machines being deleted are on their way out; upstream does not count them either.
         most = most.max(live.len());
+        needs_rollout |= live.iter().any(|m| {
+            m.spec.version.as_deref() == Some("v1.33.0")
+                && m.status.as_ref().is_some_and(|s| {
+                    condition::get(&s.conditions, condition::UP_TO_DATE)
+                        .is_some_and(|c| c.reason == "NeedsRollout")
+                })
+        });
         fewest_available = fewest_available.min(available);
         let done = machines.len() == 2
             && live
@@ -534,6 +546,10 @@ async fn a_machine_deployment_scales_rolls_heals_and_goes_away() {
         "never fewer than replicas − maxUnavailable available: saw {fewest_available}"
     );
     assert_eq!(world.cloud.instance_count(), 2, "old instances deleted");
+    assert!(
+        needs_rollout,
+        "old machines reported UpToDate=False (NeedsRollout) while they lived"
+    );
     recorder.abort();
     let log: String = changes
         .lock()

@@ -335,7 +335,7 @@ async fn reconcile_once(
     status.replicas = Some(count(&|_| true));
     status.ready_replicas = Some(count(&|m| machine_condition(m, condition::READY)));
     status.available_replicas = Some(count(&|m| machine_condition(m, condition::AVAILABLE)));
-    status.up_to_date_replicas = Some(count(&|_| true));
+    status.up_to_date_replicas = Some(count(&|m| machine_condition(m, condition::UP_TO_DATE)));
     status.selector = Some(selector::to_string(&set.spec.selector));
     status.observed_generation = set.metadata.generation;
     write_status(&sets, set, &status).await?;

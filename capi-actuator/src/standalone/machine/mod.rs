@@ -8,7 +8,7 @@ pub(crate) mod status;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use capi_core::api::{Cluster, Machine, MachineAddress};
+use capi_core::api::{Cluster, Machine, MachineAddress, MachineDeployment};
 use capi_core::condition::{self, ConditionStatus, DesiredCondition};
 use capi_core::labels;
 use futures::{StreamExt, stream};
@@ -38,6 +38,7 @@ pub(crate) struct MachineController {
     workloads: Arc<WorkloadClusters>,
     node_changes: Mutex<Option<mpsc::UnboundedReceiver<NodeChange>>>,
     clusters: OnceLock<Store<Cluster>>,
+    deployments: OnceLock<Store<MachineDeployment>>,
     settings: CoreSettings,
 }
 
@@ -57,6 +58,7 @@ impl MachineController {
             workloads,
             node_changes: Mutex::new(Some(node_changes)),
             clusters: OnceLock::new(),
+            deployments: OnceLock::new(),
             settings,
         }
     }
@@ -75,6 +77,16 @@ impl Reconciler<Machine, MachineController> {
         .reflect(writer)
         .touched_objects();
         let _ = self.actuator.clusters.set(clusters);
+        let (deployments, writer) = reflector::store();
+        let deployment_changes = watcher(
+            self.options.api::<MachineDeployment>(&self.client),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+        let _ = self.actuator.deployments.set(deployments);
+        let by_deployment = machines.clone();
         let reference_changes = take(&self.actuator.reference_changes);
         let node_changes = take(&self.actuator.node_changes);
         let concurrency = self.options.concurrency;
@@ -117,6 +129,20 @@ impl Reconciler<Machine, MachineController> {
                     .state()
                     .into_iter()
                     .filter(|m| m.namespace() == namespace && m.spec.cluster_name == name)
+                    .map(|m| ObjectRef::from_obj(m.as_ref()))
+                    .collect::<Vec<_>>()
+            })
+            // A MachineDeployment's template changed: its machines say whether they are up to date.
+            .watches_stream(deployment_changes, move |deployment| {
+                let name = deployment.name_any();
+                let namespace = deployment.namespace();
+                by_deployment
+                    .state()
+                    .into_iter()
+                    .filter(|m| {
+                        m.namespace() == namespace
+                            && m.labels().get(labels::MACHINE_DEPLOYMENT_NAME) == Some(&name)
+                    })
                     .map(|m| ObjectRef::from_obj(m.as_ref()))
                     .collect::<Vec<_>>()
             })
@@ -237,7 +263,9 @@ async fn reconcile_once(
             (name, step)
         }
     };
+    let up_to_date = up_to_date(machine, deps.deployments.get(), &namespace);
     let facts = Facts {
+        up_to_date,
         generation: machine.metadata.generation,
         bootstrap_data,
         bootstrap,
@@ -554,5 +582,30 @@ fn node_readiness(node: &Node) -> (Step, Option<String>) {
             ),
             None,
         ),
+    }
+}
+
+/// `UpToDate`: whether the machine was made from its MachineDeployment's current template
+/// (machines of no deployment are up to date by definition).
+fn up_to_date(
+    machine: &Machine,
+    deployments: Option<&Store<MachineDeployment>>,
+    namespace: &str,
+) -> Step {
+    let Some(name) = machine.labels().get(labels::MACHINE_DEPLOYMENT_NAME) else {
+        return Step::done(reasons::UP_TO_DATE);
+    };
+    let deployment = deployments.and_then(|s| s.get(&ObjectRef::new(name).within(namespace)));
+    let Some(deployment) = deployment else {
+        return Step::done(reasons::UP_TO_DATE);
+    };
+    let current = super::machine_deployment::template_hash(&deployment.spec.template);
+    if machine.labels().get(super::TEMPLATE_HASH_LABEL) == Some(&current) {
+        Step::done(reasons::UP_TO_DATE)
+    } else {
+        Step::waiting(
+            reasons::NEEDS_ROLLOUT,
+            format!("MachineDeployment {name}'s template changed; the machine is to be replaced"),
+        )
     }
 }

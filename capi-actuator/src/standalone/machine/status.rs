@@ -59,6 +59,8 @@ impl Step {
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Facts {
     pub(crate) generation: Option<i64>,
+    /// Made from the current template of its MachineDeployment (if any).
+    pub(crate) up_to_date: Step,
     /// `spec.bootstrap.dataSecretName` is set.
     pub(crate) bootstrap_data: bool,
     pub(crate) bootstrap: Step,
@@ -98,6 +100,7 @@ pub(crate) fn desired(
         &facts.infrastructure,
     );
     set(&mut status, condition::NODE_READY, &facts.node);
+    set(&mut status, condition::UP_TO_DATE, &facts.up_to_date);
     set(
         &mut status,
         condition::DELETING,
@@ -195,6 +198,7 @@ mod tests {
     fn facts() -> Facts {
         Facts {
             generation: Some(1),
+            up_to_date: Step::done("UpToDate"),
             bootstrap_data: true,
             bootstrap: Step::done("DataSecretAvailable"),
             infrastructure_provisioned: true,
