@@ -24,7 +24,7 @@ use serde_json::json;
 
 use super::machine::status::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
 use super::workload::WorkloadClusters;
-use super::{CoreSettings, selector};
+use super::{CoreSettings, find_cluster, selector};
 use crate::health::{
     MachineObservation, NodeObservation, ObservedCondition, Verdict, assess, remediation_allowed,
 };
@@ -37,6 +37,7 @@ use crate::write;
 pub(crate) struct HealthCheckController {
     workloads: Arc<WorkloadClusters>,
     machines: OnceLock<Store<Machine>>,
+    clusters: OnceLock<Store<Cluster>>,
     settings: CoreSettings,
 }
 
@@ -45,6 +46,7 @@ impl HealthCheckController {
         Self {
             workloads,
             machines: OnceLock::new(),
+            clusters: OnceLock::new(),
             settings,
         }
     }
@@ -63,6 +65,16 @@ impl Reconciler<MachineHealthCheck, HealthCheckController> {
         .reflect(writer)
         .touched_objects();
         let _ = self.actuator.machines.set(machines);
+        let (clusters, writer) = reflector::store();
+        let cluster_changes = watcher(
+            self.options.api::<Cluster>(&self.client),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+        let _ = self.actuator.clusters.set(clusters);
+        let by_cluster = checks.clone();
         let concurrency = self.options.concurrency;
         let by_machine = checks.clone();
         let context = self.into_context(|deps, _, _| deps);
@@ -78,6 +90,17 @@ impl Reconciler<MachineHealthCheck, HealthCheckController> {
                             && c.spec.cluster_name == machine.spec.cluster_name
                             && selector::matches(&c.spec.selector, machine.metadata.labels.as_ref())
                     })
+                    .map(|c| ObjectRef::from_obj(c.as_ref()))
+                    .collect::<Vec<_>>()
+            })
+            // A Cluster changed (paused, deleted): its health checks look again.
+            .watches_stream(cluster_changes, move |cluster| {
+                let name = cluster.name_any();
+                let namespace = cluster.namespace();
+                by_cluster
+                    .state()
+                    .into_iter()
+                    .filter(|c| c.namespace() == namespace && c.spec.cluster_name == name)
                     .map(|c| ObjectRef::from_obj(c.as_ref()))
                     .collect::<Vec<_>>()
             })
@@ -154,9 +177,12 @@ async fn reconcile_once(
                 .observed_generation(generation),
         );
     };
-    let cluster = Api::<Cluster>::namespaced(context.client.clone(), &namespace)
-        .get_opt(&check.spec.cluster_name)
-        .await?;
+    let cluster = match deps.clusters.get() {
+        Some(store) => {
+            find_cluster(store, &context.client, &check.spec.cluster_name, &namespace).await?
+        }
+        None => None,
+    };
     let Some(cluster) = cluster else {
         return Ok(Next::Requeue(deps.settings.poll));
     };
