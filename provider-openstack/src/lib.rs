@@ -1,7 +1,11 @@
 //! The OpenStack infrastructure provider: `OpenStackCluster`, `OpenStackMachine` and
 //! `OpenStackMachineTemplate` reconciled through Keystone, Nova, Neutron and Octavia.
 //!
-//! **Not implemented yet.** This crate reserves its place in the workspace; it exports nothing, so
-//! nothing can be mistaken for a working provider. Its implementation is tracked as its own issue
-//! (DESIGN.md §9): CRDs in their own API group, a `clouds.yaml` credentials Secret, cluster
-//! infrastructure in CAPO's order, idempotent server creation keyed by the machine's UID.
+//! - [`api`]: the kinds and their CRDs (group `infrastructure.capi-rs.dev`, CAPO-shaped fields,
+//!   validation in the schema).
+//!
+//! **Only the API exists so far.** The cloud client, the actuators and the integration tests
+//! against a local OpenStack are the rest of the provider's issue; nothing here talks to a cloud
+//! yet, so nothing can be mistaken for a working provider.
+
+pub mod api;

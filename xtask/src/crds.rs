@@ -4,7 +4,8 @@ use anyhow::{Context, Result, bail};
 
 use crate::workspace_root;
 
-/// Writes every generated CRD folder (`crds/core`, `crds/bootstrap`, `crds/inmemory`) and the
+/// Writes every generated CRD folder (`crds/core`, `crds/bootstrap`, `crds/inmemory`,
+/// `crds/openstack`) and the
 /// in-memory provider's manifests (`config/inmemory`), or with `check` fails if any differs from
 /// what the code generates.
 pub(crate) fn run(check: bool) -> Result<()> {
@@ -12,6 +13,7 @@ pub(crate) fn run(check: bool) -> Result<()> {
         ("core", capi_core::crd::core()),
         ("bootstrap", capi_bootstrap::api::crds()),
         ("inmemory", provider_inmemory::api::crds()),
+        ("openstack", provider_openstack::api::crds()),
     ];
     for (folder, crds) in sets {
         sync_folder(folder, &capi_core::crd::render(&crds)?, check)?;

@@ -26,7 +26,7 @@ mod machine_deployment;
 mod machine_health_check;
 mod machine_set;
 mod reference;
-pub(crate) mod validation;
+pub mod validation;
 
 pub use cluster::*;
 pub use machine::*;

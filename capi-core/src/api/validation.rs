@@ -1,34 +1,35 @@
-//! Schema fragments shared by the kinds: patterns and hand-written schemas for fields whose Rust
-//! type cannot express the API server's validation on its own.
+//! Schema fragments shared by the kinds, and offered to providers' kinds: patterns and
+//! hand-written schemas for fields whose Rust type cannot express the API server's validation on
+//! its own. Use them with `#[schemars(pattern(...))]` and `#[schemars(schema_with = "...")]`.
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 
 /// A DNS-1123 subdomain (object names, API groups).
-pub(crate) const DNS_SUBDOMAIN: &str =
+pub const DNS_SUBDOMAIN: &str =
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 
 /// A DNS-1123 label (cluster names: they become label values and name prefixes).
-pub(crate) const DNS_LABEL: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+pub const DNS_LABEL: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 
 /// An IPv4 or IPv6 CIDR block such as `10.0.0.0/16` or `fd00::/108`.
-pub(crate) const CIDR: &str = r"^(((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])/(3[0-2]|[12]?[0-9])|[0-9a-fA-F:.]*:[0-9a-fA-F:.]*/(12[0-8]|1[01][0-9]|[1-9]?[0-9]))$";
+pub const CIDR: &str = r"^(((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])/(3[0-2]|[12]?[0-9])|[0-9a-fA-F:.]*:[0-9a-fA-F:.]*/(12[0-8]|1[01][0-9]|[1-9]?[0-9]))$";
 
 /// A Kubernetes semantic version such as `v1.30.2` or `1.31.0-rc.1`.
-pub(crate) const KUBERNETES_VERSION: &str =
+pub const KUBERNETES_VERSION: &str =
     r"^v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)([-+][0-9A-Za-z.+-]+)?$";
 
 /// A condition type: CamelCase, optionally prefixed with a DNS subdomain and a slash.
-pub(crate) const CONDITION_TYPE: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$";
+pub const CONDITION_TYPE: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$";
 
 /// A condition reason: CamelCase, as `metav1.Condition` requires.
-pub(crate) const CONDITION_REASON: &str = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$";
+pub const CONDITION_REASON: &str = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$";
 
 /// `unhealthyInRange`: `[min-max]`.
-pub(crate) const UNHEALTHY_RANGE: &str = r"^\[[0-9]+-[0-9]+\]$";
+pub const UNHEALTHY_RANGE: &str = r"^\[[0-9]+-[0-9]+\]$";
 
 /// An integer or a percentage (`maxSurge`, `maxUnavailable`, `maxInFlight`): a non-negative integer
 /// or a string such as `25%`.
-pub(crate) fn int_or_percent(_: &mut SchemaGenerator) -> Schema {
+pub fn int_or_percent(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "x-kubernetes-int-or-string": true,
         "minimum": 0,
@@ -39,7 +40,7 @@ pub(crate) fn int_or_percent(_: &mut SchemaGenerator) -> Schema {
 
 /// `status.conditions`: a list of `metav1.Condition` keyed by `type`, validated as upstream does
 /// (the stock `k8s-openapi` schema carries no validation).
-pub(crate) fn conditions(generator: &mut SchemaGenerator) -> Schema {
+pub fn conditions(generator: &mut SchemaGenerator) -> Schema {
     let time = generator.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>();
     json_schema!({
         "description": "Conditions of the object: the current state of each aspect, as metav1.Condition.",
@@ -64,7 +65,7 @@ pub(crate) fn conditions(generator: &mut SchemaGenerator) -> Schema {
 
 /// A `metav1.LabelSelector`: the stock schema plus the marker that makes it atomic for server-side
 /// apply, as upstream declares it.
-pub(crate) fn label_selector(generator: &mut SchemaGenerator) -> Schema {
+pub fn label_selector(generator: &mut SchemaGenerator) -> Schema {
     let mut schema =
         k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector::json_schema(generator);
     schema.insert("x-kubernetes-map-type".into(), "atomic".into());

@@ -1,0 +1,36 @@
+//! The checked-in CRD YAML of the OpenStack provider must be what its types generate.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+
+#[test]
+fn checked_in_crds_match_the_types_and_carry_the_contract_label() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/openstack");
+    let crds = provider_openstack::api::crds();
+    for crd in &crds {
+        let label = crd
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("cluster.x-k8s.io/v1beta2"));
+        assert_eq!(
+            label.map(String::as_str),
+            Some("v1alpha1"),
+            "{:?}",
+            crd.metadata.name
+        );
+        assert_eq!(
+            crd.spec.group, "infrastructure.capi-rs.dev",
+            "distinct from every upstream provider's group"
+        );
+    }
+    for rendered in capi_core::crd::render(&crds).unwrap() {
+        let path = dir.join(&rendered.file_name);
+        let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            on_disk == rendered.yaml,
+            "{} is stale or missing; run `cargo xtask crds`",
+            path.display()
+        );
+    }
+}
