@@ -32,6 +32,16 @@ pub const BUILT_IN: &[BuiltIn] = &[
         flavor: Some("ignition"),
         text: include_str!("../../templates/inmemory/cluster-template-ignition.yaml"),
     },
+    BuiltIn {
+        provider: "openstack",
+        flavor: None,
+        text: include_str!("../../templates/openstack/cluster-template.yaml"),
+    },
+    BuiltIn {
+        provider: "openstack",
+        flavor: Some("flatcar"),
+        text: include_str!("../../templates/openstack/cluster-template-flatcar.yaml"),
+    },
 ];
 
 /// Why a cluster could not be generated.
@@ -50,6 +60,9 @@ pub enum GenerateError {
     /// The template is malformed or variables are missing.
     #[error(transparent)]
     Template(#[from] TemplateError),
+    /// The `clouds.yaml` given cannot be used; the message says why (never quoting secrets).
+    #[error("clouds.yaml: {0}")]
+    CloudsYaml(String),
 }
 
 /// The built-in template for `provider` and `flavor`.
@@ -85,6 +98,8 @@ pub struct Inputs {
     pub control_plane_machine_count: Option<u32>,
     /// `WORKER_MACHINE_COUNT`.
     pub worker_machine_count: Option<u32>,
+    /// Further variables set by the command (e.g. from `--clouds-yaml`).
+    pub extra: BTreeMap<String, String>,
 }
 
 impl Inputs {
@@ -104,6 +119,13 @@ impl Inputs {
         }
         values
     }
+
+    fn lookup(&self, name: &str) -> Option<String> {
+        self.values()
+            .get(name)
+            .cloned()
+            .or_else(|| self.extra.get(name).cloned())
+    }
 }
 
 /// Renders `template` with the flags in `inputs`, then `env` (the process environment in the
@@ -114,8 +136,52 @@ pub fn render(
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<String, GenerateError> {
     let parsed = Template::parse(template)?;
-    let values = inputs.values();
-    Ok(parsed.render(|name| values.get(name).cloned().or_else(|| env(name)))?)
+    Ok(parsed.render(|name| inputs.lookup(name).or_else(|| env(name)))?)
+}
+
+/// The variables `--clouds-yaml FILE --cloud NAME` sets, like CAPO's `env.rc`:
+/// `OPENSTACK_CLOUD`, `OPENSTACK_CLOUD_YAML_B64` (a `clouds.yaml` holding only that cloud, so that
+/// other clouds' credentials never reach the cluster, without its local `cacert` path) and
+/// `OPENSTACK_CLOUD_CACERT_B64` (the CA bundle the entry's `cacert` names, read with
+/// `read_file`; empty without one).
+pub fn openstack_credentials(
+    clouds_yaml: &str,
+    cloud: &str,
+    read_file: impl Fn(&str) -> Result<Vec<u8>, String>,
+) -> Result<BTreeMap<String, String>, GenerateError> {
+    use base64::Engine;
+    let invalid = |why: String| GenerateError::CloudsYaml(why);
+    // Parse errors can quote the input, which holds passwords: only say where.
+    let parsed: serde_json::Value = serde_saphyr::from_str(clouds_yaml)
+        .map_err(|_| invalid("the file is not valid YAML".into()))?;
+    let clouds = parsed["clouds"]
+        .as_object()
+        .ok_or_else(|| invalid("it has no `clouds:` mapping".into()))?;
+    let mut entry = clouds.get(cloud).cloned().ok_or_else(|| {
+        let names: Vec<&str> = clouds.keys().map(String::as_str).collect();
+        invalid(format!(
+            "it has no cloud {cloud:?}; it has: {}",
+            names.join(", ")
+        ))
+    })?;
+    if !entry["auth"].is_object() {
+        return Err(invalid(format!("cloud {cloud:?} has no `auth:` section")));
+    }
+    let cacert = match entry.as_object_mut().and_then(|e| e.remove("cacert")) {
+        Some(serde_json::Value::String(path)) => read_file(&path)
+            .map_err(|why| invalid(format!("cloud {cloud:?}: cacert {path}: {why}")))?,
+        Some(_) => return Err(invalid(format!("cloud {cloud:?}: cacert is not a path"))),
+        None => Vec::new(),
+    };
+    let single = serde_json::json!({"clouds": {cloud: entry}});
+    let yaml = serde_saphyr::to_string(&single)
+        .map_err(|_| invalid("cannot write the selected cloud back as YAML".into()))?;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    Ok(BTreeMap::from([
+        ("OPENSTACK_CLOUD".to_string(), cloud.to_string()),
+        ("OPENSTACK_CLOUD_YAML_B64".to_string(), b64.encode(yaml)),
+        ("OPENSTACK_CLOUD_CACERT_B64".to_string(), b64.encode(cacert)),
+    ]))
 }
 
 /// What `--list-variables` prints, as clusterctl prints it.
@@ -145,7 +211,12 @@ mod tests {
                 kubernetes_version: Some("v1.33.0".into()),
                 ..Inputs::default()
             };
-            let text = render(template.text, &inputs, |_| None).unwrap();
+            // Every other required variable gets a placeholder.
+            let required = Template::parse(template.text).unwrap().variables().required;
+            let text = render(template.text, &inputs, |name| {
+                required.contains(name).then(|| "placeholder".to_string())
+            })
+            .unwrap();
             assert!(!text.contains("${"), "{text}");
             let documents = text.split("\n---\n").count();
             assert!(
@@ -181,6 +252,74 @@ mod tests {
         let text = render(template, &inputs, env).unwrap();
         assert!(text.contains("replicas: 5"), "the flag wins");
         assert!(text.contains("version: v1.32.1"));
+    }
+
+    #[test]
+    fn clouds_yaml_gives_one_cloud_and_its_ca() {
+        use base64::Engine;
+        let clouds = "clouds:\n  prod:\n    auth: {auth_url: https://keystone:5000/v3, username: u, password: s3cret, project_name: p}\n    region_name: RegionOne\n    cacert: /etc/ca.pem\n  other:\n    auth: {auth_url: https://x, username: o, password: other-secret}\n";
+        let vars = openstack_credentials(clouds, "prod", |path| {
+            assert_eq!(path, "/etc/ca.pem");
+            Ok(b"-----BEGIN CERTIFICATE-----\n".to_vec())
+        })
+        .unwrap();
+        let decode = |key: &str| {
+            String::from_utf8(
+                base64::engine::general_purpose::STANDARD
+                    .decode(&vars[key])
+                    .unwrap(),
+            )
+            .unwrap()
+        };
+        let yaml = decode("OPENSTACK_CLOUD_YAML_B64");
+        assert!(yaml.contains("s3cret") && yaml.contains("RegionOne"));
+        assert!(
+            !yaml.contains("other-secret"),
+            "other clouds stay out: {yaml}"
+        );
+        assert!(!yaml.contains("/etc/ca.pem"), "the local path stays out");
+        assert_eq!(
+            decode("OPENSTACK_CLOUD_CACERT_B64"),
+            "-----BEGIN CERTIFICATE-----\n"
+        );
+        assert_eq!(vars["OPENSTACK_CLOUD"], "prod");
+
+        let missing = openstack_credentials(clouds, "staging", |_| Ok(Vec::new()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            missing.contains("prod, other") || missing.contains("other, prod"),
+            "{missing}"
+        );
+        let broken = openstack_credentials("clouds: [password: s3cret", "prod", |_| Ok(Vec::new()))
+            .unwrap_err()
+            .to_string();
+        assert!(!broken.contains("s3cret"), "no secret in errors: {broken}");
+    }
+
+    #[test]
+    fn openstack_templates_render_with_the_credentials() {
+        let clouds =
+            "clouds:\n  prod:\n    auth: {auth_url: https://k, username: u, password: p}\n";
+        for flavor in [None, Some("flatcar")] {
+            let inputs = Inputs {
+                cluster_name: "demo".into(),
+                kubernetes_version: Some("v1.33.0".into()),
+                extra: openstack_credentials(clouds, "prod", |_| Ok(Vec::new())).unwrap(),
+                ..Inputs::default()
+            };
+            let env = |name: &str| match name {
+                "OPENSTACK_CONTROL_PLANE_MACHINE_FLAVOR" | "OPENSTACK_NODE_MACHINE_FLAVOR" => {
+                    Some("m1.medium".to_string())
+                }
+                "OPENSTACK_IMAGE_NAME" => Some("ubuntu-2404".to_string()),
+                "OPENSTACK_SSH_KEY_NAME" => Some("default".to_string()),
+                _ => None,
+            };
+            let text = render(built_in("openstack", flavor).unwrap(), &inputs, env).unwrap();
+            assert!(text.contains("cloudName: \"prod\""));
+            assert_eq!(text.contains("format: ignition"), flavor.is_some());
+        }
     }
 
     #[test]

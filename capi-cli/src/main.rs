@@ -4,6 +4,7 @@
 //! capictl generate cluster NAME [--infrastructure inmemory] [--flavor F] [--from FILE]
 //!                               [--kubernetes-version V] [--control-plane-machine-count N]
 //!                               [--worker-machine-count N] [--target-namespace NS] [--list-variables]
+//!                               [--clouds-yaml FILE --cloud NAME]
 //! capictl init [--infrastructure inmemory] [--dry-run]
 //! capictl describe cluster NAME [-n NS] [--show-conditions]
 //! capictl get kubeconfig NAME [-n NS]
@@ -119,6 +120,12 @@ struct GenerateCluster {
     /// Print the template's variables instead of rendering it.
     #[arg(long)]
     list_variables: bool,
+    /// OpenStack: a clouds.yaml whose cloud `--cloud` fills the credentials Secret and CA.
+    #[arg(long, requires = "cloud")]
+    clouds_yaml: Option<std::path::PathBuf>,
+    /// OpenStack: the cloud of `--clouds-yaml` to use.
+    #[arg(long)]
+    cloud: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -261,12 +268,23 @@ async fn run(cli: Cli) -> Result<()> {
                 print!("{}", generate::list_variables(&text)?);
                 return Ok(());
             }
+            let extra = match (&args.clouds_yaml, &args.cloud) {
+                (Some(path), Some(cloud)) => {
+                    let text = std::fs::read_to_string(path)
+                        .with_context(|| format!("reading {}", path.display()))?;
+                    generate::openstack_credentials(&text, cloud, |ca| {
+                        std::fs::read(ca).map_err(|e| e.to_string())
+                    })?
+                }
+                _ => Default::default(),
+            };
             let inputs = Inputs {
                 cluster_name: args.name,
                 namespace: args.target_namespace,
                 kubernetes_version: args.kubernetes_version,
                 control_plane_machine_count: args.control_plane_machine_count,
                 worker_machine_count: args.worker_machine_count,
+                extra,
             };
             print!(
                 "{}",

@@ -218,3 +218,78 @@ async fn init_installs_crds_rbac_and_the_manager_idempotently() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn an_openstack_cluster_from_a_clouds_yaml_applies_to_a_real_server() {
+    let mut crds = capi_core::crd::core();
+    crds.extend(capi_bootstrap::api::crds());
+    crds.extend(provider_openstack::api::crds());
+    let env = TestEnv::start_with_crds(&crds).await.unwrap();
+    let ns = env.namespace().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let clouds = dir.path().join("clouds.yaml");
+    std::fs::write(
+        &clouds,
+        "clouds:\n  prod:\n    auth: {auth_url: https://keystone:5000/v3, username: u, password: s3cret, project_name: p}\n",
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_capictl"))
+        .args([
+            "generate",
+            "cluster",
+            "os",
+            "--infrastructure",
+            "openstack",
+            "--flavor",
+            "flatcar",
+            "--clouds-yaml",
+            clouds.to_str().unwrap(),
+            "--cloud",
+            "prod",
+            "--kubernetes-version",
+            "v1.33.0",
+            "--target-namespace",
+            &ns,
+        ])
+        .env("OPENSTACK_CONTROL_PLANE_MACHINE_FLAVOR", "m1.medium")
+        .env("OPENSTACK_NODE_MACHINE_FLAVOR", "m1.small")
+        .env("OPENSTACK_IMAGE_NAME", "flatcar-stable")
+        .env("OPENSTACK_SSH_KEY_NAME", "default")
+        .output()
+        .unwrap();
+    let yaml = stdout(&output);
+    let objects = manifest::parse(&yaml).unwrap();
+    manifest::create_all(&env.client(), &ns, &objects)
+        .await
+        .unwrap();
+    let secret = Api::<Secret>::namespaced(env.client(), &ns)
+        .get("os-cloud-config")
+        .await
+        .unwrap();
+    let stored = String::from_utf8(secret.data.unwrap()["clouds.yaml"].0.clone()).unwrap();
+    assert!(
+        stored.contains("auth_url") && stored.contains("prod"),
+        "{stored}"
+    );
+
+    let unknown = Command::new(env!("CARGO_BIN_EXE_capictl"))
+        .args([
+            "generate",
+            "cluster",
+            "os",
+            "--infrastructure",
+            "openstack",
+            "--clouds-yaml",
+            clouds.to_str().unwrap(),
+            "--cloud",
+            "staging",
+        ])
+        .output()
+        .unwrap();
+    let error = String::from_utf8_lossy(&unknown.stderr);
+    assert!(
+        error.contains("no cloud \"staging\"; it has: prod"),
+        "{error}"
+    );
+    assert!(!error.contains("s3cret"));
+}

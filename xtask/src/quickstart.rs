@@ -96,6 +96,7 @@ pub(crate) fn run(keep_running: bool) -> Result<()> {
             kubernetes_version: Some(KUBERNETES_VERSION.into()),
             control_plane_machine_count: Some(1),
             worker_machine_count: Some(3),
+            ..Inputs::default()
         };
         let yaml = generate::render(generate::built_in("inmemory", None)?, &inputs, |_| None)?;
         let objects = manifest::parse(&yaml)?;
