@@ -45,6 +45,36 @@ where
     }
 }
 
+/// Merge-patches the status subresource with `desired` unless it equals `current` (an unchanged
+/// pass writes nothing, and so triggers nothing).
+pub(crate) async fn patch_status_if_changed<K, S>(
+    api: &Api<K>,
+    name: &str,
+    current: Option<&S>,
+    desired: &S,
+) -> Result<(), kube::Error>
+where
+    K: Clone + DeserializeOwned + Debug,
+    S: serde::Serialize + PartialEq,
+{
+    if current == Some(desired) {
+        return Ok(());
+    }
+    let value = serde_json::to_value(desired).map_err(kube::Error::SerdeError)?;
+    patch_status(api, name, value).await
+}
+
+/// Requests deletion; an object already gone is not an error.
+pub(crate) async fn delete<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
+where
+    K: Clone + DeserializeOwned + Debug,
+{
+    match api.delete(name, &kube::api::DeleteParams::default()).await {
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
+        other => other.map(drop),
+    }
+}
+
 /// Applies a plan's finalizer change.
 pub(crate) async fn change_finalizer<K>(
     api: &Api<K>,

@@ -17,19 +17,17 @@ use capi_core::condition::{self, ConditionStatus, DesiredCondition};
 use capi_core::labels;
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{DeleteParams, DynamicObject, ListParams};
+use kube::api::{DynamicObject, ListParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::machine::{receiver_stream, take};
 use super::references::{ReferenceError, References, initialization_flag};
 use super::workload::WorkloadClusters;
-use super::{CoreSettings, ownership};
+use super::{CoreSettings, cache, ownership, receiver_stream, take};
 use crate::plan::{FinalizerChange, Next};
 use crate::reasons;
 use crate::reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
@@ -69,14 +67,7 @@ impl Reconciler<Cluster, ClusterController> {
     /// Runs until `shutdown` completes; in-flight reconciles finish first.
     pub(crate) async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
         let (trigger, clusters) = self.trigger();
-        let (machines, writer) = reflector::store();
-        let machine_changes = watcher(
-            self.options.api::<Machine>(&self.client),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .reflect(writer)
-        .touched_objects();
+        let (machines, machine_changes) = cache(self.options.api::<Machine>(&self.client));
         let _ = self.actuator.machines.set(machines);
         let owners = receiver_stream(take(&self.actuator.reference_changes)).flat_map(|object| {
             let namespace = object.namespace().unwrap_or_default();
@@ -162,7 +153,8 @@ async fn reconcile_once(
             reasons::PAUSED,
             "reconciliation is paused".into(),
         );
-        write_status(&api, cluster, &status).await?;
+        write::patch_status_if_changed(&api, &cluster.name_any(), cluster.status.as_ref(), &status)
+            .await?;
         return Ok(Next::AwaitChange);
     }
     set(
@@ -364,7 +356,8 @@ async fn reconcile_once(
     status.control_plane = Some(summary(true));
     status.workers = Some(summary(false));
     status.observed_generation = generation;
-    write_status(&api, cluster, &status).await?;
+    write::patch_status_if_changed(&api, &cluster.name_any(), cluster.status.as_ref(), &status)
+        .await?;
     Ok(if infra_provisioned {
         Next::AwaitChange
     } else {
@@ -375,18 +368,6 @@ async fn reconcile_once(
 /// `spec.controlPlaneEndpoint` of an infrastructure cluster or control plane, if it has one.
 fn endpoint_of(object: &DynamicObject) -> Option<ApiEndpoint> {
     serde_json::from_value(object.data["spec"]["controlPlaneEndpoint"].clone()).ok()
-}
-
-async fn write_status(
-    api: &Api<Cluster>,
-    cluster: &Cluster,
-    status: &ClusterStatus,
-) -> Result<(), kube::Error> {
-    if cluster.status.as_ref() == Some(status) {
-        return Ok(());
-    }
-    let value = serde_json::to_value(status).map_err(kube::Error::SerdeError)?;
-    write::patch_status(api, &cluster.name_any(), value).await
 }
 
 /// One pass of deleting a cluster: deployments, sets, health checks and machines first; then the
@@ -449,7 +430,8 @@ async fn delete(
             .message(message)
             .observed_generation(cluster.metadata.generation),
         );
-        write_status(&api, cluster, &status).await?;
+        write::patch_status_if_changed(&api, &cluster.name_any(), cluster.status.as_ref(), &status)
+            .await?;
         return Ok(Next::Requeue(deps.settings.poll));
     }
     // What the cluster owns in the management cluster (PKI, kubeconfig, locks): deleted here, so
@@ -527,14 +509,7 @@ where
         .iter()
         .filter(|o| o.meta().deletion_timestamp.is_none())
     {
-        match api
-            .delete(&object.name_any(), &DeleteParams::background())
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.is_not_found() => {}
-            Err(error) => return Err(error),
-        }
+        write::delete(&api, &object.name_any()).await?;
     }
     Ok(objects.len())
 }
@@ -554,12 +529,7 @@ where
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
     for object in api.list_metadata(&ListParams::default()).await?.items {
         if ownership::is_owned_by(&object.metadata, owner_uid) {
-            let name = object.metadata.name.unwrap_or_default();
-            match api.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(status)) if status.is_not_found() => {}
-                Err(error) => return Err(error),
-            }
+            write::delete(&api, &object.metadata.name.unwrap_or_default()).await?;
         }
     }
     Ok(())

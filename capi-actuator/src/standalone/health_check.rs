@@ -17,14 +17,13 @@ use capi_core::labels;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::machine::status::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
 use super::workload::WorkloadClusters;
-use super::{CoreSettings, find_cluster, selector};
+use super::{CoreSettings, cache, find_cluster, of_cluster, selector};
 use crate::health::{
     MachineObservation, NodeObservation, ObservedCondition, Verdict, assess, remediation_allowed,
 };
@@ -56,23 +55,9 @@ impl Reconciler<MachineHealthCheck, HealthCheckController> {
     /// Runs until `shutdown` completes; in-flight reconciles finish first.
     pub(crate) async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
         let (trigger, checks) = self.trigger();
-        let (machines, writer) = reflector::store();
-        let machine_changes = watcher(
-            self.options.api::<Machine>(&self.client),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .reflect(writer)
-        .touched_objects();
+        let (machines, machine_changes) = cache(self.options.api::<Machine>(&self.client));
         let _ = self.actuator.machines.set(machines);
-        let (clusters, writer) = reflector::store();
-        let cluster_changes = watcher(
-            self.options.api::<Cluster>(&self.client),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .reflect(writer)
-        .touched_objects();
+        let (clusters, cluster_changes) = cache(self.options.api::<Cluster>(&self.client));
         let _ = self.actuator.clusters.set(clusters);
         let by_cluster = checks.clone();
         let concurrency = self.options.concurrency;
@@ -94,16 +79,10 @@ impl Reconciler<MachineHealthCheck, HealthCheckController> {
                     .collect::<Vec<_>>()
             })
             // A Cluster changed (paused, deleted): its health checks look again.
-            .watches_stream(cluster_changes, move |cluster| {
-                let name = cluster.name_any();
-                let namespace = cluster.namespace();
-                by_cluster
-                    .state()
-                    .into_iter()
-                    .filter(|c| c.namespace() == namespace && c.spec.cluster_name == name)
-                    .map(|c| ObjectRef::from_obj(c.as_ref()))
-                    .collect::<Vec<_>>()
-            })
+            .watches_stream(
+                cluster_changes,
+                of_cluster(by_cluster, |c: &MachineHealthCheck| &c.spec.cluster_name),
+            )
             .graceful_shutdown_on(shutdown)
             .run(
                 reconcile_check,
@@ -194,7 +173,8 @@ async fn reconcile_once(
             reasons::PAUSED,
             "reconciliation is paused".into(),
         );
-        write_status(&api, check, &status).await?;
+        write::patch_status_if_changed(&api, &check.name_any(), check.status.as_ref(), &status)
+            .await?;
         return Ok(Next::AwaitChange);
     }
     set(
@@ -382,21 +362,9 @@ async fn reconcile_once(
     status.remediations_allowed = Some(if allowed { unhealthy } else { 0 });
     status.targets = targets.iter().map(|m| m.name_any()).collect();
     status.observed_generation = generation;
-    write_status(&api, check, &status).await?;
+    write::patch_status_if_changed(&api, &check.name_any(), check.status.as_ref(), &status).await?;
     Ok(match recheck {
         Some(after) => Next::Requeue(after + Duration::from_secs(1)),
         None => Next::Resync,
     })
-}
-
-async fn write_status(
-    api: &Api<MachineHealthCheck>,
-    check: &MachineHealthCheck,
-    status: &MachineHealthCheckStatus,
-) -> Result<(), kube::Error> {
-    if check.status.as_ref() == Some(status) {
-        return Ok(());
-    }
-    let value = serde_json::to_value(status).map_err(kube::Error::SerdeError)?;
-    write::patch_status(api, &check.name_any(), value).await
 }

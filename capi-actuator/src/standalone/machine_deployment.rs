@@ -20,14 +20,13 @@ use capi_core::api::{
 use capi_core::condition::{self, ConditionStatus, DesiredCondition};
 use capi_core::labels;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{ListParams, PostParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use super::{CoreSettings, find_cluster, ownership, selector};
+use super::{CoreSettings, cache, find_cluster, of_cluster, ownership, selector};
 use crate::plan::{EventNote, FinalizerChange, Next};
 use crate::reasons;
 use crate::reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
@@ -60,22 +59,8 @@ impl Reconciler<MachineDeployment, DeploymentController> {
     /// Runs until `shutdown` completes; in-flight reconciles finish first.
     pub(crate) async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
         let (trigger, deployments) = self.trigger();
-        let (sets, writer) = reflector::store();
-        let set_changes = watcher(
-            self.options.api::<MachineSet>(&self.client),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .reflect(writer)
-        .touched_objects();
-        let (clusters, writer) = reflector::store();
-        let cluster_changes = watcher(
-            self.options.api::<Cluster>(&self.client),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .reflect(writer)
-        .touched_objects();
+        let (sets, set_changes) = cache(self.options.api::<MachineSet>(&self.client));
+        let (clusters, cluster_changes) = cache(self.options.api::<Cluster>(&self.client));
         let _ = self.actuator.sets.set(sets);
         let _ = self.actuator.clusters.set(clusters);
         let concurrency = self.options.concurrency;
@@ -89,16 +74,10 @@ impl Reconciler<MachineDeployment, DeploymentController> {
                     .filter(|o| o.kind == "MachineDeployment")
                     .map(|o| ObjectRef::new(&o.name).within(&namespace))
             })
-            .watches_stream(cluster_changes, move |cluster| {
-                let name = cluster.name_any();
-                let namespace = cluster.namespace();
-                by_cluster
-                    .state()
-                    .into_iter()
-                    .filter(|d| d.namespace() == namespace && d.spec.cluster_name == name)
-                    .map(|d| ObjectRef::from_obj(d.as_ref()))
-                    .collect::<Vec<_>>()
-            })
+            .watches_stream(
+                cluster_changes,
+                of_cluster(by_cluster, |d: &MachineDeployment| &d.spec.cluster_name),
+            )
             .graceful_shutdown_on(shutdown)
             .run(
                 reconcile_deployment,
@@ -179,7 +158,7 @@ async fn reconcile_once(
             .iter()
             .filter(|s| s.metadata.deletion_timestamp.is_none())
         {
-            delete_set(&sets_api, &set.name_any()).await?;
+            write::delete(&sets_api, &set.name_any()).await?;
         }
         return Ok(Next::Requeue(deps.settings.poll));
     }
@@ -274,7 +253,13 @@ async fn reconcile_once(
                     error.to_string(),
                 ),
             );
-            write_status(&api, deployment, &status).await?;
+            write::patch_status_if_changed(
+                &api,
+                &deployment.name_any(),
+                deployment.status.as_ref(),
+                &status,
+            )
+            .await?;
             return Ok(Next::AwaitChange);
         }
     };
@@ -358,7 +343,7 @@ async fn reconcile_once(
                     let empty = old.spec.replicas == Some(0)
                         && old.status.as_ref().and_then(|s| s.replicas).unwrap_or(0) == 0;
                     if empty {
-                        delete_set(&sets_api, &old.name_any()).await?;
+                        write::delete(&sets_api, &old.name_any()).await?;
                     }
                 }
                 if old_sets.is_empty() && new.spec.replicas == Some(desired) {
@@ -376,7 +361,13 @@ async fn reconcile_once(
         desired,
         available_floor,
     );
-    write_status(&api, deployment, &status).await?;
+    write::patch_status_if_changed(
+        &api,
+        &deployment.name_any(),
+        deployment.status.as_ref(),
+        &status,
+    )
+    .await?;
     write::publish(&context.recorder, deployment, &events).await;
     Ok(next)
 }
@@ -537,26 +528,6 @@ fn set_condition(
             .message(message)
             .observed_generation(deployment.metadata.generation),
     );
-}
-
-async fn write_status(
-    api: &Api<MachineDeployment>,
-    deployment: &MachineDeployment,
-    status: &MachineDeploymentStatus,
-) -> Result<(), kube::Error> {
-    if deployment.status.as_ref() == Some(status) {
-        return Ok(());
-    }
-    let value = serde_json::to_value(status).map_err(kube::Error::SerdeError)?;
-    write::patch_status(api, &deployment.name_any(), value).await
-}
-
-async fn delete_set(api: &Api<MachineSet>, name: &str) -> Result<(), kube::Error> {
-    match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
-        Err(error) => Err(error),
-    }
 }
 
 #[cfg(test)]

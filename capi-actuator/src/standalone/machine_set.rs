@@ -17,17 +17,16 @@ use capi_core::condition::{self, ConditionStatus, DesiredCondition};
 use capi_core::labels;
 use futures::{StreamExt, stream};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{DynamicObject, ListParams, PostParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use super::expectations::Expectations;
 use super::machine::status::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
 use super::references::{ReferenceError, References};
-use super::{CoreSettings, find_cluster, ownership, selector};
+use super::{CoreSettings, cache, find_cluster, of_cluster, ownership, selector};
 use crate::deletion_priority::{MachineFacts, select_for_deletion};
 use crate::plan::{EventNote, FinalizerChange, Next};
 use crate::reasons;
@@ -72,22 +71,8 @@ impl Reconciler<MachineSet, MachineSetController> {
     /// Runs until `shutdown` completes; in-flight reconciles finish first.
     pub(crate) async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
         let (trigger, sets) = self.trigger();
-        let (machines, writer) = reflector::store();
-        let machine_changes = watcher(
-            self.options.api::<Machine>(&self.client),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .reflect(writer)
-        .touched_objects();
-        let (clusters, writer) = reflector::store();
-        let cluster_changes = watcher(
-            self.options.api::<Cluster>(&self.client),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .reflect(writer)
-        .touched_objects();
+        let (machines, machine_changes) = cache(self.options.api::<Machine>(&self.client));
+        let (clusters, cluster_changes) = cache(self.options.api::<Cluster>(&self.client));
         let _ = self.actuator.machines.set(machines);
         let _ = self.actuator.clusters.set(clusters);
         let concurrency = self.options.concurrency;
@@ -117,16 +102,10 @@ impl Reconciler<MachineSet, MachineSetController> {
                     .map(|s| ObjectRef::from_obj(s.as_ref()))
                     .collect()
             })
-            .watches_stream(cluster_changes, move |cluster| {
-                let name = cluster.name_any();
-                let namespace = cluster.namespace();
-                for_clusters
-                    .state()
-                    .into_iter()
-                    .filter(|s| s.namespace() == namespace && s.spec.cluster_name == name)
-                    .map(|s| ObjectRef::from_obj(s.as_ref()))
-                    .collect::<Vec<_>>()
-            })
+            .watches_stream(
+                cluster_changes,
+                of_cluster(for_clusters, |s: &MachineSet| &s.spec.cluster_name),
+            )
             .graceful_shutdown_on(shutdown)
             .run(
                 reconcile_set,
@@ -181,7 +160,7 @@ async fn reconcile_once(
             .iter()
             .filter(|m| m.metadata.deletion_timestamp.is_none())
         {
-            delete_machine(&machines_api, &machine.name_any()).await?;
+            write::delete(&machines_api, &machine.name_any()).await?;
         }
         return Ok(Next::Requeue(deps.settings.poll));
     }
@@ -202,7 +181,8 @@ async fn reconcile_once(
     let paused = cluster.is_paused() || labels::has_paused_annotation(&set.metadata);
     set_condition(&mut status, set, condition::PAUSED, paused);
     if paused {
-        write_status(&sets, set, &status).await?;
+        write::patch_status_if_changed(&sets, &set.name_any(), set.status.as_ref(), &status)
+            .await?;
         return Ok(Next::AwaitChange);
     }
 
@@ -266,7 +246,7 @@ async fn reconcile_once(
         .collect();
     for name in &remediate {
         deps.expectations.deleted(&uid, name);
-        delete_machine(&machines_api, name).await?;
+        write::delete(&machines_api, name).await?;
         events.push(note(
             reasons::MACHINE_DELETED,
             format!("deleted machine {name} for remediation"),
@@ -319,7 +299,7 @@ async fn reconcile_once(
             .unwrap_or_default();
         for name in select_for_deletion(&facts, active.len() - desired, order) {
             deps.expectations.deleted(&uid, &name);
-            delete_machine(&machines_api, &name).await?;
+            write::delete(&machines_api, &name).await?;
             events.push(note(
                 reasons::MACHINE_DELETED,
                 format!("deleted machine {name}"),
@@ -338,7 +318,7 @@ async fn reconcile_once(
     status.up_to_date_replicas = Some(count(&|m| machine_condition(m, condition::UP_TO_DATE)));
     status.selector = Some(selector::to_string(&set.spec.selector));
     status.observed_generation = set.metadata.generation;
-    write_status(&sets, set, &status).await?;
+    write::patch_status_if_changed(&sets, &set.name_any(), set.status.as_ref(), &status).await?;
     write::publish(&context.recorder, set, &events).await;
     Ok(next)
 }
@@ -361,18 +341,6 @@ fn set_condition(status: &mut MachineSetStatus, set: &MachineSet, type_: &str, v
         &mut status.conditions,
         DesiredCondition::new(type_, state, reason).observed_generation(set.metadata.generation),
     );
-}
-
-async fn write_status(
-    api: &Api<MachineSet>,
-    set: &MachineSet,
-    status: &MachineSetStatus,
-) -> Result<(), kube::Error> {
-    if set.status.as_ref() == Some(status) {
-        return Ok(());
-    }
-    let value = serde_json::to_value(status).map_err(kube::Error::SerdeError)?;
-    write::patch_status(api, &set.name_any(), value).await
 }
 
 fn machine_condition(machine: &Machine, type_: &str) -> bool {
@@ -406,14 +374,6 @@ fn machine_facts(machine: &Machine) -> MachineFacts {
             .map_or(0, |t| t.0.as_second()),
         marked_for_deletion: annotated || machine.metadata.deletion_timestamp.is_some(),
         unhealthy,
-    }
-}
-
-async fn delete_machine(api: &Api<Machine>, name: &str) -> Result<(), kube::Error> {
-    match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
-        Err(error) => Err(error),
     }
 }
 
@@ -496,8 +456,39 @@ async fn create_machine(
             return Err(error.into());
         }
     };
-    complete_machine(set, &created, namespace, deps).await?;
+    // Fresh: nothing to look up, the objects cannot exist yet (a create that finds one is fine).
+    for (template_ref, target) in cloned_from(set, &created) {
+        clone_template(template_ref, target, &created, namespace, deps).await?;
+    }
     Ok(name)
+}
+
+/// The (template, object) pairs of a machine that this set's templates stand for.
+fn cloned_from<'a>(
+    set: &'a MachineSet,
+    machine: &'a Machine,
+) -> impl Iterator<
+    Item = (
+        &'a ContractVersionedObjectReference,
+        &'a ContractVersionedObjectReference,
+    ),
+> {
+    let template = &set.spec.template.spec;
+    let pairs = [
+        Some((
+            &template.infrastructure_ref,
+            &machine.spec.infrastructure_ref,
+        )),
+        template
+            .bootstrap
+            .config_ref
+            .as_ref()
+            .zip(machine.spec.bootstrap.config_ref.as_ref()),
+    ];
+    pairs
+        .into_iter()
+        .flatten()
+        .filter(|(template_ref, target)| instance_of(template_ref, &target.name) == **target)
 }
 
 /// Clones the templates of a machine that is not provisioned yet and lacks its bootstrap config
@@ -517,22 +508,7 @@ async fn complete_machine(
     if provisioned || machine.metadata.deletion_timestamp.is_some() {
         return Ok(());
     }
-    let template = &set.spec.template.spec;
-    let pairs = [
-        Some((
-            &template.infrastructure_ref,
-            &machine.spec.infrastructure_ref,
-        )),
-        template
-            .bootstrap
-            .config_ref
-            .as_ref()
-            .zip(machine.spec.bootstrap.config_ref.as_ref()),
-    ];
-    for (template_ref, target) in pairs.into_iter().flatten() {
-        if instance_of(template_ref, &target.name) != *target {
-            continue; // Not made from this set's template.
-        }
+    for (template_ref, target) in cloned_from(set, machine) {
         let known = deps.references.synced(target).await?
             && deps.references.get(target, namespace).await?.is_some();
         if !known

@@ -41,12 +41,18 @@ mod references;
 pub mod selector;
 mod workload;
 
-use std::sync::Arc;
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use capi_core::api::Cluster;
-use kube::Api;
-use kube::runtime::reflector::{ObjectRef, Store};
+use futures::{Stream, stream};
+use k8s_openapi::NamespaceResourceScope;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
 
 pub use machine_deployment::{MACHINE_DEPLOYMENT_FINALIZER, TEMPLATE_HASH_LABEL, template_hash};
 pub use machine_set::MACHINE_SET_FINALIZER;
@@ -100,4 +106,63 @@ async fn find_cluster(
     }
     let api: Api<Cluster> = Api::namespaced(client.clone(), namespace);
     Ok(api.get_opt(name).await?.map(Arc::new))
+}
+
+/// A cache of every object `api` sees, and the stream of changes that fills it (hand it to
+/// `Controller::watches_stream`, which drives it).
+fn cache<K>(
+    api: Api<K>,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store();
+    let changes = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+    (store, changes)
+}
+
+/// Maps a changed Cluster to the objects of `store` that belong to it (same namespace,
+/// `cluster_name` naming it).
+fn of_cluster<K>(
+    store: Store<K>,
+    cluster_name: fn(&K) -> &str,
+) -> impl Fn(Cluster) -> Vec<ObjectRef<K>> + Send + Sync + 'static
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + Send + Sync + 'static,
+{
+    move |cluster| {
+        let name = cluster.name_any();
+        let namespace = cluster.namespace();
+        store
+            .state()
+            .into_iter()
+            .filter(|o| o.namespace() == namespace && cluster_name(o) == name)
+            .map(|o| ObjectRef::from_obj(o.as_ref()))
+            .collect()
+    }
+}
+
+/// Takes a receiver out of its slot (once; later calls get none).
+fn take<T>(slot: &Mutex<Option<mpsc::UnboundedReceiver<T>>>) -> Option<mpsc::UnboundedReceiver<T>> {
+    slot.lock().unwrap_or_else(PoisonError::into_inner).take()
+}
+
+/// A receiver as a stream; an absent one never yields.
+fn receiver_stream<T: Send + 'static>(
+    receiver: Option<mpsc::UnboundedReceiver<T>>,
+) -> impl Stream<Item = T> + Send + 'static {
+    use futures::StreamExt;
+    match receiver {
+        Some(receiver) => stream::unfold(receiver, |mut receiver| async move {
+            receiver.recv().await.map(|item| (item, receiver))
+        })
+        .left_stream(),
+        None => stream::pending().right_stream(),
+    }
 }

@@ -1,53 +1,26 @@
-//! Label selectors as the API server evaluates them, for objects read from caches.
+//! Label selectors as the API server evaluates them, for objects read from caches — kube's
+//! [`Selector`] applied to the API's `LabelSelector`.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::core::{Selector, SelectorExt};
 
 /// Whether `labels` match `selector` (`matchLabels` and every `matchExpressions` operator:
 /// `In`, `NotIn`, `Exists`, `DoesNotExist`). An empty selector matches everything, as in the API;
-/// an unknown operator matches nothing.
+/// a malformed one (an unknown operator, `In` without values) matches nothing.
 pub fn matches(selector: &LabelSelector, labels: Option<&BTreeMap<String, String>>) -> bool {
     let empty = BTreeMap::new();
-    let labels = labels.unwrap_or(&empty);
-    let exact = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(key, value)| labels.get(key) == Some(value));
-    exact
-        && selector.match_expressions.iter().flatten().all(|rule| {
-            let value = labels.get(&rule.key);
-            let values = rule.values.as_deref().unwrap_or_default();
-            match rule.operator.as_str() {
-                "In" => value.is_some_and(|v| values.contains(v)),
-                "NotIn" => value.is_none_or(|v| !values.contains(v)),
-                "Exists" => value.is_some(),
-                "DoesNotExist" => value.is_none(),
-                _ => false,
-            }
-        })
+    Selector::try_from(selector.clone())
+        .is_ok_and(|selector| selector.matches(labels.unwrap_or(&empty)))
 }
 
-/// The selector in the API's string form (`a=b,c in (d,e)`), as the scale subresource reports it.
+/// The selector in the API's string form (`a=b,c in (d,e)`), as the scale subresource reports it;
+/// empty for a malformed selector.
 pub fn to_string(selector: &LabelSelector) -> String {
-    let mut parts: Vec<String> = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .map(|(key, value)| format!("{key}={value}"))
-        .collect();
-    for rule in selector.match_expressions.iter().flatten() {
-        let values = rule.values.as_deref().unwrap_or_default().join(",");
-        parts.push(match rule.operator.as_str() {
-            "In" => format!("{} in ({values})", rule.key),
-            "NotIn" => format!("{} notin ({values})", rule.key),
-            "Exists" => rule.key.clone(),
-            "DoesNotExist" => format!("!{}", rule.key),
-            other => format!("{} {other} ({values})", rule.key),
-        });
-    }
-    parts.join(",")
+    Selector::try_from(selector.clone())
+        .map(|selector| selector.to_string())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

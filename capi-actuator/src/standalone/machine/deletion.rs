@@ -9,7 +9,6 @@ use capi_core::condition::{self, ConditionStatus, DesiredCondition};
 use capi_core::labels;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -146,14 +145,9 @@ pub(super) async fn delete(
             .get(&namespace, &machine.spec.cluster_name)
             .await
         {
-            Ok(workload) => Api::<Node>::all(workload.client)
-                .delete(node, &DeleteParams::default())
+            Ok(workload) => write::delete(&Api::<Node>::all(workload.client), node)
                 .await
-                .map(drop)
-                .or_else(|error| match error {
-                    kube::Error::Api(status) if status.is_not_found() => Ok(()),
-                    other => Err(other.to_string()),
-                }),
+                .map_err(|error| error.to_string()),
             Err(error) => Err(error.to_string()),
         };
         if let Err(message) = result {
@@ -221,11 +215,7 @@ async fn delete_bootstrap_secret(
         .iter()
         .any(|r| r.kind == config.kind && r.name == config.name);
     if owned_by_config {
-        match secrets.delete(name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.is_not_found() => {}
-            Err(error) => return Err(error),
-        }
+        write::delete(&secrets, name).await?;
     }
     Ok(())
 }

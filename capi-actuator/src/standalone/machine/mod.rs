@@ -5,7 +5,7 @@ mod deletion;
 mod drain;
 pub(crate) mod status;
 
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use capi_core::api::{Cluster, Machine, MachineAddress, MachineDeployment};
@@ -16,8 +16,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::DynamicObject;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -25,7 +24,7 @@ use tokio::sync::mpsc;
 use self::status::{Facts, Step};
 use super::references::{ReferenceError, References, initialization_flag};
 use super::workload::{NodeChange, WorkloadClusters};
-use super::{CoreSettings, find_cluster, ownership};
+use super::{CoreSettings, cache, find_cluster, of_cluster, ownership, receiver_stream, take};
 use crate::plan::Next;
 use crate::reasons;
 use crate::reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
@@ -68,23 +67,10 @@ impl Reconciler<Machine, MachineController> {
     /// Runs until `shutdown` completes; in-flight reconciles finish first.
     pub(crate) async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
         let (trigger, machines) = self.trigger();
-        let (clusters, writer) = reflector::store();
-        let cluster_changes = watcher(
-            self.options.api::<Cluster>(&self.client),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .reflect(writer)
-        .touched_objects();
+        let (clusters, cluster_changes) = cache(self.options.api::<Cluster>(&self.client));
         let _ = self.actuator.clusters.set(clusters);
-        let (deployments, writer) = reflector::store();
-        let deployment_changes = watcher(
-            self.options.api::<MachineDeployment>(&self.client),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .reflect(writer)
-        .touched_objects();
+        let (deployments, deployment_changes) =
+            cache(self.options.api::<MachineDeployment>(&self.client));
         let _ = self.actuator.deployments.set(deployments);
         let by_deployment = machines.clone();
         let reference_changes = take(&self.actuator.reference_changes);
@@ -122,16 +108,10 @@ impl Reconciler<Machine, MachineController> {
         let results = Controller::for_stream(trigger, machines)
             .with_config(ControllerConfig::default().concurrency(concurrency))
             // A Cluster changed (paused, infrastructure ready, deleting): its machines look again.
-            .watches_stream(cluster_changes, move |cluster| {
-                let name = cluster.name_any();
-                let namespace = cluster.namespace();
-                by_cluster
-                    .state()
-                    .into_iter()
-                    .filter(|m| m.namespace() == namespace && m.spec.cluster_name == name)
-                    .map(|m| ObjectRef::from_obj(m.as_ref()))
-                    .collect::<Vec<_>>()
-            })
+            .watches_stream(
+                cluster_changes,
+                of_cluster(by_cluster, |m: &Machine| &m.spec.cluster_name),
+            )
             // A MachineDeployment's template changed: its machines say whether they are up to date.
             .watches_stream(deployment_changes, move |deployment| {
                 let name = deployment.name_any();
@@ -154,26 +134,6 @@ impl Reconciler<Machine, MachineController> {
                 context,
             );
         drain(results).await;
-    }
-}
-
-/// Takes a receiver out of its slot (once; later calls get one that never yields).
-pub(crate) fn take<T>(
-    slot: &Mutex<Option<mpsc::UnboundedReceiver<T>>>,
-) -> Option<mpsc::UnboundedReceiver<T>> {
-    slot.lock().unwrap_or_else(PoisonError::into_inner).take()
-}
-
-/// A receiver as a stream; an absent one never yields.
-pub(crate) fn receiver_stream<T: Send + 'static>(
-    receiver: Option<mpsc::UnboundedReceiver<T>>,
-) -> impl futures::Stream<Item = T> + Send + 'static {
-    match receiver {
-        Some(receiver) => stream::unfold(receiver, |mut receiver| async move {
-            receiver.recv().await.map(|item| (item, receiver))
-        })
-        .left_stream(),
-        None => stream::pending().right_stream(),
     }
 }
 
