@@ -3,6 +3,8 @@
 //! - `envtest`: provision etcd + kube-apiserver for tests (honours `KUBEBUILDER_ASSETS`; otherwise
 //!   builds kube-apiserver from Debian's source package once and caches it).
 //! - `crds [--check]`: write (or check) the generated CRD YAML in `crds/`.
+//! - `openstack <install|start|stop>`: a loopback-only OpenStack for the OpenStack provider's
+//!   integration tests (`start` prints the `clouds.yaml` variable to export).
 //! - `test`: everything CI checks — provisioning, fmt, CRDs, clippy, unit, integration and doc tests.
 //! - `quickstart [--keep-running]`: start a local control plane, install the CRDs, apply the sample
 //!   cluster and show it.
@@ -11,6 +13,7 @@ mod command;
 mod crds;
 mod envtest;
 mod manifests;
+mod openstack;
 mod quickstart;
 mod test;
 
@@ -18,8 +21,7 @@ use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 
-const USAGE: &str =
-    "usage: cargo xtask <envtest | crds [--check] | test | quickstart [--keep-running]>";
+const USAGE: &str = "usage: cargo xtask <envtest | crds [--check] | openstack <install|start|stop> | test | quickstart [--keep-running]>";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -27,6 +29,9 @@ fn main() -> Result<()> {
         bail!("{USAGE}");
     };
     let flag = |name: &str| rest.iter().any(|a| a == name);
+    if command == "openstack" {
+        return openstack::command(rest.first().map(String::as_str));
+    }
     if let Some(unknown) = rest
         .iter()
         .find(|a| !matches!(a.as_str(), "--check" | "--keep-running"))
