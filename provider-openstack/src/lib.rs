@@ -11,4 +11,5 @@
 //! yet, so nothing can be mistaken for a working provider.
 
 pub mod api;
+pub mod cloud;
 pub mod credentials;
