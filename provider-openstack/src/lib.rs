@@ -12,4 +12,8 @@
 
 pub mod api;
 pub mod cloud;
+pub mod cluster;
+pub mod connector;
 pub mod credentials;
+pub mod naming;
+mod resolve;

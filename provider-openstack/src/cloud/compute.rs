@@ -11,9 +11,7 @@ use super::{CloudError, CloudResult, Compute, Images, Named, Server, ServerCreat
 /// Whether `s` has the shape of an OpenStack UUID (so it is tried as an ID before as a name).
 pub(crate) fn looks_like_uuid(s: &str) -> bool {
     let hex = s.chars().filter(|c| *c != '-').count();
-    hex == 32
-        && s.len() == 36
-        && s.chars().all(|c| c == '-' || c.is_ascii_hexdigit())
+    hex == 32 && s.len() == 36 && s.chars().all(|c| c == '-' || c.is_ascii_hexdigit())
 }
 
 /// Nova's `name` filter is a regular expression: anchor and escape it to match exactly.
@@ -54,6 +52,20 @@ impl Compute for Session {
         Ok(servers
             .into_iter()
             .filter(|s| s.name == name && s.status != "DELETED")
+            .collect())
+    }
+
+    async fn servers_tagged(&self, tag: &str) -> CloudResult<Vec<Server>> {
+        let servers: Vec<Server> = self
+            .json(
+                Call::get(ServiceType::Compute, "servers/detail")
+                    .param("tags", tag)
+                    .key("servers"),
+            )
+            .await?;
+        Ok(servers
+            .into_iter()
+            .filter(|s| s.status != "DELETED")
             .collect())
     }
 
@@ -141,7 +153,10 @@ impl Images for Session {
     async fn find_images(&self, name_or_id: &str, tags: &[String]) -> CloudResult<Vec<Named>> {
         if looks_like_uuid(name_or_id) {
             match self
-                .json::<Named>(Call::get(ServiceType::Image, format!("images/{name_or_id}")))
+                .json::<Named>(Call::get(
+                    ServiceType::Image,
+                    format!("images/{name_or_id}"),
+                ))
                 .await
             {
                 Ok(image) => return Ok(vec![image]),

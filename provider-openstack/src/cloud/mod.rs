@@ -406,6 +406,8 @@ pub trait Compute: Send + Sync {
     async fn get_server(&self, id: &str) -> CloudResult<Option<Server>>;
     /// Servers whose name is exactly `name`.
     async fn servers_named(&self, name: &str) -> CloudResult<Vec<Server>>;
+    /// Servers carrying `tag`.
+    async fn servers_tagged(&self, tag: &str) -> CloudResult<Vec<Server>>;
     /// Boots a server.
     async fn create_server(&self, server: &ServerCreate) -> CloudResult<Server>;
     /// Deletes a server (a 404 is success).
@@ -467,8 +469,7 @@ pub trait Networking: Send + Sync {
     async fn delete_router(&self, id: &str) -> CloudResult<()>;
 
     /// Security groups matching every given query parameter, with their rules.
-    async fn security_groups(&self, query: &[(String, String)])
-    -> CloudResult<Vec<SecurityGroup>>;
+    async fn security_groups(&self, query: &[(String, String)]) -> CloudResult<Vec<SecurityGroup>>;
     /// Creates a security group (Neutron adds its default egress rules).
     async fn create_security_group(
         &self,

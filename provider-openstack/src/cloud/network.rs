@@ -110,10 +110,7 @@ impl Networking for Session {
             .await
     }
 
-    async fn security_groups(
-        &self,
-        query: &[(String, String)],
-    ) -> CloudResult<Vec<SecurityGroup>> {
+    async fn security_groups(&self, query: &[(String, String)]) -> CloudResult<Vec<SecurityGroup>> {
         self.json(
             Call::get(NET, "security-groups")
                 .query(query)
@@ -219,8 +216,12 @@ impl Networking for Session {
     }
 
     async fn floating_ips(&self, query: &[(String, String)]) -> CloudResult<Vec<FloatingIp>> {
-        self.json(Call::get(NET, "floatingips").query(query).key("floatingips"))
-            .await
+        self.json(
+            Call::get(NET, "floatingips")
+                .query(query)
+                .key("floatingips"),
+        )
+        .await
     }
 
     async fn create_floating_ip(

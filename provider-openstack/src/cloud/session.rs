@@ -51,8 +51,10 @@ impl Session {
     /// and never contain a password, secret or token.
     pub async fn connect(credentials: &Credentials) -> CloudResult<Self> {
         let ca_file = match &credentials.ca_bundle {
-            Some(pem) => Some(Arc::new(CaFile::write(pem).map_err(|e| CloudError::Auth {
-                message: format!("cannot store the CA bundle for the TLS client: {e}"),
+            Some(pem) => Some(Arc::new(CaFile::write(pem).map_err(|e| {
+                CloudError::Auth {
+                    message: format!("cannot store the CA bundle for the TLS client: {e}"),
+                }
             })?)),
             None => None,
         };
