@@ -15,5 +15,6 @@ pub mod cloud;
 pub mod cluster;
 pub mod connector;
 pub mod credentials;
+pub mod machine;
 pub mod naming;
 mod resolve;

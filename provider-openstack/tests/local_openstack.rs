@@ -10,15 +10,19 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use capi_core::api::Cluster;
-use capi_core::{ActuatorError, ClusterActuator, ClusterScope};
+use capi_core::api::{Cluster, Machine};
+use capi_core::{
+    Actuator, ActuatorError, BootstrapData, BootstrapFormat, ClusterActuator, ClusterScope,
+    IdempotencyKey, InstanceState, MachineInstance, MachineScope,
+};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use provider_openstack::api::{IdentityReference, OpenStackCluster};
+use provider_openstack::api::{IdentityReference, OpenStackCluster, OpenStackMachine};
 use provider_openstack::cloud::{Compute, Images, LoadBalancing, Networking, PortCreate, Session};
 use provider_openstack::cluster::OpenStackClusterActuator;
 use provider_openstack::connector::{Clients, Connector};
 use provider_openstack::credentials;
+use provider_openstack::machine::{ClusterLookup, OpenStackMachineActuator};
 use provider_openstack::naming::ClusterNames;
 
 const CLOUDS_YAML_ENV: &str = "CAPI_RS_OPENSTACK_CLOUDS_YAML";
@@ -275,4 +279,225 @@ async fn cluster_infrastructure_is_created_in_order_and_deleted_without_leftover
             .unwrap()
             .is_empty()
     );
+}
+
+struct FixedCluster(OpenStackCluster);
+
+#[async_trait::async_trait]
+impl ClusterLookup for FixedCluster {
+    async fn openstack_cluster(&self, _: &str, _: &str) -> Result<OpenStackCluster, ActuatorError> {
+        Ok(self.0.clone())
+    }
+}
+
+fn machine_scope(
+    namespace: &str,
+    cluster: &str,
+    name: &str,
+    control_plane: bool,
+    spec: serde_json::Value,
+) -> MachineScope<OpenStackMachine> {
+    let mut labels = serde_json::json!({ "cluster.x-k8s.io/cluster-name": cluster });
+    if control_plane {
+        labels["cluster.x-k8s.io/control-plane"] = "".into();
+    }
+    let infra: OpenStackMachine = serde_json::from_value(serde_json::json!({
+        "apiVersion": "infrastructure.capi-rs.dev/v1alpha1", "kind": "OpenStackMachine",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels}, "spec": spec,
+    }))
+    .unwrap();
+    let mut machine = Machine::default();
+    machine.metadata.name = Some(name.into());
+    machine.metadata.uid = Some(format!("{name}-uid-{}", std::process::id()));
+    MachineScope {
+        cluster: Arc::new(Cluster::default()),
+        idempotency_key: IdempotencyKey::for_machine(&machine).unwrap(),
+        machine: Arc::new(machine),
+        infra_machine: Arc::new(infra),
+        bootstrap_data: Some(BootstrapData::new(
+            BootstrapFormat::CloudConfig,
+            b"#cloud-config\nruncmd: [kubeadm join]\n".to_vec(),
+        )),
+    }
+}
+
+/// With the provider ID recorded, as the loop does after `create`.
+fn recorded(
+    scope: &MachineScope<OpenStackMachine>,
+    instance: &MachineInstance,
+) -> MachineScope<OpenStackMachine> {
+    let mut infra = (*scope.infra_machine).clone();
+    infra.spec.provider_id = Some(instance.provider_id.clone());
+    MachineScope {
+        infra_machine: Arc::new(infra),
+        ..scope.clone()
+    }
+}
+
+/// Three control-plane machines join the Octavia pool once ACTIVE; a worker gets its allowed
+/// address pairs; a create retried after a "crash" finds the first server; deleting a machine
+/// removes its pool membership, server and ports; the cluster then deletes without leftovers.
+#[tokio::test]
+async fn machines_boot_join_the_pool_and_leave_nothing_behind() {
+    let session = session().await;
+    let connector = Arc::new(LocalConnector(session.clone()));
+    let infra_cluster = openstack_cluster(
+        "machine-test",
+        "beta",
+        serde_json::json!({
+            "identityRef": {"name": "local-cloud", "cloudName": "local"},
+            "managedSubnets": [{"cidr": "10.62.0.0/24"}],
+            "managedSecurityGroups": {"allowAllInClusterTraffic": true},
+            "apiServer": {"enableFloatingIP": false, "managedLoadBalancer": {"enabled": true}},
+        }),
+    );
+    let names = ClusterNames::new("machine-test", "beta");
+    let cluster_actuator = OpenStackClusterActuator::new(connector.clone());
+    let cluster_scope = cluster_scope(infra_cluster.clone());
+    until_done(Duration::from_secs(120), || {
+        cluster_actuator.reconcile(&cluster_scope)
+    })
+    .await
+    .unwrap();
+    let actuator = OpenStackMachineActuator::new(connector, Arc::new(FixedCluster(infra_cluster)));
+    let spec = serde_json::json!({
+        "flavor": {"filter": {"name": "m1.small"}},
+        "image": {"filter": {"name": "capi-rs-test-image"}},
+    });
+
+    // Control plane: create, wait for ACTIVE, join the pool (as the loop would drive it).
+    let mut control_plane = Vec::new();
+    for i in 0..3 {
+        let scope = machine_scope(
+            "machine-test",
+            "beta",
+            &format!("beta-cp-{i}"),
+            true,
+            spec.clone(),
+        );
+        assert!(actuator.exists(&scope).await.unwrap().is_none());
+        let created = actuator.create(&scope).await.unwrap();
+        assert!(created.provider_id.starts_with("openstack:///"));
+        control_plane.push(recorded(&scope, &created));
+    }
+    for scope in &control_plane {
+        let running = until_done(Duration::from_secs(120), || async {
+            let instance = actuator.exists(scope).await?.unwrap();
+            match instance.state {
+                InstanceState::Running => Ok(instance),
+                InstanceState::Provisioning => Err(ActuatorError::requeue_after(
+                    Duration::from_secs(1),
+                    "Booting",
+                    "BUILD",
+                )),
+                InstanceState::Failed { message } => panic!("server failed: {message}"),
+            }
+        })
+        .await
+        .unwrap();
+        assert!(
+            running
+                .addresses
+                .iter()
+                .any(|a| a.address.starts_with("10.62.0.")),
+            "{running:?}"
+        );
+        until_done(Duration::from_secs(60), || actuator.update(scope, &running))
+            .await
+            .unwrap();
+    }
+    let lb = &session
+        .load_balancers_named(&names.load_balancer())
+        .await
+        .unwrap()[0];
+    let pool = &session.pools(&lb.id).await.unwrap()[0];
+    let wait_members = |n: usize| {
+        let session = session.clone();
+        let pool = pool.id.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let members = session.members(&pool).await.unwrap();
+                if members.len() == n || Instant::now() > deadline {
+                    return members;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    };
+    let mut members: Vec<String> = wait_members(3).await.into_iter().map(|m| m.name).collect();
+    members.sort();
+    assert_eq!(members, ["beta-cp-0", "beta-cp-1", "beta-cp-2"]);
+
+    // A worker with allowed address pairs (its pod CIDR routed through Neutron, no overlay).
+    let worker = machine_scope(
+        "machine-test",
+        "beta",
+        "beta-md-0",
+        false,
+        serde_json::json!({
+            "flavor": {"filter": {"name": "m1.small"}},
+            "image": {"filter": {"name": "capi-rs-test-image"}},
+            "ports": [{"allowedAddressPairs": [{"ipAddress": "192.168.7.0/24"}]}],
+        }),
+    );
+    let first = actuator.create(&worker).await.unwrap();
+    // The controller crashed before recording the provider ID: the retried create finds the same
+    // server instead of booting a second one.
+    let retried = actuator.create(&worker).await.unwrap();
+    assert_eq!(first.provider_id, retried.provider_id);
+    assert_eq!(session.servers_named("beta-md-0").await.unwrap().len(), 1);
+    let ports = session
+        .ports(&[("name".into(), "beta-md-0-0".into())])
+        .await
+        .unwrap();
+    assert_eq!(ports.len(), 1);
+    assert_eq!(
+        ports[0].allowed_address_pairs[0].ip_address,
+        "192.168.7.0/24"
+    );
+    let worker_group = session
+        .security_groups(&[("name".into(), names.worker_group())])
+        .await
+        .unwrap();
+    assert_eq!(ports[0].security_groups, vec![worker_group[0].id.clone()]);
+
+    // Deleting the worker removes its server and its ports.
+    let worker = recorded(&worker, &first);
+    until_done(Duration::from_secs(120), || actuator.delete(&worker))
+        .await
+        .unwrap();
+    assert!(session.servers_named("beta-md-0").await.unwrap().is_empty());
+    assert!(
+        session
+            .ports(&[("name".into(), "beta-md-0-0".into())])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // A control-plane machine leaves the pool before its server goes.
+    until_done(Duration::from_secs(120), || {
+        actuator.delete(&control_plane[0])
+    })
+    .await
+    .unwrap();
+    let mut members: Vec<String> = wait_members(2).await.into_iter().map(|m| m.name).collect();
+    members.sort();
+    assert_eq!(members, ["beta-cp-1", "beta-cp-2"]);
+
+    // The cluster waits for its machines, then goes without leftovers.
+    let waiting = cluster_actuator.delete(&cluster_scope).await.unwrap_err();
+    assert!(waiting.message().contains("beta-cp-1"), "{waiting}");
+    for scope in &control_plane[1..] {
+        until_done(Duration::from_secs(120), || actuator.delete(scope))
+            .await
+            .unwrap();
+    }
+    until_done(Duration::from_secs(120), || {
+        cluster_actuator.delete(&cluster_scope)
+    })
+    .await
+    .unwrap();
+    assert_eq!(leftovers(&session, &names).await, Vec::<String>::new());
 }

@@ -30,6 +30,9 @@ pub(crate) fn run_all() -> Result<()> {
     step("Bootstrap validators (cloud-init, ignition-validate)");
     ensure_validators()?;
 
+    step("Local OpenStack packages (Keystone, Nova, Neutron, Octavia, Glance from Debian)");
+    crate::openstack::install()?;
+
     step("Formatting (cargo fmt --check)");
     run(&mut cargo_in_root(&["fmt", "--all", "--check"]))?;
 
@@ -60,15 +63,22 @@ pub(crate) fn run_all() -> Result<()> {
         "--all-features",
     ])))?;
 
+    step("Starting the local OpenStack for the OpenStack provider's tests (about 90 s)");
+    let openstack = crate::openstack::start()?;
+
     // Last, so that its summary line closes the run.
     step("Unit and integration tests (cargo nextest)");
-    run(&mut with_assets(cargo_in_root(&[
+    let mut nextest = with_assets(cargo_in_root(&[
         "nextest",
         "run",
         "--workspace",
         "--all-features",
         "--no-fail-fast",
-    ])))?;
+    ]));
+    nextest.env(crate::openstack::CLOUDS_YAML_ENV, openstack.clouds_yaml());
+    let tests = run(&mut nextest);
+    drop(openstack);
+    tests?;
 
     println!("\nAll checks passed.");
     Ok(())

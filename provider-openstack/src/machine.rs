@@ -1,0 +1,595 @@
+//! The `OpenStackMachine` actuator: ports first (named after the machine, adopted when they exist),
+//! then the Nova server with the bootstrap data as user data and the machine's idempotency key in
+//! its metadata; control-plane machines join the API server pool once ACTIVE and leave it before
+//! deletion.
+//!
+//! At most one server per machine: `exists` finds a server by provider ID, else by name *and* the
+//! idempotency key in its metadata, so a create retried after a crash or a lost response finds the
+//! server the first attempt made (Nova records it before answering).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use capi_core::api::{MachineAddress, MachineAddressType};
+use capi_core::{
+    Actuator, ActuatorError, InstanceState, MachineInstance, MachineScope, UpdateOutcome,
+};
+use kube::ResourceExt;
+
+use crate::api::{OpenStackCluster, OpenStackMachine, PortOpts};
+use crate::cloud::{PortAddressPair, PortCreate, PortFixedIp, Server, ServerCreate};
+use crate::connector::{Clients, Connector, actuator_error};
+use crate::naming::{ClusterNames, MACHINE_KEY_METADATA, machine_port, machine_port_description};
+use crate::resolve;
+
+/// The provider ID prefix: `openstack:///<server-id>`, what the OpenStack cloud provider sets on
+/// the node.
+pub const PROVIDER_ID_PREFIX: &str = "openstack:///";
+
+const BUILD_POLL: Duration = Duration::from_secs(5);
+const DELETE_POLL: Duration = Duration::from_secs(2);
+
+/// Reconciles `OpenStackMachine`s through a [`Connector`] and a way to find their
+/// `OpenStackCluster`.
+pub struct OpenStackMachineActuator {
+    connector: Arc<dyn Connector>,
+    clusters: Arc<dyn ClusterLookup>,
+}
+
+/// Finds the `OpenStackCluster` of a cluster (credentials, network, security groups, load
+/// balancer settings); mocked in unit tests.
+#[cfg_attr(any(test, feature = "mock"), mockall::automock)]
+#[async_trait]
+pub trait ClusterLookup: Send + Sync {
+    /// The `OpenStackCluster` labelled with `cluster` in `namespace`.
+    async fn openstack_cluster(
+        &self,
+        namespace: &str,
+        cluster: &str,
+    ) -> Result<OpenStackCluster, ActuatorError>;
+}
+
+/// [`ClusterLookup`] on the management cluster.
+pub struct ApiClusterLookup(pub kube::Client);
+
+#[async_trait]
+impl ClusterLookup for ApiClusterLookup {
+    async fn openstack_cluster(
+        &self,
+        namespace: &str,
+        cluster: &str,
+    ) -> Result<OpenStackCluster, ActuatorError> {
+        let api: kube::Api<OpenStackCluster> = kube::Api::namespaced(self.0.clone(), namespace);
+        let labelled = api
+            .list(
+                &kube::api::ListParams::default()
+                    .labels(&format!("{}={cluster}", capi_core::labels::CLUSTER_NAME)),
+            )
+            .await
+            .map_err(|e| ActuatorError::transient("OpenStackClusterUnreadable", e))?;
+        if let Some(found) = labelled.items.into_iter().next() {
+            return Ok(found);
+        }
+        api.get_opt(cluster)
+            .await
+            .map_err(|e| ActuatorError::transient("OpenStackClusterUnreadable", e))?
+            .ok_or_else(|| {
+                ActuatorError::transient_message(
+                    "WaitingForOpenStackCluster",
+                    format!("no OpenStackCluster of cluster {namespace}/{cluster} yet"),
+                )
+            })
+    }
+}
+
+impl OpenStackMachineActuator {
+    /// An actuator using `connector` for credentials and `clusters` to find `OpenStackCluster`s.
+    pub fn new(connector: Arc<dyn Connector>, clusters: Arc<dyn ClusterLookup>) -> Self {
+        Self {
+            connector,
+            clusters,
+        }
+    }
+
+    async fn context(&self, scope: &MachineScope<OpenStackMachine>) -> Result<Ctx, ActuatorError> {
+        let machine = &scope.infra_machine;
+        let namespace = machine.namespace().unwrap_or_default();
+        let cluster_name = machine
+            .labels()
+            .get(capi_core::labels::CLUSTER_NAME)
+            .cloned()
+            .or_else(|| Some(scope.machine.spec.cluster_name.clone()).filter(|n| !n.is_empty()))
+            .ok_or_else(|| {
+                ActuatorError::invalid_configuration(
+                    "NoClusterName",
+                    format!(
+                        "OpenStackMachine {} has no {} label and its Machine no spec.clusterName",
+                        machine.name_any(),
+                        capi_core::labels::CLUSTER_NAME
+                    ),
+                )
+            })?;
+        let cluster = self
+            .clusters
+            .openstack_cluster(&namespace, &cluster_name)
+            .await?;
+        let clients = self
+            .connector
+            .connect(&namespace, &cluster.spec.identity_ref)
+            .await?;
+        let control_plane = machine
+            .labels()
+            .contains_key(capi_core::labels::MACHINE_CONTROL_PLANE)
+            || scope
+                .machine
+                .labels()
+                .contains_key(capi_core::labels::MACHINE_CONTROL_PLANE);
+        Ok(Ctx {
+            clients,
+            names: ClusterNames::new(&namespace, &cluster_name),
+            cluster,
+            name: machine.name_any(),
+            key: scope.idempotency_key.as_str().to_string(),
+            control_plane,
+        })
+    }
+}
+
+/// One reconcile of one machine.
+struct Ctx {
+    clients: Clients,
+    names: ClusterNames,
+    cluster: OpenStackCluster,
+    name: String,
+    key: String,
+    control_plane: bool,
+}
+
+impl Ctx {
+    fn lb_managed(&self) -> bool {
+        self.cluster
+            .spec
+            .api_server
+            .as_ref()
+            .and_then(|a| a.managed_load_balancer.as_ref())
+            .is_some_and(|lb| lb.enabled)
+    }
+
+    fn api_port(&self) -> u16 {
+        self.cluster
+            .spec
+            .api_server
+            .as_ref()
+            .and_then(|a| a.port)
+            .and_then(|p| u16::try_from(p).ok())
+            .unwrap_or(6443)
+    }
+
+    /// The server of this machine, by provider ID, else by name and idempotency key.
+    async fn find_server(
+        &self,
+        provider_id: Option<&str>,
+    ) -> Result<Option<Server>, ActuatorError> {
+        let compute = &self.clients.compute;
+        if let Some(id) = provider_id.and_then(|p| p.strip_prefix(PROVIDER_ID_PREFIX)) {
+            return compute
+                .get_server(id)
+                .await
+                .map_err(|e| actuator_error("looking up the server", e));
+        }
+        let named = compute
+            .servers_named(&self.name)
+            .await
+            .map_err(|e| actuator_error("looking up the server by name", e))?;
+        Ok(named.into_iter().find(|s| {
+            s.metadata.get(MACHINE_KEY_METADATA).map(String::as_str) == Some(self.key.as_str())
+        }))
+    }
+
+    async fn instance(&self, server: &Server) -> Result<MachineInstance, ActuatorError> {
+        let ports = self
+            .clients
+            .network
+            .ports(&[("device_id".into(), server.id.clone())])
+            .await
+            .map_err(|e| actuator_error("listing the server's ports", e))?;
+        let addresses = ports
+            .iter()
+            .flat_map(|p| p.fixed_ips.iter())
+            .map(|ip| MachineAddress {
+                type_: MachineAddressType::InternalIp,
+                address: ip.ip_address.clone(),
+            })
+            .chain(std::iter::once(MachineAddress {
+                type_: MachineAddressType::Hostname,
+                address: server.name.clone(),
+            }))
+            .collect();
+        let state = match server.status.as_str() {
+            "ACTIVE" => InstanceState::Running,
+            "ERROR" => InstanceState::Failed {
+                message: server
+                    .fault
+                    .as_ref()
+                    .map(|f| f.message.clone())
+                    .filter(|m| !m.is_empty())
+                    .unwrap_or_else(|| "Nova reports the server in ERROR".into()),
+            },
+            _ => InstanceState::Provisioning,
+        };
+        Ok(MachineInstance {
+            provider_id: format!("{PROVIDER_ID_PREFIX}{}", server.id),
+            addresses,
+            state,
+        })
+    }
+
+    /// The machine's ports as the spec asks (one on the cluster network by default), created or
+    /// adopted; returns their IDs in order.
+    async fn ensure_ports(&self, machine: &OpenStackMachine) -> Result<Vec<String>, ActuatorError> {
+        let net = self.clients.network.as_ref();
+        let default_port = [PortOpts::default()];
+        let wanted: &[PortOpts] = if machine.spec.ports.is_empty() {
+            &default_port
+        } else {
+            &machine.spec.ports
+        };
+        let mut groups = Vec::new();
+        if self.cluster.spec.managed_security_groups.is_some() {
+            let name = if self.control_plane {
+                self.names.control_plane_group()
+            } else {
+                self.names.worker_group()
+            };
+            let found = net
+                .security_groups(&[("name".into(), name.clone())])
+                .await
+                .map_err(|e| actuator_error("finding the cluster security group", e))?;
+            let group = found.into_iter().next().ok_or_else(|| {
+                ActuatorError::requeue_after(
+                    BUILD_POLL,
+                    "WaitingForClusterInfrastructure",
+                    format!("security group {name} does not exist yet"),
+                )
+            })?;
+            groups.push(group.id);
+        }
+        for (i, param) in machine.spec.security_groups.iter().enumerate() {
+            let field = format!("spec.securityGroups[{i}]");
+            groups.push(resolve::security_group(net, param, &field).await?.id);
+        }
+        let description = machine_port_description(&self.key);
+        let mut ids = Vec::new();
+        for (i, opts) in wanted.iter().enumerate() {
+            let name = machine_port(&self.name, i, opts.name_suffix.as_deref());
+            let pairs: Vec<PortAddressPair> = opts
+                .allowed_address_pairs
+                .iter()
+                .map(|p| PortAddressPair {
+                    ip_address: p.ip_address.clone(),
+                    mac_address: p.mac_address.clone(),
+                })
+                .collect();
+            let existing = net
+                .ports(&[("name".into(), name.clone())])
+                .await
+                .map_err(|e| actuator_error("finding the machine's ports", e))?;
+            if let Some(port) = existing.iter().find(|p| p.description == description) {
+                if port.allowed_address_pairs != pairs {
+                    net.set_allowed_address_pairs(&port.id, &pairs)
+                        .await
+                        .map_err(|e| actuator_error("updating allowed address pairs", e))?;
+                }
+                ids.push(port.id.clone());
+                continue;
+            }
+            if !existing.is_empty() {
+                return Err(ActuatorError::invalid_configuration(
+                    "PortNameTaken",
+                    format!(
+                        "a port named {name} exists that this machine did not create; rename or delete it"
+                    ),
+                ));
+            }
+            let network_id = self.port_network(opts, i).await?;
+            let mut fixed_ips = Vec::new();
+            for (j, fixed) in opts.fixed_ips.iter().enumerate() {
+                let subnet_id = match &fixed.subnet {
+                    Some(param) => {
+                        let field = format!("spec.ports[{i}].fixedIPs[{j}].subnet");
+                        resolve::subnet(net, param, Some(&network_id), &field)
+                            .await?
+                            .id
+                    }
+                    None => String::new(),
+                };
+                fixed_ips.push(PortFixedIp {
+                    subnet_id,
+                    ip_address: fixed.ip_address.clone().unwrap_or_default(),
+                });
+            }
+            let port = net
+                .create_port(&PortCreate {
+                    name,
+                    description: description.clone(),
+                    network_id,
+                    fixed_ips,
+                    security_group_ids: groups.clone(),
+                    allowed_address_pairs: pairs,
+                    tags: vec![self.names.tag()],
+                })
+                .await
+                .map_err(|e| actuator_error("creating the machine's port", e))?;
+            ids.push(port.id);
+        }
+        Ok(ids)
+    }
+
+    async fn port_network(&self, opts: &PortOpts, index: usize) -> Result<String, ActuatorError> {
+        let net = self.clients.network.as_ref();
+        if let Some(param) = &opts.network {
+            let field = format!("spec.ports[{index}].network");
+            return Ok(resolve::network(net, param, &field).await?.id);
+        }
+        if let Some(param) = &self.cluster.spec.network {
+            return Ok(
+                resolve::network(net, param, "OpenStackCluster spec.network")
+                    .await?
+                    .id,
+            );
+        }
+        let found = net
+            .networks(&[("name".into(), self.names.network())])
+            .await
+            .map_err(|e| actuator_error("finding the cluster network", e))?;
+        found.into_iter().next().map(|n| n.id).ok_or_else(|| {
+            ActuatorError::requeue_after(
+                BUILD_POLL,
+                "WaitingForClusterInfrastructure",
+                format!(
+                    "the cluster network {} does not exist yet",
+                    self.names.network()
+                ),
+            )
+        })
+    }
+
+    /// The API server pool (`None` when the cluster has no managed load balancer or it has no
+    /// pool yet); `RequeueAfter` while the load balancer is busy.
+    async fn api_pool(&self) -> Result<Option<String>, ActuatorError> {
+        if !self.control_plane || !self.lb_managed() {
+            return Ok(None);
+        }
+        let octavia = &self.clients.load_balancer;
+        let name = self.names.load_balancer();
+        let Some(lb) = octavia
+            .load_balancers_named(&name)
+            .await
+            .map_err(|e| actuator_error("finding the API server load balancer", e))?
+            .into_iter()
+            .next()
+        else {
+            return Ok(None);
+        };
+        if !lb.is_active() {
+            return Err(ActuatorError::requeue_after(
+                Duration::from_secs(2),
+                "WaitingForLoadBalancer",
+                format!("load balancer {name} is {}", lb.provisioning_status),
+            ));
+        }
+        let pools = octavia
+            .pools(&lb.id)
+            .await
+            .map_err(|e| actuator_error("listing the API server pools", e))?;
+        Ok(pools.into_iter().find(|p| p.name == name).map(|p| p.id))
+    }
+}
+
+#[async_trait]
+impl Actuator<OpenStackMachine> for OpenStackMachineActuator {
+    async fn exists(
+        &self,
+        scope: &MachineScope<OpenStackMachine>,
+    ) -> Result<Option<MachineInstance>, ActuatorError> {
+        let ctx = self.context(scope).await?;
+        match ctx
+            .find_server(scope.infra_machine.spec.provider_id.as_deref())
+            .await?
+        {
+            Some(server) => ctx.instance(&server).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn create(
+        &self,
+        scope: &MachineScope<OpenStackMachine>,
+    ) -> Result<MachineInstance, ActuatorError> {
+        let ctx = self.context(scope).await?;
+        // Never a second server: look again right before creating.
+        if let Some(server) = ctx.find_server(None).await? {
+            return ctx.instance(&server).await;
+        }
+        let Some(bootstrap) = &scope.bootstrap_data else {
+            return Err(ActuatorError::requeue_after(
+                BUILD_POLL,
+                "WaitingForBootstrapData",
+                "the machine's bootstrap data is not ready",
+            ));
+        };
+        let spec = &scope.infra_machine.spec;
+        let compute = ctx.clients.compute.as_ref();
+        let flavor_ref = resolve::name_or_id(spec.flavor.id.as_ref(), spec.flavor.filter.as_ref())
+            .unwrap_or_default();
+        let flavor = compute
+            .find_flavor(&flavor_ref)
+            .await
+            .map_err(|e| actuator_error("looking up the flavor", e))?
+            .ok_or_else(|| {
+                ActuatorError::invalid_configuration(
+                    "FlavorNotFound",
+                    format!("spec.flavor: no flavor {flavor_ref:?} in the cloud"),
+                )
+            })?;
+        let image_ref = resolve::name_or_id(spec.image.id.as_ref(), spec.image.filter.as_ref())
+            .unwrap_or_default();
+        let image_tags = spec
+            .image
+            .filter
+            .as_ref()
+            .map(|f| f.tags.clone())
+            .unwrap_or_default();
+        let images = ctx
+            .clients
+            .images
+            .find_images(&image_ref, &image_tags)
+            .await
+            .map_err(|e| actuator_error("looking up the image", e))?;
+        let image = resolve::exactly_one(images, "spec.image", "Image", resolve::named)?;
+        let server_group_id = match &spec.server_group {
+            Some(group) => {
+                let wanted = resolve::name_or_id(group.id.as_ref(), group.filter.as_ref())
+                    .unwrap_or_default();
+                Some(
+                    compute
+                        .find_server_group(&wanted)
+                        .await
+                        .map_err(|e| actuator_error("looking up the server group", e))?
+                        .ok_or_else(|| {
+                            ActuatorError::invalid_configuration(
+                                "ServerGroupNotFound",
+                                format!("spec.serverGroup: no server group {wanted:?}"),
+                            )
+                        })?
+                        .id,
+                )
+            }
+            None => None,
+        };
+        let port_ids = ctx.ensure_ports(&scope.infra_machine).await?;
+        let mut metadata: BTreeMap<String, String> = spec
+            .server_metadata
+            .iter()
+            .map(|m| (m.key.clone(), m.value.clone()))
+            .collect();
+        metadata.insert(MACHINE_KEY_METADATA.into(), ctx.key.clone());
+        let mut tags = spec.tags.clone();
+        tags.push(ctx.names.tag());
+        let server = compute
+            .create_server(&ServerCreate {
+                name: ctx.name.clone(),
+                flavor_id: flavor.id,
+                image_id: image.id,
+                key_name: spec.ssh_key_name.clone(),
+                port_ids,
+                user_data: bootstrap.expose().to_vec(),
+                metadata,
+                tags,
+                availability_zone: scope.machine.spec.failure_domain.clone(),
+                server_group_id,
+                config_drive: spec.config_drive.unwrap_or(false),
+            })
+            .await
+            .map_err(|e| actuator_error("creating the server", e))?;
+        ctx.instance(&server).await
+    }
+
+    async fn update(
+        &self,
+        scope: &MachineScope<OpenStackMachine>,
+        instance: &MachineInstance,
+    ) -> Result<UpdateOutcome, ActuatorError> {
+        let ctx = self.context(scope).await?;
+        if instance.state == InstanceState::Running {
+            // Allowed address pairs are mutable: converge them on the existing ports.
+            ctx.ensure_ports(&scope.infra_machine).await?;
+            if let Some(pool) = ctx.api_pool().await? {
+                let members = ctx
+                    .clients
+                    .load_balancer
+                    .members(&pool)
+                    .await
+                    .map_err(|e| actuator_error("listing the API server pool members", e))?;
+                let address = instance
+                    .addresses
+                    .iter()
+                    .find(|a| a.type_ == MachineAddressType::InternalIp)
+                    .map(|a| a.address.clone());
+                if let Some(address) = address
+                    && !members.iter().any(|m| m.name == ctx.name)
+                {
+                    ctx.clients
+                        .load_balancer
+                        .create_member(&pool, &ctx.name, &address, ctx.api_port(), None)
+                        .await
+                        .map_err(|e| {
+                            actuator_error("adding the machine to the API server pool", e)
+                        })?;
+                }
+            }
+        }
+        Ok(UpdateOutcome {
+            instance: instance.clone(),
+            immutable_changes: Vec::new(),
+        })
+    }
+
+    async fn delete(&self, scope: &MachineScope<OpenStackMachine>) -> Result<(), ActuatorError> {
+        let ctx = self.context(scope).await?;
+        // Leave the API server pool first, so traffic stops before the server goes.
+        if let Some(pool) = ctx.api_pool().await? {
+            let members = ctx
+                .clients
+                .load_balancer
+                .members(&pool)
+                .await
+                .map_err(|e| actuator_error("listing the API server pool members", e))?;
+            if let Some(member) = members.iter().find(|m| m.name == ctx.name) {
+                ctx.clients
+                    .load_balancer
+                    .delete_member(&pool, &member.id)
+                    .await
+                    .map_err(|e| {
+                        actuator_error("removing the machine from the API server pool", e)
+                    })?;
+                return Err(ActuatorError::requeue_after(
+                    DELETE_POLL,
+                    "LeavingLoadBalancer",
+                    "removed from the API server pool; deleting the server next",
+                ));
+            }
+        }
+        let provider_id = scope.infra_machine.spec.provider_id.as_deref();
+        let mut server = ctx.find_server(provider_id).await?;
+        if server.is_none() && provider_id.is_some() {
+            // Recorded ID gone: make sure no server of this machine exists under its name either.
+            server = ctx.find_server(None).await?;
+        }
+        if let Some(server) = server {
+            ctx.clients
+                .compute
+                .delete_server(&server.id)
+                .await
+                .map_err(|e| actuator_error("deleting the server", e))?;
+            return Err(ActuatorError::requeue_after(
+                DELETE_POLL,
+                "DeletingServer",
+                format!("server {} is being deleted", server.name),
+            ));
+        }
+        let net = &ctx.clients.network;
+        let ports = net
+            .ports(&[("description".into(), machine_port_description(&ctx.key))])
+            .await
+            .map_err(|e| actuator_error("finding the machine's ports", e))?;
+        for port in ports {
+            net.delete_port(&port.id)
+                .await
+                .map_err(|e| actuator_error("deleting the machine's port", e))?;
+        }
+        Ok(())
+    }
+}
