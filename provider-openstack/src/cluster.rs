@@ -764,3 +764,198 @@ pub(crate) fn desired_rules(
     }
     (cp, w)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cloud::{
+        FloatingIp, MockCompute, MockImages, MockLoadBalancing, MockNetworking, Named,
+    };
+    use crate::connector::MockConnector;
+    use capi_core::api::Cluster;
+
+    fn scope(spec: serde_json::Value) -> ClusterScope<OpenStackCluster> {
+        let infra: OpenStackCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "infrastructure.capi-rs.dev/v1alpha1", "kind": "OpenStackCluster",
+            "metadata": {"name": "demo", "namespace": "ns"}, "spec": spec,
+        }))
+        .unwrap();
+        ClusterScope {
+            cluster: Arc::new(Cluster::default()),
+            infra_cluster: Arc::new(infra),
+        }
+    }
+
+    fn actuator(network: MockNetworking, lb: MockLoadBalancing) -> OpenStackClusterActuator {
+        let clients = Clients {
+            compute: Arc::new(MockCompute::new()),
+            images: Arc::new(MockImages::new()),
+            network: Arc::new(network),
+            load_balancer: Arc::new(lb),
+        };
+        let mut connector = MockConnector::new();
+        connector
+            .expect_connect()
+            .returning(move |_, _| Ok(clients.clone()));
+        OpenStackClusterActuator::new(Arc::new(connector))
+    }
+
+    /// A network with the subnet the managed path would create already there.
+    fn existing_network(network: &mut MockNetworking) {
+        network.expect_networks().returning(|q| {
+            Ok(if q.iter().any(|(k, _)| k == "router:external") {
+                vec![Network {
+                    id: "ext".into(),
+                    name: "public".into(),
+                    external: true,
+                    ..Network::default()
+                }]
+            } else {
+                vec![Network {
+                    id: "net".into(),
+                    name: "capi-rs-ns-demo".into(),
+                    ..Network::default()
+                }]
+            })
+        });
+        network.expect_subnets().returning(|_| {
+            Ok(vec![Subnet {
+                id: "sub".into(),
+                ..Subnet::default()
+            }])
+        });
+        network.expect_routers().returning(|_| {
+            Ok(vec![crate::cloud::Router {
+                id: "r".into(),
+                ..Default::default()
+            }])
+        });
+        network.expect_ports().returning(|_| {
+            Ok(vec![crate::cloud::Port {
+                id: "if".into(),
+                ..Default::default()
+            }])
+        });
+    }
+
+    fn lb(status: &str) -> LoadBalancer {
+        LoadBalancer {
+            id: "lb".into(),
+            name: "capi-rs-ns-demo-kubeapi".into(),
+            provisioning_status: status.into(),
+            vip_address: "10.6.0.9".into(),
+            vip_port_id: Some("vip-port".into()),
+            ..LoadBalancer::default()
+        }
+    }
+
+    const LB_SPEC: &str = r#"{"identityRef": {"name": "c", "cloudName": "c"},
+        "managedSubnets": [{"cidr": "10.6.0.0/24"}],
+        "apiServer": {"managedLoadBalancer": {"enabled": true}}}"#;
+
+    #[tokio::test]
+    async fn a_pending_load_balancer_is_waited_for_and_not_changed() {
+        let mut network = MockNetworking::new();
+        existing_network(&mut network);
+        let mut octavia = MockLoadBalancing::new();
+        octavia
+            .expect_load_balancers_named()
+            .returning(|_| Ok(vec![lb("PENDING_UPDATE")]));
+        octavia.expect_create_listener().never();
+        octavia.expect_create_pool().never();
+        let error = actuator(network, octavia)
+            .reconcile(&scope(serde_json::from_str(LB_SPEC).unwrap()))
+            .await
+            .unwrap_err();
+        assert_eq!(error.reason(), "WaitingForLoadBalancer");
+        assert!(error.requeue_delay().is_some());
+    }
+
+    /// The floating IP on the VIP (which the local cloud's noop Octavia cannot show: its VIP port
+    /// is not in Neutron) is allocated on the external network and associated with the VIP port.
+    #[tokio::test]
+    async fn the_endpoint_is_a_floating_ip_associated_with_the_vip() {
+        let mut network = MockNetworking::new();
+        existing_network(&mut network);
+        network.expect_floating_ips().returning(|_| Ok(vec![]));
+        network
+            .expect_create_floating_ip()
+            .withf(|net, address, port, _| net == "ext" && address.is_none() && port.is_none())
+            .times(1)
+            .returning(|_, _, _, _| {
+                Ok(FloatingIp {
+                    id: "fip".into(),
+                    floating_ip_address: "172.24.4.10".into(),
+                    ..FloatingIp::default()
+                })
+            });
+        network
+            .expect_associate_floating_ip()
+            .withf(|id, port| id == "fip" && port.as_deref() == Some("vip-port"))
+            .times(1)
+            .returning(|_, _| Ok(()));
+        let mut octavia = MockLoadBalancing::new();
+        octavia
+            .expect_load_balancers_named()
+            .returning(|_| Ok(vec![lb("ACTIVE")]));
+        let named = |n: &str| Named {
+            id: n.into(),
+            name: "capi-rs-ns-demo-kubeapi".into(),
+        };
+        octavia
+            .expect_listeners()
+            .returning(move |_| Ok(vec![named("l")]));
+        octavia
+            .expect_pools()
+            .returning(move |_| Ok(vec![named("p")]));
+        octavia
+            .expect_monitors()
+            .returning(move |_| Ok(vec![named("m")]));
+        let infra = actuator(network, octavia)
+            .reconcile(&scope(serde_json::from_str(LB_SPEC).unwrap()))
+            .await
+            .unwrap();
+        assert_eq!(
+            infra.control_plane_endpoint,
+            Some(ApiEndpoint {
+                host: "172.24.4.10".into(),
+                port: 6443
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn two_external_networks_without_a_choice_is_an_actionable_error() {
+        let mut network = MockNetworking::new();
+        network.expect_networks().returning(|_| {
+            Ok(vec![
+                Network {
+                    name: "public".into(),
+                    ..Network::default()
+                },
+                Network {
+                    name: "provider".into(),
+                    ..Network::default()
+                },
+            ])
+        });
+        let error = actuator(network, MockLoadBalancing::new())
+            .reconcile(&scope(serde_json::from_str(LB_SPEC).unwrap()))
+            .await
+            .unwrap_err();
+        assert_eq!(error.reason(), "ExternalNetworkAmbiguous");
+        assert!(error.message().contains("spec.externalNetwork"));
+    }
+
+    #[test]
+    fn allow_all_replaces_the_per_port_rules_between_nodes() {
+        let (cp, w) = desired_rules("cp", "w", true);
+        assert!(cp.iter().all(|r| r.port_range_min != Some(2379)));
+        assert!(
+            w.iter()
+                .any(|r| r.remote_group_id.as_deref() == Some("cp") && r.protocol.is_none())
+        );
+        let (cp, _) = desired_rules("cp", "w", false);
+        assert!(cp.iter().any(|r| r.port_range_min == Some(2379)));
+    }
+}

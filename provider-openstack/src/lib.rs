@@ -4,11 +4,32 @@
 //! - [`api`]: the kinds and their CRDs (group `infrastructure.capi-rs.dev`, CAPO-shaped fields,
 //!   validation in the schema);
 //! - [`credentials`]: one cloud of the `clouds.yaml` Secret an `identityRef` names (password or
-//!   application credential, region, interface, CA bundle), never shown in logs or errors.
+//!   application credential, region, interface, CA bundle), never shown in logs or errors;
+//! - [`cloud`]: the services behind narrow traits (mockable with feature `mock`) and one shared,
+//!   token-caching `openstack_sdk` session per credentials Secret;
+//! - [`connector`]: from an object's `identityRef` to its clients;
+//! - [`naming`]: the deterministic names, descriptions and tags that let every resource be found
+//!   again after a crash;
+//! - [`cluster`]: the [`ClusterActuator`](capi_core::ClusterActuator) (network → subnet → router →
+//!   security groups → load balancer → floating IP, and back);
+//! - [`machine`]: the [`Actuator`](capi_core::Actuator) (ports, server, pool membership).
 //!
-//! **Only the API and the credentials model exist so far.** The cloud client, the actuators and the integration tests
-//! against a local OpenStack are the rest of the provider's issue; nothing here talks to a cloud
-//! yet, so nothing can be mistaken for a working provider.
+//! Still to come (see the provider's issue): the manager binary and its manifests, the
+//! `cloud.conf` bootstrap hook, and the end-to-end test with the Manager reconciling the CRDs.
+//!
+//! ```no_run
+//! # async fn demo(client: kube::Client) {
+//! use std::sync::Arc;
+//! use provider_openstack::cluster::OpenStackClusterActuator;
+//! use provider_openstack::connector::SecretConnector;
+//! use provider_openstack::machine::{ApiClusterLookup, OpenStackMachineActuator};
+//!
+//! let connector = Arc::new(SecretConnector::new(client.clone()));
+//! let clusters = OpenStackClusterActuator::new(connector.clone());
+//! let machines = OpenStackMachineActuator::new(connector, Arc::new(ApiClusterLookup(client)));
+//! // Hand them to capi_actuator's Manager (add_cluster_reconciler / add_machine_reconciler).
+//! # }
+//! ```
 
 pub mod api;
 pub mod cloud;

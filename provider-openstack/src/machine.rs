@@ -593,3 +593,134 @@ impl Actuator<OpenStackMachine> for OpenStackMachineActuator {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cloud::{MockCompute, MockImages, MockLoadBalancing, MockNetworking, ServerFault};
+    use crate::connector::MockConnector;
+    use capi_core::IdempotencyKey;
+    use capi_core::api::{Cluster, Machine};
+
+    fn scope() -> MachineScope<OpenStackMachine> {
+        let infra: OpenStackMachine = serde_json::from_value(serde_json::json!({
+            "apiVersion": "infrastructure.capi-rs.dev/v1alpha1", "kind": "OpenStackMachine",
+            "metadata": {"name": "m-0", "namespace": "ns",
+                         "labels": {"cluster.x-k8s.io/cluster-name": "demo"}},
+            "spec": {"flavor": {"filter": {"name": "m1"}}, "image": {"filter": {"name": "img"}}},
+        }))
+        .unwrap();
+        let mut machine = Machine::default();
+        machine.metadata.uid = Some("uid-1".into());
+        MachineScope {
+            cluster: Arc::new(Cluster::default()),
+            idempotency_key: IdempotencyKey::for_machine(&machine).unwrap(),
+            machine: Arc::new(machine),
+            infra_machine: Arc::new(infra),
+            bootstrap_data: None,
+        }
+    }
+
+    fn actuator(compute: MockCompute, network: MockNetworking) -> OpenStackMachineActuator {
+        let clients = Clients {
+            compute: Arc::new(compute),
+            images: Arc::new(MockImages::new()),
+            network: Arc::new(network),
+            load_balancer: Arc::new(MockLoadBalancing::new()),
+        };
+        let mut connector = MockConnector::new();
+        connector
+            .expect_connect()
+            .returning(move |_, _| Ok(clients.clone()));
+        let mut clusters = MockClusterLookup::new();
+        clusters.expect_openstack_cluster().returning(|_, _| {
+            Ok(serde_json::from_value(serde_json::json!({
+                "apiVersion": "infrastructure.capi-rs.dev/v1alpha1", "kind": "OpenStackCluster",
+                "metadata": {"name": "demo"},
+                "spec": {"identityRef": {"name": "c", "cloudName": "c"}},
+            }))
+            .unwrap())
+        });
+        OpenStackMachineActuator::new(Arc::new(connector), Arc::new(clusters))
+    }
+
+    fn server(key: &str, status: &str) -> Server {
+        Server {
+            id: format!("srv-{key}"),
+            name: "m-0".into(),
+            status: status.into(),
+            metadata: BTreeMap::from([(MACHINE_KEY_METADATA.to_string(), key.to_string())]),
+            fault: Some(ServerFault {
+                message: "No valid host was found.".into(),
+            }),
+            ..Server::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_server_of_the_same_name_but_another_machine_is_not_adopted() {
+        let mut compute = MockCompute::new();
+        compute
+            .expect_servers_named()
+            .returning(|_| Ok(vec![server("someone-else", "ACTIVE")]));
+        let found = actuator(compute, MockNetworking::new())
+            .exists(&scope())
+            .await
+            .unwrap();
+        assert_eq!(found, None);
+    }
+
+    #[tokio::test]
+    async fn an_errored_server_reports_novas_fault() {
+        let scope = scope();
+        let key = scope.idempotency_key.as_str().to_string();
+        let mut compute = MockCompute::new();
+        compute
+            .expect_servers_named()
+            .returning(move |_| Ok(vec![server(&key, "ERROR")]));
+        let mut network = MockNetworking::new();
+        network.expect_ports().returning(|_| Ok(vec![]));
+        let found = actuator(compute, network)
+            .exists(&scope)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            found.state,
+            InstanceState::Failed {
+                message: "No valid host was found.".into()
+            }
+        );
+        assert!(found.provider_id.starts_with(PROVIDER_ID_PREFIX));
+    }
+
+    #[tokio::test]
+    async fn create_without_bootstrap_data_waits_and_boots_nothing() {
+        let mut compute = MockCompute::new();
+        compute.expect_servers_named().returning(|_| Ok(vec![]));
+        compute.expect_create_server().never();
+        let error = actuator(compute, MockNetworking::new())
+            .create(&scope())
+            .await
+            .unwrap_err();
+        assert_eq!(error.reason(), "WaitingForBootstrapData");
+    }
+
+    #[tokio::test]
+    async fn delete_waits_until_the_server_is_gone_before_removing_ports() {
+        let scope = scope();
+        let key = scope.idempotency_key.as_str().to_string();
+        let mut compute = MockCompute::new();
+        compute
+            .expect_servers_named()
+            .returning(move |_| Ok(vec![server(&key, "ACTIVE")]));
+        compute
+            .expect_delete_server()
+            .times(1)
+            .returning(|_| Ok(()));
+        let mut network = MockNetworking::new();
+        network.expect_delete_port().never();
+        let error = actuator(compute, network).delete(&scope).await.unwrap_err();
+        assert_eq!(error.reason(), "DeletingServer");
+    }
+}
