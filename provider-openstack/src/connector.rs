@@ -1,5 +1,5 @@
 //! From an object to the cloud clients that serve it: the `identityRef` Secret, read from the
-//! management cluster, turned into a shared [`Session`](crate::cloud::Session).
+//! management cluster, turned into a shared [`Session`].
 
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //!
 //! Authentication, the service catalog, endpoint version discovery, TLS (with the Secret's CA
 //! bundle) and token renewal on expiry or `401` are `openstack_sdk`'s; the requests themselves are
-//! this crate's own small [`Call`]s with serde types, so that the provider depends on the few fields
+//! this crate's own small `Call`s with serde types, so that the provider depends on the few fields
 //! it reads rather than on the generated request builders.
 //!
 //! Token handling: one Keystone token per [`Session`], shared by every reconcile of every object
