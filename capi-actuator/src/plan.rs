@@ -86,22 +86,8 @@ impl<R: Default> Plan<R> {
 
     /// Records whether reconciliation is paused (the `Paused` condition) and returns it.
     pub(crate) fn paused(&mut self, paused: bool) -> bool {
-        if paused {
-            let message = "reconciliation is paused";
-            self.condition(
-                condition::PAUSED,
-                ConditionStatus::True,
-                reasons::PAUSED,
-                message,
-            );
-        } else {
-            self.condition(
-                condition::PAUSED,
-                ConditionStatus::False,
-                reasons::NOT_PAUSED,
-                "",
-            );
-        }
+        self.conditions
+            .push(reasons::paused_condition(paused, self.generation));
         paused
     }
 

@@ -5,6 +5,23 @@
 pub const PAUSED: &str = "Paused";
 /// Reconciliation is not paused.
 pub const NOT_PAUSED: &str = "NotPaused";
+
+/// The `Paused` condition every controller writes: `True`/[`PAUSED`] "reconciliation is paused",
+/// or `False`/[`NOT_PAUSED`].
+pub(crate) fn paused_condition(
+    paused: bool,
+    generation: Option<i64>,
+) -> capi_core::condition::DesiredCondition {
+    use capi_core::condition::{ConditionStatus, DesiredCondition, PAUSED as TYPE};
+    let desired = if paused {
+        DesiredCondition::new(TYPE, ConditionStatus::True, PAUSED)
+            .message("reconciliation is paused")
+    } else {
+        DesiredCondition::new(TYPE, ConditionStatus::False, NOT_PAUSED)
+    };
+    desired.observed_generation(generation)
+}
+
 /// No `Machine` owns the infrastructure machine yet.
 pub const WAITING_FOR_OWNER: &str = "WaitingForOwner";
 /// The `Cluster` does not exist (yet).

@@ -78,6 +78,21 @@ pub fn render(crds: &[CustomResourceDefinition]) -> Result<Vec<RenderedCrd>, Ren
         .collect()
 }
 
+/// The names of the files in `dir` that are missing or differ from `rendered`: what a freshness
+/// test reports and what `cargo xtask crds` rewrites. A provider's test asserts it is empty.
+pub fn stale_files(dir: &std::path::Path, rendered: &[RenderedCrd]) -> Vec<String> {
+    rendered
+        .iter()
+        .filter(|crd| {
+            std::fs::read_to_string(dir.join(&crd.file_name))
+                .ok()
+                .as_deref()
+                != Some(crd.yaml.as_str())
+        })
+        .map(|crd| crd.file_name.clone())
+        .collect()
+}
+
 /// [`render`] of [`core()`].
 pub fn render_core() -> Result<Vec<RenderedCrd>, RenderError> {
     render(&core())

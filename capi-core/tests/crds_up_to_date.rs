@@ -8,15 +8,12 @@ fn checked_in_crds_match_the_types() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/core");
     let rendered = capi_core::crd::render_core().expect("CRDs render");
     assert_eq!(rendered.len(), 5, "one CRD per core kind");
-    for crd in rendered {
-        let path = dir.join(&crd.file_name);
-        let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(
-            on_disk == crd.yaml,
-            "{} is stale or missing; run `cargo xtask crds` and commit the result",
-            path.display()
-        );
-    }
+    let stale = capi_core::crd::stale_files(&dir, &rendered);
+    assert!(
+        stale.is_empty(),
+        "stale or missing in {}: {stale:?}; run `cargo xtask crds` and commit the result",
+        dir.display()
+    );
 }
 
 #[test]

@@ -11,15 +11,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use capi_core::api::{ApiEndpoint, FailureDomain};
+use capi_core::api::{ApiEndpoint, Cluster, FailureDomain};
 use capi_core::{ActuatorError, ClusterActuator, ClusterInfrastructure, ClusterScope};
 use kube::ResourceExt;
 
 use crate::api::{NetworkParam, OpenStackCluster, SubnetParam};
-use crate::cloud::{LoadBalancer, Network, SecurityGroup, SecurityGroupRule, Subnet};
+use crate::cloud::{
+    CloudResult, LoadBalancer, Network, NeutronResource, SecurityGroup, SecurityGroupRule, Subnet,
+};
 use crate::connector::{Clients, Connector, actuator_error};
 use crate::naming::ClusterNames;
-use crate::resolve;
+use crate::resolve::{self, by_name};
 
 /// How long to wait before looking at a load balancer in `PENDING_*` again.
 const LB_POLL: Duration = Duration::from_secs(2);
@@ -58,35 +60,14 @@ impl ClusterActuator<OpenStackCluster> for OpenStackClusterActuator {
         &self,
         scope: &ClusterScope<OpenStackCluster>,
     ) -> Result<ClusterInfrastructure, ActuatorError> {
-        let (namespace, name) = cluster_identity(scope);
-        let spec = &scope.infra_cluster.spec;
-        let clients = self
-            .connector
-            .connect(&namespace, &spec.identity_ref)
-            .await?;
-        let infra = Infra {
-            clients,
-            names: ClusterNames::new(&namespace, &name),
-            cluster: scope.infra_cluster.clone(),
-        };
+        let infra = self.infra(scope).await?;
         let external = infra.external_network().await?;
         let subnet = infra.network(external.as_ref()).await?;
         infra.security_groups().await?;
-        let port = spec
-            .api_server
-            .as_ref()
-            .and_then(|a| a.port)
-            .or_else(|| {
-                scope
-                    .cluster
-                    .spec
-                    .cluster_network
-                    .as_ref()
-                    .and_then(|n| n.api_server_port)
-            })
-            .unwrap_or(6443);
         let host = infra.api_endpoint_host(&subnet, external.as_ref()).await?;
-        let failure_domains = spec
+        let failure_domains = scope
+            .infra_cluster
+            .spec
             .control_plane_availability_zones
             .iter()
             .map(|zone| FailureDomain {
@@ -96,25 +77,53 @@ impl ClusterActuator<OpenStackCluster> for OpenStackClusterActuator {
             })
             .collect();
         Ok(ClusterInfrastructure {
-            control_plane_endpoint: Some(ApiEndpoint { host, port }),
+            control_plane_endpoint: Some(ApiEndpoint {
+                host,
+                port: i32::from(infra.api_port),
+            }),
             failure_domains,
             provisioned: true,
         })
     }
 
     async fn delete(&self, scope: &ClusterScope<OpenStackCluster>) -> Result<(), ActuatorError> {
+        self.infra(scope).await?.delete().await
+    }
+}
+
+impl OpenStackClusterActuator {
+    async fn infra(&self, scope: &ClusterScope<OpenStackCluster>) -> Result<Infra, ActuatorError> {
         let (namespace, name) = cluster_identity(scope);
         let clients = self
             .connector
             .connect(&namespace, &scope.infra_cluster.spec.identity_ref)
             .await?;
-        let infra = Infra {
+        Ok(Infra {
             clients,
             names: ClusterNames::new(&namespace, &name),
+            api_port: api_server_port(&scope.infra_cluster, &scope.cluster),
             cluster: scope.infra_cluster.clone(),
-        };
-        infra.delete().await
+        })
     }
+}
+
+/// The API server's port, the same for the endpoint, the listener and the pool members:
+/// `spec.apiServer.port`, else the Cluster's `clusterNetwork.apiServerPort`, else 6443.
+pub(crate) fn api_server_port(infra: &OpenStackCluster, cluster: &Cluster) -> u16 {
+    infra
+        .spec
+        .api_server
+        .as_ref()
+        .and_then(|a| a.port)
+        .or_else(|| {
+            cluster
+                .spec
+                .cluster_network
+                .as_ref()
+                .and_then(|n| n.api_server_port)
+        })
+        .and_then(|p| u16::try_from(p).ok())
+        .unwrap_or(6443)
 }
 
 /// One reconcile of one cluster.
@@ -122,10 +131,7 @@ struct Infra {
     clients: Clients,
     names: ClusterNames,
     cluster: Arc<OpenStackCluster>,
-}
-
-fn by_name(name: &str) -> Vec<(String, String)> {
-    vec![("name".to_string(), name.to_string())]
+    api_port: u16,
 }
 
 impl Infra {
@@ -172,78 +178,43 @@ impl Infra {
             ));
         };
         let net = &self.clients.network;
-        let network = match net
-            .networks(&by_name(&self.names.network()))
-            .await
-            .map_err(|e| actuator_error("finding the cluster network", e))?
-            .into_iter()
-            .next()
-        {
-            Some(network) => network,
-            None => {
-                let network = net
-                    .create_network(&self.names.network(), &self.names.description)
-                    .await
-                    .map_err(|e| actuator_error("creating the cluster network", e))?;
-                net.set_tags("networks", &network.id, &[self.names.tag()])
-                    .await
-                    .map_err(|e| actuator_error("tagging the cluster network", e))?;
-                network
-            }
-        };
+        let network = self
+            .found_or_created(
+                "the cluster network",
+                net.networks(&by_name(&self.names.network())).await,
+                net.create_network(&self.names.network(), &self.names.description),
+            )
+            .await?;
         let subnet_name = self.names.subnet(0);
-        let subnet = match net
-            .subnets(&[
-                ("name".into(), subnet_name.clone()),
-                ("network_id".into(), network.id.clone()),
-            ])
-            .await
-            .map_err(|e| actuator_error("finding the cluster subnet", e))?
-            .into_iter()
-            .next()
-        {
-            Some(subnet) => subnet,
-            None => {
-                let subnet = net
-                    .create_subnet(
-                        &network.id,
-                        &subnet_name,
-                        &first.cidr,
-                        &first.dns_nameservers,
-                        &self.names.description,
-                    )
-                    .await
-                    .map_err(|e| actuator_error("creating the cluster subnet", e))?;
-                net.set_tags("subnets", &subnet.id, &[self.names.tag()])
-                    .await
-                    .map_err(|e| actuator_error("tagging the cluster subnet", e))?;
-                subnet
-            }
-        };
+        let subnet = self
+            .found_or_created(
+                "the cluster subnet",
+                net.subnets(&[
+                    ("name".into(), subnet_name.clone()),
+                    ("network_id".into(), network.id.clone()),
+                ])
+                .await,
+                net.create_subnet(
+                    &network.id,
+                    &subnet_name,
+                    &first.cidr,
+                    &first.dns_nameservers,
+                    &self.names.description,
+                ),
+            )
+            .await?;
         if let Some(external) = external {
-            let router = match net
-                .routers(&by_name(&self.names.router()))
-                .await
-                .map_err(|e| actuator_error("finding the cluster router", e))?
-                .into_iter()
-                .next()
-            {
-                Some(router) => router,
-                None => {
-                    let router = net
-                        .create_router(
-                            &self.names.router(),
-                            Some(external.id.clone()),
-                            &self.names.description,
-                        )
-                        .await
-                        .map_err(|e| actuator_error("creating the cluster router", e))?;
-                    net.set_tags("routers", &router.id, &[self.names.tag()])
-                        .await
-                        .map_err(|e| actuator_error("tagging the cluster router", e))?;
-                    router
-                }
-            };
+            let router = self
+                .found_or_created(
+                    "the cluster router",
+                    net.routers(&by_name(&self.names.router())).await,
+                    net.create_router(
+                        &self.names.router(),
+                        Some(external.id.clone()),
+                        &self.names.description,
+                    ),
+                )
+                .await?;
             let interfaces = net
                 .ports(&[
                     ("device_id".into(), router.id.clone()),
@@ -306,21 +277,35 @@ impl Infra {
 
     async fn ensure_group(&self, name: &str) -> Result<SecurityGroup, ActuatorError> {
         let net = &self.clients.network;
-        let found = net
-            .security_groups(&by_name(name))
-            .await
-            .map_err(|e| actuator_error("finding the cluster security groups", e))?;
-        if let Some(group) = found.into_iter().next() {
-            return Ok(group);
+        self.found_or_created(
+            "a cluster security group",
+            net.security_groups(&by_name(name)).await,
+            net.create_security_group(name, &self.names.description),
+        )
+        .await
+    }
+
+    /// The first of `found`, else what `create` makes (it runs only then), tagged with the
+    /// cluster so that deletion and the leftover checks find it.
+    async fn found_or_created<T: NeutronResource>(
+        &self,
+        what: &str,
+        found: CloudResult<Vec<T>>,
+        create: impl Future<Output = CloudResult<T>>,
+    ) -> Result<T, ActuatorError> {
+        let found = found.map_err(|e| actuator_error(&format!("finding {what}"), e))?;
+        if let Some(existing) = found.into_iter().next() {
+            return Ok(existing);
         }
-        let group = net
-            .create_security_group(name, &self.names.description)
+        let created = create
             .await
-            .map_err(|e| actuator_error("creating a cluster security group", e))?;
-        net.set_tags("security-groups", &group.id, &[self.names.tag()])
+            .map_err(|e| actuator_error(&format!("creating {what}"), e))?;
+        self.clients
+            .network
+            .set_tags(T::COLLECTION, created.id(), &[self.names.tag()])
             .await
-            .map_err(|e| actuator_error("tagging a cluster security group", e))?;
-        Ok(group)
+            .map_err(|e| actuator_error(&format!("tagging {what}"), e))?;
+        Ok(created)
     }
 
     async fn converge_rules(
@@ -385,13 +370,6 @@ impl Infra {
     ) -> Result<LoadBalancer, ActuatorError> {
         let octavia = &self.clients.load_balancer;
         let name = self.names.load_balancer();
-        let port = self
-            .cluster
-            .spec
-            .api_server
-            .as_ref()
-            .and_then(|a| a.port)
-            .unwrap_or(6443);
         let lb = match octavia
             .load_balancers_named(&name)
             .await
@@ -420,9 +398,8 @@ impl Infra {
             .await
             .map_err(|e| actuator_error("listing the load balancer's listeners", e))?;
         let Some(listener) = listeners.into_iter().find(|l| l.name == name) else {
-            let port = u16::try_from(port).unwrap_or(6443);
             octavia
-                .create_listener(&lb.id, &name, port, &managed.allowed_cidrs)
+                .create_listener(&lb.id, &name, self.api_port, &managed.allowed_cidrs)
                 .await
                 .map_err(|e| actuator_error("creating the API server listener", e))?;
             return Err(wait_for_lb(&name, "PENDING_UPDATE"));

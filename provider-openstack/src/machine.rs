@@ -20,9 +20,10 @@ use kube::ResourceExt;
 
 use crate::api::{OpenStackCluster, OpenStackMachine, PortOpts};
 use crate::cloud::{PortAddressPair, PortCreate, PortFixedIp, Server, ServerCreate};
+use crate::cluster::api_server_port;
 use crate::connector::{Clients, Connector, actuator_error};
 use crate::naming::{ClusterNames, MACHINE_KEY_METADATA, machine_port, machine_port_description};
-use crate::resolve;
+use crate::resolve::{self, by_name};
 
 /// The provider ID prefix: `openstack:///<server-id>`, what the OpenStack cloud provider sets on
 /// the node.
@@ -129,6 +130,7 @@ impl OpenStackMachineActuator {
         Ok(Ctx {
             clients,
             names: ClusterNames::new(&namespace, &cluster_name),
+            api_port: api_server_port(&cluster, &scope.cluster),
             cluster,
             name: machine.name_any(),
             key: scope.idempotency_key.as_str().to_string(),
@@ -145,6 +147,8 @@ struct Ctx {
     name: String,
     key: String,
     control_plane: bool,
+    /// Where the API server listens on control-plane machines (the pool members' port).
+    api_port: u16,
 }
 
 impl Ctx {
@@ -155,16 +159,6 @@ impl Ctx {
             .as_ref()
             .and_then(|a| a.managed_load_balancer.as_ref())
             .is_some_and(|lb| lb.enabled)
-    }
-
-    fn api_port(&self) -> u16 {
-        self.cluster
-            .spec
-            .api_server
-            .as_ref()
-            .and_then(|a| a.port)
-            .and_then(|p| u16::try_from(p).ok())
-            .unwrap_or(6443)
     }
 
     /// The server of this machine, by provider ID, else by name and idempotency key.
@@ -244,7 +238,7 @@ impl Ctx {
                 self.names.worker_group()
             };
             let found = net
-                .security_groups(&[("name".into(), name.clone())])
+                .security_groups(&by_name(&name))
                 .await
                 .map_err(|e| actuator_error("finding the cluster security group", e))?;
             let group = found.into_iter().next().ok_or_else(|| {
@@ -273,7 +267,7 @@ impl Ctx {
                 })
                 .collect();
             let existing = net
-                .ports(&[("name".into(), name.clone())])
+                .ports(&by_name(&name))
                 .await
                 .map_err(|e| actuator_error("finding the machine's ports", e))?;
             if let Some(port) = existing.iter().find(|p| p.description == description) {
@@ -341,7 +335,7 @@ impl Ctx {
             );
         }
         let found = net
-            .networks(&[("name".into(), self.names.network())])
+            .networks(&by_name(&self.names.network()))
             .await
             .map_err(|e| actuator_error("finding the cluster network", e))?;
         found.into_iter().next().map(|n| n.id).ok_or_else(|| {
@@ -448,7 +442,7 @@ impl Actuator<OpenStackMachine> for OpenStackMachineActuator {
             .find_images(&image_ref, &image_tags)
             .await
             .map_err(|e| actuator_error("looking up the image", e))?;
-        let image = resolve::exactly_one(images, "spec.image", "Image", resolve::named)?;
+        let image = resolve::exactly_one(images, "spec.image", "Image", |i| i.name.clone())?;
         let server_group_id = match &spec.server_group {
             Some(group) => {
                 let wanted = resolve::name_or_id(group.id.as_ref(), group.filter.as_ref())
@@ -523,7 +517,7 @@ impl Actuator<OpenStackMachine> for OpenStackMachineActuator {
                 {
                     ctx.clients
                         .load_balancer
-                        .create_member(&pool, &ctx.name, &address, ctx.api_port(), None)
+                        .create_member(&pool, &ctx.name, &address, ctx.api_port, None)
                         .await
                         .map_err(|e| {
                             actuator_error("adding the machine to the API server pool", e)

@@ -4,7 +4,7 @@
 use capi_core::ActuatorError;
 
 use crate::api::{NameFilter, NetworkParam, SecurityGroupParam, SubnetParam};
-use crate::cloud::{Named, Network, Networking, SecurityGroup, Subnet};
+use crate::cloud::{Network, Networking, SecurityGroup, Subnet};
 use crate::connector::actuator_error;
 
 fn query(id: Option<&String>, filter: Option<&NameFilter>) -> Vec<(String, String)> {
@@ -95,7 +95,7 @@ pub(crate) fn name_or_id(id: Option<&String>, filter: Option<&NameFilter>) -> Op
     id.cloned().or_else(|| filter.and_then(|f| f.name.clone()))
 }
 
-/// For messages: a named resource's name.
-pub(crate) fn named(n: &Named) -> String {
-    n.name.clone()
+/// The query for resources with exactly this name.
+pub(crate) fn by_name(name: &str) -> Vec<(String, String)> {
+    vec![("name".to_string(), name.to_string())]
 }

@@ -24,16 +24,12 @@ pub(crate) fn run(check: bool) -> Result<()> {
 fn sync_folder(folder: &str, rendered: &[capi_core::crd::RenderedCrd], check: bool) -> Result<()> {
     let dir = workspace_root().join("crds").join(folder);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut stale = Vec::new();
-    for crd in rendered {
-        let path = dir.join(&crd.file_name);
-        let current = std::fs::read_to_string(&path).unwrap_or_default();
-        if current != crd.yaml {
-            stale.push(crd.file_name.clone());
-            if !check {
-                std::fs::write(&path, &crd.yaml)
-                    .with_context(|| format!("writing {}", path.display()))?;
-            }
+    let mut stale = capi_core::crd::stale_files(&dir, rendered);
+    if !check {
+        for crd in rendered.iter().filter(|c| stale.contains(&c.file_name)) {
+            let path = dir.join(&crd.file_name);
+            std::fs::write(&path, &crd.yaml)
+                .with_context(|| format!("writing {}", path.display()))?;
         }
     }
     let expected: Vec<&str> = rendered.iter().map(|c| c.file_name.as_str()).collect();

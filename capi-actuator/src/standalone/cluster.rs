@@ -145,25 +145,16 @@ async fn reconcile_once(
                 .observed_generation(generation),
         );
     };
-    if cluster.is_paused() {
-        set(
-            &mut status,
-            condition::PAUSED,
-            ConditionStatus::True,
-            reasons::PAUSED,
-            "reconciliation is paused".into(),
-        );
+    let paused = cluster.is_paused();
+    condition::set(
+        &mut status.conditions,
+        reasons::paused_condition(paused, generation),
+    );
+    if paused {
         write::patch_status_if_changed(&api, &cluster.name_any(), cluster.status.as_ref(), &status)
             .await?;
         return Ok(Next::AwaitChange);
     }
-    set(
-        &mut status,
-        condition::PAUSED,
-        ConditionStatus::False,
-        reasons::NOT_PAUSED,
-        String::new(),
-    );
     let owner = cluster.controller_owner_ref(&());
 
     // Infrastructure.

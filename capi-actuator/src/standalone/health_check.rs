@@ -165,25 +165,16 @@ async fn reconcile_once(
     let Some(cluster) = cluster else {
         return Ok(Next::Requeue(deps.settings.poll));
     };
-    if cluster.is_paused() || labels::has_paused_annotation(&check.metadata) {
-        set(
-            &mut status,
-            condition::PAUSED,
-            ConditionStatus::True,
-            reasons::PAUSED,
-            "reconciliation is paused".into(),
-        );
+    let paused = cluster.is_paused() || labels::has_paused_annotation(&check.metadata);
+    condition::set(
+        &mut status.conditions,
+        reasons::paused_condition(paused, generation),
+    );
+    if paused {
         write::patch_status_if_changed(&api, &check.name_any(), check.status.as_ref(), &status)
             .await?;
         return Ok(Next::AwaitChange);
     }
-    set(
-        &mut status,
-        condition::PAUSED,
-        ConditionStatus::False,
-        reasons::NOT_PAUSED,
-        String::new(),
-    );
     let Some(store) = deps.machines.get() else {
         return Ok(Next::Requeue(deps.settings.poll));
     };

@@ -257,6 +257,35 @@ impl PartialEq for SecurityGroupRule {
     }
 }
 
+/// A Neutron resource the provider creates and tags.
+pub trait NeutronResource {
+    /// Its collection in Neutron's URLs (`networks`, `security-groups`, …), as
+    /// [`Networking::set_tags`] takes it.
+    const COLLECTION: &'static str;
+    /// Its ID.
+    fn id(&self) -> &str;
+}
+
+macro_rules! neutron_resource {
+    ($($kind:ty => $collection:literal),* $(,)?) => {$(
+        impl NeutronResource for $kind {
+            const COLLECTION: &'static str = $collection;
+            fn id(&self) -> &str {
+                &self.id
+            }
+        }
+    )*};
+}
+
+neutron_resource!(
+    Network => "networks",
+    Subnet => "subnets",
+    Router => "routers",
+    SecurityGroup => "security-groups",
+    Port => "ports",
+    FloatingIp => "floatingips",
+);
+
 /// A Neutron port.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 pub struct Port {

@@ -6,8 +6,8 @@ use serde_json::json;
 
 use super::session::{Call, Session};
 use super::{
-    CloudError, CloudResult, FloatingIp, Network, Networking, Port, PortAddressPair, PortCreate,
-    Router, SecurityGroup, SecurityGroupRule, Subnet,
+    CloudError, CloudResult, FloatingIp, Network, Networking, NeutronResource, Port,
+    PortAddressPair, PortCreate, Router, SecurityGroup, SecurityGroupRule, Subnet,
 };
 
 const NET: ServiceType = ServiceType::Network;
@@ -188,7 +188,8 @@ impl Networking for Session {
             )
             .await?;
         if !port.tags.is_empty() {
-            self.set_tags("ports", &created.id, &port.tags).await?;
+            self.set_tags(Port::COLLECTION, &created.id, &port.tags)
+                .await?;
         }
         Ok(created)
     }

@@ -16,7 +16,8 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use http::{HeaderMap, HeaderValue, Method};
 use openstack_sdk::api::rest_endpoint_prelude::{BodyError, QueryParams};
@@ -374,15 +375,11 @@ struct CaFile {
     path: PathBuf,
 }
 
-static CA_COUNTER: Mutex<u64> = Mutex::new(0);
+static CA_FILES: AtomicU64 = AtomicU64::new(0);
 
 impl CaFile {
     fn write(pem: &[u8]) -> std::io::Result<Self> {
-        let n = {
-            let mut counter = CA_COUNTER.lock().unwrap_or_else(|p| p.into_inner());
-            *counter += 1;
-            *counter
-        };
+        let n = CA_FILES.fetch_add(1, Ordering::Relaxed);
         let path = std::env::temp_dir().join(format!(
             "capi-rs-openstack-ca-{}-{n}.pem",
             std::process::id()
