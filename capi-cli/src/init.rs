@@ -75,7 +75,7 @@ pub fn objects(provider: &str) -> Result<Vec<DynamicObject>, InitError> {
             })?,
         );
     }
-    values.extend(manifests::inmemory_objects()?);
+    values.extend(manifests::inmemory().objects()?);
     values
         .into_iter()
         .map(|value| {

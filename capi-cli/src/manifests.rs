@@ -1,8 +1,9 @@
-//! The in-memory provider's deployment manifests, generated from code so that they cannot drift:
+//! The providers' deployment manifests, generated from code so that they cannot drift:
 //! `rbac.yaml` (ServiceAccount, a least-privilege ClusterRole from [`capi_actuator::rbac`], its
-//! binding), `manager.yaml` (Namespace, Deployment of `inmemory-manager` in standalone mode with
-//! leader election) and `metadata.yaml` (clusterctl provider metadata). `cargo xtask crds` writes
-//! them to `config/inmemory/`; `capictl init` applies them.
+//! binding), `manager.yaml` (Namespace, Deployment of the manager in standalone mode with leader
+//! election) and `metadata.yaml` (clusterctl provider metadata), for the in-memory provider
+//! ([`inmemory`]) and the OpenStack provider ([`openstack`]). `cargo xtask crds` writes them to
+//! `config/<provider>/`; `capictl init` applies the in-memory provider's.
 
 /// Why the manifests could not be rendered.
 #[derive(Debug, thiserror::Error)]
@@ -16,29 +17,70 @@ pub enum ManifestError {
 }
 
 use capi_actuator::rbac;
+use k8s_openapi::api::rbac::v1::PolicyRule;
 use serde_json::json;
 
-/// The namespace the manager runs in.
-pub const NAMESPACE: &str = "capi-inmemory-system";
-/// The ServiceAccount, ClusterRole and ClusterRoleBinding name.
-pub const NAME: &str = "capi-inmemory-manager";
+/// The group of this workspace's provider kinds.
+const INFRA_GROUP: &str = "infrastructure.capi-rs.dev";
 
-/// Every rule the standalone in-memory manager needs.
-pub fn rules() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
-    let group = "infrastructure.capi-rs.dev";
+/// One provider's manager: where it runs, as whom, with which image, flags and rules.
+#[derive(Clone, Debug)]
+pub struct ProviderManifests {
+    /// The folder under `config/` the files go to.
+    pub folder: &'static str,
+    /// The namespace the manager runs in.
+    pub namespace: &'static str,
+    /// The ServiceAccount, ClusterRole, ClusterRoleBinding and Deployment name.
+    pub name: &'static str,
+    /// The container image.
+    pub image: &'static str,
+    /// The manager's arguments (leader election and JSON logs are added).
+    pub args: Vec<&'static str>,
+    /// Every rule the manager needs.
+    pub rules: Vec<PolicyRule>,
+}
+
+/// The rules of a standalone manager of one provider: its machine and cluster kinds, the
+/// bootstrap reconciler and the core controllers.
+fn standalone_rules(plural: &str) -> Vec<PolicyRule> {
+    let machines = format!("{plural}machines");
+    let clusters = format!("{plural}clusters");
+    let templates = format!("{plural}machinetemplates");
     let mut rules = rbac::manager();
-    rules.extend(rbac::infra_machine(group, "inmemorymachines"));
-    rules.extend(rbac::infra_cluster(group, "inmemoryclusters"));
+    rules.extend(rbac::infra_machine(INFRA_GROUP, &machines));
+    rules.extend(rbac::infra_cluster(INFRA_GROUP, &clusters));
     rules.extend(rbac::bootstrap());
     rules.extend(rbac::core(
-        group,
-        &[
-            "inmemorymachines",
-            "inmemoryclusters",
-            "inmemorymachinetemplates",
-        ],
+        INFRA_GROUP,
+        &[machines.as_str(), clusters.as_str(), templates.as_str()],
     ));
     rules
+}
+
+/// The in-memory provider's manager (`inmemory-manager`, standalone mode).
+pub fn inmemory() -> ProviderManifests {
+    ProviderManifests {
+        folder: "inmemory",
+        namespace: "capi-inmemory-system",
+        name: "capi-inmemory-manager",
+        image: "capi-rs/inmemory-manager:dev",
+        args: vec!["--with-bootstrap", "--with-core"],
+        rules: standalone_rules("inmemory"),
+    }
+}
+
+/// The OpenStack provider's manager (`openstack-manager`, standalone mode). Besides the rules of
+/// every standalone manager it reads the `identityRef` Secrets (already granted by the bootstrap
+/// rules, which read and write Secrets).
+pub fn openstack() -> ProviderManifests {
+    ProviderManifests {
+        folder: "openstack",
+        namespace: "capi-openstack-system",
+        name: "capi-openstack-manager",
+        image: "capi-rs/openstack-manager:dev",
+        args: vec!["--with-bootstrap", "--with-core"],
+        rules: standalone_rules("openstack"),
+    }
 }
 
 fn documents(values: &[serde_json::Value]) -> Result<String, serde_saphyr::SerializeError> {
@@ -50,66 +92,78 @@ fn documents(values: &[serde_json::Value]) -> Result<String, serde_saphyr::Seria
     Ok(out)
 }
 
-/// The in-memory manager's objects per file: `rbac.yaml`, `manager.yaml`, `metadata.yaml`.
-fn inmemory_documents() -> Result<Vec<(&'static str, Vec<serde_json::Value>)>, ManifestError> {
-    let role =
-        serde_json::to_value(rbac::cluster_role(NAME, rules())).map_err(ManifestError::Json)?;
-    let mut role = role;
-    role["apiVersion"] = json!("rbac.authorization.k8s.io/v1");
-    role["kind"] = json!("ClusterRole");
-    let rbac_objects = vec![
-        json!({"apiVersion": "v1", "kind": "ServiceAccount",
-               "metadata": {"name": NAME, "namespace": NAMESPACE}}),
-        role,
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-               "metadata": {"name": NAME},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
-               "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}]}),
-    ];
-    let manager_objects = vec![
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}),
-        json!({"apiVersion": "apps/v1", "kind": "Deployment",
-               "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": {"app": NAME}},
-               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": NAME}},
-                        "template": {"metadata": {"labels": {"app": NAME}},
-                                     "spec": {"serviceAccountName": NAME,
-                                              "containers": [{"name": "manager",
-                                                              "image": "capi-rs/inmemory-manager:dev",
-                                                              "args": ["--with-bootstrap", "--with-core",
-                                                                       "--leader-elect", format!("{NAMESPACE}/{NAME}"),
-                                                                       "--log-format", "json"],
-                                                              "ports": [{"name": "http", "containerPort": 8080}],
-                                                              "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}},
-                                                              "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}}}]}}}}),
-    ];
-    let metadata_objects = vec![json!({
-        "apiVersion": "clusterctl.cluster.x-k8s.io/v1alpha3", "kind": "Metadata",
-        "releaseSeries": [{"major": 0, "minor": 1, "contract": "v1beta2"}],
-    })];
-    Ok(vec![
-        ("rbac.yaml", rbac_objects),
-        ("manager.yaml", manager_objects),
-        ("metadata.yaml", metadata_objects),
-    ])
+impl ProviderManifests {
+    /// The manager's objects per file: `rbac.yaml`, `manager.yaml`, `metadata.yaml`.
+    fn documents(&self) -> Result<Vec<(&'static str, Vec<serde_json::Value>)>, ManifestError> {
+        let (namespace, name) = (self.namespace, self.name);
+        let mut role = serde_json::to_value(rbac::cluster_role(name, self.rules.clone()))
+            .map_err(ManifestError::Json)?;
+        role["apiVersion"] = json!("rbac.authorization.k8s.io/v1");
+        role["kind"] = json!("ClusterRole");
+        let rbac_objects = vec![
+            json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                   "metadata": {"name": name, "namespace": namespace}}),
+            role,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                   "metadata": {"name": name},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                   "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}),
+        ];
+        let mut args: Vec<String> = self.args.iter().map(|a| a.to_string()).collect();
+        args.extend([
+            "--leader-elect".into(),
+            format!("{namespace}/{name}"),
+            "--log-format".into(),
+            "json".into(),
+        ]);
+        let manager_objects = vec![
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                   "metadata": {"name": name, "namespace": namespace, "labels": {"app": name}},
+                   "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                            "template": {"metadata": {"labels": {"app": name}},
+                                         "spec": {"serviceAccountName": name,
+                                                  "containers": [{"name": "manager",
+                                                                  "image": self.image,
+                                                                  "args": args,
+                                                                  "ports": [{"name": "http", "containerPort": 8080}],
+                                                                  "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}},
+                                                                  "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}}}]}}}}),
+        ];
+        let metadata_objects = vec![json!({
+            "apiVersion": "clusterctl.cluster.x-k8s.io/v1alpha3", "kind": "Metadata",
+            "releaseSeries": [{"major": 0, "minor": 1, "contract": "v1beta2"}],
+        })];
+        Ok(vec![
+            ("rbac.yaml", rbac_objects),
+            ("manager.yaml", manager_objects),
+            ("metadata.yaml", metadata_objects),
+        ])
+    }
+
+    /// The manifest files (name, YAML).
+    pub fn files(&self) -> Result<Vec<(&'static str, String)>, ManifestError> {
+        self.documents()?
+            .into_iter()
+            .map(|(name, objects)| Ok((name, documents(&objects)?)))
+            .collect()
+    }
+
+    /// The objects `capictl init` installs (RBAC, Namespace, Deployment; not the clusterctl
+    /// metadata, which is no API object), Namespace first.
+    pub fn objects(&self) -> Result<Vec<serde_json::Value>, ManifestError> {
+        let mut objects: Vec<serde_json::Value> = self
+            .documents()?
+            .into_iter()
+            .filter(|(name, _)| *name != "metadata.yaml")
+            .flat_map(|(_, objects)| objects)
+            .collect();
+        objects.sort_by_key(|o| o["kind"] != "Namespace");
+        Ok(objects)
+    }
 }
 
-/// The manifest files (name, YAML) of the in-memory manager.
-pub fn inmemory_files() -> Result<Vec<(&'static str, String)>, ManifestError> {
-    inmemory_documents()?
-        .into_iter()
-        .map(|(name, objects)| Ok((name, documents(&objects)?)))
-        .collect()
-}
-
-/// The objects `capictl init` installs for the in-memory manager (RBAC, Namespace, Deployment;
-/// not the clusterctl metadata, which is no API object).
-pub fn inmemory_objects() -> Result<Vec<serde_json::Value>, ManifestError> {
-    let mut objects: Vec<serde_json::Value> = inmemory_documents()?
-        .into_iter()
-        .filter(|(name, _)| *name != "metadata.yaml")
-        .flat_map(|(_, objects)| objects)
-        .collect();
-    // Namespaces before what lives in them.
-    objects.sort_by_key(|o| o["kind"] != "Namespace");
-    Ok(objects)
+/// Every provider whose manifests `cargo xtask crds` writes.
+pub fn all() -> Vec<ProviderManifests> {
+    vec![inmemory(), openstack()]
 }

@@ -12,10 +12,11 @@
 //!   again after a crash;
 //! - [`cluster`]: the [`ClusterActuator`](capi_core::ClusterActuator) (network → subnet → router →
 //!   security groups → load balancer → floating IP, and back);
-//! - [`machine`]: the [`Actuator`](capi_core::Actuator) (ports, server, pool membership).
+//! - [`machine`]: the [`Actuator`](capi_core::Actuator) (ports, server, pool membership);
+//! - [`cloud_conf`]: the bootstrap hook adding the cloud provider's `cloud.conf` and the CA bundle
+//!   to every machine's bootstrap data.
 //!
-//! Still to come (see the provider's issue): the manager binary and its manifests, the
-//! `cloud.conf` bootstrap hook, and the end-to-end test with the Manager reconciling the CRDs.
+//! The `openstack-manager` binary (package `provider-openstack-bin`) runs them in a `Manager`.
 //!
 //! ```no_run
 //! # async fn demo(client: kube::Client) {
@@ -33,6 +34,7 @@
 
 pub mod api;
 pub mod cloud;
+pub mod cloud_conf;
 pub mod cluster;
 pub mod connector;
 pub mod credentials;

@@ -29,6 +29,7 @@
 //! # }
 //! ```
 
+pub mod flags;
 mod http;
 mod leader;
 

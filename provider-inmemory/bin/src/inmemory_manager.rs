@@ -16,79 +16,45 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
-use capi_actuator::ReconcilerOptions;
-use capi_actuator::manager::{LeaderElectionConfig, Manager, ManagerConfig};
-use capi_actuator::telemetry::{LogFormat, init_logging};
+use anyhow::{Context, Result};
+use capi_actuator::manager::Manager;
+use capi_actuator::manager::flags::{FlagError, ManagerFlags};
+use capi_actuator::telemetry::init_logging;
 use provider_inmemory::actuator::InMemoryActuator;
 use provider_inmemory::api::{InMemoryCluster, InMemoryMachine};
 use provider_inmemory::cloud::{Compute, LoadBalancers, RemoteCloud, SimulatedCloud};
 
 struct Args {
-    config: ManagerConfig,
+    flags: ManagerFlags,
     cloud_url: Option<String>,
-    log_format: LogFormat,
-    with_bootstrap: bool,
-    with_core: bool,
 }
 
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Args> {
-    let mut config = ManagerConfig::default();
-    let (mut with_bootstrap, mut with_core) = (false, false);
-    let mut options = ReconcilerOptions::default();
-    let (mut cloud_url, mut log_format) = (None, LogFormat::Text);
+    let mut flags = ManagerFlags::default();
+    let mut cloud_url = None;
     while let Some(flag) = args.next() {
-        let mut value = || args.next().with_context(|| format!("{flag} needs a value"));
+        if flags.accept(&flag, &mut args)? {
+            continue;
+        }
         match flag.as_str() {
-            "--cloud-url" => cloud_url = Some(value()?),
-            "--with-bootstrap" => with_bootstrap = true,
-            "--with-core" => with_core = true,
-            "--http-addr" => {
-                config.http_addr = value()?.parse().context("--http-addr expects HOST:PORT")?
-            }
-            "--namespace" => options = options.namespace(value()?),
-            "--label-selector" => options = options.label_selector(value()?),
-            "--concurrency" => {
-                options =
-                    options.concurrency(value()?.parse().context("--concurrency expects a count")?)
-            }
-            "--qps" => config.qps = value()?.parse().context("--qps expects a number")?,
-            "--burst" => config.burst = value()?.parse().context("--burst expects a count")?,
-            "--leader-elect" => {
-                let lease = value()?;
-                let (namespace, name) = lease
-                    .split_once('/')
-                    .context("--leader-elect expects NAMESPACE/NAME")?;
-                config.leader_election = Some(LeaderElectionConfig::new(namespace, name));
-            }
-            "--log-format" => {
-                log_format = match value()?.as_str() {
-                    "json" => LogFormat::Json,
-                    "text" => LogFormat::Text,
-                    other => bail!("--log-format is text or json, not {other:?}"),
-                }
-            }
-            other => bail!("unknown argument {other:?}; see the crate docs for the flags"),
+            "--cloud-url" => cloud_url = Some(args.next().context("--cloud-url needs a value")?),
+            _ => return Err(FlagError::Unknown(flag).into()),
         }
     }
-    config.reconciler = options;
-    Ok(Args {
-        config,
-        cloud_url,
-        log_format,
-        with_bootstrap,
-        with_core,
-    })
+    Ok(Args { flags, cloud_url })
 }
 
 #[tokio::main]
 async fn main() -> Result<()> {
     let Args {
-        config,
+        flags:
+            ManagerFlags {
+                config,
+                log_format,
+                with_bootstrap,
+                with_core,
+            },
         cloud_url,
-        log_format,
-        with_bootstrap,
-        with_core,
     } = parse(std::env::args().skip(1))?;
     init_logging(log_format).map_err(|e| anyhow::anyhow!(e))?;
     let (compute, load_balancers): (Arc<dyn Compute>, Arc<dyn LoadBalancers>) = match cloud_url {
