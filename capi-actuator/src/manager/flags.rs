@@ -182,9 +182,10 @@ mod tests {
         );
         assert_eq!(flags.config.reconciler.concurrency, 7);
         assert_eq!((flags.config.qps, flags.config.burst), (12.5, 30));
+        let lease = flags.config.leader_election.unwrap();
         assert_eq!(
-            flags.config.leader_election,
-            Some(LeaderElectionConfig::new("capi-system", "lease"))
+            (lease.namespace.as_str(), lease.lease_name.as_str()),
+            ("capi-system", "lease")
         );
         assert_eq!(flags.log_format, LogFormat::Json);
         assert!(flags.with_bootstrap && flags.with_core);
