@@ -83,52 +83,13 @@ impl NodeRegistrar {
             .filter(|i| running.contains(&i.id) && !self.registered.contains(&i.id))
             .collect();
         for instance in new {
-            let node = Node {
-                metadata: ObjectMeta {
-                    name: Some(instance.id.clone()),
-                    labels: Some(
-                        [
-                            (SIMULATED_NODE_LABEL.to_string(), "true".to_string()),
-                            ("kubernetes.io/hostname".to_string(), instance.id.clone()),
-                            (
-                                "topology.kubernetes.io/zone".to_string(),
-                                instance.zone.clone().unwrap_or_default(),
-                            ),
-                        ]
-                        .into(),
-                    ),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(k8s_openapi::api::core::v1::NodeSpec {
-                    provider_id: Some(provider_id(&instance.id)),
-                    ..Default::default()
-                }),
-                status: None,
+            let registration = NodeRegistration {
+                name: instance.id.clone(),
+                provider_id: provider_id(&instance.id),
+                internal_ip: instance.address.clone(),
+                zone: instance.zone.clone(),
             };
-            match self.nodes.create(&PostParams::default(), &node).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(status)) if status.is_already_exists() => {}
-                Err(error) => return Err(error),
-            }
-            let now = jiff::Timestamp::now().to_string();
-            let status = json!({"status": {
-                "conditions": [{
-                    "type": "Ready", "status": "True", "reason": "KubeletReady",
-                    "message": "simulated kubelet is posting ready status",
-                    "lastHeartbeatTime": now, "lastTransitionTime": now,
-                }],
-                "addresses": [
-                    {"type": "InternalIP", "address": instance.address},
-                    {"type": "Hostname", "address": instance.id},
-                ],
-            }});
-            self.nodes
-                .patch_status(
-                    &instance.id,
-                    &PatchParams::default(),
-                    &Patch::Merge(&status),
-                )
-                .await?;
+            register(&self.nodes, &registration).await?;
             self.registered.insert(instance.id.clone());
         }
         let gone: Vec<String> = self
@@ -148,6 +109,68 @@ impl NodeRegistrar {
         self.finish_terminating_pods().await?;
         Ok(())
     }
+}
+
+/// A node as a kubelet registers it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeRegistration {
+    /// The node's name (and hostname).
+    pub name: String,
+    /// `spec.providerID`, as the cloud-controller-manager would set it.
+    pub provider_id: String,
+    /// The `InternalIP` address.
+    pub internal_ip: String,
+    /// The `topology.kubernetes.io/zone` label.
+    pub zone: Option<String>,
+}
+
+/// Registers `node` like a kubelet that has just started: creates the `Node` (labelled
+/// [`SIMULATED_NODE_LABEL`]; an existing one is kept) and posts a `Ready` status with its
+/// addresses. Usable for any provider's tests: a kubelet for a fake cloud's servers.
+pub async fn register(nodes: &Api<Node>, node: &NodeRegistration) -> Result<(), kube::Error> {
+    let object = Node {
+        metadata: ObjectMeta {
+            name: Some(node.name.clone()),
+            labels: Some(
+                [
+                    (SIMULATED_NODE_LABEL.to_string(), "true".to_string()),
+                    ("kubernetes.io/hostname".to_string(), node.name.clone()),
+                    (
+                        "topology.kubernetes.io/zone".to_string(),
+                        node.zone.clone().unwrap_or_default(),
+                    ),
+                ]
+                .into(),
+            ),
+            ..ObjectMeta::default()
+        },
+        spec: Some(k8s_openapi::api::core::v1::NodeSpec {
+            provider_id: Some(node.provider_id.clone()),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    match nodes.create(&PostParams::default(), &object).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.is_already_exists() => {}
+        Err(error) => return Err(error),
+    }
+    let now = jiff::Timestamp::now().to_string();
+    let status = json!({"status": {
+        "conditions": [{
+            "type": "Ready", "status": "True", "reason": "KubeletReady",
+            "message": "simulated kubelet is posting ready status",
+            "lastHeartbeatTime": now, "lastTransitionTime": now,
+        }],
+        "addresses": [
+            {"type": "InternalIP", "address": node.internal_ip},
+            {"type": "Hostname", "address": node.name},
+        ],
+    }});
+    nodes
+        .patch_status(&node.name, &PatchParams::default(), &Patch::Merge(&status))
+        .await?;
+    Ok(())
 }
 
 impl NodeRegistrar {

@@ -386,7 +386,7 @@ EOF
   say "Placement, Glance, Neutron, Nova, Octavia APIs answer"
 }
 
-# The baseline a test cloud is expected to have (like devstack's): an image, flavors, the `public`
+# The baseline a test cloud is expected to have (like devstack's): an image, flavors, a key pair, the `public`
 # external network with a subnet, and an up hypervisor.
 baseline() {
   head -c 1048576 /dev/zero > "$BASE/fake.img"
@@ -408,6 +408,8 @@ with open(image_file, "rb") as f:
          headers={"Content-Type": "application/octet-stream"})
 for name, vcpus, ram, disk in [("m1.small", 2, 2048, 20), ("m1.medium", 2, 4096, 20)]:
     call("POST", "compute", "/flavors", json={"flavor": {"name": name, "vcpus": vcpus, "ram": ram, "disk": disk}})
+# A key pair for the provider's templates (`sshKeyName`); Nova generates the key (microversion 2.1).
+call("POST", "compute", "/os-keypairs", json={"keypair": {"name": "capi-rs-test-key"}})
 net = call("POST", "network", "/v2.0/networks", json={"network": {"name": "public", "router:external": True,
            "provider:network_type": "flat", "provider:physical_network": "public"}})["network"]
 call("POST", "network", "/v2.0/subnets", json={"subnet": {"name": "public-subnet", "network_id": net["id"],
@@ -421,7 +423,7 @@ else:
     sys.exit("no hypervisor came up")
 print("baseline ready")
 EOF
-  say "baseline: image capi-rs-test-image, flavors m1.small/m1.medium, external network public, hypervisor up"
+  say "baseline: image capi-rs-test-image, flavors m1.small/m1.medium, key pair capi-rs-test-key, external network public, hypervisor up"
 }
 
 write_client_files() {
