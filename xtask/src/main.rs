@@ -9,6 +9,7 @@
 //! - `quickstart [--keep-running]`: start a local control plane, install the CRDs, apply the sample
 //!   cluster and show it.
 
+mod bench;
 mod command;
 mod crds;
 mod envtest;
@@ -21,7 +22,7 @@ use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <envtest | crds [--check] | openstack <install|start|stop> | test | quickstart [--keep-running]>";
+const USAGE: &str = "usage: cargo xtask <envtest | crds [--check] | openstack <install|start|stop> | test | quickstart [--keep-running] | bench [--machines N] [--idle-seconds S] [--qps F] [--burst N] [--out DIR]>";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -31,6 +32,9 @@ fn main() -> Result<()> {
     let flag = |name: &str| rest.iter().any(|a| a == name);
     if command == "openstack" {
         return openstack::command(rest.first().map(String::as_str));
+    }
+    if command == "bench" {
+        return bench::run_bench(bench::Options::parse(rest)?);
     }
     if let Some(unknown) = rest
         .iter()
