@@ -22,7 +22,7 @@ use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <envtest | crds [--check] | openstack <install|start|stop> | test | quickstart [--keep-running] | bench [--machines N] [--idle-seconds S] [--qps F] [--burst N] [--out DIR]>";
+const USAGE: &str = "usage: cargo xtask <envtest | crds [--check] | openstack <install|start|stop> | test | quickstart [--keep-running] | bench [all|one-cluster|clusters|latency] [--machines N] [--clusters N] [--boot-ms MS] [--idle-seconds S] [--qps F] [--burst N] [--concurrency N] [--out DIR]>";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();

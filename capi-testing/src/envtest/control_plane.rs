@@ -25,6 +25,8 @@ pub struct ControlPlane {
     // Held only so that it is killed (dropped) with the servers.
     _watchdog: Option<Process>,
     apiserver: Process,
+    /// How the API server was started, to start it again the same way.
+    apiserver_command: (PathBuf, Vec<String>),
     etcd: Process,
     url: String,
     kubeconfig: String,
@@ -127,40 +129,35 @@ impl ControlPlane {
         )?;
         wait_for_port(&mut etcd, etcd_port).await?;
 
+        let apiserver_args: Vec<String> = [
+            format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={api_port}"),
+            format!("--cert-dir={}", root.join("certs").display()),
+            format!("--tls-cert-file={}", root.join("apiserver.crt").display()),
+            format!(
+                "--tls-private-key-file={}",
+                root.join("apiserver.key").display()
+            ),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            format!("--service-account-key-file={}", root.join("sa.pub").display()),
+            format!(
+                "--service-account-signing-key-file={}",
+                root.join("sa.key").display()
+            ),
+            format!("--token-auth-file={}", root.join("tokens.csv").display()),
+            "--authorization-mode=RBAC".into(),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--allow-privileged=true".into(),
+            "--disable-admission-plugins=ServiceAccount".into(),
+            "--profiling=false".into(),
+        ]
+        .into_iter()
+        .chain(client_ca_args)
+        .collect();
         let mut apiserver = Process::spawn(
-            Command::new(&assets.kube_apiserver)
-                .arg(format!("--etcd-servers=http://127.0.0.1:{etcd_port}"))
-                .arg("--bind-address=127.0.0.1")
-                .arg("--advertise-address=127.0.0.1")
-                .arg(format!("--secure-port={api_port}"))
-                .arg(format!("--cert-dir={}", root.join("certs").display()))
-                .arg(format!(
-                    "--tls-cert-file={}",
-                    root.join("apiserver.crt").display()
-                ))
-                .arg(format!(
-                    "--tls-private-key-file={}",
-                    root.join("apiserver.key").display()
-                ))
-                .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
-                .arg(format!(
-                    "--service-account-key-file={}",
-                    root.join("sa.pub").display()
-                ))
-                .arg(format!(
-                    "--service-account-signing-key-file={}",
-                    root.join("sa.key").display()
-                ))
-                .arg(format!(
-                    "--token-auth-file={}",
-                    root.join("tokens.csv").display()
-                ))
-                .arg("--authorization-mode=RBAC")
-                .arg("--service-cluster-ip-range=10.0.0.0/24")
-                .arg("--allow-privileged=true")
-                .arg("--disable-admission-plugins=ServiceAccount")
-                .arg("--profiling=false")
-                .args(&client_ca_args),
+            Command::new(&assets.kube_apiserver).args(&apiserver_args),
             &root,
             "kube-apiserver",
         )?;
@@ -174,6 +171,7 @@ impl ControlPlane {
         Ok(Self {
             _watchdog: watchdog,
             apiserver,
+            apiserver_command: (assets.kube_apiserver.clone(), apiserver_args),
             etcd,
             url,
             kubeconfig,
@@ -219,6 +217,33 @@ impl ControlPlane {
     /// A new client for the API server, authenticated as a member of `system:masters`.
     pub async fn client(&self) -> Result<Client, EnvtestError> {
         client_from_kubeconfig(&self.kubeconfig).await
+    }
+
+    /// Kills the API server (SIGKILL) and starts it again on the same port with the same
+    /// certificates and etcd, as an API server crash and restart would: clients keep their
+    /// configuration, their watches break, and everything stored in etcd is still there. Returns once
+    /// `/readyz` answers again.
+    pub async fn restart_api_server(&mut self) -> Result<(), EnvtestError> {
+        let _ = self.apiserver.child.kill();
+        let _ = self.apiserver.child.wait();
+        let (binary, args) = &self.apiserver_command;
+        let root = self.dir.path().to_path_buf();
+        // The port was ours a moment ago; the kernel may hold it briefly, so try a few times.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            self.apiserver = Process::spawn(Command::new(binary).args(args), &root, "kube-apiserver")?;
+            match wait_for_readyz(&mut self.apiserver, &mut self.etcd, &self.kubeconfig).await {
+                Err(EnvtestError::Exited { ref tail, .. })
+                    if attempt < 10 && tail.contains("address already in use") =>
+                {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                other => break other?,
+            }
+        }
+        self._watchdog = spawn_watchdog(&root, &[&self.etcd, &self.apiserver]).ok();
+        Ok(())
     }
 
     /// Whether both processes are still running.

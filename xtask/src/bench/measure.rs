@@ -1,0 +1,165 @@
+//! What every scenario measures the same way: the API server's own request counters, a child
+//! process's CPU and memory from `/proc`, the machine the figures come from, and the printed table.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, Result};
+use kube::Client;
+use serde_json::json;
+
+/// `apiserver_request_total` by (verb, resource[/subresource]).
+pub(crate) type Requests = BTreeMap<(String, String), f64>;
+
+/// The API server's request counters now, from its `/metrics`.
+pub(crate) async fn request_counts(client: &Client) -> Result<Requests> {
+    let request = http::Request::get("/metrics").body(Vec::new())?;
+    let text = client.request_text(request).await?;
+    let mut counts = Requests::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let label = |name: &str| -> String {
+            labels
+                .split("\",")
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=\"")))
+                .map(|v| v.trim_end_matches('"').to_string())
+                .unwrap_or_default()
+        };
+        let resource = match label("subresource").as_str() {
+            "" => label("resource"),
+            sub => format!("{}/{sub}", label("resource")),
+        };
+        if resource.is_empty() {
+            continue;
+        }
+        *counts.entry((label("verb"), resource)).or_default() +=
+            value.parse::<f64>().unwrap_or(0.0);
+    }
+    Ok(counts)
+}
+
+/// The requests made between two readings.
+pub(crate) fn difference(after: &Requests, before: &Requests) -> Requests {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, v)| *v > 0.0)
+        .collect()
+}
+
+/// Whether the API server counts `verb` as a write.
+pub(crate) fn is_write(verb: &str) -> bool {
+    matches!(
+        verb,
+        "POST" | "PUT" | "PATCH" | "DELETE" | "DELETECOLLECTION"
+    )
+}
+
+/// All writes (`write`) or all reads among `requests`.
+pub(crate) fn total(requests: &Requests, write: bool) -> f64 {
+    requests
+        .iter()
+        .filter(|((verb, _), _)| is_write(verb) == write)
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// `requests` as a JSON list of `{verb, resource, count}`.
+pub(crate) fn requests_json(requests: &Requests) -> serde_json::Value {
+    requests
+        .iter()
+        .map(|(k, count)| json!({"verb": k.0, "resource": k.1, "count": count}))
+        .collect()
+}
+
+/// Prints the writes among `requests`, with their count per `per` (machines, clusters).
+pub(crate) fn print_writes(requests: &Requests, per: f64, unit: &str) {
+    println!("\n    writes by verb and resource:");
+    for ((verb, resource), count) in requests.iter().filter(|((v, _), _)| is_write(v)) {
+        println!(
+            "      {verb:<7} {resource:<45} {count:>8.0}  ({:.2}/{unit})",
+            count / per
+        );
+    }
+}
+
+/// Prints `rows` as a two-column table.
+pub(crate) fn print_table(rows: &[(String, String)]) {
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    for (k, v) in rows {
+        println!("    {k:<width$}  {v}");
+    }
+}
+
+/// Writes `result` as pretty JSON to `dir/name` and says where.
+pub(crate) fn write_result(dir: &Path, name: &str, result: &serde_json::Value) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(name);
+    std::fs::write(&path, serde_json::to_string_pretty(result)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))?;
+    println!("\n    written: {}", path.display());
+    Ok(())
+}
+
+/// Peak resident memory (MiB) and CPU seconds (user + system) so far of process `pid`, from
+/// `/proc`.
+pub(crate) fn usage(pid: u32) -> Result<(f64, f64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let peak_kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .context("no VmHWM in /proc/PID/status")?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| -> f64 { fields.get(i).and_then(|v| v.parse().ok()).unwrap_or(0.0) };
+    Ok((
+        peak_kib / 1024.0,
+        (ticks(11) + ticks(12)) / clock_ticks_per_second(),
+    ))
+}
+
+fn clock_ticks_per_second() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// The machine the figures come from: CPU count and model, memory.
+pub(crate) fn host() -> serde_json::Value {
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let memory_gib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<f64>().ok())
+        })
+        .map(|kib| kib / 1024.0 / 1024.0)
+        .unwrap_or(0.0);
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_default();
+    json!({"cpus": cpus, "memory_gib": (memory_gib * 10.0).round() / 10.0, "cpu_model": model})
+}

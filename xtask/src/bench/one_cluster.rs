@@ -1,0 +1,388 @@
+//! Scenario **one cluster, N machines** (and its variant **latency**): the cluster `capictl
+//! generate` renders from the built-in in-memory template — 1 control-plane machine and N − 1
+//! workers in a MachineDeployment, kubeadm bootstrap. Measured: time until every Machine is
+//! Running; API requests by verb and resource from the management API server's own `/metrics`,
+//! and writes per machine; the manager's CPU seconds and peak RSS; idle requests per second and
+//! CPU after convergence; teardown time and requests. With zero simulated latency the floor
+//! program then performs the same unavoidable writes and the ratio is reported; with latency
+//! (boot time ± jitter) the report says what bounded the run.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use capi_core::api::{Cluster, Machine, MachinePhase};
+use capi_testing::manifest;
+use futures::StreamExt;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::Api;
+use serde_json::json;
+
+use super::measure::{self, Requests, difference, request_counts, total};
+use super::rig::{CloudOptions, Rig};
+use super::{Options, floor};
+use crate::command::step;
+
+const NAMESPACE: &str = "bench";
+const CLUSTER: &str = "scale";
+/// The longest any one phase may take before the run is declared failed.
+pub(crate) const PHASE_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// Which variant runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Variant {
+    /// Zero simulated latency, then the floor program.
+    Fast,
+    /// Instances take `boot_ms` ± 20 % to boot (and as long to delete).
+    Latency { boot_ms: u64 },
+}
+
+/// Runs the scenario; returns the summary row for the results table.
+pub(crate) async fn run(options: &Options, variant: Variant) -> Result<serde_json::Value> {
+    let machines_total = options.machines;
+    let (scenario, cloud) = match variant {
+        Variant::Fast => ("one-cluster", CloudOptions::default()),
+        Variant::Latency { boot_ms } => (
+            "latency",
+            CloudOptions {
+                boot_ms,
+                delete_ms: boot_ms / 2,
+                jitter: 0.2,
+                ..CloudOptions::default()
+            },
+        ),
+    };
+    step(&format!(
+        "Scenario {scenario}: starting the management cluster, a workload API server, inmemory-cloud (boot {} ms ± {:.0} %)",
+        cloud.boot_ms,
+        cloud.jitter * 100.0
+    ));
+    let mut rig = Rig::start(
+        &options.assets_dir,
+        &options.bin_dir,
+        &cloud,
+        options.manager.clone(),
+        NAMESPACE,
+    )
+    .await?;
+    let client = rig.client.clone();
+    rig.start_manager()?;
+
+    // The cluster, as `capictl generate` renders it, with N − 1 workers.
+    let inputs = capi_cli::generate::Inputs {
+        cluster_name: CLUSTER.into(),
+        namespace: Some(NAMESPACE.into()),
+        kubernetes_version: Some("v1.33.0".into()),
+        control_plane_machine_count: Some(1),
+        worker_machine_count: Some(machines_total - 1),
+        ..Default::default()
+    };
+    let yaml = capi_cli::generate::render(
+        capi_cli::generate::built_in("inmemory", None)?,
+        &inputs,
+        |_| None,
+    )?;
+    let objects = manifest::parse(&yaml)?;
+    Api::namespaced(client.clone(), NAMESPACE)
+        .create(&PostParams::default(), &rig.workload_kubeconfig(CLUSTER)?)
+        .await?;
+
+    let machines: Api<Machine> = Api::namespaced(client.clone(), NAMESPACE);
+    let follower = MachineFollower::start(machines.clone());
+
+    step(&format!(
+        "Creating cluster {CLUSTER}: 1 control-plane machine + {} workers",
+        machines_total - 1
+    ));
+    let before = request_counts(&client).await?;
+    let (_, cpu_before) = rig.manager()?.usage()?;
+    let started = Instant::now();
+    manifest::create_all(&client, NAMESPACE, &objects).await?;
+    let mut peak_building = 0usize;
+    follower
+        .wait_until(started, machines_total as usize, |_| {})
+        .await?;
+    let create_seconds = started.elapsed().as_secs_f64();
+    let create_requests = difference(&request_counts(&client).await?, &before);
+    let (rss_after_create, cpu_after_create) = rig.manager()?.usage()?;
+    if let Variant::Latency { .. } = variant {
+        peak_building = follower.peak_provisioning();
+    }
+    println!("    all {machines_total} Running after {create_seconds:.1}s");
+
+    let idle = if options.idle_seconds > 0 {
+        step(&format!(
+            "Idle for {} s after convergence",
+            options.idle_seconds
+        ));
+        Some(measure_idle(&rig, options.idle_seconds).await?)
+    } else {
+        None
+    };
+
+    step(&format!("Deleting cluster {CLUSTER}"));
+    let teardown_before = request_counts(&client).await?;
+    let started = Instant::now();
+    Api::<Cluster>::namespaced(client.clone(), NAMESPACE)
+        .delete(CLUSTER, &DeleteParams::default())
+        .await?;
+    loop {
+        let gone = Api::<Cluster>::namespaced(client.clone(), NAMESPACE)
+            .get_opt(CLUSTER)
+            .await?
+            .is_none();
+        if gone && follower.count() == 0 {
+            break;
+        }
+        if started.elapsed() > PHASE_TIMEOUT {
+            bail!("the cluster is not gone after {PHASE_TIMEOUT:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let teardown_seconds = started.elapsed().as_secs_f64();
+    let teardown_requests = difference(&request_counts(&client).await?, &teardown_before);
+    let (peak_rss, cpu_end) = rig.manager()?.usage()?;
+    drop(follower);
+    let leftover_machines = machines.list(&ListParams::default()).await?.items.len();
+    let leftover_instances = rig.inspect().await?.instances.len();
+    rig.kill_manager();
+
+    let n = f64::from(machines_total);
+    let writes = total(&create_requests, true);
+    let floor = match variant {
+        Variant::Fast => Some(floor::run(&rig, options, machines_total).await?),
+        Variant::Latency { .. } => None,
+    };
+
+    step(&format!(
+        "Results: {scenario}, one cluster, {machines_total} machines"
+    ));
+    let mut rows: Vec<(String, String)> = vec![
+        (
+            "time to all Running".into(),
+            format!("{create_seconds:.1} s"),
+        ),
+        (
+            "machines per second".into(),
+            format!("{:.1}", n / create_seconds),
+        ),
+        ("API writes (create → Running)".into(), format!("{writes:.0}")),
+        ("API writes per machine".into(), format!("{:.2}", writes / n)),
+        (
+            "API reads (create → Running)".into(),
+            format!("{:.0}", total(&create_requests, false)),
+        ),
+        (
+            "manager CPU (create → Running)".into(),
+            format!("{:.1} s", cpu_after_create - cpu_before),
+        ),
+        (
+            "manager peak RSS".into(),
+            format!("{peak_rss:.1} MiB (after create: {rss_after_create:.1} MiB)"),
+        ),
+    ];
+    if let Some(idle) = &idle {
+        rows.push((
+            "idle requests per second".into(),
+            format!("{:.2} over {} s", idle.requests_per_second, idle.seconds),
+        ));
+        rows.push((
+            "idle manager CPU".into(),
+            format!("{:.2} %", idle.cpu_percent),
+        ));
+    }
+    rows.extend([
+        ("teardown time".into(), format!("{teardown_seconds:.1} s")),
+        (
+            "teardown API writes".into(),
+            format!("{:.0}", total(&teardown_requests, true)),
+        ),
+        (
+            "left after teardown".into(),
+            format!("{leftover_machines} machines, {leftover_instances} instances"),
+        ),
+    ]);
+    if let Some(floor) = &floor {
+        rows.push((
+            "floor program (same writes)".into(),
+            format!(
+                "{:.1} s for {:.0} writes",
+                floor.seconds, floor.writes
+            ),
+        ));
+        rows.push((
+            "manager time ÷ floor time".into(),
+            format!("{:.2}", create_seconds / floor.seconds),
+        ));
+    }
+    if let Variant::Latency { boot_ms } = variant {
+        let concurrency = options.manager.concurrency;
+        let waves = (n / f64::from(concurrency)).ceil();
+        rows.push((
+            "most machines provisioning at once".into(),
+            peak_building.to_string(),
+        ));
+        rows.push((
+            "bound if creates were serialized per worker".into(),
+            format!(
+                "{:.0} s ({waves} waves of {concurrency} × {:.1} s boot)",
+                waves * boot_ms as f64 / 1000.0,
+                boot_ms as f64 / 1000.0
+            ),
+        ));
+    }
+    measure::print_table(&rows);
+    measure::print_writes(&create_requests, n, "machine");
+
+    let result = json!({
+        "scenario": scenario,
+        "machines": machines_total,
+        "date": jiff::Timestamp::now().to_string(),
+        "command": options.command_line(),
+        "host": measure::host(),
+        "cloud": {"boot_ms": cloud.boot_ms, "delete_ms": cloud.delete_ms, "jitter": cloud.jitter},
+        "manager": {"qps": options.manager.qps, "burst": options.manager.burst,
+                    "concurrency": options.manager.concurrency, "build": "release"},
+        "create": {"seconds": create_seconds, "writes": writes, "writes_per_machine": writes / n,
+                   "reads": total(&create_requests, false), "manager_cpu_seconds": cpu_after_create - cpu_before,
+                   "peak_provisioning": peak_building,
+                   "requests": measure::requests_json(&create_requests)},
+        "idle": idle.as_ref().map(|i| json!({"seconds": i.seconds, "requests_per_second": i.requests_per_second,
+                 "manager_cpu_percent": i.cpu_percent, "requests": measure::requests_json(&i.requests)})),
+        "teardown": {"seconds": teardown_seconds, "writes": total(&teardown_requests, true),
+                     "requests": measure::requests_json(&teardown_requests),
+                     "machines_left": leftover_machines, "instances_left": leftover_instances},
+        "floor": floor.as_ref().map(|f| json!({"seconds": f.seconds, "writes": f.writes,
+                  "ratio": create_seconds / f.seconds, "writes_per_machine": f.writes / n})),
+        "manager_peak_rss_mib": peak_rss,
+        "manager_cpu_seconds_total": cpu_end,
+    });
+    measure::write_result(
+        &options.out,
+        &format!("{scenario}-{machines_total}.json"),
+        &result,
+    )?;
+    if leftover_machines != 0 || leftover_instances != 0 {
+        bail!("{leftover_machines} machines and {leftover_instances} instances left after teardown");
+    }
+    Ok(result)
+}
+
+/// Requests and manager CPU while nothing changes.
+pub(crate) struct Idle {
+    pub(crate) seconds: u64,
+    pub(crate) requests_per_second: f64,
+    pub(crate) cpu_percent: f64,
+    pub(crate) requests: Requests,
+}
+
+/// Watches the management API server's request counters and the manager's CPU for `seconds`.
+pub(crate) async fn measure_idle(rig: &Rig, seconds: u64) -> Result<Idle> {
+    let before = request_counts(&rig.client).await?;
+    let (_, cpu_start) = rig.manager()?.usage()?;
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let requests = difference(&request_counts(&rig.client).await?, &before);
+    let (_, cpu_end) = rig.manager()?.usage()?;
+    let span = seconds.max(1) as f64;
+    // Less our own /metrics scrape.
+    let count = (total(&requests, false) + total(&requests, true) - 1.0).max(0.0);
+    Ok(Idle {
+        seconds,
+        requests_per_second: count / span,
+        cpu_percent: (cpu_end - cpu_start) / span * 100.0,
+        requests,
+    })
+}
+
+/// Follows Machines with one watch (not repeated lists), so that the driver barely loads the API
+/// server it measures; stops when dropped.
+pub(crate) struct MachineFollower {
+    reader: reflector::Store<Machine>,
+    task: tokio::task::JoinHandle<()>,
+    peak_provisioning: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl MachineFollower {
+    pub(crate) fn start(machines: Api<Machine>) -> Self {
+        let (reader, writer) = reflector::store::<Machine>();
+        let peak = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let store = reader.clone();
+        let peak_seen = peak.clone();
+        let task = tokio::spawn(
+            reflector(writer, watcher(machines, watcher::Config::default()))
+                .applied_objects()
+                .for_each(move |_| {
+                    let provisioning = store
+                        .state()
+                        .iter()
+                        .filter(|m| m.phase() == Some(MachinePhase::Provisioning))
+                        .count();
+                    peak_seen.fetch_max(provisioning, std::sync::atomic::Ordering::Relaxed);
+                    async {}
+                }),
+        );
+        Self {
+            reader,
+            task,
+            peak_provisioning: peak,
+        }
+    }
+
+    /// Machines that exist now.
+    pub(crate) fn count(&self) -> usize {
+        self.reader.state().len()
+    }
+
+    /// Machines Running now (and not deleting).
+    pub(crate) fn running(&self) -> usize {
+        self.reader
+            .state()
+            .iter()
+            .filter(|m| {
+                m.metadata.deletion_timestamp.is_none() && m.phase() == Some(MachinePhase::Running)
+            })
+            .count()
+    }
+
+    /// The most Machines seen in phase Provisioning at once.
+    pub(crate) fn peak_provisioning(&self) -> usize {
+        self.peak_provisioning
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Waits until `want` Machines are Running, printing progress every 5 s and calling `tick`
+    /// every 100 ms with the time since `started`.
+    pub(crate) async fn wait_until(
+        &self,
+        started: Instant,
+        want: usize,
+        mut tick: impl FnMut(Duration),
+    ) -> Result<()> {
+        let mut last = Instant::now();
+        loop {
+            let done = self.running();
+            if done == want {
+                return Ok(());
+            }
+            if started.elapsed() > PHASE_TIMEOUT {
+                bail!("only {done}/{want} machines Running after {PHASE_TIMEOUT:?}");
+            }
+            if last.elapsed() > Duration::from_secs(5) {
+                println!(
+                    "    {:>6.1}s  {done}/{want} Running ({} machines exist)",
+                    started.elapsed().as_secs_f64(),
+                    self.count()
+                );
+                last = Instant::now();
+            }
+            tick(started.elapsed());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for MachineFollower {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

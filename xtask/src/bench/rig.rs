@@ -1,0 +1,259 @@
+//! The processes a scenario measures: a management API server with the CRDs, a workload API
+//! server where the simulated kubelets register their nodes, `inmemory-cloud` and
+//! `inmemory-manager` — each its own process, so that the manager's CPU and memory are its own and
+//! it can be killed and restarted while the cloud keeps its state.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{Context, Result};
+use capi_testing::envtest::{Assets, ControlPlane};
+use capi_testing::install_crds;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::PostParams;
+use kube::{Api, Client};
+use provider_inmemory::cloud::{Inspection, RemoteCloud};
+use serde_json::json;
+
+use super::measure;
+
+/// How the simulated cloud behaves.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct CloudOptions {
+    pub(crate) boot_ms: u64,
+    pub(crate) delete_ms: u64,
+    pub(crate) call_latency_ms: u64,
+    /// Relative jitter on every latency (0.2 = ±20 %).
+    pub(crate) jitter: f64,
+    /// Every cloud call fails with this probability.
+    pub(crate) error_rate: f64,
+    /// Creates that happen but answer with an error.
+    pub(crate) lost_create_response_rate: f64,
+}
+
+impl CloudOptions {
+    fn args(&self) -> Vec<String> {
+        [
+            ("--boot-time-ms", self.boot_ms.to_string()),
+            ("--delete-time-ms", self.delete_ms.to_string()),
+            ("--call-latency-ms", self.call_latency_ms.to_string()),
+            ("--jitter", self.jitter.to_string()),
+            ("--error-rate", self.error_rate.to_string()),
+            (
+                "--lost-create-response-rate",
+                self.lost_create_response_rate.to_string(),
+            ),
+        ]
+        .into_iter()
+        .flat_map(|(flag, value)| [flag.to_string(), value])
+        .collect()
+    }
+}
+
+/// How the manager runs.
+#[derive(Clone, Debug)]
+pub(crate) struct ManagerOptions {
+    pub(crate) qps: f64,
+    pub(crate) burst: u32,
+    pub(crate) concurrency: u16,
+}
+
+/// A child process killed (SIGKILL) when dropped.
+#[derive(Debug)]
+pub(crate) struct Process(Child);
+
+impl Process {
+    /// Peak RSS (MiB) and CPU seconds so far.
+    pub(crate) fn usage(&self) -> Result<(f64, f64)> {
+        measure::usage(self.0.id())
+    }
+
+    /// Kills the process with SIGKILL and reaps it.
+    pub(crate) fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Everything a scenario runs against.
+pub(crate) struct Rig {
+    pub(crate) management: ControlPlane,
+    pub(crate) workload: ControlPlane,
+    /// An admin client of the management API server (the benchmark's own requests are few: one
+    /// watch and its metrics scrapes).
+    pub(crate) client: Client,
+    pub(crate) cloud: RemoteCloud,
+    _cloud_process: Process,
+    cloud_url: String,
+    manager: Option<Process>,
+    manager_options: ManagerOptions,
+    /// The kubeconfig the manager uses (the management API server's, or a proxy's).
+    manager_kubeconfig: PathBuf,
+    bin_dir: PathBuf,
+    log_path: PathBuf,
+}
+
+impl Rig {
+    /// Starts both API servers (CRDs installed), the cloud, and a namespace `namespace`; the
+    /// manager is started with [`Rig::start_manager`].
+    pub(crate) async fn start(
+        assets_dir: &Path,
+        bin_dir: &Path,
+        cloud: &CloudOptions,
+        manager_options: ManagerOptions,
+        namespace: &str,
+    ) -> Result<Self> {
+        let assets = Assets::in_dir(assets_dir)?;
+        let (management, workload) = tokio::try_join!(
+            ControlPlane::start_with(&assets),
+            ControlPlane::start_with(&assets)
+        )?;
+        let client = management.client().await?;
+        let mut crds = capi_core::crd::core();
+        crds.extend(capi_bootstrap::api::crds());
+        crds.extend(provider_inmemory::api::crds());
+        install_crds(&client, &crds).await?;
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}}))?;
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await?;
+
+        let (cloud_process, cloud_url) = start_cloud(bin_dir, cloud, &workload)?;
+        let log_path = std::env::temp_dir().join(format!(
+            "capi-rs-bench-manager-{}.log",
+            std::process::id()
+        ));
+        std::fs::File::create(&log_path)?;
+        println!("    manager log: {}", log_path.display());
+        Ok(Self {
+            manager_kubeconfig: management.kubeconfig_path().to_path_buf(),
+            management,
+            workload,
+            client,
+            cloud: RemoteCloud::new(cloud_url.clone()),
+            _cloud_process: cloud_process,
+            cloud_url,
+            manager: None,
+            manager_options,
+            bin_dir: bin_dir.to_path_buf(),
+            log_path,
+        })
+    }
+
+    /// Makes the manager talk to the API server through `kubeconfig` (from its next start).
+    pub(crate) fn manager_kubeconfig(&mut self, kubeconfig: PathBuf) {
+        self.manager_kubeconfig = kubeconfig;
+    }
+
+    /// Starts `inmemory-manager` (core, bootstrap and in-memory controllers); its log is appended
+    /// to one file across restarts. `CAPI_RS_BENCH_MANAGER_LOG` sets its `RUST_LOG` (`warn`).
+    pub(crate) fn start_manager(&mut self) -> Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.log_path)?;
+        let options = &self.manager_options;
+        let child = Command::new(self.bin_dir.join("inmemory-manager"))
+            .args(["--cloud-url", &self.cloud_url, "--with-bootstrap", "--with-core"])
+            .args(["--http-addr", "127.0.0.1:0"])
+            .args(["--qps", &options.qps.to_string()])
+            .args(["--burst", &options.burst.to_string()])
+            .args(["--concurrency", &options.concurrency.to_string()])
+            .env("KUBECONFIG", &self.manager_kubeconfig)
+            .env(
+                "RUST_LOG",
+                std::env::var("CAPI_RS_BENCH_MANAGER_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .context("starting inmemory-manager")?;
+        self.manager = Some(Process(child));
+        Ok(())
+    }
+
+    /// Kills the manager with SIGKILL, as a node failure or an OOM kill would.
+    pub(crate) fn kill_manager(&mut self) {
+        if let Some(mut manager) = self.manager.take() {
+            manager.kill();
+        }
+    }
+
+    /// The running manager.
+    pub(crate) fn manager(&self) -> Result<&Process> {
+        self.manager.as_ref().context("the manager is not running")
+    }
+
+    /// Where the manager logs.
+    pub(crate) fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    /// A `<cluster>-kubeconfig` Secret in `namespace` pointing at the workload API server, where
+    /// the simulated kubelets register the nodes of every cluster (told apart by provider ID).
+    pub(crate) fn workload_kubeconfig(&self, cluster: &str) -> Result<Secret> {
+        Ok(serde_json::from_value(json!({
+            "metadata": {"name": format!("{cluster}-kubeconfig"),
+                         "labels": {"cluster.x-k8s.io/cluster-name": cluster}},
+            "stringData": {"value": self.workload.kubeconfig_yaml()},
+        }))?)
+    }
+
+    /// What the cloud holds now.
+    pub(crate) async fn inspect(&self) -> Result<Inspection> {
+        self.cloud
+            .inspect()
+            .await
+            .context("asking inmemory-cloud what it holds")
+    }
+}
+
+/// Spawns `inmemory-cloud` with its kubelets registering nodes in `workload`; returns it and its
+/// URL.
+fn start_cloud(
+    bin_dir: &Path,
+    options: &CloudOptions,
+    workload: &ControlPlane,
+) -> Result<(Process, String)> {
+    use std::io::BufRead;
+    let mut child = Command::new(bin_dir.join("inmemory-cloud"))
+        .args(["--listen", "127.0.0.1:0"])
+        .args(options.args())
+        .arg("--workload-kubeconfig")
+        .arg(workload.kubeconfig_path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting inmemory-cloud")?;
+    let stdout = child.stdout.take().context("no stdout")?;
+    let process = Process(child);
+    let mut first = String::new();
+    std::io::BufReader::new(stdout).read_line(&mut first)?;
+    let url = first
+        .trim()
+        .strip_prefix("listening on ")
+        .with_context(|| format!("inmemory-cloud said {first:?}"))?
+        .to_string();
+    Ok((process, url))
+}
+
+/// Creates `object` (JSON of kind `K`) in `namespace`.
+pub(crate) async fn create<K>(client: &Client, namespace: &str, object: serde_json::Value) -> Result<()>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let object: K = serde_json::from_value(object)?;
+    Api::<K>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &object)
+        .await?;
+    Ok(())
+}
