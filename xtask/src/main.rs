@@ -8,8 +8,14 @@
 //! - `test`: everything CI checks — provisioning, fmt, CRDs, clippy, unit, integration and doc tests.
 //! - `quickstart [--keep-running]`: start a local control plane, install the CRDs, apply the sample
 //!   cluster and show it.
+//! - `bench [scenario]... [flags]`: scale scenarios on the in-memory provider, printed and written
+//!   as JSON to `benches/results/` (see `bench/mod.rs`).
+//! - `chaos [flags]`: a cluster built through cloud faults, 409s, manager SIGKILLs and an API
+//!   server restart, then deleted; fails unless no instance was duplicated or leaked and nothing
+//!   was left behind (see `chaos/mod.rs`).
 
 mod bench;
+mod chaos;
 mod command;
 mod crds;
 mod envtest;
@@ -22,7 +28,7 @@ use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <envtest | crds [--check] | openstack <install|start|stop> | test | quickstart [--keep-running] | bench [all|one-cluster|clusters|latency] [--machines N] [--clusters N] [--boot-ms MS] [--idle-seconds S] [--qps F] [--burst N] [--concurrency N] [--out DIR]>";
+const USAGE: &str = "usage: cargo xtask <envtest | crds [--check] | openstack <install|start|stop> | test | quickstart [--keep-running] | bench [all|one-cluster|clusters|latency] [--machines N] [--clusters N] [--boot-ms MS] [--idle-seconds S] [--qps F] [--burst N] [--concurrency N] [--out DIR] | chaos [--machines N] [--error-rate F] [--conflict-rate F] [--kills N] [--out DIR]>";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -32,6 +38,9 @@ fn main() -> Result<()> {
     let flag = |name: &str| rest.iter().any(|a| a == name);
     if command == "openstack" {
         return openstack::command(rest.first().map(String::as_str));
+    }
+    if command == "chaos" {
+        return chaos::run_chaos(chaos::Options::parse(rest)?);
     }
     if command == "bench" {
         return bench::run_bench(bench::Options::parse(rest)?);

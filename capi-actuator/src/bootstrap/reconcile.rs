@@ -142,7 +142,18 @@ async fn decide(
     // Data is rendered once: a machine may already have booted from it.
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let name = config.name_any();
-    if let Some(existing) = secrets.get_opt(&name).await? {
+    let existing = secrets.get_opt(&name).await?;
+    if existing.is_none() && machine.metadata.deletion_timestamp.is_some() {
+        // Data rendered now could outlive the machine's deletion, which removes it.
+        plan.condition(
+            condition::READY,
+            ConditionStatus::False,
+            reasons::DELETING,
+            "the machine is being deleted; no bootstrap data is rendered for it",
+        );
+        return Ok(());
+    }
+    if let Some(existing) = existing {
         *data_secret_name = Some(name);
         plan.condition(
             condition::READY,

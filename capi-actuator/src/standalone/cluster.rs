@@ -27,7 +27,7 @@ use tokio::sync::mpsc;
 
 use super::references::{ReferenceError, References, initialization_flag};
 use super::workload::WorkloadClusters;
-use super::{CoreSettings, cache, ownership, receiver_stream, take};
+use super::{CoreSettings, cache, ownership, receiver_stream, synced, take};
 use crate::plan::{FinalizerChange, Next};
 use crate::reasons;
 use crate::reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
@@ -217,9 +217,7 @@ async fn reconcile_once(
     );
 
     // Control plane.
-    let machines: Vec<Arc<Machine>> = deps
-        .machines
-        .get()
+    let machines: Vec<Arc<Machine>> = synced(&deps.machines)
         .map(|store| {
             store
                 .state()

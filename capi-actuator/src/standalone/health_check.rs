@@ -23,7 +23,7 @@ use serde_json::json;
 
 use super::machine::status::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
 use super::workload::WorkloadClusters;
-use super::{CoreSettings, cache, find_cluster, of_cluster, selector};
+use super::{CoreSettings, cache, find_cluster, of_cluster, selector, synced};
 use crate::health::{
     MachineObservation, NodeObservation, ObservedCondition, Verdict, assess, remediation_allowed,
 };
@@ -175,7 +175,7 @@ async fn reconcile_once(
             .await?;
         return Ok(Next::AwaitChange);
     }
-    let Some(store) = deps.machines.get() else {
+    let Some(store) = synced(&deps.machines) else {
         return Ok(Next::Requeue(deps.settings.poll));
     };
     let mut targets: Vec<Arc<Machine>> = store

@@ -26,7 +26,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use super::{CoreSettings, cache, find_cluster, of_cluster, ownership, selector};
+use super::{CoreSettings, cache, find_cluster, of_cluster, ownership, selector, synced};
 use crate::plan::{EventNote, FinalizerChange, Next};
 use crate::reasons;
 use crate::reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
@@ -187,7 +187,7 @@ async fn reconcile_once(
     let Some(cluster) = cluster else {
         return Ok(Next::Requeue(deps.settings.poll));
     };
-    let Some(store) = deps.sets.get() else {
+    let Some(store) = synced(&deps.sets) else {
         return Ok(Next::Requeue(deps.settings.poll));
     };
     let mut sets: Vec<Arc<MachineSet>> = store

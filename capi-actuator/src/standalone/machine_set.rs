@@ -26,7 +26,7 @@ use serde_json::json;
 use super::expectations::Expectations;
 use super::machine::status::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
 use super::references::{ReferenceError, References};
-use super::{CoreSettings, cache, find_cluster, of_cluster, ownership, selector};
+use super::{CoreSettings, cache, find_cluster, of_cluster, ownership, selector, synced};
 use crate::deletion_priority::{MachineFacts, select_for_deletion};
 use crate::plan::{EventNote, FinalizerChange, Next};
 use crate::reasons;
@@ -186,7 +186,7 @@ async fn reconcile_once(
         return Ok(Next::AwaitChange);
     }
 
-    let Some(store) = deps.machines.get() else {
+    let Some(store) = synced(&deps.machines) else {
         return Ok(Next::Requeue(deps.settings.poll));
     };
     let candidates: Vec<Arc<Machine>> = store

@@ -108,6 +108,24 @@ async fn find_cluster(
     Ok(api.get_opt(name).await?.map(Arc::new))
 }
 
+/// The cache in `slot` once it holds everything the API server had at its first list — never a
+/// partial view. A controller that counted machines in a cache still filling after a restart would
+/// see too few and create more than the user asked for; so every decision that counts from a cache
+/// asks here first and requeues on `None` (which only happens after a restart or at start-up). It
+/// never waits: a worker is not held while the first list is under way.
+fn synced<K>(slot: &std::sync::OnceLock<Store<K>>) -> Option<&Store<K>>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Clone + Eq + std::hash::Hash,
+{
+    use futures::FutureExt;
+    let store = slot.get()?;
+    match store.wait_until_ready().now_or_never() {
+        Some(Ok(())) => Some(store),
+        _ => None,
+    }
+}
+
 /// A cache of every object `api` sees, and the stream of changes that fills it (hand it to
 /// `Controller::watches_stream`, which drives it).
 fn cache<K>(

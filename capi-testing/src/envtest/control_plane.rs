@@ -141,7 +141,10 @@ impl ControlPlane {
                 root.join("apiserver.key").display()
             ),
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-            format!("--service-account-key-file={}", root.join("sa.pub").display()),
+            format!(
+                "--service-account-key-file={}",
+                root.join("sa.pub").display()
+            ),
             format!(
                 "--service-account-signing-key-file={}",
                 root.join("sa.key").display()
@@ -232,7 +235,8 @@ impl ControlPlane {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            self.apiserver = Process::spawn(Command::new(binary).args(args), &root, "kube-apiserver")?;
+            self.apiserver =
+                Process::spawn(Command::new(binary).args(args), &root, "kube-apiserver")?;
             match wait_for_readyz(&mut self.apiserver, &mut self.etcd, &self.kubeconfig).await {
                 Err(EnvtestError::Exited { ref tail, .. })
                     if attempt < 10 && tail.contains("address already in use") =>

@@ -12,12 +12,12 @@
 use std::time::Instant;
 
 use anyhow::{Result, bail};
+use capi_bootstrap::api::KubeadmConfig;
 use capi_core::api::{Cluster, Machine};
 use futures::{StreamExt, TryStreamExt, stream};
-use capi_bootstrap::api::KubeadmConfig;
 use kube::api::PostParams;
-use provider_inmemory::api::{InMemoryCluster, InMemoryMachine};
 use kube::{Api, Client};
+use provider_inmemory::api::{InMemoryCluster, InMemoryMachine};
 use serde_json::json;
 
 use super::Options;
@@ -87,7 +87,10 @@ pub(crate) async fn run(options: &Options) -> Result<serde_json::Value> {
             "of which the driver's creates".into(),
             format!("{created_after:.1} s"),
         ),
-        ("clusters per second".into(), format!("{:.1}", per / seconds)),
+        (
+            "clusters per second".into(),
+            format!("{:.1}", per / seconds),
+        ),
         (
             "upstream anchor (scaled to N)".into(),
             format!("{upstream:.0} s on 16 cores"),
@@ -97,7 +100,10 @@ pub(crate) async fn run(options: &Options) -> Result<serde_json::Value> {
             format!("{:.1}", upstream / seconds),
         ),
         ("API writes".into(), format!("{writes:.0}")),
-        ("API writes per cluster".into(), format!("{:.2}", writes / per)),
+        (
+            "API writes per cluster".into(),
+            format!("{:.2}", writes / per),
+        ),
         (
             "manager CPU".into(),
             format!("{:.1} s", cpu_after - cpu_before),

@@ -19,8 +19,8 @@
 
 mod clusters;
 mod floor;
-mod measure;
-mod one_cluster;
+pub(crate) mod measure;
+pub(crate) mod one_cluster;
 pub(crate) mod rig;
 
 use std::path::PathBuf;
@@ -75,7 +75,10 @@ impl Options {
                 match arg.as_str() {
                     "all" => options.scenarios.extend(SCENARIOS.map(String::from)),
                     s if SCENARIOS.contains(&s) => options.scenarios.push(s.to_string()),
-                    other => bail!("unknown scenario {other:?}; one of all, {}", SCENARIOS.join(", ")),
+                    other => bail!(
+                        "unknown scenario {other:?}; one of all, {}",
+                        SCENARIOS.join(", ")
+                    ),
                 }
                 continue;
             }

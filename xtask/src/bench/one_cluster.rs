@@ -13,9 +13,9 @@ use anyhow::{Result, bail};
 use capi_core::api::{Cluster, Machine, MachinePhase};
 use capi_testing::manifest;
 use futures::StreamExt;
+use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
-use kube::Api;
 use serde_json::json;
 
 use super::measure::{self, Requests, difference, request_counts, total};
@@ -166,8 +166,14 @@ pub(crate) async fn run(options: &Options, variant: Variant) -> Result<serde_jso
             "machines per second".into(),
             format!("{:.1}", n / create_seconds),
         ),
-        ("API writes (create → Running)".into(), format!("{writes:.0}")),
-        ("API writes per machine".into(), format!("{:.2}", writes / n)),
+        (
+            "API writes (create → Running)".into(),
+            format!("{writes:.0}"),
+        ),
+        (
+            "API writes per machine".into(),
+            format!("{:.2}", writes / n),
+        ),
         (
             "API reads (create → Running)".into(),
             format!("{:.0}", total(&create_requests, false)),
@@ -205,10 +211,7 @@ pub(crate) async fn run(options: &Options, variant: Variant) -> Result<serde_jso
     if let Some(floor) = &floor {
         rows.push((
             "floor program (same writes)".into(),
-            format!(
-                "{:.1} s for {:.0} writes",
-                floor.seconds, floor.writes
-            ),
+            format!("{:.1} s for {:.0} writes", floor.seconds, floor.writes),
         ));
         rows.push((
             "manager time ÷ floor time".into(),
@@ -263,7 +266,9 @@ pub(crate) async fn run(options: &Options, variant: Variant) -> Result<serde_jso
         &result,
     )?;
     if leftover_machines != 0 || leftover_instances != 0 {
-        bail!("{leftover_machines} machines and {leftover_instances} instances left after teardown");
+        bail!(
+            "{leftover_machines} machines and {leftover_instances} instances left after teardown"
+        );
     }
     Ok(result)
 }

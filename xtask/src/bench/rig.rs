@@ -125,10 +125,8 @@ impl Rig {
             .await?;
 
         let (cloud_process, cloud_url) = start_cloud(bin_dir, cloud, &workload)?;
-        let log_path = std::env::temp_dir().join(format!(
-            "capi-rs-bench-manager-{}.log",
-            std::process::id()
-        ));
+        let log_path =
+            std::env::temp_dir().join(format!("capi-rs-bench-manager-{}.log", std::process::id()));
         std::fs::File::create(&log_path)?;
         println!("    manager log: {}", log_path.display());
         Ok(Self {
@@ -159,7 +157,12 @@ impl Rig {
             .open(&self.log_path)?;
         let options = &self.manager_options;
         let child = Command::new(self.bin_dir.join("inmemory-manager"))
-            .args(["--cloud-url", &self.cloud_url, "--with-bootstrap", "--with-core"])
+            .args([
+                "--cloud-url",
+                &self.cloud_url,
+                "--with-bootstrap",
+                "--with-core",
+            ])
             .args(["--http-addr", "127.0.0.1:0"])
             .args(["--qps", &options.qps.to_string()])
             .args(["--burst", &options.burst.to_string()])
@@ -243,7 +246,11 @@ fn start_cloud(
 }
 
 /// Creates `object` (JSON of kind `K`) in `namespace`.
-pub(crate) async fn create<K>(client: &Client, namespace: &str, object: serde_json::Value) -> Result<()>
+pub(crate) async fn create<K>(
+    client: &Client,
+    namespace: &str,
+    object: serde_json::Value,
+) -> Result<()>
 where
     K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone

@@ -200,12 +200,17 @@ async fn delete_bootstrap_secret(
     namespace: &str,
     context: &Context<MachineController>,
 ) -> Result<(), kube::Error> {
-    let (Some(name), Some(config)) = (
-        &machine.spec.bootstrap.data_secret_name,
-        &machine.spec.bootstrap.config_ref,
-    ) else {
+    let Some(config) = &machine.spec.bootstrap.config_ref else {
         return Ok(());
     };
+    // A machine deleted before it recorded its data Secret may still have one: the bootstrap
+    // provider names it after the config. Only a Secret the config owns is ever deleted.
+    let name = machine
+        .spec
+        .bootstrap
+        .data_secret_name
+        .as_deref()
+        .unwrap_or(config.name.as_str());
     let secrets: Api<Secret> = Api::namespaced(context.client.clone(), namespace);
     let Some(secret) = secrets.get_metadata_opt(name).await? else {
         return Ok(());

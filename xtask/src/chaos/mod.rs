@@ -1,0 +1,452 @@
+//! `cargo xtask chaos`: the in-memory provider's cluster of N machines (default 200) built while
+//! things go wrong, then scaled to zero and deleted — and what must hold regardless.
+//!
+//! ```text
+//! cargo xtask chaos [--machines N] [--error-rate F] [--conflict-rate F] [--kills N] [--out DIR]
+//! ```
+//!
+//! What goes wrong: every cloud call fails with probability `--error-rate` (default 0.2), 5 % of
+//! creates happen but answer with an error (a lost response), calls take 20 ms and instances
+//! 500 ms to boot (± 20 %); a proxy ([`conflicts`]) answers `--conflict-rate` (default 0.1) of the
+//! manager's status writes with 409 Conflict; the manager is killed with SIGKILL and restarted
+//! `--kills` times (default 3) as machines come up, and the kube-apiserver is killed and restarted
+//! once in between.
+//!
+//! What it asserts and reports: every Machine reached Running; at no time more instances than the
+//! cluster asks for, and no idempotency key ever mapped to more than one instance; after scaling
+//! to zero and deleting the cluster: zero instances, zero objects left behind (a finalizer nobody
+//! removes), zero orphaned Secrets.
+
+mod conflicts;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use capi_bootstrap::api::KubeadmConfig;
+use capi_core::api::{Cluster, Machine, MachineDeployment, MachineHealthCheck, MachineSet};
+use capi_testing::manifest;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, Resource};
+use provider_inmemory::api::{InMemoryCluster, InMemoryMachine};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::bench::measure;
+use crate::bench::one_cluster::{MachineFollower, PHASE_TIMEOUT};
+use crate::bench::rig::{CloudOptions, ManagerOptions, Rig};
+use crate::command::step;
+use crate::workspace_root;
+use conflicts::ConflictProxy;
+
+const NAMESPACE: &str = "chaos";
+const CLUSTER: &str = "chaos";
+
+/// What the command line sets.
+#[derive(Clone, Debug)]
+pub(crate) struct Options {
+    machines: u32,
+    error_rate: f64,
+    conflict_rate: f64,
+    kills: u32,
+    out: PathBuf,
+    args: Vec<String>,
+}
+
+impl Options {
+    pub(crate) fn parse(args: &[String]) -> Result<Self> {
+        let mut options = Self {
+            machines: 200,
+            error_rate: 0.2,
+            conflict_rate: 0.1,
+            kills: 3,
+            out: workspace_root().join("benches/results"),
+            args: args.to_vec(),
+        };
+        let mut rest = args.iter();
+        while let Some(flag) = rest.next() {
+            let value = rest
+                .next()
+                .with_context(|| format!("{flag} needs a value"))?;
+            let rate = |v: &str| -> Result<f64> {
+                let r: f64 = v.parse().context("expected a number")?;
+                if !(0.0..=0.9).contains(&r) {
+                    bail!("{flag} is a probability between 0 and 0.9");
+                }
+                Ok(r)
+            };
+            match flag.as_str() {
+                "--machines" => {
+                    options.machines = value.parse().context("--machines expects a count")?;
+                    if !(2..=5000).contains(&options.machines) {
+                        bail!("--machines is between 2 and 5000");
+                    }
+                }
+                "--error-rate" => options.error_rate = rate(value)?,
+                "--conflict-rate" => options.conflict_rate = rate(value)?,
+                "--kills" => options.kills = value.parse().context("--kills expects a count")?,
+                "--out" => options.out = PathBuf::from(value),
+                other => bail!("unknown chaos flag {other:?}"),
+            }
+        }
+        Ok(options)
+    }
+}
+
+/// Builds what the run needs, runs it, prints the report; fails if any guarantee did not hold.
+pub(crate) fn run_chaos(options: Options) -> Result<()> {
+    step("Local control plane binaries (etcd, kube-apiserver)");
+    let assets_dir = crate::envtest::ensure()?;
+    step("Building the manager and the simulated cloud (release)");
+    let bin_dir = crate::bench::build_release_binaries()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(chaos(options, assets_dir, bin_dir))
+}
+
+/// What the cloud watcher saw during the run.
+#[derive(Default)]
+struct CloudWatch {
+    peak_instances: AtomicUsize,
+    max_per_key: AtomicUsize,
+    errors: AtomicUsize,
+    stop: AtomicBool,
+}
+
+async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Result<()> {
+    let n = options.machines;
+    let cloud = CloudOptions {
+        boot_ms: 500,
+        delete_ms: 200,
+        call_latency_ms: 20,
+        jitter: 0.2,
+        error_rate: options.error_rate,
+        lost_create_response_rate: 0.05,
+    };
+    step(&format!(
+        "Chaos: {n} machines; cloud errors {:.0} %, lost create responses 5 %, 409 on {:.0} % of status writes, {} manager kills, 1 API server restart",
+        options.error_rate * 100.0,
+        options.conflict_rate * 100.0,
+        options.kills
+    ));
+    let manager = ManagerOptions {
+        qps: 200.0,
+        burst: 400,
+        concurrency: 16,
+    };
+    let mut rig = Rig::start(&assets_dir, &bin_dir, &cloud, manager, NAMESPACE).await?;
+    let client = rig.client.clone();
+    let proxy = ConflictProxy::start(rig.management.client().await?, options.conflict_rate).await?;
+    let proxy_kubeconfig = rig.management.dir().join("chaos-proxy.kubeconfig");
+    std::fs::write(&proxy_kubeconfig, proxy.kubeconfig_yaml())?;
+    rig.manager_kubeconfig(proxy_kubeconfig);
+    rig.start_manager()?;
+
+    // Watch the cloud from the side, all the time.
+    let watch = Arc::new(CloudWatch::default());
+    let watcher = {
+        let watch = Arc::clone(&watch);
+        let cloud = rig.cloud.clone();
+        tokio::spawn(async move {
+            while !watch.stop.load(Ordering::Relaxed) {
+                match cloud.inspect().await {
+                    Ok(seen) => {
+                        watch
+                            .peak_instances
+                            .fetch_max(seen.instances.len(), Ordering::Relaxed);
+                        watch
+                            .max_per_key
+                            .fetch_max(seen.max_created_per_tag as usize, Ordering::Relaxed);
+                    }
+                    Err(_) => {
+                        watch.errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+
+    let inputs = capi_cli::generate::Inputs {
+        cluster_name: CLUSTER.into(),
+        namespace: Some(NAMESPACE.into()),
+        kubernetes_version: Some("v1.33.0".into()),
+        control_plane_machine_count: Some(1),
+        worker_machine_count: Some(n - 1),
+        ..Default::default()
+    };
+    let yaml = capi_cli::generate::render(
+        capi_cli::generate::built_in("inmemory", None)?,
+        &inputs,
+        |_| None,
+    )?;
+    let objects = manifest::parse(&yaml)?;
+    Api::namespaced(client.clone(), NAMESPACE)
+        .create(&PostParams::default(), &rig.workload_kubeconfig(CLUSTER)?)
+        .await?;
+    let secrets_before = secret_names(&client).await?;
+
+    step(&format!(
+        "Creating cluster {CLUSTER} and breaking things on the way"
+    ));
+    let follower = MachineFollower::start(Api::<Machine>::namespaced(client.clone(), NAMESPACE));
+    let started = Instant::now();
+    manifest::create_all(&client, NAMESPACE, &objects).await?;
+    // Disruptions at fixed shares of progress, so that they land mid-run at any speed: the
+    // manager kills spread over 10–80 %, the API server restart between the first two.
+    let mut kill_at: Vec<usize> = (0..options.kills)
+        .map(|k| {
+            let share = 0.1 + 0.7 * f64::from(k) / f64::from(options.kills.max(2) - 1);
+            (share * f64::from(n)) as usize
+        })
+        .collect();
+    let mut restart_api_at = Some((0.3 * f64::from(n)) as usize);
+    let mut events: Vec<String> = Vec::new();
+    loop {
+        let running = follower.running();
+        if running >= n as usize {
+            break;
+        }
+        if started.elapsed() > PHASE_TIMEOUT {
+            bail!("only {running}/{n} machines Running after {PHASE_TIMEOUT:?}");
+        }
+        if kill_at.first().is_some_and(|&at| running >= at) {
+            kill_at.remove(0);
+            rig.kill_manager();
+            events.push(format!(
+                "{:>6.1}s  manager SIGKILLed at {running}/{n} Running",
+                started.elapsed().as_secs_f64()
+            ));
+            println!(
+                "    {}",
+                events.last().map(String::as_str).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            rig.start_manager()?;
+        }
+        if restart_api_at.is_some_and(|at| running >= at) {
+            restart_api_at = None;
+            events.push(format!(
+                "{:>6.1}s  kube-apiserver killed and restarted at {running}/{n} Running",
+                started.elapsed().as_secs_f64()
+            ));
+            println!(
+                "    {}",
+                events.last().map(String::as_str).unwrap_or_default()
+            );
+            rig.management.restart_api_server().await?;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let create_seconds = started.elapsed().as_secs_f64();
+    println!("    all {n} Running after {create_seconds:.1}s");
+    if !kill_at.is_empty() || restart_api_at.is_some() {
+        bail!("the run converged before every disruption happened: {events:?}");
+    }
+
+    step("Scaling every MachineDeployment to zero");
+    let started_scale = Instant::now();
+    let deployments: Api<MachineDeployment> = Api::namespaced(client.clone(), NAMESPACE);
+    for deployment in deployments.list(&ListParams::default()).await? {
+        let name = deployment.metadata.name.unwrap_or_default();
+        deployments
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": 0}})),
+            )
+            .await?;
+    }
+    wait_for("machines gone after scaling to zero", || async {
+        Ok(follower.count() == 0 && rig.inspect().await?.instances.is_empty())
+    })
+    .await?;
+    let scale_seconds = started_scale.elapsed().as_secs_f64();
+
+    step(&format!("Deleting cluster {CLUSTER}"));
+    let started_delete = Instant::now();
+    Api::<Cluster>::namespaced(client.clone(), NAMESPACE)
+        .delete(CLUSTER, &DeleteParams::default())
+        .await?;
+    wait_for("the cluster gone", || async {
+        Ok(Api::<Cluster>::namespaced(client.clone(), NAMESPACE)
+            .get_opt(CLUSTER)
+            .await?
+            .is_none())
+    })
+    .await?;
+    let delete_seconds = started_delete.elapsed().as_secs_f64();
+    // Anything the controllers still had to finish is given a few seconds.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    watch.stop.store(true, Ordering::Relaxed);
+    let _ = watcher.await;
+    drop(follower);
+
+    let final_cloud = rig.inspect().await?;
+    let left = leftovers(&client).await?;
+    let orphaned: Vec<String> = secret_names(&client)
+        .await?
+        .into_iter()
+        .filter(|name| !secrets_before.contains(name))
+        .collect();
+    let peak = watch.peak_instances.load(Ordering::Relaxed);
+    let max_per_key = watch
+        .max_per_key
+        .load(Ordering::Relaxed)
+        .max(final_cloud.max_created_per_tag as usize);
+    let stuck: usize = left.iter().map(|(_, names)| names.len()).sum();
+    let conflicts = proxy.injected();
+    let log = std::fs::read_to_string(rig.log_path()).unwrap_or_default();
+    let panics = log.matches("panicked at").count();
+    rig.kill_manager();
+
+    step(&format!("Results: chaos, {n} machines"));
+    measure::print_table(&[
+        ("all Running after".into(), format!("{create_seconds:.1} s")),
+        (
+            "scaled to zero after".into(),
+            format!("{scale_seconds:.1} s"),
+        ),
+        (
+            "cluster deleted after".into(),
+            format!("{delete_seconds:.1} s"),
+        ),
+        (
+            "cloud create calls".into(),
+            final_cloud.create_calls.to_string(),
+        ),
+        ("409s injected".into(), conflicts.to_string()),
+        (
+            "most instances at once".into(),
+            format!("{peak} (allowed {n})"),
+        ),
+        (
+            "most instances per idempotency key".into(),
+            max_per_key.to_string(),
+        ),
+        (
+            "instances left".into(),
+            final_cloud.instances.len().to_string(),
+        ),
+        ("objects left (stuck finalizers)".into(), stuck.to_string()),
+        ("orphaned Secrets".into(), orphaned.len().to_string()),
+        ("panics in the manager log".into(), panics.to_string()),
+    ]);
+    for event in &events {
+        println!("    {event}");
+    }
+    let result = json!({
+        "scenario": "chaos",
+        "machines": n,
+        "date": jiff::Timestamp::now().to_string(),
+        "command": format!("cargo xtask chaos {}", options.args.join(" ")),
+        "host": measure::host(),
+        "faults": {"cloud_error_rate": options.error_rate, "lost_create_response_rate": 0.05,
+                   "status_conflict_rate": options.conflict_rate, "manager_kills": options.kills,
+                   "apiserver_restarts": 1, "injected_conflicts": conflicts},
+        "events": events,
+        "seconds": {"create": create_seconds, "scale_to_zero": scale_seconds, "delete": delete_seconds},
+        "cloud": {"create_calls": final_cloud.create_calls, "peak_instances": peak,
+                  "max_instances_per_key": max_per_key, "instances_left": final_cloud.instances.len()},
+        "objects_left": left.iter().map(|(kind, names)| json!({"kind": kind, "names": names})).collect::<Vec<_>>(),
+        "orphaned_secrets": orphaned,
+        "manager_panics": panics,
+    });
+    measure::write_result(&options.out, &format!("chaos-{n}.json"), &result)?;
+
+    let mut failures = Vec::new();
+    if peak > n as usize {
+        failures.push(format!(
+            "{peak} instances existed at once; the cluster asks for {n}"
+        ));
+    }
+    if max_per_key > 1 {
+        failures.push(format!(
+            "an idempotency key mapped to {max_per_key} instances (a duplicate VM)"
+        ));
+    }
+    if !final_cloud.instances.is_empty() {
+        failures.push(format!(
+            "{} instances leaked after deletion",
+            final_cloud.instances.len()
+        ));
+    }
+    if stuck > 0 {
+        failures.push(format!("objects left behind: {left:?}"));
+    }
+    if !orphaned.is_empty() {
+        failures.push(format!("orphaned Secrets: {orphaned:?}"));
+    }
+    if panics > 0 {
+        failures.push(format!(
+            "the manager panicked {panics} times (log: {})",
+            rig.log_path().display()
+        ));
+    }
+    if !failures.is_empty() {
+        bail!("chaos run failed:\n  - {}", failures.join("\n  - "));
+    }
+    println!("\n    every guarantee held");
+    Ok(())
+}
+
+async fn wait_for<F, Fut>(what: &str, mut check: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool>>,
+{
+    let started = Instant::now();
+    loop {
+        // The API server or the cloud may be briefly unreachable: that is not the answer.
+        if let Ok(true) = check().await {
+            return Ok(());
+        }
+        if started.elapsed() > PHASE_TIMEOUT {
+            bail!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn secret_names(client: &Client) -> Result<Vec<String>> {
+    Ok(Api::<Secret>::namespaced(client.clone(), NAMESPACE)
+        .list_metadata(&ListParams::default())
+        .await?
+        .into_iter()
+        .filter_map(|s| s.metadata.name)
+        .collect())
+}
+
+/// Objects of the cluster's kinds still in the namespace, by kind.
+async fn leftovers(client: &Client) -> Result<Vec<(String, Vec<String>)>> {
+    async fn names<K>(client: &Client) -> Result<(String, Vec<String>)>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let names = Api::<K>::namespaced(client.clone(), NAMESPACE)
+            .list_metadata(&ListParams::default())
+            .await?
+            .into_iter()
+            .filter_map(|o| o.metadata.name)
+            .collect();
+        Ok((K::kind(&()).to_string(), names))
+    }
+    let all = vec![
+        names::<Cluster>(client).await?,
+        names::<InMemoryCluster>(client).await?,
+        names::<MachineDeployment>(client).await?,
+        names::<MachineSet>(client).await?,
+        names::<MachineHealthCheck>(client).await?,
+        names::<Machine>(client).await?,
+        names::<InMemoryMachine>(client).await?,
+        names::<KubeadmConfig>(client).await?,
+    ];
+    Ok(all.into_iter().filter(|(_, n)| !n.is_empty()).collect())
+}
