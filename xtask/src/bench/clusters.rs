@@ -70,7 +70,7 @@ pub(crate) async fn run(options: &Options) -> Result<serde_json::Value> {
         .await?;
     let created_after = started.elapsed().as_secs_f64();
     println!("    all objects created after {created_after:.1}s");
-    follower.wait_until(started, n as usize, |_| {}).await?;
+    follower.wait_until(started, n as usize).await?;
     let seconds = started.elapsed().as_secs_f64();
     let requests = difference(&request_counts(&client).await?, &before);
     let (peak_rss, cpu_after) = rig.manager()?.usage()?;
@@ -131,9 +131,6 @@ pub(crate) async fn run(options: &Options) -> Result<serde_json::Value> {
         "requests": measure::requests_json(&requests),
     });
     measure::write_result(&options.out, &format!("clusters-{n}.json"), &result)?;
-    if seconds <= 0.0 {
-        bail!("no time passed");
-    }
     Ok(result)
 }
 

@@ -14,7 +14,7 @@ use capi_core::api::{Cluster, Machine, MachinePhase};
 use capi_testing::manifest;
 use futures::StreamExt;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use serde_json::json;
 
@@ -68,23 +68,8 @@ pub(crate) async fn run(options: &Options, variant: Variant) -> Result<serde_jso
     let client = rig.client.clone();
     rig.start_manager()?;
 
-    // The cluster, as `capictl generate` renders it, with N − 1 workers.
-    let inputs = capi_cli::generate::Inputs {
-        cluster_name: CLUSTER.into(),
-        namespace: Some(NAMESPACE.into()),
-        kubernetes_version: Some("v1.33.0".into()),
-        control_plane_machine_count: Some(1),
-        worker_machine_count: Some(machines_total - 1),
-        ..Default::default()
-    };
-    let yaml = capi_cli::generate::render(
-        capi_cli::generate::built_in("inmemory", None)?,
-        &inputs,
-        |_| None,
-    )?;
-    let objects = manifest::parse(&yaml)?;
-    Api::namespaced(client.clone(), NAMESPACE)
-        .create(&PostParams::default(), &rig.workload_kubeconfig(CLUSTER)?)
+    let objects = rig
+        .generated_cluster(CLUSTER, NAMESPACE, machines_total)
         .await?;
 
     let machines: Api<Machine> = Api::namespaced(client.clone(), NAMESPACE);
@@ -98,16 +83,13 @@ pub(crate) async fn run(options: &Options, variant: Variant) -> Result<serde_jso
     let (_, cpu_before) = rig.manager()?.usage()?;
     let started = Instant::now();
     manifest::create_all(&client, NAMESPACE, &objects).await?;
-    let mut peak_building = 0usize;
     follower
-        .wait_until(started, machines_total as usize, |_| {})
+        .wait_until(started, machines_total as usize)
         .await?;
     let create_seconds = started.elapsed().as_secs_f64();
     let create_requests = difference(&request_counts(&client).await?, &before);
     let (rss_after_create, cpu_after_create) = rig.manager()?.usage()?;
-    if let Variant::Latency { .. } = variant {
-        peak_building = follower.peak_provisioning();
-    }
+    let peak_building = follower.peak_provisioning();
     println!("    all {machines_total} Running after {create_seconds:.1}s");
 
     let idle = if options.idle_seconds > 0 {
@@ -304,32 +286,21 @@ pub(crate) async fn measure_idle(rig: &Rig, seconds: u64) -> Result<Idle> {
 pub(crate) struct MachineFollower {
     reader: reflector::Store<Machine>,
     task: tokio::task::JoinHandle<()>,
-    peak_provisioning: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    peak_provisioning: std::sync::atomic::AtomicUsize,
 }
 
 impl MachineFollower {
     pub(crate) fn start(machines: Api<Machine>) -> Self {
         let (reader, writer) = reflector::store::<Machine>();
-        let peak = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let store = reader.clone();
-        let peak_seen = peak.clone();
         let task = tokio::spawn(
             reflector(writer, watcher(machines, watcher::Config::default()))
                 .applied_objects()
-                .for_each(move |_| {
-                    let provisioning = store
-                        .state()
-                        .iter()
-                        .filter(|m| m.phase() == Some(MachinePhase::Provisioning))
-                        .count();
-                    peak_seen.fetch_max(provisioning, std::sync::atomic::Ordering::Relaxed);
-                    async {}
-                }),
+                .for_each(|_| async {}),
         );
         Self {
             reader,
             task,
-            peak_provisioning: peak,
+            peak_provisioning: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -340,35 +311,36 @@ impl MachineFollower {
 
     /// Machines Running now (and not deleting).
     pub(crate) fn running(&self) -> usize {
+        self.in_phase(MachinePhase::Running)
+    }
+
+    fn in_phase(&self, phase: MachinePhase) -> usize {
         self.reader
             .state()
             .iter()
-            .filter(|m| {
-                m.metadata.deletion_timestamp.is_none() && m.phase() == Some(MachinePhase::Running)
-            })
+            .filter(|m| m.metadata.deletion_timestamp.is_none() && m.phase() == Some(phase))
             .count()
     }
 
-    /// The most Machines seen in phase Provisioning at once.
+    /// The most Machines seen in phase Provisioning at once while [`Self::wait_until`] waited
+    /// (sampled every 100 ms).
     pub(crate) fn peak_provisioning(&self) -> usize {
         self.peak_provisioning
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Waits until `want` Machines are Running, printing progress every 5 s and calling `tick`
-    /// every 100 ms with the time since `started`.
-    pub(crate) async fn wait_until(
-        &self,
-        started: Instant,
-        want: usize,
-        mut tick: impl FnMut(Duration),
-    ) -> Result<()> {
+    /// Waits until `want` Machines are Running, printing progress every 5 s.
+    pub(crate) async fn wait_until(&self, started: Instant, want: usize) -> Result<()> {
         let mut last = Instant::now();
         loop {
             let done = self.running();
             if done == want {
                 return Ok(());
             }
+            self.peak_provisioning.fetch_max(
+                self.in_phase(MachinePhase::Provisioning),
+                std::sync::atomic::Ordering::Relaxed,
+            );
             if started.elapsed() > PHASE_TIMEOUT {
                 bail!("only {done}/{want} machines Running after {PHASE_TIMEOUT:?}");
             }
@@ -380,7 +352,6 @@ impl MachineFollower {
                 );
                 last = Instant::now();
             }
-            tick(started.elapsed());
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }

@@ -207,6 +207,35 @@ impl Rig {
         }))?)
     }
 
+    /// The objects of cluster `name` as `capictl generate` renders the built-in in-memory template
+    /// (1 control-plane machine, `machines` − 1 workers); its `<name>-kubeconfig` Secret is
+    /// created in `namespace` now, the objects are for the caller to create.
+    pub(crate) async fn generated_cluster(
+        &self,
+        name: &str,
+        namespace: &str,
+        machines: u32,
+    ) -> Result<Vec<kube::api::DynamicObject>> {
+        let inputs = capi_cli::generate::Inputs {
+            cluster_name: name.into(),
+            namespace: Some(namespace.into()),
+            kubernetes_version: Some("v1.33.0".into()),
+            control_plane_machine_count: Some(1),
+            worker_machine_count: Some(machines - 1),
+            ..Default::default()
+        };
+        let yaml = capi_cli::generate::render(
+            capi_cli::generate::built_in("inmemory", None)?,
+            &inputs,
+            |_| None,
+        )?;
+        let objects = capi_testing::manifest::parse(&yaml)?;
+        Api::namespaced(self.client.clone(), namespace)
+            .create(&PostParams::default(), &self.workload_kubeconfig(name)?)
+            .await?;
+        Ok(objects)
+    }
+
     /// What the cloud holds now.
     pub(crate) async fn inspect(&self) -> Result<Inspection> {
         self.cloud

@@ -29,7 +29,7 @@ use capi_bootstrap::api::KubeadmConfig;
 use capi_core::api::{Cluster, Machine, MachineDeployment, MachineHealthCheck, MachineSet};
 use capi_testing::manifest;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, Resource};
 use provider_inmemory::api::{InMemoryCluster, InMemoryMachine};
 use serde::de::DeserializeOwned;
@@ -171,23 +171,7 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
         })
     };
 
-    let inputs = capi_cli::generate::Inputs {
-        cluster_name: CLUSTER.into(),
-        namespace: Some(NAMESPACE.into()),
-        kubernetes_version: Some("v1.33.0".into()),
-        control_plane_machine_count: Some(1),
-        worker_machine_count: Some(n - 1),
-        ..Default::default()
-    };
-    let yaml = capi_cli::generate::render(
-        capi_cli::generate::built_in("inmemory", None)?,
-        &inputs,
-        |_| None,
-    )?;
-    let objects = manifest::parse(&yaml)?;
-    Api::namespaced(client.clone(), NAMESPACE)
-        .create(&PostParams::default(), &rig.workload_kubeconfig(CLUSTER)?)
-        .await?;
+    let objects = rig.generated_cluster(CLUSTER, NAMESPACE, n).await?;
     let secrets_before = secret_names(&client).await?;
 
     step(&format!(
