@@ -113,7 +113,7 @@ where
             self.options.api::<K>(&self.client),
             self.options.watch_config(),
         )
-        .default_backoff()
+        .backoff(crate::retry::WatchBackoff::default())
         .reflect(writer)
         .inspect(crate::readiness::on_initial_list(
             self.readiness.clone(),

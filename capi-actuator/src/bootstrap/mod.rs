@@ -84,6 +84,7 @@ impl Reconciler<KubeadmConfig, BootstrapSettings> {
         let concurrency = self.options.concurrency;
         let context = self.into_context(|settings, _, _| settings);
         let results = Controller::for_stream(trigger, reader)
+            .trigger_backoff(crate::retry::WatchBackoff::default())
             .with_config(ControllerConfig::default().concurrency(concurrency))
             // A Machine changes (created, deleted): reconcile its config.
             .watches(machines, watcher::Config::default(), |machine| {

@@ -45,6 +45,7 @@ impl<C: InfraCluster> Reconciler<C, dyn ClusterActuator<C>> {
             })
         });
         let results = Controller::for_stream(trigger, reader)
+            .trigger_backoff(crate::retry::WatchBackoff::default())
             .with_config(ControllerConfig::default().concurrency(concurrency))
             // The Cluster changes (paused, deleted, adopted): reconcile its infrastructure.
             .watches(clusters, watcher::Config::default(), |cluster| {

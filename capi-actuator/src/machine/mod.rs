@@ -61,6 +61,7 @@ impl<M: InfraMachine> Reconciler<M, dyn Actuator<M>> {
             })
         });
         let results = Controller::for_stream(trigger, reader)
+            .trigger_backoff(crate::retry::WatchBackoff::default())
             .with_config(ControllerConfig::default().concurrency(concurrency))
             // A Machine changes (bootstrap data ready, owner set): reconcile its infrastructure.
             .watches(machines, watcher::Config::default(), |machine| {

@@ -82,6 +82,7 @@ impl Reconciler<Cluster, ClusterController> {
         let concurrency = self.options.concurrency;
         let context = self.into_context(|deps, _, _| deps);
         let results = Controller::for_stream(trigger, clusters)
+            .trigger_backoff(crate::retry::WatchBackoff::default())
             .with_config(ControllerConfig::default().concurrency(concurrency))
             .watches_stream(machine_changes, |machine| {
                 let namespace = machine.namespace().unwrap_or_default();

@@ -64,6 +64,7 @@ impl Reconciler<MachineHealthCheck, HealthCheckController> {
         let by_machine = checks.clone();
         let context = self.into_context(|deps, _, _| deps);
         let results = Controller::for_stream(trigger, checks)
+            .trigger_backoff(crate::retry::WatchBackoff::default())
             .with_config(ControllerConfig::default().concurrency(concurrency))
             .watches_stream(machine_changes, move |machine| {
                 let namespace = machine.namespace();

@@ -67,6 +67,7 @@ impl Reconciler<MachineDeployment, DeploymentController> {
         let by_cluster = deployments.clone();
         let context = self.into_context(|deps, _, _| deps);
         let results = Controller::for_stream(trigger, deployments)
+            .trigger_backoff(crate::retry::WatchBackoff::default())
             .with_config(ControllerConfig::default().concurrency(concurrency))
             .watches_stream(set_changes, |set| {
                 let namespace = set.namespace().unwrap_or_default();

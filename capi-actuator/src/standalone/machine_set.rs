@@ -80,6 +80,7 @@ impl Reconciler<MachineSet, MachineSetController> {
         let for_clusters = sets.clone();
         let context = self.into_context(|deps, _, _| deps);
         let results = Controller::for_stream(trigger, sets)
+            .trigger_backoff(crate::retry::WatchBackoff::default())
             .with_config(ControllerConfig::default().concurrency(concurrency))
             // A machine changed: its set (or, for an orphan, the sets that would adopt it).
             .watches_stream(machine_changes, move |machine| {

@@ -139,7 +139,7 @@ where
 {
     let (store, writer) = reflector::store();
     let changes = watcher(api, watcher::Config::default())
-        .default_backoff()
+        .backoff(crate::retry::WatchBackoff::default())
         .reflect(writer)
         .touched_objects();
     (store, changes)

@@ -127,7 +127,7 @@ impl References {
         let flag = Arc::clone(&synced);
         let task = tokio::spawn(async move {
             watcher(api, watcher::Config::default())
-                .default_backoff()
+                .backoff(crate::retry::WatchBackoff::default())
                 .reflect(writer)
                 .inspect(move |event| {
                     if matches!(event, Ok(watcher::Event::InitDone)) {

@@ -294,6 +294,7 @@ impl MachineFollower {
         let (reader, writer) = reflector::store::<Machine>();
         let task = tokio::spawn(
             reflector(writer, watcher(machines, watcher::Config::default()))
+                .backoff(capi_actuator::retry::WatchBackoff::default())
                 .applied_objects()
                 .for_each(|_| async {}),
         );

@@ -9,8 +9,10 @@
 //! creates happen but answer with an error (a lost response), calls take 20 ms and instances
 //! 500 ms to boot (± 20 %); a proxy ([`conflicts`]) answers `--conflict-rate` (default 0.1) of the
 //! manager's status writes with 409 Conflict; the manager is killed with SIGKILL and restarted
-//! `--kills` times (default 3) as machines come up, and the kube-apiserver is killed and restarted
-//! once in between.
+//! `--kills` times (default 3) and the kube-apiserver is killed and restarted once. The cluster
+//! grows in stages (one more than there are disruptions) and each disruption happens right after
+//! the next stage was asked for, so it lands while machines are being created however fast the
+//! run is.
 //!
 //! What it asserts and reports: every Machine reached Running; at no time more instances than the
 //! cluster asks for, and no idempotency key ever mapped to more than one instance; after scaling
@@ -30,7 +32,7 @@ use capi_core::api::{Cluster, Machine, MachineDeployment, MachineHealthCheck, Ma
 use capi_testing::manifest;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
-use kube::{Api, Client, Resource};
+use kube::{Api, Client, Resource, ResourceExt};
 use provider_inmemory::api::{InMemoryCluster, InMemoryMachine};
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -171,79 +173,79 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
         })
     };
 
-    let objects = rig.generated_cluster(CLUSTER, NAMESPACE, n).await?;
+    let mut objects = rig.generated_cluster(CLUSTER, NAMESPACE, n).await?;
     let secrets_before = secret_names(&client).await?;
 
+    // The cluster grows in stages, one disruption at the end of each: a stage can converge in a
+    // single burst (workers boot in parallel), so the next stage's machines are asked for first
+    // and the disruption lands while they are being created — at any size and speed.
+    let plan = disruptions(options.kills);
+    let replicas = stage_replicas(n - 1, plan.len() + 1);
+    let deployment = worker_deployment(&mut objects, replicas[0])?;
+
     step(&format!(
-        "Creating cluster {CLUSTER} and breaking things on the way"
+        "Creating cluster {CLUSTER} in {} stages and breaking things on the way",
+        replicas.len()
     ));
     let follower = MachineFollower::start(Api::<Machine>::namespaced(client.clone(), NAMESPACE));
     let started = Instant::now();
     manifest::create_all(&client, NAMESPACE, &objects).await?;
-    // Disruptions at fixed shares of progress, so that they land mid-run at any speed: the
-    // manager kills spread over 10–80 %, the API server restart between the first two.
-    let mut kill_at: Vec<usize> = (0..options.kills)
-        .map(|k| {
-            let share = 0.1 + 0.7 * f64::from(k) / f64::from(options.kills.max(2) - 1);
-            (share * f64::from(n)) as usize
-        })
-        .collect();
-    let mut restart_api_at = Some((0.3 * f64::from(n)) as usize);
+    let deployments: Api<MachineDeployment> = Api::namespaced(client.clone(), NAMESPACE);
     let mut events: Vec<String> = Vec::new();
+    let mut stage = 0;
     loop {
         let running = follower.running();
-        if running >= n as usize {
+        if stage < plan.len() {
+            let total = 1 + replicas[stage] as usize;
+            let before = if stage == 0 {
+                0
+            } else {
+                1 + replicas[stage - 1] as usize
+            };
+            if running >= before + (total - before).div_ceil(2) {
+                let grown = replicas[stage + 1];
+                wait_for("the worker deployment scaled up", || {
+                    scale(&deployments, &deployment, grown)
+                })
+                .await?;
+                let what = match plan[stage] {
+                    Disruption::KillManager => "manager SIGKILLed",
+                    Disruption::RestartApiServer => "kube-apiserver killed and restarted",
+                };
+                events.push(format!(
+                    "{:>6.1}s  {what} at {running}/{n} Running (asking for {} now)",
+                    started.elapsed().as_secs_f64(),
+                    1 + grown
+                ));
+                println!(
+                    "    {}",
+                    events.last().map(String::as_str).unwrap_or_default()
+                );
+                match plan[stage] {
+                    Disruption::KillManager => {
+                        rig.kill_manager();
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        rig.start_manager()?;
+                    }
+                    Disruption::RestartApiServer => rig.management.restart_api_server().await?,
+                }
+                stage += 1;
+            }
+        } else if running >= n as usize {
             break;
         }
         if started.elapsed() > PHASE_TIMEOUT {
             bail!("only {running}/{n} machines Running after {PHASE_TIMEOUT:?}");
         }
-        if kill_at.first().is_some_and(|&at| running >= at) {
-            kill_at.remove(0);
-            rig.kill_manager();
-            events.push(format!(
-                "{:>6.1}s  manager SIGKILLed at {running}/{n} Running",
-                started.elapsed().as_secs_f64()
-            ));
-            println!(
-                "    {}",
-                events.last().map(String::as_str).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            rig.start_manager()?;
-        }
-        if restart_api_at.is_some_and(|at| running >= at) {
-            restart_api_at = None;
-            events.push(format!(
-                "{:>6.1}s  kube-apiserver killed and restarted at {running}/{n} Running",
-                started.elapsed().as_secs_f64()
-            ));
-            println!(
-                "    {}",
-                events.last().map(String::as_str).unwrap_or_default()
-            );
-            rig.management.restart_api_server().await?;
-        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let create_seconds = started.elapsed().as_secs_f64();
     println!("    all {n} Running after {create_seconds:.1}s");
-    if !kill_at.is_empty() || restart_api_at.is_some() {
-        bail!("the run converged before every disruption happened: {events:?}");
-    }
 
     step("Scaling every MachineDeployment to zero");
     let started_scale = Instant::now();
-    let deployments: Api<MachineDeployment> = Api::namespaced(client.clone(), NAMESPACE);
-    for deployment in deployments.list(&ListParams::default()).await? {
-        let name = deployment.metadata.name.unwrap_or_default();
-        deployments
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"replicas": 0}})),
-            )
-            .await?;
+    for each in deployments.list(&ListParams::default()).await? {
+        scale(&deployments, &each.name_any(), 0).await?;
     }
     wait_for("machines gone after scaling to zero", || async {
         Ok(follower.count() == 0 && rig.inspect().await?.instances.is_empty())
@@ -378,6 +380,66 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
     Ok(())
 }
 
+/// One thing that goes wrong on purpose while the cluster is being created.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Disruption {
+    KillManager,
+    RestartApiServer,
+}
+
+/// The disruptions in the order they happen: the first manager kill, the API server restart,
+/// then the other kills.
+fn disruptions(kills: u32) -> Vec<Disruption> {
+    let mut plan = vec![Disruption::KillManager; kills as usize];
+    plan.insert(plan.len().min(1), Disruption::RestartApiServer);
+    plan
+}
+
+/// The worker replicas asked for in each of `stages` stages: equal steps up to `workers`, the
+/// last stage asking for all of them.
+fn stage_replicas(workers: u32, stages: usize) -> Vec<u32> {
+    let stages = stages.max(1) as u64;
+    (1..=stages)
+        .map(|k| (u64::from(workers) * k).div_ceil(stages) as u32)
+        .collect()
+}
+
+/// Sets the worker MachineDeployment's replicas in the rendered objects; returns its name.
+fn worker_deployment(objects: &mut [kube::api::DynamicObject], replicas: u32) -> Result<String> {
+    let mut found = objects
+        .iter_mut()
+        .filter(|o| {
+            o.types
+                .as_ref()
+                .is_some_and(|t| t.kind == "MachineDeployment")
+        })
+        .filter(|o| {
+            o.data["spec"]["template"]["metadata"]["labels"]
+                .get(capi_core::labels::MACHINE_CONTROL_PLANE)
+                .is_none()
+        });
+    let (Some(deployment), None) = (found.next(), found.next()) else {
+        bail!("the chaos run expects exactly one worker MachineDeployment in the template");
+    };
+    deployment.data["spec"]["replicas"] = json!(replicas);
+    deployment
+        .metadata
+        .name
+        .clone()
+        .context("the worker MachineDeployment has no name")
+}
+
+async fn scale(deployments: &Api<MachineDeployment>, name: &str, replicas: u32) -> Result<bool> {
+    deployments
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+        )
+        .await?;
+    Ok(true)
+}
+
 async fn wait_for<F, Fut>(what: &str, mut check: F) -> Result<()>
 where
     F: FnMut() -> Fut,
@@ -433,4 +495,26 @@ async fn leftovers(client: &Client) -> Result<Vec<(String, Vec<String>)>> {
         names::<KubeadmConfig>(client).await?,
     ];
     Ok(all.into_iter().filter(|(_, n)| !n.is_empty()).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_api_server_restart_comes_between_the_first_two_kills() {
+        use Disruption::*;
+        assert_eq!(
+            disruptions(3),
+            [KillManager, RestartApiServer, KillManager, KillManager]
+        );
+        assert_eq!(disruptions(0), [RestartApiServer]);
+    }
+
+    #[test]
+    fn stages_grow_to_every_worker() {
+        assert_eq!(stage_replicas(199, 5), [40, 80, 120, 160, 199]);
+        assert_eq!(stage_replicas(19, 5), [4, 8, 12, 16, 19]);
+        assert_eq!(stage_replicas(1, 5), [1, 1, 1, 1, 1]);
+    }
 }

@@ -106,6 +106,7 @@ impl Reconciler<Machine, MachineController> {
         });
         let context = self.into_context(|deps, _, _| deps);
         let results = Controller::for_stream(trigger, machines)
+            .trigger_backoff(crate::retry::WatchBackoff::default())
             .with_config(ControllerConfig::default().concurrency(concurrency))
             // A Cluster changed (paused, infrastructure ready, deleting): its machines look again.
             .watches_stream(
