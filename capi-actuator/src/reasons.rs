@@ -22,6 +22,11 @@ pub(crate) fn paused_condition(
     desired.observed_generation(generation)
 }
 
+/// A `MachineSet`/`MachineDeployment` selector is malformed or does not select the labels of
+/// its own template, so machines made from it would not belong to it; nothing is created until
+/// the spec is fixed.
+pub const INVALID_SELECTOR: &str = "InvalidSelector";
+
 /// No `Machine` owns the infrastructure machine yet.
 pub const WAITING_FOR_OWNER: &str = "WaitingForOwner";
 /// The `Cluster` does not exist (yet).

@@ -50,6 +50,9 @@ pub const HEALTH_CHECK_SUCCEEDED: &str = "HealthCheckSucceeded";
 pub const DELETING: &str = "Deleting";
 /// The object matches its spec; `False` lists what cannot be applied in place.
 pub const UP_TO_DATE: &str = "UpToDate";
+/// A `MachineSet` or `MachineDeployment` can add replicas; `False` says what stops it (a selector
+/// that does not select the template's labels).
+pub const SCALING_UP: &str = "ScalingUp";
 /// A `MachineHealthCheck` may remediate now.
 pub const REMEDIATION_ALLOWED: &str = "RemediationAllowed";
 

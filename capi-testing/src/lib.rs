@@ -9,6 +9,8 @@
 //! - [`envtest`]: locating the binaries ([`envtest::Assets`]) and running them
 //!   ([`envtest::ControlPlane`]).
 //! - [`TestEnv`]: a control plane with the core CRDs installed, plus per-test namespaces.
+//! - [`schema_violations`]: every constraint of a CRD schema as a field path and proptest
+//!   strategies of edits that break it, to check that the API server refuses bad input.
 //!
 //! The binaries come from `KUBEBUILDER_ASSETS` if set (the directory layout controller-runtime
 //! uses: `etcd` and `kube-apiserver` side by side), otherwise from the cache that
@@ -29,6 +31,7 @@
 pub mod envtest;
 pub mod faults;
 pub mod manifest;
+pub mod schema_violations;
 pub mod table;
 mod test_env;
 

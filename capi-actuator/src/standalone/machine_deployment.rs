@@ -173,6 +173,25 @@ async fn reconcile_once(
         .await?;
         return Ok(Next::AwaitChange);
     }
+    let mut status = deployment.status.clone().unwrap_or_default();
+    let mismatch = selector::template_mismatch(
+        "MachineDeployment",
+        &deployment.spec.selector,
+        deployment
+            .spec
+            .template
+            .metadata
+            .as_ref()
+            .map(|m| &m.labels),
+    );
+    if selector::record_mismatch(
+        &mut status.conditions,
+        mismatch,
+        deployment.metadata.generation,
+    ) {
+        write::patch_status_if_changed(&api, &name, deployment.status.as_ref(), &status).await?;
+        return Ok(Next::AwaitChange);
+    }
     let cluster = match deps.clusters.get() {
         Some(store) => {
             find_cluster(
@@ -210,7 +229,6 @@ async fn reconcile_once(
         .cloned()
         .collect();
 
-    let mut status = deployment.status.clone().unwrap_or_default();
     let paused_cluster = cluster.is_paused() || labels::has_paused_annotation(&deployment.metadata);
     let paused = paused_cluster || deployment.spec.paused.unwrap_or(false);
     set_condition(

@@ -169,6 +169,17 @@ async fn reconcile_once(
         write::change_finalizer(&sets, set, FinalizerChange::Add, MACHINE_SET_FINALIZER).await?;
         return Ok(Next::AwaitChange);
     }
+    let mut status = set.status.clone().unwrap_or_default();
+    let mismatch = selector::template_mismatch(
+        "MachineSet",
+        &set.spec.selector,
+        set.spec.template.metadata.as_ref().map(|m| &m.labels),
+    );
+    if selector::record_mismatch(&mut status.conditions, mismatch, set.metadata.generation) {
+        write::patch_status_if_changed(&sets, &set.name_any(), set.status.as_ref(), &status)
+            .await?;
+        return Ok(Next::AwaitChange);
+    }
     let cluster = match deps.clusters.get() {
         Some(store) => {
             find_cluster(store, &context.client, &set.spec.cluster_name, &namespace).await?
@@ -178,7 +189,6 @@ async fn reconcile_once(
     let Some(cluster) = cluster else {
         return Ok(Next::Requeue(deps.settings.poll));
     };
-    let mut status = set.status.clone().unwrap_or_default();
     let paused = cluster.is_paused() || labels::has_paused_annotation(&set.metadata);
     set_condition(&mut status, set, condition::PAUSED, paused);
     if paused {
