@@ -93,6 +93,66 @@ impl Plan {
     }
 }
 
+/// What one reconcile of an infrastructure machine decided, as [`decide_once`] reports it.
+#[derive(Debug)]
+pub struct Decision {
+    /// The conditions the loop would set, in order (a later one of the same type wins).
+    pub conditions: Vec<condition::DesiredCondition>,
+    /// The provider ID the loop would record in `spec.providerID`.
+    pub provider_id: Option<String>,
+    /// Whether the loop would record the machine as provisioned.
+    pub provisioned: bool,
+    /// Whether this pass only adds the loop's finalizer (nothing is created before it is stored).
+    pub adds_finalizer: bool,
+    /// The reasons of the events the loop would publish.
+    pub events: Vec<&'static str>,
+}
+
+/// Takes the decision one reconcile would take for `infra`, owned by `machine` in `cluster`, with
+/// `bootstrap` data (`None`: the Machine names no data Secret yet): the same branch, the same
+/// calls to `actuator`, but nothing is read from or written to an API server. For unit tests of
+/// an actuator through the loop and for benchmarks of the decision itself.
+///
+/// ```no_run
+/// use capi_core::api::{Cluster, Machine};
+/// use capi_core::{Actuator, infra::InfraMachine};
+///
+/// async fn check<M: InfraMachine>(
+///     actuator: &dyn Actuator<M>,
+///     infra: M,
+///     machine: Machine,
+///     cluster: Cluster,
+/// ) {
+///     let decision =
+///         capi_actuator::machine::decide_once(actuator, infra, machine, cluster, None).await;
+///     assert!(decision.provider_id.is_none()); // nothing is created without bootstrap data
+/// }
+/// ```
+pub async fn decide_once<M: InfraMachine>(
+    actuator: &dyn Actuator<M>,
+    infra: M,
+    machine: Machine,
+    cluster: Cluster,
+    bootstrap: Option<BootstrapData>,
+) -> Decision {
+    let snapshot = Snapshot {
+        infra: Arc::new(infra),
+        owner_uid: machine.metadata.uid.clone(),
+        machine: Some(Arc::new(machine)),
+        cluster: Some(Arc::new(cluster)),
+        bootstrap: bootstrap.map_or(BootstrapLookup::NotSet, BootstrapLookup::Ready),
+        invalid_at_generation: None,
+    };
+    let plan = decide(actuator, snapshot, Duration::from_secs(5)).await;
+    Decision {
+        adds_finalizer: plan.finalizer == FinalizerChange::Add,
+        events: plan.events.iter().map(|e| e.reason).collect(),
+        provider_id: plan.record.provider_id,
+        provisioned: plan.record.provisioned,
+        conditions: plan.conditions,
+    }
+}
+
 /// Decides one reconcile. Calls the actuator as the contract allows and nothing else.
 pub(crate) async fn decide<M: InfraMachine>(
     actuator: &dyn Actuator<M>,

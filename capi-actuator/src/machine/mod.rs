@@ -24,7 +24,7 @@ use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
-pub use decide::INFRA_MACHINE_FINALIZER;
+pub use decide::{Decision, INFRA_MACHINE_FINALIZER, decide_once};
 
 use crate::instrument::InstrumentedActuator;
 use crate::plan::Next;

@@ -530,3 +530,29 @@ fn unchanged_plan_means_unchanged_status() {
         "a converged pass must not write"
     );
 }
+
+#[tokio::test]
+async fn decide_once_takes_the_loops_branch_without_an_api_server() {
+    let waiting = super::decide_once(&untouched(), infra(), machine(), cluster(true), None).await;
+    assert_eq!(waiting.provider_id, None);
+    assert!(
+        waiting
+            .conditions
+            .iter()
+            .any(|c| c.reason == reasons::WAITING_FOR_BOOTSTRAP_DATA)
+    );
+
+    let mut actuator = MockActuator::new();
+    actuator.expect_exists().times(1).returning(|_| Ok(None));
+    actuator
+        .expect_create()
+        .times(1)
+        .returning(|_| Ok(running("test:///i-9")));
+    let data = BootstrapData::new(BootstrapFormat::CloudConfig, b"#cloud-config\n".to_vec());
+    let created =
+        super::decide_once(&actuator, infra(), machine(), cluster(true), Some(data)).await;
+    assert_eq!(created.provider_id.as_deref(), Some("test:///i-9"));
+    assert!(created.provisioned);
+    assert!(!created.adds_finalizer);
+    assert_eq!(created.events, [reasons::INSTANCE_CREATED]);
+}
