@@ -1,5 +1,5 @@
 //! What a CRD's schema must refuse: every constraint of its OpenAPI v3 schema turned into a field
-//! path and a [`proptest`] strategy of edits that break it, so that a test can send each edit to
+//! path and a [`mod@proptest`] strategy of edits that break it, so that a test can send each edit to
 //! the API server and check that it is rejected — with that field path in the answer — before any
 //! controller sees it.
 //!
