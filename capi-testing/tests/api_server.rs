@@ -77,21 +77,9 @@ async fn every_core_crd_installs_and_is_served() {
     }
 
     // Discovery is what kubectl uses: the group/version lists every kind with status (and scale).
-    let discovery: Value = client
-        .request(
-            http::Request::get(format!("/apis/{GROUP}/{VERSION}"))
-                .body(Vec::new())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    let resources: Vec<&str> = discovery["resources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|r| r["name"].as_str())
-        .collect();
-    for expected in [
+    // The API server serves a new CRD's subresources a moment after the CRD is established, so
+    // discovery is asked again until it lists them all (or the deadline passes).
+    let expected = [
         "clusters",
         "clusters/status",
         "machines",
@@ -99,11 +87,36 @@ async fn every_core_crd_installs_and_is_served() {
         "machinesets/scale",
         "machinedeployments/scale",
         "machinehealthchecks/status",
-    ] {
+    ];
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let discovery: Value = client
+            .request(
+                http::Request::get(format!("/apis/{GROUP}/{VERSION}"))
+                    .body(Vec::new())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let resources: Vec<String> = discovery["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| r["name"].as_str().map(str::to_string))
+            .collect();
+        let missing: Vec<&str> = expected
+            .iter()
+            .copied()
+            .filter(|e| !resources.iter().any(|r| r == e))
+            .collect();
+        if missing.is_empty() {
+            break;
+        }
         assert!(
-            resources.contains(&expected),
-            "{expected} served: {resources:?}"
+            tokio::time::Instant::now() < deadline,
+            "{missing:?} not served: {resources:?}"
         );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 
     let ns = env.namespace().await.unwrap();

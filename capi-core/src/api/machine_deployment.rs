@@ -105,8 +105,9 @@ pub struct MachineDeploymentSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineDeploymentRollout {
-    /// Roll every machine once after this time, even without a template change.
+    /// Roll every machine once after this time (RFC 3339), even without a template change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "validation::rfc3339_time")]
     pub after: Option<Time>,
 
     /// The rollout strategy; `RollingUpdate` with `maxSurge: 1, maxUnavailable: 0` when unset.

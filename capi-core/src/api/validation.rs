@@ -38,6 +38,17 @@ pub fn int_or_percent(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
+/// A point in time in a spec (`metav1.Time`): an RFC 3339 string, checked by a pattern rather than
+/// `format: date-time` — Kubernetes 1.20 lets any JSON array through a `date-time` string field,
+/// and an object whose spec cannot be decoded would stop every watch of its kind.
+pub fn rfc3339_time(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "string",
+        "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$",
+        "nullable": true,
+    })
+}
+
 /// `status.conditions`: a list of `metav1.Condition` keyed by `type`, validated as upstream does
 /// (the stock `k8s-openapi` schema carries no validation).
 pub fn conditions(generator: &mut SchemaGenerator) -> Schema {
