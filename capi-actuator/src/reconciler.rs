@@ -36,6 +36,20 @@ pub enum ReconcileError {
     Reference(#[from] crate::standalone::ReferenceError),
 }
 
+impl ReconcileError {
+    /// Whether the API server refused a write with 409: the object changed since the cache showed
+    /// it (Conflict) or a create found it already there (AlreadyExists). Either way the cache was
+    /// behind and the reconcile is retried shortly rather than backed off as a failure.
+    pub fn is_conflict(&self) -> bool {
+        let kube = match self {
+            Self::Kube(error) => error,
+            Self::Reference(crate::standalone::ReferenceError::Kube(error)) => error,
+            _ => return false,
+        };
+        matches!(kube, kube::Error::Api(status) if status.code == 409)
+    }
+}
+
 /// A reconciler of kind `K` driving an actuator `A`: see
 /// [`InfraMachineReconciler`](crate::machine::InfraMachineReconciler) and
 /// [`InfraClusterReconciler`](crate::cluster::InfraClusterReconciler).
@@ -190,7 +204,9 @@ pub(crate) fn back_off<K: Resource, A: ?Sized>(
     error: &ReconcileError,
     context: Arc<Context<A>>,
 ) -> Action {
-    context.retry.back_off(object.as_ref(), error)
+    context
+        .retry
+        .back_off(object.as_ref(), error, error.is_conflict())
 }
 
 /// Drains a controller's result stream, logging what failed at debug level (failures are

@@ -1,5 +1,6 @@
 //! When the loop reconciles an object again: jittered requeues, per-object exponential backoff
-//! for failures, and how a failed watch is retried.
+//! for failures, short retries for writes that met a newer version of the object, and how a failed
+//! watch is retried.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -28,6 +29,15 @@ pub struct RetryPolicy {
     /// How often a provisioned object is reconciled without any change, to notice drift in the
     /// cloud (an instance deleted behind our back).
     pub resync: Duration,
+    /// The delay after a reconcile whose write the API server refused with 409 (the object changed
+    /// since the cache showed it, or a create found it already there). Such a reconcile has not
+    /// failed: its cache was behind, and the watch brings the newer version within moments. The
+    /// delay doubles with each such refusal in a row, up to [`Self::conflict_cap`], and does not
+    /// count toward [`Self::backoff_base`]'s failure streak.
+    pub conflict_base: Duration,
+    /// The longest delay between two attempts that met 409s: bounds the cost of two writers that
+    /// keep refusing each other while never leaving an object waiting long.
+    pub conflict_cap: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -38,6 +48,8 @@ impl Default for RetryPolicy {
             jitter: 0.1,
             poll: Duration::from_secs(5),
             resync: Duration::from_secs(600),
+            conflict_base: Duration::from_millis(250),
+            conflict_cap: Duration::from_secs(5),
         }
     }
 }
@@ -53,10 +65,20 @@ impl RetryPolicy {
     /// The delay before the next attempt after `failures` failures in a row (at least 1): base ×
     /// 2^(failures−1), capped, jittered.
     pub fn backoff(&self, failures: u32) -> Duration {
-        let exponent = failures.saturating_sub(1).min(31);
-        let raw = self.backoff_base.saturating_mul(1u32 << exponent);
-        self.jittered(raw.min(self.backoff_cap))
+        self.jittered(doubled(self.backoff_base, self.backoff_cap, failures))
     }
+
+    /// The delay before the next attempt after `conflicts` reconciles in a row (at least 1) ended
+    /// with a 409: conflict base × 2^(conflicts−1), capped, jittered.
+    pub fn conflict_backoff(&self, conflicts: u32) -> Duration {
+        self.jittered(doubled(self.conflict_base, self.conflict_cap, conflicts))
+    }
+}
+
+/// `base` × 2^(n−1) for n ≥ 1, at most `cap`.
+fn doubled(base: Duration, cap: Duration, n: u32) -> Duration {
+    let exponent = n.saturating_sub(1).min(31);
+    base.saturating_mul(1u32 << exponent).min(cap)
 }
 
 /// How a failed watch is retried: after 0.5 s, doubling up to 5 s (±20 %), and from 0.5 s again
@@ -182,6 +204,29 @@ mod tests {
     }
 
     #[test]
+    fn a_conflict_is_retried_shortly_and_leaves_the_failure_streak_alone() {
+        let state = RetryState::new(exact());
+        let mut object = k8s_openapi::api::core::v1::ConfigMap::default();
+        object.metadata.name = Some("m".into());
+        let after = |conflict: bool| state.back_off(&object, &"refused", conflict);
+        let millis = |ms: u64| Action::requeue(Duration::from_millis(ms));
+
+        assert_eq!(after(false), millis(1000));
+        assert_eq!(after(false), millis(2000));
+        assert_eq!(after(true), millis(250));
+        assert_eq!(after(true), millis(500));
+        for _ in 0..20 {
+            after(true);
+        }
+        assert_eq!(after(true), millis(5000), "capped however many");
+        assert_eq!(after(false), millis(4000), "the failure streak went on");
+
+        assert!(state.next_action(&object, Next::AwaitChange).is_ok());
+        assert_eq!(after(true), millis(250), "a success resets conflicts");
+        assert_eq!(after(false), millis(1000), "and failures");
+    }
+
+    #[test]
     fn failures_count_per_object_and_reset() {
         let counts = FailureCounts::default();
         assert_eq!(counts.record_failure("a"), 1);
@@ -198,6 +243,7 @@ mod tests {
 pub(crate) struct RetryState {
     pub(crate) policy: RetryPolicy,
     failures: FailureCounts,
+    conflicts: FailureCounts,
     invalid: InvalidGenerations,
 }
 
@@ -206,6 +252,7 @@ impl RetryState {
         Self {
             policy,
             failures: FailureCounts::default(),
+            conflicts: FailureCounts::default(),
             invalid: InvalidGenerations::default(),
         }
     }
@@ -236,16 +283,27 @@ impl RetryState {
             }
         };
         self.failures.reset(&key);
+        self.conflicts.reset(&key);
         Ok(action)
     }
 
-    /// The requeue after a failed reconcile: exponential in the failures in a row, capped.
+    /// The requeue after a reconcile that ended with `error`. A 409 from the API server
+    /// (`conflict`) means the cache was behind: a short retry, logged at debug level, that leaves
+    /// the failure streak alone. Anything else is a failure: exponential in the failures in a row,
+    /// capped, and logged as a warning.
     pub(crate) fn back_off<K: kube::Resource, E: std::fmt::Display>(
         &self,
         object: &K,
         error: &E,
+        conflict: bool,
     ) -> Action {
         let key = object_key(object);
+        if conflict {
+            let conflicts = self.conflicts.record_failure(&key);
+            let delay = self.policy.conflict_backoff(conflicts);
+            tracing::debug!(object = %key, conflicts, retry_in = ?delay, %error, "write met a newer version; retrying");
+            return Action::requeue(delay);
+        }
         let failures = self.failures.record_failure(&key);
         let delay = self.policy.backoff(failures);
         tracing::warn!(object = %key, failures, retry_in = ?delay, %error, "reconcile failed");

@@ -22,6 +22,7 @@ use capi_core::api::{
 };
 use capi_core::{condition, labels};
 use capi_testing::envtest::ControlPlane;
+use capi_testing::faults::ApiFaults;
 use capi_testing::{TestEnv, manifest};
 use common::{TIMEOUT, eventually, policy};
 use futures::StreamExt;
@@ -109,6 +110,8 @@ enum Identity {
     /// The in-memory manager's ServiceAccount with only its generated RBAC
     /// (`config/inmemory/rbac.yaml`), cluster-wide, with leader election.
     GeneratedRbac,
+    /// `system:masters`, every request passing through these fault rules.
+    Faulty(ApiFaults),
 }
 
 /// A ServiceAccount token for the generated RBAC of the in-memory manager.
@@ -170,8 +173,8 @@ async fn world_as(identity: Identity) -> World {
         burst: 500,
         ..ManagerConfig::default()
     };
-    let kube_config = match identity {
-        Identity::Admin => env.control_plane().config().await.unwrap(),
+    let kube_config = match &identity {
+        Identity::Admin | Identity::Faulty(_) => env.control_plane().config().await.unwrap(),
         Identity::GeneratedRbac => {
             // As deployed: every namespace, leader election in the system namespace.
             config.reconciler = ReconcilerOptions::default().retry_policy(policy());
@@ -183,7 +186,17 @@ async fn world_as(identity: Identity) -> World {
             env.control_plane().config_with_token(&token).await.unwrap()
         }
     };
-    let running = start_manager(kube_config, config, cloud.clone()).await;
+    let manager = match identity {
+        Identity::Faulty(faults) => {
+            let client = faults
+                .client(env.control_plane().kubeconfig_yaml())
+                .await
+                .unwrap();
+            Manager::with_client(client, config).await.unwrap()
+        }
+        _ => Manager::new(kube_config, config).await.unwrap(),
+    };
+    let running = start_manager(manager, cloud.clone()).await;
     World {
         env,
         ns,
@@ -193,14 +206,12 @@ async fn world_as(identity: Identity) -> World {
     }
 }
 
-/// A Manager with the in-memory provider, kubeadm bootstrap and core controllers, running until
+/// `manager` with the in-memory provider, kubeadm bootstrap and core controllers, running until
 /// the returned task is aborted.
 async fn start_manager(
-    kube_config: kube::Config,
-    config: ManagerConfig,
+    mut manager: Manager,
     cloud: Arc<SimulatedCloud>,
 ) -> tokio::task::JoinHandle<()> {
-    let mut manager = Manager::new(kube_config, config).await.unwrap();
     let actuator = Arc::new(InMemoryActuator::new(
         cloud.clone(),
         cloud,
@@ -876,6 +887,59 @@ async fn a_health_check_stops_remediating_when_too_many_machines_are_unhealthy()
     );
 }
 
+#[tokio::test]
+async fn a_health_check_assesses_every_machine_while_one_refuses_its_writes() {
+    let faults = ApiFaults::default();
+    let world = world_as(Identity::Faulty(faults.clone())).await;
+    let objects = manifests(3, &[]);
+    manifest::create_all(&world.client(), &world.ns, &objects)
+        .await
+        .unwrap();
+    converged(&world, 3).await;
+    // Every status write to one machine meets a "newer version" from now on, as when its own
+    // controller keeps writing it.
+    let stubborn = running(&world).await.into_keys().next().unwrap();
+    faults.fail_next(
+        http::Method::PATCH,
+        &format!("/machines/{stubborn}/status"),
+        409,
+        u32::MAX,
+    );
+    let checks: Api<MachineHealthCheck> = Api::namespaced(world.client(), &world.ns);
+    let check: MachineHealthCheck = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
+        "metadata": {"name": "workers"},
+        "spec": {"clusterName": "demo", "selector": {"matchLabels": {"pool": "workers"}}}
+    }))
+    .unwrap();
+    checks.create(&Default::default(), &check).await.unwrap();
+
+    eventually("the other machines are marked healthy", || async {
+        let marked = all_machines(&world)
+            .await
+            .into_iter()
+            .filter(|m| {
+                m.status.as_ref().is_some_and(|s| {
+                    condition::is_true(&s.conditions, condition::HEALTH_CHECK_SUCCEEDED)
+                })
+            })
+            .map(|m| m.name_any())
+            .collect::<Vec<_>>();
+        marked.len() == 2 && !marked.contains(&stubborn)
+    })
+    .await;
+    eventually("the check reports all three machines healthy", || async {
+        checks
+            .get("workers")
+            .await
+            .unwrap()
+            .status
+            .is_some_and(|s| s.expected_machines == Some(3) && s.current_healthy == Some(3))
+    })
+    .await;
+    assert!(faults.injected() > 0);
+}
+
 /// Every machine name a watch saw, and the most machines not being deleted at once.
 type Seen = Arc<Mutex<(Vec<String>, usize)>>;
 
@@ -1352,12 +1416,10 @@ async fn move_hands_a_running_cluster_to_another_management_cluster_without_touc
         http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         ..ManagerConfig::default()
     };
-    let _target_manager = start_manager(
-        target.control_plane().config().await.unwrap(),
-        config,
-        world.cloud.clone(),
-    )
-    .await;
+    let target_manager = Manager::new(target.control_plane().config().await.unwrap(), config)
+        .await
+        .unwrap();
+    let _target_manager = start_manager(target_manager, world.cloud.clone()).await;
 
     // Interrupted after the copy: run again, and it completes without duplicating anything.
     let source = world.client();

@@ -36,6 +36,10 @@ fn main() -> Result<()> {
         bail!("{USAGE}");
     };
     let flag = |name: &str| rest.iter().any(|a| a == name);
+    if flag("--help") || flag("-h") {
+        println!("{USAGE}");
+        return Ok(());
+    }
     if command == "openstack" {
         return openstack::command(rest.first().map(String::as_str));
     }

@@ -155,6 +155,14 @@ impl Manager {
         let client = ClientBuilder::try_from(kube_config)?
             .with_layer(&rate_limit)
             .build();
+        Self::with_client(client, config).await
+    }
+
+    /// A manager whose reconcilers all share `client`, used as given: `config.qps` and
+    /// `config.burst` are not applied, so a client built by the caller (with its own layers:
+    /// tracing, a proxy, fault injection in tests) brings its own rate limit. Binds the HTTP
+    /// address now.
+    pub async fn with_client(client: Client, config: ManagerConfig) -> Result<Self, ManagerError> {
         let listener = TcpListener::bind(config.http_addr)
             .await
             .map_err(|source| ManagerError::Bind {

@@ -287,6 +287,10 @@ async fn reconcile_once(
         }
     };
 
+    // A machine whose condition write meets a newer version (its own controller wrote it
+    // meanwhile) does not stop the pass: with many machines changing, stopping at the first
+    // conflict would leave the rest unassessed, pass after pass.
+    let mut conflict = None;
     for (machine, verdict) in targets.iter().zip(&verdicts) {
         let Some(verdict) = verdict else { continue };
         let mut conditions = machine
@@ -332,12 +336,18 @@ async fn reconcile_once(
             }
         };
         if changed {
-            write::patch_status_guarded(
+            match write::patch_status_guarded(
                 &machines_api,
                 machine.as_ref(),
                 json!({"conditions": conditions}),
             )
-            .await?;
+            .await
+            {
+                Err(kube::Error::Api(refusal)) if refusal.is_conflict() => {
+                    conflict.get_or_insert(kube::Error::Api(refusal));
+                }
+                other => other?,
+            }
         }
     }
 
@@ -355,6 +365,10 @@ async fn reconcile_once(
     status.targets = targets.iter().map(|m| m.name_any()).collect();
     status.observed_generation = generation;
     write::patch_status_if_changed(&api, &check.name_any(), check.status.as_ref(), &status).await?;
+    if let Some(error) = conflict {
+        // Retried shortly with fresh machines (see `RetryPolicy::conflict_base`).
+        return Err(error.into());
+    }
     Ok(match recheck {
         Some(after) => Next::Requeue(after + Duration::from_secs(1)),
         None => Next::Resync,

@@ -59,6 +59,8 @@ pub(crate) fn policy() -> RetryPolicy {
         jitter: 0.1,
         poll: Duration::from_millis(100),
         resync: Duration::from_secs(60),
+        conflict_base: Duration::from_millis(10),
+        conflict_cap: Duration::from_millis(200),
     }
 }
 
