@@ -81,6 +81,7 @@ struct World {
     ns: String,
     cloud: Arc<SimulatedCloud>,
     workload: ControlPlane,
+    metrics: capi_actuator::metrics::Metrics,
     _tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -196,12 +197,14 @@ async fn world_as(identity: Identity) -> World {
         }
         _ => Manager::new(kube_config, config).await.unwrap(),
     };
+    let metrics = manager.metrics();
     let running = start_manager(manager, cloud.clone()).await;
     World {
         env,
         ns,
         cloud,
         workload,
+        metrics,
         _tasks: vec![kubelets, running],
     }
 }
@@ -938,6 +941,70 @@ async fn a_health_check_assesses_every_machine_while_one_refuses_its_writes() {
     })
     .await;
     assert!(faults.injected() > 0);
+}
+
+/// How many reconciles `controller` has finished, from the manager's metrics.
+fn reconciles(world: &World, controller: &str) -> f64 {
+    let prefix = format!("controller_runtime_reconcile_total{{controller=\"{controller}\",");
+    world
+        .metrics
+        .encode()
+        .lines()
+        .filter(|line| line.starts_with(&prefix))
+        .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+/// Waits until `controller` has finished no reconcile for a second.
+async fn quiet(world: &World, controller: &str) -> f64 {
+    let mut last = reconciles(world, controller);
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = reconciles(world, controller);
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+}
+
+#[tokio::test]
+async fn status_counters_of_a_cluster_do_not_wake_its_machines() {
+    let world = world().await;
+    manifest::create_all(&world.client(), &world.ns, &manifests(3, &[]))
+        .await
+        .unwrap();
+    converged(&world, 3).await;
+    let before = quiet(&world, "inmemorymachine").await;
+    assert!(before > 0.0);
+
+    // What the Cluster controller writes as machines come and go: counters and conditions.
+    let clusters: Api<capi_core::api::Cluster> = Api::namespaced(world.client(), &world.ns);
+    let patch = json!({"status": {
+        "workers": {"desiredReplicas": 7, "readyReplicas": 5},
+        "conditions": [{"type": "Probe", "status": "True", "reason": "Probe", "message": "",
+                        "lastTransitionTime": "2026-11-22T00:00:00Z"}]
+    }});
+    clusters
+        .patch_status("demo", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let after = quiet(&world, "inmemorymachine").await;
+    assert_eq!(
+        after, before,
+        "a Cluster status write that changes nothing its machines read woke them"
+    );
+
+    // What they do read still wakes them: pausing the cluster.
+    let patch = json!({"spec": {"paused": true}});
+    clusters
+        .patch("demo", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    eventually("the infrastructure machines look again", || async {
+        reconciles(&world, "inmemorymachine") >= before + 3.0
+    })
+    .await;
 }
 
 /// Every machine name a watch saw, and the most machines not being deleted at once.

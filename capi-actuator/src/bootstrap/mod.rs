@@ -95,19 +95,23 @@ impl Reconciler<KubeadmConfig, BootstrapSettings> {
                 ours.then(|| ObjectRef::<KubeadmConfig>::new(&reference.name).within(&namespace))
             })
             // A Cluster changes (infrastructure ready, control plane initialised): reconcile its configs.
-            .watches(clusters, watcher::Config::default(), move |cluster| {
-                let name = cluster.name_any();
-                let namespace = cluster.namespace();
-                by_cluster
-                    .state()
-                    .into_iter()
-                    .filter(|c| {
-                        c.namespace() == namespace
-                            && capi_core::labels::cluster_name(&c.metadata) == Some(name.as_str())
-                    })
-                    .map(|c| ObjectRef::from_obj(c.as_ref()))
-                    .collect::<Vec<_>>()
-            })
+            .watches_stream(
+                crate::predicate::cluster_changes(clusters),
+                move |cluster| {
+                    let name = cluster.name_any();
+                    let namespace = cluster.namespace();
+                    by_cluster
+                        .state()
+                        .into_iter()
+                        .filter(|c| {
+                            c.namespace() == namespace
+                                && capi_core::labels::cluster_name(&c.metadata)
+                                    == Some(name.as_str())
+                        })
+                        .map(|c| ObjectRef::from_obj(c.as_ref()))
+                        .collect::<Vec<_>>()
+                },
+            )
             .graceful_shutdown_on(shutdown)
             .run(
                 reconcile_config,

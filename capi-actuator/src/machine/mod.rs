@@ -19,10 +19,10 @@ use capi_core::api::{Cluster, Machine};
 use capi_core::infra::InfraMachine;
 use capi_core::{Actuator, labels};
 use futures::Future;
-use kube::ResourceExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
 
 pub use decide::{Decision, INFRA_MACHINE_FINALIZER, decide_once};
 
@@ -64,30 +64,48 @@ impl<M: InfraMachine> Reconciler<M, dyn Actuator<M>> {
             .trigger_backoff(crate::retry::WatchBackoff::default())
             .with_config(ControllerConfig::default().concurrency(concurrency))
             // A Machine changes (bootstrap data ready, owner set): reconcile its infrastructure.
-            .watches(machines, watcher::Config::default(), |machine| {
+            .watches_stream(machine_changes(machines), |machine| {
                 let reference = &machine.spec.infrastructure_ref;
                 let ours = reference.kind == M::kind(&()) && reference.api_group == M::group(&());
                 let namespace = machine.namespace().unwrap_or_default();
                 ours.then(|| ObjectRef::<M>::new(&reference.name).within(&namespace))
             })
             // A Cluster changes (infrastructure ready, paused): reconcile its machines.
-            .watches(clusters, watcher::Config::default(), move |cluster| {
-                let name = cluster.name_any();
-                let namespace = cluster.namespace();
-                by_cluster
-                    .state()
-                    .into_iter()
-                    .filter(|m| {
-                        m.namespace() == namespace
-                            && labels::cluster_name(m.meta()) == Some(name.as_str())
-                    })
-                    .map(|m| ObjectRef::from_obj(m.as_ref()))
-                    .collect::<Vec<_>>()
-            })
+            .watches_stream(
+                crate::predicate::cluster_changes(clusters),
+                move |cluster| {
+                    let name = cluster.name_any();
+                    let namespace = cluster.namespace();
+                    by_cluster
+                        .state()
+                        .into_iter()
+                        .filter(|m| {
+                            m.namespace() == namespace
+                                && labels::cluster_name(m.meta()) == Some(name.as_str())
+                        })
+                        .map(|m| ObjectRef::from_obj(m.as_ref()))
+                        .collect::<Vec<_>>()
+                },
+            )
             .graceful_shutdown_on(shutdown)
             .run(reconcile::<M>, back_off::<M, dyn Actuator<M>>, context);
         drain(results).await;
     }
+}
+
+/// The changes of `api`'s Machines that matter to their infrastructure: spec (bootstrap data
+/// name, provider ID, version), metadata and deletion — not the status the Machine controller
+/// rewrites at each step, which the infrastructure reconcile never reads.
+fn machine_changes(
+    api: Api<Machine>,
+) -> impl futures::Stream<Item = Result<Machine, watcher::Error>> + Send + 'static {
+    watcher(api, watcher::Config::default())
+        .backoff(crate::retry::WatchBackoff::default())
+        .touched_objects()
+        .predicate_filter(
+            crate::predicate::reconcile_relevant::<Machine>,
+            Default::default(),
+        )
 }
 
 #[tracing::instrument(skip_all, fields(kind = %M::kind(&()), namespace = %infra.namespace().unwrap_or_default(), name = %infra.name_any()))]

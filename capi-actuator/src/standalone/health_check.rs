@@ -23,7 +23,7 @@ use serde_json::json;
 
 use super::machine::status::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
 use super::workload::WorkloadClusters;
-use super::{CoreSettings, cache, find_cluster, of_cluster, selector, synced};
+use super::{CoreSettings, cache, cluster_cache, find_cluster, of_cluster, selector, synced};
 use crate::health::{
     MachineObservation, NodeObservation, ObservedCondition, Verdict, assess, remediation_allowed,
 };
@@ -57,7 +57,7 @@ impl Reconciler<MachineHealthCheck, HealthCheckController> {
         let (trigger, checks) = self.trigger();
         let (machines, machine_changes) = cache(self.options.api::<Machine>(&self.client));
         let _ = self.actuator.machines.set(machines);
-        let (clusters, cluster_changes) = cache(self.options.api::<Cluster>(&self.client));
+        let (clusters, cluster_changes) = cluster_cache(self.options.api::<Cluster>(&self.client));
         let _ = self.actuator.clusters.set(clusters);
         let by_cluster = checks.clone();
         let concurrency = self.options.concurrency;

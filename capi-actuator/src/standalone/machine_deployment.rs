@@ -26,7 +26,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use super::{CoreSettings, cache, find_cluster, of_cluster, ownership, selector, synced};
+use super::{
+    CoreSettings, cache, cluster_cache, find_cluster, of_cluster, ownership, selector, synced,
+};
 use crate::plan::{EventNote, FinalizerChange, Next};
 use crate::reasons;
 use crate::reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
@@ -60,7 +62,7 @@ impl Reconciler<MachineDeployment, DeploymentController> {
     pub(crate) async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
         let (trigger, deployments) = self.trigger();
         let (sets, set_changes) = cache(self.options.api::<MachineSet>(&self.client));
-        let (clusters, cluster_changes) = cache(self.options.api::<Cluster>(&self.client));
+        let (clusters, cluster_changes) = cluster_cache(self.options.api::<Cluster>(&self.client));
         let _ = self.actuator.sets.set(sets);
         let _ = self.actuator.clusters.set(clusters);
         let concurrency = self.options.concurrency;

@@ -26,7 +26,9 @@ use serde_json::json;
 use super::expectations::Expectations;
 use super::machine::status::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
 use super::references::{ReferenceError, References};
-use super::{CoreSettings, cache, find_cluster, of_cluster, ownership, selector, synced};
+use super::{
+    CoreSettings, cache, cluster_cache, find_cluster, of_cluster, ownership, selector, synced,
+};
 use crate::deletion_priority::{MachineFacts, select_for_deletion};
 use crate::plan::{EventNote, FinalizerChange, Next};
 use crate::reasons;
@@ -72,7 +74,7 @@ impl Reconciler<MachineSet, MachineSetController> {
     pub(crate) async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
         let (trigger, sets) = self.trigger();
         let (machines, machine_changes) = cache(self.options.api::<Machine>(&self.client));
-        let (clusters, cluster_changes) = cache(self.options.api::<Cluster>(&self.client));
+        let (clusters, cluster_changes) = cluster_cache(self.options.api::<Cluster>(&self.client));
         let _ = self.actuator.machines.set(machines);
         let _ = self.actuator.clusters.set(clusters);
         let concurrency = self.options.concurrency;

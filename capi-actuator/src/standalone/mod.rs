@@ -145,6 +145,22 @@ where
     (store, changes)
 }
 
+/// [`cache`] for Clusters: the store sees every change, the stream passes on only those the
+/// cluster's objects read ([`crate::predicate::cluster_as_its_objects_see_it`]).
+fn cluster_cache(
+    api: Api<Cluster>,
+) -> (
+    Store<Cluster>,
+    impl Stream<Item = Result<Cluster, watcher::Error>> + Send + 'static,
+) {
+    let (store, changes) = cache(api);
+    let relevant = changes.predicate_filter(
+        crate::predicate::cluster_as_its_objects_see_it,
+        Default::default(),
+    );
+    (store, relevant)
+}
+
 /// Maps a changed Cluster to the objects of `store` that belong to it (same namespace,
 /// `cluster_name` naming it).
 fn of_cluster<K>(

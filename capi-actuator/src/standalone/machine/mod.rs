@@ -24,7 +24,9 @@ use tokio::sync::mpsc;
 use self::status::{Facts, Step};
 use super::references::{ReferenceError, References, initialization_flag};
 use super::workload::{NodeChange, WorkloadClusters};
-use super::{CoreSettings, cache, find_cluster, of_cluster, ownership, receiver_stream, take};
+use super::{
+    CoreSettings, cache, cluster_cache, find_cluster, of_cluster, ownership, receiver_stream, take,
+};
 use crate::plan::Next;
 use crate::reasons;
 use crate::reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
@@ -67,7 +69,7 @@ impl Reconciler<Machine, MachineController> {
     /// Runs until `shutdown` completes; in-flight reconciles finish first.
     pub(crate) async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
         let (trigger, machines) = self.trigger();
-        let (clusters, cluster_changes) = cache(self.options.api::<Cluster>(&self.client));
+        let (clusters, cluster_changes) = cluster_cache(self.options.api::<Cluster>(&self.client));
         let _ = self.actuator.clusters.set(clusters);
         let (deployments, deployment_changes) =
             cache(self.options.api::<MachineDeployment>(&self.client));
