@@ -5,7 +5,10 @@
 //!
 //! The constraints covered are the ones Kubernetes 1.20 enforces for structural schemas: `type`,
 //! `enum`, `minimum`/`maximum` (and their exclusive forms), `minLength`/`maxLength`, `pattern`,
-//! `minItems`, `maxItems` (when the base object has an element to repeat) and `required`. The walk
+//! `minItems`, `maxItems` (when the base object has an element to repeat) and `required`;
+//! `maxProperties` is respected rather than broken: an edit that adds a field to an object that
+//! allows no more first drops a sibling ([`Constraint::make_room`]), so "exactly one of `id` or
+//! `filter`" objects get both branches checked from one base object. The walk
 //! covers `spec` (and any other top-level field except `apiVersion`, `kind`, `metadata` and
 //! `status`, which the status subresource ignores on create); it descends into objects and into
 //! the first element of arrays; it skips maps (`additionalProperties`), `x-kubernetes-int-or-string`
@@ -37,8 +40,9 @@
 
 use std::fmt;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
-use kube::api::{DynamicObject, PostParams};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use proptest::prelude::*;
 use proptest::strategy::{BoxedStrategy, ValueTree};
 use proptest::test_runner::TestRunner;
@@ -110,6 +114,9 @@ pub struct Constraint {
     pub path: Vec<Segment>,
     /// What the schema demands there.
     pub rule: Rule,
+    /// Objects on the way that allow at most so many properties (`maxProperties`), as (number
+    /// of path segments leading to the object, the limit); see [`Constraint::make_room`].
+    pub max_properties: Vec<(usize, usize)>,
 }
 
 impl fmt::Display for Constraint {
@@ -135,6 +142,30 @@ impl Constraint {
     /// `spec.failureDomains.name` (see [`field_path`]).
     pub fn field_path(&self) -> String {
         field_path(&self.path)
+    }
+
+    /// Removes, from each object on the way that allows at most `maxProperties` properties and
+    /// lacks the field this path goes through, as many other fields as adding it needs — so that
+    /// an edit of `id` in a `{filter}` that takes exactly one of `id` or `filter` breaks only
+    /// this constraint, not the object's property count too.
+    pub fn make_room(&self, object: &mut Value) {
+        for &(depth, limit) in &self.max_properties {
+            let Some(Segment::Field(name)) = self.path.get(depth) else {
+                continue;
+            };
+            let Some(Value::Object(map)) = lookup_mut(object, &self.path[..depth]) else {
+                continue;
+            };
+            if map.contains_key(name) {
+                continue;
+            }
+            while map.len() >= limit.max(1) {
+                let Some(other) = map.keys().next().cloned() else {
+                    break;
+                };
+                map.remove(&other);
+            }
+        }
     }
 
     /// Edits of an object that break this constraint, or `None` when this module cannot produce
@@ -326,6 +357,7 @@ pub async fn check_refusals(
             };
             let edit = tree.current();
             let mut object = base.clone();
+            constraint.make_room(&mut object);
             edit.apply(&mut object, &constraint.path);
             let answer = match create(&object).await {
                 Ok(_) => Some("accepted".to_string()),
@@ -353,6 +385,76 @@ pub async fn check_refusals(
     Ok(report)
 }
 
+/// What [`check_crds`] found over several CRDs.
+#[derive(Clone, Debug, Default)]
+pub struct CrdsReport {
+    /// Per kind and version: how many edits were refused, and the constraints skipped.
+    pub summary: Vec<String>,
+    /// Edits refused with the right field path, over all CRDs.
+    pub refused: usize,
+    /// Every miss, as `Kind: constraint — edit — answer`.
+    pub misses: Vec<String>,
+}
+
+/// [`check_refusals`] for every served version of every CRD in `crds`, each starting from
+/// `base(kind)` (its `metadata` and `spec`; `apiVersion` and `kind` are filled in), in
+/// `namespace`. A CRD whose schema yields no checkable constraint counts as a miss, so that a
+/// schema that lost its constraints cannot pass unnoticed.
+///
+/// Errors: a base object was refused (named by kind), or the API server could not be reached.
+pub async fn check_crds(
+    client: &kube::Client,
+    namespace: &str,
+    crds: &[CustomResourceDefinition],
+    base: impl Fn(&str) -> Value,
+    cases: u32,
+    runner: &mut TestRunner,
+) -> Result<CrdsReport, String> {
+    let mut report = CrdsReport::default();
+    for crd in crds {
+        let kind = &crd.spec.names.kind;
+        for version in crd.spec.versions.iter().filter(|v| v.served) {
+            let schema = version
+                .schema
+                .as_ref()
+                .and_then(|s| s.open_api_v3_schema.as_ref())
+                .map(serde_json::to_value)
+                .transpose()
+                .map_err(|e| format!("{kind} {}: schema: {e}", version.name))?
+                .unwrap_or(Value::Null);
+            let gvk = GroupVersionKind::gvk(&crd.spec.group, &version.name, kind);
+            let resource = ApiResource::from_gvk_with_plural(&gvk, &crd.spec.names.plural);
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), namespace, &resource);
+            let mut object = base(kind);
+            object["apiVersion"] = json!(resource.api_version);
+            object["kind"] = json!(kind);
+            let found = check_refusals(&api, &schema, &object, cases, runner)
+                .await
+                .map_err(|e| {
+                    format!("{kind} {}: the base object was refused: {e}", version.name)
+                })?;
+            if found.refused == 0 {
+                report
+                    .misses
+                    .push(format!("{kind}: no constraint of its schema was checked"));
+            }
+            report.summary.push(format!(
+                "{kind} {}: {} edits refused with the field named; skipped: {:?}",
+                version.name, found.refused, found.skipped
+            ));
+            report.refused += found.refused;
+            report.misses.extend(
+                found
+                    .misses
+                    .into_iter()
+                    .map(|m| format!("{kind}: {} — {:?} — {}", m.constraint, m.edit, m.answer)),
+            );
+        }
+    }
+    Ok(report)
+}
+
 /// Every constraint of `schema` (a CRD version's `openAPIV3Schema`), outside `apiVersion`,
 /// `kind`, `metadata` and `status`, in document order.
 pub fn constraints(schema: &Value) -> Vec<Constraint> {
@@ -362,7 +464,7 @@ pub fn constraints(schema: &Value) -> Vec<Constraint> {
             if ["apiVersion", "kind", "metadata", "status"].contains(&name.as_str()) {
                 continue;
             }
-            walk(child, vec![Segment::Field(name.clone())], &mut found);
+            walk(child, vec![Segment::Field(name.clone())], &[], &mut found);
         }
     }
     found
@@ -374,6 +476,14 @@ pub fn lookup<'a>(object: &'a Value, path: &[Segment]) -> Option<&'a Value> {
         .try_fold(object, |value, segment| match segment {
             Segment::Field(name) => value.get(name),
             Segment::Index(i) => value.get(i),
+        })
+}
+
+fn lookup_mut<'a>(object: &'a mut Value, path: &[Segment]) -> Option<&'a mut Value> {
+    path.iter()
+        .try_fold(object, |value, segment| match segment {
+            Segment::Field(name) => value.get_mut(name),
+            Segment::Index(i) => value.get_mut(i),
         })
 }
 
@@ -407,7 +517,13 @@ fn indexed_path(path: &[Segment]) -> String {
     out
 }
 
-fn walk(schema: &Value, path: Vec<Segment>, found: &mut Vec<Constraint>) {
+/// `limits`: the `maxProperties` of the objects above (see [`Constraint::max_properties`]).
+fn walk(
+    schema: &Value,
+    path: Vec<Segment>,
+    limits: &[(usize, usize)],
+    found: &mut Vec<Constraint>,
+) {
     let flag = |name: &str| schema.get(name).and_then(Value::as_bool) == Some(true);
     if flag("x-kubernetes-preserve-unknown-fields")
         || ["anyOf", "oneOf", "allOf"]
@@ -420,6 +536,7 @@ fn walk(schema: &Value, path: Vec<Segment>, found: &mut Vec<Constraint>) {
         found.push(Constraint {
             path: path.clone(),
             rule,
+            max_properties: limits.to_vec(),
         })
     };
     let ty = schema.get("type").and_then(Value::as_str).unwrap_or("");
@@ -461,6 +578,10 @@ fn walk(schema: &Value, path: Vec<Segment>, found: &mut Vec<Constraint>) {
     if let Some(n) = count("maxItems") {
         push(Rule::MaxItems(n));
     }
+    let mut inner = limits.to_vec();
+    if let Some(n) = count("maxProperties") {
+        inner.push((path.len(), usize::try_from(n).unwrap_or(usize::MAX)));
+    }
     if let Some(Value::Array(required)) = schema.get("required") {
         for name in required.iter().filter_map(Value::as_str) {
             let mut child = path.clone();
@@ -468,6 +589,7 @@ fn walk(schema: &Value, path: Vec<Segment>, found: &mut Vec<Constraint>) {
             found.push(Constraint {
                 path: child,
                 rule: Rule::Required,
+                max_properties: inner.clone(),
             });
         }
     }
@@ -475,13 +597,13 @@ fn walk(schema: &Value, path: Vec<Segment>, found: &mut Vec<Constraint>) {
         for (name, child) in properties {
             let mut next = path.clone();
             next.push(Segment::Field(name.clone()));
-            walk(child, next, found);
+            walk(child, next, &inner, found);
         }
     }
     if let Some(items) = schema.get("items") {
         let mut next = path;
         next.push(Segment::Index(0));
-        walk(items, next, found);
+        walk(items, next, &inner, found);
     }
 }
 
@@ -689,5 +811,53 @@ mod tests {
         assert_eq!(object, json!({"spec": {"zones": [{}, {}, {}]}}));
         assert_eq!(field_path(&path), "spec.zones.zone");
         assert_eq!(indexed_path(&path), "spec.zones[0].zone");
+    }
+
+    #[test]
+    fn an_edit_in_a_one_of_object_replaces_the_other_branch() {
+        let param = json!({"type": "object", "maxProperties": 1, "properties": {
+            "id": {"type": "string", "minLength": 1},
+            "filter": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 3}}}}});
+        let schema = json!({"type": "object", "properties": {"spec": {"type": "object",
+            "properties": {"image": param, "ports": {"type": "array", "items": {"type": "object",
+                "properties": {"network": param}}}}}}});
+        let found = constraints(&schema);
+        let find = |path: &str, rule: Rule| {
+            found
+                .iter()
+                .find(|c| indexed_path(&c.path) == path && c.rule == rule)
+                .unwrap_or_else(|| panic!("no {path} constraint"))
+                .clone()
+        };
+        let base = json!({"spec": {"image": {"filter": {"name": "abc"}},
+                                   "ports": [{"network": {"id": "n"}}]}});
+
+        let id = find("spec.image.id", Rule::MinLength(1));
+        let mut object = base.clone();
+        id.make_room(&mut object);
+        Edit::Set(json!("")).apply(&mut object, &id.path);
+        assert_eq!(
+            object["spec"]["image"],
+            json!({"id": ""}),
+            "filter gave way"
+        );
+
+        let name = find("spec.ports[0].network.filter.name", Rule::MaxLength(3));
+        let mut object = base.clone();
+        name.make_room(&mut object);
+        Edit::Set(json!("abcd")).apply(&mut object, &name.path);
+        assert_eq!(
+            object["spec"]["ports"][0]["network"],
+            json!({"filter": {"name": "abcd"}}),
+            "id gave way, inside an array element"
+        );
+
+        let kept = find("spec.image.filter.name", Rule::MaxLength(3));
+        let mut object = base.clone();
+        kept.make_room(&mut object);
+        assert_eq!(
+            object, base,
+            "nothing to make room for when the branch is present"
+        );
     }
 }

@@ -22,12 +22,12 @@ use capi_actuator::manager::{Manager, ManagerConfig};
 use capi_actuator::standalone::CoreSettings;
 use capi_core::api::{Cluster, Machine, MachineDeployment};
 use capi_core::{condition, labels};
-use capi_testing::schema_violations::check_refusals;
+use capi_testing::schema_violations::check_crds;
 use capi_testing::{TestEnv, manifest};
 use common::policy;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::{Api, Client, ResourceExt};
 use proptest::test_runner::TestRunner;
 use provider_inmemory::actuator::InMemoryActuator;
@@ -93,47 +93,23 @@ async fn the_api_server_refuses_what_the_schemas_forbid_and_names_the_field() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);
-    let mut runner = TestRunner::default();
-    let mut misses = Vec::new();
-    let mut refused = 0;
-    for crd in &crds {
-        let kind = &crd.spec.names.kind;
-        for version in crd.spec.versions.iter().filter(|v| v.served) {
-            let schema = version
-                .schema
-                .as_ref()
-                .and_then(|s| s.open_api_v3_schema.as_ref())
-                .map(|s| serde_json::to_value(s).unwrap())
-                .unwrap();
-            let gvk = GroupVersionKind::gvk(&crd.spec.group, &version.name, kind);
-            let resource = ApiResource::from_gvk_with_plural(&gvk, &crd.spec.names.plural);
-            let api: Api<DynamicObject> = Api::namespaced_with(env.client(), &ns, &resource);
-            let mut object = base(kind);
-            object["apiVersion"] = json!(resource.api_version);
-            object["kind"] = json!(kind);
-            let report = check_refusals(&api, &schema, &object, cases, &mut runner)
-                .await
-                .unwrap_or_else(|e| panic!("{kind}: the base object was refused: {e}"));
-            assert!(report.refused > 0, "{kind}: no constraint was checked");
-            println!(
-                "{kind} {}: {} edits refused with the field named; skipped: {:?}",
-                version.name, report.refused, report.skipped
-            );
-            refused += report.refused;
-            misses.extend(
-                report
-                    .misses
-                    .into_iter()
-                    .map(|m| format!("{kind}: {} — {:?} — {}", m.constraint, m.edit, m.answer)),
-            );
-        }
-    }
+    let report = check_crds(
+        &env.client(),
+        &ns,
+        &crds,
+        base,
+        cases,
+        &mut TestRunner::default(),
+    )
+    .await
+    .unwrap();
+    println!("{}", report.summary.join("\n"));
     assert!(
-        misses.is_empty(),
+        report.misses.is_empty(),
         "{} of {} edits were not refused with their field path:\n{}",
-        misses.len(),
-        misses.len() + refused,
-        misses.join("\n")
+        report.misses.len(),
+        report.misses.len() + report.refused,
+        report.misses.join("\n")
     );
 }
 
