@@ -4,8 +4,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use kube::Client;
 use serde_json::json;
 
@@ -53,6 +54,70 @@ pub(crate) fn difference(after: &Requests, before: &Requests) -> Requests {
         .collect()
 }
 
+/// Writes until the system went quiet, and how long that took.
+pub(crate) struct Settle {
+    /// From the call until the last write.
+    pub(crate) seconds: f64,
+    /// Every request from the call until quiet.
+    pub(crate) requests: Requests,
+}
+
+/// Waits until nothing has been written for `quiet` (the API server's own upkeep aside,
+/// [`is_upkeep`]) and returns what was requested meanwhile; fails after `limit`. A scenario's
+/// "converged" moment (all Machines Running) comes before the last condition writes, so idle
+/// figures are taken only after this.
+pub(crate) async fn wait_until_quiet(
+    client: &Client,
+    quiet: Duration,
+    limit: Duration,
+) -> Result<Settle> {
+    let started = Instant::now();
+    let before = request_counts(client).await?;
+    let writes = |counts: &Requests| -> f64 {
+        counts
+            .iter()
+            .filter(|((verb, resource), _)| is_write(verb) && !is_upkeep(resource))
+            .map(|(_, v)| v)
+            .sum()
+    };
+    let mut last_writes = writes(&before);
+    let mut last_change = started;
+    let mut at_last_change = before.clone();
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = request_counts(client).await?;
+        let count = writes(&now);
+        if count > last_writes {
+            last_writes = count;
+            last_change = Instant::now();
+            at_last_change = now;
+        } else if last_change.elapsed() >= quiet {
+            return Ok(Settle {
+                seconds: last_change.duration_since(started).as_secs_f64(),
+                requests: difference(&at_last_change, &before),
+            });
+        }
+        if started.elapsed() > limit {
+            bail!("still writing {limit:?} after convergence");
+        }
+    }
+}
+
+/// Whether the API server requests `resource` itself to keep its own objects (the `kubernetes`
+/// Service and endpoints, system namespaces, flow control, identity leases): nothing the manager
+/// reads or writes.
+pub(crate) fn is_upkeep(resource: &str) -> bool {
+    matches!(
+        resource,
+        "endpoints"
+            | "services"
+            | "namespaces"
+            | "flowschemas"
+            | "prioritylevelconfigurations"
+            | "leases"
+    )
+}
+
 /// Whether the API server counts `verb` as a write.
 pub(crate) fn is_write(verb: &str) -> bool {
     matches!(
@@ -67,7 +132,7 @@ pub(crate) fn total(requests: &Requests, write: bool) -> f64 {
         .iter()
         .filter(|((verb, _), _)| is_write(verb) == write)
         .map(|(_, v)| v)
-        .sum()
+        .fold(0.0, |sum, v| sum + v)
 }
 
 /// `requests` as a JSON list of `{verb, resource, count}`.

@@ -2,8 +2,9 @@
 //! generate` renders from the built-in in-memory template — 1 control-plane machine and N − 1
 //! workers in a MachineDeployment, kubeadm bootstrap. Measured: time until every Machine is
 //! Running; API requests by verb and resource from the management API server's own `/metrics`,
-//! and writes per machine; the manager's CPU seconds and peak RSS; idle requests per second and
-//! CPU after convergence; teardown time and requests. With zero simulated latency the floor
+//! and writes per machine; the manager's CPU seconds and peak RSS; the writes that follow until
+//! the manager is quiet (conditions written after the phase turned Running); idle requests per
+//! second and CPU after that; teardown time and requests. With zero simulated latency the floor
 //! program then performs the same unavoidable writes and the ratio is reported; with latency
 //! (boot time ± jitter) the report says what bounded the run.
 
@@ -27,6 +28,10 @@ const NAMESPACE: &str = "bench";
 const CLUSTER: &str = "scale";
 /// The longest any one phase may take before the run is declared failed.
 pub(crate) const PHASE_TIMEOUT: Duration = Duration::from_secs(3600);
+/// How long without a write counts as settled (the in-memory workload has no periodic writes).
+const SETTLE_QUIET: Duration = Duration::from_secs(5);
+/// A manager still writing this long after convergence never settles: the run fails saying so.
+const SETTLE_LIMIT: Duration = Duration::from_secs(300);
 
 /// Which variant runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,9 +97,17 @@ pub(crate) async fn run(options: &Options, variant: Variant) -> Result<serde_jso
     let peak_building = follower.peak_provisioning();
     println!("    all {machines_total} Running after {create_seconds:.1}s");
 
+    step("Waiting until the manager stops writing");
+    let settle = measure::wait_until_quiet(&client, SETTLE_QUIET, SETTLE_LIMIT).await?;
+    println!(
+        "    quiet {:.1} s after all Running ({:.0} writes meanwhile)",
+        settle.seconds,
+        total(&settle.requests, true)
+    );
+
     let idle = if options.idle_seconds > 0 {
         step(&format!(
-            "Idle for {} s after convergence",
+            "Idle for {} s after the manager went quiet",
             options.idle_seconds
         ));
         Some(measure_idle(&rig, options.idle_seconds).await?)
@@ -169,10 +182,22 @@ pub(crate) async fn run(options: &Options, variant: Variant) -> Result<serde_jso
             format!("{peak_rss:.1} MiB (after create: {rss_after_create:.1} MiB)"),
         ),
     ];
+    let settle_writes = total(&settle.requests, true);
+    rows.push((
+        "writes after all Running, until quiet".into(),
+        format!(
+            "{settle_writes:.0} over {:.1} s ({:.2}/machine)",
+            settle.seconds,
+            settle_writes / n
+        ),
+    ));
     if let Some(idle) = &idle {
         rows.push((
             "idle requests per second".into(),
-            format!("{:.2} over {} s", idle.requests_per_second, idle.seconds),
+            format!(
+                "{:.2} over {} s ({:.2} without the API server's own upkeep)",
+                idle.requests_per_second, idle.seconds, idle.manager_requests_per_second
+            ),
         ));
         rows.push((
             "idle manager CPU".into(),
@@ -232,7 +257,10 @@ pub(crate) async fn run(options: &Options, variant: Variant) -> Result<serde_jso
                    "reads": total(&create_requests, false), "manager_cpu_seconds": cpu_after_create - cpu_before,
                    "peak_provisioning": peak_building,
                    "requests": measure::requests_json(&create_requests)},
+        "settle": {"seconds": settle.seconds, "writes": settle_writes, "writes_per_machine": settle_writes / n,
+                   "requests": measure::requests_json(&settle.requests)},
         "idle": idle.as_ref().map(|i| json!({"seconds": i.seconds, "requests_per_second": i.requests_per_second,
+                 "manager_requests_per_second": i.manager_requests_per_second,
                  "manager_cpu_percent": i.cpu_percent, "requests": measure::requests_json(&i.requests)})),
         "teardown": {"seconds": teardown_seconds, "writes": total(&teardown_requests, true),
                      "requests": measure::requests_json(&teardown_requests),
@@ -258,7 +286,11 @@ pub(crate) async fn run(options: &Options, variant: Variant) -> Result<serde_jso
 /// Requests and manager CPU while nothing changes.
 pub(crate) struct Idle {
     pub(crate) seconds: u64,
+    /// Every request the API server counted for a resource (non-resource paths such as our own
+    /// `/metrics` scrape are not counted).
     pub(crate) requests_per_second: f64,
+    /// Less the API server's own upkeep ([`measure::is_upkeep`]): what the manager asked.
+    pub(crate) manager_requests_per_second: f64,
     pub(crate) cpu_percent: f64,
     pub(crate) requests: Requests,
 }
@@ -271,11 +303,16 @@ pub(crate) async fn measure_idle(rig: &Rig, seconds: u64) -> Result<Idle> {
     let requests = difference(&request_counts(&rig.client).await?, &before);
     let (_, cpu_end) = rig.manager()?.usage()?;
     let span = seconds.max(1) as f64;
-    // Less our own /metrics scrape.
-    let count = (total(&requests, false) + total(&requests, true) - 1.0).max(0.0);
+    let count = total(&requests, false) + total(&requests, true);
+    let upkeep: f64 = requests
+        .iter()
+        .filter(|((_, resource), _)| measure::is_upkeep(resource))
+        .map(|(_, v)| v)
+        .sum();
     Ok(Idle {
         seconds,
         requests_per_second: count / span,
+        manager_requests_per_second: (count - upkeep) / span,
         cpu_percent: (cpu_end - cpu_start) / span * 100.0,
         requests,
     })
