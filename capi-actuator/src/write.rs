@@ -16,16 +16,15 @@ use crate::plan::{EventNote, FinalizerChange};
 /// How often a write that meets a conflict (409) is retried before the reconcile fails.
 const CONFLICT_RETRIES: u32 = 5;
 
-/// Merge-patches the object (`{"spec": …}` or `{"metadata": …}`), retrying conflicts.
-pub(crate) async fn patch<K>(api: &Api<K>, name: &str, patch: Value) -> Result<(), kube::Error>
+/// Merge-patches the object (`{"spec": …}` or `{"metadata": …}`), retrying conflicts; returns
+/// the object as the API server stored it.
+pub(crate) async fn patch<K>(api: &Api<K>, name: &str, patch: Value) -> Result<K, kube::Error>
 where
     K: Clone + DeserializeOwned + Debug,
 {
     let patch = Patch::Merge(patch);
     let params = PatchParams::default();
-    with_conflict_retries(|| api.patch(name, &params, &patch))
-        .await
-        .map(drop)
+    with_conflict_retries(|| api.patch(name, &params, &patch)).await
 }
 
 /// Merge-patches the status subresource, retrying conflicts. A vanished object is not an error.
@@ -187,12 +186,12 @@ where
 /// Merge-patches the status subresource guarded by the resource version `object` was read at:
 /// a status other controllers also write (conditions of a `Machine`) is never overwritten from a
 /// stale copy — the write fails with a conflict and the reconcile runs again on fresh data. A
-/// vanished object is not an error.
+/// vanished object is not an error (`None`); otherwise returns the object as stored.
 pub(crate) async fn patch_status_guarded<K>(
     api: &Api<K>,
     object: &K,
     status: Value,
-) -> Result<(), kube::Error>
+) -> Result<Option<K>, kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
@@ -204,7 +203,7 @@ where
         .patch_status(&object.name_any(), &PatchParams::default(), &patch)
         .await
     {
-        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
-        other => other.map(drop),
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(None),
+        other => other.map(Some),
     }
 }
