@@ -16,15 +16,16 @@ use crate::plan::{EventNote, FinalizerChange};
 /// How often a write that meets a conflict (409) is retried before the reconcile fails.
 const CONFLICT_RETRIES: u32 = 5;
 
-/// Merge-patches the object (`{"spec": …}` or `{"metadata": …}`), retrying conflicts; returns
-/// the object as the API server stored it.
-pub(crate) async fn patch<K>(api: &Api<K>, name: &str, patch: Value) -> Result<K, kube::Error>
+/// Merge-patches the object (`{"spec": …}` or `{"metadata": …}`), retrying conflicts.
+pub(crate) async fn patch<K>(api: &Api<K>, name: &str, patch: Value) -> Result<(), kube::Error>
 where
     K: Clone + DeserializeOwned + Debug,
 {
     let patch = Patch::Merge(patch);
     let params = PatchParams::default();
-    with_conflict_retries(|| api.patch(name, &params, &patch)).await
+    with_conflict_retries(|| api.patch(name, &params, &patch))
+        .await
+        .map(drop)
 }
 
 /// Merge-patches the status subresource, retrying conflicts. A vanished object is not an error.
@@ -186,12 +187,12 @@ where
 /// Merge-patches the status subresource guarded by the resource version `object` was read at:
 /// a status other controllers also write (conditions of a `Machine`) is never overwritten from a
 /// stale copy — the write fails with a conflict and the reconcile runs again on fresh data. A
-/// vanished object is not an error (`None`); otherwise returns the object as stored.
+/// vanished object is not an error.
 pub(crate) async fn patch_status_guarded<K>(
     api: &Api<K>,
     object: &K,
     status: Value,
-) -> Result<Option<K>, kube::Error>
+) -> Result<(), kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
@@ -203,7 +204,7 @@ where
         .patch_status(&object.name_any(), &PatchParams::default(), &patch)
         .await
     {
-        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(None),
-        other => other.map(Some),
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
+        other => other.map(drop),
     }
 }

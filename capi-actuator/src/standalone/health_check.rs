@@ -346,9 +346,7 @@ async fn reconcile_once(
                 Err(kube::Error::Api(refusal)) if refusal.is_conflict() => {
                     conflict.get_or_insert(kube::Error::Api(refusal));
                 }
-                other => {
-                    other?;
-                }
+                other => other?,
             }
         }
     }

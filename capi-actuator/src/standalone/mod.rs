@@ -26,10 +26,9 @@
 //!
 //! Where upstream has known flaws this does better: nothing latches in a failed state (a
 //! `Failed` phase is never written; conditions say what is wrong and clear when it is fixed), a
-//! machine set never creates from a cache that has not seen its own previous creates, a Machine's
-//! reconcile starts from the controller's own last write when the cache does not show it yet (no
-//! self-inflicted conflicts), and deletion does not depend on the garbage collector (it deletes
-//! what the cluster owns itself, so that a management cluster without one still ends clean).
+//! machine set never creates from a cache that has not seen its own previous creates, and
+//! deletion does not depend on the garbage collector (it deletes what the cluster owns itself, so
+//! that a management cluster without one still ends clean).
 
 mod cluster;
 mod expectations;
@@ -37,7 +36,6 @@ mod health_check;
 mod machine;
 mod machine_deployment;
 mod machine_set;
-mod own_writes;
 mod ownership;
 mod references;
 pub mod selector;

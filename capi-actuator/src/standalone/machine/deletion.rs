@@ -55,7 +55,7 @@ pub(super) async fn delete(
             let status = deleting_status(machine, reasons::DRAINING_NODE, "draining the node");
             let mut value = status;
             value["deletion"] = json!({"nodeDrainStartTime": Time(now)});
-            deps.write_status(&api, machine, value).await?;
+            write::patch_status_guarded(&api, machine, value).await?;
             // The loop ignores its own status writes: look again right away.
             return Ok(Next::Requeue(Duration::ZERO));
         };
@@ -85,7 +85,7 @@ pub(super) async fn delete(
                     Ok(DrainStatus::Drained) => {}
                     Ok(DrainStatus::Waiting(message)) => {
                         let status = deleting_status(machine, reasons::DRAINING_NODE, &message);
-                        deps.write_status(&api, machine, status).await?;
+                        write::patch_status_guarded(&api, machine, status).await?;
                         return Ok(Next::Requeue(deps.settings.poll));
                     }
                     Err(error) => {
@@ -93,7 +93,7 @@ pub(super) async fn delete(
                             .recheck(&namespace, &machine.spec.cluster_name);
                         let message = format!("draining node {node} failed: {error}");
                         let status = deleting_status(machine, reasons::DRAINING_NODE, &message);
-                        deps.write_status(&api, machine, status).await?;
+                        write::patch_status_guarded(&api, machine, status).await?;
                         return Err(error.into());
                     }
                 }
@@ -131,7 +131,7 @@ pub(super) async fn delete(
             &message,
         );
         if Some(&status) != current_deleting(machine).as_ref() {
-            deps.write_status(&api, machine, status).await?;
+            write::patch_status_guarded(&api, machine, status).await?;
         }
         return Ok(Next::Requeue(deps.settings.poll));
     }
@@ -169,7 +169,7 @@ pub(super) async fn delete(
                 deps.workloads
                     .recheck(&namespace, &machine.spec.cluster_name);
                 let status = deleting_status(machine, reasons::NODE_DELETION_FAILED, &message);
-                deps.write_status(&api, machine, status).await?;
+                write::patch_status_guarded(&api, machine, status).await?;
                 return Ok(Next::Requeue(deps.settings.poll));
             }
             let note = EventNote {
@@ -190,7 +190,6 @@ pub(super) async fn delete(
         labels::MACHINE_FINALIZER,
     )
     .await?;
-    deps.own_writes.forget(machine);
     Ok(Next::AwaitChange)
 }
 

@@ -22,7 +22,6 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use self::status::{Facts, Step};
-use super::own_writes::OwnWrites;
 use super::references::{ReferenceError, References, initialization_flag};
 use super::workload::{NodeChange, WorkloadClusters};
 use super::{
@@ -42,8 +41,6 @@ pub(crate) struct MachineController {
     clusters: OnceLock<Store<Cluster>>,
     deployments: OnceLock<Store<MachineDeployment>>,
     settings: CoreSettings,
-    /// What this controller wrote, for reconciles that run before the cache shows it.
-    own_writes: OwnWrites<Machine>,
 }
 
 impl MachineController {
@@ -64,34 +61,7 @@ impl MachineController {
             clusters: OnceLock::new(),
             deployments: OnceLock::new(),
             settings,
-            own_writes: OwnWrites::default(),
         }
-    }
-
-    /// Writes `status`, guarded by the version `machine` was read at, and keeps the API server's
-    /// answer for the reconciles that run before the cache has it.
-    async fn write_status(
-        &self,
-        api: &Api<Machine>,
-        machine: &Machine,
-        status: serde_json::Value,
-    ) -> Result<(), kube::Error> {
-        if let Some(after) = write::patch_status_guarded(api, machine, status).await? {
-            self.own_writes.record(machine, after);
-        }
-        Ok(())
-    }
-
-    /// Merge-patches `machine` (spec or metadata) and keeps the answer likewise.
-    async fn write(
-        &self,
-        api: &Api<Machine>,
-        machine: &Machine,
-        patch: serde_json::Value,
-    ) -> Result<(), kube::Error> {
-        let after = write::patch(api, &machine.name_any(), patch).await?;
-        self.own_writes.record(machine, after);
-        Ok(())
     }
 }
 
@@ -176,8 +146,6 @@ async fn reconcile_machine(
     context: Arc<Context<MachineController>>,
 ) -> Result<Action, ReconcileError> {
     let started = Instant::now();
-    // The cache may not show this controller's last write yet; its answer is newer.
-    let machine = context.actuator.own_writes.freshest(machine);
     let outcome = reconcile_once(&machine, &context).await;
     context.finish(machine.as_ref(), started, outcome)
 }
@@ -216,11 +184,11 @@ async fn reconcile_once(
                 .observed_generation(machine.metadata.generation);
         if condition::set(&mut status.conditions, wanted) {
             let value = json!({"conditions": status.conditions});
-            deps.write_status(&api, machine.as_ref(), value).await?;
+            write::patch_status_guarded(&api, machine.as_ref(), value).await?;
         }
         return Ok(Next::AwaitChange);
     }
-    if ensure_metadata(&api, machine, &cluster, deps).await? {
+    if ensure_metadata(&api, machine, &cluster).await? {
         // The watch brings the updated object back.
         return Ok(Next::AwaitChange);
     }
@@ -231,18 +199,14 @@ async fn reconcile_once(
     });
     let mut next = Next::AwaitChange;
     let (bootstrap, bootstrap_data) =
-        match observe_bootstrap(&api, machine, &namespace, owner.clone(), deps).await? {
-            Bootstrap::Observed(step, data) => (step, data),
-            // The next pass continues from the Machine as that write left it.
-            Bootstrap::Recorded => return Ok(Next::AwaitChange),
-        };
+        observe_bootstrap(&api, machine, &namespace, owner.clone(), deps).await?;
     let infra = observe_infrastructure(machine, &namespace, owner, deps).await?;
     if let Some(provider_id) = &infra.provider_id
         && machine.spec.provider_id.as_deref() != Some(provider_id.as_str())
     {
         // Recorded before anything else: the node is found by it.
         let patch = json!({"spec": {"providerID": provider_id}});
-        deps.write(&api, machine, patch).await?;
+        write::patch(&api, &machine.name_any(), patch).await?;
         return Ok(Next::AwaitChange);
     }
     let (node_name, node) = match &machine.spec.provider_id {
@@ -281,7 +245,7 @@ async fn reconcile_once(
     let (desired, available_in) = status::desired(&current, &facts, Time(jiff::Timestamp::now()));
     if desired != current {
         let value = serde_json::to_value(&desired).map_err(kube::Error::SerdeError)?;
-        deps.write_status(&api, machine.as_ref(), value).await?;
+        write::patch_status_guarded(&api, machine.as_ref(), value).await?;
     }
     if let Some(wait) = available_in {
         next = Next::Requeue(wait);
@@ -295,7 +259,6 @@ async fn ensure_metadata(
     api: &Api<Machine>,
     machine: &Machine,
     cluster: &Cluster,
-    deps: &MachineController,
 ) -> Result<bool, kube::Error> {
     let has_finalizer = machine
         .finalizers()
@@ -323,27 +286,19 @@ async fn ensure_metadata(
         "ownerReferences": owners,
         "resourceVersion": machine.resource_version(),
     }});
-    deps.write(api, machine, patch).await?;
+    write::patch(api, &machine.name_any(), patch).await?;
     Ok(true)
 }
 
-/// What the bootstrap side of a Machine says.
-enum Bootstrap {
-    /// The `BootstrapConfigReady` step, and whether `spec.bootstrap.dataSecretName` is set.
-    Observed(Step, bool),
-    /// `spec.bootstrap.dataSecretName` was just copied from the config's status.
-    Recorded,
-}
-
-/// The bootstrap side of `machine`, copying the config's data Secret name onto the Machine when
-/// the config has one.
+/// The `BootstrapConfigReady` step, and whether `spec.bootstrap.dataSecretName` is set (copying
+/// it from the config's status when the config has one).
 async fn observe_bootstrap(
     api: &Api<Machine>,
     machine: &Machine,
     namespace: &str,
     owner: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
     deps: &MachineController,
-) -> Result<Bootstrap, ReconcileError> {
+) -> Result<(Step, bool), ReconcileError> {
     if machine.spec.bootstrap.data_secret_name.is_some() {
         // Ensure the config (if any) is owned even when the data is already known.
         if let (Some(reference), Some(owner)) = (&machine.spec.bootstrap.config_ref, owner)
@@ -359,13 +314,10 @@ async fn observe_bootstrap(
             )
             .await?;
         }
-        return Ok(Bootstrap::Observed(
-            Step::done(reasons::BOOTSTRAP_DATA_READY),
-            true,
-        ));
+        return Ok((Step::done(reasons::BOOTSTRAP_DATA_READY), true));
     }
     let Some(reference) = &machine.spec.bootstrap.config_ref else {
-        return Ok(Bootstrap::Observed(
+        return Ok((
             Step::waiting(
                 reasons::INVALID_SPEC,
                 "spec.bootstrap needs a configRef or a dataSecretName",
@@ -376,7 +328,7 @@ async fn observe_bootstrap(
     let config = match deps.references.get(reference, namespace).await {
         Ok(config) => config,
         Err(error @ ReferenceError::UnknownKind { .. }) => {
-            return Ok(Bootstrap::Observed(
+            return Ok((
                 Step::waiting(reasons::REFERENCE_KIND_UNKNOWN, error.to_string()),
                 false,
             ));
@@ -384,7 +336,7 @@ async fn observe_bootstrap(
         Err(error) => return Err(error.into()),
     };
     let Some(config) = config else {
-        return Ok(Bootstrap::Observed(
+        return Ok((
             Step::waiting(
                 reasons::REFERENCE_NOT_FOUND,
                 format!("waiting for {} {:?}", reference.kind, reference.name),
@@ -403,7 +355,7 @@ async fn observe_bootstrap(
         )
         .await?
     {
-        return Ok(Bootstrap::Observed(
+        return Ok((
             Step::waiting(
                 reasons::WAITING_FOR_BOOTSTRAP_DATA,
                 "took ownership of the config",
@@ -415,10 +367,10 @@ async fn observe_bootstrap(
     match secret {
         Some(name) if initialization_flag(&config, "dataSecretCreated") || !name.is_empty() => {
             let patch = json!({"spec": {"bootstrap": {"dataSecretName": name}}});
-            deps.write(api, machine, patch).await?;
-            Ok(Bootstrap::Recorded)
+            write::patch(api, &machine.name_any(), patch).await?;
+            Ok((Step::done(reasons::BOOTSTRAP_DATA_READY), true))
         }
-        _ => Ok(Bootstrap::Observed(
+        _ => Ok((
             Step::waiting(
                 reasons::WAITING_FOR_BOOTSTRAP_DATA,
                 format!(
