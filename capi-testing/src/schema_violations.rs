@@ -455,6 +455,39 @@ pub async fn check_crds(
     Ok(report)
 }
 
+/// [`check_crds`] with `PROPTEST_CASES` edits per constraint (3 when unset), printing the
+/// summary; errors name every edit that was not refused with its field path.
+pub async fn check_crds_refuse_all(
+    client: &kube::Client,
+    namespace: &str,
+    crds: &[CustomResourceDefinition],
+    base: impl Fn(&str) -> Value,
+) -> Result<CrdsReport, String> {
+    let cases: u32 = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let report = check_crds(
+        client,
+        namespace,
+        crds,
+        base,
+        cases,
+        &mut TestRunner::default(),
+    )
+    .await?;
+    println!("{}", report.summary.join("\n"));
+    if report.misses.is_empty() {
+        return Ok(report);
+    }
+    Err(format!(
+        "{} of {} edits were not refused with their field path:\n{}",
+        report.misses.len(),
+        report.misses.len() + report.refused,
+        report.misses.join("\n")
+    ))
+}
+
 /// Every constraint of `schema` (a CRD version's `openAPIV3Schema`), outside `apiVersion`,
 /// `kind`, `metadata` and `status`, in document order.
 pub fn constraints(schema: &Value) -> Vec<Constraint> {
