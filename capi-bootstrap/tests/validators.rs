@@ -1,5 +1,6 @@
-//! Every rendered variant against the real validators (`cloud-init schema`, `ignition-validate`)
-//! and against its checked-in golden file. `UPDATE_GOLDEN=1 cargo test -p capi-bootstrap` rewrites
+//! Every rendered variant against the real validators (`cloud-init schema`, `ignition-validate`,
+//! and `kubeadm config validate` for the kubeadm documents inside them) and against its checked-in
+//! golden file. `UPDATE_GOLDEN=1 cargo test -p capi-bootstrap` rewrites
 //! the golden files.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -150,7 +151,12 @@ fn roles() -> Vec<(&'static str, Role)> {
     ]
 }
 
-const VERSIONS: [(&str, &str); 2] = [("v1beta3", "v1.30.2"), ("v1beta4", "v1.31.1")];
+/// The kubeadm API each Kubernetes version gets: v1beta3 before v1.31, v1beta4 from v1.31 on (the
+/// newest rendered at the release the local control plane and `kubeadm` are built from).
+const VERSIONS: [(&str, &str); 2] = [
+    ("v1beta3", "v1.30.2"),
+    ("v1beta4", capi_testing::envtest::KUBERNETES_VERSION),
+];
 
 fn golden(name: &str, actual: &str) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -266,4 +272,53 @@ fn both_formats_carry_the_same_files_and_commands() {
         Some("swapoff -a"),
         "pre-kubeadm commands run first"
     );
+}
+
+/// `kubeadm config validate` of the pinned Kubernetes release (built by `cargo xtask envtest`)
+/// accepts the kubeadm document of every variant the golden files hold — the same plan they render.
+/// kubeadm refuses to judge a `kubernetesVersion` more than one minor older than itself (its own
+/// version-skew rule, not a property of the document), so a v1beta3 document, rendered for
+/// v1.30, is validated with that one field set to kubeadm's own release; every other byte is
+/// validated as rendered.
+#[test]
+fn every_kubeadm_document_passes_kubeadm_config_validate() {
+    let kubeadm = capi_testing::envtest::kubeadm().unwrap_or_else(|| {
+        panic!("kubeadm not found; `cargo xtask envtest` builds it (or set CAPI_RS_KUBEADM)")
+    });
+    let spec = full_spec();
+    let dir = tempfile::tempdir().unwrap();
+    for (api, version) in VERSIONS {
+        for (role_name, role) in roles() {
+            let plan = render::plan(&input(&spec, role, version)).unwrap();
+            let document = plan
+                .files
+                .iter()
+                .find(|f| {
+                    f.path == render::KUBEADM_INIT_CONFIG || f.path == render::KUBEADM_JOIN_CONFIG
+                })
+                .unwrap_or_else(|| panic!("{role_name}-{api}: no kubeadm document rendered"));
+            let text = String::from_utf8(document.content.clone()).unwrap();
+            assert!(text.contains(&format!("kubeadm.k8s.io/{api}")), "{text}");
+            let text = text.replace(
+                &format!("\"kubernetesVersion\": \"{version}\""),
+                &format!(
+                    "\"kubernetesVersion\": \"{}\"",
+                    capi_testing::envtest::KUBERNETES_VERSION
+                ),
+            );
+            let path = dir.path().join(format!("kubeadm-{role_name}-{api}.yaml"));
+            std::fs::write(&path, &text).unwrap();
+            let output = Command::new(&kubeadm)
+                .args(["config", "validate", "--config"])
+                .arg(&path)
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run {} ({e})", kubeadm.display()));
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(
+                output.status.success(),
+                "{role_name}-{api}: kubeadm config validate failed\n{text}\nstdout: {stdout}\nstderr: {stderr}"
+            );
+        }
+    }
 }

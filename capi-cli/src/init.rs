@@ -3,16 +3,12 @@
 //! manager's RBAC, Namespace and Deployment. Server-side apply makes it idempotent: a second run
 //! changes nothing, a newer `capictl` updates what it owns.
 
-use std::time::{Duration, Instant};
-
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{DynamicObject, GroupVersionKind, Patch, PatchParams};
-use kube::{Api, Client, ResourceExt};
+use kube::api::DynamicObject;
+use kube::{Client, ResourceExt};
 
 use crate::manifests::{self, ManifestError};
 
-/// The field manager of `capictl`'s server-side applies.
-pub const FIELD_MANAGER: &str = "capictl";
+pub use crate::apply::FIELD_MANAGER;
 
 /// Why `init` failed.
 #[derive(Debug, thiserror::Error)]
@@ -32,27 +28,9 @@ pub enum InitError {
         #[source]
         source: serde_json::Error,
     },
-    /// The API server refused or failed.
-    #[error("applying {what}")]
-    Apply {
-        /// Which object.
-        what: String,
-        /// Why.
-        #[source]
-        source: kube::Error,
-    },
-    /// An object's `apiVersion` is malformed.
-    #[error("{what} has a malformed apiVersion")]
-    BadType {
-        /// Which object.
-        what: String,
-        /// Why.
-        #[source]
-        source: kube::core::gvk::ParseGroupVersionError,
-    },
-    /// A CRD did not become established.
-    #[error("CRD {0} was not established within 30 s")]
-    NotEstablished(String),
+    /// The API server refused an object or failed.
+    #[error(transparent)]
+    Apply(#[from] crate::apply::ApplyError),
 }
 
 /// Everything `init` installs for `provider`, CRDs first.
@@ -95,73 +73,12 @@ pub fn to_yaml(objects: &[DynamicObject]) -> Result<String, InitError> {
     Ok(out)
 }
 
-fn describe(object: &DynamicObject) -> String {
-    let kind = object.types.as_ref().map_or("object", |t| t.kind.as_str());
-    match object.namespace() {
-        Some(ns) => format!("{kind} {ns}/{}", object.name_any()),
-        None => format!("{kind} {}", object.name_any()),
-    }
-}
-
-/// Applies `objects` in order, waiting for each CRD to be established before what follows;
-/// `progress` hears about each object.
+/// Applies `objects` in order with strict field validation (see [`crate::apply`]), waiting for
+/// each CRD to be established before what follows; `progress` hears about each object.
 pub async fn apply(
     client: &Client,
     objects: &[DynamicObject],
-    mut progress: impl FnMut(&str),
+    progress: impl FnMut(&str),
 ) -> Result<(), InitError> {
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    for object in objects {
-        let what = describe(object);
-        let error = |source| InitError::Apply {
-            what: what.clone(),
-            source,
-        };
-        let types = object.types.clone().unwrap_or_default();
-        let gvk = GroupVersionKind::try_from(&types).map_err(|source| InitError::BadType {
-            what: what.clone(),
-            source,
-        })?;
-        let (resource, capabilities) = kube::discovery::pinned_kind(client, &gvk)
-            .await
-            .map_err(error)?;
-        let api: Api<DynamicObject> = match (capabilities.scope, object.namespace()) {
-            (kube::discovery::Scope::Namespaced, Some(ns)) => {
-                Api::namespaced_with(client.clone(), &ns, &resource)
-            }
-            _ => Api::all_with(client.clone(), &resource),
-        };
-        api.patch(&object.name_any(), &params, &Patch::Apply(object))
-            .await
-            .map_err(error)?;
-        if types.kind == "CustomResourceDefinition" {
-            wait_established(client, &object.name_any()).await?;
-        }
-        progress(&what);
-    }
-    Ok(())
-}
-
-async fn wait_established(client: &Client, name: &str) -> Result<(), InitError> {
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let started = Instant::now();
-    loop {
-        let crd = api.get(name).await.map_err(|source| InitError::Apply {
-            what: format!("CRD {name}"),
-            source,
-        })?;
-        let established = crd
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        if established {
-            return Ok(());
-        }
-        if started.elapsed() > Duration::from_secs(30) {
-            return Err(InitError::NotEstablished(name.to_string()));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    Ok(crate::apply::apply(client, objects, None, progress).await?)
 }

@@ -6,6 +6,8 @@
 //! - [`generate`]: `capictl generate cluster` — the built-in templates per provider and flavor,
 //!   flags and environment, `--list-variables`;
 //! - [`describe`]: `capictl describe cluster` — the cluster as a tree of objects with readiness;
+//! - [`apply`]: `capictl apply -f` — server-side apply with strict field validation (an
+//!   undeclared or misspelled field is an error naming it, never dropped);
 //! - [`init`]: `capictl init` — CRDs, RBAC and the provider manager, applied idempotently;
 //! - [`manifests`]: the provider manager's generated RBAC, Deployment and clusterctl metadata;
 //! - [`move_cluster`]: `capictl move` — a cluster's objects to another management cluster.
@@ -24,6 +26,7 @@
 //! # Ok::<(), capi_cli::generate::GenerateError>(())
 //! ```
 
+pub mod apply;
 pub mod describe;
 pub mod generate;
 pub mod init;

@@ -6,6 +6,7 @@
 //!                               [--worker-machine-count N] [--target-namespace NS] [--list-variables]
 //!                               [--clouds-yaml FILE --cloud NAME]
 //! capictl init [--infrastructure inmemory] [--dry-run]
+//! capictl apply -f FILE|- [-n NS]
 //! capictl describe cluster NAME [-n NS] [--show-conditions]
 //! capictl get kubeconfig NAME [-n NS]
 //! capictl delete cluster NAME [-n NS] [--wait]
@@ -52,6 +53,16 @@ enum Command {
         /// Print the YAML instead of applying it.
         #[arg(long)]
         dry_run: bool,
+    },
+    /// Apply manifests (server-side apply, strict field validation: an unknown or misspelled field
+    /// is an error naming it).
+    Apply {
+        /// The manifest file, `-` for standard input.
+        #[arg(long, short = 'f')]
+        filename: std::path::PathBuf,
+        /// The namespace of namespaced objects that name none.
+        #[arg(long, short = 'n')]
+        namespace: Option<String>,
     },
     /// Render a cluster template.
     Generate {
@@ -253,6 +264,27 @@ async fn run(cli: Cli) -> Result<()> {
                 bar.finish_and_clear();
             }
             println!("management cluster initialised with the {infrastructure} provider");
+        }
+        Command::Apply {
+            filename,
+            namespace,
+        } => {
+            let text = if filename.as_os_str() == "-" {
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                    .context("reading the manifest from standard input")?;
+                text
+            } else {
+                std::fs::read_to_string(&filename)
+                    .with_context(|| format!("reading {}", filename.display()))?
+            };
+            let objects = capi_cli::apply::parse(&text)
+                .with_context(|| format!("reading {}", filename.display()))?;
+            let client = client(cli.kubeconfig.as_deref()).await?;
+            capi_cli::apply::apply(&client, &objects, namespace.as_deref(), |what| {
+                println!("{what} applied");
+            })
+            .await?;
         }
         Command::Generate {
             what: GenerateWhat::Cluster(args),

@@ -78,12 +78,21 @@ async fn generated_clusters_apply_and_describe_get_and_delete_work_on_a_real_ser
         "--target-namespace",
         &ns,
     ]));
-    // The API server accepts every generated object as it is (schemas included).
+    // The API server accepts every generated object as it is (schemas included, strictly
+    // validated: no field of the template is unknown to the CRDs).
     let objects = manifest::parse(&yaml).unwrap();
-    let created = manifest::create_all(&env.client(), &ns, &objects)
-        .await
-        .unwrap();
-    assert_eq!(created.len(), objects.len());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("demo.yaml");
+    std::fs::write(&file, &yaml).unwrap();
+    let applied = stdout(&capictl(&[
+        "--kubeconfig",
+        &kubeconfig,
+        "apply",
+        "-f",
+        file.to_str().unwrap(),
+    ]));
+    assert_eq!(applied.lines().count(), objects.len(), "{applied}");
+    assert!(applied.contains(&format!("Cluster {ns}/demo applied")), "{applied}");
     assert!(yaml.contains("replicas: 4"));
 
     let tree = stdout(&capictl(&[
@@ -292,4 +301,39 @@ async fn an_openstack_cluster_from_a_clouds_yaml_applies_to_a_real_server() {
         "{error}"
     );
     assert!(!error.contains("s3cret"));
+}
+
+/// Strict field validation through the CLI: a misspelled field is refused, the error names it,
+/// and nothing of the object is stored (the API server would otherwise drop the field silently).
+#[tokio::test]
+async fn apply_refuses_a_misspelled_field_and_names_it() {
+    let env = TestEnv::start_with_crds(&capi_core::crd::core())
+        .await
+        .unwrap();
+    let ns = env.namespace().await.unwrap();
+    let kubeconfig = env.control_plane().kubeconfig_path().to_str().unwrap().to_string();
+    let manifest = format!(
+        "apiVersion: cluster.x-k8s.io/v1beta2\nkind: Cluster\nmetadata:\n  name: typo\n  namespace: {ns}\n\
+         spec:\n  clusterNetwork:\n    pods:\n      cidrBlocks: [192.168.0.0/16]\n    serviceDomian: cluster.local\n"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("typo.yaml");
+    std::fs::write(&file, &manifest).unwrap();
+    let refused = capictl(&["--kubeconfig", &kubeconfig, "apply", "-f", file.to_str().unwrap()]);
+    assert!(!refused.status.success());
+    let error = String::from_utf8_lossy(&refused.stderr);
+    assert!(error.contains(&format!("Cluster {ns}/typo")), "{error}");
+    assert!(
+        error.contains(".spec.clusterNetwork.serviceDomian") && error.contains("not declared"),
+        "the error names the misspelled field: {error}"
+    );
+    let clusters: Api<capi_core::api::Cluster> = Api::namespaced(env.client(), &ns);
+    assert!(clusters.get_opt("typo").await.unwrap().is_none(), "nothing stored");
+
+    // Spelled right, the same manifest applies.
+    std::fs::write(&file, manifest.replace("serviceDomian", "serviceDomain")).unwrap();
+    stdout(&capictl(&["--kubeconfig", &kubeconfig, "apply", "-f", file.to_str().unwrap()]));
+    let stored = clusters.get("typo").await.unwrap();
+    let network = stored.spec.cluster_network.unwrap();
+    assert_eq!(network.service_domain.as_deref(), Some("cluster.local"));
 }

@@ -9,6 +9,8 @@
 //! - [`envtest`]: locating the binaries ([`envtest::Assets`]) and running them
 //!   ([`envtest::ControlPlane`]).
 //! - [`TestEnv`]: a control plane with the core CRDs installed, plus per-test namespaces.
+//! - [`upstream`]: upstream Cluster API's managers (core, kubeadm bootstrap and control plane,
+//!   the in-memory test infrastructure provider) as a peer on the same control plane.
 //! - [`schema_violations`]: every constraint of a CRD schema as a field path and proptest
 //!   strategies of edits that break it, to check that the API server refuses bad input.
 //!
@@ -33,6 +35,7 @@ pub mod faults;
 pub mod manifest;
 pub mod schema_violations;
 pub mod table;
+pub mod upstream;
 mod test_env;
 
 pub use test_env::install_crds;

@@ -1,8 +1,11 @@
-//! Applying YAML manifests the way `kubectl create -f` does.
+//! Applying YAML manifests the way `kubectl create -f` does — with strict field validation, as
+//! kubectl does by default: a field a CRD's schema does not declare is an error naming it, never
+//! dropped silently.
 
 use kube::api::{DynamicObject, GroupVersionKind, PostParams};
+use kube::core::Request;
 use kube::discovery::pinned_kind;
-use kube::{Api, Client};
+use kube::{Client, Resource};
 
 use crate::envtest::EnvtestError;
 
@@ -40,6 +43,14 @@ pub enum ManifestError {
     /// The API server refused or could not be reached.
     #[error(transparent)]
     Api(#[from] EnvtestError),
+    /// An object could not be encoded or its request built.
+    #[error("document {index} could not be sent: {message}")]
+    Request {
+        /// The document's position, from 0.
+        index: usize,
+        /// Why.
+        message: String,
+    },
 }
 
 /// Parses a multi-document YAML manifest into objects (empty documents are skipped).
@@ -60,7 +71,8 @@ pub fn parse(yaml: &str) -> Result<Vec<DynamicObject>, ManifestError> {
         .collect()
 }
 
-/// Creates each object in `namespace` (namespaced kinds) and returns what the API server stored.
+/// Creates each object in `namespace` (namespaced kinds) with strict field validation and returns
+/// what the API server stored.
 pub async fn create_all(
     client: &Client,
     namespace: &str,
@@ -77,17 +89,32 @@ pub async fn create_all(
         let (resource, capabilities) = pinned_kind(client, &gvk)
             .await
             .map_err(EnvtestError::Kube)?;
-        let api: Api<DynamicObject> = match capabilities.scope {
-            kube::discovery::Scope::Namespaced => {
-                Api::namespaced_with(client.clone(), namespace, &resource)
-            }
-            kube::discovery::Scope::Cluster => Api::all_with(client.clone(), &resource),
+        let scope = match capabilities.scope {
+            kube::discovery::Scope::Namespaced => Some(namespace),
+            kube::discovery::Scope::Cluster => None,
         };
-        let stored = api
-            .create(&PostParams::default(), object)
+        let request_error = |message: String| ManifestError::Request { index, message };
+        let body = serde_json::to_vec(object).map_err(|e| request_error(e.to_string()))?;
+        let request = Request::new(DynamicObject::url_path(&resource, scope))
+            .create(&PostParams::default(), body)
+            .map_err(|e| request_error(e.to_string()))?;
+        let request = strict(request).map_err(request_error)?;
+        let stored = client
+            .request::<DynamicObject>(request)
             .await
             .map_err(EnvtestError::Kube)?;
         created.push(stored);
     }
     Ok(created)
+}
+
+/// Adds `fieldValidation=Strict` to a create request (kube's `PostParams` has no such field).
+fn strict(request: http::Request<Vec<u8>>) -> Result<http::Request<Vec<u8>>, String> {
+    let (mut parts, body) = request.into_parts();
+    let uri = parts.uri.to_string();
+    let separator = if uri.contains('?') { '&' } else { '?' };
+    parts.uri = format!("{uri}{separator}fieldValidation=Strict")
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| e.to_string())?;
+    Ok(http::Request::from_parts(parts, body))
 }

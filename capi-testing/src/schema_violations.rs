@@ -3,12 +3,14 @@
 //! the API server and check that it is rejected — with that field path in the answer — before any
 //! controller sees it.
 //!
-//! The constraints covered are the ones Kubernetes 1.20 enforces for structural schemas: `type`,
-//! `enum`, `minimum`/`maximum` (and their exclusive forms), `minLength`/`maxLength`, `pattern`,
-//! `minItems`, `maxItems` (when the base object has an element to repeat) and `required`;
-//! `maxProperties` is respected rather than broken: an edit that adds a field to an object that
-//! allows no more first drops a sibling ([`Constraint::make_room`]), so "exactly one of `id` or
-//! `filter`" objects get both branches checked from one base object. The walk
+//! The constraints covered: `type`, `enum`, `minimum`/`maximum` (and their exclusive forms),
+//! `minLength`/`maxLength`, `pattern`, `minItems`, `maxItems` (when the base object has an element
+//! to repeat), `required`, and the CEL rule "exactly one of two fields"
+//! (`x-kubernetes-validations` `has(self.a) != has(self.b)`, broken by setting neither); other CEL
+//! rules are not generated. `maxProperties` and that CEL rule are also respected rather than
+//! broken: an edit that adds a field to an object that allows no more, or whose sibling excludes
+//! it, first drops the sibling ([`Constraint::make_room`]), so "exactly one of `id` or `filter`"
+//! objects get both branches checked from one base object. The walk
 //! covers `spec` (and any other top-level field except `apiVersion`, `kind`, `metadata` and
 //! `status`, which the status subresource ignores on create); it descends into objects and into
 //! the first element of arrays; it skips maps (`additionalProperties`), `x-kubernetes-int-or-string`
@@ -94,6 +96,10 @@ pub enum Rule {
     MaxItems(u64),
     /// The field must be present (the path names the field itself).
     Required,
+    /// Exactly one of two optional fields of this object is set: a CEL rule
+    /// (`x-kubernetes-validations`) of the form `has(self.a) != has(self.b)`, as
+    /// `capi_core::api::validation::exactly_one_of` writes it.
+    ExactlyOneOf(String, String),
 }
 
 /// How a test breaks a constraint in an object.
@@ -117,6 +123,9 @@ pub struct Constraint {
     /// Objects on the way that allow at most so many properties (`maxProperties`), as (number
     /// of path segments leading to the object, the limit); see [`Constraint::make_room`].
     pub max_properties: Vec<(usize, usize)>,
+    /// Objects on the way whose fields exclude each other ([`Rule::ExactlyOneOf`]), as (number of
+    /// path segments leading to the object, the fields); see [`Constraint::make_room`].
+    pub exclusive: Vec<(usize, Vec<String>)>,
 }
 
 impl fmt::Display for Constraint {
@@ -132,6 +141,7 @@ impl fmt::Display for Constraint {
             Rule::MinItems(n) => format!("minItems {n}"),
             Rule::MaxItems(n) => format!("maxItems {n}"),
             Rule::Required => "required".to_string(),
+            Rule::ExactlyOneOf(first, second) => format!("exactly one of {first}, {second}"),
         };
         write!(f, "{}: {rule}", indexed_path(&self.path))
     }
@@ -139,16 +149,28 @@ impl fmt::Display for Constraint {
 
 impl Constraint {
     /// The path as the API server writes it in errors: `spec.template.spec.version`,
-    /// `spec.failureDomains.name` (see [`field_path`]).
+    /// `spec.failureDomains[0].name` (see [`field_path`]).
     pub fn field_path(&self) -> String {
         field_path(&self.path)
     }
 
     /// Removes, from each object on the way that allows at most `maxProperties` properties and
-    /// lacks the field this path goes through, as many other fields as adding it needs — so that
-    /// an edit of `id` in a `{filter}` that takes exactly one of `id` or `filter` breaks only
-    /// this constraint, not the object's property count too.
+    /// lacks the field this path goes through, as many other fields as adding it needs, and the
+    /// fields that exclude the one this path goes through — so that an edit of `id` in a
+    /// `{filter}` that takes exactly one of `id` or `filter` breaks only this constraint, not the
+    /// object's property count or exclusivity too.
     pub fn make_room(&self, object: &mut Value) {
+        for (depth, fields) in &self.exclusive {
+            let Some(Segment::Field(name)) = self.path.get(*depth) else {
+                continue;
+            };
+            if !fields.contains(name) {
+                continue;
+            }
+            if let Some(Value::Object(map)) = lookup_mut(object, &self.path[..*depth]) {
+                map.retain(|key, _| key == name || !fields.contains(key));
+            }
+        }
         for &(depth, limit) in &self.max_properties {
             let Some(Segment::Field(name)) = self.path.get(depth) else {
                 continue;
@@ -253,6 +275,8 @@ impl Constraint {
                 has_element.then(|| (n + 1..n + 4).prop_map(Edit::Repeat).boxed())
             }
             Rule::Required => Some(Just(Edit::Remove).boxed()),
+            // Neither field set: the object becomes empty.
+            Rule::ExactlyOneOf(..) => set(Just(json!({})).boxed()),
         }
     }
 }
@@ -497,7 +521,7 @@ pub fn constraints(schema: &Value) -> Vec<Constraint> {
             if ["apiVersion", "kind", "metadata", "status"].contains(&name.as_str()) {
                 continue;
             }
-            walk(child, vec![Segment::Field(name.clone())], &[], &mut found);
+            walk(child, vec![Segment::Field(name.clone())], &Limits::default(), &mut found);
         }
     }
     found
@@ -520,20 +544,13 @@ fn lookup_mut<'a>(object: &'a mut Value, path: &[Segment]) -> Option<&'a mut Val
         })
 }
 
-/// The path as the API server's schema validation writes it: fields joined by dots. Kubernetes
-/// (1.20 at least) names an array element's field without the index —
-/// `spec.clusterNetwork.pods.cidrBlocks`, not `…cidrBlocks[0]` — so indexes are left out.
+/// The path as the API server's schema validation writes it: fields joined by dots, an array
+/// element by its index — `spec.clusterNetwork.pods.cidrBlocks[0]`.
 pub fn field_path(path: &[Segment]) -> String {
-    path.iter()
-        .filter_map(|segment| match segment {
-            Segment::Field(name) => Some(name.as_str()),
-            Segment::Index(_) => None,
-        })
-        .collect::<Vec<_>>()
-        .join(".")
+    indexed_path(path)
 }
 
-/// The path with its indexes, `spec.failureDomains[0].name`, for reports.
+/// The path with its indexes, `spec.failureDomains[0].name`.
 fn indexed_path(path: &[Segment]) -> String {
     let mut out = String::new();
     for segment in path {
@@ -550,13 +567,29 @@ fn indexed_path(path: &[Segment]) -> String {
     out
 }
 
-/// `limits`: the `maxProperties` of the objects above (see [`Constraint::max_properties`]).
-fn walk(
-    schema: &Value,
-    path: Vec<Segment>,
-    limits: &[(usize, usize)],
-    found: &mut Vec<Constraint>,
-) {
+/// What the objects above a field constrain of their own fields: their `maxProperties` and the
+/// groups of fields that exclude each other.
+#[derive(Clone, Default)]
+struct Limits {
+    max_properties: Vec<(usize, usize)>,
+    exclusive: Vec<(usize, Vec<String>)>,
+}
+
+/// The two fields of a CEL rule `has(self.a) != has(self.b)`.
+fn exactly_one_of(rule: &str) -> Option<(String, String)> {
+    let field = |part: &str| {
+        let name = part.trim().strip_prefix("has(self.")?.strip_suffix(')')?;
+        name.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+            .then(|| name.to_string())
+    };
+    let (first, second) = rule.split_once("!=")?;
+    Some((field(first)?, field(second)?))
+}
+
+/// `limits`: what the objects above constrain (see [`Constraint::max_properties`] and
+/// [`Constraint::exclusive`]).
+fn walk(schema: &Value, path: Vec<Segment>, limits: &Limits, found: &mut Vec<Constraint>) {
     let flag = |name: &str| schema.get(name).and_then(Value::as_bool) == Some(true);
     if flag("x-kubernetes-preserve-unknown-fields")
         || ["anyOf", "oneOf", "allOf"]
@@ -569,7 +602,8 @@ fn walk(
         found.push(Constraint {
             path: path.clone(),
             rule,
-            max_properties: limits.to_vec(),
+            max_properties: limits.max_properties.clone(),
+            exclusive: limits.exclusive.clone(),
         })
     };
     let ty = schema.get("type").and_then(Value::as_str).unwrap_or("");
@@ -611,9 +645,23 @@ fn walk(
     if let Some(n) = count("maxItems") {
         push(Rule::MaxItems(n));
     }
-    let mut inner = limits.to_vec();
+    let mut inner = limits.clone();
+    if let Some(Value::Array(rules)) = schema.get("x-kubernetes-validations") {
+        for (first, second) in rules
+            .iter()
+            .filter_map(|r| r.get("rule").and_then(Value::as_str))
+            .filter_map(exactly_one_of)
+        {
+            inner
+                .exclusive
+                .push((path.len(), vec![first.clone(), second.clone()]));
+            push(Rule::ExactlyOneOf(first, second));
+        }
+    }
     if let Some(n) = count("maxProperties") {
-        inner.push((path.len(), usize::try_from(n).unwrap_or(usize::MAX)));
+        inner
+            .max_properties
+            .push((path.len(), usize::try_from(n).unwrap_or(usize::MAX)));
     }
     if let Some(Value::Array(required)) = schema.get("required") {
         for name in required.iter().filter_map(Value::as_str) {
@@ -622,7 +670,8 @@ fn walk(
             found.push(Constraint {
                 path: child,
                 rule: Rule::Required,
-                max_properties: inner.clone(),
+                max_properties: inner.max_properties.clone(),
+                exclusive: inner.exclusive.clone(),
             });
         }
     }
@@ -824,6 +873,9 @@ mod tests {
             Rule::MinItems(n) => value.as_array().is_some_and(|a| a.len() as u64 >= *n),
             Rule::MaxItems(n) => value.as_array().is_some_and(|a| a.len() as u64 <= *n),
             Rule::Required => true,
+            Rule::ExactlyOneOf(first, second) => value
+                .as_object()
+                .is_some_and(|m| m.contains_key(first) != m.contains_key(second)),
         }
     }
 
@@ -842,15 +894,39 @@ mod tests {
         assert_eq!(object, json!({"spec": {"zones": [{}]}}));
         Edit::Repeat(3).apply(&mut object, &path[..2]);
         assert_eq!(object, json!({"spec": {"zones": [{}, {}, {}]}}));
-        assert_eq!(field_path(&path), "spec.zones.zone");
+        assert_eq!(field_path(&path), "spec.zones[0].zone");
         assert_eq!(indexed_path(&path), "spec.zones[0].zone");
     }
 
     #[test]
     fn an_edit_in_a_one_of_object_replaces_the_other_branch() {
-        let param = json!({"type": "object", "maxProperties": 1, "properties": {
+        let properties = json!({
             "id": {"type": "string", "minLength": 1},
-            "filter": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 3}}}}});
+            "filter": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 3}}}});
+        one_of_object_replaces_the_other_branch(
+            json!({"type": "object", "maxProperties": 1, "properties": properties}),
+        );
+        let cel = json!({"type": "object", "properties": properties, "x-kubernetes-validations": [
+            {"rule": "has(self.id) != has(self.filter)", "message": "exactly one of id or filter must be set"}]});
+        let found = one_of_object_replaces_the_other_branch(cel);
+        let rule = found
+            .iter()
+            .find(|c| {
+                indexed_path(&c.path) == "spec.image"
+                    && c.rule == Rule::ExactlyOneOf("id".into(), "filter".into())
+            })
+            .expect("the CEL rule is a constraint of spec.image");
+        let base = json!({"spec": {"image": {"id": "i"}}});
+        let mut runner = TestRunner::deterministic();
+        let edit = rule.violations(&base).unwrap().new_tree(&mut runner).unwrap().current();
+        let mut object = base.clone();
+        edit.apply(&mut object, &rule.path);
+        assert!(!satisfies(&rule.rule, lookup(&object, &rule.path)));
+        assert_eq!(exactly_one_of("has(self.a) != has(self.b_2)"), Some(("a".into(), "b_2".into())));
+        assert_eq!(exactly_one_of("self.a == self.b"), None);
+    }
+
+    fn one_of_object_replaces_the_other_branch(param: Value) -> Vec<Constraint> {
         let schema = json!({"type": "object", "properties": {"spec": {"type": "object",
             "properties": {"image": param, "ports": {"type": "array", "items": {"type": "object",
                 "properties": {"network": param}}}}}}});
@@ -892,5 +968,6 @@ mod tests {
             object, base,
             "nothing to make room for when the branch is present"
         );
+        found
     }
 }

@@ -765,7 +765,7 @@ async fn deletion_drains_the_node_respecting_budgets_until_the_timeout() {
             .unwrap();
     }
     let budget = manifest::parse(
-        "apiVersion: policy/v1beta1\nkind: PodDisruptionBudget\nmetadata: {name: guarded}\nspec: {minAvailable: 1, selector: {matchLabels: {app: guarded}}}\n",
+        "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: guarded}\nspec: {minAvailable: 1, selector: {matchLabels: {app: guarded}}}\n",
     )
     .unwrap();
     manifest::create_all(&workload, "default", &budget)

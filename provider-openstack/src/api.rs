@@ -19,10 +19,9 @@ pub const GROUP: &str = "infrastructure.capi-rs.dev";
 /// Their version, recorded in the CRDs' contract label.
 pub const VERSION: &str = "v1alpha1";
 
-/// Exactly one of `id` or `filter`: what every param's schema adds.
+/// Exactly one of `id` or `filter` (a CEL rule): what every param's schema adds.
 fn one_of_id_or_filter(schema: &mut schemars::Schema) {
-    schema.insert("minProperties".into(), 1.into());
-    schema.insert("maxProperties".into(), 1.into());
+    validation::exactly_one_of(schema, "id", "filter");
 }
 
 /// Filters by name and tags (every tag must be present).

@@ -83,6 +83,12 @@ async fn capo_shaped_objects_apply_and_bad_ones_are_rejected_with_a_field_path()
             .unwrap_err()
             .to_string();
         assert!(error.contains(path), "{name}: {error}");
+        if name != "bad-suffix" {
+            assert!(
+                error.contains("exactly one of id or filter must be set"),
+                "{name}: the CEL rule's message: {error}"
+            );
+        }
     }
     let bad_cidr = json!({
         "identityRef": {"name": "c", "cloudName": "openstack"},

@@ -1,71 +1,142 @@
-//! Provisioning etcd and kube-apiserver for the local control plane (DESIGN.md §8).
+//! Provisioning the local control plane's binaries (DESIGN.md §8): `kube-apiserver`, `etcd` and
+//! `kubeadm`, built from the Go module proxy through the wrapper module `xtask/go/envtest` (which
+//! pins `k8s.io/kubernetes`, its staging modules and etcd) and cached under
+//! `<cache>/envtest/<ASSETS_REVISION>/`; older revisions are removed.
 //!
-//! Neither binary ships in a registry this project can reach, so:
-//! - etcd comes from Debian's `etcd-server` package;
-//! - kube-apiserver is built once from Debian's `kubernetes` source package (bookworm), with the
-//!   vendored `modern-go/reflect2` replaced by Debian's 1.0.2 (1.0.1 crashes under Go ≥ 1.18) and
-//!   the vendored OpenAPI type validator fixed (see [`patch_zero_value_check`]), and cached under
-//!   `<cache>/envtest/<revision>/` so that later runs start in seconds.
-//!
-//! `KUBEBUILDER_ASSETS`, when set, wins: nothing is installed or built.
+//! `KUBEBUILDER_ASSETS`, when set, wins for etcd and kube-apiserver (setup-envtest's binaries work
+//! unchanged); `kubeadm`, which setup-envtest does not ship, is still built into the cache for the
+//! bootstrap validators.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use capi_testing::envtest::{
-    ASSETS_REVISION, Assets, KUBE_APISERVER_VERSION, KUBEBUILDER_ASSETS, cache_root,
+    Assets, ETCD_VERSION, KUBEBUILDER_ASSETS, KUBERNETES_VERSION,
     default_assets_dir,
 };
 
-use crate::command::{as_root, output, run, step, succeeds};
+use crate::command::{output, step};
+use crate::go::{GoModule, Target};
 
-const DEB_SRC_FILE: &str = "/etc/apt/sources.list.d/capi-rs-bookworm-src.sources";
-const BUILD_PACKAGES: &[&str] = &[
-    "dpkg-dev",
-    "golang-go",
-    "rsync",
-    "jq",
-    "golang-github-modern-go-reflect2-dev",
-    "etcd-server",
-];
-const REFLECT2_DEBIAN: &str = "/usr/share/gocode/src/github.com/modern-go/reflect2";
+/// The wrapper module's name under `xtask/go/`.
+const MODULE: &str = "envtest";
 
-/// Makes sure etcd and kube-apiserver are available and returns their directory.
+/// Makes sure etcd, kube-apiserver and kubeadm are available; returns the directory holding
+/// etcd and kube-apiserver (what `KUBEBUILDER_ASSETS` should be).
 pub(crate) fn ensure() -> Result<PathBuf> {
+    let cached = default_assets_dir();
     if let Some(dir) = std::env::var_os(KUBEBUILDER_ASSETS).filter(|d| !d.is_empty()) {
         let dir = PathBuf::from(dir);
         Assets::in_dir(&dir)
             .with_context(|| format!("{KUBEBUILDER_ASSETS} is set to {}", dir.display()))?;
         println!("envtest: using {KUBEBUILDER_ASSETS}={}", dir.display());
+        build_missing(&cached, &[kubeadm_target()])?;
         return Ok(dir);
     }
-    let dir = default_assets_dir();
-    if Assets::in_dir(&dir).is_ok() {
-        println!("envtest: using cached binaries in {}", dir.display());
-        return Ok(dir);
-    }
-    step(&format!(
-        "Provisioning etcd and kube-apiserver {ASSETS_REVISION} into {} (once, about 6 minutes; later runs reuse it)",
-        dir.display()
-    ));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    install_build_packages()?;
-    install_binary(Path::new("/usr/bin/etcd"), &dir.join("etcd"))?;
-    let built = build_kube_apiserver()?;
-    install_binary(&built, &dir.join("kube-apiserver"))?;
-    let version = output(Command::new(dir.join("kube-apiserver")).arg("--version"))?;
-    println!("    built {}", version.trim());
-    if !version.contains(KUBE_APISERVER_VERSION) {
-        bail!("the built kube-apiserver reports {version:?}, expected {KUBE_APISERVER_VERSION}");
-    }
-    let _ = std::fs::remove_dir_all(build_root());
-    remove_stale_revisions(&dir);
-    Assets::in_dir(&dir)?;
-    Ok(dir)
+    build_missing(&cached, &all_targets())?;
+    Assets::in_dir(&cached)?;
+    Ok(cached)
 }
 
-/// Removes binaries cached by older build recipes (siblings of the current revision's directory).
+fn kubeadm_target() -> Target<'static> {
+    Target {
+        package: "k8s.io/kubernetes/cmd/kubeadm",
+        binary: "kubeadm",
+    }
+}
+
+fn all_targets() -> Vec<Target<'static>> {
+    vec![
+        Target {
+            package: "capi-rs.local/envtest/etcd",
+            binary: "etcd",
+        },
+        Target {
+            package: "k8s.io/kubernetes/cmd/kube-apiserver",
+            binary: "kube-apiserver",
+        },
+        kubeadm_target(),
+    ]
+}
+
+/// Builds those of `targets` that `dir` does not hold yet, then checks what they report.
+fn build_missing(dir: &Path, targets: &[Target<'_>]) -> Result<()> {
+    let missing: Vec<&Target<'_>> = targets
+        .iter()
+        .filter(|t| !dir.join(t.binary).is_file())
+        .collect();
+    if missing.is_empty() {
+        println!("envtest: using cached binaries in {}", dir.display());
+        return Ok(());
+    }
+    let module = GoModule::named(MODULE);
+    check_pins(&module)?;
+    let names: Vec<&str> = missing.iter().map(|t| t.binary).collect();
+    step(&format!(
+        "Building {} (Kubernetes {KUBERNETES_VERSION}, etcd {ETCD_VERSION}) from the Go module \
+         proxy into {} — once per version: about 10 minutes on 2 cores when Go's caches are cold",
+        names.join(", "),
+        dir.display()
+    ));
+    let to_build: Vec<Target<'_>> = missing
+        .into_iter()
+        .map(|t| Target {
+            package: t.package,
+            binary: t.binary,
+        })
+        .collect();
+    module.build(&to_build, &version_ldflags(), dir)?;
+    remove_stale_revisions(dir);
+    for name in names {
+        let reported = output(Command::new(dir.join(name)).arg("--version"))
+            .or_else(|_| output(Command::new(dir.join(name)).arg("version")))?;
+        println!("    {name}: {}", reported.lines().next().unwrap_or("").trim());
+    }
+    let apiserver = dir.join("kube-apiserver");
+    if apiserver.is_file() {
+        let reported = output(Command::new(&apiserver).arg("--version"))?;
+        if !reported.contains(KUBERNETES_VERSION) {
+            bail!("the built kube-apiserver reports {reported:?}, expected {KUBERNETES_VERSION}");
+        }
+    }
+    Ok(())
+}
+
+/// The wrapper module and the constants the harness reports must name the same releases.
+fn check_pins(module: &GoModule) -> Result<()> {
+    for (name, expected) in [
+        ("k8s.io/kubernetes", KUBERNETES_VERSION),
+        ("go.etcd.io/etcd/server/v3", ETCD_VERSION),
+    ] {
+        let pinned = module.required_version(name)?;
+        if pinned != expected {
+            bail!(
+                "{} pins {name} {pinned} but capi_testing::envtest says {expected}; change both \
+                 (and ASSETS_REVISION) together",
+                module.dir().join("go.mod").display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// What `kube-apiserver --version` and `kubeadm version` report: the release, as Kubernetes' own
+/// build stamps it (a module build otherwise says `v0.0.0-master`).
+fn version_ldflags() -> String {
+    let package = "k8s.io/component-base/version";
+    let (major, minor) = KUBERNETES_VERSION
+        .trim_start_matches('v')
+        .split_once('.')
+        .map(|(major, rest)| (major, rest.split('.').next().unwrap_or("")))
+        .unwrap_or(("", ""));
+    format!(
+        "-s -w -X {package}.gitVersion={KUBERNETES_VERSION} -X {package}.gitMajor={major} \
+         -X {package}.gitMinor={minor} -X {package}.gitTreeState=clean"
+    )
+}
+
+/// Removes binaries cached for other revisions (siblings of the current revision's directory).
 fn remove_stale_revisions(current: &Path) {
     let Some(parent) = current.parent() else {
         return;
@@ -76,153 +147,28 @@ fn remove_stale_revisions(current: &Path) {
     for entry in entries.flatten() {
         let path = entry.path();
         if path != current && path.is_dir() {
-            println!(
-                "    removing binaries of an older recipe: {}",
-                path.display()
-            );
+            println!("    removing binaries of another revision: {}", path.display());
             let _ = std::fs::remove_dir_all(&path);
         }
     }
 }
 
-fn build_root() -> PathBuf {
-    cache_root().join("build").join("kubernetes")
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capi_testing::envtest::ASSETS_REVISION;
 
-fn install_build_packages() -> Result<()> {
-    step("Installing Debian packages for the build (deb-src entry, Go, etcd)");
-    if !Path::new(DEB_SRC_FILE).exists() {
-        let sources = "Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\n\
-                       Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n";
-        let mut tee = as_root("tee");
-        tee.arg(DEB_SRC_FILE)
-            .stdout(std::process::Stdio::null())
-            .stdin(std::process::Stdio::piped());
-        let mut child = tee.spawn().context("writing the deb-src entry")?;
-        if let Some(stdin) = child.stdin.as_mut() {
-            std::io::Write::write_all(stdin, sources.as_bytes())?;
-        }
-        drop(child.stdin.take());
-        if !child.wait()?.success() {
-            bail!("could not write {DEB_SRC_FILE}");
-        }
-    }
-    run(as_root("apt-get").args(["update", "-q"]))?;
-    run(as_root("apt-get")
-        .args(["install", "-y", "-q", "--no-install-recommends"])
-        .args(BUILD_PACKAGES)
-        .env("DEBIAN_FRONTEND", "noninteractive"))?;
-    Ok(())
-}
-
-/// Builds kube-apiserver from Debian's source package; returns the path of the binary.
-fn build_kube_apiserver() -> Result<PathBuf> {
-    let root = build_root();
-    if root.exists() {
-        std::fs::remove_dir_all(&root)
-            .with_context(|| format!("removing the stale build in {}", root.display()))?;
-    }
-    std::fs::create_dir_all(&root)?;
-
-    step("Fetching Debian's kubernetes source package");
-    run(Command::new("apt-get")
-        .args(["source", "--download-only", "-q", "kubernetes"])
-        .current_dir(&root))?;
-    let dsc = std::fs::read_dir(&root)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.extension().is_some_and(|x| x == "dsc"))
-        .context("apt-get source did not download a .dsc file")?;
-    run(Command::new("dpkg-source")
-        .arg("-x")
-        .arg(&dsc)
-        .arg("src")
-        .current_dir(&root))?;
-    let src = root.join("src");
-
-    step("Replacing the vendored modern-go/reflect2 1.0.1 with Debian's 1.0.2");
-    let vendored = src.join("vendor/github.com/modern-go/reflect2");
-    std::fs::remove_dir_all(&vendored)
-        .with_context(|| format!("removing {}", vendored.display()))?;
-    copy_dir(Path::new(REFLECT2_DEBIAN), &vendored)?;
-    for entry in std::fs::read_dir(&vendored)? {
-        let path = entry?.path();
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if name == "go.mod" || name == "go.sum" || name.ends_with("_test.go") {
-            std::fs::remove_file(&path)?;
-        }
+    #[test]
+    fn the_wrapper_module_pins_the_versions_the_harness_reports() {
+        check_pins(&GoModule::named(MODULE)).unwrap_or_else(|e| panic!("{e:#}"));
+        assert!(ASSETS_REVISION.starts_with(KUBERNETES_VERSION));
     }
 
-    patch_zero_value_check(&src)?;
-
-    step("Building kube-apiserver (make WHAT=cmd/kube-apiserver)");
-    let gopath = src.join(".go");
-    let link_parent = gopath.join("src/k8s.io");
-    std::fs::create_dir_all(&link_parent)?;
-    let link = link_parent.join("kubernetes");
-    std::os::unix::fs::symlink(&src, &link).context("linking the source tree into GOPATH")?;
-    run(Command::new("make")
-        .arg("WHAT=cmd/kube-apiserver")
-        .current_dir(&link)
-        .env("GOPATH", &gopath)
-        .env("GOCACHE", root.join("gocache"))
-        .env("CGO_ENABLED", "0")
-        .env("GOPROXY", "off")
-        .env("GOTOOLCHAIN", "local"))?;
-    let binary = src.join("_output/bin/kube-apiserver");
-    if !binary.is_file() {
-        bail!("the build finished but {} is missing", binary.display());
+    #[test]
+    fn version_stamp_names_major_and_minor() {
+        let flags = version_ldflags();
+        assert!(flags.contains(&format!("gitVersion={KUBERNETES_VERSION}")));
+        assert!(flags.contains("gitMajor=1 "));
+        assert!(flags.contains("gitMinor=36 "));
     }
-    Ok(binary)
-}
-
-/// The OpenAPI validators vendored by Kubernetes 1.20 treat a value as JSON `null` when
-/// `reflect.DeepEqual(reflect.Zero(T), reflect.ValueOf(v))` holds. Under Go ≥ 1.18 the runtime
-/// boxes every empty string at the same address as the zero value, so that comparison becomes true
-/// for `""`, and the API server rejects every empty string in a custom resource
-/// (`must be of type string: "null"`) — empty condition messages, `control-plane: ""` labels in
-/// templates. Upstream Kubernetes later reduced the check to `data == nil`; so do we.
-fn patch_zero_value_check(src: &Path) -> Result<()> {
-    step("Patching the vendored OpenAPI type validator (empty strings are not null)");
-    const BROKEN: &str = "if data == nil || reflect.DeepEqual(reflect.Zero(reflect.TypeOf(data)), reflect.ValueOf(data)) {";
-    const FIXED: &str = "if data == nil {";
-    for file in [
-        "vendor/github.com/go-openapi/validate/type.go",
-        "vendor/k8s.io/kube-openapi/pkg/validation/validate/type.go",
-    ] {
-        let path = src.join(file);
-        let content = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        if content.matches(BROKEN).count() != 1 {
-            bail!(
-                "{} does not contain the expected zero-value check; the source package changed",
-                path.display()
-            );
-        }
-        std::fs::write(&path, content.replace(BROKEN, FIXED))
-            .with_context(|| format!("writing {}", path.display()))?;
-        println!("    patched {file}");
-    }
-    Ok(())
-}
-
-fn copy_dir(from: &Path, to: &Path) -> Result<()> {
-    if !succeeds("cp", &["--version"]) {
-        bail!("`cp` is not available");
-    }
-    run(Command::new("cp").arg("-r").arg(from).arg(to))
-}
-
-/// Copies a binary into place atomically (write beside, then rename).
-fn install_binary(from: &Path, to: &Path) -> Result<()> {
-    if !from.is_file() {
-        bail!("{} is missing", from.display());
-    }
-    let partial = to.with_extension("partial");
-    std::fs::copy(from, &partial)
-        .with_context(|| format!("copying {} to {}", from.display(), partial.display()))?;
-    std::fs::rename(&partial, to).with_context(|| format!("moving {} into place", to.display()))?;
-    Ok(())
 }

@@ -1,10 +1,13 @@
 //! Developer automation for the capi-rs workspace: `cargo xtask <command>`.
 //!
-//! - `envtest`: provision etcd + kube-apiserver for tests (honours `KUBEBUILDER_ASSETS`; otherwise
-//!   builds kube-apiserver from Debian's source package once and caches it).
+//! - `envtest`: provision etcd, kube-apiserver and kubeadm for tests (honours `KUBEBUILDER_ASSETS`;
+//!   otherwise builds them from the Go module proxy once per version and caches them).
 //! - `crds [--check]`: write (or check) the generated CRD YAML in `crds/`.
 //! - `openstack <install|start|stop>`: a loopback-only OpenStack for the OpenStack provider's
 //!   integration tests (`start` prints the `clouds.yaml` variable to export).
+//! - `upstream <install|start|stop>`: upstream Cluster API v1.14 (core, kubeadm bootstrap and
+//!   control plane, CAPD's in-memory backend) built from the Go module proxy and run as a peer on
+//!   a local control plane (`start` prints the `KUBECONFIG`).
 //! - `test`: everything CI checks — provisioning, fmt, CRDs, clippy, unit, integration and doc tests.
 //! - `quickstart [--keep-running]`: start a local control plane, install the CRDs, apply the sample
 //!   cluster and show it.
@@ -19,16 +22,18 @@ mod chaos;
 mod command;
 mod crds;
 mod envtest;
+mod go;
 mod manifests;
 mod openstack;
 mod quickstart;
 mod test;
+mod upstream;
 
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <envtest | crds [--check] | openstack <install|start|stop> | test | quickstart [--keep-running] | bench [all|one-cluster|clusters|latency] [--machines N] [--clusters N] [--boot-ms MS] [--idle-seconds S] [--qps F] [--burst N] [--concurrency N] [--out DIR] | chaos [--machines N] [--error-rate F] [--conflict-rate F] [--kills N] [--out DIR]>";
+const USAGE: &str = "usage: cargo xtask <envtest | crds [--check] | openstack <install|start|stop> | upstream <install|start|stop> | test | quickstart [--keep-running] | bench [all|one-cluster|clusters|latency] [--machines N] [--clusters N] [--boot-ms MS] [--idle-seconds S] [--qps F] [--burst N] [--concurrency N] [--out DIR] | chaos [--machines N] [--error-rate F] [--conflict-rate F] [--kills N] [--out DIR]>";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -42,6 +47,9 @@ fn main() -> Result<()> {
     }
     if command == "openstack" {
         return openstack::command(rest.first().map(String::as_str));
+    }
+    if command == "upstream" {
+        return upstream::command(rest.first().map(String::as_str), rest.get(1..).unwrap_or(&[]));
     }
     if command == "chaos" {
         return chaos::run_chaos(chaos::Options::parse(rest)?);

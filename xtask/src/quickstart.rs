@@ -19,8 +19,8 @@ use capi_cli::describe::{self, Style};
 use capi_cli::generate::{self, Inputs};
 use capi_core::api::{Machine, MachineDeployment, MachinePhase};
 use capi_core::condition;
-use capi_testing::envtest::{Assets, ControlPlane};
-use capi_testing::{install_crds, manifest, table};
+use capi_testing::envtest::{Assets, ControlPlane, ETCD_VERSION};
+use capi_testing::{install_crds, table};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -54,6 +54,8 @@ pub(crate) fn run(keep_running: bool) -> Result<()> {
         println!("    workload:   {} (simulated kubelets register nodes here)", workload.url());
         println!("    ready in {:.1?}", started.elapsed());
         let client = management.client().await?;
+        let version = client.apiserver_version().await?;
+        println!("    API server version: {} (etcd {ETCD_VERSION})", version.git_version);
 
         step("Installing CRDs: Cluster API core, kubeadm bootstrap, in-memory provider");
         let mut crds = capi_core::crd::core();
@@ -99,7 +101,7 @@ pub(crate) fn run(keep_running: bool) -> Result<()> {
             ..Inputs::default()
         };
         let yaml = generate::render(generate::built_in("inmemory", None)?, &inputs, |_| None)?;
-        let objects = manifest::parse(&yaml)?;
+        let objects = capi_cli::apply::parse(&yaml)?;
         let namespace = Namespace {
             metadata: ObjectMeta { name: Some(NAMESPACE.into()), ..ObjectMeta::default() },
             ..Namespace::default()
@@ -112,10 +114,8 @@ pub(crate) fn run(keep_running: bool) -> Result<()> {
             "stringData": {"value": workload.kubeconfig_yaml()},
         }))?;
         Api::<Secret>::namespaced(client.clone(), NAMESPACE).create(&PostParams::default(), &kubeconfig).await?;
-        for created in manifest::create_all(&client, NAMESPACE, &objects).await? {
-            let kind = created.types.as_ref().map(|t| t.kind.as_str()).unwrap_or("object");
-            println!("    {kind}/{} created", created.name_any());
-        }
+        step(&format!("capictl apply -f {CLUSTER}.yaml (server-side apply, strict field validation)"));
+        capi_cli::apply::apply(&client, &objects, Some(NAMESPACE), |what| println!("    {what} applied")).await?;
 
         step("Waiting for 4 Running machines (1 control plane, 3 workers)");
         wait_for_machines(&client, 4, None).await?;

@@ -20,14 +20,17 @@ pub(crate) fn run_all() -> Result<()> {
     step("Tools: rustfmt, clippy, cargo-nextest");
     ensure_tools(&cargo)?;
 
-    step("Local control plane binaries (etcd, kube-apiserver)");
+    step("Local control plane binaries (etcd, kube-apiserver, kubeadm)");
     let assets = crate::envtest::ensure()?;
+
+    step("Upstream Cluster API peer (core, kubeadm bootstrap and control plane, CAPD in-memory)");
+    crate::upstream::install()?;
     let with_assets = |mut command: Command| {
         command.env(KUBEBUILDER_ASSETS, &assets);
         command
     };
 
-    step("Bootstrap validators (cloud-init, ignition-validate)");
+    step("Bootstrap validators (cloud-init, ignition-validate; kubeadm is built above)");
     ensure_validators()?;
 
     step("Local OpenStack packages (Keystone, Nova, Neutron, Octavia, Glance from Debian)");

@@ -27,6 +27,23 @@ pub const CONDITION_REASON: &str = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$";
 /// `unhealthyInRange`: `[min-max]`.
 pub const UNHEALTHY_RANGE: &str = r"^\[[0-9]+-[0-9]+\]$";
 
+/// Adds a CEL rule (`x-kubernetes-validations`) to an object's schema: exactly one of the optional
+/// fields `first` and `second` is set. The API server refuses an object with both or neither,
+/// naming the object's path and the message `exactly one of <first> or <second> must be set`.
+/// Use it in a `#[schemars(transform = ...)]` function.
+pub fn exactly_one_of(schema: &mut Schema, first: &str, second: &str) {
+    let rule = serde_json::json!({
+        "rule": format!("has(self.{first}) != has(self.{second})"),
+        "message": format!("exactly one of {first} or {second} must be set"),
+    });
+    match schema.get_mut("x-kubernetes-validations") {
+        Some(serde_json::Value::Array(rules)) => rules.push(rule),
+        _ => {
+            schema.insert("x-kubernetes-validations".into(), serde_json::json!([rule]));
+        }
+    }
+}
+
 /// An integer or a percentage (`maxSurge`, `maxUnavailable`, `maxInFlight`): a non-negative integer
 /// or a string such as `25%`.
 pub fn int_or_percent(_: &mut SchemaGenerator) -> Schema {
@@ -39,8 +56,8 @@ pub fn int_or_percent(_: &mut SchemaGenerator) -> Schema {
 }
 
 /// A point in time in a spec (`metav1.Time`): an RFC 3339 string, checked by a pattern rather than
-/// `format: date-time` — Kubernetes 1.20 lets any JSON array through a `date-time` string field,
-/// and an object whose spec cannot be decoded would stop every watch of its kind.
+/// `format: date-time` — the API server's `date-time` format also admits layouts that are not
+/// RFC 3339, and an object whose spec a client cannot decode would stop every watch of its kind.
 pub fn rfc3339_time(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "string",

@@ -8,13 +8,18 @@ use super::EnvtestError;
 /// `kube-apiserver`.
 pub const KUBEBUILDER_ASSETS: &str = "KUBEBUILDER_ASSETS";
 
-/// The kube-apiserver version `cargo xtask envtest` builds.
-pub const KUBE_APISERVER_VERSION: &str = "v1.20.2";
+/// The Kubernetes release `cargo xtask envtest` builds kube-apiserver and kubeadm from (the
+/// newest minor upstream Cluster API v1.14 supports for management clusters). The wrapper module
+/// `xtask/go/envtest/go.mod` pins the same release; a test keeps the two equal.
+pub const KUBERNETES_VERSION: &str = "v1.36.3";
 
-/// The cache key of the built binaries: the version plus the revision of our build recipe. Bump the
-/// suffix whenever the recipe changes, so that every machine rebuilds instead of reusing a binary
-/// built the old way.
-pub const ASSETS_REVISION: &str = "v1.20.2-capi.2";
+/// The etcd release the pinned Kubernetes release is tested with.
+pub const ETCD_VERSION: &str = "v3.6.8";
+
+/// The cache key of the built binaries: the Kubernetes release plus the revision of our build
+/// recipe. Bump the suffix whenever the recipe changes, so that every machine rebuilds instead of
+/// reusing a binary built the old way.
+pub const ASSETS_REVISION: &str = "v1.36.3-gomod.1";
 
 /// The root of this project's caches: `$CAPI_RS_CACHE_DIR`, else `$XDG_CACHE_HOME/capi-rs`, else
 /// `$HOME/.cache/capi-rs`, else a directory under the system's temp dir.
@@ -34,6 +39,23 @@ pub fn cache_root() -> PathBuf {
 /// The directory `cargo xtask envtest` fills: `<cache_root>/envtest/<ASSETS_REVISION>`.
 pub fn default_assets_dir() -> PathBuf {
     cache_root().join("envtest").join(ASSETS_REVISION)
+}
+
+/// The `kubeadm` binary the bootstrap tests validate rendered configurations with:
+/// `$CAPI_RS_KUBEADM` when set, else `kubeadm` in `$KUBEBUILDER_ASSETS` or in
+/// [`default_assets_dir`] (where `cargo xtask envtest` builds it), else `None`.
+pub fn kubeadm() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("CAPI_RS_KUBEADM").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(path));
+    }
+    let assets = std::env::var_os(KUBEBUILDER_ASSETS)
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from);
+    assets
+        .into_iter()
+        .chain(std::iter::once(default_assets_dir()))
+        .map(|dir| dir.join("kubeadm"))
+        .find(|path| path.is_file())
 }
 
 /// The binaries of a local control plane.

@@ -257,14 +257,15 @@ impl ControlPlane {
 }
 
 /// A child process that is killed when dropped.
-struct Process {
+pub(crate) struct Process {
     child: Child,
     binary: &'static str,
     log: PathBuf,
 }
 
 impl Process {
-    fn spawn(
+    /// Starts `command` with its output in `<dir>/<binary>.log`.
+    pub(crate) fn spawn(
         command: &mut Command,
         dir: &Path,
         binary: &'static str,
@@ -285,7 +286,7 @@ impl Process {
     }
 
     /// `Err` if the process has exited, with its log's tail.
-    fn check(&mut self) -> Result<(), EnvtestError> {
+    pub(crate) fn check(&mut self) -> Result<(), EnvtestError> {
         match self.child.try_wait() {
             Ok(Some(status)) => Err(EnvtestError::Exited {
                 binary: self.binary,
@@ -297,7 +298,17 @@ impl Process {
         }
     }
 
-    fn not_ready(&self) -> EnvtestError {
+    /// The process's ID.
+    pub(crate) fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its log file.
+    pub(crate) fn log(&self) -> &Path {
+        &self.log
+    }
+
+    pub(crate) fn not_ready(&self) -> EnvtestError {
         EnvtestError::NotReady {
             binary: self.binary,
             seconds: START_TIMEOUT.as_secs(),
@@ -378,7 +389,7 @@ fn kubeconfig_yaml(url: &str, ca: &Path, token: &str) -> String {
 }
 
 /// A scratch directory, on tmpfs when the machine has one: etcd fsyncs every write.
-fn scratch_dir() -> Result<tempfile::TempDir, EnvtestError> {
+pub(crate) fn scratch_dir() -> Result<tempfile::TempDir, EnvtestError> {
     let shm = Path::new("/dev/shm");
     let mut builder = tempfile::Builder::new();
     builder.prefix("capi-envtest-");
@@ -392,13 +403,16 @@ fn scratch_dir() -> Result<tempfile::TempDir, EnvtestError> {
     ))
 }
 
-fn write(path: &Path, content: &str) -> Result<(), EnvtestError> {
+pub(crate) fn write(path: &Path, content: &str) -> Result<(), EnvtestError> {
     std::fs::write(path, content).map_err(EnvtestError::io(format!("writing {}", path.display())))
 }
 
 /// A shell that outlives us only to clean up after a crash: it polls our PID and, once we are
 /// gone, kills the servers and removes the scratch directory.
-fn spawn_watchdog(dir: &Path, processes: &[&Process]) -> Result<Process, EnvtestError> {
+pub(crate) fn spawn_watchdog(
+    dir: &Path,
+    processes: &[&Process],
+) -> Result<Process, EnvtestError> {
     let pids: Vec<String> = processes.iter().map(|p| p.child.id().to_string()).collect();
     Process::spawn(
         Command::new("sh")
@@ -413,13 +427,14 @@ fn spawn_watchdog(dir: &Path, processes: &[&Process]) -> Result<Process, Envtest
     )
 }
 
-fn free_ports() -> Result<[u16; 3], EnvtestError> {
-    // Hold all three listeners at once so that the kernel hands out three different ports.
-    let listeners = (0..3)
+/// `N` different free loopback ports.
+pub(crate) fn free_ports<const N: usize>() -> Result<[u16; N], EnvtestError> {
+    // Hold all listeners at once so that the kernel hands out different ports.
+    let listeners = (0..N)
         .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))
         .collect::<Result<Vec<_>, _>>()
         .map_err(EnvtestError::io("finding free loopback ports"))?;
-    let mut ports = [0; 3];
+    let mut ports = [0; N];
     for (port, listener) in ports.iter_mut().zip(&listeners) {
         *port = listener
             .local_addr()
@@ -438,7 +453,7 @@ fn random_token() -> Result<String, EnvtestError> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-fn tail(log: &Path) -> String {
+pub(crate) fn tail(log: &Path) -> String {
     let content = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = content.lines().collect();
     lines[lines.len().saturating_sub(20)..].join("\n")

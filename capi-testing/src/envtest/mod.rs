@@ -1,12 +1,12 @@
 //! A private etcd + kube-apiserver on loopback.
 
 mod assets;
-mod control_plane;
-mod pki;
+pub(crate) mod control_plane;
+pub(crate) mod pki;
 
 pub use assets::{
-    ASSETS_REVISION, Assets, KUBE_APISERVER_VERSION, KUBEBUILDER_ASSETS, cache_root,
-    default_assets_dir,
+    ASSETS_REVISION, Assets, ETCD_VERSION, KUBEBUILDER_ASSETS, KUBERNETES_VERSION, cache_root,
+    default_assets_dir, kubeadm,
 };
 pub use control_plane::ControlPlane;
 pub(crate) use control_plane::config_from_kubeconfig;

@@ -1,0 +1,239 @@
+//! Building commands from the Go module proxy through the small wrapper main modules in
+//! `xtask/go/<name>/` (DESIGN.md §8).
+//!
+//! Every build runs with the machine's own toolchain (`GOTOOLCHAIN=local`), read-only against the
+//! checked-in `go.sum` (`-mod=readonly`: a module whose checksum differs is an error, nothing is
+//! re-resolved), without cgo, and with Go's module and build caches under
+//! `<cache>/go/{mod,build}` so that a second build on the same machine — a CI run after a session —
+//! compiles nothing again.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use capi_testing::envtest::cache_root;
+
+use crate::command::output;
+use crate::workspace_root;
+
+/// The oldest Go toolchain the wrapper modules build with (their `go` directive).
+const MINIMUM_GO_MINOR: u32 = 26;
+
+/// How often a running build reports that it is still going.
+const PROGRESS_EVERY: Duration = Duration::from_secs(30);
+
+/// One wrapper main module under `xtask/go/`.
+pub(crate) struct GoModule {
+    dir: PathBuf,
+}
+
+/// A command to build: its package path and the file name to give the binary.
+pub(crate) struct Target<'a> {
+    pub(crate) package: &'a str,
+    pub(crate) binary: &'a str,
+}
+
+impl GoModule {
+    /// The wrapper module `xtask/go/<name>`.
+    pub(crate) fn named(name: &str) -> Self {
+        Self {
+            dir: workspace_root().join("xtask").join("go").join(name),
+        }
+    }
+
+    /// The module's directory.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The version the module's `go.mod` requires of `module` (a direct or indirect requirement),
+    /// or its replacement's version when the module is replaced.
+    pub(crate) fn required_version(&self, module: &str) -> Result<String> {
+        let path = self.dir.join("go.mod");
+        let content = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        required_version(&content, module)
+            .with_context(|| format!("{} does not require {module}", path.display()))
+    }
+
+    /// Builds `targets` into `out_dir`, each with `ldflags`, printing progress every 30 s. A binary
+    /// appears in `out_dir` only once it is complete.
+    pub(crate) fn build(&self, targets: &[Target<'_>], ldflags: &str, out_dir: &Path) -> Result<()> {
+        ensure_toolchain()?;
+        std::fs::create_dir_all(out_dir)
+            .with_context(|| format!("creating {}", out_dir.display()))?;
+        for target in targets {
+            let partial = out_dir.join(format!("{}.partial", target.binary));
+            let mut command = self.go();
+            command
+                .args(["build", "-v", "-ldflags", ldflags, "-o"])
+                .arg(&partial)
+                .arg(target.package);
+            run_with_progress(&mut command, target.binary)?;
+            let binary = out_dir.join(target.binary);
+            std::fs::rename(&partial, &binary)
+                .with_context(|| format!("moving {} into place", binary.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Downloads the module's dependencies into the module cache (verified against `go.sum`) and
+    /// returns the directory of `module` there — to read files a module ships (CRDs, templates).
+    pub(crate) fn module_dir(&self, module: &str) -> Result<PathBuf> {
+        ensure_toolchain()?;
+        let mut command = self.go();
+        command.args(["list", "-m", "-f", "{{if .Replace}}{{.Replace.Dir}}{{else}}{{.Dir}}{{end}}", module]);
+        // `go list -m` does not download; `go mod download` of the one module does.
+        let mut download = self.go();
+        download.args(["mod", "download", module]);
+        output(&mut download)?;
+        let dir = output(&mut command)?;
+        let dir = PathBuf::from(dir.trim());
+        if dir.as_os_str().is_empty() || !dir.is_dir() {
+            bail!("{module} is not in the module cache after `go mod download`");
+        }
+        Ok(dir)
+    }
+
+    fn go(&self) -> Command {
+        let mut command = Command::new("go");
+        command.current_dir(&self.dir);
+        apply_environment(&mut command);
+        command
+    }
+}
+
+/// The environment every Go command of this project runs in.
+fn apply_environment(command: &mut Command) {
+    let go_cache = go_cache_root();
+    command
+        .env("GOTOOLCHAIN", "local")
+        .env("GOFLAGS", "-mod=readonly")
+        .env("GOMODCACHE", go_cache.join("mod"))
+        .env("GOCACHE", go_cache.join("build"))
+        .env("CGO_ENABLED", "0")
+        .env_remove("GOPATH")
+        .env_remove("GOWORK");
+}
+
+/// `<cache>/go`: Go's module and build caches.
+pub(crate) fn go_cache_root() -> PathBuf {
+    cache_root().join("go")
+}
+
+/// Fails with what to install when `go` is missing or older than the wrapper modules need.
+fn ensure_toolchain() -> Result<()> {
+    let version = output(Command::new("go").args(["env", "GOVERSION"])).context(
+        "the Go toolchain is needed to build the local control plane: install Go 1.26 or newer \
+         (https://go.dev/dl) and put its `go` on PATH",
+    )?;
+    let version = version.trim();
+    let minor = version
+        .strip_prefix("go1.")
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|minor| minor.parse::<u32>().ok());
+    match minor {
+        Some(minor) if minor >= MINIMUM_GO_MINOR => Ok(()),
+        _ => bail!(
+            "`go` on PATH is {version}; the wrapper modules in xtask/go need go1.{MINIMUM_GO_MINOR} \
+             or newer (GOTOOLCHAIN=local: no toolchain is downloaded). Put a newer Go first on PATH."
+        ),
+    }
+}
+
+/// Runs a `go build -v`, counting the packages it compiles and printing the count every 30 s;
+/// on failure, the error carries the build's last lines.
+fn run_with_progress(command: &mut Command, what: &str) -> Result<()> {
+    let started = Instant::now();
+    println!("    building {what} …");
+    let mut child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting `go build`")?;
+    let compiled = Arc::new(AtomicUsize::new(0));
+    let stderr = child.stderr.take().context("`go build` has no stderr")?;
+    let counter = Arc::clone(&compiled);
+    let reader = std::thread::spawn(move || {
+        let mut last = std::collections::VecDeque::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            counter.fetch_add(1, Ordering::Relaxed);
+            if last.len() == 30 {
+                last.pop_front();
+            }
+            last.push_back(line);
+        }
+        last.into_iter().collect::<Vec<_>>().join("\n")
+    });
+    let mut reported = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().context("waiting for `go build`")? {
+            break status;
+        }
+        if reported.elapsed() >= PROGRESS_EVERY {
+            reported = Instant::now();
+            println!(
+                "    … {what}: {} packages compiled, {:.0?}",
+                compiled.load(Ordering::Relaxed),
+                started.elapsed()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let tail = reader.join().unwrap_or_default();
+    if !status.success() {
+        bail!("building {what} failed ({status}):\n{tail}");
+    }
+    println!("    built {what} ({:.0?})", started.elapsed());
+    Ok(())
+}
+
+/// The version `go_mod` requires of `module`, honouring a `replace` of it to another version.
+fn required_version(go_mod: &str, module: &str) -> Option<String> {
+    let mut required = None;
+    let mut replaced = None;
+    for line in go_mod.lines() {
+        let line = line.split("//").next().unwrap_or("").trim();
+        let line = line
+            .strip_prefix("require ")
+            .or_else(|| line.strip_prefix("replace "))
+            .unwrap_or(line);
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            [name, version] if *name == module => required = Some(version.to_string()),
+            [name, "=>", _, version] if *name == module => replaced = Some(version.to_string()),
+            [name, _, "=>", _, version] if *name == module => replaced = Some(version.to_string()),
+            _ => {}
+        }
+    }
+    replaced.or(required)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn required_versions_come_from_require_and_replace() {
+        let go_mod = "module x\n\nrequire go.etcd.io/etcd/server/v3 v3.6.8\n\nrequire (\n\
+                      \tk8s.io/kubernetes v1.36.3 // indirect\n\tk8s.io/api v0.0.0\n)\n\n\
+                      replace (\n\tk8s.io/api => k8s.io/api v0.36.3\n)\n";
+        assert_eq!(
+            required_version(go_mod, "go.etcd.io/etcd/server/v3").as_deref(),
+            Some("v3.6.8")
+        );
+        assert_eq!(
+            required_version(go_mod, "k8s.io/kubernetes").as_deref(),
+            Some("v1.36.3")
+        );
+        assert_eq!(
+            required_version(go_mod, "k8s.io/api").as_deref(),
+            Some("v0.36.3")
+        );
+        assert_eq!(required_version(go_mod, "k8s.io/client-go"), None);
+    }
+}

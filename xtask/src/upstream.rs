@@ -1,0 +1,267 @@
+//! `cargo xtask upstream install|start|stop`: upstream Cluster API as a peer (DESIGN.md §8).
+//!
+//! - `install` builds the core manager, the kubeadm bootstrap and control plane managers and CAPD
+//!   (with its in-memory backend) from the Go module proxy through the wrapper module
+//!   `xtask/go/upstream`, and copies upstream's own configuration (CRDs, webhook manifests) and
+//!   CAPD's templates from the Go module cache — into
+//!   [`default_upstream_dir`](capi_testing::upstream::default_upstream_dir); nothing of upstream's
+//!   is committed. Older revisions are removed.
+//! - `start` starts a local control plane with upstream's CRDs and webhooks and the four managers
+//!   (see [`capi_testing::upstream`] for what is on and off), in a background process, and prints
+//!   the `KUBECONFIG` to use. One peer at a time: upstream's in-memory backend listens on fixed
+//!   ports.
+//! - `stop` stops it and removes everything it made.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use capi_testing::envtest::{Assets, ControlPlane, KUBEBUILDER_ASSETS, cache_root};
+use capi_testing::upstream::{
+    CLUSTER_API_VERSION, COMPONENTS, TEMPLATES, UpstreamAssets, UpstreamPeer, default_upstream_dir,
+};
+
+use crate::command::{run, step};
+use crate::go::{GoModule, Target};
+
+/// The wrapper module's name under `xtask/go/`.
+const MODULE: &str = "upstream";
+
+/// How long `start` waits for the peer.
+const START_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// `cargo xtask upstream <action>`.
+pub(crate) fn command(action: Option<&str>, rest: &[String]) -> Result<()> {
+    match action {
+        Some("install") => install().map(|_| ()),
+        Some("start") => start(),
+        Some("stop") => stop(),
+        // The background process `start` runs; not for users.
+        Some("serve") => serve(rest.first().map(PathBuf::from).context("serve needs a state file")?),
+        _ => bail!("usage: cargo xtask upstream <install|start|stop>"),
+    }
+}
+
+/// Builds what is missing of the peer and returns its installation.
+pub(crate) fn install() -> Result<UpstreamAssets> {
+    let dir = default_upstream_dir();
+    if let Ok(assets) = UpstreamAssets::in_dir(&dir) {
+        println!("upstream: Cluster API {CLUSTER_API_VERSION} installed in {}", dir.display());
+        return Ok(assets);
+    }
+    let module = GoModule::named(MODULE);
+    let pinned = module.required_version("sigs.k8s.io/cluster-api")?;
+    if pinned != CLUSTER_API_VERSION {
+        bail!(
+            "{} pins sigs.k8s.io/cluster-api {pinned} but capi_testing::upstream says \
+             {CLUSTER_API_VERSION}; change both (and UPSTREAM_REVISION) together",
+            module.dir().join("go.mod").display()
+        );
+    }
+    let bin = dir.join("bin");
+    let missing: Vec<Target<'_>> = COMPONENTS
+        .iter()
+        .filter(|c| !bin.join(c.name).is_file())
+        .map(|c| Target {
+            package: c.package,
+            binary: c.name,
+        })
+        .collect();
+    step(&format!(
+        "Building upstream Cluster API {CLUSTER_API_VERSION} ({}) from the Go module proxy into {} \
+         — once per version: about 6 minutes on 2 cores when Go's caches are cold",
+        missing.iter().map(|t| t.binary).collect::<Vec<_>>().join(", "),
+        dir.display()
+    ));
+    let version = "sigs.k8s.io/cluster-api/version";
+    let ldflags = format!(
+        "-s -w -X {version}.gitVersion={CLUSTER_API_VERSION} -X {version}.gitTreeState=clean"
+    );
+    module.build(&missing, &ldflags, &bin)?;
+
+    step("Copying upstream's CRDs, webhook manifests and in-memory templates from the module cache");
+    for component in &COMPONENTS {
+        let source = module.module_dir(component.module)?.join(component.config);
+        replace_dir(&source, &dir.join("config").join(component.name))?;
+        println!("    {} ← {}", component.name, source.display());
+    }
+    let capd = COMPONENTS
+        .iter()
+        .find(|c| c.name == "capd")
+        .context("no CAPD component")?;
+    let templates = module.module_dir(capd.module)?.join(TEMPLATES);
+    replace_dir(&templates, &dir.join("templates"))?;
+    remove_other_revisions(&dir);
+    Ok(UpstreamAssets::in_dir(&dir)?)
+}
+
+/// Where a started peer records itself.
+fn state_file() -> PathBuf {
+    cache_root().join("upstream-run").join("state.json")
+}
+
+fn start() -> Result<()> {
+    let state = state_file();
+    if state.exists() {
+        bail!(
+            "a peer is already running (see {}); `cargo xtask upstream stop` first",
+            state.display()
+        );
+    }
+    let assets_dir = crate::envtest::ensure()?;
+    install()?;
+    step("Starting a local control plane with upstream Cluster API's four managers");
+    let run_dir = state.parent().context("state file has no parent")?;
+    std::fs::create_dir_all(run_dir)?;
+    let log = run_dir.join("serve.log");
+    let out = std::fs::File::create(&log)?;
+    let pending = state.with_extension("pending");
+    let _ = std::fs::remove_file(&pending);
+    let mut child = {
+        use std::os::unix::process::CommandExt;
+        Command::new(std::env::current_exe()?)
+            .args(["upstream", "serve"])
+            .arg(&pending)
+            .env(KUBEBUILDER_ASSETS, &assets_dir)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            // Its own process group: the peer outlives this command and the terminal's signals.
+            .process_group(0)
+            .spawn()
+            .context("starting the peer's background process")?
+    };
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            bail!(
+                "the peer stopped during start-up ({status}); its log {}:\n{}",
+                log.display(),
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        if pending.exists() {
+            std::fs::rename(&pending, &state)?;
+            break;
+        }
+        if started.elapsed() > START_TIMEOUT {
+            let _ = child.kill();
+            bail!("the peer was not up after {START_TIMEOUT:?}; its log is {}", log.display());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let recorded: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&state)?)?;
+    println!(
+        "    upstream Cluster API {CLUSTER_API_VERSION} is running ({:.0?}); managers' logs in {}",
+        started.elapsed(),
+        recorded["peerDir"].as_str().unwrap_or("?")
+    );
+    println!(
+        "    templates: {}",
+        default_upstream_dir().join("templates").display()
+    );
+    println!("\nexport KUBECONFIG={}", recorded["kubeconfig"].as_str().unwrap_or("?"));
+    println!("# stop with: cargo xtask upstream stop");
+    Ok(())
+}
+
+/// The background process: runs the control plane and the peer until the state file is removed.
+fn serve(pending: PathBuf) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let control_plane = ControlPlane::start_with(&Assets::locate()?).await?;
+        let peer = UpstreamPeer::start(&control_plane, &UpstreamAssets::locate()?).await?;
+        let record = serde_json::json!({
+            "pid": std::process::id(),
+            "kubeconfig": control_plane.kubeconfig_path(),
+            "apiServer": control_plane.url(),
+            "peerDir": peer.dir(),
+            "managerPids": peer.pids(),
+        });
+        std::fs::write(&pending, serde_json::to_vec_pretty(&record)?)?;
+        println!("serving; remove {} to stop", state_file().display());
+        // `start` renames the pending file to the state file; `stop` removes it.
+        let state = state_file();
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if !pending.exists() && !state.exists() {
+                break;
+            }
+        }
+        drop(peer);
+        drop(control_plane);
+        Ok(())
+    })
+}
+
+fn stop() -> Result<()> {
+    let state = state_file();
+    let Ok(text) = std::fs::read_to_string(&state) else {
+        println!("upstream: no peer is running");
+        return Ok(());
+    };
+    let recorded: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    std::fs::remove_file(&state).with_context(|| format!("removing {}", state.display()))?;
+    let Some(pid) = recorded["pid"].as_u64() else {
+        return Ok(());
+    };
+    let alive = || Path::new(&format!("/proc/{pid}")).exists();
+    let started = Instant::now();
+    while alive() && started.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    if alive() {
+        // Its watchdogs stop the servers and remove their directories once it is gone.
+        run(Command::new("kill").args(["-9", &pid.to_string()]))?;
+    }
+    println!("upstream: stopped ({:.1?})", started.elapsed());
+    Ok(())
+}
+
+/// Replaces `to` with a copy of the directory `from`.
+fn replace_dir(from: &Path, to: &Path) -> Result<()> {
+    if !from.is_dir() {
+        bail!("{} is not in the module cache", from.display());
+    }
+    if to.exists() {
+        std::fs::remove_dir_all(to).with_context(|| format!("removing {}", to.display()))?;
+    }
+    copy_dir(from, to)
+}
+
+fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
+    for entry in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)
+                .with_context(|| format!("copying {}", entry.path().display()))?;
+            // The module cache is read-only; the copy may be replaced by the next install.
+            let mut permissions = std::fs::metadata(&target)?.permissions();
+            #[allow(clippy::permissions_set_readonly_false)]
+            permissions.set_readonly(false);
+            std::fs::set_permissions(&target, permissions)?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes installations of other revisions (siblings of `current`).
+fn remove_other_revisions(current: &Path) {
+    let Some(parent) = current.parent() else {
+        return;
+    };
+    for entry in std::fs::read_dir(parent).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path != current && path.is_dir() {
+            println!("    removing another revision: {}", path.display());
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
