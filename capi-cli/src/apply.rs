@@ -110,7 +110,9 @@ pub fn describe(object: &DynamicObject) -> String {
 /// The parameters of every apply: `capictl` as the field manager, taking over fields another
 /// manager set (`--force-conflicts`), and strict field validation.
 pub fn params() -> PatchParams {
-    PatchParams::apply(FIELD_MANAGER).force().validation_strict()
+    PatchParams::apply(FIELD_MANAGER)
+        .force()
+        .validation_strict()
 }
 
 /// Applies `objects` in order with [`params`], waiting for each CRD to be established before what
@@ -130,12 +132,13 @@ pub async fn apply(
             what: describe(object),
             source,
         })?;
-        let (resource, capabilities) = kube::discovery::pinned_kind(client, &gvk)
-            .await
-            .map_err(|source| ApplyError::Apply {
-                what: describe(object),
-                source,
-            })?;
+        let (resource, capabilities) =
+            kube::discovery::pinned_kind(client, &gvk)
+                .await
+                .map_err(|source| ApplyError::Apply {
+                    what: describe(object),
+                    source,
+                })?;
         let mut object = object.clone();
         let api: Api<DynamicObject> = match capabilities.scope {
             kube::discovery::Scope::Namespaced => {
@@ -164,6 +167,34 @@ pub async fn apply(
         progress(&what);
     }
     Ok(())
+}
+
+/// Creates `object` (a POST, failing if it exists) with strict field validation — kube's
+/// `PostParams` cannot ask for it. Used where a copy must fail rather than lose a field the target's
+/// schema does not declare (`capictl move` to a management cluster with older CRDs).
+pub async fn create_strict(
+    client: &Client,
+    resource: &kube::api::ApiResource,
+    namespace: Option<&str>,
+    object: &DynamicObject,
+) -> Result<DynamicObject, kube::Error> {
+    let body = serde_json::to_vec(object).map_err(kube::Error::SerdeError)?;
+    let request = kube::core::Request::new(<DynamicObject as kube::Resource>::url_path(
+        resource, namespace,
+    ))
+    .create(&kube::api::PostParams::default(), body)
+    .map_err(kube::Error::BuildRequest)?;
+    let (mut parts, body) = request.into_parts();
+    let uri = parts.uri.to_string();
+    let separator = if uri.contains('?') { '&' } else { '?' };
+    parts.uri = format!("{uri}{separator}fieldValidation=Strict")
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| {
+            kube::Error::BuildRequest(kube::core::request::Error::BuildRequest(e.into()))
+        })?;
+    client
+        .request::<DynamicObject>(http::Request::from_parts(parts, body))
+        .await
 }
 
 async fn wait_established(client: &Client, name: &str) -> Result<(), ApplyError> {

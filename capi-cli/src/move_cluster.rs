@@ -297,31 +297,33 @@ pub async fn copy(
         if let Some(data) = copy.data.as_object_mut() {
             data.remove("status");
         }
-        let stored = match api.create(&PostParams::default(), &copy).await {
-            Ok(stored) => {
-                created += 1;
-                progress(&format!("copied {label}"));
-                stored
-            }
-            Err(kube::Error::Api(e)) if e.is_already_exists() => {
-                progress(&format!("{label} was copied before"));
-                api.get(&item.object.name_any())
-                    .await
-                    .map_err(api_error(format!("reading {label} in the target")))?
-            }
-            Err(source) => {
-                return Err(MoveError::Api {
-                    what: format!("copying {label}"),
-                    source,
-                });
-            }
-        };
+        let stored =
+            match crate::apply::create_strict(target, &item.resource, Some(namespace), &copy).await
+            {
+                Ok(stored) => {
+                    created += 1;
+                    progress(&format!("copied {label}"));
+                    stored
+                }
+                Err(kube::Error::Api(e)) if e.is_already_exists() => {
+                    progress(&format!("{label} was copied before"));
+                    api.get(&item.object.name_any())
+                        .await
+                        .map_err(api_error(format!("reading {label} in the target")))?
+                }
+                Err(source) => {
+                    return Err(MoveError::Api {
+                        what: format!("copying {label}"),
+                        source,
+                    });
+                }
+            };
         new_uids.insert(source_uid, stored.uid().unwrap_or_default());
         let has_status_subresource = !item.resource.group.is_empty();
         if let (Some(status), true) = (status, has_status_subresource) {
             api.patch_status(
                 &item.object.name_any(),
-                &PatchParams::default(),
+                &PatchParams::default().validation_strict(),
                 &Patch::Merge(&json!({"status": status})),
             )
             .await

@@ -92,7 +92,10 @@ async fn generated_clusters_apply_and_describe_get_and_delete_work_on_a_real_ser
         file.to_str().unwrap(),
     ]));
     assert_eq!(applied.lines().count(), objects.len(), "{applied}");
-    assert!(applied.contains(&format!("Cluster {ns}/demo applied")), "{applied}");
+    assert!(
+        applied.contains(&format!("Cluster {ns}/demo applied")),
+        "{applied}"
+    );
     assert!(yaml.contains("replicas: 4"));
 
     let tree = stdout(&capictl(&[
@@ -311,7 +314,12 @@ async fn apply_refuses_a_misspelled_field_and_names_it() {
         .await
         .unwrap();
     let ns = env.namespace().await.unwrap();
-    let kubeconfig = env.control_plane().kubeconfig_path().to_str().unwrap().to_string();
+    let kubeconfig = env
+        .control_plane()
+        .kubeconfig_path()
+        .to_str()
+        .unwrap()
+        .to_string();
     let manifest = format!(
         "apiVersion: cluster.x-k8s.io/v1beta2\nkind: Cluster\nmetadata:\n  name: typo\n  namespace: {ns}\n\
          spec:\n  clusterNetwork:\n    pods:\n      cidrBlocks: [192.168.0.0/16]\n    serviceDomian: cluster.local\n"
@@ -319,7 +327,13 @@ async fn apply_refuses_a_misspelled_field_and_names_it() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("typo.yaml");
     std::fs::write(&file, &manifest).unwrap();
-    let refused = capictl(&["--kubeconfig", &kubeconfig, "apply", "-f", file.to_str().unwrap()]);
+    let refused = capictl(&[
+        "--kubeconfig",
+        &kubeconfig,
+        "apply",
+        "-f",
+        file.to_str().unwrap(),
+    ]);
     assert!(!refused.status.success());
     let error = String::from_utf8_lossy(&refused.stderr);
     assert!(error.contains(&format!("Cluster {ns}/typo")), "{error}");
@@ -328,11 +342,20 @@ async fn apply_refuses_a_misspelled_field_and_names_it() {
         "the error names the misspelled field: {error}"
     );
     let clusters: Api<capi_core::api::Cluster> = Api::namespaced(env.client(), &ns);
-    assert!(clusters.get_opt("typo").await.unwrap().is_none(), "nothing stored");
+    assert!(
+        clusters.get_opt("typo").await.unwrap().is_none(),
+        "nothing stored"
+    );
 
     // Spelled right, the same manifest applies.
     std::fs::write(&file, manifest.replace("serviceDomian", "serviceDomain")).unwrap();
-    stdout(&capictl(&["--kubeconfig", &kubeconfig, "apply", "-f", file.to_str().unwrap()]));
+    stdout(&capictl(&[
+        "--kubeconfig",
+        &kubeconfig,
+        "apply",
+        "-f",
+        file.to_str().unwrap(),
+    ]));
     let stored = clusters.get("typo").await.unwrap();
     let network = stored.spec.cluster_network.unwrap();
     assert_eq!(network.service_domain.as_deref(), Some("cluster.local"));

@@ -35,8 +35,8 @@ pub mod faults;
 pub mod manifest;
 pub mod schema_violations;
 pub mod table;
-pub mod upstream;
 mod test_env;
+pub mod upstream;
 
 pub use test_env::install_crds;
 

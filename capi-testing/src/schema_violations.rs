@@ -521,7 +521,12 @@ pub fn constraints(schema: &Value) -> Vec<Constraint> {
             if ["apiVersion", "kind", "metadata", "status"].contains(&name.as_str()) {
                 continue;
             }
-            walk(child, vec![Segment::Field(name.clone())], &Limits::default(), &mut found);
+            walk(
+                child,
+                vec![Segment::Field(name.clone())],
+                &Limits::default(),
+                &mut found,
+            );
         }
     }
     found
@@ -918,11 +923,19 @@ mod tests {
             .expect("the CEL rule is a constraint of spec.image");
         let base = json!({"spec": {"image": {"id": "i"}}});
         let mut runner = TestRunner::deterministic();
-        let edit = rule.violations(&base).unwrap().new_tree(&mut runner).unwrap().current();
+        let edit = rule
+            .violations(&base)
+            .unwrap()
+            .new_tree(&mut runner)
+            .unwrap()
+            .current();
         let mut object = base.clone();
         edit.apply(&mut object, &rule.path);
         assert!(!satisfies(&rule.rule, lookup(&object, &rule.path)));
-        assert_eq!(exactly_one_of("has(self.a) != has(self.b_2)"), Some(("a".into(), "b_2".into())));
+        assert_eq!(
+            exactly_one_of("has(self.a) != has(self.b_2)"),
+            Some(("a".into(), "b_2".into()))
+        );
         assert_eq!(exactly_one_of("self.a == self.b"), None);
     }
 

@@ -360,7 +360,11 @@ async fn invalid_specs_are_rejected_with_the_field_path() {
 
     let cases = [
         ("machinesets", negative_replicas, "spec.replicas"),
-        ("clusters", bad_cidr, "spec.clusterNetwork.pods.cidrBlocks[0]"),
+        (
+            "clusters",
+            bad_cidr,
+            "spec.clusterNetwork.pods.cidrBlocks[0]",
+        ),
         ("machines", missing_cluster_name, "spec.clusterName"),
         ("machines", bad_version, "spec.version"),
         ("machines", bad_reference, "spec.infrastructureRef.apiGroup"),

@@ -58,7 +58,10 @@ async fn upstream_brings_its_own_in_memory_cluster_to_available() {
         ..Inputs::default()
     };
     let mut objects = Vec::new();
-    for template in ["clusterclass-in-memory.yaml", "cluster-template-in-memory.yaml"] {
+    for template in [
+        "clusterclass-in-memory.yaml",
+        "cluster-template-in-memory.yaml",
+    ] {
         let text = assets.template(template).unwrap();
         let yaml = render(&text, &inputs, |_| None).unwrap();
         objects.extend(capi_cli::apply::parse(&yaml).unwrap());
@@ -88,7 +91,11 @@ async fn upstream_brings_its_own_in_memory_cluster_to_available() {
     println!("Available after {:.1?}", started.elapsed());
 
     // What Available stands for: the control plane through KubeadmControlPlane and one worker.
-    let control_planes = api(&client, "controlplane.cluster.x-k8s.io", "KubeadmControlPlane");
+    let control_planes = api(
+        &client,
+        "controlplane.cluster.x-k8s.io",
+        "KubeadmControlPlane",
+    );
     let kcp = control_planes.list(&ListParams::default()).await.unwrap();
     assert_eq!(kcp.items.len(), 1);
     assert_eq!(kcp.items[0].data["status"]["readyReplicas"], 1);
@@ -96,7 +103,11 @@ async fn upstream_brings_its_own_in_memory_cluster_to_available() {
         .list(&ListParams::default())
         .await
         .unwrap();
-    assert_eq!(machines.items.len(), 2, "one control-plane machine, one worker");
+    assert_eq!(
+        machines.items.len(),
+        2,
+        "one control-plane machine, one worker"
+    );
     for machine in &machines.items {
         assert_eq!(machine.data["status"]["phase"], "Running");
         assert_eq!(

@@ -74,7 +74,7 @@ async fn capo_shaped_objects_apply_and_bad_ones_are_rejected_with_a_field_path()
         (
             "bad-suffix",
             json!({"flavor": {"id": "x"}, "image": {"id": "y"}, "ports": [{"nameSuffix": "Not_A_Label"}]}),
-            "spec.ports",
+            "spec.ports[0].nameSuffix",
         ),
     ] {
         let error = machines
@@ -101,7 +101,7 @@ async fn capo_shaped_objects_apply_and_bad_ones_are_rejected_with_a_field_path()
         .await
         .unwrap_err()
         .to_string();
-    assert!(error.contains("spec.managedSubnets"), "{error}");
+    assert!(error.contains("spec.managedSubnets[0].cidr"), "{error}");
 
     let templates: Api<OpenStackMachineTemplate> = Api::namespaced(env.client(), &ns);
     let template: OpenStackMachineTemplate = serde_json::from_value(json!({

@@ -75,3 +75,10 @@ fn describe(command: &Command) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+/// Sleeps the current thread: for the synchronous waits of the xtasks (a build, a background
+/// process), which run outside any async runtime.
+#[allow(clippy::disallowed_methods)] // not on a runtime worker: these callers are synchronous
+pub(crate) fn pause(duration: std::time::Duration) {
+    std::thread::sleep(duration);
+}

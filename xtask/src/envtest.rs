@@ -12,8 +12,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use capi_testing::envtest::{
-    Assets, ETCD_VERSION, KUBEBUILDER_ASSETS, KUBERNETES_VERSION,
-    default_assets_dir,
+    Assets, ETCD_VERSION, KUBEBUILDER_ASSETS, KUBERNETES_VERSION, default_assets_dir,
 };
 
 use crate::command::{output, step};
@@ -91,7 +90,10 @@ fn build_missing(dir: &Path, targets: &[Target<'_>]) -> Result<()> {
     for name in names {
         let reported = output(Command::new(dir.join(name)).arg("--version"))
             .or_else(|_| output(Command::new(dir.join(name)).arg("version")))?;
-        println!("    {name}: {}", reported.lines().next().unwrap_or("").trim());
+        println!(
+            "    {name}: {}",
+            reported.lines().next().unwrap_or("").trim()
+        );
     }
     let apiserver = dir.join("kube-apiserver");
     if apiserver.is_file() {
@@ -147,7 +149,10 @@ fn remove_stale_revisions(current: &Path) {
     for entry in entries.flatten() {
         let path = entry.path();
         if path != current && path.is_dir() {
-            println!("    removing binaries of another revision: {}", path.display());
+            println!(
+                "    removing binaries of another revision: {}",
+                path.display()
+            );
             let _ = std::fs::remove_dir_all(&path);
         }
     }

@@ -62,7 +62,12 @@ impl GoModule {
 
     /// Builds `targets` into `out_dir`, each with `ldflags`, printing progress every 30 s. A binary
     /// appears in `out_dir` only once it is complete.
-    pub(crate) fn build(&self, targets: &[Target<'_>], ldflags: &str, out_dir: &Path) -> Result<()> {
+    pub(crate) fn build(
+        &self,
+        targets: &[Target<'_>],
+        ldflags: &str,
+        out_dir: &Path,
+    ) -> Result<()> {
         ensure_toolchain()?;
         std::fs::create_dir_all(out_dir)
             .with_context(|| format!("creating {}", out_dir.display()))?;
@@ -86,7 +91,13 @@ impl GoModule {
     pub(crate) fn module_dir(&self, module: &str) -> Result<PathBuf> {
         ensure_toolchain()?;
         let mut command = self.go();
-        command.args(["list", "-m", "-f", "{{if .Replace}}{{.Replace.Dir}}{{else}}{{.Dir}}{{end}}", module]);
+        command.args([
+            "list",
+            "-m",
+            "-f",
+            "{{if .Replace}}{{.Replace.Dir}}{{else}}{{.Dir}}{{end}}",
+            module,
+        ]);
         // `go list -m` does not download; `go mod download` of the one module does.
         let mut download = self.go();
         download.args(["mod", "download", module]);
@@ -182,7 +193,7 @@ fn run_with_progress(command: &mut Command, what: &str) -> Result<()> {
                 started.elapsed()
             );
         }
-        std::thread::sleep(Duration::from_millis(200));
+        crate::command::pause(Duration::from_millis(200));
     };
     let tail = reader.join().unwrap_or_default();
     if !status.success() {

@@ -49,7 +49,10 @@ fn main() -> Result<()> {
         return openstack::command(rest.first().map(String::as_str));
     }
     if command == "upstream" {
-        return upstream::command(rest.first().map(String::as_str), rest.get(1..).unwrap_or(&[]));
+        return upstream::command(
+            rest.first().map(String::as_str),
+            rest.get(1..).unwrap_or(&[]),
+        );
     }
     if command == "chaos" {
         return chaos::run_chaos(chaos::Options::parse(rest)?);

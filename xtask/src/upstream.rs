@@ -4,7 +4,7 @@
 //!   (with its in-memory backend) from the Go module proxy through the wrapper module
 //!   `xtask/go/upstream`, and copies upstream's own configuration (CRDs, webhook manifests) and
 //!   CAPD's templates from the Go module cache — into
-//!   [`default_upstream_dir`](capi_testing::upstream::default_upstream_dir); nothing of upstream's
+//!   [`default_upstream_dir`]; nothing of upstream's
 //!   is committed. Older revisions are removed.
 //! - `start` starts a local control plane with upstream's CRDs and webhooks and the four managers
 //!   (see [`capi_testing::upstream`] for what is on and off), in a background process, and prints
@@ -38,7 +38,11 @@ pub(crate) fn command(action: Option<&str>, rest: &[String]) -> Result<()> {
         Some("start") => start(),
         Some("stop") => stop(),
         // The background process `start` runs; not for users.
-        Some("serve") => serve(rest.first().map(PathBuf::from).context("serve needs a state file")?),
+        Some("serve") => serve(
+            rest.first()
+                .map(PathBuf::from)
+                .context("serve needs a state file")?,
+        ),
         _ => bail!("usage: cargo xtask upstream <install|start|stop>"),
     }
 }
@@ -47,7 +51,10 @@ pub(crate) fn command(action: Option<&str>, rest: &[String]) -> Result<()> {
 pub(crate) fn install() -> Result<UpstreamAssets> {
     let dir = default_upstream_dir();
     if let Ok(assets) = UpstreamAssets::in_dir(&dir) {
-        println!("upstream: Cluster API {CLUSTER_API_VERSION} installed in {}", dir.display());
+        println!(
+            "upstream: Cluster API {CLUSTER_API_VERSION} installed in {}",
+            dir.display()
+        );
         return Ok(assets);
     }
     let module = GoModule::named(MODULE);
@@ -71,7 +78,11 @@ pub(crate) fn install() -> Result<UpstreamAssets> {
     step(&format!(
         "Building upstream Cluster API {CLUSTER_API_VERSION} ({}) from the Go module proxy into {} \
          — once per version: about 6 minutes on 2 cores when Go's caches are cold",
-        missing.iter().map(|t| t.binary).collect::<Vec<_>>().join(", "),
+        missing
+            .iter()
+            .map(|t| t.binary)
+            .collect::<Vec<_>>()
+            .join(", "),
         dir.display()
     ));
     let version = "sigs.k8s.io/cluster-api/version";
@@ -80,7 +91,9 @@ pub(crate) fn install() -> Result<UpstreamAssets> {
     );
     module.build(&missing, &ldflags, &bin)?;
 
-    step("Copying upstream's CRDs, webhook manifests and in-memory templates from the module cache");
+    step(
+        "Copying upstream's CRDs, webhook manifests and in-memory templates from the module cache",
+    );
     for component in &COMPONENTS {
         let source = module.module_dir(component.module)?.join(component.config);
         replace_dir(&source, &dir.join("config").join(component.name))?;
@@ -147,9 +160,12 @@ fn start() -> Result<()> {
         }
         if started.elapsed() > START_TIMEOUT {
             let _ = child.kill();
-            bail!("the peer was not up after {START_TIMEOUT:?}; its log is {}", log.display());
+            bail!(
+                "the peer was not up after {START_TIMEOUT:?}; its log is {}",
+                log.display()
+            );
         }
-        std::thread::sleep(Duration::from_millis(200));
+        crate::command::pause(Duration::from_millis(200));
     }
     let recorded: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&state)?)?;
     println!(
@@ -161,7 +177,10 @@ fn start() -> Result<()> {
         "    templates: {}",
         default_upstream_dir().join("templates").display()
     );
-    println!("\nexport KUBECONFIG={}", recorded["kubeconfig"].as_str().unwrap_or("?"));
+    println!(
+        "\nexport KUBECONFIG={}",
+        recorded["kubeconfig"].as_str().unwrap_or("?")
+    );
     println!("# stop with: cargo xtask upstream stop");
     Ok(())
 }
@@ -211,7 +230,7 @@ fn stop() -> Result<()> {
     let alive = || Path::new(&format!("/proc/{pid}")).exists();
     let started = Instant::now();
     while alive() && started.elapsed() < Duration::from_secs(60) {
-        std::thread::sleep(Duration::from_millis(200));
+        crate::command::pause(Duration::from_millis(200));
     }
     if alive() {
         // Its watchdogs stop the servers and remove their directories once it is gone.

@@ -18,7 +18,7 @@ pub fn matches(selector: &LabelSelector, labels: Option<&BTreeMap<String, String
 /// Why machines made from a template with `template_labels` would not be selected by `selector`
 /// — the selector is malformed, or does not match those labels — as a message naming the fields
 /// to fix; `None` when they would be. Upstream's admission webhook refuses such objects; without
-/// webhooks (and without CEL on Kubernetes 1.20) the controllers report it instead.
+/// webhooks the controllers report it instead.
 pub fn template_mismatch(
     kind: &str,
     selector: &LabelSelector,

@@ -409,10 +409,7 @@ pub(crate) fn write(path: &Path, content: &str) -> Result<(), EnvtestError> {
 
 /// A shell that outlives us only to clean up after a crash: it polls our PID and, once we are
 /// gone, kills the servers and removes the scratch directory.
-pub(crate) fn spawn_watchdog(
-    dir: &Path,
-    processes: &[&Process],
-) -> Result<Process, EnvtestError> {
+pub(crate) fn spawn_watchdog(dir: &Path, processes: &[&Process]) -> Result<Process, EnvtestError> {
     let pids: Vec<String> = processes.iter().map(|p| p.child.id().to_string()).collect();
     Process::spawn(
         Command::new("sh")

@@ -13,13 +13,11 @@ use super::UpstreamError;
 
 /// Reads a YAML file into JSON.
 fn read_yaml(path: &Path) -> Result<Value, UpstreamError> {
-    let text = std::fs::read_to_string(path).map_err(UpstreamError::io(format!(
-        "reading {}",
-        path.display()
-    )))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(UpstreamError::io(format!("reading {}", path.display())))?;
     serde_saphyr::from_str(&text).map_err(|source| UpstreamError::Yaml {
         file: path.display().to_string(),
-        source,
+        source: Box::new(source),
     })
 }
 
@@ -86,14 +84,12 @@ pub(crate) fn webhook_configurations(
     prefix: &str,
 ) -> Result<Vec<Value>, UpstreamError> {
     let path = config.join("webhook").join("manifests.yaml");
-    let text = std::fs::read_to_string(&path).map_err(UpstreamError::io(format!(
-        "reading {}",
-        path.display()
-    )))?;
+    let text = std::fs::read_to_string(&path)
+        .map_err(UpstreamError::io(format!("reading {}", path.display())))?;
     let documents: Vec<Value> =
         serde_saphyr::from_multiple(&text).map_err(|source| UpstreamError::Yaml {
             file: path.display().to_string(),
-            source,
+            source: Box::new(source),
         })?;
     let mut out = Vec::new();
     for mut document in documents.into_iter().filter(|d| !d.is_null()) {

@@ -135,7 +135,7 @@ pub enum UpstreamError {
         file: String,
         /// Why.
         #[source]
-        source: serde_saphyr::Error,
+        source: Box<serde_saphyr::Error>,
     },
     /// A file or process operation failed, or a manager exited.
     #[error(transparent)]
@@ -397,7 +397,9 @@ async fn readyz(port: u16) -> bool {
             .await?;
         let mut response = Vec::new();
         stream.read_to_end(&mut response).await?;
-        Ok::<bool, std::io::Error>(response.starts_with(b"HTTP/1.0 200") || response.starts_with(b"HTTP/1.1 200"))
+        Ok::<bool, std::io::Error>(
+            response.starts_with(b"HTTP/1.0 200") || response.starts_with(b"HTTP/1.1 200"),
+        )
     };
     matches!(
         tokio::time::timeout(Duration::from_secs(2), attempt).await,
