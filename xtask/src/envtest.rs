@@ -1,25 +1,28 @@
 //! Provisioning the local control plane's binaries (DESIGN.md §8): `kube-apiserver`, `etcd` and
 //! `kubeadm`, built from the Go module proxy through the wrapper module `xtask/go/envtest` (which
-//! pins `k8s.io/kubernetes`, its staging modules and etcd) and cached under
+//! pins `k8s.io/kubernetes`, its staging modules and etcd), plus `kubeadm-v1.30` from
+//! `xtask/go/kubeadm-v1.30` (the validator of kubeadm v1beta3 documents), cached under
 //! `<cache>/envtest/<ASSETS_REVISION>/`; older revisions are removed.
 //!
 //! `KUBEBUILDER_ASSETS`, when set, wins for etcd and kube-apiserver (setup-envtest's binaries work
-//! unchanged); `kubeadm`, which setup-envtest does not ship, is still built into the cache for the
-//! bootstrap validators.
+//! unchanged); the kubeadms, which setup-envtest does not ship, are still built into the cache for
+//! the bootstrap validators.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use capi_testing::envtest::{
-    Assets, ETCD_VERSION, KUBEBUILDER_ASSETS, KUBERNETES_VERSION, default_assets_dir,
+    Assets, ETCD_VERSION, KUBEADM_V1BETA3_VERSION, KUBEBUILDER_ASSETS, KUBERNETES_VERSION,
+    default_assets_dir,
 };
 
 use crate::command::{output, step};
 use crate::go::{GoModule, Target};
 
-/// The wrapper module's name under `xtask/go/`.
+/// The wrapper modules' names under `xtask/go/`.
 const MODULE: &str = "envtest";
+const KUBEADM_V1BETA3_MODULE: &str = "kubeadm-v1.30";
 
 /// Makes sure etcd, kube-apiserver and kubeadm are available; returns the directory holding
 /// etcd and kube-apiserver (what `KUBEBUILDER_ASSETS` should be).
@@ -30,12 +33,31 @@ pub(crate) fn ensure() -> Result<PathBuf> {
         Assets::in_dir(&dir)
             .with_context(|| format!("{KUBEBUILDER_ASSETS} is set to {}", dir.display()))?;
         println!("envtest: using {KUBEBUILDER_ASSETS}={}", dir.display());
-        build_missing(&cached, &[kubeadm_target()])?;
+        build_missing(MODULE, KUBERNETES_VERSION, &cached, &[kubeadm_target()])?;
+        build_missing(
+            KUBEADM_V1BETA3_MODULE,
+            KUBEADM_V1BETA3_VERSION,
+            &cached,
+            &[kubeadm_v1beta3_target()],
+        )?;
         return Ok(dir);
     }
-    build_missing(&cached, &all_targets())?;
+    build_missing(MODULE, KUBERNETES_VERSION, &cached, &all_targets())?;
+    build_missing(
+        KUBEADM_V1BETA3_MODULE,
+        KUBEADM_V1BETA3_VERSION,
+        &cached,
+        &[kubeadm_v1beta3_target()],
+    )?;
     Assets::in_dir(&cached)?;
     Ok(cached)
+}
+
+fn kubeadm_v1beta3_target() -> Target<'static> {
+    Target {
+        package: "k8s.io/kubernetes/cmd/kubeadm",
+        binary: "kubeadm-v1.30",
+    }
 }
 
 fn kubeadm_target() -> Target<'static> {
@@ -59,23 +81,38 @@ fn all_targets() -> Vec<Target<'static>> {
     ]
 }
 
-/// Builds those of `targets` that `dir` does not hold yet, then checks what they report.
-fn build_missing(dir: &Path, targets: &[Target<'_>]) -> Result<()> {
+/// Builds, from the wrapper module `module` (pinning Kubernetes `kubernetes`), those of `targets`
+/// that `dir` does not hold yet, then checks what they report.
+fn build_missing(module: &str, kubernetes: &str, dir: &Path, targets: &[Target<'_>]) -> Result<()> {
     let missing: Vec<&Target<'_>> = targets
         .iter()
         .filter(|t| !dir.join(t.binary).is_file())
         .collect();
     if missing.is_empty() {
-        println!("envtest: using cached binaries in {}", dir.display());
+        println!(
+            "envtest: using cached {} in {}",
+            targets
+                .iter()
+                .map(|t| t.binary)
+                .collect::<Vec<_>>()
+                .join(", "),
+            dir.display()
+        );
         return Ok(());
     }
-    let module = GoModule::named(MODULE);
-    check_pins(&module)?;
+    let name = module;
+    let module = GoModule::named(module);
+    check_pins(&module, kubernetes, name == MODULE)?;
     let names: Vec<&str> = missing.iter().map(|t| t.binary).collect();
     step(&format!(
-        "Building {} (Kubernetes {KUBERNETES_VERSION}, etcd {ETCD_VERSION}) from the Go module \
-         proxy into {} — once per version: about 10 minutes on 2 cores when Go's caches are cold",
+        "Building {} (Kubernetes {kubernetes}{}) from the Go module proxy into {} — once per \
+         version: minutes on 2 cores when Go's caches are cold",
         names.join(", "),
+        if name == MODULE {
+            format!(", etcd {ETCD_VERSION}")
+        } else {
+            String::new()
+        },
         dir.display()
     ));
     let to_build: Vec<Target<'_>> = missing
@@ -85,7 +122,7 @@ fn build_missing(dir: &Path, targets: &[Target<'_>]) -> Result<()> {
             binary: t.binary,
         })
         .collect();
-    module.build(&to_build, &version_ldflags(), dir)?;
+    module.build(&to_build, &version_ldflags(kubernetes), dir)?;
     remove_stale_revisions(dir);
     for name in names {
         let reported = output(Command::new(dir.join(name)).arg("--version"))
@@ -96,7 +133,7 @@ fn build_missing(dir: &Path, targets: &[Target<'_>]) -> Result<()> {
         );
     }
     let apiserver = dir.join("kube-apiserver");
-    if apiserver.is_file() {
+    if name == MODULE && apiserver.is_file() {
         let reported = output(Command::new(&apiserver).arg("--version"))?;
         if !reported.contains(KUBERNETES_VERSION) {
             bail!("the built kube-apiserver reports {reported:?}, expected {KUBERNETES_VERSION}");
@@ -106,11 +143,9 @@ fn build_missing(dir: &Path, targets: &[Target<'_>]) -> Result<()> {
 }
 
 /// The wrapper module and the constants the harness reports must name the same releases.
-fn check_pins(module: &GoModule) -> Result<()> {
-    for (name, expected) in [
-        ("k8s.io/kubernetes", KUBERNETES_VERSION),
-        ("go.etcd.io/etcd/server/v3", ETCD_VERSION),
-    ] {
+fn check_pins(module: &GoModule, kubernetes: &str, with_etcd: bool) -> Result<()> {
+    let etcd = with_etcd.then_some(("go.etcd.io/etcd/server/v3", ETCD_VERSION));
+    for (name, expected) in std::iter::once(("k8s.io/kubernetes", kubernetes)).chain(etcd) {
         let pinned = module.required_version(name)?;
         if pinned != expected {
             bail!(
@@ -125,15 +160,15 @@ fn check_pins(module: &GoModule) -> Result<()> {
 
 /// What `kube-apiserver --version` and `kubeadm version` report: the release, as Kubernetes' own
 /// build stamps it (a module build otherwise says `v0.0.0-master`).
-fn version_ldflags() -> String {
+fn version_ldflags(release: &str) -> String {
     let package = "k8s.io/component-base/version";
-    let (major, minor) = KUBERNETES_VERSION
+    let (major, minor) = release
         .trim_start_matches('v')
         .split_once('.')
         .map(|(major, rest)| (major, rest.split('.').next().unwrap_or("")))
         .unwrap_or(("", ""));
     format!(
-        "-s -w -X {package}.gitVersion={KUBERNETES_VERSION} -X {package}.gitMajor={major} \
+        "-s -w -X {package}.gitVersion={release} -X {package}.gitMajor={major} \
          -X {package}.gitMinor={minor} -X {package}.gitTreeState=clean"
     )
 }
@@ -164,16 +199,23 @@ mod tests {
     use capi_testing::envtest::ASSETS_REVISION;
 
     #[test]
-    fn the_wrapper_module_pins_the_versions_the_harness_reports() {
-        check_pins(&GoModule::named(MODULE)).unwrap_or_else(|e| panic!("{e:#}"));
+    fn the_wrapper_modules_pin_the_versions_the_harness_reports() {
+        check_pins(&GoModule::named(MODULE), KUBERNETES_VERSION, true)
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        check_pins(
+            &GoModule::named(KUBEADM_V1BETA3_MODULE),
+            KUBEADM_V1BETA3_VERSION,
+            false,
+        )
+        .unwrap_or_else(|e| panic!("{e:#}"));
         assert!(ASSETS_REVISION.starts_with(KUBERNETES_VERSION));
     }
 
     #[test]
     fn version_stamp_names_major_and_minor() {
-        let flags = version_ldflags();
-        assert!(flags.contains(&format!("gitVersion={KUBERNETES_VERSION}")));
+        let flags = version_ldflags("v1.30.14");
+        assert!(flags.contains("gitVersion=v1.30.14 "));
         assert!(flags.contains("gitMajor=1 "));
-        assert!(flags.contains("gitMinor=36 "));
+        assert!(flags.contains("gitMinor=30 "));
     }
 }

@@ -41,20 +41,37 @@ pub fn default_assets_dir() -> PathBuf {
     cache_root().join("envtest").join(ASSETS_REVISION)
 }
 
-/// The `kubeadm` binary the bootstrap tests validate rendered configurations with:
-/// `$CAPI_RS_KUBEADM` when set, else `kubeadm` in `$KUBEBUILDER_ASSETS` or in
-/// [`default_assets_dir`] (where `cargo xtask envtest` builds it), else `None`.
-pub fn kubeadm() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("CAPI_RS_KUBEADM").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(path));
-    }
-    let assets = std::env::var_os(KUBEBUILDER_ASSETS)
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from);
-    assets
+/// The Kubernetes release of the second `kubeadm` `cargo xtask envtest` builds
+/// (`kubeadm-v1.30`): the validator of kubeadm `v1beta3` documents, which the bootstrap provider
+/// renders for clusters before v1.31. kubeadm judges only control-plane versions of its own minor
+/// and the one before, so one kubeadm cannot validate both APIs' documents as rendered.
+pub const KUBEADM_V1BETA3_VERSION: &str = "v1.30.14";
+
+/// The `kubeadm` that validates a configuration rendered for Kubernetes minor `minor` (of 1.x):
+/// `kubeadm-v1.30` for minors 29 and 30, `kubeadm` (of [`KUBERNETES_VERSION`]) for the minor
+/// before it and its own; `None` for other minors or when it is not built. Looked for in
+/// `$CAPI_RS_KUBEADM_DIR`, `$KUBEBUILDER_ASSETS`, then [`default_assets_dir`].
+pub fn kubeadm_for(minor: u32) -> Option<PathBuf> {
+    let own = |version: &str| {
+        version
+            .trim_start_matches('v')
+            .split('.')
+            .nth(1)
+            .and_then(|m| m.parse::<u32>().ok())
+    };
+    let name = [
+        ("kubeadm", own(KUBERNETES_VERSION)),
+        ("kubeadm-v1.30", own(KUBEADM_V1BETA3_VERSION)),
+    ]
+    .into_iter()
+    .find(|(_, kubeadm_minor)| kubeadm_minor.is_some_and(|k| minor <= k && minor + 1 >= k))
+    .map(|(name, _)| name)?;
+    ["CAPI_RS_KUBEADM_DIR", KUBEBUILDER_ASSETS]
         .into_iter()
+        .filter_map(|var| std::env::var_os(var).filter(|d| !d.is_empty()))
+        .map(PathBuf::from)
         .chain(std::iter::once(default_assets_dir()))
-        .map(|dir| dir.join("kubeadm"))
+        .map(|dir| dir.join(name))
         .find(|path| path.is_file())
 }
 
