@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use capi_core::api::TemplateMetadata;
+use capi_core::api::{TemplateMetadata, validation};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -150,7 +150,7 @@ pub struct ClusterConfiguration {
 pub struct ApiServer {
     /// Extra flags.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 100))]
+    #[schemars(length(max = 100), transform = validation::unique_extra_arg_names)]
     pub extra_args: Vec<Arg>,
     /// Extra subject alternative names of the serving certificate.
     #[serde(default, rename = "certSANs", skip_serializing_if = "Vec::is_empty")]
@@ -164,7 +164,7 @@ pub struct ApiServer {
 pub struct ControlPlaneComponent {
     /// Extra flags.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 100))]
+    #[schemars(length(max = 100), transform = validation::unique_extra_arg_names)]
     pub extra_args: Vec<Arg>,
 }
 
@@ -187,7 +187,7 @@ pub struct LocalEtcd {
     pub data_dir: Option<String>,
     /// Extra flags.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 100))]
+    #[schemars(length(max = 100), transform = validation::unique_extra_arg_names)]
     pub extra_args: Vec<Arg>,
 }
 
@@ -282,7 +282,7 @@ pub struct NodeRegistration {
     pub cri_socket: Option<String>,
     /// Extra kubelet flags.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 100))]
+    #[schemars(length(max = 100), transform = validation::unique_kubelet_extra_arg_names)]
     pub kubelet_extra_args: Vec<Arg>,
     /// Preflight errors to ignore.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

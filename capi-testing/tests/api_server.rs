@@ -358,6 +358,17 @@ async fn invalid_specs_are_rejected_with_the_field_path() {
     .unwrap();
     bad_range["spec"]["remediation"]["triggerIf"] = json!({"unhealthyInRange": "1-3"});
 
+    // A CEL rule, as upstream declares it: the health check's own conditions cannot be checked.
+    let mut own_condition: Value = serde_json::to_value(
+        manifest::parse(&sample("machinehealthcheck.yaml"))
+            .unwrap()
+            .remove(0),
+    )
+    .unwrap();
+    own_condition["metadata"]["name"] = json!("own-condition");
+    own_condition["spec"]["checks"]["unhealthyMachineConditions"] =
+        json!([{"type": "HealthCheckSucceeded", "status": "False", "timeoutSeconds": 60}]);
+
     let cases = [
         ("machinesets", negative_replicas, "spec.replicas"),
         (
@@ -383,6 +394,11 @@ async fn invalid_specs_are_rejected_with_the_field_path() {
             "machinehealthchecks",
             bad_range,
             "spec.remediation.triggerIf.unhealthyInRange",
+        ),
+        (
+            "machinehealthchecks",
+            own_condition,
+            "spec.checks.unhealthyMachineConditions[0].type: Invalid value: \"HealthCheckSucceeded\": type must not be one of: Ready, Available, HealthCheckSucceeded",
         ),
     ];
     for (plural, object, field) in cases {

@@ -107,10 +107,14 @@ pub struct UnhealthyNodeCondition {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UnhealthyMachineCondition {
-    /// The machine condition type; `Ready`, `Available` and `HealthCheckSucceeded` are not allowed
-    /// upstream.
+    /// The machine condition type; not one the health check sets or summarises itself (`Ready`,
+    /// `Available`, `HealthCheckSucceeded`, `OwnerRemediated`, `ExternallyRemediated`).
     #[serde(rename = "type")]
-    #[schemars(length(min = 1, max = 316), pattern(validation::CONDITION_TYPE))]
+    #[schemars(
+        length(min = 1, max = 316),
+        pattern(validation::CONDITION_TYPE),
+        transform = validation::not_a_health_check_condition
+    )]
     pub type_: String,
 
     /// The status that is unhealthy.

@@ -32,10 +32,64 @@ pub const UNHEALTHY_RANGE: &str = r"^\[[0-9]+-[0-9]+\]$";
 /// naming the object's path and the message `exactly one of <first> or <second> must be set`.
 /// Use it in a `#[schemars(transform = ...)]` function.
 pub fn exactly_one_of(schema: &mut Schema, first: &str, second: &str) {
-    let rule = serde_json::json!({
-        "rule": format!("has(self.{first}) != has(self.{second})"),
-        "message": format!("exactly one of {first} or {second} must be set"),
-    });
+    add_rule(
+        schema,
+        &format!("has(self.{first}) != has(self.{second})"),
+        &format!("exactly one of {first} or {second} must be set"),
+    );
+}
+
+/// Adds a CEL rule to a list's schema: no two elements have the same `name` (upstream's rule on
+/// kubeadm's `extraArgs`), with the message `<field> name must be unique`.
+fn unique_names(schema: &mut Schema, field: &str) {
+    add_rule(
+        schema,
+        "self.all(x, self.exists_one(y, x.name == y.name))",
+        &format!("{field} name must be unique"),
+    );
+}
+
+/// `extraArgs` of a kubeadm component: each flag name at most once, as upstream declares it.
+/// Use with `#[schemars(transform = validation::unique_extra_arg_names)]`.
+pub fn unique_extra_arg_names(schema: &mut Schema) {
+    unique_names(schema, "extraArgs");
+}
+
+/// `kubeletExtraArgs`: each flag name at most once, as upstream declares it.
+pub fn unique_kubelet_extra_arg_names(schema: &mut Schema) {
+    unique_names(schema, "kubeletExtraArgs");
+}
+
+/// The conditions a MachineHealthCheck sets or summarises itself, which upstream refuses as the
+/// type of an unhealthy machine condition.
+pub const MACHINE_HEALTH_CHECK_OWN_CONDITIONS: [&str; 5] = [
+    "Ready",
+    "Available",
+    "HealthCheckSucceeded",
+    "OwnerRemediated",
+    "ExternallyRemediated",
+];
+
+/// `unhealthyMachineConditions[].type`: not one of [`MACHINE_HEALTH_CHECK_OWN_CONDITIONS`] (a CEL
+/// rule, with upstream's message).
+pub fn not_a_health_check_condition(schema: &mut Schema) {
+    let quoted: Vec<String> = MACHINE_HEALTH_CHECK_OWN_CONDITIONS
+        .iter()
+        .map(|c| format!("'{c}'"))
+        .collect();
+    add_rule(
+        schema,
+        &format!("!(self in [{}])", quoted.join(",")),
+        &format!(
+            "type must not be one of: {}",
+            MACHINE_HEALTH_CHECK_OWN_CONDITIONS.join(", ")
+        ),
+    );
+}
+
+/// Appends a CEL rule (`x-kubernetes-validations`) to a schema.
+fn add_rule(schema: &mut Schema, rule: &str, message: &str) {
+    let rule = serde_json::json!({"rule": rule, "message": message});
     match schema.get_mut("x-kubernetes-validations") {
         Some(serde_json::Value::Array(rules)) => rules.push(rule),
         _ => {
