@@ -4,9 +4,10 @@
 //! nothing of that object is stored. Nothing is ever dropped silently.
 //!
 //! Objects are applied in the order given; a CustomResourceDefinition is waited for until it is
-//! established, so a stream may hold CRDs and then objects of their kinds. Namespaced objects
-//! without a namespace go to the namespace the caller names (`-n`), else `default`; cluster-scoped
-//! objects ignore it.
+//! established (and its kind discoverable), so a stream may hold CRDs and then objects of their
+//! kinds. Namespaced objects without a namespace go to the namespace the caller names (`-n`),
+//! else the client's default (the kubeconfig context's); an object that names another namespace
+//! than `-n` is an error, as with kubectl; cluster-scoped objects ignore both.
 
 use std::time::{Duration, Instant};
 
@@ -65,8 +66,20 @@ pub enum ApplyError {
         source: kube::Error,
     },
     /// A CRD did not become established.
-    #[error("CRD {0} was not established within 30 s")]
+    #[error("CRD {0} was not established within {secs} s", secs = ESTABLISH_TIMEOUT.as_secs())]
     NotEstablished(String),
+    /// An object names another namespace than the one asked for.
+    #[error(
+        "{what} names namespace {object:?} but {requested:?} was asked for; remove one of them"
+    )]
+    NamespaceMismatch {
+        /// Which object.
+        what: String,
+        /// The object's `metadata.namespace`.
+        object: String,
+        /// The namespace asked for (`-n`).
+        requested: String,
+    },
 }
 
 /// Parses a multi-document YAML stream into objects; empty documents are skipped. Every object
@@ -116,9 +129,10 @@ pub fn params() -> PatchParams {
 }
 
 /// Applies `objects` in order with [`params`], waiting for each CRD to be established before what
-/// follows. Namespaced objects without a namespace go to `namespace` (else `default`). Stops at
-/// the first refusal; what was applied before it stays applied (applying again is safe).
-/// `progress` hears about each applied object.
+/// follows. Namespaced objects without a namespace go to `namespace` (else the client's default
+/// namespace); one that names another namespace than `namespace` is refused. Stops at the first
+/// refusal; what was applied before it stays applied (applying again is safe). `progress` hears
+/// about each applied object.
 pub async fn apply(
     client: &Client,
     objects: &[DynamicObject],
@@ -126,6 +140,7 @@ pub async fn apply(
     mut progress: impl FnMut(&str),
 ) -> Result<(), ApplyError> {
     let params = params();
+    let mut crd_applied = false;
     for object in objects {
         let types = object.types.clone().unwrap_or_default();
         let gvk = GroupVersionKind::try_from(&types).map_err(|source| ApplyError::BadType {
@@ -133,7 +148,7 @@ pub async fn apply(
             source,
         })?;
         let (resource, capabilities) =
-            kube::discovery::pinned_kind(client, &gvk)
+            discover(client, &gvk, crd_applied)
                 .await
                 .map_err(|source| ApplyError::Apply {
                     what: describe(object),
@@ -142,10 +157,19 @@ pub async fn apply(
         let mut object = object.clone();
         let api: Api<DynamicObject> = match capabilities.scope {
             kube::discovery::Scope::Namespaced => {
+                if let (Some(own), Some(requested)) = (object.namespace(), namespace)
+                    && own != requested
+                {
+                    return Err(ApplyError::NamespaceMismatch {
+                        what: describe(&object),
+                        object: own,
+                        requested: requested.to_string(),
+                    });
+                }
                 let ns = object
                     .namespace()
                     .or_else(|| namespace.map(str::to_string))
-                    .unwrap_or_else(|| "default".to_string());
+                    .unwrap_or_else(|| client.default_namespace().to_string());
                 object.metadata.namespace = Some(ns.clone());
                 Api::namespaced_with(client.clone(), &ns, &resource)
             }
@@ -163,10 +187,31 @@ pub async fn apply(
             })?;
         if types.kind == "CustomResourceDefinition" {
             wait_established(client, &object.name_any()).await?;
+            crd_applied = true;
         }
         progress(&what);
     }
     Ok(())
+}
+
+/// The resource of `gvk`. Right after a CRD is established its kind may not be discoverable yet:
+/// when this run applied a CRD, a 404 is asked again for a few seconds.
+async fn discover(
+    client: &Client,
+    gvk: &GroupVersionKind,
+    crd_applied: bool,
+) -> Result<(kube::api::ApiResource, kube::discovery::ApiCapabilities), kube::Error> {
+    let started = Instant::now();
+    loop {
+        match kube::discovery::pinned_kind(client, gvk).await {
+            Err(kube::Error::Api(status))
+                if crd_applied && status.code == 404 && started.elapsed() < ESTABLISH_TIMEOUT =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Creates `object` (a POST, failing if it exists) with strict field validation — kube's

@@ -359,4 +359,21 @@ async fn apply_refuses_a_misspelled_field_and_names_it() {
     let stored = clusters.get("typo").await.unwrap();
     let network = stored.spec.cluster_network.unwrap();
     assert_eq!(network.service_domain.as_deref(), Some("cluster.local"));
+
+    // An object naming another namespace than `-n` is refused, as kubectl does.
+    let elsewhere = capictl(&[
+        "--kubeconfig",
+        &kubeconfig,
+        "apply",
+        "-f",
+        file.to_str().unwrap(),
+        "-n",
+        "elsewhere",
+    ]);
+    assert!(!elsewhere.status.success());
+    let error = String::from_utf8_lossy(&elsewhere.stderr);
+    assert!(
+        error.contains(&format!("names namespace \"{ns}\" but \"elsewhere\"")),
+        "{error}"
+    );
 }

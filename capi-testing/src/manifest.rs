@@ -43,13 +43,23 @@ pub enum ManifestError {
     /// The API server refused or could not be reached.
     #[error(transparent)]
     Api(#[from] EnvtestError),
-    /// An object could not be encoded or its request built.
-    #[error("document {index} could not be sent: {message}")]
+    /// An object could not be encoded.
+    #[error("document {index} could not be encoded")]
+    Encode {
+        /// The document's position, from 0.
+        index: usize,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// Its request could not be built.
+    #[error("document {index}: building the create request")]
     Request {
         /// The document's position, from 0.
         index: usize,
         /// Why.
-        message: String,
+        #[source]
+        source: kube::core::request::Error,
     },
 }
 
@@ -93,12 +103,12 @@ pub async fn create_all(
             kube::discovery::Scope::Namespaced => Some(namespace),
             kube::discovery::Scope::Cluster => None,
         };
-        let request_error = |message: String| ManifestError::Request { index, message };
-        let body = serde_json::to_vec(object).map_err(|e| request_error(e.to_string()))?;
+        let body =
+            serde_json::to_vec(object).map_err(|source| ManifestError::Encode { index, source })?;
         let request = Request::new(DynamicObject::url_path(&resource, scope))
             .create(&PostParams::default(), body)
-            .map_err(|e| request_error(e.to_string()))?;
-        let request = strict(request).map_err(request_error)?;
+            .and_then(strict)
+            .map_err(|source| ManifestError::Request { index, source })?;
         let stored = client
             .request::<DynamicObject>(request)
             .await
@@ -109,12 +119,14 @@ pub async fn create_all(
 }
 
 /// Adds `fieldValidation=Strict` to a create request (kube's `PostParams` has no such field).
-fn strict(request: http::Request<Vec<u8>>) -> Result<http::Request<Vec<u8>>, String> {
+fn strict(
+    request: http::Request<Vec<u8>>,
+) -> Result<http::Request<Vec<u8>>, kube::core::request::Error> {
     let (mut parts, body) = request.into_parts();
     let uri = parts.uri.to_string();
     let separator = if uri.contains('?') { '&' } else { '?' };
     parts.uri = format!("{uri}{separator}fieldValidation=Strict")
         .parse()
-        .map_err(|e: http::uri::InvalidUri| e.to_string())?;
+        .map_err(|e: http::uri::InvalidUri| kube::core::request::Error::BuildRequest(e.into()))?;
     Ok(http::Request::from_parts(parts, body))
 }

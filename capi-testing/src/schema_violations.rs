@@ -143,7 +143,7 @@ impl fmt::Display for Constraint {
             Rule::Required => "required".to_string(),
             Rule::ExactlyOneOf(first, second) => format!("exactly one of {first}, {second}"),
         };
-        write!(f, "{}: {rule}", indexed_path(&self.path))
+        write!(f, "{}: {rule}", field_path(&self.path))
     }
 }
 
@@ -552,11 +552,6 @@ fn lookup_mut<'a>(object: &'a mut Value, path: &[Segment]) -> Option<&'a mut Val
 /// The path as the API server's schema validation writes it: fields joined by dots, an array
 /// element by its index — `spec.clusterNetwork.pods.cidrBlocks[0]`.
 pub fn field_path(path: &[Segment]) -> String {
-    indexed_path(path)
-}
-
-/// The path with its indexes, `spec.failureDomains[0].name`.
-fn indexed_path(path: &[Segment]) -> String {
     let mut out = String::new();
     for segment in path {
         match segment {
@@ -584,8 +579,8 @@ struct Limits {
 fn exactly_one_of(rule: &str) -> Option<(String, String)> {
     let field = |part: &str| {
         let name = part.trim().strip_prefix("has(self.")?.strip_suffix(')')?;
-        name.chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        // CEL escapes some field names (`__dash__`, `__namespace__`); those are not JSON keys.
+        (!name.contains("__") && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
             .then(|| name.to_string())
     };
     let (first, second) = rule.split_once("!=")?;
@@ -900,7 +895,6 @@ mod tests {
         Edit::Repeat(3).apply(&mut object, &path[..2]);
         assert_eq!(object, json!({"spec": {"zones": [{}, {}, {}]}}));
         assert_eq!(field_path(&path), "spec.zones[0].zone");
-        assert_eq!(indexed_path(&path), "spec.zones[0].zone");
     }
 
     #[test]
@@ -917,7 +911,7 @@ mod tests {
         let rule = found
             .iter()
             .find(|c| {
-                indexed_path(&c.path) == "spec.image"
+                field_path(&c.path) == "spec.image"
                     && c.rule == Rule::ExactlyOneOf("id".into(), "filter".into())
             })
             .expect("the CEL rule is a constraint of spec.image");
@@ -947,7 +941,7 @@ mod tests {
         let find = |path: &str, rule: Rule| {
             found
                 .iter()
-                .find(|c| indexed_path(&c.path) == path && c.rule == rule)
+                .find(|c| field_path(&c.path) == path && c.rule == rule)
                 .unwrap_or_else(|| panic!("no {path} constraint"))
                 .clone()
         };

@@ -12,15 +12,21 @@ async fn control_plane_serves_and_is_gone_after_drop() {
     let control_plane = ControlPlane::start().await.unwrap();
     let client = control_plane.client().await.unwrap();
     let version = client.apiserver_version().await.unwrap();
-    assert_eq!(
-        version.git_version,
-        capi_testing::envtest::KUBERNETES_VERSION,
-        "the API server is the pinned release"
-    );
     assert!(
         version.minor.trim_end_matches('+').parse::<u32>().unwrap() >= 33,
-        "a version upstream Cluster API v1.14 supports"
+        "a version upstream Cluster API v1.14 supports: {version:?}"
     );
+    // The binaries `cargo xtask envtest` builds are the pinned release (a vendor's
+    // KUBEBUILDER_ASSETS may hold another supported one).
+    let assets = std::env::var_os(capi_testing::envtest::KUBEBUILDER_ASSETS)
+        .filter(|d| !d.is_empty())
+        .map(std::path::PathBuf::from);
+    if assets.is_none_or(|dir| dir == capi_testing::envtest::default_assets_dir()) {
+        assert_eq!(
+            version.git_version,
+            capi_testing::envtest::KUBERNETES_VERSION
+        );
+    }
 
     // The token in the kubeconfig is an admin: it may list cluster-scoped objects.
     let namespaces: Api<Namespace> = Api::all(client);

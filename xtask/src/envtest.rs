@@ -13,8 +13,8 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use capi_testing::envtest::{
-    Assets, ETCD_VERSION, KUBEADM_V1BETA3_VERSION, KUBEBUILDER_ASSETS, KUBERNETES_VERSION,
-    default_assets_dir,
+    Assets, ETCD_VERSION, KUBEADM_V1BETA3_BINARY, KUBEADM_V1BETA3_VERSION, KUBEBUILDER_ASSETS,
+    KUBERNETES_VERSION, default_assets_dir,
 };
 
 use crate::command::{output, step};
@@ -30,9 +30,27 @@ pub(crate) fn ensure() -> Result<PathBuf> {
     let cached = default_assets_dir();
     if let Some(dir) = std::env::var_os(KUBEBUILDER_ASSETS).filter(|d| !d.is_empty()) {
         let dir = PathBuf::from(dir);
-        Assets::in_dir(&dir)
+        let assets = Assets::in_dir(&dir)
             .with_context(|| format!("{KUBEBUILDER_ASSETS} is set to {}", dir.display()))?;
-        println!("envtest: using {KUBEBUILDER_ASSETS}={}", dir.display());
+        let version = output(Command::new(&assets.kube_apiserver).arg("--version"))?;
+        let version = version.trim().trim_start_matches("Kubernetes ").to_string();
+        let minor = version
+            .trim_start_matches('v')
+            .split('.')
+            .nth(1)
+            .and_then(|m| m.parse::<u32>().ok());
+        if minor.is_none_or(|minor| minor < 33) {
+            bail!(
+                "{KUBEBUILDER_ASSETS}={} holds kube-apiserver {version}; this project needs a \
+                 version upstream Cluster API v1.14 supports (v1.33 or newer; the tests are \
+                 written for {KUBERNETES_VERSION}). Unset it to build {KUBERNETES_VERSION}.",
+                dir.display()
+            );
+        }
+        println!(
+            "envtest: using {KUBEBUILDER_ASSETS}={} (kube-apiserver {version})",
+            dir.display()
+        );
         build_missing(MODULE, KUBERNETES_VERSION, &cached, &[kubeadm_target()])?;
         build_missing(
             KUBEADM_V1BETA3_MODULE,
@@ -56,7 +74,7 @@ pub(crate) fn ensure() -> Result<PathBuf> {
 fn kubeadm_v1beta3_target() -> Target<'static> {
     Target {
         package: "k8s.io/kubernetes/cmd/kubeadm",
-        binary: "kubeadm-v1.30",
+        binary: KUBEADM_V1BETA3_BINARY,
     }
 }
 
@@ -86,7 +104,7 @@ fn all_targets() -> Vec<Target<'static>> {
 fn build_missing(module: &str, kubernetes: &str, dir: &Path, targets: &[Target<'_>]) -> Result<()> {
     let missing: Vec<&Target<'_>> = targets
         .iter()
-        .filter(|t| !dir.join(t.binary).is_file())
+        .filter(|t| !up_to_date(dir, t, kubernetes))
         .collect();
     if missing.is_empty() {
         println!(
@@ -140,6 +158,20 @@ fn build_missing(module: &str, kubernetes: &str, dir: &Path, targets: &[Target<'
         }
     }
     Ok(())
+}
+
+/// Whether `dir` holds the target's binary, and — for a kubeadm, whose release may change while
+/// the directory's revision stays — of the release `kubernetes`.
+fn up_to_date(dir: &Path, target: &Target<'_>, kubernetes: &str) -> bool {
+    let binary = dir.join(target.binary);
+    if !binary.is_file() {
+        return false;
+    }
+    if !target.binary.starts_with("kubeadm") {
+        return true;
+    }
+    output(Command::new(&binary).args(["version", "-o", "short"]))
+        .is_ok_and(|reported| reported.trim() == kubernetes)
 }
 
 /// The wrapper module and the constants the harness reports must name the same releases.

@@ -50,14 +50,21 @@ impl GoModule {
         &self.dir
     }
 
-    /// The version the module's `go.mod` requires of `module` (a direct or indirect requirement),
-    /// or its replacement's version when the module is replaced.
+    /// The version the module's `go.mod` requires of `module`, or its replacement's version when
+    /// the module is replaced by another version (read with `go mod edit -json`). An error when
+    /// it is not required, or replaced by a directory.
     pub(crate) fn required_version(&self, module: &str) -> Result<String> {
-        let path = self.dir.join("go.mod");
-        let content = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        required_version(&content, module)
-            .with_context(|| format!("{} does not require {module}", path.display()))
+        ensure_toolchain()?;
+        let mut command = self.go();
+        command.args(["mod", "edit", "-json"]);
+        let go_mod: serde_json::Value = serde_json::from_str(&output(&mut command)?)
+            .with_context(|| format!("`go mod edit -json` in {}", self.dir.display()))?;
+        required_version(&go_mod, module).with_context(|| {
+            format!(
+                "{} does not pin {module} to a version",
+                self.dir.join("go.mod").display()
+            )
+        })
     }
 
     /// Builds `targets` into `out_dir`, each with `ldflags`, printing progress every 30 s. A binary
@@ -203,25 +210,20 @@ fn run_with_progress(command: &mut Command, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// The version `go_mod` requires of `module`, honouring a `replace` of it to another version.
-fn required_version(go_mod: &str, module: &str) -> Option<String> {
-    let mut required = None;
-    let mut replaced = None;
-    for line in go_mod.lines() {
-        let line = line.split("//").next().unwrap_or("").trim();
-        let line = line
-            .strip_prefix("require ")
-            .or_else(|| line.strip_prefix("replace "))
-            .unwrap_or(line);
-        let words: Vec<&str> = line.split_whitespace().collect();
-        match words.as_slice() {
-            [name, version] if *name == module => required = Some(version.to_string()),
-            [name, "=>", _, version] if *name == module => replaced = Some(version.to_string()),
-            [name, _, "=>", _, version] if *name == module => replaced = Some(version.to_string()),
-            _ => {}
-        }
+/// The version `go_mod` (`go mod edit -json`) requires of `module`, honouring a `replace` of it:
+/// the replacement's version, or `None` for a directory replacement.
+fn required_version(go_mod: &serde_json::Value, module: &str) -> Option<String> {
+    let entries = |key: &str| go_mod[key].as_array().cloned().unwrap_or_default();
+    if let Some(replace) = entries("Replace")
+        .into_iter()
+        .find(|r| r["Old"]["Path"] == module)
+    {
+        return replace["New"]["Version"].as_str().map(str::to_string);
     }
-    replaced.or(required)
+    entries("Require")
+        .into_iter()
+        .find(|r| r["Path"] == module)
+        .and_then(|r| r["Version"].as_str().map(str::to_string))
 }
 
 #[cfg(test)]
@@ -230,21 +232,38 @@ mod tests {
 
     #[test]
     fn required_versions_come_from_require_and_replace() {
-        let go_mod = "module x\n\nrequire go.etcd.io/etcd/server/v3 v3.6.8\n\nrequire (\n\
-                      \tk8s.io/kubernetes v1.36.3 // indirect\n\tk8s.io/api v0.0.0\n)\n\n\
-                      replace (\n\tk8s.io/api => k8s.io/api v0.36.3\n)\n";
+        let go_mod = serde_json::json!({
+            "Require": [
+                {"Path": "go.etcd.io/etcd/server/v3", "Version": "v3.6.8"},
+                {"Path": "k8s.io/kubernetes", "Version": "v1.36.3", "Indirect": true},
+                {"Path": "k8s.io/api", "Version": "v0.0.0"},
+                {"Path": "example.com/local", "Version": "v1.0.0"},
+            ],
+            "Replace": [
+                {"Old": {"Path": "k8s.io/api"}, "New": {"Path": "k8s.io/api", "Version": "v0.36.3"}},
+                {"Old": {"Path": "example.com/local"}, "New": {"Path": "../local"}},
+            ],
+        });
+        let version = |module| required_version(&go_mod, module);
         assert_eq!(
-            required_version(go_mod, "go.etcd.io/etcd/server/v3").as_deref(),
+            version("go.etcd.io/etcd/server/v3").as_deref(),
             Some("v3.6.8")
         );
+        assert_eq!(version("k8s.io/kubernetes").as_deref(), Some("v1.36.3"));
+        assert_eq!(version("k8s.io/api").as_deref(), Some("v0.36.3"));
         assert_eq!(
-            required_version(go_mod, "k8s.io/kubernetes").as_deref(),
-            Some("v1.36.3")
+            version("example.com/local"),
+            None,
+            "a directory has no version"
         );
-        assert_eq!(
-            required_version(go_mod, "k8s.io/api").as_deref(),
-            Some("v0.36.3")
-        );
-        assert_eq!(required_version(go_mod, "k8s.io/client-go"), None);
+        assert_eq!(version("k8s.io/client-go"), None);
+    }
+
+    #[test]
+    fn the_checked_in_modules_read_with_go_mod_edit() {
+        let pinned = GoModule::named("envtest")
+            .required_version("k8s.io/api")
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        assert!(pinned.starts_with("v0."), "{pinned}");
     }
 }

@@ -10,7 +10,8 @@
 //!   (see [`capi_testing::upstream`] for what is on and off), in a background process, and prints
 //!   the `KUBECONFIG` to use. One peer at a time: upstream's in-memory backend listens on fixed
 //!   ports.
-//! - `stop` stops it and removes everything it made.
+//! - `stop` stops it: the managers, the control plane and their directories are removed (the
+//!   background process's log stays in `<cache>/upstream-run/serve.log`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -28,8 +29,13 @@ use crate::go::{GoModule, Target};
 /// The wrapper module's name under `xtask/go/`.
 const MODULE: &str = "upstream";
 
-/// How long `start` waits for the peer.
-const START_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long `start` waits for the peer: longer than the harness's own worst case (the control
+/// plane, then each manager's readiness).
+const START_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// How long a started `serve` waits for `start` to adopt it before it stops on its own (an
+/// interrupted `start` must not leave an orphan holding the peer's fixed ports).
+const ADOPTION_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// `cargo xtask upstream <action>`.
 pub(crate) fn command(action: Option<&str>, rest: &[String]) -> Result<()> {
@@ -116,12 +122,14 @@ fn state_file() -> PathBuf {
 
 fn start() -> Result<()> {
     let state = state_file();
-    if state.exists() {
+    if let Some(pid) = running_peer(&state) {
         bail!(
-            "a peer is already running (see {}); `cargo xtask upstream stop` first",
+            "a peer is already running (process {pid}, see {}); `cargo xtask upstream stop` first",
             state.display()
         );
     }
+    // A state file whose process is gone (a reboot, a crash) is stale.
+    let _ = std::fs::remove_file(&state);
     let assets_dir = crate::envtest::ensure()?;
     install()?;
     step("Starting a local control plane with upstream Cluster API's four managers");
@@ -155,6 +163,7 @@ fn start() -> Result<()> {
             );
         }
         if pending.exists() {
+            // `serve` writes the pending file atomically (write, then rename), so it is whole.
             std::fs::rename(&pending, &state)?;
             break;
         }
@@ -191,8 +200,8 @@ fn serve(pending: PathBuf) -> Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let control_plane = ControlPlane::start_with(&Assets::locate()?).await?;
-        let peer = UpstreamPeer::start(&control_plane, &UpstreamAssets::locate()?).await?;
+        let mut control_plane = ControlPlane::start_with(&Assets::locate()?).await?;
+        let mut peer = UpstreamPeer::start(&control_plane, &UpstreamAssets::locate()?).await?;
         let record = serde_json::json!({
             "pid": std::process::id(),
             "kubeconfig": control_plane.kubeconfig_path(),
@@ -200,34 +209,68 @@ fn serve(pending: PathBuf) -> Result<()> {
             "peerDir": peer.dir(),
             "managerPids": peer.pids(),
         });
-        std::fs::write(&pending, serde_json::to_vec_pretty(&record)?)?;
+        let written = pending.with_extension("partial");
+        std::fs::write(&written, serde_json::to_vec_pretty(&record)?)?;
+        std::fs::rename(&written, &pending)?;
         println!("serving; remove {} to stop", state_file().display());
-        // `start` renames the pending file to the state file; `stop` removes it.
+        // `start` renames the pending file to the state file; `stop` removes it. Stop also when
+        // nobody adopts this process, or when a manager or the control plane has died.
         let state = state_file();
-        loop {
+        let waiting_since = std::time::Instant::now();
+        let outcome = loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
-            if !pending.exists() && !state.exists() {
-                break;
+            if pending.exists() && waiting_since.elapsed() > ADOPTION_TIMEOUT {
+                let _ = std::fs::remove_file(&pending);
+                break Err(anyhow::anyhow!("`start` did not adopt this peer; stopping"));
             }
+            if !pending.exists() && !state.exists() {
+                break Ok(());
+            }
+            if let Err(error) = peer.check() {
+                break Err(anyhow::anyhow!("an upstream manager stopped: {error}"));
+            }
+            if !control_plane.is_running() {
+                break Err(anyhow::anyhow!("the control plane stopped"));
+            }
+        };
+        if outcome.is_err() {
+            let _ = std::fs::remove_file(&state);
         }
         drop(peer);
         drop(control_plane);
-        Ok(())
+        outcome
+    })
+}
+
+/// The process ID of the peer the state file records, if that process is still the peer's
+/// `serve` (a stale file after a reboot may name an unrelated process).
+fn running_peer(state: &Path) -> Option<u32> {
+    let text = std::fs::read_to_string(state).ok()?;
+    let recorded: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let pid = u32::try_from(recorded["pid"].as_u64()?).ok()?;
+    is_serve(pid).then_some(pid)
+}
+
+/// Whether process `pid` is an `xtask upstream serve`.
+fn is_serve(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        args.windows(2)
+            .any(|pair| pair[0] == b"upstream" && pair[1] == b"serve")
     })
 }
 
 fn stop() -> Result<()> {
     let state = state_file();
-    let Ok(text) = std::fs::read_to_string(&state) else {
+    // An unadopted peer (an interrupted `start`) stops on its own once its pending file is gone.
+    let _ = std::fs::remove_file(state.with_extension("pending"));
+    let pid = running_peer(&state);
+    let _ = std::fs::remove_file(&state);
+    let Some(pid) = pid else {
         println!("upstream: no peer is running");
         return Ok(());
     };
-    let recorded: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-    std::fs::remove_file(&state).with_context(|| format!("removing {}", state.display()))?;
-    let Some(pid) = recorded["pid"].as_u64() else {
-        return Ok(());
-    };
-    let alive = || Path::new(&format!("/proc/{pid}")).exists();
+    let alive = || is_serve(pid);
     let started = Instant::now();
     while alive() && started.elapsed() < Duration::from_secs(60) {
         crate::command::pause(Duration::from_millis(200));
@@ -261,10 +304,10 @@ fn copy_dir(from: &Path, to: &Path) -> Result<()> {
         } else {
             std::fs::copy(entry.path(), &target)
                 .with_context(|| format!("copying {}", entry.path().display()))?;
-            // The module cache is read-only; the copy may be replaced by the next install.
+            // The module cache is read-only; let the owner replace the copy on the next install.
+            use std::os::unix::fs::PermissionsExt;
             let mut permissions = std::fs::metadata(&target)?.permissions();
-            #[allow(clippy::permissions_set_readonly_false)]
-            permissions.set_readonly(false);
+            permissions.set_mode(permissions.mode() | 0o200);
             std::fs::set_permissions(&target, permissions)?;
         }
     }

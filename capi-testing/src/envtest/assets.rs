@@ -1,4 +1,5 @@
-//! Where the etcd and kube-apiserver binaries are.
+//! Where the local control plane's binaries are (etcd, kube-apiserver) and the kubeadms that
+//! validate rendered configurations.
 
 use std::path::{Path, PathBuf};
 
@@ -47,6 +48,9 @@ pub fn default_assets_dir() -> PathBuf {
 /// and the one before, so one kubeadm cannot validate both APIs' documents as rendered.
 pub const KUBEADM_V1BETA3_VERSION: &str = "v1.30.14";
 
+/// The file name of that kubeadm in the assets directory.
+pub const KUBEADM_V1BETA3_BINARY: &str = "kubeadm-v1.30";
+
 /// The `kubeadm` that validates a configuration rendered for Kubernetes minor `minor` (of 1.x):
 /// `kubeadm-v1.30` for minors 29 and 30, `kubeadm` (of [`KUBERNETES_VERSION`]) for the minor
 /// before it and its own; `None` for other minors or when it is not built. Looked for in
@@ -61,10 +65,12 @@ pub fn kubeadm_for(minor: u32) -> Option<PathBuf> {
     };
     let name = [
         ("kubeadm", own(KUBERNETES_VERSION)),
-        ("kubeadm-v1.30", own(KUBEADM_V1BETA3_VERSION)),
+        (KUBEADM_V1BETA3_BINARY, own(KUBEADM_V1BETA3_VERSION)),
     ]
     .into_iter()
-    .find(|(_, kubeadm_minor)| kubeadm_minor.is_some_and(|k| minor <= k && minor + 1 >= k))
+    .find(|(_, kubeadm_minor)| {
+        kubeadm_minor.is_some_and(|k| minor <= k && minor.saturating_add(1) >= k)
+    })
     .map(|(name, _)| name)?;
     ["CAPI_RS_KUBEADM_DIR", KUBEBUILDER_ASSETS]
         .into_iter()

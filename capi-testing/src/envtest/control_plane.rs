@@ -309,9 +309,14 @@ impl Process {
     }
 
     pub(crate) fn not_ready(&self) -> EnvtestError {
+        self.not_ready_after(START_TIMEOUT)
+    }
+
+    /// The error of a process that was not ready after `waited`.
+    pub(crate) fn not_ready_after(&self, waited: Duration) -> EnvtestError {
         EnvtestError::NotReady {
             binary: self.binary,
-            seconds: START_TIMEOUT.as_secs(),
+            seconds: waited.as_secs(),
             tail: tail(&self.log),
             log: self.log.clone(),
         }

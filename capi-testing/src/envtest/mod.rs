@@ -5,8 +5,8 @@ pub(crate) mod control_plane;
 pub(crate) mod pki;
 
 pub use assets::{
-    ASSETS_REVISION, Assets, ETCD_VERSION, KUBEADM_V1BETA3_VERSION, KUBEBUILDER_ASSETS,
-    KUBERNETES_VERSION, cache_root, default_assets_dir, kubeadm_for,
+    ASSETS_REVISION, Assets, ETCD_VERSION, KUBEADM_V1BETA3_BINARY, KUBEADM_V1BETA3_VERSION,
+    KUBEBUILDER_ASSETS, KUBERNETES_VERSION, cache_root, default_assets_dir, kubeadm_for,
 };
 pub use control_plane::ControlPlane;
 pub(crate) use control_plane::config_from_kubeconfig;

@@ -244,6 +244,9 @@ impl UpstreamAssets {
 ///
 /// Guarantees: the managers are stopped and their directory (certificates, logs) removed when the
 /// value is dropped, or, if the owning process dies first, by a watchdog within about a second.
+/// What the peer installed stays in the control plane: its webhook configurations and conversion
+/// webhooks (failure policy `Fail`) then point at stopped servers, so drop the control plane with
+/// the peer rather than reuse it.
 pub struct UpstreamPeer {
     // Dropped first: the watchdog, then the managers, then the directory.
     _watchdog: Option<Process>,
@@ -261,9 +264,29 @@ impl std::fmt::Debug for UpstreamPeer {
 
 impl UpstreamPeer {
     /// Installs upstream's CRDs (with conversion webhooks) into `control_plane`, starts the four
-    /// managers, waits until each reports ready, then installs the webhook configurations. Returns
-    /// once the peer serves: objects applied after this are defaulted, validated and reconciled.
+    /// managers, waits until each reports ready (its webhook server listens), then installs the
+    /// webhook configurations. Returns once the peer serves: objects applied after this are
+    /// defaulted, validated and reconciled. Retries twice when a port picked as free was taken in
+    /// the meantime.
     pub async fn start(
+        control_plane: &ControlPlane,
+        assets: &UpstreamAssets,
+    ) -> Result<Self, UpstreamError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match Self::start_once(control_plane, assets).await {
+                Err(UpstreamError::Envtest(EnvtestError::Exited { ref tail, .. }))
+                    if attempt < 3 && tail.contains("address already in use") =>
+                {
+                    continue;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn start_once(
         control_plane: &ControlPlane,
         assets: &UpstreamAssets,
     ) -> Result<Self, UpstreamError> {
@@ -373,8 +396,9 @@ impl UpstreamPeer {
     }
 }
 
-/// Waits until the manager's health endpoint answers `/readyz` with 200 (its webhook server is
-/// serving and its caches are synced).
+/// Waits until the manager's health endpoint answers `/readyz` with 200: upstream's managers
+/// report ready once their webhook server listens (caches may still be filling; reconciles start
+/// when they are).
 async fn wait_ready(manager: &mut Process, port: u16) -> Result<(), UpstreamError> {
     let started = Instant::now();
     loop {
@@ -383,7 +407,7 @@ async fn wait_ready(manager: &mut Process, port: u16) -> Result<(), UpstreamErro
             return Ok(());
         }
         if started.elapsed() > READY_TIMEOUT {
-            return Err(manager.not_ready().into());
+            return Err(manager.not_ready_after(READY_TIMEOUT).into());
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

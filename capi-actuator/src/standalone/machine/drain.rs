@@ -76,15 +76,10 @@ pub(crate) async fn drain(client: &Client, node: &str) -> Result<DrainStatus, ku
     Ok(DrainStatus::Waiting(message))
 }
 
-/// Asks for the eviction of a pod: `policy/v1` (Kubernetes ≥ 1.22), else `policy/v1beta1`.
+/// Asks for the eviction of a pod (`policy/v1`: every workload cluster version upstream Cluster
+/// API v1.14 supports serves it).
 async fn evict(client: &Client, namespace: &str, name: &str) -> Result<(), kube::Error> {
-    match post_eviction(client, namespace, name, "policy/v1").await {
-        // An older server that does not know this version of Eviction.
-        Err(kube::Error::Api(status)) if status.code == 400 => {
-            post_eviction(client, namespace, name, "policy/v1beta1").await
-        }
-        other => other,
-    }
+    post_eviction(client, namespace, name, "policy/v1").await
 }
 
 async fn post_eviction(
