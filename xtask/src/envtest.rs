@@ -124,7 +124,7 @@ fn build_missing(module: &str, kubernetes: &str, dir: &Path, targets: &[Target<'
     let names: Vec<&str> = missing.iter().map(|t| t.binary).collect();
     step(&format!(
         "Building {} (Kubernetes {kubernetes}{}) from the Go module proxy into {} — once per \
-         version: minutes on 2 cores when Go's caches are cold",
+         version; with Go's caches cold about 6 minutes on 2 cores for all of them",
         names.join(", "),
         if name == MODULE {
             format!(", etcd {ETCD_VERSION}")

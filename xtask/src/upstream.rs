@@ -83,7 +83,8 @@ pub(crate) fn install() -> Result<UpstreamAssets> {
         .collect();
     step(&format!(
         "Building upstream Cluster API {CLUSTER_API_VERSION} ({}) from the Go module proxy into {} \
-         — once per version: about 6 minutes on 2 cores when Go's caches are cold",
+         — once per version; with Go's caches cold about 3 minutes on 2 cores after the local \
+         control plane's build (they share the k8s.io modules)",
         missing
             .iter()
             .map(|t| t.binary)
