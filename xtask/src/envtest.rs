@@ -28,47 +28,54 @@ const KUBEADM_V1BETA3_MODULE: &str = "kubeadm-v1.30";
 /// etcd and kube-apiserver (what `KUBEBUILDER_ASSETS` should be).
 pub(crate) fn ensure() -> Result<PathBuf> {
     let cached = default_assets_dir();
-    if let Some(dir) = std::env::var_os(KUBEBUILDER_ASSETS).filter(|d| !d.is_empty()) {
-        let dir = PathBuf::from(dir);
-        let assets = Assets::in_dir(&dir)
-            .with_context(|| format!("{KUBEBUILDER_ASSETS} is set to {}", dir.display()))?;
-        let version = output(Command::new(&assets.kube_apiserver).arg("--version"))?;
-        let version = version.trim().trim_start_matches("Kubernetes ").to_string();
-        let minor = version
-            .trim_start_matches('v')
-            .split('.')
-            .nth(1)
-            .and_then(|m| m.parse::<u32>().ok());
-        if minor.is_none_or(|minor| minor < 33) {
-            bail!(
-                "{KUBEBUILDER_ASSETS}={} holds kube-apiserver {version}; this project needs a \
-                 version upstream Cluster API v1.14 supports (v1.33 or newer; the tests are \
-                 written for {KUBERNETES_VERSION}). Unset it to build {KUBERNETES_VERSION}.",
-                dir.display()
-            );
+    let chosen = std::env::var_os(KUBEBUILDER_ASSETS)
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from);
+    // With the user's etcd and kube-apiserver, only the kubeadms (which setup-envtest does not
+    // ship) are built.
+    let targets = match &chosen {
+        Some(dir) => {
+            check_user_assets(dir)?;
+            vec![kubeadm_target()]
         }
-        println!(
-            "envtest: using {KUBEBUILDER_ASSETS}={} (kube-apiserver {version})",
-            dir.display()
-        );
-        build_missing(MODULE, KUBERNETES_VERSION, &cached, &[kubeadm_target()])?;
-        build_missing(
-            KUBEADM_V1BETA3_MODULE,
-            KUBEADM_V1BETA3_VERSION,
-            &cached,
-            &[kubeadm_v1beta3_target()],
-        )?;
-        return Ok(dir);
-    }
-    build_missing(MODULE, KUBERNETES_VERSION, &cached, &all_targets())?;
+        None => all_targets(),
+    };
+    build_missing(MODULE, KUBERNETES_VERSION, &cached, &targets)?;
     build_missing(
         KUBEADM_V1BETA3_MODULE,
         KUBEADM_V1BETA3_VERSION,
         &cached,
         &[kubeadm_v1beta3_target()],
     )?;
-    Assets::in_dir(&cached)?;
-    Ok(cached)
+    let dir = chosen.unwrap_or(cached);
+    Assets::in_dir(&dir)?;
+    Ok(dir)
+}
+
+/// `$KUBEBUILDER_ASSETS` must hold a kube-apiserver upstream Cluster API v1.14 supports.
+fn check_user_assets(dir: &Path) -> Result<()> {
+    let assets = Assets::in_dir(dir)
+        .with_context(|| format!("{KUBEBUILDER_ASSETS} is set to {}", dir.display()))?;
+    let version = output(Command::new(&assets.kube_apiserver).arg("--version"))?;
+    let version = version.trim().trim_start_matches("Kubernetes ").to_string();
+    let minor = version
+        .trim_start_matches('v')
+        .split('.')
+        .nth(1)
+        .and_then(|m| m.parse::<u32>().ok());
+    if minor.is_none_or(|minor| minor < 33) {
+        bail!(
+            "{KUBEBUILDER_ASSETS}={} holds kube-apiserver {version}; this project needs a \
+             version upstream Cluster API v1.14 supports (v1.33 or newer; the tests are written \
+             for {KUBERNETES_VERSION}). Unset it to build {KUBERNETES_VERSION}.",
+            dir.display()
+        );
+    }
+    println!(
+        "envtest: using {KUBEBUILDER_ASSETS}={} (kube-apiserver {version})",
+        dir.display()
+    );
+    Ok(())
 }
 
 fn kubeadm_v1beta3_target() -> Target<'static> {
