@@ -283,7 +283,7 @@ fn every_kubeadm_document_passes_kubeadm_config_validate() {
     let spec = full_spec();
     let dir = tempfile::tempdir().unwrap();
     for (api, version) in VERSIONS {
-        let minor: u32 = version.split('.').nth(1).unwrap().parse().unwrap();
+        let minor = capi_testing::envtest::kubernetes_minor(version).unwrap();
         let kubeadm = capi_testing::envtest::kubeadm_for(minor).unwrap_or_else(|| {
             panic!("no kubeadm for {version}; `cargo xtask envtest` builds them")
         });

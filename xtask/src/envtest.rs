@@ -14,7 +14,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use capi_testing::envtest::{
     Assets, ETCD_VERSION, KUBEADM_V1BETA3_BINARY, KUBEADM_V1BETA3_VERSION, KUBEBUILDER_ASSETS,
-    KUBERNETES_VERSION, default_assets_dir,
+    KUBERNETES_VERSION, default_assets_dir, kubernetes_minor,
 };
 
 use crate::command::{output, step};
@@ -58,12 +58,7 @@ fn check_user_assets(dir: &Path) -> Result<()> {
         .with_context(|| format!("{KUBEBUILDER_ASSETS} is set to {}", dir.display()))?;
     let version = output(Command::new(&assets.kube_apiserver).arg("--version"))?;
     let version = version.trim().trim_start_matches("Kubernetes ").to_string();
-    let minor = version
-        .trim_start_matches('v')
-        .split('.')
-        .nth(1)
-        .and_then(|m| m.parse::<u32>().ok());
-    if minor.is_none_or(|minor| minor < 33) {
+    if kubernetes_minor(&version).is_none_or(|minor| minor < 33) {
         bail!(
             "{KUBEBUILDER_ASSETS}={} holds kube-apiserver {version}; this project needs a \
              version upstream Cluster API v1.14 supports (v1.33 or newer; the tests are written \
@@ -148,7 +143,7 @@ fn build_missing(module: &str, kubernetes: &str, dir: &Path, targets: &[Target<'
         })
         .collect();
     module.build(&to_build, &version_ldflags(kubernetes), dir)?;
-    remove_stale_revisions(dir);
+    crate::go::remove_other_revisions(dir);
     for name in names {
         let reported = output(Command::new(dir.join(name)).arg("--version"))
             .or_else(|_| output(Command::new(dir.join(name)).arg("version")))?;
@@ -210,26 +205,6 @@ fn version_ldflags(release: &str) -> String {
         "-s -w -X {package}.gitVersion={release} -X {package}.gitMajor={major} \
          -X {package}.gitMinor={minor} -X {package}.gitTreeState=clean"
     )
-}
-
-/// Removes binaries cached for other revisions (siblings of the current revision's directory).
-fn remove_stale_revisions(current: &Path) {
-    let Some(parent) = current.parent() else {
-        return;
-    };
-    let Ok(entries) = std::fs::read_dir(parent) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path != current && path.is_dir() {
-            println!(
-                "    removing binaries of another revision: {}",
-                path.display()
-            );
-            let _ = std::fs::remove_dir_all(&path);
-        }
-    }
 }
 
 #[cfg(test)]

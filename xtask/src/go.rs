@@ -125,6 +125,20 @@ impl GoModule {
     }
 }
 
+/// Removes the siblings of `current`: what other revisions of a cached build left behind.
+pub(crate) fn remove_other_revisions(current: &Path) {
+    let Some(parent) = current.parent() else {
+        return;
+    };
+    for entry in std::fs::read_dir(parent).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path != current && path.is_dir() {
+            println!("    removing another revision: {}", path.display());
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
 /// The environment every Go command of this project runs in.
 fn apply_environment(command: &mut Command) {
     let go_cache = go_cache_root();

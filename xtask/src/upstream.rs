@@ -101,18 +101,23 @@ pub(crate) fn install() -> Result<UpstreamAssets> {
     step(
         "Copying upstream's CRDs, webhook manifests and in-memory templates from the module cache",
     );
+    // Three of the managers share a module: look each module up once.
+    let mut module_dirs = std::collections::BTreeMap::new();
     for component in &COMPONENTS {
-        let source = module.module_dir(component.module)?.join(component.config);
+        if !module_dirs.contains_key(component.module) {
+            module_dirs.insert(component.module, module.module_dir(component.module)?);
+        }
+        let source = module_dirs[component.module].join(component.config);
         replace_dir(&source, &dir.join("config").join(component.name))?;
         println!("    {} ← {}", component.name, source.display());
+        if component.name == "capd" {
+            replace_dir(
+                &module_dirs[component.module].join(TEMPLATES),
+                &dir.join("templates"),
+            )?;
+        }
     }
-    let capd = COMPONENTS
-        .iter()
-        .find(|c| c.name == "capd")
-        .context("no CAPD component")?;
-    let templates = module.module_dir(capd.module)?.join(TEMPLATES);
-    replace_dir(&templates, &dir.join("templates"))?;
-    remove_other_revisions(&dir);
+    crate::go::remove_other_revisions(&dir);
     Ok(UpstreamAssets::in_dir(&dir)?)
 }
 
@@ -313,18 +318,4 @@ fn copy_dir(from: &Path, to: &Path) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Removes installations of other revisions (siblings of `current`).
-fn remove_other_revisions(current: &Path) {
-    let Some(parent) = current.parent() else {
-        return;
-    };
-    for entry in std::fs::read_dir(parent).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path != current && path.is_dir() {
-            println!("    removing another revision: {}", path.display());
-            let _ = std::fs::remove_dir_all(&path);
-        }
-    }
 }

@@ -48,6 +48,17 @@ pub fn default_assets_dir() -> PathBuf {
 /// and the one before, so one kubeadm cannot validate both APIs' documents as rendered.
 pub const KUBEADM_V1BETA3_VERSION: &str = "v1.30.14";
 
+/// The minor of a Kubernetes version such as `v1.36.3` or `1.30.14` (36, 30); `None` when it
+/// has none.
+pub fn kubernetes_minor(version: &str) -> Option<u32> {
+    version
+        .trim_start_matches('v')
+        .split('.')
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 /// The file name of that kubeadm in the assets directory.
 pub const KUBEADM_V1BETA3_BINARY: &str = "kubeadm-v1.30";
 
@@ -56,16 +67,12 @@ pub const KUBEADM_V1BETA3_BINARY: &str = "kubeadm-v1.30";
 /// before it and its own; `None` for other minors or when it is not built. Looked for in
 /// `$CAPI_RS_KUBEADM_DIR`, `$KUBEBUILDER_ASSETS`, then [`default_assets_dir`].
 pub fn kubeadm_for(minor: u32) -> Option<PathBuf> {
-    let own = |version: &str| {
-        version
-            .trim_start_matches('v')
-            .split('.')
-            .nth(1)
-            .and_then(|m| m.parse::<u32>().ok())
-    };
     let name = [
-        ("kubeadm", own(KUBERNETES_VERSION)),
-        (KUBEADM_V1BETA3_BINARY, own(KUBEADM_V1BETA3_VERSION)),
+        ("kubeadm", kubernetes_minor(KUBERNETES_VERSION)),
+        (
+            KUBEADM_V1BETA3_BINARY,
+            kubernetes_minor(KUBEADM_V1BETA3_VERSION),
+        ),
     ]
     .into_iter()
     .find(|(_, kubeadm_minor)| {

@@ -7,6 +7,7 @@ pub(crate) mod pki;
 pub use assets::{
     ASSETS_REVISION, Assets, ETCD_VERSION, KUBEADM_V1BETA3_BINARY, KUBEADM_V1BETA3_VERSION,
     KUBEBUILDER_ASSETS, KUBERNETES_VERSION, cache_root, default_assets_dir, kubeadm_for,
+    kubernetes_minor,
 };
 pub use control_plane::ControlPlane;
 pub(crate) use control_plane::config_from_kubeconfig;
