@@ -17,13 +17,14 @@
 //! - [`retry`]: jittered requeues and per-object exponential backoff;
 //! - [`reasons`]: the condition and event reasons the loop writes;
 //! - [`telemetry`]: text or JSON logs;
-//! - [`standalone`]: the core Cluster API controllers — Cluster, Machine, MachineSet,
-//!   MachineDeployment, MachineHealthCheck — so that a management cluster needs no Go controllers
-//!   ([`Manager::add_core_controllers`](manager::Manager::add_core_controllers));
-//! - the decisions of the core controllers, as pure functions with their own tests: [`rollout`]
-//!   (MachineDeployment fenceposts and rolling-update steps, simulated in golden files),
-//!   [`deletion_priority`] (which machines a MachineSet deletes first), [`health`]
-//!   (MachineHealthCheck verdicts and remediation short-circuits).
+//! - the machinery every controller shares, whichever crate it lives in — the core controllers
+//!   (`capi-controllers`), the kubeadm bootstrap provider (`capi-bootstrap`), a vendor's own:
+//!   [`Reconciler`] and [`Context`] (the watch that triggers a controller, the context of its
+//!   reconciles, how a reconcile's end becomes its next action), [`plan`] (what one reconcile
+//!   decided), [`write`](mod@write) (writes that cannot clobber someone else's change), [`predicate`] (which
+//!   changes are worth a reconcile), [`readiness`]; they register with the [`Manager`] through
+//!   [`Manager::add_controller`](manager::Manager::add_controller) and
+//!   [`Manager::add`](manager::Manager::add).
 //!
 //! Error semantics follow [`capi_core::ActuatorError`]: `RequeueAfter` is not a failure (no
 //! backoff, no error log); `Transient` backs off per object up to a cap and resets on success;
@@ -33,26 +34,22 @@
 //!
 //! See `examples/minimal_provider.rs` for a complete provider in about 140 lines.
 
-pub mod bootstrap;
 pub mod cluster;
-pub mod deletion_priority;
-pub mod health;
 mod instrument;
 pub mod machine;
 pub mod manager;
 pub mod metrics;
 mod options;
-mod plan;
-mod predicate;
+pub mod plan;
+pub mod predicate;
 pub mod rbac;
 pub mod readiness;
 pub mod reasons;
 mod reconciler;
 pub mod retry;
-pub mod rollout;
-pub mod standalone;
 pub mod telemetry;
-mod write;
+pub mod write;
 
+pub use manager::Manager;
 pub use options::ReconcilerOptions;
-pub use reconciler::{ReconcileError, Reconciler};
+pub use reconciler::{Context, ReconcileError, Reconciler, back_off, drain};

@@ -1,5 +1,7 @@
 //! The outcome of one reconcile, common to every kind: conditions to set, the finalizer change,
-//! events to publish and what happens next. Deciding fills a [`Plan`]; recording writes it.
+//! events to publish and what happens next. Deciding fills a [`Plan`]; recording writes it
+//! ([`crate::write`]); [`Context::finish`](crate::Context::finish) turns its [`Next`] into the
+//! controller's next action.
 
 use std::time::Duration;
 
@@ -10,15 +12,18 @@ use crate::reasons;
 
 /// How the finalizer must change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum FinalizerChange {
+pub enum FinalizerChange {
+    /// Leave the finalizers as they are.
     Keep,
+    /// Add the controller's finalizer (before anything is created that it must clean up).
     Add,
+    /// Remove the controller's finalizer (everything it guards is gone).
     Remove,
 }
 
 /// What happens after the plan is written.
 #[derive(Debug)]
-pub(crate) enum Next {
+pub enum Next {
     /// Nothing to do until something changes.
     AwaitChange,
     /// Look again after this long (jitter is added when scheduling).
@@ -34,27 +39,37 @@ pub(crate) enum Next {
 
 /// A Kubernetes event to publish.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct EventNote {
-    pub(crate) warning: bool,
-    pub(crate) reason: &'static str,
-    pub(crate) note: String,
+pub struct EventNote {
+    /// A `Warning` event rather than a `Normal` one.
+    pub warning: bool,
+    /// The event's reason (one of [`crate::reasons`], or the controller's own).
+    pub reason: &'static str,
+    /// What happened, for `kubectl describe`. Never a secret.
+    pub note: String,
 }
 
 /// What one reconcile decided: conditions, finalizer, events and what comes next, plus `R`, what
 /// the kind records besides (provider ID and addresses for machines, endpoint and failure domains
 /// for clusters).
 #[derive(Debug)]
-pub(crate) struct Plan<R> {
-    pub(crate) record: R,
-    pub(crate) conditions: Vec<DesiredCondition>,
-    pub(crate) finalizer: FinalizerChange,
-    pub(crate) events: Vec<EventNote>,
-    pub(crate) next: Next,
+pub struct Plan<R> {
+    /// What the kind records besides conditions.
+    pub record: R,
+    /// The conditions to set (others keep their values).
+    pub conditions: Vec<DesiredCondition>,
+    /// How the finalizer changes.
+    pub finalizer: FinalizerChange,
+    /// The events to publish, in order.
+    pub events: Vec<EventNote>,
+    /// What happens after the plan is written.
+    pub next: Next,
     generation: Option<i64>,
 }
 
 impl<R: Default> Plan<R> {
-    pub(crate) fn new(generation: Option<i64>) -> Self {
+    /// An empty plan for an object at `generation` (stamped on every condition as
+    /// `observedGeneration`): nothing to record, finalizer kept, wait for a change.
+    pub fn new(generation: Option<i64>) -> Self {
         Self {
             record: R::default(),
             conditions: Vec::new(),
@@ -65,12 +80,8 @@ impl<R: Default> Plan<R> {
         }
     }
 
-    #[cfg(test)]
-    pub(crate) fn for_test(generation: Option<i64>) -> Self {
-        Self::new(generation)
-    }
-
-    pub(crate) fn condition(
+    /// Sets condition `type_`.
+    pub fn condition(
         &mut self,
         type_: &str,
         status: ConditionStatus,
@@ -85,7 +96,7 @@ impl<R: Default> Plan<R> {
     }
 
     /// Records whether reconciliation is paused (the `Paused` condition) and returns it.
-    pub(crate) fn paused(&mut self, paused: bool) -> bool {
+    pub fn paused(&mut self, paused: bool) -> bool {
         self.conditions
             .push(reasons::paused_condition(paused, self.generation));
         paused
@@ -93,7 +104,7 @@ impl<R: Default> Plan<R> {
 
     /// Turns an error of a deletion into the plan. Unlike elsewhere, an invalid configuration is
     /// retried with backoff: a deletion cannot wait for a spec change.
-    pub(crate) fn deletion_error(self, error: ActuatorError) -> Self {
+    pub fn deletion_error(self, error: ActuatorError) -> Self {
         if error.kind() == ActuatorErrorKind::InvalidConfiguration {
             let reason = error.reason().to_string();
             let message = error.message().to_string();
@@ -102,18 +113,15 @@ impl<R: Default> Plan<R> {
         self.actuator_error(error)
     }
 
-    pub(crate) fn not_ready(
-        mut self,
-        reason: &str,
-        message: impl Into<String>,
-        next: Next,
-    ) -> Self {
+    /// Sets `Ready=False` with `reason` and `message`, and what comes next.
+    pub fn not_ready(mut self, reason: &str, message: impl Into<String>, next: Next) -> Self {
         self.condition(condition::READY, ConditionStatus::False, reason, message);
         self.next = next;
         self
     }
 
-    pub(crate) fn event(&mut self, warning: bool, reason: &'static str, note: impl Into<String>) {
+    /// Adds an event to publish.
+    pub fn event(&mut self, warning: bool, reason: &'static str, note: impl Into<String>) {
         self.events.push(EventNote {
             warning,
             reason,
@@ -122,7 +130,7 @@ impl<R: Default> Plan<R> {
     }
 
     /// Turns an actuator error into the plan: a condition, and the retry its kind asks for.
-    pub(crate) fn actuator_error(mut self, error: ActuatorError) -> Self {
+    pub fn actuator_error(mut self, error: ActuatorError) -> Self {
         let reason = error.reason().to_string();
         let message = error.message().to_string();
         match error.kind() {
@@ -145,7 +153,7 @@ impl<R: Default> Plan<R> {
 
 impl Next {
     /// How controller-runtime would label a reconcile that ended like this.
-    pub(crate) fn result(&self) -> crate::metrics::ReconcileResult {
+    pub fn result(&self) -> crate::metrics::ReconcileResult {
         use crate::metrics::ReconcileResult;
         match self {
             Self::AwaitChange | Self::InvalidConfiguration => ReconcileResult::Success,

@@ -11,7 +11,7 @@ use kube::{Api, Resource};
 /// A hash of what makes an object worth reconciling again: not its status (which the loop writes
 /// itself, and must not be triggered by) but its spec (generation), deletion, finalizers, owners,
 /// labels and annotations.
-pub(crate) fn reconcile_relevant<K: Resource>(object: &K) -> Option<u64> {
+pub fn reconcile_relevant<K: Resource>(object: &K) -> Option<u64> {
     let meta = object.meta();
     let mut hasher = DefaultHasher::new();
     meta.generation.hash(&mut hasher);
@@ -36,7 +36,7 @@ pub(crate) fn reconcile_relevant<K: Resource>(object: &K) -> Option<u64> {
 /// the Cluster controller rewrites as each machine changes: handing each of those to every object
 /// of the cluster made building N machines cost O(N²) reconciles (a cluster of 1000 machines
 /// spent most of its API server's time on them).
-pub(crate) fn cluster_as_its_objects_see_it(cluster: &Cluster) -> Option<u64> {
+pub fn cluster_as_its_objects_see_it(cluster: &Cluster) -> Option<u64> {
     let mut hasher = DefaultHasher::new();
     reconcile_relevant(cluster).hash(&mut hasher);
     cluster.metadata.uid.hash(&mut hasher);
@@ -54,7 +54,7 @@ pub(crate) fn cluster_as_its_objects_see_it(cluster: &Cluster) -> Option<u64> {
 
 /// The changes of `api`'s Clusters that matter to the cluster's objects (see
 /// [`cluster_as_its_objects_see_it`]), for `Controller::watches_stream`.
-pub(crate) fn cluster_changes(
+pub fn cluster_changes(
     api: Api<Cluster>,
 ) -> impl Stream<Item = Result<Cluster, watcher::Error>> + Send + 'static {
     watcher(api, watcher::Config::default())

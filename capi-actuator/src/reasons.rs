@@ -8,7 +8,7 @@ pub const NOT_PAUSED: &str = "NotPaused";
 
 /// The `Paused` condition every controller writes: `True`/[`PAUSED`] "reconciliation is paused",
 /// or `False`/[`NOT_PAUSED`].
-pub(crate) fn paused_condition(
+pub fn paused_condition(
     paused: bool,
     generation: Option<i64>,
 ) -> capi_core::condition::DesiredCondition {

@@ -1,5 +1,13 @@
-//! What every reconciler of the loop shares: the builder, the watch that triggers it, the context
-//! its reconciles run in, and how a reconcile's end becomes the controller's next action.
+//! What every reconciler shares — the infrastructure reconcilers of this crate and the controllers
+//! other crates build on it (`capi-controllers`, `capi-bootstrap`, a vendor's own): the builder,
+//! the watch that triggers it, the context its reconciles run in, and how a reconcile's end
+//! becomes the controller's next action.
+//!
+//! A controller built on it runs like this: [`Reconciler::trigger`] gives the watch of its kind
+//! (status-only changes filtered out, readiness reported after the first list) and its cache;
+//! [`Reconciler::into_context`] the [`Context`] every reconcile gets; a reconcile ends with
+//! [`Context::finish`] (metrics, then the retry policy's next action); [`back_off`] is the
+//! controller's error policy and [`drain`] consumes its results.
 
 use std::fmt::Debug;
 use std::marker::PhantomData;
@@ -31,43 +39,50 @@ pub enum ReconcileError {
     /// The actuator reported a failure.
     #[error("actuator failed: {0}")]
     Actuator(#[source] ActuatorError),
-    /// An object referenced by `{apiGroup, kind, name}` could not be read or written.
+    /// A controller built on this machinery failed in its own way (a referenced object that
+    /// cannot be read, a workload cluster out of reach); its message says what to fix.
     #[error("{0}")]
-    Reference(#[from] crate::standalone::ReferenceError),
+    Controller(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 impl ReconcileError {
     /// Whether the API server refused a write with 409: the object changed since the cache showed
     /// it (Conflict) or a create found it already there (AlreadyExists). Either way the cache was
     /// behind and the reconcile is retried shortly rather than backed off as a failure.
+    /// The API error is looked for along the whole chain of causes, so a controller's own error
+    /// wrapping it counts too.
     pub fn is_conflict(&self) -> bool {
-        let kube = match self {
-            Self::Kube(error) => error,
-            Self::Reference(crate::standalone::ReferenceError::Kube(error)) => error,
-            _ => return false,
-        };
-        matches!(kube, kube::Error::Api(status) if status.code == 409)
+        let mut cause = std::error::Error::source(self);
+        while let Some(error) = cause {
+            if let Some(kube) = error.downcast_ref::<kube::Error>() {
+                return matches!(kube, kube::Error::Api(status) if status.code == 409);
+            }
+            cause = error.source();
+        }
+        false
     }
 }
 
-/// A reconciler of kind `K` driving an actuator `A`: see
-/// [`InfraMachineReconciler`](crate::machine::InfraMachineReconciler) and
-/// [`InfraClusterReconciler`](crate::cluster::InfraClusterReconciler).
-pub struct Reconciler<K, A: ?Sized> {
-    pub(crate) client: Client,
-    pub(crate) actuator: Arc<A>,
-    pub(crate) options: ReconcilerOptions,
+/// A reconciler of kind `K` whose reconciles share `S`: a provider's actuator for the
+/// infrastructure kinds ([`InfraMachineReconciler`](crate::machine::InfraMachineReconciler),
+/// [`InfraClusterReconciler`](crate::cluster::InfraClusterReconciler)), a controller's caches and
+/// settings for the others. [`Manager::reconciler`](crate::manager::Manager::reconciler) gives
+/// one wired to the manager's client, options, metrics and readiness.
+pub struct Reconciler<K, S: ?Sized> {
+    client: Client,
+    state: Arc<S>,
+    options: ReconcilerOptions,
     metrics: Option<Metrics>,
     readiness: Option<Readiness>,
     kind: PhantomData<fn() -> K>,
 }
 
-impl<K: Resource<DynamicType = ()>, A: ?Sized> Reconciler<K, A> {
+impl<K: Resource<DynamicType = ()>, S: ?Sized> Reconciler<K, S> {
     /// A reconciler of every `K` in the cluster, with default options.
-    pub fn new(client: Client, actuator: Arc<A>) -> Self {
+    pub fn new(client: Client, state: Arc<S>) -> Self {
         Self {
             client,
-            actuator,
+            state,
             options: ReconcilerOptions::default(),
             metrics: None,
             readiness: None,
@@ -97,9 +112,37 @@ impl<K: Resource<DynamicType = ()>, A: ?Sized> Reconciler<K, A> {
     pub fn controller_name() -> String {
         K::kind(&()).to_lowercase()
     }
+
+    /// The client reconciles use.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// What the reconciles share.
+    pub fn state(&self) -> &Arc<S> {
+        &self.state
+    }
+
+    /// At most this many objects are reconciled at once.
+    pub fn concurrency(&self) -> u16 {
+        self.options.concurrency
+    }
+
+    /// The namespace this reconciler is limited to (`None`: all).
+    pub fn namespace(&self) -> Option<&str> {
+        self.options.namespace.as_deref()
+    }
+
+    /// An API for a namespaced kind, in this reconciler's namespace (or all namespaces).
+    pub fn api<T>(&self) -> kube::Api<T>
+    where
+        T: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+    {
+        self.options.api::<T>(&self.client)
+    }
 }
 
-impl<K, A: ?Sized> Reconciler<K, A>
+impl<K, S: ?Sized> Reconciler<K, S>
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
         + Clone
@@ -112,7 +155,7 @@ where
     /// The stream that triggers reconciles — the watch of `K`, reflected into the returned store,
     /// reporting readiness after its first list, without the loop's own status writes — and the
     /// store.
-    pub(crate) fn trigger(
+    pub fn trigger(
         &self,
     ) -> (
         impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
@@ -141,24 +184,26 @@ where
         (trigger, reader)
     }
 
-    /// The context reconciles run in; `instrument` wraps the actuator when metrics are recorded.
-    pub(crate) fn into_context(
+    /// The context reconciles run in; `instrument` wraps the shared state when metrics are
+    /// recorded (with the metrics and the controller's name) — the infrastructure reconcilers
+    /// count actuator calls that way; others return it as it is.
+    pub fn into_context(
         self,
-        instrument: impl FnOnce(Arc<A>, Metrics, String) -> Arc<A>,
-    ) -> Arc<Context<A>> {
+        instrument: impl FnOnce(Arc<S>, Metrics, String) -> Arc<S>,
+    ) -> Arc<Context<S>> {
         let controller = Self::controller_name();
         let reporter = Reporter {
             controller: format!("{controller}-controller"),
             instance: None,
         };
-        let actuator = match &self.metrics {
-            Some(metrics) => instrument(self.actuator, metrics.clone(), controller.clone()),
-            None => self.actuator,
+        let state = match &self.metrics {
+            Some(metrics) => instrument(self.state, metrics.clone(), controller.clone()),
+            None => self.state,
         };
         Arc::new(Context {
             recorder: Recorder::new(self.client.clone(), reporter),
             client: self.client,
-            actuator,
+            state,
             retry: RetryState::new(self.options.retry.clone()),
             metrics: self.metrics,
             controller,
@@ -167,19 +212,23 @@ where
 }
 
 /// What a reconcile of one controller works with.
-pub(crate) struct Context<A: ?Sized> {
-    pub(crate) client: Client,
-    pub(crate) recorder: Recorder,
-    pub(crate) actuator: Arc<A>,
-    pub(crate) retry: RetryState,
+pub struct Context<S: ?Sized> {
+    /// The client (the manager's, rate limited).
+    pub client: Client,
+    /// Publishes events as `<kind>-controller`.
+    pub recorder: Recorder,
+    /// What the reconciles share (the actuator, or the controller's caches and settings).
+    pub state: Arc<S>,
+    /// Per-object retry state: backoff, and the memo of configurations found invalid.
+    pub retry: RetryState,
     metrics: Option<Metrics>,
     controller: String,
 }
 
-impl<A: ?Sized> Context<A> {
+impl<S: ?Sized> Context<S> {
     /// Records the reconcile that started at `started` and ended with `outcome`, and turns it into
     /// the controller's next action (failures go to [`back_off`]).
-    pub(crate) fn finish<K: Resource>(
+    pub fn finish<K: Resource>(
         &self,
         object: &K,
         started: Instant,
@@ -198,11 +247,12 @@ impl<A: ?Sized> Context<A> {
     }
 }
 
-/// The controller's error policy: per-object exponential backoff.
-pub(crate) fn back_off<K: Resource, A: ?Sized>(
+/// The controller's error policy: per-object exponential backoff (a conflict is retried soon,
+/// not backed off).
+pub fn back_off<K: Resource, S: ?Sized>(
     object: Arc<K>,
     error: &ReconcileError,
-    context: Arc<Context<A>>,
+    context: Arc<Context<S>>,
 ) -> Action {
     context
         .retry
@@ -211,7 +261,7 @@ pub(crate) fn back_off<K: Resource, A: ?Sized>(
 
 /// Drains a controller's result stream, logging what failed at debug level (failures are
 /// already logged by [`back_off`]).
-pub(crate) async fn drain<T, E: std::fmt::Display>(results: impl Stream<Item = Result<T, E>>) {
+pub async fn drain<T, E: std::fmt::Display>(results: impl Stream<Item = Result<T, E>>) {
     results
         .for_each(|result| async move {
             if let Err(error) = result {

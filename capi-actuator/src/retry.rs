@@ -240,8 +240,10 @@ mod tests {
 /// The per-controller retry state: the policy, failure counts and invalid generations, and the
 /// translation of a plan's [`Next`] into the controller's [`Action`].
 #[derive(Debug)]
-pub(crate) struct RetryState {
-    pub(crate) policy: RetryPolicy,
+pub struct RetryState {
+    /// The policy the controller retries with (its `poll` is how often a controller looks again
+    /// while waiting for something no watch reports).
+    pub policy: RetryPolicy,
     failures: FailureCounts,
     conflicts: FailureCounts,
     invalid: InvalidGenerations,
@@ -258,7 +260,7 @@ impl RetryState {
     }
 
     /// The generation at which `object` was last found invalid.
-    pub(crate) fn invalid_at<K: kube::Resource>(&self, object: &K) -> Option<i64> {
+    pub fn invalid_at<K: kube::Resource>(&self, object: &K) -> Option<i64> {
         self.invalid.get(&object_key(object))
     }
 

@@ -17,7 +17,7 @@ use crate::plan::{EventNote, FinalizerChange};
 const CONFLICT_RETRIES: u32 = 5;
 
 /// Merge-patches the object (`{"spec": …}` or `{"metadata": …}`), retrying conflicts.
-pub(crate) async fn patch<K>(api: &Api<K>, name: &str, patch: Value) -> Result<(), kube::Error>
+pub async fn patch<K>(api: &Api<K>, name: &str, patch: Value) -> Result<(), kube::Error>
 where
     K: Clone + DeserializeOwned + Debug,
 {
@@ -29,11 +29,7 @@ where
 }
 
 /// Merge-patches the status subresource, retrying conflicts. A vanished object is not an error.
-pub(crate) async fn patch_status<K>(
-    api: &Api<K>,
-    name: &str,
-    status: Value,
-) -> Result<(), kube::Error>
+pub async fn patch_status<K>(api: &Api<K>, name: &str, status: Value) -> Result<(), kube::Error>
 where
     K: Clone + DeserializeOwned + Debug,
 {
@@ -47,7 +43,7 @@ where
 
 /// Merge-patches the status subresource with `desired` unless it equals `current` (an unchanged
 /// pass writes nothing, and so triggers nothing).
-pub(crate) async fn patch_status_if_changed<K, S>(
+pub async fn patch_status_if_changed<K, S>(
     api: &Api<K>,
     name: &str,
     current: Option<&S>,
@@ -65,7 +61,7 @@ where
 }
 
 /// Requests deletion; an object already gone is not an error.
-pub(crate) async fn delete<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
+pub async fn delete<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
 where
     K: Clone + DeserializeOwned + Debug,
 {
@@ -76,7 +72,7 @@ where
 }
 
 /// Applies a plan's finalizer change.
-pub(crate) async fn change_finalizer<K>(
+pub async fn change_finalizer<K>(
     api: &Api<K>,
     object: &K,
     change: FinalizerChange,
@@ -143,7 +139,7 @@ where
 }
 
 /// Publishes events, best effort: a user-facing nicety must not fail the reconcile.
-pub(crate) async fn publish<K: Resource<DynamicType = ()>>(
+pub async fn publish<K: Resource<DynamicType = ()>>(
     recorder: &Recorder,
     object: &K,
     events: &[EventNote],
@@ -188,7 +184,7 @@ where
 /// a status other controllers also write (conditions of a `Machine`) is never overwritten from a
 /// stale copy — the write fails with a conflict and the reconcile runs again on fresh data. A
 /// vanished object is not an error.
-pub(crate) async fn patch_status_guarded<K>(
+pub async fn patch_status_guarded<K>(
     api: &Api<K>,
     object: &K,
     status: Value,

@@ -1,4 +1,5 @@
-//! Bootstrap for Cluster API machines: kubeadm, as cloud-init or Ignition.
+//! The kubeadm bootstrap provider for Cluster API machines: kubeadm, as cloud-init or Ignition,
+//! and the controller that writes each machine's bootstrap data.
 //!
 //! - [`api`]: `KubeadmConfig` and `KubeadmConfigTemplate` (`bootstrap.cluster.x-k8s.io/v1beta2`, a
 //!   documented subset of upstream's fields).
@@ -15,8 +16,10 @@
 //!   [`init_lock`]: exactly one control-plane machine runs `kubeadm init`; [`tokens`]: bootstrap
 //!   token Secrets for the workload cluster.
 //!
-//! The reconciler that puts these together — `KubeadmConfig` → bootstrap-data Secret, once — lives
-//! with the other controllers in `capi_actuator::bootstrap` and is registered by the `Manager`.
+//! - [`controller`]: puts these together — `KubeadmConfig` → bootstrap-data Secret, once — on the
+//!   shared machinery of `capi-actuator`; registered with a `Manager` as
+//!   [`controller::KubeadmBootstrap`]. Providers add files to every machine's data through
+//!   [`controller::BootstrapFiles`].
 //!
 //! ```
 //! use capi_bootstrap::secret::BootstrapSecret;
@@ -29,6 +32,7 @@
 //! ```
 
 pub mod api;
+pub mod controller;
 pub mod init_lock;
 pub mod pki;
 pub mod render;

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use capi_actuator::ReconcilerOptions;
 use capi_actuator::manager::{Manager, ManagerConfig};
-use capi_actuator::standalone::CoreSettings;
+use capi_controllers::{CoreControllers, CoreSettings};
 use capi_core::api::{Cluster, Machine, MachineDeployment};
 use capi_core::{condition, labels};
 use capi_testing::schema_violations::check_crds_refuse_all;
@@ -276,11 +276,11 @@ async fn objects_the_schema_cannot_judge_end_in_conditions_a_user_can_act_on() {
     ));
     manager.add_machine_reconciler::<InMemoryMachine>(actuator.clone());
     manager.add_cluster_reconciler::<InMemoryCluster>(actuator);
-    manager.add_bootstrap_reconciler(capi_actuator::bootstrap::BootstrapSettings::default());
-    manager.add_core_controllers(CoreSettings {
+    manager.add(capi_bootstrap::controller::KubeadmBootstrap::default());
+    manager.add(CoreControllers::new(CoreSettings {
         poll: Duration::from_millis(200),
         ..CoreSettings::default()
-    });
+    }));
     let running = tokio::spawn(async move { manager.run_until(std::future::pending()).await });
 
     manifest::create_all(&client, &ns, &manifest::parse(WRONG_BUT_VALID).unwrap())

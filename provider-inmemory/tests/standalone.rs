@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use capi_actuator::ReconcilerOptions;
 use capi_actuator::manager::{Manager, ManagerConfig};
-use capi_actuator::standalone::{CoreSettings, TEMPLATE_HASH_LABEL};
+use capi_controllers::{CoreControllers, CoreSettings, TEMPLATE_HASH_LABEL};
 use capi_core::api::{
     Cluster, Machine, MachineDeployment, MachineHealthCheck, MachinePhase, MachineSet,
 };
@@ -222,11 +222,11 @@ async fn start_manager(
     ));
     manager.add_machine_reconciler::<InMemoryMachine>(actuator.clone());
     manager.add_cluster_reconciler::<InMemoryCluster>(actuator);
-    manager.add_bootstrap_reconciler(capi_actuator::bootstrap::BootstrapSettings::default());
-    manager.add_core_controllers(CoreSettings {
+    manager.add(capi_bootstrap::controller::KubeadmBootstrap::default());
+    manager.add(CoreControllers::new(CoreSettings {
         poll: Duration::from_millis(200),
         ..CoreSettings::default()
-    });
+    }));
     tokio::spawn(async move {
         let _ = manager.run_until(std::future::pending()).await;
     })

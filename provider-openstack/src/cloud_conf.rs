@@ -13,7 +13,7 @@
 //! never a value of the Secret.
 
 use async_trait::async_trait;
-use capi_actuator::bootstrap::BootstrapFiles;
+use capi_bootstrap::controller::BootstrapFiles;
 use capi_bootstrap::render::PlanFile;
 use capi_core::api::{Cluster, Machine};
 use k8s_openapi::api::core::v1::Secret;

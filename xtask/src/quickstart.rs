@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use capi_actuator::manager::{Manager, ManagerConfig};
-use capi_actuator::standalone::CoreSettings;
+use capi_bootstrap::controller::KubeadmBootstrap;
 use capi_cli::describe::{self, Style};
 use capi_cli::generate::{self, Inputs};
+use capi_controllers::{CoreControllers, CoreSettings};
 use capi_core::api::{Machine, MachineDeployment, MachinePhase};
 use capi_core::condition;
 use capi_testing::envtest::{Assets, ControlPlane, ETCD_VERSION};
@@ -80,8 +81,8 @@ pub(crate) fn run(keep_running: bool) -> Result<()> {
         let actuator = Arc::new(InMemoryActuator::new(cloud.clone(), cloud.clone(), Duration::from_millis(500)));
         manager.add_machine_reconciler::<InMemoryMachine>(actuator.clone());
         manager.add_cluster_reconciler::<InMemoryCluster>(actuator);
-        manager.add_bootstrap_reconciler(Default::default());
-        manager.add_core_controllers(CoreSettings { poll: Duration::from_secs(1), ..CoreSettings::default() });
+        manager.add(KubeadmBootstrap::default());
+        manager.add(CoreControllers::new(CoreSettings { poll: Duration::from_secs(1), ..CoreSettings::default() }));
         println!("    health and metrics on http://{}/metrics", manager.http_addr()?);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let manager_task = tokio::spawn(manager.run_until(async {

@@ -35,8 +35,8 @@ impl<C: InfraCluster> Reconciler<C, dyn ClusterActuator<C>> {
     /// Runs until `shutdown` completes; in-flight reconciles finish first.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
         let (trigger, reader) = self.trigger();
-        let clusters = self.options.api::<Cluster>(&self.client);
-        let concurrency = self.options.concurrency;
+        let clusters = self.api::<Cluster>();
+        let concurrency = self.concurrency();
         let context = self.into_context(|inner, metrics, controller| {
             Arc::new(InstrumentedClusterActuator {
                 inner,
@@ -80,12 +80,7 @@ async fn reconcile_once<C: InfraCluster>(
 ) -> Result<Next, ReconcileError> {
     let invalid = context.retry.invalid_at(infra.as_ref());
     let snapshot = observe::observe(&context.client, Arc::clone(infra), invalid).await?;
-    let plan = decide::decide(
-        context.actuator.as_ref(),
-        snapshot,
-        context.retry.policy.poll,
-    )
-    .await;
+    let plan = decide::decide(context.state.as_ref(), snapshot, context.retry.policy.poll).await;
     record::record(&context.client, &context.recorder, infra.as_ref(), &plan).await?;
     Ok(plan.next)
 }

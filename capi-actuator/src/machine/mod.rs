@@ -50,9 +50,9 @@ impl<M: InfraMachine> Reconciler<M, dyn Actuator<M>> {
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
         let (trigger, reader) = self.trigger();
         let by_cluster = reader.clone();
-        let machines = self.options.api::<Machine>(&self.client);
-        let clusters = self.options.api::<Cluster>(&self.client);
-        let concurrency = self.options.concurrency;
+        let machines = self.api::<Machine>();
+        let clusters = self.api::<Cluster>();
+        let concurrency = self.concurrency();
         let context = self.into_context(|inner, metrics, controller| {
             Arc::new(InstrumentedActuator {
                 inner,
@@ -124,12 +124,7 @@ async fn reconcile_once<M: InfraMachine>(
 ) -> Result<Next, ReconcileError> {
     let invalid = context.retry.invalid_at(infra.as_ref());
     let snapshot = observe::observe(&context.client, Arc::clone(infra), invalid).await?;
-    let plan = decide::decide(
-        context.actuator.as_ref(),
-        snapshot,
-        context.retry.policy.poll,
-    )
-    .await;
+    let plan = decide::decide(context.state.as_ref(), snapshot, context.retry.policy.poll).await;
     record::record(&context.client, &context.recorder, infra.as_ref(), &plan).await?;
     Ok(plan.next)
 }

@@ -507,7 +507,7 @@ fn unchanged_plan_means_unchanged_status() {
         provisioned: Some(true),
     });
     current.addresses = running("x").addresses;
-    let mut plan = Plan::for_test(Some(1));
+    let mut plan = Plan::new(Some(1));
     plan.record.provisioned = true;
     plan.record.addresses = Some(running("x").addresses);
     plan.conditions = vec![

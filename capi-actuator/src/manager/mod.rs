@@ -29,7 +29,6 @@
 //! # }
 //! ```
 
-pub mod flags;
 mod http;
 mod leader;
 
@@ -48,18 +47,21 @@ use tokio::sync::watch;
 
 pub use leader::LeaderElectionConfig;
 
-use crate::bootstrap::KubeadmConfigReconciler;
 use crate::cluster::InfraClusterReconciler;
 use crate::machine::InfraMachineReconciler;
 use crate::metrics::Metrics;
 use crate::options::ReconcilerOptions;
 use crate::readiness::Readiness;
 use crate::reconciler::Reconciler;
-use crate::standalone::{
-    ClusterController, CoreSettings, DeploymentController, HealthCheckController,
-    MachineController, MachineSetController, WorkloadClusters,
-};
-use capi_core::api::{Cluster, Machine, MachineDeployment, MachineHealthCheck, MachineSet};
+
+/// A family of controllers that registers itself with a [`Manager`] ([`Manager::add`]): the core
+/// controllers, the kubeadm bootstrap provider, a vendor's own. The manager knows none of them; it
+/// gives each its client, options, metrics, readiness, leader election and shutdown.
+pub trait Controllers {
+    /// Registers every controller of the family, through [`Manager::reconciler`] and
+    /// [`Manager::add_controller`].
+    fn register(self, manager: &mut Manager);
+}
 
 /// How a [`Manager`] runs.
 #[derive(Clone, Debug, PartialEq)]
@@ -199,11 +201,8 @@ impl Manager {
         &mut self,
         actuator: Arc<dyn Actuator<M>>,
     ) -> &mut Self {
-        let reconciler = self.wire(InfraMachineReconciler::new(self.client.clone(), actuator));
-        self.controllers.push(Box::new(move |shutdown| {
-            Box::pin(reconciler.run(shutdown.wait()))
-        }));
-        self
+        let reconciler: InfraMachineReconciler<M> = self.reconciler(actuator);
+        self.add_controller(move |shutdown| reconciler.run(shutdown.wait()))
     }
 
     /// Registers the reconciler of a provider's cluster kind.
@@ -211,86 +210,52 @@ impl Manager {
         &mut self,
         actuator: Arc<dyn ClusterActuator<C>>,
     ) -> &mut Self {
-        let reconciler = self.wire(InfraClusterReconciler::new(self.client.clone(), actuator));
-        self.controllers.push(Box::new(move |shutdown| {
-            Box::pin(reconciler.run(shutdown.wait()))
-        }));
+        let reconciler: InfraClusterReconciler<C> = self.reconciler(actuator);
+        self.add_controller(move |shutdown| reconciler.run(shutdown.wait()))
+    }
+
+    /// Registers a family of controllers — the core controllers (`capi_controllers`), the kubeadm
+    /// bootstrap provider (`capi_bootstrap`), a vendor's own.
+    pub fn add(&mut self, controllers: impl Controllers) -> &mut Self {
+        controllers.register(self);
         self
     }
 
-    /// Registers the kubeadm bootstrap reconciler (standalone mode; leave it out when upstream's
-    /// kubeadm bootstrap provider runs beside this manager).
-    pub fn add_bootstrap_reconciler(
-        &mut self,
-        settings: crate::bootstrap::BootstrapSettings,
-    ) -> &mut Self {
-        let reconciler = self.wire(KubeadmConfigReconciler::new(
-            self.client.clone(),
-            Arc::new(settings),
-        ));
-        self.controllers.push(Box::new(move |shutdown| {
-            Box::pin(reconciler.run(shutdown.wait()))
-        }));
-        self
-    }
-
-    /// Registers the core Cluster API controllers — Cluster, Machine, MachineSet,
-    /// MachineDeployment, MachineHealthCheck — for standalone mode (leave them out when upstream
-    /// Cluster API core runs beside this manager). See [`crate::standalone`].
-    pub fn add_core_controllers(&mut self, settings: CoreSettings) -> &mut Self {
-        let namespace = self.config.reconciler.namespace.clone();
-        let (workloads, node_changes) = WorkloadClusters::new(self.client.clone());
-        let workloads = Arc::new(workloads);
-        let cluster = self.wire(Reconciler::<Cluster, _>::new(
-            self.client.clone(),
-            Arc::new(ClusterController::new(
-                self.client.clone(),
-                namespace.clone(),
-                Arc::clone(&workloads),
-                settings.clone(),
-            )),
-        ));
-        let machine = self.wire(Reconciler::<Machine, _>::new(
-            self.client.clone(),
-            Arc::new(MachineController::new(
-                self.client.clone(),
-                namespace.clone(),
-                Arc::clone(&workloads),
-                node_changes,
-                settings.clone(),
-            )),
-        ));
-        let set = self.wire(Reconciler::<MachineSet, _>::new(
-            self.client.clone(),
-            Arc::new(MachineSetController::new(
-                self.client.clone(),
-                namespace,
-                settings.clone(),
-            )),
-        ));
-        let deployment = self.wire(Reconciler::<MachineDeployment, _>::new(
-            self.client.clone(),
-            Arc::new(DeploymentController::new(settings.clone())),
-        ));
-        let health = self.wire(Reconciler::<MachineHealthCheck, _>::new(
-            self.client.clone(),
-            Arc::new(HealthCheckController::new(workloads, settings)),
-        ));
-        self.controllers.push(Box::new(move |shutdown| {
-            Box::pin(cluster.run(shutdown.wait()))
-        }));
-        self.controllers.push(Box::new(move |shutdown| {
-            Box::pin(machine.run(shutdown.wait()))
-        }));
+    /// Registers one controller. `run` is called once this replica leads (right away without
+    /// leader election), on its own task, with the manager's [`Shutdown`]: the controller stops
+    /// taking new work when it completes and returns once in-flight work is done. A controller
+    /// still running [`ManagerConfig::shutdown_timeout`] after a stop is aborted, and every
+    /// controller is aborted at once when the lease is lost.
+    pub fn add_controller<F, Fut>(&mut self, run: F) -> &mut Self
+    where
+        F: FnOnce(Shutdown) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
         self.controllers
-            .push(Box::new(move |shutdown| Box::pin(set.run(shutdown.wait()))));
-        self.controllers.push(Box::new(move |shutdown| {
-            Box::pin(deployment.run(shutdown.wait()))
-        }));
-        self.controllers.push(Box::new(move |shutdown| {
-            Box::pin(health.run(shutdown.wait()))
-        }));
+            .push(Box::new(move |shutdown| Box::pin(run(shutdown))));
         self
+    }
+
+    /// A reconciler of `K` sharing `state`, wired to this manager: its client, its
+    /// [`ReconcilerOptions`] (scope, concurrency, retries), its metrics and its readiness (the
+    /// manager is not ready until the reconciler's first list is in).
+    pub fn reconciler<K: kube::Resource<DynamicType = ()>, S: ?Sized>(
+        &self,
+        state: Arc<S>,
+    ) -> Reconciler<K, S> {
+        self.wire(Reconciler::new(self.client.clone(), state))
+    }
+
+    /// The options every reconciler of this manager gets (namespace, label selector,
+    /// concurrency, retries).
+    pub fn reconciler_options(&self) -> &ReconcilerOptions {
+        &self.config.reconciler
+    }
+
+    /// The readiness reported at `/readyz`; a controller that keeps its own caches registers
+    /// them here.
+    pub fn readiness(&self) -> Readiness {
+        self.readiness.clone()
     }
 
     /// Gives a reconciler the manager's options, metrics and readiness.
@@ -393,9 +358,9 @@ impl Manager {
     }
 }
 
-/// A shutdown signal shared by every task of a manager.
-#[derive(Clone)]
-struct Shutdown(watch::Receiver<bool>);
+/// The manager's stop signal, as a controller registered with [`Manager::add_controller`] gets it.
+#[derive(Clone, Debug)]
+pub struct Shutdown(watch::Receiver<bool>);
 
 struct ShutdownTrigger(watch::Sender<bool>);
 
@@ -405,7 +370,10 @@ impl Shutdown {
         (ShutdownTrigger(sender), Self(receiver))
     }
 
-    fn wait(self) -> impl Future<Output = ()> + Send + Sync + 'static {
+    /// Completes when the manager stops (SIGTERM, SIGINT, the `stop` of
+    /// [`Manager::run_until`], or a lost lease); hand it to kube-runtime's
+    /// `Controller::graceful_shutdown_on`.
+    pub fn wait(self) -> impl Future<Output = ()> + Send + Sync + 'static {
         let mut receiver = self.0;
         async move {
             let _ = receiver.wait_for(|fired| *fired).await;

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use capi_actuator::ReconcilerOptions;
-use capi_actuator::bootstrap::{BootstrapSettings, KubeadmConfigReconciler};
 use capi_actuator::retry::RetryPolicy;
 use capi_bootstrap::api::{KubeadmConfig, KubeadmConfigSpec};
+use capi_bootstrap::controller::{BootstrapSettings, KubeadmConfigReconciler};
 use capi_bootstrap::render::PlanFile;
 use capi_core::api::{Cluster, Machine};
 use capi_core::{BootstrapData, condition, labels};
@@ -82,7 +82,7 @@ async fn add_machine(client: &Client, ns: &str, name: &str, control_plane: bool)
 struct CloudConf;
 
 #[async_trait::async_trait]
-impl capi_actuator::bootstrap::BootstrapFiles for CloudConf {
+impl capi_bootstrap::controller::BootstrapFiles for CloudConf {
     async fn files(
         &self,
         _: &Client,
@@ -159,7 +159,10 @@ async fn one_init_then_joins_with_tokens_in_the_workload_cluster_and_no_re_rende
                 .namespace(&ns)
                 .retry_policy(retry),
         );
-    let task = tokio::spawn(reconciler.run(std::future::pending()));
+    let task = tokio::spawn(capi_bootstrap::controller::run(
+        reconciler,
+        std::future::pending(),
+    ));
 
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     eventually("one init secret", || async {

@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::api::DynamicObject;
 use serde_json::json;
 
-use super::references::{ReferenceError, References};
+use crate::references::{ReferenceError, References};
 
 /// The controller owner reference of `meta`, if any.
 pub(crate) fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {

@@ -8,7 +8,9 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use capi_actuator::rollout::{SetState, resolve_fenceposts, rolling_update_step};
+use capi_controllers::machine_deployment::rollout::{
+    SetState, resolve_fenceposts, rolling_update_step,
+};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 /// A simulated MachineSet: the ages (in ticks) of its machines.

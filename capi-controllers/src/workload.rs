@@ -208,7 +208,7 @@ impl WorkloadClusters {
         let nodes: Api<Node> = Api::all(client.clone());
         let task = tokio::spawn(async move {
             watcher(nodes, watcher::Config::default())
-                .backoff(crate::retry::WatchBackoff::default())
+                .backoff(capi_actuator::retry::WatchBackoff::default())
                 .reflect(writer)
                 .inspect(move |event| {
                     if matches!(event, Ok(watcher::Event::InitDone)) {

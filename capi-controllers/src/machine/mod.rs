@@ -22,15 +22,15 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use self::status::{Facts, Step};
-use super::references::{ReferenceError, References, initialization_flag};
-use super::workload::{NodeChange, WorkloadClusters};
-use super::{
+use crate::references::{ReferenceError, References, initialization_flag};
+use crate::workload::{NodeChange, WorkloadClusters};
+use crate::{
     CoreSettings, cache, cluster_cache, find_cluster, of_cluster, ownership, receiver_stream, take,
 };
-use crate::plan::Next;
-use crate::reasons;
-use crate::reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
-use crate::write;
+use capi_actuator::plan::Next;
+use capi_actuator::reasons;
+use capi_actuator::write;
+use capi_actuator::{Context, ReconcileError, Reconciler, back_off, drain};
 
 /// What the Machine controller works with besides the client.
 pub(crate) struct MachineController {
@@ -65,79 +65,79 @@ impl MachineController {
     }
 }
 
-impl Reconciler<Machine, MachineController> {
-    /// Runs until `shutdown` completes; in-flight reconciles finish first.
-    pub(crate) async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-        let (trigger, machines) = self.trigger();
-        let (clusters, cluster_changes) = cluster_cache(self.options.api::<Cluster>(&self.client));
-        let _ = self.actuator.clusters.set(clusters);
-        let (deployments, deployment_changes) =
-            cache(self.options.api::<MachineDeployment>(&self.client));
-        let _ = self.actuator.deployments.set(deployments);
-        let by_deployment = machines.clone();
-        let reference_changes = take(&self.actuator.reference_changes);
-        let node_changes = take(&self.actuator.node_changes);
-        let concurrency = self.options.concurrency;
-        let by_cluster = machines.clone();
-        let by_node = machines.clone();
-        // An infrastructure machine or bootstrap config changed: its owner Machine looks again.
-        let owners = receiver_stream(reference_changes).flat_map(|object| {
-            let namespace = object.namespace().unwrap_or_default();
-            let owners: Vec<ObjectRef<Machine>> = object
-                .owner_references()
-                .iter()
-                .filter(|r| r.kind == "Machine" && r.api_version.starts_with("cluster.x-k8s.io/"))
-                .map(|r| ObjectRef::new(&r.name).within(&namespace))
-                .collect();
-            stream::iter(owners)
-        });
-        // A node changed: the machine with its provider ID looks again.
-        let nodes = receiver_stream(node_changes).flat_map(move |change| {
-            let found: Vec<ObjectRef<Machine>> = by_node
+/// Runs until `shutdown` completes; in-flight reconciles finish first.
+pub(crate) async fn run(
+    reconciler: Reconciler<Machine, MachineController>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (trigger, machines) = reconciler.trigger();
+    let (clusters, cluster_changes) = cluster_cache(reconciler.api::<Cluster>());
+    let _ = reconciler.state().clusters.set(clusters);
+    let (deployments, deployment_changes) = cache(reconciler.api::<MachineDeployment>());
+    let _ = reconciler.state().deployments.set(deployments);
+    let by_deployment = machines.clone();
+    let reference_changes = take(&reconciler.state().reference_changes);
+    let node_changes = take(&reconciler.state().node_changes);
+    let concurrency = reconciler.concurrency();
+    let by_cluster = machines.clone();
+    let by_node = machines.clone();
+    // An infrastructure machine or bootstrap config changed: its owner Machine looks again.
+    let owners = receiver_stream(reference_changes).flat_map(|object| {
+        let namespace = object.namespace().unwrap_or_default();
+        let owners: Vec<ObjectRef<Machine>> = object
+            .owner_references()
+            .iter()
+            .filter(|r| r.kind == "Machine" && r.api_version.starts_with("cluster.x-k8s.io/"))
+            .map(|r| ObjectRef::new(&r.name).within(&namespace))
+            .collect();
+        stream::iter(owners)
+    });
+    // A node changed: the machine with its provider ID looks again.
+    let nodes = receiver_stream(node_changes).flat_map(move |change| {
+        let found: Vec<ObjectRef<Machine>> = by_node
+            .state()
+            .into_iter()
+            .filter(|m| {
+                m.namespace().as_deref() == Some(change.namespace.as_str())
+                    && m.spec.cluster_name == change.cluster
+                    && change.provider_id.is_some()
+                    && m.spec.provider_id == change.provider_id
+            })
+            .map(|m| ObjectRef::from_obj(m.as_ref()))
+            .collect();
+        stream::iter(found)
+    });
+    let context = reconciler.into_context(|deps, _, _| deps);
+    let results = Controller::for_stream(trigger, machines)
+        .trigger_backoff(capi_actuator::retry::WatchBackoff::default())
+        .with_config(ControllerConfig::default().concurrency(concurrency))
+        // A Cluster changed (paused, infrastructure ready, deleting): its machines look again.
+        .watches_stream(
+            cluster_changes,
+            of_cluster(by_cluster, |m: &Machine| &m.spec.cluster_name),
+        )
+        // A MachineDeployment's template changed: its machines say whether they are up to date.
+        .watches_stream(deployment_changes, move |deployment| {
+            let name = deployment.name_any();
+            let namespace = deployment.namespace();
+            by_deployment
                 .state()
                 .into_iter()
                 .filter(|m| {
-                    m.namespace().as_deref() == Some(change.namespace.as_str())
-                        && m.spec.cluster_name == change.cluster
-                        && change.provider_id.is_some()
-                        && m.spec.provider_id == change.provider_id
+                    m.namespace() == namespace
+                        && m.labels().get(labels::MACHINE_DEPLOYMENT_NAME) == Some(&name)
                 })
                 .map(|m| ObjectRef::from_obj(m.as_ref()))
-                .collect();
-            stream::iter(found)
-        });
-        let context = self.into_context(|deps, _, _| deps);
-        let results = Controller::for_stream(trigger, machines)
-            .trigger_backoff(crate::retry::WatchBackoff::default())
-            .with_config(ControllerConfig::default().concurrency(concurrency))
-            // A Cluster changed (paused, infrastructure ready, deleting): its machines look again.
-            .watches_stream(
-                cluster_changes,
-                of_cluster(by_cluster, |m: &Machine| &m.spec.cluster_name),
-            )
-            // A MachineDeployment's template changed: its machines say whether they are up to date.
-            .watches_stream(deployment_changes, move |deployment| {
-                let name = deployment.name_any();
-                let namespace = deployment.namespace();
-                by_deployment
-                    .state()
-                    .into_iter()
-                    .filter(|m| {
-                        m.namespace() == namespace
-                            && m.labels().get(labels::MACHINE_DEPLOYMENT_NAME) == Some(&name)
-                    })
-                    .map(|m| ObjectRef::from_obj(m.as_ref()))
-                    .collect::<Vec<_>>()
-            })
-            .reconcile_on(stream::select(owners, nodes))
-            .graceful_shutdown_on(shutdown)
-            .run(
-                reconcile_machine,
-                back_off::<Machine, MachineController>,
-                context,
-            );
-        drain(results).await;
-    }
+                .collect::<Vec<_>>()
+        })
+        .reconcile_on(stream::select(owners, nodes))
+        .graceful_shutdown_on(shutdown)
+        .run(
+            reconcile_machine,
+            back_off::<Machine, MachineController>,
+            context,
+        );
+    drain(results).await;
 }
 
 #[tracing::instrument(skip_all, fields(namespace = %machine.namespace().unwrap_or_default(), name = %machine.name_any()))]
@@ -154,7 +154,7 @@ async fn reconcile_once(
     machine: &Arc<Machine>,
     context: &Context<MachineController>,
 ) -> Result<Next, ReconcileError> {
-    let deps = &context.actuator;
+    let deps = &context.state;
     let namespace = machine.namespace().unwrap_or_default();
     let api: Api<Machine> = Api::namespaced(context.client.clone(), &namespace);
     let cluster = match deps.clusters.get() {

@@ -2,12 +2,14 @@
 //! hash of it), rolled out by RollingUpdate or OnDelete, with revision annotations.
 //!
 //! RollingUpdate scales the new set up and the old ones down by
-//! [`rolling_update_step`](crate::rollout::rolling_update_step) with upstream's rounding of
+//! [`rolling_update_step`] with upstream's rounding of
 //! `maxSurge` (up) and `maxUnavailable` (down), so that at no time fewer than
 //! `replicas − maxUnavailable` machines are available and no more than `replicas + maxSurge` exist.
 //! OnDelete never deletes a machine itself: old sets shrink only as the user deletes their machines,
 //! and the new set grows by as much. A paused deployment only reports status. Old sets at zero
 //! machines are deleted.
+
+pub mod rollout;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
@@ -26,14 +28,14 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use super::{
+use self::rollout::{SetState, resolve_fenceposts, rolling_update_step};
+use crate::{
     CoreSettings, cache, cluster_cache, find_cluster, of_cluster, ownership, selector, synced,
 };
-use crate::plan::{EventNote, FinalizerChange, Next};
-use crate::reasons;
-use crate::reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
-use crate::rollout::{SetState, resolve_fenceposts, rolling_update_step};
-use crate::write;
+use capi_actuator::plan::{EventNote, FinalizerChange, Next};
+use capi_actuator::reasons;
+use capi_actuator::write;
+use capi_actuator::{Context, ReconcileError, Reconciler, back_off, drain};
 
 /// The finalizer that makes a deleted MachineDeployment delete its MachineSets first.
 pub const MACHINE_DEPLOYMENT_FINALIZER: &str = "machinedeployment.cluster.x-k8s.io";
@@ -57,38 +59,39 @@ impl DeploymentController {
     }
 }
 
-impl Reconciler<MachineDeployment, DeploymentController> {
-    /// Runs until `shutdown` completes; in-flight reconciles finish first.
-    pub(crate) async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-        let (trigger, deployments) = self.trigger();
-        let (sets, set_changes) = cache(self.options.api::<MachineSet>(&self.client));
-        let (clusters, cluster_changes) = cluster_cache(self.options.api::<Cluster>(&self.client));
-        let _ = self.actuator.sets.set(sets);
-        let _ = self.actuator.clusters.set(clusters);
-        let concurrency = self.options.concurrency;
-        let by_cluster = deployments.clone();
-        let context = self.into_context(|deps, _, _| deps);
-        let results = Controller::for_stream(trigger, deployments)
-            .trigger_backoff(crate::retry::WatchBackoff::default())
-            .with_config(ControllerConfig::default().concurrency(concurrency))
-            .watches_stream(set_changes, |set| {
-                let namespace = set.namespace().unwrap_or_default();
-                ownership::controller_of(&set.metadata)
-                    .filter(|o| o.kind == "MachineDeployment")
-                    .map(|o| ObjectRef::new(&o.name).within(&namespace))
-            })
-            .watches_stream(
-                cluster_changes,
-                of_cluster(by_cluster, |d: &MachineDeployment| &d.spec.cluster_name),
-            )
-            .graceful_shutdown_on(shutdown)
-            .run(
-                reconcile_deployment,
-                back_off::<MachineDeployment, DeploymentController>,
-                context,
-            );
-        drain(results).await;
-    }
+/// Runs until `shutdown` completes; in-flight reconciles finish first.
+pub(crate) async fn run(
+    reconciler: Reconciler<MachineDeployment, DeploymentController>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (trigger, deployments) = reconciler.trigger();
+    let (sets, set_changes) = cache(reconciler.api::<MachineSet>());
+    let (clusters, cluster_changes) = cluster_cache(reconciler.api::<Cluster>());
+    let _ = reconciler.state().sets.set(sets);
+    let _ = reconciler.state().clusters.set(clusters);
+    let concurrency = reconciler.concurrency();
+    let by_cluster = deployments.clone();
+    let context = reconciler.into_context(|deps, _, _| deps);
+    let results = Controller::for_stream(trigger, deployments)
+        .trigger_backoff(capi_actuator::retry::WatchBackoff::default())
+        .with_config(ControllerConfig::default().concurrency(concurrency))
+        .watches_stream(set_changes, |set| {
+            let namespace = set.namespace().unwrap_or_default();
+            ownership::controller_of(&set.metadata)
+                .filter(|o| o.kind == "MachineDeployment")
+                .map(|o| ObjectRef::new(&o.name).within(&namespace))
+        })
+        .watches_stream(
+            cluster_changes,
+            of_cluster(by_cluster, |d: &MachineDeployment| &d.spec.cluster_name),
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(
+            reconcile_deployment,
+            back_off::<MachineDeployment, DeploymentController>,
+            context,
+        );
+    drain(results).await;
 }
 
 #[tracing::instrument(skip_all, fields(namespace = %deployment.namespace().unwrap_or_default(), name = %deployment.name_any()))]
@@ -124,7 +127,7 @@ async fn reconcile_once(
     deployment: &MachineDeployment,
     context: &Context<DeploymentController>,
 ) -> Result<Next, ReconcileError> {
-    let deps = &context.actuator;
+    let deps = &context.state;
     let namespace = deployment.namespace().unwrap_or_default();
     let api: Api<MachineDeployment> = Api::namespaced(context.client.clone(), &namespace);
     let sets_api: Api<MachineSet> = Api::namespaced(context.client.clone(), &namespace);
@@ -411,7 +414,7 @@ fn on_delete_step(
     desired: i32,
     new: &MachineSet,
     olds: &[Arc<MachineSet>],
-) -> Vec<crate::rollout::Scale> {
+) -> Vec<crate::machine_deployment::rollout::Scale> {
     let mut scales = Vec::new();
     let mut remaining_old = 0;
     for old in olds {
@@ -419,12 +422,12 @@ fn on_delete_step(
         let actual = old.status.as_ref().and_then(|s| s.replicas).unwrap_or(spec);
         let keep = spec.min(actual);
         remaining_old += keep;
-        scales.push(crate::rollout::Scale {
+        scales.push(crate::machine_deployment::rollout::Scale {
             name: old.name_any(),
             replicas: keep,
         });
     }
-    scales.push(crate::rollout::Scale {
+    scales.push(crate::machine_deployment::rollout::Scale {
         name: new.name_any(),
         replicas: (desired - remaining_old).max(0),
     });

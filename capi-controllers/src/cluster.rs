@@ -25,13 +25,13 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::references::{ReferenceError, References, initialization_flag};
-use super::workload::WorkloadClusters;
-use super::{CoreSettings, cache, ownership, receiver_stream, synced, take};
-use crate::plan::{FinalizerChange, Next};
-use crate::reasons;
-use crate::reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
-use crate::write;
+use crate::references::{ReferenceError, References, initialization_flag};
+use crate::workload::WorkloadClusters;
+use crate::{CoreSettings, cache, ownership, receiver_stream, synced, take};
+use capi_actuator::plan::{FinalizerChange, Next};
+use capi_actuator::reasons;
+use capi_actuator::write;
+use capi_actuator::{Context, ReconcileError, Reconciler, back_off, drain};
 
 /// `ControlPlaneInitialized`.
 const CONTROL_PLANE_INITIALIZED: &str = "ControlPlaneInitialized";
@@ -63,40 +63,41 @@ impl ClusterController {
     }
 }
 
-impl Reconciler<Cluster, ClusterController> {
-    /// Runs until `shutdown` completes; in-flight reconciles finish first.
-    pub(crate) async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-        let (trigger, clusters) = self.trigger();
-        let (machines, machine_changes) = cache(self.options.api::<Machine>(&self.client));
-        let _ = self.actuator.machines.set(machines);
-        let owners = receiver_stream(take(&self.actuator.reference_changes)).flat_map(|object| {
-            let namespace = object.namespace().unwrap_or_default();
-            let owners: Vec<ObjectRef<Cluster>> = object
-                .owner_references()
-                .iter()
-                .filter(|r| r.kind == "Cluster" && r.api_version.starts_with("cluster.x-k8s.io/"))
-                .map(|r| ObjectRef::new(&r.name).within(&namespace))
-                .collect();
-            stream::iter(owners)
-        });
-        let concurrency = self.options.concurrency;
-        let context = self.into_context(|deps, _, _| deps);
-        let results = Controller::for_stream(trigger, clusters)
-            .trigger_backoff(crate::retry::WatchBackoff::default())
-            .with_config(ControllerConfig::default().concurrency(concurrency))
-            .watches_stream(machine_changes, |machine| {
-                let namespace = machine.namespace().unwrap_or_default();
-                Some(ObjectRef::new(&machine.spec.cluster_name).within(&namespace))
-            })
-            .reconcile_on(owners)
-            .graceful_shutdown_on(shutdown)
-            .run(
-                reconcile_cluster,
-                back_off::<Cluster, ClusterController>,
-                context,
-            );
-        drain(results).await;
-    }
+/// Runs until `shutdown` completes; in-flight reconciles finish first.
+pub(crate) async fn run(
+    reconciler: Reconciler<Cluster, ClusterController>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (trigger, clusters) = reconciler.trigger();
+    let (machines, machine_changes) = cache(reconciler.api::<Machine>());
+    let _ = reconciler.state().machines.set(machines);
+    let owners = receiver_stream(take(&reconciler.state().reference_changes)).flat_map(|object| {
+        let namespace = object.namespace().unwrap_or_default();
+        let owners: Vec<ObjectRef<Cluster>> = object
+            .owner_references()
+            .iter()
+            .filter(|r| r.kind == "Cluster" && r.api_version.starts_with("cluster.x-k8s.io/"))
+            .map(|r| ObjectRef::new(&r.name).within(&namespace))
+            .collect();
+        stream::iter(owners)
+    });
+    let concurrency = reconciler.concurrency();
+    let context = reconciler.into_context(|deps, _, _| deps);
+    let results = Controller::for_stream(trigger, clusters)
+        .trigger_backoff(capi_actuator::retry::WatchBackoff::default())
+        .with_config(ControllerConfig::default().concurrency(concurrency))
+        .watches_stream(machine_changes, |machine| {
+            let namespace = machine.namespace().unwrap_or_default();
+            Some(ObjectRef::new(&machine.spec.cluster_name).within(&namespace))
+        })
+        .reconcile_on(owners)
+        .graceful_shutdown_on(shutdown)
+        .run(
+            reconcile_cluster,
+            back_off::<Cluster, ClusterController>,
+            context,
+        );
+    drain(results).await;
 }
 
 #[tracing::instrument(skip_all, fields(namespace = %cluster.namespace().unwrap_or_default(), name = %cluster.name_any()))]
@@ -113,7 +114,7 @@ async fn reconcile_once(
     cluster: &Cluster,
     context: &Context<ClusterController>,
 ) -> Result<Next, ReconcileError> {
-    let deps = &context.actuator;
+    let deps = &context.state;
     let namespace = cluster.namespace().unwrap_or_default();
     let api: Api<Cluster> = Api::namespaced(context.client.clone(), &namespace);
     let has_finalizer = cluster
@@ -368,7 +369,7 @@ async fn delete(
     namespace: &str,
     context: &Context<ClusterController>,
 ) -> Result<Next, ReconcileError> {
-    let deps = &context.actuator;
+    let deps = &context.state;
     let client = &context.client;
     let name = cluster.name_any();
     let api: Api<Cluster> = Api::namespaced(client.clone(), namespace);

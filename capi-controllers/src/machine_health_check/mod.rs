@@ -1,12 +1,14 @@
 //! The MachineHealthCheck controller: judges every machine its selector matches with
-//! [`health::assess`](crate::health::assess), stops when too many are unhealthy
-//! ([`health::remediation_allowed`](crate::health::remediation_allowed), condition
+//! [`health::assess`](crate::machine_health_check::verdict::assess), stops when too many are unhealthy
+//! ([`health::remediation_allowed`](crate::machine_health_check::verdict::remediation_allowed), condition
 //! `RemediationAllowed=False`), and otherwise marks unhealthy machines `OwnerRemediated=False` so
 //! that their MachineSet replaces them.
 //!
 //! Machine conditions are written with a guarded patch (the resource version that was read), as
 //! the Machine controller writes the same list. `status.remediationsAllowed` counts the machines
 //! this pass allowed to be remediated.
+
+pub mod verdict;
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -21,16 +23,16 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use super::machine::status::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
-use super::workload::WorkloadClusters;
-use super::{CoreSettings, cache, cluster_cache, find_cluster, of_cluster, selector, synced};
-use crate::health::{
+use self::verdict::{
     MachineObservation, NodeObservation, ObservedCondition, Verdict, assess, remediation_allowed,
 };
-use crate::plan::Next;
-use crate::reasons;
-use crate::reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
-use crate::write;
+use crate::machine::status::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
+use crate::workload::WorkloadClusters;
+use crate::{CoreSettings, cache, cluster_cache, find_cluster, of_cluster, selector, synced};
+use capi_actuator::plan::Next;
+use capi_actuator::reasons;
+use capi_actuator::write;
+use capi_actuator::{Context, ReconcileError, Reconciler, back_off, drain};
 
 /// What the MachineHealthCheck controller works with besides the client.
 pub(crate) struct HealthCheckController {
@@ -51,47 +53,48 @@ impl HealthCheckController {
     }
 }
 
-impl Reconciler<MachineHealthCheck, HealthCheckController> {
-    /// Runs until `shutdown` completes; in-flight reconciles finish first.
-    pub(crate) async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-        let (trigger, checks) = self.trigger();
-        let (machines, machine_changes) = cache(self.options.api::<Machine>(&self.client));
-        let _ = self.actuator.machines.set(machines);
-        let (clusters, cluster_changes) = cluster_cache(self.options.api::<Cluster>(&self.client));
-        let _ = self.actuator.clusters.set(clusters);
-        let by_cluster = checks.clone();
-        let concurrency = self.options.concurrency;
-        let by_machine = checks.clone();
-        let context = self.into_context(|deps, _, _| deps);
-        let results = Controller::for_stream(trigger, checks)
-            .trigger_backoff(crate::retry::WatchBackoff::default())
-            .with_config(ControllerConfig::default().concurrency(concurrency))
-            .watches_stream(machine_changes, move |machine| {
-                let namespace = machine.namespace();
-                by_machine
-                    .state()
-                    .into_iter()
-                    .filter(|c| {
-                        c.namespace() == namespace
-                            && c.spec.cluster_name == machine.spec.cluster_name
-                            && selector::matches(&c.spec.selector, machine.metadata.labels.as_ref())
-                    })
-                    .map(|c| ObjectRef::from_obj(c.as_ref()))
-                    .collect::<Vec<_>>()
-            })
-            // A Cluster changed (paused, deleted): its health checks look again.
-            .watches_stream(
-                cluster_changes,
-                of_cluster(by_cluster, |c: &MachineHealthCheck| &c.spec.cluster_name),
-            )
-            .graceful_shutdown_on(shutdown)
-            .run(
-                reconcile_check,
-                back_off::<MachineHealthCheck, HealthCheckController>,
-                context,
-            );
-        drain(results).await;
-    }
+/// Runs until `shutdown` completes; in-flight reconciles finish first.
+pub(crate) async fn run(
+    reconciler: Reconciler<MachineHealthCheck, HealthCheckController>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (trigger, checks) = reconciler.trigger();
+    let (machines, machine_changes) = cache(reconciler.api::<Machine>());
+    let _ = reconciler.state().machines.set(machines);
+    let (clusters, cluster_changes) = cluster_cache(reconciler.api::<Cluster>());
+    let _ = reconciler.state().clusters.set(clusters);
+    let by_cluster = checks.clone();
+    let concurrency = reconciler.concurrency();
+    let by_machine = checks.clone();
+    let context = reconciler.into_context(|deps, _, _| deps);
+    let results = Controller::for_stream(trigger, checks)
+        .trigger_backoff(capi_actuator::retry::WatchBackoff::default())
+        .with_config(ControllerConfig::default().concurrency(concurrency))
+        .watches_stream(machine_changes, move |machine| {
+            let namespace = machine.namespace();
+            by_machine
+                .state()
+                .into_iter()
+                .filter(|c| {
+                    c.namespace() == namespace
+                        && c.spec.cluster_name == machine.spec.cluster_name
+                        && selector::matches(&c.spec.selector, machine.metadata.labels.as_ref())
+                })
+                .map(|c| ObjectRef::from_obj(c.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        // A Cluster changed (paused, deleted): its health checks look again.
+        .watches_stream(
+            cluster_changes,
+            of_cluster(by_cluster, |c: &MachineHealthCheck| &c.spec.cluster_name),
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(
+            reconcile_check,
+            back_off::<MachineHealthCheck, HealthCheckController>,
+            context,
+        );
+    drain(results).await;
 }
 
 #[tracing::instrument(skip_all, fields(namespace = %check.namespace().unwrap_or_default(), name = %check.name_any()))]
@@ -139,7 +142,7 @@ async fn reconcile_once(
     check: &MachineHealthCheck,
     context: &Context<HealthCheckController>,
 ) -> Result<Next, ReconcileError> {
-    let deps = &context.actuator;
+    let deps = &context.state;
     let namespace = check.namespace().unwrap_or_default();
     let api: Api<MachineHealthCheck> = Api::namespaced(context.client.clone(), &namespace);
     let machines_api: Api<Machine> = Api::namespaced(context.client.clone(), &namespace);

@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use capi_bootstrap::api::{Format, KubeadmConfig, KubeadmConfigStatus};
-use capi_bootstrap::init_lock::{InitLock, LockState};
-use capi_bootstrap::pki::{ClusterPki, SECRET_SUFFIXES, bootstrap_token};
-use capi_bootstrap::render::{self, ClusterFacts, KubernetesVersion, RenderInput, Role};
-use capi_bootstrap::secret::BootstrapSecret;
-use capi_bootstrap::tokens;
+use crate::api::{Format, KubeadmConfig, KubeadmConfigStatus};
+use crate::init_lock::{InitLock, LockState};
+use crate::pki::{ClusterPki, SECRET_SUFFIXES, bootstrap_token};
+use crate::render::{self, ClusterFacts, KubernetesVersion, RenderInput, Role};
+use crate::secret::BootstrapSecret;
+use crate::tokens;
 use capi_core::api::{Cluster, Machine};
 use capi_core::condition::{self, ConditionStatus};
 use capi_core::{BootstrapFormat, labels};
@@ -20,10 +20,10 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
 use super::BootstrapSettings;
-use crate::plan::{Next, Plan};
-use crate::reasons;
-use crate::reconciler::{Context, ReconcileError};
-use crate::write;
+use capi_actuator::plan::{Next, Plan};
+use capi_actuator::reasons;
+use capi_actuator::write;
+use capi_actuator::{Context, ReconcileError};
 
 type BootstrapPlan = Plan<()>;
 
@@ -168,7 +168,7 @@ async fn decide(
             .is_some_and(|s| s.node_ref.is_some());
         if let (Some(token_id), false) = (token_id, joined) {
             // Keep the token valid until the machine has joined.
-            let settings = &context.actuator;
+            let settings = &context.state;
             refresh_join_token(&secrets, &cluster.name_any(), &token_id, settings.token_ttl)
                 .await?;
             plan.next = Next::Requeue(settings.token_refresh);
@@ -235,7 +235,7 @@ async fn decide(
         return Ok(());
     } else {
         let token = token()?;
-        create_join_token(&secrets, &cluster_name, &token, context.actuator.token_ttl).await?;
+        create_join_token(&secrets, &cluster_name, &token, context.state.token_ttl).await?;
         let ca_cert_hashes = vec![pki.ca.cert_hash()];
         if control_plane {
             Role::JoinControlPlane {
@@ -276,7 +276,7 @@ async fn decide(
         Role::Init { .. } | Role::JoinControlPlane { .. } => pki.control_plane_files(),
         Role::JoinWorker { .. } => Vec::new(),
     };
-    for hook in &context.actuator.extra_files {
+    for hook in &context.state.extra_files {
         let files = hook
             .files(client, &cluster, &machine)
             .await
@@ -325,7 +325,7 @@ async fn decide(
         // The token's ID (not its secret) is kept for refreshing it until the machine joins.
         let annotation = (TOKEN_ID_ANNOTATION.to_string(), id.to_string());
         secret.metadata.annotations = Some(std::collections::BTreeMap::from([annotation]));
-        plan.next = Next::Requeue(context.actuator.token_refresh);
+        plan.next = Next::Requeue(context.state.token_refresh);
     }
     match secrets.create(&PostParams::default(), &secret).await {
         Ok(_) => {}
@@ -438,7 +438,7 @@ async fn ensure_pki(
         )
         .into_secret();
         if let Some(data) = secret.data.as_mut() {
-            data.remove(capi_bootstrap::secret::FORMAT_KEY);
+            data.remove(crate::secret::FORMAT_KEY);
         }
         secret.metadata.owner_references = cluster.controller_owner_ref(&()).map(|o| vec![o]);
         match secrets.create(&PostParams::default(), &secret).await {
@@ -529,7 +529,7 @@ async fn write_status(
     }
     if let Some(name) = data_secret_name {
         desired.data_secret_name = Some(name);
-        desired.initialization = Some(capi_bootstrap::api::KubeadmConfigInitialization {
+        desired.initialization = Some(crate::api::KubeadmConfigInitialization {
             data_secret_created: Some(true),
         });
     }

@@ -47,6 +47,16 @@ pub enum ReferenceError {
     Kube(#[from] kube::Error),
 }
 
+impl From<ReferenceError> for capi_actuator::ReconcileError {
+    fn from(error: ReferenceError) -> Self {
+        match error {
+            // A plain API failure stays one: it backs off (or retries a conflict) like any other.
+            ReferenceError::Kube(error) => Self::Kube(error),
+            other => Self::Controller(Box::new(other)),
+        }
+    }
+}
+
 struct Watched {
     resource: ApiResource,
     store: Store<DynamicObject>,
@@ -127,7 +137,7 @@ impl References {
         let flag = Arc::clone(&synced);
         let task = tokio::spawn(async move {
             watcher(api, watcher::Config::default())
-                .backoff(crate::retry::WatchBackoff::default())
+                .backoff(capi_actuator::retry::WatchBackoff::default())
                 .reflect(writer)
                 .inspect(move |event| {
                     if matches!(event, Ok(watcher::Event::InitDone)) {

@@ -14,10 +14,10 @@ use serde_json::json;
 
 use super::MachineController;
 use super::drain::{DrainStatus, drain};
-use crate::plan::{EventNote, FinalizerChange, Next};
-use crate::reasons;
-use crate::reconciler::{Context, ReconcileError};
-use crate::write;
+use capi_actuator::plan::{EventNote, FinalizerChange, Next};
+use capi_actuator::reasons;
+use capi_actuator::write;
+use capi_actuator::{Context, ReconcileError};
 
 /// One pass of deleting `machine`.
 pub(super) async fn delete(
@@ -32,7 +32,7 @@ pub(super) async fn delete(
     if !has_finalizer {
         return Ok(Next::AwaitChange);
     }
-    let deps = &context.actuator;
+    let deps = &context.state;
     let namespace = machine.namespace().unwrap_or_default();
     let api: Api<Machine> = Api::namespaced(context.client.clone(), &namespace);
     let cluster_going = cluster.is_none_or(|c| c.metadata.deletion_timestamp.is_some());

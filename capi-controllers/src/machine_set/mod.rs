@@ -1,10 +1,13 @@
 //! The MachineSet controller: keeps `spec.replicas` machines made from the template.
 //!
 //! Each pass: adopt orphans matching the selector; wait until the cache shows this controller's
-//! own previous creates and deletes ([`Expectations`]); delete machines a health check marked for
+//! own previous creates and deletes (`Expectations`); delete machines a health check marked for
 //! remediation; complete machines whose bootstrap config or infrastructure machine is missing (a
 //! crash between creating the Machine and cloning its templates); create the missing machines or
-//! delete the surplus by [`deletion_priority`](crate::deletion_priority); write status.
+//! delete the surplus by [`deletion_priority`]; write status.
+
+pub mod deletion_priority;
+mod expectations;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
@@ -23,17 +26,17 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use super::expectations::Expectations;
-use super::machine::status::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
-use super::references::{ReferenceError, References};
-use super::{
+use self::deletion_priority::{MachineFacts, select_for_deletion};
+use self::expectations::Expectations;
+use crate::machine::status::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
+use crate::references::{ReferenceError, References};
+use crate::{
     CoreSettings, cache, cluster_cache, find_cluster, of_cluster, ownership, selector, synced,
 };
-use crate::deletion_priority::{MachineFacts, select_for_deletion};
-use crate::plan::{EventNote, FinalizerChange, Next};
-use crate::reasons;
-use crate::reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
-use crate::write;
+use capi_actuator::plan::{EventNote, FinalizerChange, Next};
+use capi_actuator::reasons;
+use capi_actuator::write;
+use capi_actuator::{Context, ReconcileError, Reconciler, back_off, drain};
 
 /// The finalizer that makes a deleted MachineSet delete its machines first.
 pub const MACHINE_SET_FINALIZER: &str = "machineset.cluster.x-k8s.io";
@@ -69,54 +72,55 @@ impl MachineSetController {
     }
 }
 
-impl Reconciler<MachineSet, MachineSetController> {
-    /// Runs until `shutdown` completes; in-flight reconciles finish first.
-    pub(crate) async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-        let (trigger, sets) = self.trigger();
-        let (machines, machine_changes) = cache(self.options.api::<Machine>(&self.client));
-        let (clusters, cluster_changes) = cluster_cache(self.options.api::<Cluster>(&self.client));
-        let _ = self.actuator.machines.set(machines);
-        let _ = self.actuator.clusters.set(clusters);
-        let concurrency = self.options.concurrency;
-        let for_machines = sets.clone();
-        let for_clusters = sets.clone();
-        let context = self.into_context(|deps, _, _| deps);
-        let results = Controller::for_stream(trigger, sets)
-            .trigger_backoff(crate::retry::WatchBackoff::default())
-            .with_config(ControllerConfig::default().concurrency(concurrency))
-            // A machine changed: its set (or, for an orphan, the sets that would adopt it).
-            .watches_stream(machine_changes, move |machine| {
-                let namespace = machine.namespace();
-                if let Some(owner) = ownership::controller_of(&machine.metadata) {
-                    return if owner.kind == "MachineSet" {
-                        vec![ObjectRef::new(&owner.name).within(&namespace.unwrap_or_default())]
-                    } else {
-                        Vec::new()
-                    };
-                }
-                for_machines
-                    .state()
-                    .into_iter()
-                    .filter(|s| {
-                        s.namespace() == namespace
-                            && s.spec.cluster_name == machine.spec.cluster_name
-                            && selector::matches(&s.spec.selector, machine.metadata.labels.as_ref())
-                    })
-                    .map(|s| ObjectRef::from_obj(s.as_ref()))
-                    .collect()
-            })
-            .watches_stream(
-                cluster_changes,
-                of_cluster(for_clusters, |s: &MachineSet| &s.spec.cluster_name),
-            )
-            .graceful_shutdown_on(shutdown)
-            .run(
-                reconcile_set,
-                back_off::<MachineSet, MachineSetController>,
-                context,
-            );
-        drain(results).await;
-    }
+/// Runs until `shutdown` completes; in-flight reconciles finish first.
+pub(crate) async fn run(
+    reconciler: Reconciler<MachineSet, MachineSetController>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (trigger, sets) = reconciler.trigger();
+    let (machines, machine_changes) = cache(reconciler.api::<Machine>());
+    let (clusters, cluster_changes) = cluster_cache(reconciler.api::<Cluster>());
+    let _ = reconciler.state().machines.set(machines);
+    let _ = reconciler.state().clusters.set(clusters);
+    let concurrency = reconciler.concurrency();
+    let for_machines = sets.clone();
+    let for_clusters = sets.clone();
+    let context = reconciler.into_context(|deps, _, _| deps);
+    let results = Controller::for_stream(trigger, sets)
+        .trigger_backoff(capi_actuator::retry::WatchBackoff::default())
+        .with_config(ControllerConfig::default().concurrency(concurrency))
+        // A machine changed: its set (or, for an orphan, the sets that would adopt it).
+        .watches_stream(machine_changes, move |machine| {
+            let namespace = machine.namespace();
+            if let Some(owner) = ownership::controller_of(&machine.metadata) {
+                return if owner.kind == "MachineSet" {
+                    vec![ObjectRef::new(&owner.name).within(&namespace.unwrap_or_default())]
+                } else {
+                    Vec::new()
+                };
+            }
+            for_machines
+                .state()
+                .into_iter()
+                .filter(|s| {
+                    s.namespace() == namespace
+                        && s.spec.cluster_name == machine.spec.cluster_name
+                        && selector::matches(&s.spec.selector, machine.metadata.labels.as_ref())
+                })
+                .map(|s| ObjectRef::from_obj(s.as_ref()))
+                .collect()
+        })
+        .watches_stream(
+            cluster_changes,
+            of_cluster(for_clusters, |s: &MachineSet| &s.spec.cluster_name),
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(
+            reconcile_set,
+            back_off::<MachineSet, MachineSetController>,
+            context,
+        );
+    drain(results).await;
 }
 
 #[tracing::instrument(skip_all, fields(namespace = %set.namespace().unwrap_or_default(), name = %set.name_any()))]
@@ -133,7 +137,7 @@ async fn reconcile_once(
     set: &MachineSet,
     context: &Context<MachineSetController>,
 ) -> Result<Next, ReconcileError> {
-    let deps = &context.actuator;
+    let deps = &context.state;
     let namespace = set.namespace().unwrap_or_default();
     let sets: Api<MachineSet> = Api::namespaced(context.client.clone(), &namespace);
     let machines_api: Api<Machine> = Api::namespaced(context.client.clone(), &namespace);
@@ -411,7 +415,7 @@ async fn create_machine(
     namespace: &str,
     context: &Context<MachineSetController>,
 ) -> Result<String, ReconcileError> {
-    let deps = &context.actuator;
+    let deps = &context.state;
     let uid = set.uid().unwrap_or_default();
     let suffix: String = std::iter::repeat_with(|| {
         let chars = b"bcdfghjklmnpqrstvwxz2456789";

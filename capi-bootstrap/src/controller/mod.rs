@@ -1,0 +1,166 @@
+//! The kubeadm bootstrap provider's controller: renders each `KubeadmConfig` owned by a `Machine` into the
+//! bootstrap-data Secret of the contract, once.
+//!
+//! Per config: find the owner `Machine` and its `Cluster`; honour pause; wait for the cluster
+//! infrastructure (and its endpoint); make sure the cluster PKI Secrets and the
+//! `<cluster>-kubeconfig` Secret exist (generated once); decide the role — the first control-plane
+//! machine that takes the init lock runs `kubeadm init`, other control-plane machines and workers
+//! wait until the control plane is initialised and then join with a bootstrap token created in the
+//! workload cluster; render in the config's format; write the Secret (owned by the config, labelled
+//! with the cluster) and `status.dataSecretName`. Data is never re-rendered once its Secret exists.
+//!
+//! Register it with a [`Manager`] through [`KubeadmBootstrap`] (leave it
+//! out when upstream's kubeadm bootstrap provider runs beside the manager):
+//!
+//! ```no_run
+//! # fn demo(manager: &mut capi_actuator::Manager) {
+//! use capi_bootstrap::controller::{BootstrapSettings, KubeadmBootstrap};
+//!
+//! manager.add(KubeadmBootstrap::new(BootstrapSettings::default()));
+//! # }
+//! ```
+
+mod reconcile;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::api::KubeadmConfig;
+use crate::render::PlanFile;
+use capi_core::api::{Cluster, Machine};
+use futures::Future;
+use kube::ResourceExt;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+
+use capi_actuator::manager::{Controllers, Manager};
+use capi_actuator::{Context, ReconcileError, Reconciler, back_off, drain};
+
+/// Files a provider adds to every machine's bootstrap data — the OpenStack provider's `cloud.conf`
+/// and CA bundle, for example — without forking the renderer.
+#[async_trait::async_trait]
+pub trait BootstrapFiles: Send + Sync {
+    /// The files for `machine` of `cluster`. An error is reported on the config's `Ready`
+    /// condition and retried; it must not contain secrets.
+    async fn files(
+        &self,
+        client: &kube::Client,
+        cluster: &Cluster,
+        machine: &Machine,
+    ) -> Result<Vec<PlanFile>, String>;
+}
+
+/// Settings of the bootstrap reconciler.
+#[derive(Clone)]
+pub struct BootstrapSettings {
+    /// How long bootstrap tokens for joining machines are valid.
+    pub token_ttl: Duration,
+    /// How often a token is extended while its machine has not joined (its Machine has no
+    /// `status.nodeRef` yet). Must be well below `token_ttl`.
+    pub token_refresh: Duration,
+    /// Provider hooks adding files, in order.
+    pub extra_files: Vec<Arc<dyn BootstrapFiles>>,
+}
+
+impl std::fmt::Debug for BootstrapSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BootstrapSettings")
+            .field("token_ttl", &self.token_ttl)
+            .field("token_refresh", &self.token_refresh)
+            .field("extra_files", &self.extra_files.len())
+            .finish()
+    }
+}
+
+impl Default for BootstrapSettings {
+    fn default() -> Self {
+        Self {
+            token_ttl: Duration::from_secs(15 * 60),
+            token_refresh: Duration::from_secs(5 * 60),
+            extra_files: Vec::new(),
+        }
+    }
+}
+
+/// The reconciler of `KubeadmConfig`s.
+pub type KubeadmConfigReconciler = Reconciler<KubeadmConfig, BootstrapSettings>;
+
+/// The kubeadm bootstrap provider as a controller family for
+/// [`Manager::add`](capi_actuator::Manager::add).
+#[derive(Debug, Default)]
+pub struct KubeadmBootstrap {
+    settings: BootstrapSettings,
+}
+
+impl KubeadmBootstrap {
+    /// The bootstrap controller with `settings`.
+    pub fn new(settings: BootstrapSettings) -> Self {
+        Self { settings }
+    }
+}
+
+impl Controllers for KubeadmBootstrap {
+    fn register(self, manager: &mut Manager) {
+        let reconciler: KubeadmConfigReconciler = manager.reconciler(Arc::new(self.settings));
+        manager.add_controller(move |shutdown| run(reconciler, shutdown.wait()));
+    }
+}
+
+/// Runs `reconciler` until `shutdown` completes; in-flight reconciles finish first.
+pub async fn run(
+    reconciler: KubeadmConfigReconciler,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (trigger, reader) = reconciler.trigger();
+    let machines = reconciler.api::<Machine>();
+    let clusters = reconciler.api::<Cluster>();
+    let by_cluster = reader.clone();
+    let concurrency = reconciler.concurrency();
+    let context = reconciler.into_context(|settings, _, _| settings);
+    let results = Controller::for_stream(trigger, reader)
+        .trigger_backoff(capi_actuator::retry::WatchBackoff::default())
+        .with_config(ControllerConfig::default().concurrency(concurrency))
+        // A Machine changes (created, deleted): reconcile its config.
+        .watches(machines, watcher::Config::default(), |machine| {
+            let reference = machine.spec.bootstrap.config_ref.as_ref()?;
+            let ours = reference.kind == "KubeadmConfig"
+                && reference.api_group == "bootstrap.cluster.x-k8s.io";
+            let namespace = machine.namespace().unwrap_or_default();
+            ours.then(|| ObjectRef::<KubeadmConfig>::new(&reference.name).within(&namespace))
+        })
+        // A Cluster changes (infrastructure ready, control plane initialised): reconcile its configs.
+        .watches_stream(
+            capi_actuator::predicate::cluster_changes(clusters),
+            move |cluster| {
+                let name = cluster.name_any();
+                let namespace = cluster.namespace();
+                by_cluster
+                    .state()
+                    .into_iter()
+                    .filter(|c| {
+                        c.namespace() == namespace
+                            && capi_core::labels::cluster_name(&c.metadata) == Some(name.as_str())
+                    })
+                    .map(|c| ObjectRef::from_obj(c.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(
+            reconcile_config,
+            back_off::<KubeadmConfig, BootstrapSettings>,
+            context,
+        );
+    drain(results).await;
+}
+
+#[tracing::instrument(skip_all, fields(namespace = %config.namespace().unwrap_or_default(), name = %config.name_any()))]
+async fn reconcile_config(
+    config: Arc<KubeadmConfig>,
+    context: Arc<Context<BootstrapSettings>>,
+) -> Result<Action, ReconcileError> {
+    let started = Instant::now();
+    let outcome = reconcile::reconcile_once(&config, &context).await;
+    context.finish(config.as_ref(), started, outcome)
+}

@@ -1,0 +1,127 @@
+//! The caches the core controllers count from, and how a change of one object reaches the
+//! controllers of the objects that depend on it: a store that is only read once its first list
+//! is in ([`synced`]), the Cluster watch filtered to what a cluster's objects read
+//! ([`cluster_cache`]), the fan-out from a Cluster to its objects ([`of_cluster`]), and the
+//! channels on which reference and workload caches report changes ([`receiver_stream`]).
+
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use capi_core::api::Cluster;
+use futures::{Stream, stream};
+use k8s_openapi::NamespaceResourceScope;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
+
+/// The `Cluster` named `name` in `namespace`: from the cache, else from the API server (the cache
+/// may not have seen it yet).
+pub(crate) async fn find_cluster(
+    store: &Store<Cluster>,
+    client: &kube::Client,
+    name: &str,
+    namespace: &str,
+) -> Result<Option<Arc<Cluster>>, kube::Error> {
+    if let Some(found) = store.get(&ObjectRef::new(name).within(namespace)) {
+        return Ok(Some(found));
+    }
+    let api: Api<Cluster> = Api::namespaced(client.clone(), namespace);
+    Ok(api.get_opt(name).await?.map(Arc::new))
+}
+
+/// The cache in `slot` once it holds everything the API server had at its first list — never a
+/// partial view. A controller that counted machines in a cache still filling after a restart would
+/// see too few and create more than the user asked for; so every decision that counts from a cache
+/// asks here first and requeues on `None` (which only happens after a restart or at start-up). It
+/// never waits: a worker is not held while the first list is under way.
+pub(crate) fn synced<K>(slot: &std::sync::OnceLock<Store<K>>) -> Option<&Store<K>>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Clone + Eq + std::hash::Hash,
+{
+    use futures::FutureExt;
+    let store = slot.get()?;
+    match store.wait_until_ready().now_or_never() {
+        Some(Ok(())) => Some(store),
+        _ => None,
+    }
+}
+
+/// A cache of every object `api` sees, and the stream of changes that fills it (hand it to
+/// `Controller::watches_stream`, which drives it).
+pub(crate) fn cache<K>(
+    api: Api<K>,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store();
+    let changes = watcher(api, watcher::Config::default())
+        .backoff(capi_actuator::retry::WatchBackoff::default())
+        .reflect(writer)
+        .touched_objects();
+    (store, changes)
+}
+
+/// [`cache`] for Clusters: the store sees every change, the stream passes on only those the
+/// cluster's objects read ([`capi_actuator::predicate::cluster_as_its_objects_see_it`]).
+pub(crate) fn cluster_cache(
+    api: Api<Cluster>,
+) -> (
+    Store<Cluster>,
+    impl Stream<Item = Result<Cluster, watcher::Error>> + Send + 'static,
+) {
+    let (store, changes) = cache(api);
+    let relevant = changes.predicate_filter(
+        capi_actuator::predicate::cluster_as_its_objects_see_it,
+        Default::default(),
+    );
+    (store, relevant)
+}
+
+/// Maps a changed Cluster to the objects of `store` that belong to it (same namespace,
+/// `cluster_name` naming it).
+pub(crate) fn of_cluster<K>(
+    store: Store<K>,
+    cluster_name: fn(&K) -> &str,
+) -> impl Fn(Cluster) -> Vec<ObjectRef<K>> + Send + Sync + 'static
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + Send + Sync + 'static,
+{
+    move |cluster| {
+        let name = cluster.name_any();
+        let namespace = cluster.namespace();
+        store
+            .state()
+            .into_iter()
+            .filter(|o| o.namespace() == namespace && cluster_name(o) == name)
+            .map(|o| ObjectRef::from_obj(o.as_ref()))
+            .collect()
+    }
+}
+
+/// Takes a receiver out of its slot (once; later calls get none).
+pub(crate) fn take<T>(
+    slot: &Mutex<Option<mpsc::UnboundedReceiver<T>>>,
+) -> Option<mpsc::UnboundedReceiver<T>> {
+    slot.lock().unwrap_or_else(PoisonError::into_inner).take()
+}
+
+/// A receiver as a stream; an absent one never yields.
+pub(crate) fn receiver_stream<T: Send + 'static>(
+    receiver: Option<mpsc::UnboundedReceiver<T>>,
+) -> impl Stream<Item = T> + Send + 'static {
+    use futures::StreamExt;
+    match receiver {
+        Some(receiver) => stream::unfold(receiver, |mut receiver| async move {
+            receiver.recv().await.map(|item| (item, receiver))
+        })
+        .left_stream(),
+        None => stream::pending().right_stream(),
+    }
+}

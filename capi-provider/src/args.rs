@@ -1,0 +1,208 @@
+//! The command-line flags every provider's manager binary shares, so that all managers accept the
+//! same spelling and print the same `--help`:
+//!
+//! ```text
+//! [--http-addr 0.0.0.0:8080] [--namespace NS] [--label-selector SEL] [--concurrency N]
+//! [--qps F] [--burst N] [--leader-elect NAMESPACE/NAME] [--log-format text|json]
+//! [--with-bootstrap] [--with-core]
+//! ```
+//!
+//! A binary flattens [`ManagerArgs`] into its own clap parser beside its own flags.
+
+use std::net::SocketAddr;
+
+use capi_actuator::ReconcilerOptions;
+use capi_actuator::manager::{LeaderElectionConfig, ManagerConfig};
+use capi_actuator::telemetry::LogFormat;
+
+/// The shared flags; their defaults are the [`ManagerConfig`] defaults.
+#[derive(Clone, Debug, PartialEq, clap::Args)]
+pub struct ManagerArgs {
+    /// Where `/healthz`, `/readyz` and `/metrics` are served (HOST:PORT; port 0 picks one).
+    #[arg(long, value_name = "HOST:PORT", default_value = "0.0.0.0:8080", value_parser = parse_addr)]
+    pub http_addr: SocketAddr,
+    /// Only reconcile objects in this namespace (default: all namespaces).
+    #[arg(long, value_name = "NS")]
+    pub namespace: Option<String>,
+    /// Only reconcile objects matching this label selector.
+    #[arg(long, value_name = "SEL")]
+    pub label_selector: Option<String>,
+    /// At most this many objects of each kind are reconciled at once.
+    #[arg(long, value_name = "N", default_value_t = ReconcilerOptions::default().concurrency, value_parser = parse_concurrency)]
+    pub concurrency: u16,
+    /// Average API requests per second of the manager's client.
+    #[arg(long, value_name = "F", default_value_t = ManagerConfig::default().qps, value_parser = parse_qps)]
+    pub qps: f64,
+    /// API requests allowed at once above the average.
+    #[arg(long, value_name = "N", default_value_t = ManagerConfig::default().burst, value_parser = parse_burst)]
+    pub burst: u32,
+    /// Run only while holding this `coordination.k8s.io/v1` Lease (several replicas, one leader).
+    #[arg(long, value_name = "NAMESPACE/NAME", value_parser = parse_lease)]
+    pub leader_elect: Option<LeaderElectionConfig>,
+    /// The log line format: `text` or `json` (filtered by `RUST_LOG`, default `info`).
+    #[arg(long, value_name = "text|json", default_value = "text", value_parser = parse_log_format)]
+    pub log_format: LogFormat,
+    /// Also run the kubeadm bootstrap provider's controller.
+    #[arg(long)]
+    pub with_bootstrap: bool,
+    /// Also run the core Cluster API controllers (standalone mode, with `--with-bootstrap`).
+    #[arg(long)]
+    pub with_core: bool,
+}
+
+impl ManagerArgs {
+    /// The manager configuration these flags describe.
+    pub fn manager_config(&self) -> ManagerConfig {
+        let mut reconciler = ReconcilerOptions::default().concurrency(self.concurrency);
+        if let Some(namespace) = &self.namespace {
+            reconciler = reconciler.namespace(namespace);
+        }
+        if let Some(selector) = &self.label_selector {
+            reconciler = reconciler.label_selector(selector);
+        }
+        ManagerConfig {
+            reconciler,
+            qps: self.qps,
+            burst: self.burst,
+            http_addr: self.http_addr,
+            leader_election: self.leader_elect.clone(),
+            ..ManagerConfig::default()
+        }
+    }
+}
+
+fn parse_addr(value: &str) -> Result<SocketAddr, String> {
+    value.parse().map_err(|_| "expected HOST:PORT".to_string())
+}
+
+fn parse_concurrency(value: &str) -> Result<u16, String> {
+    value
+        .parse()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| "expected a count (1–65535)".to_string())
+}
+
+fn parse_qps(value: &str) -> Result<f64, String> {
+    value
+        .parse()
+        .ok()
+        .filter(|q: &f64| q.is_finite() && *q > 0.0)
+        .ok_or_else(|| "expected a positive number".to_string())
+}
+
+fn parse_burst(value: &str) -> Result<u32, String> {
+    value
+        .parse()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| "expected a positive count".to_string())
+}
+
+fn parse_lease(value: &str) -> Result<LeaderElectionConfig, String> {
+    value
+        .split_once('/')
+        .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
+        .map(|(namespace, name)| LeaderElectionConfig::new(namespace, name))
+        .ok_or_else(|| "expected NAMESPACE/NAME".to_string())
+}
+
+fn parse_log_format(value: &str) -> Result<LogFormat, String> {
+    match value {
+        "text" => Ok(LogFormat::Text),
+        "json" => Ok(LogFormat::Json),
+        _ => Err("expected text or json".to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use clap::Parser;
+
+    use super::*;
+
+    /// A binary with one flag of its own beside the shared ones.
+    #[derive(Debug, Parser)]
+    struct Binary {
+        #[command(flatten)]
+        manager: ManagerArgs,
+        #[arg(long)]
+        cloud_url: Option<String>,
+    }
+
+    fn parse(args: &[&str]) -> Result<ManagerArgs, clap::Error> {
+        Binary::try_parse_from(std::iter::once("manager").chain(args.iter().copied()))
+            .map(|b| b.manager)
+    }
+
+    #[test]
+    fn every_shared_flag_lands_in_the_config() {
+        let flags = parse(&[
+            "--http-addr",
+            "127.0.0.1:9000",
+            "--namespace",
+            "team-a",
+            "--label-selector",
+            "tier=gold",
+            "--concurrency",
+            "7",
+            "--qps",
+            "12.5",
+            "--burst",
+            "30",
+            "--leader-elect",
+            "capi-system/lease",
+            "--log-format",
+            "json",
+            "--with-bootstrap",
+            "--with-core",
+        ])
+        .unwrap();
+        let config = flags.manager_config();
+        assert_eq!(config.http_addr.to_string(), "127.0.0.1:9000");
+        assert_eq!(config.reconciler.namespace.as_deref(), Some("team-a"));
+        assert_eq!(
+            config.reconciler.label_selector.as_deref(),
+            Some("tier=gold")
+        );
+        assert_eq!(config.reconciler.concurrency, 7);
+        assert_eq!((config.qps, config.burst), (12.5, 30));
+        let lease = config.leader_election.unwrap();
+        assert_eq!(
+            (lease.namespace.as_str(), lease.lease_name.as_str()),
+            ("capi-system", "lease")
+        );
+        assert_eq!(flags.log_format, LogFormat::Json);
+        assert!(flags.with_bootstrap && flags.with_core);
+    }
+
+    #[test]
+    fn without_flags_the_config_is_the_managers_default() {
+        let flags = parse(&[]).unwrap();
+        assert_eq!(flags.manager_config(), ManagerConfig::default());
+        assert_eq!(flags.log_format, LogFormat::Text);
+        assert!(!flags.with_bootstrap && !flags.with_core);
+    }
+
+    #[test]
+    fn bad_values_say_what_is_expected() {
+        let missing = parse(&["--qps"]).unwrap_err().to_string();
+        assert!(missing.contains("--qps"), "{missing}");
+        for (args, expected) in [
+            (["--qps", "-1"], "a positive number"),
+            (["--qps", "NaN"], "a positive number"),
+            (["--leader-elect", "lease"], "NAMESPACE/NAME"),
+            (["--leader-elect", "/lease"], "NAMESPACE/NAME"),
+            (["--log-format", "xml"], "text or json"),
+            (["--http-addr", "localhost"], "HOST:PORT"),
+            (["--concurrency", "many"], "a count (1–65535)"),
+        ] {
+            let error = parse(&args).unwrap_err().to_string();
+            assert!(error.contains(expected), "{args:?}: {error}");
+        }
+        let unknown = parse(&["--cloud-urll", "x"]).unwrap_err();
+        assert_eq!(unknown.kind(), clap::error::ErrorKind::UnknownArgument);
+    }
+}

@@ -1,0 +1,131 @@
+//! A provider's manager binary in a few lines — the same flags, logging, health, metrics, leader
+//! election and standalone mode for every provider, the in-memory and OpenStack reference
+//! providers' as much as a vendor's.
+//!
+//! - [`args`]: the shared flags ([`ManagerArgs`]), for a binary to flatten into its own clap
+//!   parser beside its own flags;
+//! - [`ProviderManager`]: installs logging, builds the [`Manager`] from the current kubeconfig (in a
+//!   pod: its ServiceAccount), lets the binary register its reconcilers, adds the kubeadm bootstrap
+//!   provider (`--with-bootstrap`) and the core Cluster API controllers (`--with-core`), and runs
+//!   until SIGTERM/SIGINT.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use capi_provider::{ManagerArgs, ProviderManager};
+//! use clap::Parser;
+//!
+//! /// my-cloud-manager: the My Cloud provider's controllers.
+//! #[derive(Parser)]
+//! struct Args {
+//!     #[command(flatten)]
+//!     manager: ManagerArgs,
+//!     /// The cloud's API endpoint.
+//!     #[arg(long)]
+//!     endpoint: String,
+//! }
+//!
+//! # async fn demo<M: capi_core::infra::InfraMachine, C: capi_core::infra::InfraCluster>(
+//! #     machines: Arc<dyn capi_core::Actuator<M>>, clusters: Arc<dyn capi_core::ClusterActuator<C>>,
+//! # ) -> Result<(), capi_provider::ProviderError> {
+//! let args = Args::parse();
+//! ProviderManager::new("my-cloud", args.manager)
+//!     .run(|manager| {
+//!         manager.add_machine_reconciler::<M>(machines);
+//!         manager.add_cluster_reconciler::<C>(clusters);
+//!     })
+//!     .await
+//! # }
+//! ```
+
+pub mod args;
+
+use std::sync::Arc;
+
+use capi_actuator::manager::{Manager, ManagerError};
+use capi_actuator::telemetry::init_logging;
+use capi_bootstrap::controller::{BootstrapFiles, BootstrapSettings, KubeadmBootstrap};
+use capi_controllers::{CoreControllers, CoreSettings};
+
+pub use args::ManagerArgs;
+
+/// Why a provider's manager could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProviderError {
+    /// The log subscriber could not be installed (one already is).
+    #[error("installing the log subscriber: {0}")]
+    Logging(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// No kubeconfig and no in-cluster ServiceAccount to talk to the management cluster with.
+    #[error(
+        "finding the management cluster (set KUBECONFIG, or run in a pod with a ServiceAccount): {0}"
+    )]
+    KubeConfig(#[source] kube::config::InferConfigError),
+    /// The manager could not start, or stopped with an error (a lost lease).
+    #[error(transparent)]
+    Manager(#[from] ManagerError),
+}
+
+/// A provider's manager process; see the crate documentation.
+#[derive(Debug)]
+pub struct ProviderManager {
+    name: String,
+    args: ManagerArgs,
+    bootstrap: BootstrapSettings,
+    core: CoreSettings,
+}
+
+impl ProviderManager {
+    /// The manager of provider `name` (used in its log lines), configured by the shared flags.
+    pub fn new(name: impl Into<String>, args: ManagerArgs) -> Self {
+        Self {
+            name: name.into(),
+            args,
+            bootstrap: BootstrapSettings::default(),
+            core: CoreSettings::default(),
+        }
+    }
+
+    /// Files the bootstrap controller adds to every machine's bootstrap data, when it runs
+    /// (`--with-bootstrap`): a cloud provider's configuration, a CA bundle.
+    pub fn bootstrap_files(mut self, files: Arc<dyn BootstrapFiles>) -> Self {
+        self.bootstrap.extra_files.push(files);
+        self
+    }
+
+    /// Settings of the core controllers, when they run (`--with-core`).
+    pub fn core_settings(mut self, settings: CoreSettings) -> Self {
+        self.core = settings;
+        self
+    }
+
+    /// Installs logging, builds the manager, calls `register` to add the provider's own
+    /// reconcilers (and any other controller), adds the bootstrap and core controllers the flags
+    /// ask for, and runs until SIGTERM or SIGINT.
+    pub async fn run(self, register: impl FnOnce(&mut Manager)) -> Result<(), ProviderError> {
+        init_logging(self.args.log_format).map_err(ProviderError::Logging)?;
+        let kube_config = kube::Config::infer()
+            .await
+            .map_err(ProviderError::KubeConfig)?;
+        let mut manager = Manager::new(kube_config, self.args.manager_config()).await?;
+        register(&mut manager);
+        if self.args.with_bootstrap {
+            manager.add(KubeadmBootstrap::new(self.bootstrap));
+        }
+        if self.args.with_core {
+            manager.add(CoreControllers::new(self.core));
+        }
+        tracing::info!(
+            provider = %self.name,
+            http = %manager.http_addr().map_err(|source| ManagerError::Bind {
+                addr: self.args.http_addr,
+                source,
+            })?,
+            bootstrap = self.args.with_bootstrap,
+            core = self.args.with_core,
+            "manager starting"
+        );
+        manager.run().await?;
+        Ok(())
+    }
+}
