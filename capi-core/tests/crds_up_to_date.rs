@@ -1,18 +1,13 @@
 //! The checked-in CRD YAML must be what the Rust types generate: `cargo xtask crds` rewrites it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
-
 #[test]
 fn checked_in_crds_match_the_types() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/core");
-    let rendered = capi_core::crd::render_core().expect("CRDs render");
-    assert_eq!(rendered.len(), 5, "one CRD per core kind");
-    let stale = capi_core::crd::stale_files(&dir, &rendered);
-    assert!(
-        stale.is_empty(),
-        "stale or missing in {}: {stale:?}; run `cargo xtask crds` and commit the result",
-        dir.display()
+    let crds = capi_core::crd::core();
+    assert_eq!(crds.len(), 5, "one CRD per core kind");
+    capi_testing::crd_files::assert_checked_in(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../crds/core"),
+        &crds,
     );
 }
 

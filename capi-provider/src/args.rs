@@ -31,7 +31,7 @@ pub struct ManagerArgs {
     #[arg(long, value_name = "N", default_value_t = ReconcilerOptions::default().concurrency, value_parser = parse_concurrency)]
     pub concurrency: u16,
     /// Average API requests per second of the manager's client.
-    #[arg(long, value_name = "F", default_value_t = ManagerConfig::default().qps, value_parser = parse_qps)]
+    #[arg(long, value_name = "F", default_value_t = ManagerConfig::default().qps, value_parser = parse_qps, allow_negative_numbers = true)]
     pub qps: f64,
     /// API requests allowed at once above the average.
     #[arg(long, value_name = "N", default_value_t = ManagerConfig::default().burst, value_parser = parse_burst)]

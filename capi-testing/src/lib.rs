@@ -11,6 +11,8 @@
 //! - [`TestEnv`]: a control plane with the core CRDs installed, plus per-test namespaces.
 //! - [`upstream`]: upstream Cluster API's managers (core, kubeadm bootstrap and control plane,
 //!   the in-memory test infrastructure provider) as a peer on the same control plane.
+//! - [`crd_files`]: the checked-in CRD YAML is what the types generate; a provider's CRDs carry
+//!   the contract label.
 //! - [`schema_violations`]: every constraint of a CRD schema as a field path and proptest
 //!   strategies of edits that break it, to check that the API server refuses bad input.
 //!
@@ -30,6 +32,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod crd_files;
 pub mod envtest;
 pub mod faults;
 pub mod manifest;
