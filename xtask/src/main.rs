@@ -1,4 +1,4 @@
-//! Developer automation for the capi-rs workspace: `cargo xtask <command>`.
+//! Developer automation for the capi-rs workspace: `cargo xtask <command>` (`--help` on each).
 //!
 //! - `envtest`: provision etcd, kube-apiserver and kubeadm for tests (honours `KUBEBUILDER_ASSETS`;
 //!   otherwise builds them from the Go module proxy once per version and caches them).
@@ -31,55 +31,72 @@ mod upstream;
 
 use std::path::PathBuf;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
+use clap::{Parser, Subcommand};
 
-const USAGE: &str = "usage: cargo xtask <envtest | crds [--check] | openstack <install|start|stop> | upstream <install|start|stop> | test | quickstart [--keep-running] | bench [all|one-cluster|clusters|latency] [--machines N] [--clusters N] [--boot-ms MS] [--idle-seconds S] [--qps F] [--burst N] [--concurrency N] [--out DIR] | chaos [--machines N] [--error-rate F] [--conflict-rate F] [--kills N] [--out DIR]>";
+/// Developer automation for the capi-rs workspace.
+#[derive(Parser)]
+#[command(name = "cargo xtask", bin_name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Provision etcd, kube-apiserver and kubeadm for tests (KUBEBUILDER_ASSETS wins; otherwise
+    /// built from the Go module proxy once per version and cached).
+    Envtest,
+    /// Write the generated CRD YAML and manifests (or check that they are current).
+    Crds {
+        /// Fail if a checked-in file differs instead of writing it.
+        #[arg(long)]
+        check: bool,
+    },
+    /// A loopback-only OpenStack for the OpenStack provider's integration tests.
+    Openstack {
+        #[command(subcommand)]
+        action: openstack::Action,
+    },
+    /// Upstream Cluster API v1.14 (core, kubeadm bootstrap and control plane, CAPD's in-memory
+    /// backend) built from the Go module proxy and run as a peer on a local control plane.
+    Upstream {
+        #[command(subcommand)]
+        action: upstream::Action,
+    },
+    /// Everything CI checks: provisioning, fmt, CRDs, clippy, docs, unit, integration and doc
+    /// tests.
+    Test,
+    /// Start a local control plane, install the CRDs, apply the sample cluster and show it.
+    Quickstart {
+        /// Keep the control plane and the manager running after the cluster is shown.
+        #[arg(long)]
+        keep_running: bool,
+    },
+    /// Scale scenarios on the in-memory provider, printed and written as JSON to benches/results.
+    Bench(bench::BenchArgs),
+    /// A cluster built through cloud faults, 409s, manager SIGKILLs and an API server restart,
+    /// then deleted; fails unless nothing was duplicated, leaked or left behind.
+    Chaos(chaos::ChaosArgs),
+}
 
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some((command, rest)) = args.split_first() else {
-        bail!("{USAGE}");
-    };
-    let flag = |name: &str| rest.iter().any(|a| a == name);
-    if flag("--help") || flag("-h") {
-        println!("{USAGE}");
-        return Ok(());
-    }
-    if command == "openstack" {
-        return openstack::command(rest.first().map(String::as_str));
-    }
-    if command == "upstream" {
-        return upstream::command(
-            rest.first().map(String::as_str),
-            rest.get(1..).unwrap_or(&[]),
-        );
-    }
-    if command == "chaos" {
-        return chaos::run_chaos(chaos::Options::parse(rest)?);
-    }
-    if command == "bench" {
-        return bench::run_bench(bench::Options::parse(rest)?);
-    }
-    if let Some(unknown) = rest
-        .iter()
-        .find(|a| !matches!(a.as_str(), "--check" | "--keep-running"))
-    {
-        bail!("unknown argument {unknown:?}\n{USAGE}");
-    }
-    match command.as_str() {
-        "envtest" => {
+    let Cli { task } = Cli::parse();
+    // The arguments after the task's name, recorded with bench and chaos results.
+    let raw = || std::env::args().skip(2).collect::<Vec<_>>();
+    match task {
+        Task::Envtest => {
             let dir = envtest::ensure()?;
             println!("KUBEBUILDER_ASSETS={}", dir.display());
             Ok(())
         }
-        "crds" => crds::run(flag("--check")),
-        "test" => test::run_all(),
-        "quickstart" => quickstart::run(flag("--keep-running")),
-        "help" | "--help" | "-h" => {
-            println!("{USAGE}");
-            Ok(())
-        }
-        other => bail!("unknown command {other:?}\n{USAGE}"),
+        Task::Crds { check } => crds::run(check),
+        Task::Openstack { action } => openstack::command(action),
+        Task::Upstream { action } => upstream::command(action),
+        Task::Test => test::run_all(),
+        Task::Quickstart { keep_running } => quickstart::run(keep_running),
+        Task::Bench(args) => bench::run_bench(bench::Options::new(args, raw())),
+        Task::Chaos(args) => chaos::run_chaos(chaos::Options::new(args, raw())),
     }
 }
 

@@ -106,10 +106,21 @@ pub(crate) fn stop() -> Result<()> {
 }
 
 /// `cargo xtask openstack <install|start|stop>`.
-pub(crate) fn command(action: Option<&str>) -> Result<()> {
+/// What `cargo xtask openstack` does.
+#[derive(Clone, Debug, clap::Subcommand)]
+pub(crate) enum Action {
+    /// Install the Debian packages and Python venv of the local OpenStack.
+    Install,
+    /// Install, then start it in the background; prints the `clouds.yaml` variable to export.
+    Start,
+    /// Stop it.
+    Stop,
+}
+
+pub(crate) fn command(action: Action) -> Result<()> {
     match action {
-        Some("install") => install(),
-        Some("start") => {
+        Action::Install => install(),
+        Action::Start => {
             install()?;
             let instance = start()?;
             println!(
@@ -119,8 +130,7 @@ pub(crate) fn command(action: Option<&str>) -> Result<()> {
             std::mem::forget(instance);
             Ok(())
         }
-        Some("stop") => stop(),
-        _ => bail!("usage: cargo xtask openstack <install|start|stop>"),
+        Action::Stop => stop(),
     }
 }
 

@@ -38,18 +38,30 @@ const START_TIMEOUT: Duration = Duration::from_secs(900);
 const ADOPTION_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// `cargo xtask upstream <action>`.
-pub(crate) fn command(action: Option<&str>, rest: &[String]) -> Result<()> {
+/// What `cargo xtask upstream` does.
+#[derive(Clone, Debug, clap::Subcommand)]
+pub(crate) enum Action {
+    /// Build what is missing of the peer (Go module proxy; cached by version).
+    Install,
+    /// Install, then start a local control plane with the peer on it, in the background; prints
+    /// the KUBECONFIG to use.
+    Start,
+    /// Stop the peer and its control plane.
+    Stop,
+    /// The background process `start` runs (not for users).
+    #[command(hide = true)]
+    Serve {
+        /// The state file `start` wrote.
+        state: PathBuf,
+    },
+}
+
+pub(crate) fn command(action: Action) -> Result<()> {
     match action {
-        Some("install") => install().map(|_| ()),
-        Some("start") => start(),
-        Some("stop") => stop(),
-        // The background process `start` runs; not for users.
-        Some("serve") => serve(
-            rest.first()
-                .map(PathBuf::from)
-                .context("serve needs a state file")?,
-        ),
-        _ => bail!("usage: cargo xtask upstream <install|start|stop>"),
+        Action::Install => install().map(|_| ()),
+        Action::Start => start(),
+        Action::Stop => stop(),
+        Action::Serve { state } => serve(state),
     }
 }
 

@@ -26,20 +26,85 @@ pub(crate) mod rig;
 use std::path::PathBuf;
 use std::process::Command;
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 
 use crate::command::{run, step};
 use crate::workspace_root;
 use one_cluster::Variant;
 use rig::ManagerOptions;
 
-/// The scenarios, in the order `all` runs them.
-const SCENARIOS: [&str; 3] = ["one-cluster", "clusters", "latency"];
+/// A scenario on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Scenario {
+    /// Every scenario, in the order below.
+    All,
+    /// One cluster of `--machines` machines, zero latency; idle figures; the floor program.
+    OneCluster,
+    /// `--clusters` single-node clusters.
+    Clusters,
+    /// One cluster of `--machines` machines whose instances take `--boot-ms` ± 20 % to boot.
+    Latency,
+}
 
-/// What the command line sets.
+impl Scenario {
+    /// The scenarios, in the order `all` runs them.
+    const EACH: [Self; 3] = [Self::OneCluster, Self::Clusters, Self::Latency];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::All => "all",
+            Self::OneCluster => "one-cluster",
+            Self::Clusters => "clusters",
+            Self::Latency => "latency",
+        }
+    }
+}
+
+/// `cargo xtask bench`'s command line.
+#[derive(Clone, Debug, clap::Args)]
+pub(crate) struct BenchArgs {
+    /// The scenarios to run, in order.
+    #[arg(value_enum, default_value = "one-cluster")]
+    scenarios: Vec<Scenario>,
+    /// Machines of the one-cluster and latency scenarios.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(2..=10_000))]
+    machines: u32,
+    /// Clusters of the clusters scenario.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    clusters: u32,
+    /// How long an instance takes to boot in the latency scenario (± 20 %).
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    boot_ms: u64,
+    /// How long idle requests and CPU are measured after the one-cluster build (0: not at all).
+    #[arg(long, value_name = "S", default_value_t = 120)]
+    idle_seconds: u64,
+    /// The manager's average API requests per second.
+    #[arg(long, default_value_t = 1000.0, value_parser = positive_number)]
+    qps: f64,
+    /// The manager's API request burst.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..))]
+    burst: u32,
+    /// The manager's reconciles at once per kind.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    concurrency: u16,
+    /// Where the JSON results go (default: benches/results).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+/// A positive, finite number.
+pub(crate) fn positive_number(value: &str) -> Result<f64, String> {
+    value
+        .parse()
+        .ok()
+        .filter(|v: &f64| v.is_finite() && *v > 0.0)
+        .ok_or_else(|| "expected a positive number".to_string())
+}
+
+/// What a run works with: the command line, and what was built for it.
 #[derive(Clone, Debug)]
 pub(crate) struct Options {
-    scenarios: Vec<String>,
+    scenarios: Vec<Scenario>,
     machines: u32,
     clusters: u32,
     boot_ms: u64,
@@ -52,86 +117,33 @@ pub(crate) struct Options {
 }
 
 impl Options {
-    pub(crate) fn parse(args: &[String]) -> Result<Self> {
-        let mut options = Self {
-            scenarios: Vec::new(),
-            machines: 1000,
-            clusters: 1000,
-            boot_ms: 10_000,
-            idle_seconds: 120,
+    /// The options of `args`; `raw` is the command line as typed, recorded with the results.
+    pub(crate) fn new(args: BenchArgs, raw: Vec<String>) -> Self {
+        let mut scenarios = Vec::new();
+        for scenario in args.scenarios {
+            match scenario {
+                Scenario::All => scenarios.extend(Scenario::EACH),
+                one => scenarios.push(one),
+            }
+        }
+        Self {
+            scenarios,
+            machines: args.machines,
+            clusters: args.clusters,
+            boot_ms: args.boot_ms,
+            idle_seconds: args.idle_seconds,
             manager: ManagerOptions {
-                qps: 1000.0,
-                burst: 2000,
-                concurrency: 16,
+                qps: args.qps,
+                burst: args.burst,
+                concurrency: args.concurrency,
             },
-            out: workspace_root().join("benches/results"),
+            out: args
+                .out
+                .unwrap_or_else(|| workspace_root().join("benches/results")),
             assets_dir: PathBuf::new(),
             bin_dir: PathBuf::new(),
-            args: args.to_vec(),
-        };
-        let mut rest = args.iter();
-        while let Some(arg) = rest.next() {
-            if !arg.starts_with("--") {
-                match arg.as_str() {
-                    "all" => options.scenarios.extend(SCENARIOS.map(String::from)),
-                    s if SCENARIOS.contains(&s) => options.scenarios.push(s.to_string()),
-                    other => bail!(
-                        "unknown scenario {other:?}; one of all, {}",
-                        SCENARIOS.join(", ")
-                    ),
-                }
-                continue;
-            }
-            let value = rest
-                .next()
-                .with_context(|| format!("{arg} needs a value"))?;
-            match arg.as_str() {
-                "--machines" => {
-                    options.machines = value.parse().context("--machines expects a count")?;
-                    if !(2..=10_000).contains(&options.machines) {
-                        bail!("--machines is between 2 and 10000");
-                    }
-                }
-                "--clusters" => {
-                    options.clusters = value.parse().context("--clusters expects a count")?;
-                    if !(1..=10_000).contains(&options.clusters) {
-                        bail!("--clusters is between 1 and 10000");
-                    }
-                }
-                "--boot-ms" => {
-                    options.boot_ms = value.parse().context("--boot-ms expects milliseconds")?
-                }
-                "--idle-seconds" => {
-                    options.idle_seconds =
-                        value.parse().context("--idle-seconds expects seconds")?
-                }
-                "--qps" => {
-                    options.manager.qps = value.parse().context("--qps expects a number")?;
-                    if !(options.manager.qps.is_finite() && options.manager.qps > 0.0) {
-                        bail!("--qps must be positive");
-                    }
-                }
-                "--burst" => {
-                    options.manager.burst = value.parse().context("--burst expects a count")?;
-                    if options.manager.burst == 0 {
-                        bail!("--burst must be positive");
-                    }
-                }
-                "--concurrency" => {
-                    options.manager.concurrency =
-                        value.parse().context("--concurrency expects a count")?;
-                    if options.manager.concurrency == 0 {
-                        bail!("--concurrency must be positive");
-                    }
-                }
-                "--out" => options.out = PathBuf::from(value),
-                other => bail!("unknown bench flag {other:?}"),
-            }
+            args: raw,
         }
-        if options.scenarios.is_empty() {
-            options.scenarios.push("one-cluster".into());
-        }
-        Ok(options)
     }
 
     /// The command that reproduces this run.
@@ -157,16 +169,18 @@ pub(crate) fn run_bench(mut options: Options) -> Result<()> {
     let mut summary = Vec::new();
     for scenario in options.scenarios.clone() {
         let result = runtime.block_on(async {
-            match scenario.as_str() {
-                "one-cluster" => one_cluster::run(&options, Variant::Fast).await,
-                "latency" => {
+            match scenario {
+                Scenario::Latency => {
                     let boot_ms = options.boot_ms;
                     one_cluster::run(&options, Variant::Latency { boot_ms }).await
                 }
-                _ => clusters::run(&options).await,
+                Scenario::Clusters => clusters::run(&options).await,
+                Scenario::OneCluster | Scenario::All => {
+                    one_cluster::run(&options, Variant::Fast).await
+                }
             }
         })?;
-        summary.push((scenario, result));
+        summary.push((scenario.name(), result));
     }
     if summary.len() > 1 {
         step("Summary");

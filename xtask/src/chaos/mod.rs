@@ -47,7 +47,36 @@ use conflicts::ConflictProxy;
 const NAMESPACE: &str = "chaos";
 const CLUSTER: &str = "chaos";
 
-/// What the command line sets.
+/// `cargo xtask chaos`'s command line.
+#[derive(Clone, Debug, clap::Args)]
+pub(crate) struct ChaosArgs {
+    /// Machines of the chaos cluster.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(2..=5000))]
+    machines: u32,
+    /// Probability that a cloud call fails (0 to 0.9).
+    #[arg(long, default_value_t = 0.2, value_parser = probability)]
+    error_rate: f64,
+    /// Probability that a write to the API server is answered 409 Conflict (0 to 0.9).
+    #[arg(long, default_value_t = 0.1, value_parser = probability)]
+    conflict_rate: f64,
+    /// How often the manager is killed (SIGKILL) during the run.
+    #[arg(long, default_value_t = 3)]
+    kills: u32,
+    /// Where the JSON report goes (default: benches/results).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+/// A probability between 0 and 0.9.
+fn probability(value: &str) -> Result<f64, String> {
+    value
+        .parse()
+        .ok()
+        .filter(|r: &f64| (0.0..=0.9).contains(r))
+        .ok_or_else(|| "expected a probability between 0 and 0.9".to_string())
+}
+
+/// What a run works with.
 #[derive(Clone, Debug)]
 pub(crate) struct Options {
     machines: u32,
@@ -59,42 +88,18 @@ pub(crate) struct Options {
 }
 
 impl Options {
-    pub(crate) fn parse(args: &[String]) -> Result<Self> {
-        let mut options = Self {
-            machines: 200,
-            error_rate: 0.2,
-            conflict_rate: 0.1,
-            kills: 3,
-            out: workspace_root().join("benches/results"),
-            args: args.to_vec(),
-        };
-        let mut rest = args.iter();
-        while let Some(flag) = rest.next() {
-            let value = rest
-                .next()
-                .with_context(|| format!("{flag} needs a value"))?;
-            let rate = |v: &str| -> Result<f64> {
-                let r: f64 = v.parse().context("expected a number")?;
-                if !(0.0..=0.9).contains(&r) {
-                    bail!("{flag} is a probability between 0 and 0.9");
-                }
-                Ok(r)
-            };
-            match flag.as_str() {
-                "--machines" => {
-                    options.machines = value.parse().context("--machines expects a count")?;
-                    if !(2..=5000).contains(&options.machines) {
-                        bail!("--machines is between 2 and 5000");
-                    }
-                }
-                "--error-rate" => options.error_rate = rate(value)?,
-                "--conflict-rate" => options.conflict_rate = rate(value)?,
-                "--kills" => options.kills = value.parse().context("--kills expects a count")?,
-                "--out" => options.out = PathBuf::from(value),
-                other => bail!("unknown chaos flag {other:?}"),
-            }
+    /// The options of `args`; `raw` is the command line as typed, recorded with the report.
+    pub(crate) fn new(args: ChaosArgs, raw: Vec<String>) -> Self {
+        Self {
+            machines: args.machines,
+            error_rate: args.error_rate,
+            conflict_rate: args.conflict_rate,
+            kills: args.kills,
+            out: args
+                .out
+                .unwrap_or_else(|| workspace_root().join("benches/results")),
+            args: raw,
         }
-        Ok(options)
     }
 }
 
