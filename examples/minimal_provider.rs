@@ -1,7 +1,8 @@
 //! A vendor's minimal infrastructure provider: a machine kind, a (toy) cloud client behind a narrow
 //! trait, and an `Actuator`. Everything else — finalizers, owner lookup, pause, waiting for
 //! bootstrap data, status, conditions, events, backoff, metrics, health, leader election — comes
-//! from the SDK's `Manager`.
+//! from the SDK's `Manager`, and the binary's flags, logging and standalone mode from
+//! `capi-provider`.
 //!
 //! Run against a cluster with the core CRDs and `ToyMachine`'s CRD installed:
 //! `cargo run -p capi-examples --example minimal_provider`.
@@ -9,11 +10,11 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use capi_actuator::manager::{Manager, ManagerConfig};
 use capi_core::api::{MachineAddress, MachineAddressType::Hostname};
 use capi_core::infra::{InfraMachine, InfraMachineStatus};
 use capi_core::{Actuator, ActuatorError, InstanceState, MachineInstance, MachineScope};
 use capi_core::{IdempotencyKey, UpdateOutcome};
+use capi_provider::{ManagerArgs, ProviderManager};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -131,12 +132,21 @@ impl Actuator<ToyMachine> for ToyActuator {
     }
 }
 
+/// The toy provider's manager: the flags every manager shares (`--help`), nothing of its own.
+#[derive(clap::Parser)]
+struct Args {
+    #[command(flatten)]
+    manager: ManagerArgs,
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    capi_actuator::telemetry::init_logging(Default::default()).map_err(|e| anyhow::anyhow!(e))?;
-    let mut manager = Manager::new(kube::Config::infer().await?, ManagerConfig::default()).await?;
-    let actuator = ToyActuator(Arc::new(ToyCloud::default()));
-    manager.add_machine_reconciler::<ToyMachine>(Arc::new(actuator));
-    manager.run().await?;
+    let args = <Args as clap::Parser>::parse();
+    let actuator = Arc::new(ToyActuator(Arc::new(ToyCloud::default())));
+    ProviderManager::new("toy", args.manager)
+        .run(|manager| {
+            manager.add_machine_reconciler::<ToyMachine>(actuator);
+        })
+        .await?;
     Ok(())
 }

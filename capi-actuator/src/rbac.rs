@@ -1,6 +1,8 @@
 //! The permissions each part of the Manager needs in the management cluster — exactly the verbs
 //! its code uses, kept next to that code — so that a provider's generated ClusterRole is least
-//! privilege. `cargo xtask crds` writes the in-memory provider's from these.
+//! privilege. `cargo xtask crds` writes the in-memory provider's from these, the bootstrap
+//! controller's (`capi_bootstrap::controller::rbac`) and the core controllers'
+//! (`capi_controllers::rbac`), which are built with [`rule`].
 //!
 //! ```
 //! use capi_actuator::rbac;
@@ -16,10 +18,11 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 const CORE: &str = "cluster.x-k8s.io";
-const BOOTSTRAP: &str = "bootstrap.cluster.x-k8s.io";
-const READ: &[&str] = &["get", "list", "watch"];
+/// The verbs of reading through a cache: `get`, `list`, `watch`.
+pub const READ: &[&str] = &["get", "list", "watch"];
 
-fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
+/// The rule granting `verbs` on `resources` of API group `group` (`""` is the core group).
+pub fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
     PolicyRule {
         api_groups: Some(vec![group.to_string()]),
         resources: Some(resources.iter().map(|r| r.to_string()).collect()),
@@ -57,68 +60,6 @@ pub fn infra_cluster(group: &str, plural: &str) -> Vec<PolicyRule> {
         rule(group, &[plural], &["get", "list", "watch", "patch"]),
         rule(group, &[&format!("{plural}/status")], &["patch"]),
         rule(CORE, &["machines", "clusters"], READ),
-    ]
-}
-
-/// The kubeadm bootstrap reconciler.
-pub fn bootstrap() -> Vec<PolicyRule> {
-    vec![
-        rule(
-            BOOTSTRAP,
-            &["kubeadmconfigs"],
-            &["get", "list", "watch", "patch"],
-        ),
-        rule(BOOTSTRAP, &["kubeadmconfigs/status"], &["patch"]),
-        rule(CORE, &["machines", "clusters"], READ),
-        rule("", &["secrets"], &["get", "create", "patch"]),
-        rule("", &["configmaps"], &["get", "create", "delete"]),
-    ]
-}
-
-/// The core controllers of standalone mode, for a provider whose referenced kinds (infrastructure
-/// machines, clusters and their templates) are `infra_plurals` in `infra_group`.
-pub fn core(infra_group: &str, infra_plurals: &[&str]) -> Vec<PolicyRule> {
-    vec![
-        rule(CORE, &["clusters"], &["get", "list", "watch", "patch"]),
-        rule(
-            CORE,
-            &["machines", "machinesets"],
-            &["get", "list", "watch", "create", "patch", "delete"],
-        ),
-        rule(
-            CORE,
-            &["machinedeployments"],
-            &["get", "list", "watch", "patch", "delete"],
-        ),
-        rule(
-            CORE,
-            &["machinehealthchecks"],
-            &["get", "list", "watch", "delete"],
-        ),
-        rule(
-            CORE,
-            &[
-                "clusters/status",
-                "machines/status",
-                "machinesets/status",
-                "machinedeployments/status",
-                "machinehealthchecks/status",
-            ],
-            &["patch"],
-        ),
-        // Referenced objects: read, owned (patch), cloned from templates (create), deleted.
-        rule(
-            BOOTSTRAP,
-            &["kubeadmconfigs", "kubeadmconfigtemplates"],
-            &["get", "list", "watch", "create", "patch", "delete"],
-        ),
-        rule(
-            infra_group,
-            infra_plurals,
-            &["get", "list", "watch", "create", "patch", "delete"],
-        ),
-        // Kubeconfigs of workload clusters; what a deleted cluster owned.
-        rule("", &["secrets", "configmaps"], &["get", "list", "delete"]),
     ]
 }
 

@@ -49,8 +49,8 @@ fn standalone_rules(plural: &str) -> Vec<PolicyRule> {
     let mut rules = rbac::manager();
     rules.extend(rbac::infra_machine(INFRA_GROUP, &machines));
     rules.extend(rbac::infra_cluster(INFRA_GROUP, &clusters));
-    rules.extend(rbac::bootstrap());
-    rules.extend(rbac::core(
+    rules.extend(capi_bootstrap::controller::rbac());
+    rules.extend(capi_controllers::rbac(
         INFRA_GROUP,
         &[machines.as_str(), clusters.as_str(), templates.as_str()],
     ));

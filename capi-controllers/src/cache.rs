@@ -2,15 +2,17 @@
 //! controllers of the objects that depend on it: a store that is only read once its first list
 //! is in ([`synced`]), the Cluster watch filtered to what a cluster's objects read
 //! ([`cluster_cache`]), the fan-out from a Cluster to its objects ([`of_cluster`]), and the
-//! channels on which reference and workload caches report changes ([`receiver_stream`]).
+//! caches kept by a task of their own — referenced kinds, workload clusters' nodes — that report
+//! each change on a channel ([`spawn_cache`], [`receiver_stream`]).
 
 use std::fmt::Debug;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use capi_core::api::Cluster;
 use futures::{Stream, stream};
 use k8s_openapi::NamespaceResourceScope;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -124,4 +126,42 @@ pub(crate) fn receiver_stream<T: Send + 'static>(
         .left_stream(),
         None => stream::pending().right_stream(),
     }
+}
+
+/// Keeps `writer`'s store filled from a watch of `api` on a task of its own, calling `on_change`
+/// with each object that changed. Returns the flag that turns true once the first list is in
+/// (a cache that is not yet may be missing objects; read from the API server until then) and the
+/// task (abort it to stop watching). A failed watch is retried with
+/// [`WatchBackoff`](capi_actuator::retry::WatchBackoff), so the cache never stops by itself.
+pub(crate) fn spawn_cache<K>(
+    api: Api<K>,
+    writer: Writer<K>,
+    on_change: impl Fn(K) + Send + Sync + 'static,
+) -> (Arc<AtomicBool>, tokio::task::JoinHandle<()>)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync + 'static,
+{
+    use futures::StreamExt;
+    let synced = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&synced);
+    let task = tokio::spawn(async move {
+        watcher(api, watcher::Config::default())
+            .backoff(capi_actuator::retry::WatchBackoff::default())
+            .reflect(writer)
+            .inspect(move |event| {
+                if matches!(event, Ok(watcher::Event::InitDone)) {
+                    flag.store(true, Ordering::Release);
+                }
+            })
+            .touched_objects()
+            .for_each(|object| {
+                if let Ok(object) = object {
+                    on_change(object);
+                }
+                std::future::ready(())
+            })
+            .await;
+    });
+    (synced, task)
 }

@@ -56,7 +56,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capi_actuator::manager::{Controllers, Manager};
+use capi_actuator::rbac::rule;
 use capi_core::api::{Cluster, Machine, MachineDeployment, MachineHealthCheck, MachineSet};
+use k8s_openapi::api::rbac::v1::PolicyRule;
 
 pub use machine_deployment::{MACHINE_DEPLOYMENT_FINALIZER, TEMPLATE_HASH_LABEL, template_hash};
 pub use machine_set::MACHINE_SET_FINALIZER;
@@ -152,4 +154,55 @@ impl Controllers for CoreControllers {
             .add_controller(move |shutdown| machine_deployment::run(deployment, shutdown.wait()))
             .add_controller(move |shutdown| machine_health_check::run(health, shutdown.wait()));
     }
+}
+
+/// The permissions the core controllers need in the management cluster — exactly the verbs their
+/// code uses — for a provider whose referenced kinds (infrastructure machines, clusters and their
+/// templates) are `infra_plurals` in `infra_group`; for a least-privilege ClusterRole (see
+/// `capi_actuator::rbac`).
+pub fn rbac(infra_group: &str, infra_plurals: &[&str]) -> Vec<PolicyRule> {
+    const BOOTSTRAP: &str = "bootstrap.cluster.x-k8s.io";
+    const CORE: &str = "cluster.x-k8s.io";
+    vec![
+        rule(CORE, &["clusters"], &["get", "list", "watch", "patch"]),
+        rule(
+            CORE,
+            &["machines", "machinesets"],
+            &["get", "list", "watch", "create", "patch", "delete"],
+        ),
+        rule(
+            CORE,
+            &["machinedeployments"],
+            &["get", "list", "watch", "patch", "delete"],
+        ),
+        rule(
+            CORE,
+            &["machinehealthchecks"],
+            &["get", "list", "watch", "delete"],
+        ),
+        rule(
+            CORE,
+            &[
+                "clusters/status",
+                "machines/status",
+                "machinesets/status",
+                "machinedeployments/status",
+                "machinehealthchecks/status",
+            ],
+            &["patch"],
+        ),
+        // Referenced objects: read, owned (patch), cloned from templates (create), deleted.
+        rule(
+            BOOTSTRAP,
+            &["kubeadmconfigs", "kubeadmconfigtemplates"],
+            &["get", "list", "watch", "create", "patch", "delete"],
+        ),
+        rule(
+            infra_group,
+            infra_plurals,
+            &["get", "list", "watch", "create", "patch", "delete"],
+        ),
+        // Kubeconfigs of workload clusters; what a deleted cluster owned.
+        rule("", &["secrets", "configmaps"], &["get", "list", "delete"]),
+    ]
 }

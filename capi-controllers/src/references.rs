@@ -12,11 +12,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use capi_core::api::ContractVersionedObjectReference;
-use futures::StreamExt;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+
 use kube::{Api, Client};
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -132,27 +131,10 @@ impl References {
         };
         let writer = reflector::store::Writer::new(resource.clone());
         let store = writer.as_reader();
-        let synced = Arc::new(AtomicBool::new(false));
         let changes = self.changes.clone();
-        let flag = Arc::clone(&synced);
-        let task = tokio::spawn(async move {
-            watcher(api, watcher::Config::default())
-                .backoff(capi_actuator::retry::WatchBackoff::default())
-                .reflect(writer)
-                .inspect(move |event| {
-                    if matches!(event, Ok(watcher::Event::InitDone)) {
-                        flag.store(true, Ordering::Release);
-                    }
-                })
-                .touched_objects()
-                .for_each(|object| {
-                    if let Ok(object) = object {
-                        // The receiver is gone only when the controller stopped.
-                        let _ = changes.send(Arc::new(object));
-                    }
-                    std::future::ready(())
-                })
-                .await;
+        // The receiver is gone only when the controller stopped.
+        let (synced, task) = crate::cache::spawn_cache(api, writer, move |object| {
+            let _ = changes.send(Arc::new(object));
         });
         self.tasks
             .lock()

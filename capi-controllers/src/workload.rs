@@ -11,11 +11,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+
 use kube::{Api, Client, Config, ResourceExt};
 use tokio::sync::mpsc;
 
@@ -201,32 +200,15 @@ impl WorkloadClusters {
         cluster: &str,
     ) -> (Workload, tokio::task::JoinHandle<()>) {
         let (reader, writer) = reflector::store();
-        let synced = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&synced);
         let changes = self.changes.clone();
         let (namespace, cluster) = (namespace.to_string(), cluster.to_string());
         let nodes: Api<Node> = Api::all(client.clone());
-        let task = tokio::spawn(async move {
-            watcher(nodes, watcher::Config::default())
-                .backoff(capi_actuator::retry::WatchBackoff::default())
-                .reflect(writer)
-                .inspect(move |event| {
-                    if matches!(event, Ok(watcher::Event::InitDone)) {
-                        flag.store(true, Ordering::Release);
-                    }
-                })
-                .touched_objects()
-                .for_each(|node| {
-                    if let Ok(node) = node {
-                        let _ = changes.send(NodeChange {
-                            namespace: namespace.clone(),
-                            cluster: cluster.clone(),
-                            provider_id: node.spec.and_then(|s| s.provider_id),
-                        });
-                    }
-                    std::future::ready(())
-                })
-                .await;
+        let (synced, task) = crate::cache::spawn_cache(nodes, writer, move |node: Node| {
+            let _ = changes.send(NodeChange {
+                namespace: namespace.clone(),
+                cluster: cluster.clone(),
+                provider_id: node.spec.and_then(|s| s.provider_id),
+            });
         });
         let workload = Workload {
             client,

@@ -35,7 +35,9 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
 use capi_actuator::manager::{Controllers, Manager};
+use capi_actuator::rbac::{READ, rule};
 use capi_actuator::{Context, ReconcileError, Reconciler, back_off, drain};
+use k8s_openapi::api::rbac::v1::PolicyRule;
 
 /// Files a provider adds to every machine's bootstrap data — the OpenStack provider's `cloud.conf`
 /// and CA bundle, for example — without forking the renderer.
@@ -153,6 +155,24 @@ pub async fn run(
             context,
         );
     drain(results).await;
+}
+
+/// The permissions this controller needs in the management cluster — exactly the verbs its code
+/// uses — for a least-privilege ClusterRole (see `capi_actuator::rbac`).
+pub fn rbac() -> Vec<PolicyRule> {
+    const BOOTSTRAP: &str = "bootstrap.cluster.x-k8s.io";
+    const CORE: &str = "cluster.x-k8s.io";
+    vec![
+        rule(
+            BOOTSTRAP,
+            &["kubeadmconfigs"],
+            &["get", "list", "watch", "patch"],
+        ),
+        rule(BOOTSTRAP, &["kubeadmconfigs/status"], &["patch"]),
+        rule(CORE, &["machines", "clusters"], READ),
+        rule("", &["secrets"], &["get", "create", "patch"]),
+        rule("", &["configmaps"], &["get", "create", "delete"]),
+    ]
 }
 
 #[tracing::instrument(skip_all, fields(namespace = %config.namespace().unwrap_or_default(), name = %config.name_any()))]
