@@ -1,6 +1,6 @@
 //! The outcome of one reconcile, common to every kind: conditions to set, the finalizer change,
 //! events to publish and what happens next. Deciding fills a [`Plan`]; recording writes it
-//! ([`crate::write`]); [`Context::finish`](crate::Context::finish) turns its [`Next`] into the
+//! ([`crate::write`]); [`Context::reconcile`](crate::Context::reconcile) turns its [`Next`] into the
 //! controller's next action.
 
 use std::time::Duration;

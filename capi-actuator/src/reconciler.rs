@@ -6,10 +6,11 @@
 //! A controller built on it runs like this: [`Reconciler::trigger`] gives the watch of its kind
 //! (status-only changes filtered out, readiness reported after the first list) and its cache;
 //! [`Reconciler::into_context`] the [`Context`] every reconcile gets; a reconcile ends with
-//! [`Context::finish`] (metrics, then the retry policy's next action); [`back_off`] is the
+//! [`Context::reconcile`] (metrics, then the retry policy's next action); [`back_off`] is the
 //! controller's error policy and [`drain`] consumes its results.
 
 use std::fmt::Debug;
+use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Instant;
@@ -226,9 +227,22 @@ pub struct Context<S: ?Sized> {
 }
 
 impl<S: ?Sized> Context<S> {
+    /// Runs one reconcile of `object` — `once`, the controller's own work, which decides what
+    /// comes next — records it in the metrics and turns it into the controller's next action
+    /// (failures go to [`back_off`]).
+    pub async fn reconcile<K: Resource>(
+        &self,
+        object: &K,
+        once: impl Future<Output = Result<Next, ReconcileError>>,
+    ) -> Result<Action, ReconcileError> {
+        let started = Instant::now();
+        let outcome = once.await;
+        self.finish(object, started, outcome)
+    }
+
     /// Records the reconcile that started at `started` and ended with `outcome`, and turns it into
     /// the controller's next action (failures go to [`back_off`]).
-    pub fn finish<K: Resource>(
+    fn finish<K: Resource>(
         &self,
         object: &K,
         started: Instant,

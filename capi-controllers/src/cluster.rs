@@ -7,7 +7,6 @@
 //! control planes.
 
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Instant;
 
 use capi_core::api::{
     ApiEndpoint, Cluster, ClusterInitializationStatus, ClusterPhase, ClusterStatus, FailureDomain,
@@ -105,9 +104,9 @@ async fn reconcile_cluster(
     cluster: Arc<Cluster>,
     context: Arc<Context<ClusterController>>,
 ) -> Result<Action, ReconcileError> {
-    let started = Instant::now();
-    let outcome = reconcile_once(&cluster, &context).await;
-    context.finish(cluster.as_ref(), started, outcome)
+    context
+        .reconcile(cluster.as_ref(), reconcile_once(&cluster, &context))
+        .await
 }
 
 async fn reconcile_once(

@@ -11,7 +11,6 @@ mod observe;
 mod record;
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use capi_core::ClusterActuator;
 use capi_core::api::Cluster;
@@ -69,9 +68,9 @@ async fn reconcile<C: InfraCluster>(
     infra: Arc<C>,
     context: Arc<Context<dyn ClusterActuator<C>>>,
 ) -> Result<Action, ReconcileError> {
-    let started = Instant::now();
-    let outcome = reconcile_once(&infra, &context).await;
-    context.finish(infra.as_ref(), started, outcome)
+    context
+        .reconcile(infra.as_ref(), reconcile_once(&infra, &context))
+        .await
 }
 
 async fn reconcile_once<C: InfraCluster>(

@@ -13,7 +13,6 @@ mod observe;
 mod record;
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use capi_core::api::{Cluster, Machine};
 use capi_core::infra::InfraMachine;
@@ -113,9 +112,9 @@ async fn reconcile<M: InfraMachine>(
     infra: Arc<M>,
     context: Arc<Context<dyn Actuator<M>>>,
 ) -> Result<Action, ReconcileError> {
-    let started = Instant::now();
-    let outcome = reconcile_once(&infra, &context).await;
-    context.finish(infra.as_ref(), started, outcome)
+    context
+        .reconcile(infra.as_ref(), reconcile_once(&infra, &context))
+        .await
 }
 
 async fn reconcile_once<M: InfraMachine>(

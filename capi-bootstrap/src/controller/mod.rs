@@ -23,7 +23,7 @@
 mod reconcile;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::api::KubeadmConfig;
 use crate::render::PlanFile;
@@ -180,7 +180,10 @@ async fn reconcile_config(
     config: Arc<KubeadmConfig>,
     context: Arc<Context<BootstrapSettings>>,
 ) -> Result<Action, ReconcileError> {
-    let started = Instant::now();
-    let outcome = reconcile::reconcile_once(&config, &context).await;
-    context.finish(config.as_ref(), started, outcome)
+    context
+        .reconcile(
+            config.as_ref(),
+            reconcile::reconcile_once(&config, &context),
+        )
+        .await
 }

@@ -6,7 +6,7 @@ mod drain;
 pub(crate) mod status;
 
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use capi_core::api::{Cluster, Machine, MachineAddress, MachineDeployment};
 use capi_core::condition::{self, ConditionStatus, DesiredCondition};
@@ -145,9 +145,9 @@ async fn reconcile_machine(
     machine: Arc<Machine>,
     context: Arc<Context<MachineController>>,
 ) -> Result<Action, ReconcileError> {
-    let started = Instant::now();
-    let outcome = reconcile_once(&machine, &context).await;
-    context.finish(machine.as_ref(), started, outcome)
+    context
+        .reconcile(machine.as_ref(), reconcile_once(&machine, &context))
+        .await
 }
 
 async fn reconcile_once(

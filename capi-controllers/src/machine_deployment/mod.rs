@@ -13,7 +13,6 @@ pub mod rollout;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
 
 use capi_core::api::{
     Cluster, MachineDeployment, MachineDeploymentPhase, MachineDeploymentStatus, MachineSet,
@@ -99,9 +98,9 @@ async fn reconcile_deployment(
     deployment: Arc<MachineDeployment>,
     context: Arc<Context<DeploymentController>>,
 ) -> Result<Action, ReconcileError> {
-    let started = Instant::now();
-    let outcome = reconcile_once(&deployment, &context).await;
-    context.finish(deployment.as_ref(), started, outcome)
+    context
+        .reconcile(deployment.as_ref(), reconcile_once(&deployment, &context))
+        .await
 }
 
 /// A stable hash of a machine template (FNV-1a over its JSON form): equal templates, equal hash,

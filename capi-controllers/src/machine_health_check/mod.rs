@@ -11,7 +11,7 @@
 pub mod verdict;
 
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use capi_core::api::{Cluster, Machine, MachineHealthCheck, MachineHealthCheckStatus};
 use capi_core::condition::{self, ConditionStatus, DesiredCondition};
@@ -102,9 +102,9 @@ async fn reconcile_check(
     check: Arc<MachineHealthCheck>,
     context: Arc<Context<HealthCheckController>>,
 ) -> Result<Action, ReconcileError> {
-    let started = Instant::now();
-    let outcome = reconcile_once(&check, &context).await;
-    context.finish(check.as_ref(), started, outcome)
+    context
+        .reconcile(check.as_ref(), reconcile_once(&check, &context))
+        .await
 }
 
 fn observed(conditions: &[Condition]) -> Vec<ObservedCondition> {

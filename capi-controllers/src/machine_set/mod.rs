@@ -11,7 +11,6 @@ mod expectations;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
 
 use capi_core::api::{
     Cluster, ContractVersionedObjectReference, Machine, MachineSet, MachineSetStatus,
@@ -128,9 +127,9 @@ async fn reconcile_set(
     set: Arc<MachineSet>,
     context: Arc<Context<MachineSetController>>,
 ) -> Result<Action, ReconcileError> {
-    let started = Instant::now();
-    let outcome = reconcile_once(&set, &context).await;
-    context.finish(set.as_ref(), started, outcome)
+    context
+        .reconcile(set.as_ref(), reconcile_once(&set, &context))
+        .await
 }
 
 async fn reconcile_once(
