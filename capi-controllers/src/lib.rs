@@ -34,6 +34,15 @@
 //!   timeouts, `unhealthyLessThanOrEqualTo`/`unhealthyInRange` short-circuits, remediation by
 //!   marking machines (`OwnerRemediated=False`) for their MachineSet to replace.
 //!
+//! Their decisions are pure functions with their own tests: [`machine_deployment::rollout`]
+//! (fenceposts and rolling-update steps, simulated in golden files under `tests/golden/`),
+//! [`machine_set::deletion_priority`] (which machines go first),
+//! [`machine_health_check::verdict`] (health verdicts and remediation short-circuits). What the
+//! controllers share: objects referenced by `{apiGroup, kind, name}` ([`ReferenceError`]), the
+//! workload clusters reached through their kubeconfig Secrets ([`WorkloadError`]), label
+//! [`selector`]s, and the permissions they need ([`rbac`]). They run on `capi-actuator`'s
+//! machinery: `Reconciler`, `Context`, plans, guarded writes, backoff and metrics.
+//!
 //! Where upstream has known flaws this does better: nothing latches in a failed state (a
 //! `Failed` phase is never written; conditions say what is wrong and clear when it is fixed), a
 //! machine set never creates from a cache that has not seen its own previous creates, and
