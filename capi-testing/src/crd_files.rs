@@ -2,15 +2,19 @@
 //! carry the infrastructure provider contract: one test helper for every crate that serves CRDs
 //! (core, bootstrap, each provider — a vendor's too).
 //!
+//! A provider's whole test, in its `tests/crds_up_to_date.rs` ([`provider_crds_test!`]):
+//!
 //! ```no_run
-//! # fn my_provider_crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> { vec![] }
-//! #[test]
-//! fn checked_in_crds_match_the_types() {
-//!     let crds = my_provider_crds();
-//!     capi_testing::crd_files::assert_infrastructure_contract(&crds, "v1alpha1", "infrastructure.example.com");
-//!     capi_testing::crd_files::assert_checked_in(concat!(env!("CARGO_MANIFEST_DIR"), "/crds"), &crds);
-//! }
+//! # mod my_provider { pub mod api { pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> { vec![] } } }
+//! capi_testing::provider_crds_test!(
+//!     my_provider::api::crds(),
+//!     concat!(env!("CARGO_MANIFEST_DIR"), "/crds"),
+//!     "infrastructure.example.com/v1alpha1",
+//! );
 //! ```
+//!
+//! The same checks one by one, for crates that are not providers (core types, a bootstrap
+//! provider): [`assert_checked_in`], [`assert_infrastructure_contract`].
 
 use std::path::Path;
 
@@ -64,4 +68,23 @@ pub fn assert_infrastructure_contract(
             crd.metadata.name
         );
     }
+}
+
+/// Defines the test `checked_in_crds_match_the_types_and_carry_the_contract_label` of a
+/// provider: its CRDs (an expression) are checked in under the directory (an expression giving a
+/// path) exactly as they render ([`assert_checked_in`]), and each is in the group and carries the
+/// contract label of the version given as `"group/version"` ([`assert_infrastructure_contract`]).
+#[macro_export]
+macro_rules! provider_crds_test {
+    ($crds:expr, $dir:expr, $group_version:expr $(,)?) => {
+        #[test]
+        fn checked_in_crds_match_the_types_and_carry_the_contract_label() {
+            let crds = $crds;
+            let (group, version) = $group_version
+                .split_once('/')
+                .unwrap_or(($group_version, ""));
+            $crate::crd_files::assert_infrastructure_contract(&crds, version, group);
+            $crate::crd_files::assert_checked_in($dir, &crds);
+        }
+    };
 }
