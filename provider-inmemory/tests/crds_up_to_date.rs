@@ -1,15 +1,8 @@
-//! The checked-in CRD YAML of the in-memory provider must be what its types generate.
+//! The checked-in CRD YAML of the in-memory provider must be what its types generate, and its CRDs
+//! carry the infrastructure provider contract.
 
-#[test]
-fn checked_in_crds_match_the_types_and_carry_the_contract_label() {
-    let crds = provider_inmemory::api::crds();
-    capi_testing::crd_files::assert_infrastructure_contract(
-        &crds,
-        "v1alpha1",
-        "infrastructure.capi-rs.dev",
-    );
-    capi_testing::crd_files::assert_checked_in(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../crds/inmemory"),
-        &crds,
-    );
-}
+capi_testing::provider_crds_test!(
+    provider_inmemory::api::crds(),
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../crds/inmemory"),
+    "infrastructure.capi-rs.dev/v1alpha1",
+);
