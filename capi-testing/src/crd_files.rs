@@ -2,7 +2,7 @@
 //! carry the infrastructure provider contract: one test helper for every crate that serves CRDs
 //! (core, bootstrap, each provider — a vendor's too).
 //!
-//! A provider's whole test, in its `tests/crds_up_to_date.rs` ([`provider_crds_test!`]):
+//! A provider's whole test, in its `tests/crds_up_to_date.rs` ([`provider_crds_test!`](crate::provider_crds_test)):
 //!
 //! ```no_run
 //! # mod my_provider { pub mod api { pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> { vec![] } } }
