@@ -14,7 +14,7 @@
 //! ```
 //!
 //! The same checks one by one, for crates that are not providers (core types, a bootstrap
-//! provider): [`assert_checked_in`], [`assert_infrastructure_contract`].
+//! provider): [`assert_checked_in`], [`assert_contract`].
 
 use std::path::Path;
 
@@ -44,11 +44,7 @@ pub fn assert_checked_in(dir: impl AsRef<Path>, crds: &[CustomResourceDefinition
 /// Panics unless every CRD of `crds` belongs to `group` and carries the contract label
 /// (`cluster.x-k8s.io/v1beta2: <version>`) that upstream Cluster API reads to find the version of
 /// a referenced kind.
-pub fn assert_infrastructure_contract(
-    crds: &[CustomResourceDefinition],
-    version: &str,
-    group: &str,
-) {
+pub fn assert_contract(crds: &[CustomResourceDefinition], version: &str, group: &str) {
     assert!(!crds.is_empty(), "no CRDs to check");
     for crd in crds {
         let label = crd
@@ -73,7 +69,7 @@ pub fn assert_infrastructure_contract(
 /// Defines the test `checked_in_crds_match_the_types_and_carry_the_contract_label` of a
 /// provider: its CRDs (an expression) are checked in under the directory (an expression giving a
 /// path) exactly as they render ([`assert_checked_in`]), and each is in the group and carries the
-/// contract label of the version given as `"group/version"` ([`assert_infrastructure_contract`]).
+/// contract label of the version given as `"group/version"` ([`assert_contract`]).
 #[macro_export]
 macro_rules! provider_crds_test {
     ($crds:expr, $dir:expr, $group_version:expr $(,)?) => {
@@ -83,7 +79,7 @@ macro_rules! provider_crds_test {
             let (group, version) = $group_version
                 .split_once('/')
                 .unwrap_or(($group_version, ""));
-            $crate::crd_files::assert_infrastructure_contract(&crds, version, group);
+            $crate::crd_files::assert_contract(&crds, version, group);
             $crate::crd_files::assert_checked_in($dir, &crds);
         }
     };

@@ -4,14 +4,14 @@ use anyhow::{Context, Result, bail};
 
 use crate::workspace_root;
 
-/// Writes every generated CRD folder (`crds/core`, `crds/bootstrap`, `crds/inmemory`,
-/// `crds/openstack`) and the
-/// in-memory provider's manifests (`config/inmemory`), or with `check` fails if any differs from
-/// what the code generates.
+/// Writes every generated CRD folder (`crds/core`, `crds/bootstrap`, `crds/control-plane`,
+/// `crds/inmemory`, `crds/openstack`) and the providers' manifests (`config/`), or with `check`
+/// fails if any differs from what the code generates.
 pub(crate) fn run(check: bool) -> Result<()> {
     let sets = [
         ("core", capi_core::crd::core()),
         ("bootstrap", capi_bootstrap::api::crds()),
+        ("control-plane", capi_control_plane::api::crds()),
         ("inmemory", provider_inmemory::api::crds()),
         ("openstack", provider_openstack::api::crds()),
     ];

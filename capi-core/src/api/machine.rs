@@ -159,6 +159,73 @@ pub struct MachineDeletionSpec {
     pub node_deletion_timeout_seconds: Option<i32>,
 }
 
+/// A condition of the infrastructure or bootstrap object that must hold before the machine counts
+/// as `Ready` (upstream `MachineReadinessGate`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineReadinessGate {
+    /// The condition type on the Machine that gates readiness.
+    #[schemars(length(min = 1, max = 316), pattern(validation::CONDITION_TYPE))]
+    pub condition_type: String,
+
+    /// Whether the gate holds when the condition is `True` (`Positive`, the default) or `False`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub polarity: Option<ConditionPolarity>,
+}
+
+/// The polarity of a readiness gate's condition.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ConditionPolarity {
+    /// The gate holds when the condition is `True`.
+    #[default]
+    Positive,
+    /// The gate holds when the condition is `False`.
+    Negative,
+}
+
+/// A taint a Machine puts on its Node (upstream `MachineTaint`; propagated only with upstream's
+/// `MachineTaintPropagation` feature gate).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineTaint {
+    /// The taint key.
+    #[schemars(length(min = 1, max = 317), pattern(validation::TAINT_KEY))]
+    pub key: String,
+
+    /// The taint value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), pattern(validation::TAINT_VALUE))]
+    pub value: Option<String>,
+
+    /// What the taint does to pods that do not tolerate it.
+    pub effect: TaintEffect,
+
+    /// When the taint is put on the Node: `Always` (kept in sync) or `OnInitialization` (once).
+    pub propagation: TaintPropagation,
+}
+
+/// The effect of a taint.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum TaintEffect {
+    /// New pods that do not tolerate it are not scheduled.
+    #[default]
+    NoSchedule,
+    /// The scheduler avoids the node for pods that do not tolerate it.
+    PreferNoSchedule,
+    /// Pods that do not tolerate it are evicted.
+    NoExecute,
+}
+
+/// When a Machine's taint is put on its Node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum TaintPropagation {
+    /// Kept on the Node for the Machine's lifetime.
+    #[default]
+    Always,
+    /// Put on the Node once, when it joins.
+    OnInitialization,
+}
+
 /// The observed state of one machine.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -24,6 +24,29 @@ pub const CONDITION_TYPE: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-
 /// A condition reason: CamelCase, as `metav1.Condition` requires.
 pub const CONDITION_REASON: &str = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$";
 
+/// A taint key: a qualified name, optionally prefixed with a DNS subdomain and a slash.
+pub const TAINT_KEY: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/)?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$";
+
+/// A taint value (a label value).
+pub const TAINT_VALUE: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
+
+/// Marks a list's schema as a map keyed by `keys` (`x-kubernetes-list-type: map`), as upstream
+/// declares lists that server-side apply merges by key.
+pub fn list_map(schema: &mut Schema, keys: &[&str]) {
+    schema.insert("x-kubernetes-list-type".into(), "map".into());
+    schema.insert("x-kubernetes-list-map-keys".into(), serde_json::json!(keys));
+}
+
+/// A list keyed by `conditionType` (readiness gates). Use with `#[schemars(transform = ...)]`.
+pub fn keyed_by_condition_type(schema: &mut Schema) {
+    list_map(schema, &["conditionType"]);
+}
+
+/// A list keyed by `key` and `effect` (taints). Use with `#[schemars(transform = ...)]`.
+pub fn keyed_by_key_and_effect(schema: &mut Schema) {
+    list_map(schema, &["key", "effect"]);
+}
+
 /// `unhealthyInRange`: `[min-max]`.
 pub const UNHEALTHY_RANGE: &str = r"^\[[0-9]+-[0-9]+\]$";
 
@@ -88,7 +111,10 @@ pub fn not_a_health_check_condition(schema: &mut Schema) {
 }
 
 /// Appends a CEL rule (`x-kubernetes-validations`) to a schema.
-fn add_rule(schema: &mut Schema, rule: &str, message: &str) {
+/// Adds the CEL rule `rule` (`x-kubernetes-validations`) with `message` to a schema, after the
+/// rules it already has. The API server refuses an object breaking it, naming its path and the
+/// message. Use it in a `#[schemars(transform = ...)]` function.
+pub fn add_rule(schema: &mut Schema, rule: &str, message: &str) {
     let rule = serde_json::json!({"rule": rule, "message": message});
     match schema.get_mut("x-kubernetes-validations") {
         Some(serde_json::Value::Array(rules)) => rules.push(rule),

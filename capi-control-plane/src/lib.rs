@@ -1,0 +1,32 @@
+//! The KubeadmControlPlane provider: a declarative, highly available control plane of machines
+//! that run `kubeadm init` (the first) and `kubeadm join --control-plane` (the others), with etcd
+//! membership kept equal to the machines. Upstream Cluster API says a MachineDeployment must not
+//! run a control plane — it knows nothing of etcd quorum — and this is what runs it instead.
+//!
+//! - [`api`]: `KubeadmControlPlane` and `KubeadmControlPlaneTemplate`
+//!   (`controlplane.cluster.x-k8s.io/v1beta2`), wire-compatible with upstream Cluster API v1.14
+//!   field for field; the checks upstream's admission webhook makes are CEL rules of the CRD, so
+//!   that a management cluster without webhooks refuses the same objects.
+//!
+//! ```
+//! use capi_control_plane::api::KubeadmControlPlane;
+//!
+//! let kcp: KubeadmControlPlane = serde_json::from_value(serde_json::json!({
+//!     "apiVersion": "controlplane.cluster.x-k8s.io/v1beta2",
+//!     "kind": "KubeadmControlPlane",
+//!     "metadata": {"name": "demo-control-plane", "namespace": "default"},
+//!     "spec": {
+//!         "replicas": 3,
+//!         "version": "v1.34.1",
+//!         "machineTemplate": {"spec": {"infrastructureRef": {
+//!             "apiGroup": "infrastructure.capi-rs.dev",
+//!             "kind": "InMemoryMachineTemplate",
+//!             "name": "demo-control-plane",
+//!         }}},
+//!     },
+//! }))?;
+//! assert_eq!(kcp.spec.replicas, Some(3));
+//! # Ok::<(), serde_json::Error>(())
+//! ```
+
+pub mod api;
