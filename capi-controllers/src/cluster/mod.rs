@@ -2,9 +2,14 @@
 //! their readiness in `status.initialization`, the control plane endpoint and failure domains
 //! copied from the infrastructure cluster, phases, replica summaries; and deletion in order.
 //!
-//! Without a control plane provider (`spec.controlPlaneRef` unset) the control plane counts as
+//! With a control plane provider (`spec.controlPlaneRef`), the v1beta2 control-plane contract:
+//! `status.initialization.controlPlaneInitialized`, `spec.controlPlaneEndpoint` and the replica
+//! counters are read from the control plane object, and its `Available` condition is mirrored as
+//! `ControlPlaneAvailable` ([`control_plane`]). Without one the control plane counts as
 //! initialised once a control-plane machine has a node, as upstream does for machine-based
 //! control planes.
+
+mod control_plane;
 
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -70,16 +75,35 @@ pub(crate) async fn run(
     let (trigger, clusters) = reconciler.trigger();
     let (machines, machine_changes) = cache(reconciler.api::<Machine>());
     let _ = reconciler.state().machines.set(machines);
-    let owners = receiver_stream(take(&reconciler.state().reference_changes)).flat_map(|object| {
-        let namespace = object.namespace().unwrap_or_default();
-        let owners: Vec<ObjectRef<Cluster>> = object
-            .owner_references()
-            .iter()
-            .filter(|r| r.kind == "Cluster" && r.api_version.starts_with("cluster.x-k8s.io/"))
-            .map(|r| ObjectRef::new(&r.name).within(&namespace))
-            .collect();
-        stream::iter(owners)
-    });
+    // A referenced object changed: the clusters that own it, and those that name it (a control
+    // plane created after its cluster is not owned yet — the cluster takes ownership when it
+    // sees it).
+    let referring = clusters.clone();
+    let owners =
+        receiver_stream(take(&reconciler.state().reference_changes)).flat_map(move |object| {
+            let namespace = object.namespace().unwrap_or_default();
+            let name = object.name_any();
+            let mut clusters: Vec<ObjectRef<Cluster>> = object
+                .owner_references()
+                .iter()
+                .filter(|r| r.kind == "Cluster" && r.api_version.starts_with("cluster.x-k8s.io/"))
+                .map(|r| ObjectRef::new(&r.name).within(&namespace))
+                .collect();
+            clusters.extend(
+                referring
+                    .state()
+                    .iter()
+                    .filter(|c| c.namespace().as_deref() == Some(namespace.as_str()))
+                    .filter(|c| {
+                        [&c.spec.control_plane_ref, &c.spec.infrastructure_ref]
+                            .into_iter()
+                            .flatten()
+                            .any(|r| r.name == name)
+                    })
+                    .map(|c| ObjectRef::from_obj(c.as_ref())),
+            );
+            stream::iter(clusters)
+        });
     let concurrency = reconciler.concurrency();
     let context = reconciler.into_context(|deps, _, _| deps);
     let results = Controller::for_stream(trigger, clusters)
@@ -230,7 +254,9 @@ async fn reconcile_once(
                 .collect()
         })
         .unwrap_or_default();
-    let control_plane_initialized = match &cluster.spec.control_plane_ref {
+    // The control plane object, when the cluster names one and it exists.
+    let mut control_plane_object = None;
+    let reported_initialized = match &cluster.spec.control_plane_ref {
         Some(reference) => match deps.references.get(reference, &namespace).await {
             Err(ReferenceError::UnknownKind { .. }) | Ok(None) => false,
             Err(error) => return Err(error.into()),
@@ -249,13 +275,39 @@ async fn reconcile_once(
                 if endpoint.is_none() {
                     endpoint = endpoint_of(&control_plane);
                 }
-                initialization_flag(&control_plane, "controlPlaneInitialized")
+                let initialized = initialization_flag(&control_plane, "controlPlaneInitialized");
+                control_plane_object = Some(control_plane);
+                initialized
             }
         },
         None => machines.iter().any(|m| {
             m.is_control_plane() && m.status.as_ref().is_some_and(|s| s.node_ref.is_some())
         }),
     };
+    // Once initialized, always initialized (as upstream): a control plane that goes away later is
+    // reported as deleted, not as never having existed.
+    let control_plane_initialized = reported_initialized
+        || cluster
+            .status
+            .as_ref()
+            .and_then(|s| s.initialization.as_ref())
+            .and_then(|i| i.control_plane_initialized)
+            == Some(true);
+    if let Some(reference) = &cluster.spec.control_plane_ref {
+        let verdict = control_plane::available(
+            &reference.kind,
+            control_plane_object.as_deref(),
+            control_plane_initialized,
+            cluster.metadata.deletion_timestamp.is_some(),
+        );
+        set(
+            &mut status,
+            control_plane::CONTROL_PLANE_AVAILABLE,
+            verdict.status,
+            &verdict.reason,
+            verdict.message,
+        );
+    }
     set(
         &mut status,
         CONTROL_PLANE_INITIALIZED,
@@ -343,7 +395,11 @@ async fn reconcile_once(
             up_to_date_replicas: None,
         }
     };
-    status.control_plane = Some(summary(true));
+    // A control plane provider reports its own counters; machines are counted only without one.
+    status.control_plane = Some(match &control_plane_object {
+        Some(object) => control_plane::replicas(object),
+        None => summary(true),
+    });
     status.workers = Some(summary(false));
     status.observed_generation = generation;
     write::patch_status_if_changed(&api, &cluster.name_any(), cluster.status.as_ref(), &status)
