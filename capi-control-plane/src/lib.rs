@@ -7,6 +7,11 @@
 //!   (`controlplane.cluster.x-k8s.io/v1beta2`), wire-compatible with upstream Cluster API v1.14
 //!   field for field; the checks upstream's admission webhook makes are CEL rules of the CRD, so
 //!   that a management cluster without webhooks refuses the same objects.
+//! - The controller's decisions, as pure functions with their own tests: [`rollout`] (the next
+//!   step: initialize, scale up, scale down, wait — one machine at a time, simulated step by step
+//!   in golden files under `tests/golden/`), [`scale`] (which failure domain a new machine goes
+//!   to, which machine goes first), [`quorum`] (whether etcd keeps its quorum through a membership
+//!   change).
 //!
 //! ```
 //! use capi_control_plane::api::KubeadmControlPlane;
@@ -30,3 +35,6 @@
 //! ```
 
 pub mod api;
+pub mod quorum;
+pub mod rollout;
+pub mod scale;
