@@ -4,7 +4,7 @@
 //! the golden files.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use capi_bootstrap::api::{
@@ -159,19 +159,8 @@ const VERSIONS: [(&str, &str); 2] = [
 ];
 
 fn golden(name: &str, actual: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        expected == actual,
-        "{} differs from the rendering; rerun with UPDATE_GOLDEN=1 and review the diff",
-        path.display()
-    );
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    capi_testing::golden::check(dir.join(name), actual);
 }
 
 fn run_validator(program: &str, args: &[&str], file: &Path) -> (bool, String, String) {

@@ -8,7 +8,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fmt::Write;
-use std::path::PathBuf;
 
 use capi_control_plane::quorum::Member;
 use capi_control_plane::rollout::{Observed, Step, next_step};
@@ -197,15 +196,8 @@ impl World {
 }
 
 fn golden(name: &str, actual: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(expected == actual, "{} differs:\n{actual}", path.display());
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    capi_testing::golden::check(dir.join(name), actual);
 }
 
 /// A 3-replica control plane at v1.33.5, built from nothing.

@@ -6,7 +6,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
 
 use capi_controllers::machine_deployment::rollout::{
     SetState, resolve_fenceposts, rolling_update_step,
@@ -130,15 +129,8 @@ fn simulate(desired: i32, surge: IntOrString, unavailable: IntOrString) -> Strin
 }
 
 fn golden(name: &str, actual: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(expected == actual, "{} differs:\n{actual}", path.display());
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    capi_testing::golden::check(dir.join(name), actual);
 }
 
 #[test]

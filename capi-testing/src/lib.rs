@@ -13,6 +13,7 @@
 //!   the in-memory test infrastructure provider) as a peer on the same control plane.
 //! - [`crd_files`]: the checked-in CRD YAML is what the types generate; a provider's CRDs carry
 //!   the contract label.
+//! - [`golden`]: golden files, rewritten with `UPDATE_GOLDEN=1`.
 //! - [`schema_violations`]: every constraint of a CRD schema as a field path and proptest
 //!   strategies of edits that break it, to check that the API server refuses bad input.
 //!
@@ -35,6 +36,7 @@
 pub mod crd_files;
 pub mod envtest;
 pub mod faults;
+pub mod golden;
 pub mod manifest;
 pub mod schema_violations;
 pub mod table;
