@@ -5,7 +5,7 @@
 //! With a control plane provider (`spec.controlPlaneRef`), the v1beta2 control-plane contract:
 //! `status.initialization.controlPlaneInitialized`, `spec.controlPlaneEndpoint` and the replica
 //! counters are read from the control plane object, and its `Available` condition is mirrored as
-//! `ControlPlaneAvailable` ([`control_plane`]). Without one the control plane counts as
+//! `ControlPlaneAvailable` (see `control_plane.rs`). Without one the control plane counts as
 //! initialised once a control-plane machine has a node, as upstream does for machine-based
 //! control planes.
 
