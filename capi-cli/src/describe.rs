@@ -1,6 +1,8 @@
 //! `capictl describe cluster`: a cluster as a tree — Cluster → infrastructure cluster → control
-//! plane → MachineDeployments → MachineSets → Machines — with each object's readiness, reason,
-//! age and message, like `clusterctl describe cluster`.
+//! plane (a control plane provider's object such as a `KubeadmControlPlane` with its machines, by
+//! its `Available` condition, or control-plane machines of MachineDeployments) →
+//! MachineDeployments → MachineSets → Machines — with each object's readiness, reason, age and
+//! message, like `clusterctl describe cluster`.
 
 use std::sync::Arc;
 
@@ -73,6 +75,42 @@ async fn referenced(
         .flatten()
 }
 
+/// The node of an object the cluster refers to (its infrastructure cluster, its control plane),
+/// labelled `<title> - Kind/name`, with the object's `condition` as its readiness; a missing
+/// object shows as `NotFound`. Returns the object's UID too, to find what it controls.
+async fn referenced_node(
+    client: &Client,
+    reference: &ContractVersionedObjectReference,
+    namespace: &str,
+    title: &str,
+    condition: &str,
+) -> (TreeNode, Option<String>) {
+    let label = format!("{title} - {}/{}", reference.kind, reference.name);
+    match referenced(client, reference, namespace).await {
+        Some(object) => {
+            let conditions: Vec<Condition> =
+                serde_json::from_value(object.data["status"]["conditions"].clone())
+                    .unwrap_or_default();
+            let node = from_conditions(
+                label,
+                &conditions,
+                condition,
+                object.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            );
+            (node, object.metadata.uid)
+        }
+        None => (
+            TreeNode {
+                label,
+                ready: "False".into(),
+                reason: "NotFound".into(),
+                ..TreeNode::default()
+            },
+            None,
+        ),
+    }
+}
+
 fn machine_node(machine: &Machine) -> TreeNode {
     let conditions = machine
         .status
@@ -108,29 +146,14 @@ pub async fn tree(client: &Client, namespace: &str, name: &str) -> Result<TreeNo
         cluster.metadata.creation_timestamp.as_ref().map(|t| t.0),
     );
     if let Some(reference) = &cluster.spec.infrastructure_ref {
-        let label = format!(
-            "ClusterInfrastructure - {}/{}",
-            reference.kind, reference.name
-        );
-        let node = match referenced(client, reference, namespace).await {
-            Some(object) => {
-                let conditions: Vec<Condition> =
-                    serde_json::from_value(object.data["status"]["conditions"].clone())
-                        .unwrap_or_default();
-                from_conditions(
-                    label,
-                    &conditions,
-                    condition::READY,
-                    object.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                )
-            }
-            None => TreeNode {
-                label,
-                ready: "False".into(),
-                reason: "NotFound".into(),
-                ..TreeNode::default()
-            },
-        };
+        let (node, _) = referenced_node(
+            client,
+            reference,
+            namespace,
+            "ClusterInfrastructure",
+            condition::READY,
+        )
+        .await;
         root.children.push(node);
     }
     let list = ListParams::default();
@@ -191,6 +214,27 @@ pub async fn tree(client: &Client, namespace: &str, name: &str) -> Result<TreeNo
             .collect();
         node
     };
+    // A control plane provider's object (a KubeadmControlPlane), with the machines it controls.
+    let mut provider_control_plane = None;
+    if let Some(reference) = &cluster.spec.control_plane_ref {
+        let (mut node, uid) = referenced_node(
+            client,
+            reference,
+            namespace,
+            "ControlPlane",
+            condition::AVAILABLE,
+        )
+        .await;
+        node.children = machines
+            .iter()
+            .filter(|m| controlled_by(&m.metadata, &uid))
+            .map(|m| machine_node(m))
+            .collect();
+        provider_control_plane = Some((node, uid));
+    }
+    let control_plane_uid = provider_control_plane
+        .as_ref()
+        .and_then(|(_, uid)| uid.clone());
     let mut control_plane = Vec::new();
     let mut workers = Vec::new();
     for deployment in &deployments {
@@ -231,12 +275,16 @@ pub async fn tree(client: &Client, namespace: &str, name: &str) -> Result<TreeNo
         !sets
             .iter()
             .any(|s| controlled_by(&m.metadata, &s.metadata.uid))
+            && !controlled_by(&m.metadata, &control_plane_uid)
     }) {
         if machine.is_control_plane() {
             control_plane.push(machine_node(machine));
         } else {
             workers.push(machine_node(machine));
         }
+    }
+    if let Some((node, _)) = provider_control_plane {
+        root.children.push(node);
     }
     if !control_plane.is_empty() {
         root.children.push(group("ControlPlane", control_plane));
