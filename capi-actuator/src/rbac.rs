@@ -17,7 +17,7 @@
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-const CORE: &str = "cluster.x-k8s.io";
+const CORE: &str = capi_core::api::GROUP;
 /// The verbs of reading through a cache: `get`, `list`, `watch`.
 pub const READ: &[&str] = &["get", "list", "watch"];
 

@@ -4,9 +4,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use capi_cli::describe::{TreeNode, tree};
+use capi_control_plane::api::KubeadmControlPlane;
 use capi_testing::{TestEnv, manifest};
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 const CLUSTER: &str = r#"
@@ -49,13 +49,7 @@ async fn a_control_plane_provider_and_its_machines_are_shown() {
     manifest::create_all(&env.client(), &ns, &manifest::parse(CLUSTER).unwrap())
         .await
         .unwrap();
-    let gvk = GroupVersionKind::gvk(
-        "controlplane.cluster.x-k8s.io",
-        "v1beta2",
-        "KubeadmControlPlane",
-    );
-    let kcps: Api<DynamicObject> =
-        Api::namespaced_with(env.client(), &ns, &ApiResource::from_gvk(&gvk));
+    let kcps: Api<KubeadmControlPlane> = Api::namespaced(env.client(), &ns);
     kcps.patch_status(
         "demo-cp",
         &PatchParams::default(),

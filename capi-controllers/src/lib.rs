@@ -171,7 +171,7 @@ impl Controllers for CoreControllers {
 /// `capi_actuator::rbac`).
 pub fn rbac(infra_group: &str, infra_plurals: &[&str]) -> Vec<PolicyRule> {
     const BOOTSTRAP: &str = "bootstrap.cluster.x-k8s.io";
-    const CORE: &str = "cluster.x-k8s.io";
+    const CORE: &str = capi_core::api::GROUP;
     vec![
         rule(CORE, &["clusters"], &["get", "list", "watch", "patch"]),
         rule(

@@ -10,12 +10,12 @@ use std::time::Duration;
 use capi_actuator::ReconcilerOptions;
 use capi_actuator::manager::{Manager, ManagerConfig};
 use capi_actuator::retry::RetryPolicy;
+use capi_control_plane::api::KubeadmControlPlane;
 use capi_controllers::{CoreControllers, CoreSettings};
 use capi_core::api::Cluster;
 use capi_core::condition;
 use capi_testing::TestEnv;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -88,14 +88,8 @@ async fn the_cluster_reads_its_control_plane_through_the_contract() {
     .await;
 
     // The control plane appears and reports itself initialized and available.
-    let gvk = GroupVersionKind::gvk(
-        "controlplane.cluster.x-k8s.io",
-        "v1beta2",
-        "KubeadmControlPlane",
-    );
-    let kcps: Api<DynamicObject> =
-        Api::namespaced_with(env.client(), &ns, &ApiResource::from_gvk(&gvk));
-    let kcp: DynamicObject = serde_json::from_value(json!({
+    let kcps: Api<KubeadmControlPlane> = Api::namespaced(env.client(), &ns);
+    let kcp: KubeadmControlPlane = serde_json::from_value(json!({
         "apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlane",
         "metadata": {"name": "demo-cp"},
         "spec": {

@@ -160,15 +160,16 @@ pub async fn run(
 /// The permissions this controller needs in the management cluster — exactly the verbs its code
 /// uses — for a least-privilege ClusterRole (see `capi_actuator::rbac`).
 pub fn rbac() -> Vec<PolicyRule> {
-    const BOOTSTRAP: &str = "bootstrap.cluster.x-k8s.io";
-    const CORE: &str = "cluster.x-k8s.io";
+    use kube::Resource;
+    let bootstrap = KubeadmConfig::group(&());
+    const CORE: &str = capi_core::api::GROUP;
     vec![
         rule(
-            BOOTSTRAP,
+            &bootstrap,
             &["kubeadmconfigs"],
             &["get", "list", "watch", "patch"],
         ),
-        rule(BOOTSTRAP, &["kubeadmconfigs/status"], &["patch"]),
+        rule(&bootstrap, &["kubeadmconfigs/status"], &["patch"]),
         rule(CORE, &["machines", "clusters"], READ),
         rule("", &["secrets"], &["get", "create", "patch"]),
         rule("", &["configmaps"], &["get", "create", "delete"]),
