@@ -118,6 +118,10 @@ pub const NODE_NOT_READY: &str = "NodeNotReady";
 pub const NODE_NOT_FOUND: &str = "NodeNotFound";
 /// The node is being drained before the machine goes.
 pub const DRAINING_NODE: &str = "DrainingNode";
+/// Deletion waits for a pre-drain hook annotation to be removed.
+pub const WAITING_FOR_PRE_DRAIN_HOOK: &str = "WaitingForPreDrainHook";
+/// Deletion waits for a pre-terminate hook annotation to be removed.
+pub const WAITING_FOR_PRE_TERMINATE_HOOK: &str = "WaitingForPreTerminateHook";
 /// Draining took longer than allowed; the machine goes anyway (event).
 pub const DRAIN_TIMEOUT: &str = "NodeDrainTimeout";
 /// Deletion waits for the infrastructure and bootstrap objects to go.

@@ -14,7 +14,8 @@
 //!   provider reads with [`capi_core::BootstrapData::from_secret`].
 //! - [`pki`]: the cluster CAs, service-account key, admin kubeconfig, CA pin and bootstrap tokens;
 //!   [`init_lock`]: exactly one control-plane machine runs `kubeadm init`; [`tokens`]: bootstrap
-//!   token Secrets for the workload cluster.
+//!   token Secrets for the workload cluster; [`cluster_pki`]: the cluster's stored PKI, generated
+//!   once by whichever controller needs it first.
 //!
 //! - [`controller`]: puts these together — `KubeadmConfig` → bootstrap-data Secret, once — on the
 //!   shared machinery of `capi-actuator`; registered with a `Manager` as
@@ -32,6 +33,7 @@
 //! ```
 
 pub mod api;
+pub mod cluster_pki;
 pub mod controller;
 pub mod init_lock;
 pub mod pki;

@@ -35,6 +35,8 @@
 //! ```
 
 pub mod api;
+pub mod controller;
+pub mod etcd;
 pub mod quorum;
 pub mod rollout;
 pub mod scale;

@@ -57,7 +57,7 @@ pub mod machine_set;
 
 mod cache;
 mod ownership;
-mod references;
+pub mod references;
 pub mod selector;
 mod workload;
 

@@ -7,17 +7,18 @@
 //! controller owning it reconciles again. Reads come from the cache once its first list is in,
 //! and from the API server before that.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use capi_core::api::ContractVersionedObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 
 use kube::{Api, Client};
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 /// Why a referenced object could not be read or written.
@@ -63,7 +64,7 @@ struct Watched {
 }
 
 /// Referenced objects of kinds known at run time; see the module documentation.
-pub(crate) struct References {
+pub struct References {
     client: Client,
     namespace: Option<String>,
     kinds: Mutex<HashMap<(String, String), Arc<Watched>>>,
@@ -87,7 +88,7 @@ impl Drop for References {
 impl References {
     /// References read through `client` (within `namespace` when set); changes of watched objects
     /// arrive on the returned receiver.
-    pub(crate) fn new(
+    pub fn new(
         client: Client,
         namespace: Option<String>,
     ) -> (Self, mpsc::UnboundedReceiver<Arc<DynamicObject>>) {
@@ -154,7 +155,7 @@ impl References {
     }
 
     /// The API of the referenced kind in `namespace`.
-    pub(crate) async fn api(
+    pub async fn api(
         &self,
         reference: &ContractVersionedObjectReference,
         namespace: &str,
@@ -168,7 +169,7 @@ impl References {
     }
 
     /// The `apiVersion` (group/version) the kind is served at.
-    pub(crate) async fn api_version(
+    pub async fn api_version(
         &self,
         reference: &ContractVersionedObjectReference,
     ) -> Result<String, ReferenceError> {
@@ -177,7 +178,7 @@ impl References {
     }
 
     /// The referenced object, from the cache once it is filled (from the API server before).
-    pub(crate) async fn get(
+    pub async fn get(
         &self,
         reference: &ContractVersionedObjectReference,
         namespace: &str,
@@ -192,7 +193,7 @@ impl References {
     }
 
     /// The referenced object, read from the API server.
-    pub(crate) async fn get_fresh(
+    pub async fn get_fresh(
         &self,
         reference: &ContractVersionedObjectReference,
         namespace: &str,
@@ -202,7 +203,7 @@ impl References {
     }
 
     /// Whether the cache of the kind is filled (so that a missing object is really missing).
-    pub(crate) async fn synced(
+    pub async fn synced(
         &self,
         reference: &ContractVersionedObjectReference,
     ) -> Result<bool, ReferenceError> {
@@ -211,7 +212,7 @@ impl References {
     }
 
     /// Merge-patches the referenced object.
-    pub(crate) async fn patch(
+    pub async fn patch(
         &self,
         reference: &ContractVersionedObjectReference,
         namespace: &str,
@@ -229,7 +230,7 @@ impl References {
 
     /// Creates `object` of the referenced kind; an object of that name that exists already is
     /// not an error (creates are retried after crashes).
-    pub(crate) async fn create(
+    pub async fn create(
         &self,
         reference: &ContractVersionedObjectReference,
         namespace: &str,
@@ -245,7 +246,7 @@ impl References {
 
     /// Requests deletion of the referenced object; returns whether it still exists (it may be
     /// held by finalizers). An unknown kind counts as gone: nothing of it can exist.
-    pub(crate) async fn delete(
+    pub async fn delete(
         &self,
         reference: &ContractVersionedObjectReference,
         namespace: &str,
@@ -270,8 +271,80 @@ impl References {
     }
 }
 
+/// Annotation upstream puts on objects cloned from templates: the template's name.
+pub const CLONED_FROM_NAME: &str = "cluster.x-k8s.io/cloned-from-name";
+/// Annotation upstream puts on objects cloned from templates: the template's `Kind.group`.
+pub const CLONED_FROM_GROUP_KIND: &str = "cluster.x-k8s.io/cloned-from-groupkind";
+
+/// The reference to the object named `name` made from `template`: the template's kind without
+/// its `Template` suffix, in the same group.
+pub fn instance_of(
+    template: &ContractVersionedObjectReference,
+    name: &str,
+) -> ContractVersionedObjectReference {
+    let kind = template
+        .kind
+        .strip_suffix("Template")
+        .unwrap_or(&template.kind);
+    ContractVersionedObjectReference::new(&template.api_group, kind, name)
+}
+
+impl References {
+    /// Creates `target` from `spec.template` of the template `template_ref`, as upstream does:
+    /// the template's labels and annotations plus `labels`, the cloned-from annotations, and
+    /// `owner` (with `blockOwnerDeletion`). An object of that name that exists already is left
+    /// as it is (a crash may have come between its creation and its owner's next step).
+    pub async fn clone_template(
+        &self,
+        template_ref: &ContractVersionedObjectReference,
+        target: &ContractVersionedObjectReference,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+        owner: Option<OwnerReference>,
+    ) -> Result<(), ReferenceError> {
+        let Some(template) = self.get(template_ref, namespace).await? else {
+            return Err(ReferenceError::TemplateNotFound {
+                kind: template_ref.kind.clone(),
+                name: template_ref.name.clone(),
+            });
+        };
+        let api_version = self.api_version(target).await?;
+        let inner = &template.data["spec"]["template"];
+        let mut object_labels: BTreeMap<String, String> =
+            serde_json::from_value(inner["metadata"]["labels"].clone()).unwrap_or_default();
+        object_labels.extend(labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let mut annotations: BTreeMap<String, String> =
+            serde_json::from_value(inner["metadata"]["annotations"].clone()).unwrap_or_default();
+        annotations.insert(CLONED_FROM_NAME.into(), template_ref.name.clone());
+        annotations.insert(
+            CLONED_FROM_GROUP_KIND.into(),
+            format!("{}.{}", template_ref.kind, template_ref.api_group),
+        );
+        let owner = owner.map(|mut owner| {
+            owner.block_owner_deletion = Some(true);
+            owner
+        });
+        let object = DynamicObject {
+            types: Some(kube::core::TypeMeta {
+                api_version,
+                kind: target.kind.clone(),
+            }),
+            metadata: ObjectMeta {
+                name: Some(target.name.clone()),
+                namespace: Some(namespace.to_string()),
+                labels: Some(object_labels),
+                annotations: Some(annotations),
+                owner_references: owner.map(|o| vec![o]),
+                ..ObjectMeta::default()
+            },
+            data: json!({"spec": inner["spec"].clone()}),
+        };
+        self.create(target, namespace, &object).await
+    }
+}
+
 /// `status.initialization.<field>` of an object following the Cluster API contract.
-pub(crate) fn initialization_flag(object: &DynamicObject, field: &str) -> bool {
+pub fn initialization_flag(object: &DynamicObject, field: &str) -> bool {
     object.data["status"]["initialization"][field]
         .as_bool()
         .unwrap_or(false)

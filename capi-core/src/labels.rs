@@ -26,6 +26,26 @@ pub const PAUSED: &str = "cluster.x-k8s.io/paused";
 pub const DELETE_MACHINE: &str = "cluster.x-k8s.io/delete-machine";
 /// Annotation that asks the owner of a machine to remediate (replace) it.
 pub const REMEDIATE_MACHINE: &str = "cluster.x-k8s.io/remediate-machine";
+/// Prefix of the annotations that hold a Machine's deletion before its node is drained: while any
+/// annotation with this prefix is on a deleting Machine, nothing of it is torn down. Whoever set
+/// it (a control plane provider, an operator) removes it when its work is done.
+pub const PRE_DRAIN_HOOK_PREFIX: &str = "pre-drain.delete.hook.machine.cluster.x-k8s.io";
+/// Prefix of the annotations that hold a Machine's deletion after its node was drained and before
+/// its infrastructure goes (KubeadmControlPlane removes the machine's etcd member here).
+pub const PRE_TERMINATE_HOOK_PREFIX: &str = "pre-terminate.delete.hook.machine.cluster.x-k8s.io";
+
+/// The deletion hooks with `prefix` on `meta`, by annotation key.
+pub fn deletion_hooks<'a>(
+    meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    prefix: &'a str,
+) -> impl Iterator<Item = &'a str> + 'a {
+    meta.annotations
+        .iter()
+        .flatten()
+        .map(|(key, _)| key.as_str())
+        .filter(move |key| key.starts_with(prefix))
+}
+
 /// Annotation on a `MachineDeployment` and its sets: the rollout revision.
 pub const REVISION: &str = "machinedeployment.clusters.x-k8s.io/revision";
 

@@ -4,8 +4,9 @@
 use std::sync::Arc;
 
 use crate::api::{Format, KubeadmConfig, KubeadmConfigStatus};
+use crate::cluster_pki::EnsureError;
 use crate::init_lock::{InitLock, LockState};
-use crate::pki::{ClusterPki, SECRET_SUFFIXES, bootstrap_token};
+use crate::pki::{ClusterPki, bootstrap_token};
 use crate::render::{self, ClusterFacts, KubernetesVersion, RenderInput, Role};
 use crate::secret::BootstrapSecret;
 use crate::tokens;
@@ -201,7 +202,7 @@ async fn decide(
 
     let cluster_name = cluster.name_any();
     let server = format!("https://{}:{}", endpoint.host, endpoint.port);
-    let pki = ensure_pki(&secrets, &cluster, namespace, &server).await?;
+    let pki = ensure_pki(&secrets, &cluster, &server).await?;
 
     let initialized = cluster
         .status
@@ -377,77 +378,20 @@ fn cluster_facts(cluster: &Cluster, host: &str, port: i32) -> ClusterFacts {
 }
 
 /// Loads the cluster PKI, generating and storing it (and the admin kubeconfig) the first time.
-/// Never regenerates a partial PKI: that would orphan the running control plane.
 async fn ensure_pki(
     secrets: &Api<Secret>,
     cluster: &Cluster,
-    namespace: &str,
     server: &str,
 ) -> Result<ClusterPki, Failure> {
-    let name = cluster.name_any();
-    let mut found = Vec::new();
-    for suffix in SECRET_SUFFIXES {
-        if let Some(secret) = secrets.get_opt(&format!("{name}-{suffix}")).await? {
-            found.push(secret);
-        }
-    }
-    let pki = match found.len() {
-        0 => {
-            let pki = ClusterPki::generate()
-                .map_err(|e| Failure::Waiting(reasons::BOOTSTRAP_DATA_INVALID, e.to_string()))?;
-            let owner = cluster.controller_owner_ref(&());
-            for secret in pki.secrets(&name, namespace, owner) {
-                match secrets.create(&PostParams::default(), &secret).await {
-                    Ok(_) => {}
-                    // Another reconcile created it first: use what is stored.
-                    Err(kube::Error::Api(status)) if status.is_already_exists() => {
-                        return Err(Failure::Waiting(
-                            reasons::WAITING_FOR_PKI,
-                            "the cluster PKI is being created".into(),
-                        ));
-                    }
-                    Err(error) => return Err(error.into()),
-                }
+    crate::cluster_pki::ensure(secrets, cluster, server)
+        .await
+        .map_err(|error| match error {
+            EnsureError::Pending(message) => Failure::Waiting(reasons::WAITING_FOR_PKI, message),
+            EnsureError::Invalid(error) => {
+                Failure::Invalid(reasons::PKI_INVALID, error.to_string())
             }
-            pki
-        }
-        n if n == SECRET_SUFFIXES.len() => ClusterPki::from_secrets(&name, &found)
-            .map_err(|e| Failure::Invalid(reasons::PKI_INVALID, e.to_string()))?,
-        _ => {
-            return Err(Failure::Waiting(
-                reasons::WAITING_FOR_PKI,
-                format!(
-                    "only {} of the cluster's {} PKI Secrets exist",
-                    found.len(),
-                    SECRET_SUFFIXES.len()
-                ),
-            ));
-        }
-    };
-    let kubeconfig_name = format!("{name}-kubeconfig");
-    if secrets.get_opt(&kubeconfig_name).await?.is_none() {
-        let kubeconfig = pki
-            .admin_kubeconfig(&name, server)
-            .map_err(|e| Failure::Waiting(reasons::WAITING_FOR_PKI, e.to_string()))?;
-        let mut secret = BootstrapSecret::new(
-            namespace,
-            &kubeconfig_name,
-            &name,
-            BootstrapFormat::CloudConfig,
-            kubeconfig.into_bytes(),
-        )
-        .into_secret();
-        if let Some(data) = secret.data.as_mut() {
-            data.remove(crate::secret::FORMAT_KEY);
-        }
-        secret.metadata.owner_references = cluster.controller_owner_ref(&()).map(|o| vec![o]);
-        match secrets.create(&PostParams::default(), &secret).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.is_already_exists() => {}
-            Err(error) => return Err(error.into()),
-        }
-    }
-    Ok(pki)
+            EnsureError::Api(error) => Failure::Api(error),
+        })
 }
 
 /// A client of the workload cluster, from the `<cluster>-kubeconfig` Secret.

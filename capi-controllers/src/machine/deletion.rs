@@ -1,5 +1,5 @@
-//! Deleting a Machine, in upstream's order: drain the node (unless the whole cluster is going),
-//! delete the infrastructure machine and the bootstrap config and wait until they are gone,
+//! Deleting a Machine, in upstream's order: wait for the pre-drain hooks, drain the node (unless
+//! the whole cluster is going), wait for the pre-terminate hooks, delete the infrastructure machine and the bootstrap config and wait until they are gone,
 //! delete the bootstrap data Secret the config owned, delete the node, drop the finalizer.
 
 use std::time::Duration;
@@ -42,6 +42,18 @@ pub(super) async fn delete(
         .and_then(|s| s.node_ref.as_ref())
         .map(|n| n.name.clone());
     let now = jiff::Timestamp::now();
+
+    if let Some(next) = wait_for_hooks(
+        machine,
+        &api,
+        labels::PRE_DRAIN_HOOK_PREFIX,
+        reasons::WAITING_FOR_PRE_DRAIN_HOOK,
+        deps.settings.poll,
+    )
+    .await?
+    {
+        return Ok(next);
+    }
 
     if let Some(node) = &node_name
         && !cluster_going
@@ -109,6 +121,18 @@ pub(super) async fn delete(
             };
             write::publish(&context.recorder, machine, &[note]).await;
         }
+    }
+
+    if let Some(next) = wait_for_hooks(
+        machine,
+        &api,
+        labels::PRE_TERMINATE_HOOK_PREFIX,
+        reasons::WAITING_FOR_PRE_TERMINATE_HOOK,
+        deps.settings.poll,
+    )
+    .await?
+    {
+        return Ok(next);
     }
 
     // The infrastructure and bootstrap objects, and wait until they are gone.
@@ -191,6 +215,28 @@ pub(super) async fn delete(
     )
     .await?;
     Ok(Next::AwaitChange)
+}
+
+/// While hooks with `prefix` are on the machine, says so in its `Deleting` condition and waits
+/// (the hook's owner removes the annotation; the change triggers the next pass, the poll is a
+/// safety net).
+async fn wait_for_hooks(
+    machine: &Machine,
+    api: &Api<Machine>,
+    prefix: &str,
+    reason: &str,
+    poll: Duration,
+) -> Result<Option<Next>, ReconcileError> {
+    let hooks: Vec<&str> = labels::deletion_hooks(&machine.metadata, prefix).collect();
+    if hooks.is_empty() {
+        return Ok(None);
+    }
+    let message = format!("waiting for hooks {} to be removed", hooks.join(", "));
+    let status = deleting_status(machine, reason, &message);
+    if Some(&status) != current_deleting(machine).as_ref() {
+        write::patch_status_guarded(api, machine, status).await?;
+    }
+    Ok(Some(Next::Requeue(poll)))
 }
 
 /// The bootstrap data Secret goes with the machine when its config owned it (no garbage collector

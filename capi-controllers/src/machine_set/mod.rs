@@ -19,7 +19,7 @@ use capi_core::condition::{self, ConditionStatus, DesiredCondition};
 use capi_core::labels;
 use futures::{StreamExt, stream};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{DynamicObject, ListParams, PostParams};
+use kube::api::{ListParams, PostParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
@@ -28,7 +28,7 @@ use serde_json::json;
 use self::deletion_priority::{MachineFacts, select_for_deletion};
 use self::expectations::Expectations;
 use crate::machine::status::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
-use crate::references::{ReferenceError, References};
+use crate::references::{References, instance_of};
 use crate::{
     CoreSettings, cache, cluster_cache, find_cluster, of_cluster, ownership, selector, synced,
 };
@@ -39,10 +39,6 @@ use capi_actuator::{Context, ReconcileError, Reconciler, back_off, drain};
 
 /// The finalizer that makes a deleted MachineSet delete its machines first.
 pub const MACHINE_SET_FINALIZER: &str = "machineset.cluster.x-k8s.io";
-
-/// Annotations upstream puts on objects cloned from templates.
-const CLONED_FROM_NAME: &str = "cluster.x-k8s.io/cloned-from-name";
-const CLONED_FROM_GROUP_KIND: &str = "cluster.x-k8s.io/cloned-from-groupkind";
 
 /// What the MachineSet controller works with besides the client.
 pub(crate) struct MachineSetController {
@@ -395,17 +391,6 @@ fn machine_facts(machine: &Machine) -> MachineFacts {
 
 /// The object a template reference stands for: same group, kind without `Template`, named after
 /// the machine.
-fn instance_of(
-    template: &ContractVersionedObjectReference,
-    name: &str,
-) -> ContractVersionedObjectReference {
-    let kind = template
-        .kind
-        .strip_suffix("Template")
-        .unwrap_or(&template.kind);
-    ContractVersionedObjectReference::new(&template.api_group, kind, name)
-}
-
 /// Creates one machine: the Machine first (its references name objects that do not exist yet),
 /// then its bootstrap config and infrastructure machine, owned by it. Returns its name.
 async fn create_machine(
@@ -547,52 +532,22 @@ async fn clone_template(
     namespace: &str,
     deps: &MachineSetController,
 ) -> Result<(), ReconcileError> {
-    let Some(template) = deps.references.get(template_ref, namespace).await? else {
-        return Err(ReferenceError::TemplateNotFound {
-            kind: template_ref.kind.clone(),
-            name: template_ref.name.clone(),
-        }
-        .into());
-    };
-    let api_version = deps.references.api_version(target).await?;
-    let inner = &template.data["spec"]["template"];
-    let mut object_labels: BTreeMap<String, String> =
-        serde_json::from_value(inner["metadata"]["labels"].clone()).unwrap_or_default();
-    for key in [
+    let copied: BTreeMap<String, String> = [
         labels::CLUSTER_NAME,
         labels::MACHINE_SET_NAME,
         labels::MACHINE_DEPLOYMENT_NAME,
-    ] {
-        if let Some(value) = machine.labels().get(key) {
-            object_labels.insert(key.to_string(), value.clone());
-        }
-    }
-    let mut annotations: BTreeMap<String, String> =
-        serde_json::from_value(inner["metadata"]["annotations"].clone()).unwrap_or_default();
-    annotations.insert(CLONED_FROM_NAME.into(), template_ref.name.clone());
-    annotations.insert(
-        CLONED_FROM_GROUP_KIND.into(),
-        format!("{}.{}", template_ref.kind, template_ref.api_group),
-    );
-    let mut owner = machine.controller_owner_ref(&());
-    if let Some(owner) = owner.as_mut() {
-        owner.block_owner_deletion = Some(true);
-    }
-    let object = DynamicObject {
-        types: Some(kube::core::TypeMeta {
-            api_version,
-            kind: target.kind.clone(),
-        }),
-        metadata: ObjectMeta {
-            name: Some(target.name.clone()),
-            namespace: Some(namespace.to_string()),
-            labels: Some(object_labels),
-            annotations: Some(annotations),
-            owner_references: owner.map(|o| vec![o]),
-            ..ObjectMeta::default()
-        },
-        data: json!({"spec": inner["spec"].clone()}),
-    };
-    deps.references.create(target, namespace, &object).await?;
+    ]
+    .into_iter()
+    .filter_map(|key| Some((key.to_string(), machine.labels().get(key)?.clone())))
+    .collect();
+    deps.references
+        .clone_template(
+            template_ref,
+            target,
+            namespace,
+            &copied,
+            machine.controller_owner_ref(&()),
+        )
+        .await?;
     Ok(())
 }

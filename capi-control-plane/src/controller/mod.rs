@@ -1,0 +1,192 @@
+//! The KubeadmControlPlane controller: keeps a control plane of `spec.replicas` machines, made
+//! from `spec.machineTemplate` and `spec.kubeadmConfigSpec`, with one etcd member per machine.
+//!
+//! Each pass over a `KubeadmControlPlane`: find its Cluster (the Cluster controller makes it the
+//! owner); honour pause; on deletion, wait for the cluster's other machines to go, then delete
+//! the control plane's machines; otherwise add the finalizer, wait for the cluster's
+//! infrastructure, make sure the cluster PKI and kubeconfig exist
+//! ([`capi_bootstrap::cluster_pki`]), read the machines and etcd, let departing machines' members
+//! go (the pre-terminate hook `kcp-cleanup`, after their node was drained), remove members that
+//! have no machine, then take the one step [`crate::rollout::next_step`] decides — create a
+//! machine, hand etcd leadership over and delete a machine, or wait — and write status.
+//!
+//! ```no_run
+//! # fn demo(manager: &mut capi_actuator::Manager, etcd: std::sync::Arc<dyn capi_control_plane::etcd::EtcdAccess>) {
+//! use capi_control_plane::controller::{ControlPlaneSettings, KubeadmControlPlanes};
+//!
+//! manager.add(KubeadmControlPlanes::new(ControlPlaneSettings::new(etcd)));
+//! # }
+//! ```
+
+mod machines;
+mod reconcile;
+pub mod status;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use capi_actuator::manager::{Controllers, Manager};
+use capi_actuator::rbac::{READ, rule};
+use capi_actuator::{Context, ReconcileError, Reconciler, back_off, drain};
+use capi_controllers::references::References;
+use capi_core::api::{Cluster, Machine};
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use kube::ResourceExt;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+
+use crate::api::KubeadmControlPlane;
+use crate::etcd::EtcdAccess;
+
+/// The finalizer that makes a deleted control plane delete its machines first.
+pub const FINALIZER: &str = "kubeadm.controlplane.cluster.x-k8s.io";
+/// The pre-terminate hook on every control-plane machine: its etcd member leaves before its
+/// infrastructure goes.
+pub const CLEANUP_HOOK: &str = "pre-terminate.delete.hook.machine.cluster.x-k8s.io/kcp-cleanup";
+
+/// Settings of the control plane controller.
+#[derive(Clone)]
+pub struct ControlPlaneSettings {
+    /// How the controller reaches each cluster's etcd.
+    pub etcd: Arc<dyn EtcdAccess>,
+    /// How often a control plane looks again while it waits for something no watch reports (etcd
+    /// health, a joining member).
+    pub poll: Duration,
+}
+
+impl ControlPlaneSettings {
+    /// Settings reaching etcd through `etcd`, polling every 5 s while waiting.
+    pub fn new(etcd: Arc<dyn EtcdAccess>) -> Self {
+        Self {
+            etcd,
+            poll: Duration::from_secs(5),
+        }
+    }
+}
+
+impl std::fmt::Debug for ControlPlaneSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlPlaneSettings")
+            .field("poll", &self.poll)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The KubeadmControlPlane controller as a family for [`Manager::add`].
+#[derive(Debug)]
+pub struct KubeadmControlPlanes {
+    settings: ControlPlaneSettings,
+}
+
+impl KubeadmControlPlanes {
+    /// The controller with `settings`.
+    pub fn new(settings: ControlPlaneSettings) -> Self {
+        Self { settings }
+    }
+}
+
+/// What the controller works with besides the client.
+pub(crate) struct ControlPlaneController {
+    settings: ControlPlaneSettings,
+    references: References,
+}
+
+impl Controllers for KubeadmControlPlanes {
+    fn register(self, manager: &mut Manager) {
+        let client = manager.client();
+        let namespace = manager.reconciler_options().namespace.clone();
+        // Changes of infrastructure machines reach the control plane through their Machines.
+        let (references, _) = References::new(client, namespace);
+        let reconciler: Reconciler<KubeadmControlPlane, ControlPlaneController> = manager
+            .reconciler(Arc::new(ControlPlaneController {
+                settings: self.settings,
+                references,
+            }));
+        manager.add_controller(move |shutdown| run(reconciler, shutdown.wait()));
+    }
+}
+
+async fn run(
+    reconciler: Reconciler<KubeadmControlPlane, ControlPlaneController>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (trigger, reader) = reconciler.trigger();
+    let machines = reconciler.api::<Machine>();
+    let clusters = reconciler.api::<Cluster>();
+    let concurrency = reconciler.concurrency();
+    let context = reconciler.into_context(|state, _, _| state);
+    let results = Controller::for_stream(trigger, reader)
+        .trigger_backoff(capi_actuator::retry::WatchBackoff::default())
+        .with_config(ControllerConfig::default().concurrency(concurrency))
+        // A machine of a control plane changed (created, ready, deleting, gone).
+        .watches(machines, watcher::Config::default(), |machine| {
+            let owner = machine
+                .owner_references()
+                .iter()
+                .find(|r| r.controller == Some(true) && r.kind == "KubeadmControlPlane")?;
+            Some(
+                ObjectRef::<KubeadmControlPlane>::new(&owner.name)
+                    .within(&machine.namespace().unwrap_or_default()),
+            )
+        })
+        // A cluster changed (infrastructure ready, failure domains, paused, deleting).
+        .watches_stream(
+            capi_actuator::predicate::cluster_changes(clusters),
+            |cluster| {
+                let reference = cluster.spec.control_plane_ref.as_ref()?;
+                (reference.kind == "KubeadmControlPlane").then(|| {
+                    ObjectRef::<KubeadmControlPlane>::new(&reference.name)
+                        .within(&cluster.namespace().unwrap_or_default())
+                })
+            },
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(
+            reconcile_control_plane,
+            back_off::<KubeadmControlPlane, ControlPlaneController>,
+            context,
+        );
+    drain(results).await;
+}
+
+#[tracing::instrument(skip_all, fields(namespace = %kcp.namespace().unwrap_or_default(), name = %kcp.name_any()))]
+async fn reconcile_control_plane(
+    kcp: Arc<KubeadmControlPlane>,
+    context: Arc<Context<ControlPlaneController>>,
+) -> Result<Action, ReconcileError> {
+    context
+        .reconcile(kcp.as_ref(), reconcile::reconcile_once(&kcp, &context))
+        .await
+}
+
+/// The permissions this controller needs in the management cluster, for a provider whose
+/// infrastructure machines (and templates) are `infra_plurals` in `infra_group` — exactly the
+/// verbs its code uses (see `capi_actuator::rbac`).
+pub fn rbac(infra_group: &str, infra_plurals: &[&str]) -> Vec<PolicyRule> {
+    use kube::Resource;
+    let control_plane = KubeadmControlPlane::group(&());
+    let bootstrap = capi_bootstrap::api::KubeadmConfig::group(&());
+    const CORE: &str = capi_core::api::GROUP;
+    vec![
+        rule(
+            &control_plane,
+            &["kubeadmcontrolplanes"],
+            &["get", "list", "watch", "patch"],
+        ),
+        rule(&control_plane, &["kubeadmcontrolplanes/status"], &["patch"]),
+        rule(CORE, &["clusters"], READ),
+        rule(
+            CORE,
+            &["machines"],
+            &["get", "list", "watch", "create", "patch", "delete"],
+        ),
+        rule(&bootstrap, &["kubeadmconfigs"], &["get", "list", "create"]),
+        rule(
+            infra_group,
+            infra_plurals,
+            &["get", "list", "watch", "create"],
+        ),
+        rule("", &["secrets"], &["get", "create"]),
+    ]
+}
