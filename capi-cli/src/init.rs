@@ -43,6 +43,7 @@ pub fn objects(provider: &str) -> Result<Vec<DynamicObject>, InitError> {
     for crd in capi_core::crd::core()
         .into_iter()
         .chain(capi_bootstrap::api::crds())
+        .chain(capi_control_plane::api::crds())
         .chain(provider_crds)
     {
         let name = crd.name_any();

@@ -57,15 +57,21 @@ fn standalone_rules(plural: &str) -> Vec<PolicyRule> {
     rules
 }
 
-/// The in-memory provider's manager (`inmemory-manager`, standalone mode).
+/// The in-memory provider's manager (`inmemory-manager`, standalone mode, with the
+/// KubeadmControlPlane controller reaching the simulated cloud's etcd).
 pub fn inmemory() -> ProviderManifests {
+    let mut rules = standalone_rules("inmemory");
+    rules.extend(capi_control_plane::controller::rbac(
+        INFRA_GROUP,
+        &["inmemorymachines", "inmemorymachinetemplates"],
+    ));
     ProviderManifests {
         folder: "inmemory",
         namespace: "capi-inmemory-system",
         name: "capi-inmemory-manager",
         image: "capi-rs/inmemory-manager:dev",
-        args: vec!["--with-bootstrap", "--with-core"],
-        rules: standalone_rules("inmemory"),
+        args: vec!["--with-bootstrap", "--with-core", "--with-control-plane"],
+        rules,
     }
 }
 

@@ -48,6 +48,9 @@ pub struct ManagerArgs {
     /// Also run the core Cluster API controllers (standalone mode, with `--with-bootstrap`).
     #[arg(long)]
     pub with_core: bool,
+    /// Also run the KubeadmControlPlane controller (standalone mode).
+    #[arg(long)]
+    pub with_control_plane: bool,
 }
 
 impl ManagerArgs {
@@ -158,6 +161,7 @@ mod tests {
             "json",
             "--with-bootstrap",
             "--with-core",
+            "--with-control-plane",
         ])
         .unwrap();
         let config = flags.manager_config();
@@ -175,7 +179,7 @@ mod tests {
             ("capi-system", "lease")
         );
         assert_eq!(flags.log_format, LogFormat::Json);
-        assert!(flags.with_bootstrap && flags.with_core);
+        assert!(flags.with_bootstrap && flags.with_core && flags.with_control_plane);
     }
 
     #[test]
@@ -183,7 +187,7 @@ mod tests {
         let flags = parse(&[]).unwrap();
         assert_eq!(flags.manager_config(), ManagerConfig::default());
         assert_eq!(flags.log_format, LogFormat::Text);
-        assert!(!flags.with_bootstrap && !flags.with_core);
+        assert!(!flags.with_bootstrap && !flags.with_core && !flags.with_control_plane);
     }
 
     #[test]

@@ -45,6 +45,8 @@ use std::sync::Arc;
 use capi_actuator::manager::{Manager, ManagerError};
 use capi_actuator::telemetry::init_logging;
 use capi_bootstrap::controller::{BootstrapFiles, BootstrapSettings, KubeadmBootstrap};
+use capi_control_plane::controller::{ControlPlaneSettings, KubeadmControlPlanes};
+use capi_control_plane::etcd::EtcdAccess;
 use capi_controllers::{CoreControllers, CoreSettings};
 
 pub use args::ManagerArgs;
@@ -61,18 +63,35 @@ pub enum ProviderError {
         "finding the management cluster (set KUBECONFIG, or run in a pod with a ServiceAccount): {0}"
     )]
     KubeConfig(#[source] kube::config::InferConfigError),
+    /// `--with-control-plane` was given, but the provider did not say how to reach etcd.
+    #[error(
+        "--with-control-plane needs to reach each cluster's etcd, and provider {0} registered no way to (ProviderManager::etcd_access)"
+    )]
+    NoEtcdAccess(String),
     /// The manager could not start, or stopped with an error (a lost lease).
     #[error(transparent)]
     Manager(#[from] ManagerError),
 }
 
 /// A provider's manager process; see the crate documentation.
-#[derive(Debug)]
 pub struct ProviderManager {
     name: String,
     args: ManagerArgs,
     bootstrap: BootstrapSettings,
     core: CoreSettings,
+    etcd: Option<Arc<dyn EtcdAccess>>,
+}
+
+impl std::fmt::Debug for ProviderManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderManager")
+            .field("name", &self.name)
+            .field("args", &self.args)
+            .field("bootstrap", &self.bootstrap)
+            .field("core", &self.core)
+            .field("etcd", &self.etcd.is_some())
+            .finish()
+    }
 }
 
 impl ProviderManager {
@@ -83,7 +102,15 @@ impl ProviderManager {
             args,
             bootstrap: BootstrapSettings::default(),
             core: CoreSettings::default(),
+            etcd: None,
         }
+    }
+
+    /// How the KubeadmControlPlane controller reaches each cluster's etcd, when it runs
+    /// (`--with-control-plane`).
+    pub fn etcd_access(mut self, etcd: Arc<dyn EtcdAccess>) -> Self {
+        self.etcd = Some(etcd);
+        self
     }
 
     /// Files the bootstrap controller adds to every machine's bootstrap data, when it runs
@@ -107,6 +134,11 @@ impl ProviderManager {
         let kube_config = kube::Config::infer()
             .await
             .map_err(ProviderError::KubeConfig)?;
+        let control_plane = match (self.args.with_control_plane, &self.etcd) {
+            (false, _) => None,
+            (true, Some(etcd)) => Some(ControlPlaneSettings::new(Arc::clone(etcd))),
+            (true, None) => return Err(ProviderError::NoEtcdAccess(self.name)),
+        };
         let mut manager = Manager::new(kube_config, self.args.manager_config()).await?;
         register(&mut manager);
         if self.args.with_bootstrap {
@@ -114,6 +146,9 @@ impl ProviderManager {
         }
         if self.args.with_core {
             manager.add(CoreControllers::new(self.core));
+        }
+        if let Some(settings) = control_plane {
+            manager.add(KubeadmControlPlanes::new(settings));
         }
         tracing::info!(
             provider = %self.name,
@@ -123,6 +158,7 @@ impl ProviderManager {
             })?,
             bootstrap = self.args.with_bootstrap,
             core = self.args.with_core,
+            control_plane = self.args.with_control_plane,
             "manager starting"
         );
         manager.run().await?;

@@ -13,6 +13,7 @@ use capi_core::{
 
 use crate::api::{InMemoryCluster, InMemoryMachine};
 use crate::cloud::{CloudError, Compute, Instance, InstanceRequest, InstanceStatus, LoadBalancers};
+use crate::etcd::etcd_cluster_key;
 
 /// The prefix of every provider ID of this provider.
 pub const PROVIDER_ID_PREFIX: &str = "inmemory:///";
@@ -149,6 +150,12 @@ impl Actuator<InMemoryMachine> for InMemoryActuator {
                 .bootstrap_data
                 .as_ref()
                 .map_or(0, |d| d.expose().len()),
+            etcd_cluster: scope.machine.is_control_plane().then(|| {
+                etcd_cluster_key(
+                    &kube::ResourceExt::namespace(scope.machine.as_ref()).unwrap_or_default(),
+                    &scope.machine.spec.cluster_name,
+                )
+            }),
         };
         let created = self
             .compute
@@ -397,6 +404,7 @@ mod tests {
                 flavor: "small".into(),
                 zone: None,
                 user_data_len: 0,
+                etcd_cluster: None,
             })
             .await
             .unwrap();
@@ -406,6 +414,7 @@ mod tests {
                 flavor: "small".into(),
                 zone: None,
                 user_data_len: 0,
+                etcd_cluster: None,
             })
             .await
             .unwrap();

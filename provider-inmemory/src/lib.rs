@@ -26,10 +26,13 @@
 //!
 //! - [`cloud::CloudServer`] / [`cloud::RemoteCloud`]: the same cloud served over HTTP from its own
 //!   process (the `inmemory-cloud` binary), so that its state survives managers being killed.
+//! - [`etcd`]: the etcd members control-plane instances form in the simulated cloud, reached by
+//!   the KubeadmControlPlane controller through [`etcd::SimulatedEtcdAccess`].
 //! - [`nodes`]: simulated kubelets registering a `Node` per running instance in a workload API
 //!   server.
 
 pub mod actuator;
 pub mod api;
 pub mod cloud;
+pub mod etcd;
 pub mod nodes;

@@ -4,7 +4,7 @@
 //! Provisions (once) and starts the local control plane, plus a second API server that plays the
 //! workload cluster (its nodes are registered by simulated kubelets); runs a Manager with the
 //! in-memory provider, the kubeadm bootstrap reconciler and the core controllers; generates a
-//! cluster with `capictl`'s built-in template (1 control-plane machine, 3 workers), applies it and
+//! cluster with `capictl`'s built-in template (a KubeadmControlPlane of 3, 3 workers), applies it and
 //! shows progress until every machine is Running; prints the `describe` tree; scales the workers
 //! 3 → 5; deletes a worker and shows it replaced; then stops (or keeps running with
 //! `--keep-running`, printing the kubeconfig to use).
@@ -17,6 +17,7 @@ use capi_actuator::manager::{Manager, ManagerConfig};
 use capi_bootstrap::controller::KubeadmBootstrap;
 use capi_cli::describe::{self, Style};
 use capi_cli::generate::{self, Inputs};
+use capi_control_plane::controller::{ControlPlaneSettings, KubeadmControlPlanes};
 use capi_controllers::{CoreControllers, CoreSettings};
 use capi_core::api::{Machine, MachineDeployment, MachinePhase};
 use capi_core::condition;
@@ -28,6 +29,7 @@ use kube::{Api, Client, ResourceExt};
 use provider_inmemory::actuator::InMemoryActuator;
 use provider_inmemory::api::{InMemoryCluster, InMemoryMachine};
 use provider_inmemory::cloud::{CloudConfig, SimulatedCloud};
+use provider_inmemory::etcd::SimulatedEtcdAccess;
 use provider_inmemory::nodes::NodeRegistrar;
 use serde_json::json;
 
@@ -58,14 +60,15 @@ pub(crate) fn run(keep_running: bool) -> Result<()> {
         let version = client.apiserver_version().await?;
         println!("    API server version: {} (etcd {ETCD_VERSION})", version.git_version);
 
-        step("Installing CRDs: Cluster API core, kubeadm bootstrap, in-memory provider");
+        step("Installing CRDs: Cluster API core, kubeadm bootstrap, KubeadmControlPlane, in-memory provider");
         let mut crds = capi_core::crd::core();
         crds.extend(capi_bootstrap::api::crds());
+        crds.extend(capi_control_plane::api::crds());
         crds.extend(provider_inmemory::api::crds());
         install_crds(&client, &crds).await?;
         println!("    {} CRDs installed", crds.len());
 
-        step("Starting the Manager: in-memory provider, kubeadm bootstrap, core controllers");
+        step("Starting the Manager: in-memory provider, kubeadm bootstrap, KubeadmControlPlane, core controllers");
         let cloud = Arc::new(SimulatedCloud::new(CloudConfig {
             boot_time: Duration::from_millis(500),
             ..CloudConfig::default()
@@ -82,6 +85,8 @@ pub(crate) fn run(keep_running: bool) -> Result<()> {
         manager.add_machine_reconciler::<InMemoryMachine>(actuator.clone());
         manager.add_cluster_reconciler::<InMemoryCluster>(actuator);
         manager.add(KubeadmBootstrap::default());
+        let etcd = Arc::new(SimulatedEtcdAccess::new(cloud.clone()));
+        manager.add(KubeadmControlPlanes::new(ControlPlaneSettings { poll: Duration::from_secs(1), ..ControlPlaneSettings::new(etcd) }));
         manager.add(CoreControllers::new(CoreSettings { poll: Duration::from_secs(1), ..CoreSettings::default() }));
         println!("    health and metrics on http://{}/metrics", manager.http_addr()?);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -91,13 +96,13 @@ pub(crate) fn run(keep_running: bool) -> Result<()> {
 
         step(&format!(
             "capictl generate cluster {CLUSTER} --infrastructure inmemory --kubernetes-version {KUBERNETES_VERSION} \
-             --control-plane-machine-count 1 --worker-machine-count 3 --target-namespace {NAMESPACE}"
+             --control-plane-machine-count 3 --worker-machine-count 3 --target-namespace {NAMESPACE}"
         ));
         let inputs = Inputs {
             cluster_name: CLUSTER.into(),
             namespace: Some(NAMESPACE.into()),
             kubernetes_version: Some(KUBERNETES_VERSION.into()),
-            control_plane_machine_count: Some(1),
+            control_plane_machine_count: Some(3),
             worker_machine_count: Some(3),
             ..Inputs::default()
         };
@@ -118,8 +123,9 @@ pub(crate) fn run(keep_running: bool) -> Result<()> {
         step(&format!("capictl apply -f {CLUSTER}.yaml (server-side apply, strict field validation)"));
         capi_cli::apply::apply(&client, &objects, Some(NAMESPACE), |what| println!("    {what} applied")).await?;
 
-        step("Waiting for 4 Running machines (1 control plane, 3 workers)");
-        wait_for_machines(&client, 4, None).await?;
+        step("Waiting for 6 Running machines (a KubeadmControlPlane of 3, joining one at a time, and 3 workers)");
+        wait_for_machines(&client, 6, None).await?;
+        print_etcd(&cloud).await?;
         print_describe(&client).await?;
 
         step("Scaling the workers 3 → 5 (kubectl scale machinedeployment demo-md-0 --replicas 5)");
@@ -127,7 +133,7 @@ pub(crate) fn run(keep_running: bool) -> Result<()> {
         deployments
             .patch_scale(&format!("{CLUSTER}-md-0"), &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 5}})))
             .await?;
-        wait_for_machines(&client, 6, None).await?;
+        wait_for_machines(&client, 8, None).await?;
 
         let machines: Api<Machine> = Api::namespaced(client.clone(), NAMESPACE);
         let victim = machines
@@ -140,7 +146,7 @@ pub(crate) fn run(keep_running: bool) -> Result<()> {
             .context("no worker machine to delete")?;
         step(&format!("Deleting machine {victim}: its MachineSet replaces it"));
         machines.delete(&victim, &DeleteParams::default()).await?;
-        wait_for_machines(&client, 6, Some(&victim)).await?;
+        wait_for_machines(&client, 8, Some(&victim)).await?;
 
         step("kubectl get machines");
         let listing = table::get_table(&client, capi_core::api::GROUP, capi_core::api::VERSION, "machines", Some(NAMESPACE)).await?;
@@ -169,6 +175,27 @@ pub(crate) fn run(keep_running: bool) -> Result<()> {
         println!("\nQuickstart finished in {:.0?}; the local API servers are stopped.", started.elapsed());
         Ok(())
     })
+}
+
+/// Prints the simulated etcd's members of the quickstart's cluster: one per control-plane machine.
+async fn print_etcd(cloud: &SimulatedCloud) -> Result<()> {
+    use provider_inmemory::cloud::EtcdClusters;
+    let key = provider_inmemory::etcd::etcd_cluster_key(NAMESPACE, CLUSTER);
+    let etcd = cloud.etcd_cluster(&key).await?;
+    let members: Vec<String> = etcd
+        .members
+        .iter()
+        .map(|m| {
+            let leads = if Some(m.id) == etcd.leader {
+                " (leader)"
+            } else {
+                ""
+            };
+            format!("{}{leads}", m.name)
+        })
+        .collect();
+    println!("    etcd members: {}", members.join(", "));
+    Ok(())
 }
 
 /// Prints progress until `want` machines are Running and Ready with a node (and `gone`, if given,

@@ -2,8 +2,9 @@
 //! of the current kubeconfig and to a simulated cloud — in this process, or the `inmemory-cloud`
 //! process given by `--cloud-url` (whose state survives this process being killed).
 //!
-//! The flags every manager shares are [`capi_provider::ManagerArgs`]; `--with-bootstrap` and
-//! `--with-core` together are standalone mode, with no Go controller needed. `--help` lists all.
+//! The flags every manager shares are [`capi_provider::ManagerArgs`]; `--with-bootstrap`,
+//! `--with-core` and `--with-control-plane` together are standalone mode, with no Go controller
+//! needed. `--help` lists all.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +14,8 @@ use capi_provider::{ManagerArgs, ProviderManager};
 use clap::Parser;
 use provider_inmemory::actuator::InMemoryActuator;
 use provider_inmemory::api::{InMemoryCluster, InMemoryMachine};
-use provider_inmemory::cloud::{Compute, LoadBalancers, RemoteCloud, SimulatedCloud};
+use provider_inmemory::cloud::{Compute, EtcdClusters, LoadBalancers, RemoteCloud, SimulatedCloud};
+use provider_inmemory::etcd::SimulatedEtcdAccess;
 
 /// The in-memory provider's manager.
 #[derive(Parser)]
@@ -29,15 +31,19 @@ struct Args {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    let (compute, load_balancers): (Arc<dyn Compute>, Arc<dyn LoadBalancers>) = match args.cloud_url
-    {
+    type Cloud = (
+        Arc<dyn Compute>,
+        Arc<dyn LoadBalancers>,
+        Arc<dyn EtcdClusters>,
+    );
+    let (compute, load_balancers, etcd): Cloud = match args.cloud_url {
         Some(url) => {
             let remote = Arc::new(RemoteCloud::new(url));
-            (remote.clone(), remote)
+            (remote.clone(), remote.clone(), remote)
         }
         None => {
             let local = Arc::new(SimulatedCloud::default());
-            (local.clone(), local)
+            (local.clone(), local.clone(), local)
         }
     };
     let actuator = Arc::new(InMemoryActuator::new(
@@ -46,6 +52,7 @@ async fn main() -> Result<()> {
         Duration::from_secs(2),
     ));
     ProviderManager::new("in-memory", args.manager)
+        .etcd_access(Arc::new(SimulatedEtcdAccess::new(etcd)))
         .run(|manager| {
             manager.add_machine_reconciler::<InMemoryMachine>(actuator.clone());
             manager.add_cluster_reconciler::<InMemoryCluster>(actuator);

@@ -1,5 +1,6 @@
 //! The simulated cloud's API, behind the same kind of narrow traits a real provider puts its cloud
-//! client behind: [`Compute`] for instances, [`LoadBalancers`] for API-server endpoints.
+//! client behind: [`Compute`] for instances, [`LoadBalancers`] for API-server endpoints,
+//! [`EtcdClusters`] for the etcd members control-plane instances run.
 //!
 //! [`SimulatedCloud`] implements both in memory, with configurable latency, failure injection and
 //! quota, and an inspection API for tests.
@@ -55,6 +56,30 @@ pub struct InstanceRequest {
     pub zone: Option<String>,
     /// The size of the user data, in bytes (the data itself is not kept).
     pub user_data_len: usize,
+    /// The etcd cluster this instance joins as a member once it runs (control-plane instances:
+    /// `<namespace>.<cluster>`), as kubeadm's stacked etcd does on a real node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_cluster: Option<String>,
+}
+
+/// One member of a simulated etcd cluster.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EtcdMember {
+    /// The member's identifier.
+    pub id: u64,
+    /// Its name: the instance's ID (which is also its node's name).
+    pub name: String,
+    /// Whether its instance runs.
+    pub healthy: bool,
+}
+
+/// A simulated etcd cluster: its members and its leader.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EtcdCluster {
+    /// The members, by identifier.
+    pub members: Vec<EtcdMember>,
+    /// The leader, when a healthy quorum elects one.
+    pub leader: Option<u64>,
 }
 
 /// A load balancer fronting a cluster's API servers.
@@ -94,6 +119,16 @@ pub enum CloudError {
         /// The flavor asked for.
         flavor: String,
     },
+    /// The etcd member does not exist, or cannot lead (it is not healthy).
+    #[error("simulated cloud: etcd member {id} of {cluster} {reason}")]
+    EtcdMember {
+        /// The etcd cluster.
+        cluster: String,
+        /// The member.
+        id: u64,
+        /// What is wrong.
+        reason: String,
+    },
     /// The cloud process could not be reached or answered nonsense (remote mode).
     #[error("simulated cloud unreachable: {reason}")]
     Unreachable {
@@ -114,6 +149,19 @@ pub trait Compute: Send + Sync {
     async fn find_instances(&self, tag: &str) -> Result<Vec<Instance>, CloudError>;
     /// Starts deleting the instance; deleting a missing instance is not an error.
     async fn delete_instance(&self, id: &str) -> Result<(), CloudError>;
+}
+
+/// The etcd clusters that control-plane instances form ([`InstanceRequest::etcd_cluster`]):
+/// a member joins when its instance starts running and stays — unhealthy once its instance is
+/// gone — until it is removed, as on a real cloud.
+#[async_trait]
+pub trait EtcdClusters: Send + Sync {
+    /// The members and leader of `cluster` (empty when no member ever joined).
+    async fn etcd_cluster(&self, cluster: &str) -> Result<EtcdCluster, CloudError>;
+    /// Makes the healthy member `id` the leader.
+    async fn move_etcd_leader(&self, cluster: &str, id: u64) -> Result<(), CloudError>;
+    /// Removes member `id`; a missing member is not an error.
+    async fn remove_etcd_member(&self, cluster: &str, id: u64) -> Result<(), CloudError>;
 }
 
 /// Load balancers.

@@ -11,7 +11,10 @@ use hyper_util::rt::TokioExecutor;
 use serde::de::DeserializeOwned;
 
 use super::server::{Inspection, encode};
-use super::{CloudError, Compute, Faults, Instance, InstanceRequest, LoadBalancer, LoadBalancers};
+use super::{
+    CloudError, Compute, EtcdCluster, EtcdClusters, Faults, Instance, InstanceRequest,
+    LoadBalancer, LoadBalancers,
+};
 
 /// The simulated cloud in another process, reached over HTTP.
 #[derive(Clone, Debug)]
@@ -158,6 +161,34 @@ impl LoadBalancers for RemoteCloud {
         self.send(
             Method::DELETE,
             &format!("/v1/loadbalancers/{}", encode(id)),
+            None,
+        )
+        .await
+        .map(drop)
+    }
+}
+
+#[async_trait]
+impl EtcdClusters for RemoteCloud {
+    async fn etcd_cluster(&self, cluster: &str) -> Result<EtcdCluster, CloudError> {
+        self.call(Method::GET, &format!("/v1/etcd/{}", encode(cluster)), None)
+            .await
+    }
+
+    async fn move_etcd_leader(&self, cluster: &str, id: u64) -> Result<(), CloudError> {
+        self.send(
+            Method::PUT,
+            &format!("/v1/etcd/{}/leader/{id}", encode(cluster)),
+            None,
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn remove_etcd_member(&self, cluster: &str, id: u64) -> Result<(), CloudError> {
+        self.send(
+            Method::DELETE,
+            &format!("/v1/etcd/{}/members/{id}", encode(cluster)),
             None,
         )
         .await

@@ -10,10 +10,14 @@
 //! | `POST /v1/loadbalancers?tag=T` | | `201` `LoadBalancer` |
 //! | `GET /v1/loadbalancers?tag=T` | | `200` `[LoadBalancer]` |
 //! | `DELETE /v1/loadbalancers/ID` | | `204` |
+//! | `GET /v1/etcd/CLUSTER` | | `200` `EtcdCluster` |
+//! | `PUT /v1/etcd/CLUSTER/leader/ID` | | `204`, `409` |
+//! | `DELETE /v1/etcd/CLUSTER/members/ID` | | `204` |
 //! | `GET /v1/inspect` | | `200` [`Inspection`] |
 //! | `PUT /v1/faults` | `Faults` | `204` |
 //!
-//! Errors are JSON [`CloudError`]s: `500` injected, `403` quota, `400` unknown flavor or bad request.
+//! Errors are JSON [`CloudError`]s: `500` injected, `403` quota, `400` unknown flavor or bad
+//! request, `409` an etcd member that cannot lead.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -31,8 +35,8 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use super::{
-    CloudError, Compute, Faults, Instance, InstanceRequest, LoadBalancer, LoadBalancers,
-    SimulatedCloud,
+    CloudError, Compute, EtcdClusters, Faults, Instance, InstanceRequest, LoadBalancer,
+    LoadBalancers, SimulatedCloud,
 };
 
 /// What `GET /v1/inspect` reports.
@@ -152,6 +156,17 @@ async fn route(cloud: &SimulatedCloud, request: Request<Incoming>) -> Response<F
         (&Method::DELETE, ["v1", "loadbalancers", id]) => {
             no_content(cloud.delete_load_balancer(id).await)
         }
+        (&Method::GET, ["v1", "etcd", cluster]) => {
+            reply(StatusCode::OK, cloud.etcd_cluster(cluster).await)
+        }
+        (&Method::PUT, ["v1", "etcd", cluster, "leader", id]) => match id.parse::<u64>() {
+            Ok(id) => no_content(cloud.move_etcd_leader(cluster, id).await),
+            Err(_) => bad_request("the member ID must be a number"),
+        },
+        (&Method::DELETE, ["v1", "etcd", cluster, "members", id]) => match id.parse::<u64>() {
+            Ok(id) => no_content(cloud.remove_etcd_member(cluster, id).await),
+            Err(_) => bad_request("the member ID must be a number"),
+        },
         (&Method::GET, ["v1", "inspect"]) => json(StatusCode::OK, &cloud.inspect()),
         (&Method::PUT, ["v1", "faults"]) => match serde_json::from_slice::<Faults>(&body) {
             Ok(faults) => {
@@ -187,6 +202,7 @@ fn error_status(error: &CloudError) -> StatusCode {
         CloudError::QuotaExceeded { .. } => StatusCode::FORBIDDEN,
         CloudError::UnknownFlavor { .. } => StatusCode::BAD_REQUEST,
         CloudError::Unreachable { .. } => StatusCode::BAD_GATEWAY,
+        CloudError::EtcdMember { .. } => StatusCode::CONFLICT,
     }
 }
 

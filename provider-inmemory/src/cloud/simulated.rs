@@ -9,7 +9,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{
-    CloudError, Compute, Instance, InstanceRequest, InstanceStatus, LoadBalancer, LoadBalancers,
+    CloudError, Compute, EtcdCluster, EtcdClusters, EtcdMember, Instance, InstanceRequest,
+    InstanceStatus, LoadBalancer, LoadBalancers,
 };
 
 /// How the simulated cloud behaves.
@@ -71,6 +72,15 @@ struct StoredInstance {
     instance: Instance,
     ready_at: Instant,
     gone_at: Option<Instant>,
+    etcd_cluster: Option<String>,
+}
+
+/// A simulated etcd cluster: members by identifier (instance ID as name) and the leader.
+#[derive(Default)]
+struct StoredEtcd {
+    members: BTreeMap<u64, String>,
+    leader: Option<u64>,
+    next_id: u64,
 }
 
 #[derive(Default)]
@@ -80,6 +90,7 @@ struct State {
     next_id: u64,
     create_calls: u64,
     created_per_tag: BTreeMap<String, u32>,
+    etcd: BTreeMap<String, StoredEtcd>,
 }
 
 impl State {
@@ -90,8 +101,50 @@ impl State {
         for stored in self.instances.values_mut() {
             if stored.instance.status == InstanceStatus::Building && now >= stored.ready_at {
                 stored.instance.status = InstanceStatus::Active;
+                // kubeadm init starts the first member; kubeadm join adds one.
+                if let Some(cluster) = &stored.etcd_cluster {
+                    let etcd = self.etcd.entry(cluster.clone()).or_default();
+                    etcd.next_id += 1;
+                    etcd.members
+                        .insert(etcd.next_id, stored.instance.id.clone());
+                }
             }
         }
+    }
+
+    fn healthy(&self, name: &str) -> bool {
+        self.instances
+            .get(name)
+            .is_some_and(|s| s.instance.status == InstanceStatus::Active)
+    }
+
+    /// The cluster as etcd would report it: a leader only while a healthy quorum elects one (the
+    /// current one if it is healthy, else the healthy member with the lowest ID).
+    fn etcd_view(&mut self, cluster: &str) -> EtcdCluster {
+        let Some(etcd) = self.etcd.get(cluster) else {
+            return EtcdCluster::default();
+        };
+        let members: Vec<EtcdMember> = etcd
+            .members
+            .iter()
+            .map(|(id, name)| EtcdMember {
+                id: *id,
+                name: name.clone(),
+                healthy: self.healthy(name),
+            })
+            .collect();
+        let healthy = members.iter().filter(|m| m.healthy).count();
+        let leader = if healthy > members.len() / 2 {
+            etcd.leader
+                .filter(|l| members.iter().any(|m| m.id == *l && m.healthy))
+                .or_else(|| members.iter().find(|m| m.healthy).map(|m| m.id))
+        } else {
+            None
+        };
+        if let Some(etcd) = self.etcd.get_mut(cluster) {
+            etcd.leader = leader;
+        }
+        EtcdCluster { members, leader }
     }
 }
 
@@ -239,6 +292,7 @@ impl Compute for SimulatedCloud {
                     instance: instance.clone(),
                     ready_at,
                     gone_at: None,
+                    etcd_cluster: request.etcd_cluster,
                 },
             );
             *state.created_per_tag.entry(request.tag).or_insert(0) += 1;
@@ -293,6 +347,49 @@ impl Compute for SimulatedCloud {
             stored.gone_at = Some(now + jittered(config.delete_time, config.jitter));
         }
         state.settle(now);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl EtcdClusters for SimulatedCloud {
+    async fn etcd_cluster(&self, cluster: &str) -> Result<EtcdCluster, CloudError> {
+        self.call("etcd_cluster").await?;
+        let mut state = lock(&self.state);
+        state.settle(Instant::now());
+        Ok(state.etcd_view(cluster))
+    }
+
+    async fn move_etcd_leader(&self, cluster: &str, id: u64) -> Result<(), CloudError> {
+        self.call("move_etcd_leader").await?;
+        let mut state = lock(&self.state);
+        state.settle(Instant::now());
+        let view = state.etcd_view(cluster);
+        if !view.members.iter().any(|m| m.id == id && m.healthy) || view.leader.is_none() {
+            return Err(CloudError::EtcdMember {
+                cluster: cluster.to_string(),
+                id,
+                reason: "cannot lead: it is missing or not healthy, or there is no quorum".into(),
+            });
+        }
+        if let Some(etcd) = state.etcd.get_mut(cluster) {
+            etcd.leader = Some(id);
+        }
+        Ok(())
+    }
+
+    async fn remove_etcd_member(&self, cluster: &str, id: u64) -> Result<(), CloudError> {
+        self.call("remove_etcd_member").await?;
+        let mut state = lock(&self.state);
+        if let Some(etcd) = state.etcd.get_mut(cluster) {
+            etcd.members.remove(&id);
+            if etcd.leader == Some(id) {
+                etcd.leader = None;
+            }
+            if etcd.members.is_empty() {
+                state.etcd.remove(cluster);
+            }
+        }
         Ok(())
     }
 }
@@ -355,6 +452,7 @@ mod tests {
             flavor: "small".into(),
             zone: None,
             user_data_len: 10,
+            etcd_cluster: None,
         }
     }
 
