@@ -1,0 +1,377 @@
+//! A KubeadmControlPlane end to end on the local control plane: the control plane controller, the
+//! core controllers, the kubeadm bootstrap controller and the in-memory provider, whose
+//! control-plane instances form a simulated etcd cluster. The control plane is scaled 1 → 3,
+//! rolled to a new Kubernetes version, and scaled 3 → 1, while a monitor samples etcd and the
+//! machines every few milliseconds: no member ever outlives its machine, etcd never loses its
+//! quorum, the roll never has fewer than 3 healthy members, and whenever the control plane has
+//! settled, the members are exactly the machines' nodes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use capi_actuator::ReconcilerOptions;
+use capi_actuator::manager::{Manager, ManagerConfig};
+use capi_control_plane::api::KubeadmControlPlane;
+use capi_control_plane::controller::{ControlPlaneSettings, KubeadmControlPlanes};
+use capi_controllers::{CoreControllers, CoreSettings};
+use capi_core::api::{Cluster, Machine};
+use capi_core::{condition, labels};
+use capi_testing::envtest::ControlPlane;
+use capi_testing::{TestEnv, manifest};
+use common::{TIMEOUT, policy};
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams};
+use provider_inmemory::actuator::InMemoryActuator;
+use provider_inmemory::api::{InMemoryCluster, InMemoryMachine};
+use provider_inmemory::cloud::{CloudConfig, EtcdClusters, SimulatedCloud};
+use provider_inmemory::etcd::{SimulatedEtcdAccess, etcd_cluster_key};
+use provider_inmemory::nodes::NodeRegistrar;
+use serde_json::json;
+
+const MANIFESTS: &str = r##"
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Cluster
+metadata: {name: demo}
+spec:
+  clusterNetwork: {pods: {cidrBlocks: [192.168.0.0/16]}}
+  infrastructureRef: {apiGroup: infrastructure.capi-rs.dev, kind: InMemoryCluster, name: demo}
+  controlPlaneRef: {apiGroup: controlplane.cluster.x-k8s.io, kind: KubeadmControlPlane, name: demo-cp}
+---
+apiVersion: infrastructure.capi-rs.dev/v1alpha1
+kind: InMemoryCluster
+metadata: {name: demo}
+spec: {}
+---
+apiVersion: infrastructure.capi-rs.dev/v1alpha1
+kind: InMemoryMachineTemplate
+metadata: {name: demo-cp}
+spec: {template: {spec: {flavor: medium}}}
+---
+apiVersion: controlplane.cluster.x-k8s.io/v1beta2
+kind: KubeadmControlPlane
+metadata: {name: demo-cp}
+spec:
+  replicas: 1
+  version: v1.33.0
+  machineTemplate:
+    spec:
+      infrastructureRef: {apiGroup: infrastructure.capi-rs.dev, kind: InMemoryMachineTemplate, name: demo-cp}
+  kubeadmConfigSpec: {format: cloud-config}
+"##;
+
+/// What the monitor saw.
+#[derive(Default)]
+struct Watch {
+    /// Broken guarantees, with when they were seen.
+    violations: Vec<String>,
+    /// The fewest healthy members seen while `counting` was on.
+    fewest_healthy: Option<usize>,
+    counting: bool,
+}
+
+struct World {
+    env: TestEnv,
+    ns: String,
+    cloud: Arc<SimulatedCloud>,
+    watch: Arc<Mutex<Watch>>,
+    _workload: ControlPlane,
+    _tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl World {
+    fn kcps(&self) -> Api<KubeadmControlPlane> {
+        Api::namespaced(self.env.client(), &self.ns)
+    }
+    fn machines(&self) -> Api<Machine> {
+        Api::namespaced(self.env.client(), &self.ns)
+    }
+    fn key(&self) -> String {
+        etcd_cluster_key(&self.ns, "demo")
+    }
+
+    /// The control-plane machines' node names and the etcd members' names, once the control plane
+    /// has `replicas` Ready machines of `version`, none deleting, and etcd agrees with them.
+    async fn settled(
+        &self,
+        replicas: usize,
+        version: &str,
+    ) -> (BTreeSet<String>, BTreeSet<String>) {
+        let what = format!("{replicas} ready control-plane machines of {version}");
+        let deadline = std::time::Instant::now() + TIMEOUT;
+        loop {
+            if let Some(found) = self.settled_now(replicas, version).await {
+                return found;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn settled_now(
+        &self,
+        replicas: usize,
+        version: &str,
+    ) -> Option<(BTreeSet<String>, BTreeSet<String>)> {
+        {
+            let machines = self
+                .machines()
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items;
+            let ready = machines.iter().all(|m| {
+                m.metadata.deletion_timestamp.is_none()
+                    && m.spec.version.as_deref() == Some(version)
+                    && m.status.as_ref().is_some_and(|s| {
+                        s.node_ref.is_some() && condition::is_true(&s.conditions, condition::READY)
+                    })
+            });
+            if machines.len() != replicas || !ready {
+                return None;
+            }
+            let nodes: BTreeSet<String> = machines
+                .iter()
+                .filter_map(|m| Some(m.status.as_ref()?.node_ref.as_ref()?.name.clone()))
+                .collect();
+            let members: BTreeSet<String> = self
+                .cloud
+                .etcd_cluster(&self.key())
+                .await
+                .ok()?
+                .members
+                .into_iter()
+                .map(|m| m.name)
+                .collect();
+            let kcp = self.kcps().get("demo-cp").await.ok()?;
+            let status = kcp.status?;
+            let available = condition::is_true(&status.conditions, "Available");
+            (nodes == members && available && status.ready_replicas == Some(replicas as i32))
+                .then_some((nodes, members))
+        }
+    }
+}
+
+async fn world() -> World {
+    let _ = capi_actuator::telemetry::init_logging(capi_actuator::telemetry::LogFormat::Text);
+    let mut crds = capi_core::crd::core();
+    crds.extend(capi_bootstrap::api::crds());
+    crds.extend(capi_control_plane::api::crds());
+    crds.extend(provider_inmemory::api::crds());
+    let env = TestEnv::start_with_crds(&crds).await.unwrap();
+    let ns = env.namespace().await.unwrap();
+    let workload = ControlPlane::start().await.unwrap();
+    let cloud = Arc::new(SimulatedCloud::new(CloudConfig {
+        boot_time: Duration::from_millis(300),
+        delete_time: Duration::from_millis(100),
+        ..CloudConfig::default()
+    }));
+    // The workload cluster's kubeconfig, pointing at the API server the simulated kubelets use.
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "demo-kubeconfig", "labels": {labels::CLUSTER_NAME: "demo"}},
+        "stringData": {"value": workload.kubeconfig_yaml()},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(env.client(), &ns)
+        .create(&Default::default(), &secret)
+        .await
+        .unwrap();
+    let kubelets = tokio::spawn(
+        NodeRegistrar::new(workload.client().await.unwrap(), cloud.clone())
+            .run(Duration::from_millis(100)),
+    );
+    let config = ManagerConfig {
+        reconciler: ReconcilerOptions::default()
+            .namespace(&ns)
+            .retry_policy(policy()),
+        http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        qps: 500.0,
+        burst: 500,
+        ..ManagerConfig::default()
+    };
+    let mut manager = Manager::new(env.control_plane().config().await.unwrap(), config)
+        .await
+        .unwrap();
+    let actuator = Arc::new(InMemoryActuator::new(
+        cloud.clone(),
+        cloud.clone(),
+        Duration::from_millis(50),
+    ));
+    manager.add_machine_reconciler::<InMemoryMachine>(actuator.clone());
+    manager.add_cluster_reconciler::<InMemoryCluster>(actuator);
+    manager.add(capi_bootstrap::controller::KubeadmBootstrap::default());
+    manager.add(CoreControllers::new(CoreSettings {
+        poll: Duration::from_millis(200),
+        ..CoreSettings::default()
+    }));
+    manager.add(KubeadmControlPlanes::new(ControlPlaneSettings {
+        poll: Duration::from_millis(200),
+        ..ControlPlaneSettings::new(Arc::new(SimulatedEtcdAccess::new(cloud.clone())))
+    }));
+    let running = tokio::spawn(async move {
+        let _ = manager.run_until(std::future::pending()).await;
+    });
+    let watch = Arc::new(Mutex::new(Watch::default()));
+    let monitor = tokio::spawn(monitor(
+        cloud.clone(),
+        Api::namespaced(env.client(), &ns),
+        etcd_cluster_key(&ns, "demo"),
+        watch.clone(),
+    ));
+    manifest::create_all(&env.client(), &ns, &manifest::parse(MANIFESTS).unwrap())
+        .await
+        .unwrap();
+    World {
+        env,
+        ns,
+        cloud,
+        watch,
+        _workload: workload,
+        _tasks: vec![kubelets, running, monitor],
+    }
+}
+
+/// Samples etcd and the machines until aborted: a member must belong to an existing Machine's
+/// node (a machine being deleted still counts), and the healthy members must be a quorum.
+async fn monitor(
+    cloud: Arc<SimulatedCloud>,
+    machines: Api<Machine>,
+    key: String,
+    watch: Arc<Mutex<Watch>>,
+) {
+    let started = std::time::Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let Ok(etcd) = cloud.etcd_cluster(&key).await else {
+            continue;
+        };
+        let Ok(list) = machines.list(&ListParams::default()).await else {
+            continue;
+        };
+        // Read etcd again: a member that joined between the two reads is not a stray.
+        let Ok(after) = cloud.etcd_cluster(&key).await else {
+            continue;
+        };
+        let nodes: BTreeSet<String> = list
+            .items
+            .iter()
+            .filter_map(|m| Some(m.status.as_ref()?.node_ref.as_ref()?.name.clone()))
+            .collect();
+        let instances: BTreeSet<String> = cloud.instances().into_iter().map(|i| i.id).collect();
+        let at = started.elapsed();
+        let mut watch = watch.lock().unwrap();
+        for member in etcd.members.iter().filter(|m| after.members.contains(m)) {
+            // A member whose instance is gone and whose machine is gone is left behind.
+            if !nodes.contains(&member.name) && !instances.contains(&member.name) {
+                watch.violations.push(format!(
+                    "{at:?}: member {} outlived its machine",
+                    member.name
+                ));
+            }
+        }
+        let healthy = etcd.members.iter().filter(|m| m.healthy).count();
+        if !etcd.members.is_empty() && healthy < etcd.members.len() / 2 + 1 {
+            watch.violations.push(format!(
+                "{at:?}: {healthy} healthy of {} members is below quorum",
+                etcd.members.len()
+            ));
+        }
+        if watch.counting {
+            watch.fewest_healthy = Some(watch.fewest_healthy.map_or(healthy, |f| f.min(healthy)));
+        }
+    }
+}
+
+fn scale(replicas: i32) -> Patch<serde_json::Value> {
+    Patch::Merge(json!({"spec": {"replicas": replicas}}))
+}
+
+#[tokio::test]
+async fn a_control_plane_scales_1_3_rolls_and_scales_to_1_with_one_etcd_member_per_machine() {
+    let world = world().await;
+
+    let (nodes, members) = world.settled(1, "v1.33.0").await;
+    assert_eq!(nodes, members);
+    let cluster: Cluster = Api::namespaced(world.env.client(), &world.ns)
+        .get("demo")
+        .await
+        .unwrap();
+    assert_eq!(
+        cluster
+            .status
+            .and_then(|s| s.initialization)
+            .and_then(|i| i.control_plane_initialized),
+        Some(true),
+        "the Cluster learns initialization from its control plane"
+    );
+
+    world
+        .kcps()
+        .patch_scale("demo-cp", &PatchParams::default(), &scale(3))
+        .await
+        .unwrap();
+    let (nodes, members) = world.settled(3, "v1.33.0").await;
+    assert_eq!(nodes, members, "one member per machine after scaling up");
+    let kcp = world.kcps().get("demo-cp").await.unwrap();
+    let status = kcp.status.unwrap();
+    assert_eq!(status.replicas, Some(3));
+    assert_eq!(status.up_to_date_replicas, Some(3));
+    assert_eq!(status.version.as_deref(), Some("v1.33.0"));
+    let domains: BTreeSet<Option<String>> = world
+        .machines()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|m| m.spec.failure_domain)
+        .collect();
+    assert_eq!(
+        domains.len(),
+        3,
+        "spread over the three failure domains: {domains:?}"
+    );
+
+    // A rolling update with maxSurge 1 (the default): never fewer than 3 healthy members.
+    world.watch.lock().unwrap().counting = true;
+    world
+        .kcps()
+        .patch(
+            "demo-cp",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"version": "v1.34.0"}})),
+        )
+        .await
+        .unwrap();
+    let (rolled, members) = world.settled(3, "v1.34.0").await;
+    assert_eq!(rolled, members);
+    assert!(rolled.is_disjoint(&nodes), "every machine was replaced");
+    {
+        let mut watch = world.watch.lock().unwrap();
+        watch.counting = false;
+        assert_eq!(
+            watch.fewest_healthy,
+            Some(3),
+            "the roll kept 3 healthy members at all times"
+        );
+    }
+
+    world
+        .kcps()
+        .patch_scale("demo-cp", &PatchParams::default(), &scale(1))
+        .await
+        .unwrap();
+    let (nodes, members) = world.settled(1, "v1.34.0").await;
+    assert_eq!(nodes, members, "no member left behind after scaling down");
+
+    let watch = world.watch.lock().unwrap();
+    assert!(watch.violations.is_empty(), "{:#?}", watch.violations);
+}
