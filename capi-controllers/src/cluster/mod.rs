@@ -436,11 +436,18 @@ async fn delete(
         delete_all::<MachineDeployment>(client, namespace, &name, |d| &d.spec.cluster_name).await?;
     let sets = delete_all::<MachineSet>(client, namespace, &name, |s| &s.spec.cluster_name).await?;
     delete_all::<MachineHealthCheck>(client, namespace, &name, |h| &h.spec.cluster_name).await?;
-    // Machines of sets go with their sets; the others now.
+    // Machines of sets go with their sets; the others now — except a control plane provider's,
+    // which it deletes itself once it is deleted (after the workers, as upstream).
+    let ours = |m: &Machine| cluster.spec.control_plane_ref.is_none() || !m.is_control_plane();
     let machines = if deployments + sets == 0 {
-        delete_all::<Machine>(client, namespace, &name, |m| &m.spec.cluster_name).await?
+        delete_all_where::<Machine>(client, namespace, &name, |m| &m.spec.cluster_name, ours)
+            .await?
     } else {
-        count_all::<Machine>(client, namespace, &name, |m| &m.spec.cluster_name).await?
+        list_of_cluster::<Machine>(client, namespace, &name, |m| &m.spec.cluster_name)
+            .await?
+            .iter()
+            .filter(|m| ours(m))
+            .count()
     };
     for (count, what) in [
         (deployments, "MachineDeployments"),
@@ -451,17 +458,20 @@ async fn delete(
             left.push(format!("{count} {what}"));
         }
     }
-    if left.is_empty() {
-        for reference in [
-            &cluster.spec.control_plane_ref,
-            &cluster.spec.infrastructure_ref,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            if deps.references.delete(reference, namespace).await? {
-                left.push(format!("{} {:?}", reference.kind, reference.name));
-            }
+    // Then the control plane, and only once it is gone the infrastructure (its load balancer
+    // fronts the control plane to the end).
+    for reference in [
+        &cluster.spec.control_plane_ref,
+        &cluster.spec.infrastructure_ref,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if !left.is_empty() {
+            break;
+        }
+        if deps.references.delete(reference, namespace).await? {
+            left.push(format!("{} {:?}", reference.kind, reference.name));
         }
     }
     if !left.is_empty() {
@@ -518,24 +528,6 @@ where
         .collect())
 }
 
-/// How many objects of the cluster are left.
-async fn count_all<K>(
-    client: &kube::Client,
-    namespace: &str,
-    cluster: &str,
-    cluster_of: impl Fn(&K) -> &String,
-) -> Result<usize, kube::Error>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
-{
-    Ok(list_of_cluster(client, namespace, cluster, cluster_of)
-        .await?
-        .len())
-}
-
 /// Requests deletion of every object of the cluster; returns how many are left.
 async fn delete_all<K>(
     client: &kube::Client,
@@ -549,8 +541,29 @@ where
         + DeserializeOwned
         + std::fmt::Debug,
 {
+    delete_all_where(client, namespace, cluster, cluster_of, |_| true).await
+}
+
+/// [`delete_all`] of the objects `which` selects.
+async fn delete_all_where<K>(
+    client: &kube::Client,
+    namespace: &str,
+    cluster: &str,
+    cluster_of: impl Fn(&K) -> &String,
+    which: impl Fn(&K) -> bool,
+) -> Result<usize, kube::Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
-    let objects = list_of_cluster(client, namespace, cluster, cluster_of).await?;
+    let objects: Vec<K> = list_of_cluster(client, namespace, cluster, cluster_of)
+        .await?
+        .into_iter()
+        .filter(|o| which(o))
+        .collect();
     for object in objects
         .iter()
         .filter(|o| o.meta().deletion_timestamp.is_none())

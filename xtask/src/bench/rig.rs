@@ -117,6 +117,7 @@ impl Rig {
         let client = management.client().await?;
         let mut crds = capi_core::crd::core();
         crds.extend(capi_bootstrap::api::crds());
+        crds.extend(capi_control_plane::api::crds());
         crds.extend(provider_inmemory::api::crds());
         install_crds(&client, &crds).await?;
         let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}}))?;
@@ -149,7 +150,7 @@ impl Rig {
         self.manager_kubeconfig = kubeconfig;
     }
 
-    /// Starts `inmemory-manager` (core, bootstrap and in-memory controllers); its log is appended
+    /// Starts `inmemory-manager` (core, bootstrap, control plane and in-memory controllers); its log is appended
     /// to one file across restarts. `CAPI_RS_BENCH_MANAGER_LOG` sets its `RUST_LOG` (`warn`).
     pub(crate) fn start_manager(&mut self) -> Result<()> {
         let log = std::fs::OpenOptions::new()
@@ -162,6 +163,7 @@ impl Rig {
                 &self.cloud_url,
                 "--with-bootstrap",
                 "--with-core",
+                "--with-control-plane",
             ])
             .args(["--http-addr", "127.0.0.1:0"])
             .args(["--qps", &options.qps.to_string()])
@@ -208,7 +210,7 @@ impl Rig {
     }
 
     /// The objects of cluster `name` as `capictl generate` renders the built-in in-memory template
-    /// (1 control-plane machine, `machines` − 1 workers); its `<name>-kubeconfig` Secret is
+    /// (a KubeadmControlPlane of 1, `machines` − 1 workers); its `<name>-kubeconfig` Secret is
     /// created in `namespace` now, the objects are for the caller to create.
     pub(crate) async fn generated_cluster(
         &self,

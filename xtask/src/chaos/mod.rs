@@ -247,13 +247,13 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
     let create_seconds = started.elapsed().as_secs_f64();
     println!("    all {n} Running after {create_seconds:.1}s");
 
-    step("Scaling every MachineDeployment to zero");
+    step("Scaling every MachineDeployment to zero (the control plane's machine stays)");
     let started_scale = Instant::now();
     for each in deployments.list(&ListParams::default()).await? {
         scale(&deployments, &each.name_any(), 0).await?;
     }
-    wait_for("machines gone after scaling to zero", || async {
-        Ok(follower.count() == 0 && rig.inspect().await?.instances.is_empty())
+    wait_for("workers gone after scaling to zero", || async {
+        Ok(follower.count() == 1 && rig.inspect().await?.instances.len() == 1)
     })
     .await?;
     let scale_seconds = started_scale.elapsed().as_secs_f64();
@@ -493,6 +493,7 @@ async fn leftovers(client: &Client) -> Result<Vec<(String, Vec<String>)>> {
         names::<Cluster>(client).await?,
         names::<InMemoryCluster>(client).await?,
         names::<MachineDeployment>(client).await?,
+        names::<capi_control_plane::api::KubeadmControlPlane>(client).await?,
         names::<MachineSet>(client).await?,
         names::<MachineHealthCheck>(client).await?,
         names::<Machine>(client).await?,
