@@ -57,6 +57,7 @@ fn generate_names_missing_variables_and_lists_them() {
 async fn generated_clusters_apply_and_describe_get_and_delete_work_on_a_real_server() {
     let mut crds = capi_core::crd::core();
     crds.extend(capi_bootstrap::api::crds());
+    crds.extend(capi_control_plane::api::crds());
     crds.extend(provider_inmemory::api::crds());
     let env = TestEnv::start_with_crds(&crds).await.unwrap();
     let ns = env.namespace().await.unwrap();
@@ -110,8 +111,7 @@ async fn generated_clusters_apply_and_describe_get_and_delete_work_on_a_real_ser
     for line in [
         "Cluster/demo",
         "├─ClusterInfrastructure - InMemoryCluster/demo",
-        "├─ControlPlane",
-        "│ └─MachineDeployment/demo-control-plane",
+        "├─ControlPlane - KubeadmControlPlane/demo-control-plane",
         "└─Workers",
         "  └─MachineDeployment/demo-md-0",
     ] {
