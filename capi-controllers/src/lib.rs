@@ -84,6 +84,15 @@ use machine_health_check::HealthCheckController;
 use machine_set::MachineSetController;
 use workload::WorkloadClusters;
 
+/// Five random characters for the name of an object made from a template, from the alphabet
+/// Kubernetes' name generator uses (no vowels, no look-alike digits): `my-set-4xkq9`.
+pub fn random_suffix() -> String {
+    const CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    std::iter::repeat_with(|| char::from(CHARS[fastrand::usize(..CHARS.len())]))
+        .take(5)
+        .collect()
+}
+
 /// Settings of the core controllers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CoreSettings {

@@ -13,18 +13,15 @@
 mod common;
 
 use std::io::Write;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use capi_actuator::ReconcilerOptions;
-use capi_actuator::manager::{Manager, ManagerConfig};
+use capi_actuator::manager::Manager;
 use capi_controllers::{CoreControllers, CoreSettings};
 use capi_core::api::{Cluster, Machine, MachineDeployment};
 use capi_core::{condition, labels};
 use capi_testing::schema_violations::check_crds_refuse_all;
 use capi_testing::{TestEnv, manifest};
-use common::policy;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, ListParams};
@@ -257,15 +254,7 @@ async fn objects_the_schema_cannot_judge_end_in_conditions_a_user_can_act_on() {
     }
 
     let cloud = Arc::new(SimulatedCloud::new(CloudConfig::default()));
-    let config = ManagerConfig {
-        reconciler: ReconcilerOptions::default()
-            .namespace(&ns)
-            .retry_policy(policy()),
-        http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        qps: 500.0,
-        burst: 500,
-        ..ManagerConfig::default()
-    };
+    let config = common::manager_config(&ns);
     let mut manager = Manager::new(env.control_plane().config().await.unwrap(), config)
         .await
         .unwrap();

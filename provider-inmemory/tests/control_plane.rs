@@ -10,21 +10,18 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use capi_actuator::ReconcilerOptions;
-use capi_actuator::manager::{Manager, ManagerConfig};
+use capi_actuator::manager::Manager;
 use capi_control_plane::api::KubeadmControlPlane;
 use capi_control_plane::controller::{ControlPlaneSettings, KubeadmControlPlanes};
 use capi_controllers::{CoreControllers, CoreSettings};
 use capi_core::api::{Cluster, Machine};
-use capi_core::{condition, labels};
+use capi_core::condition;
 use capi_testing::envtest::ControlPlane;
 use capi_testing::{TestEnv, manifest};
-use common::{TIMEOUT, policy};
-use k8s_openapi::api::core::v1::Secret;
+use common::{TIMEOUT, manager_config, workload_kubeconfig};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use provider_inmemory::actuator::InMemoryActuator;
@@ -174,32 +171,17 @@ async fn world() -> World {
         delete_time: Duration::from_millis(100),
         ..CloudConfig::default()
     }));
-    // The workload cluster's kubeconfig, pointing at the API server the simulated kubelets use.
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "demo-kubeconfig", "labels": {labels::CLUSTER_NAME: "demo"}},
-        "stringData": {"value": workload.kubeconfig_yaml()},
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(env.client(), &ns)
-        .create(&Default::default(), &secret)
-        .await
-        .unwrap();
+    workload_kubeconfig(&env.client(), &ns, "demo", &workload).await;
     let kubelets = tokio::spawn(
         NodeRegistrar::new(workload.client().await.unwrap(), cloud.clone())
             .run(Duration::from_millis(100)),
     );
-    let config = ManagerConfig {
-        reconciler: ReconcilerOptions::default()
-            .namespace(&ns)
-            .retry_policy(policy()),
-        http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        qps: 500.0,
-        burst: 500,
-        ..ManagerConfig::default()
-    };
-    let mut manager = Manager::new(env.control_plane().config().await.unwrap(), config)
-        .await
-        .unwrap();
+    let mut manager = Manager::new(
+        env.control_plane().config().await.unwrap(),
+        manager_config(&ns),
+    )
+    .await
+    .unwrap();
     let actuator = Arc::new(InMemoryActuator::new(
         cloud.clone(),
         cloud.clone(),

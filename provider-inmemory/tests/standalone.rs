@@ -24,7 +24,7 @@ use capi_core::{condition, labels};
 use capi_testing::envtest::ControlPlane;
 use capi_testing::faults::ApiFaults;
 use capi_testing::{TestEnv, manifest};
-use common::{TIMEOUT, eventually, policy};
+use common::{TIMEOUT, eventually, manager_config, policy, workload_kubeconfig};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
@@ -154,26 +154,12 @@ async fn world_as(identity: Identity) -> World {
     let cloud = Arc::new(SimulatedCloud::new(CloudConfig::default()));
 
     // The workload cluster's kubeconfig, where the bootstrap provider would put it.
-    let secrets: Api<Secret> = Api::namespaced(env.client(), &ns);
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "demo-kubeconfig", "labels": {labels::CLUSTER_NAME: "demo"}},
-        "stringData": {"value": workload.kubeconfig_yaml()},
-    }))
-    .unwrap();
-    secrets.create(&Default::default(), &secret).await.unwrap();
+    workload_kubeconfig(&env.client(), &ns, "demo", &workload).await;
 
     let registrar = NodeRegistrar::new(workload.client().await.unwrap(), cloud.clone());
     let kubelets = tokio::spawn(registrar.run(Duration::from_millis(100)));
 
-    let mut config = ManagerConfig {
-        reconciler: ReconcilerOptions::default()
-            .namespace(&ns)
-            .retry_policy(policy()),
-        http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        qps: 500.0,
-        burst: 500,
-        ..ManagerConfig::default()
-    };
+    let mut config = manager_config(&ns);
     let kube_config = match &identity {
         Identity::Admin | Identity::Faulty(_) => env.control_plane().config().await.unwrap(),
         Identity::GeneratedRbac => {

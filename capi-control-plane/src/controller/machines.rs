@@ -50,12 +50,7 @@ pub(super) fn machine_name(kcp: &KubeadmControlPlane, cluster: &str) -> Result<S
         .as_ref()
         .and_then(|n| n.template.as_deref())
         .unwrap_or("{{ .kubeadmControlPlane.name }}-{{ .random }}");
-    let random: String = std::iter::repeat_with(|| {
-        let chars = b"bcdfghjklmnpqrstvwxz2456789";
-        char::from(chars[fastrand::usize(..chars.len())])
-    })
-    .take(5)
-    .collect();
+    let random = capi_controllers::random_suffix();
     let mut name = String::new();
     let mut rest = template;
     while let Some(start) = rest.find("{{") {

@@ -11,7 +11,7 @@ use capi_core::api::{Cluster, Machine};
 use capi_core::condition;
 use capi_core::labels;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -74,9 +74,9 @@ pub(super) async fn reconcile_once(
         .collect();
     owned.sort_by_key(|m| m.name_any());
 
-    let mut report = Report::new(kcp, &selector);
+    let mut report = Report::new(&selector);
     if kcp.metadata.deletion_timestamp.is_some() {
-        let next = delete(kcp, &cluster_name, &owned, &machines_api, &mut report).await?;
+        let next = delete(kcp, &cluster_name, &owned, &machines_api, poll, &mut report).await?;
         report.write(&kcps, kcp, &owned, None, context).await?;
         if matches!(next, Next::AwaitChange) {
             write::change_finalizer(&kcps, kcp.as_ref(), FinalizerChange::Remove, FINALIZER)
@@ -198,7 +198,7 @@ pub(super) async fn reconcile_once(
         && owned.iter().all(|m| node_name(m).is_some())
         && facts.iter().all(|f| !f.deleting)
     {
-        remove_stray_member(etcd.as_ref(), status, &owned, &mut report).await?;
+        remove_stray_member(etcd.as_ref(), status, &owned, &facts, &mut report).await?;
     }
 
     // Complete a machine whose KubeadmConfig or infrastructure machine is missing (a crash in
@@ -319,14 +319,7 @@ pub(super) async fn reconcile_once(
                     ),
                 );
             }
-            match machines_api
-                .delete(&machine, &DeleteParams::background())
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(status)) if status.is_not_found() => {}
-                Err(error) => return Err(error.into()),
-            }
+            write::delete(&machines_api, &machine).await?;
             report.event(
                 false,
                 events::MACHINE_DELETED,
@@ -495,6 +488,7 @@ async fn remove_stray_member(
     etcd: &dyn EtcdCluster,
     status: &EtcdClusterStatus,
     owned: &[Machine],
+    facts: &[MachineFacts],
     report: &mut Report,
 ) -> Result<(), ReconcileError> {
     let stray = status
@@ -515,12 +509,9 @@ async fn remove_stray_member(
         return Ok(());
     }
     if status.leader == Some(stray.id)
-        && let Some(successor) = status
-            .members
-            .iter()
-            .find(|m| m.id != stray.id && m.healthy && !m.learner)
+        && let Some((successor, _)) = successor(status, owned, facts, &stray.name)
     {
-        etcd.move_leader(successor.id)
+        etcd.move_leader(successor)
             .await
             .map_err(controller_error)?;
     }
@@ -545,12 +536,12 @@ async fn delete(
     cluster: &str,
     owned: &[Machine],
     machines_api: &Api<Machine>,
+    poll: std::time::Duration,
     report: &mut Report,
 ) -> Result<Next, ReconcileError> {
     if !kcp.finalizers().iter().any(|f| f == FINALIZER) {
         return Ok(Next::AwaitChange);
     }
-    let poll = std::time::Duration::from_secs(5);
     let workers = machines_api
         .list_metadata(&ListParams::default().labels(&format!(
             "{}={cluster},!{}",
@@ -572,14 +563,7 @@ async fn delete(
             remove_hook(machines_api, &name).await?;
         }
         if machine.metadata.deletion_timestamp.is_none() {
-            match machines_api
-                .delete(&name, &DeleteParams::background())
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(status)) if status.is_not_found() => {}
-                Err(error) => return Err(error.into()),
-            }
+            write::delete(machines_api, &name).await?;
         }
     }
     if owned.is_empty() {
@@ -605,7 +589,7 @@ struct Report {
 }
 
 impl Report {
-    fn new(_kcp: &KubeadmControlPlane, selector: &str) -> Self {
+    fn new(selector: &str) -> Self {
         Self {
             selector: selector.to_string(),
             outdated: Vec::new(),

@@ -401,13 +401,7 @@ async fn create_machine(
 ) -> Result<String, ReconcileError> {
     let deps = &context.state;
     let uid = set.uid().unwrap_or_default();
-    let suffix: String = std::iter::repeat_with(|| {
-        let chars = b"bcdfghjklmnpqrstvwxz2456789";
-        char::from(chars[fastrand::usize(..chars.len())])
-    })
-    .take(5)
-    .collect();
-    let name = format!("{}-{suffix}", set.name_any());
+    let name = format!("{}-{}", set.name_any(), crate::random_suffix());
     let template = &set.spec.template;
     let mut spec = template.spec.clone();
     spec.cluster_name = set.spec.cluster_name.clone();

@@ -131,3 +131,36 @@ pub(crate) async fn add_machine(client: &Client, ns: &str, name: &str) {
         .await
         .unwrap();
 }
+
+/// A manager's settings for tests: reconciling only `ns`, fast retries, a free local port and a
+/// client rate limit that never sets the pace.
+pub(crate) fn manager_config(ns: &str) -> capi_actuator::manager::ManagerConfig {
+    capi_actuator::manager::ManagerConfig {
+        reconciler: capi_actuator::ReconcilerOptions::default()
+            .namespace(ns)
+            .retry_policy(policy()),
+        http_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        qps: 500.0,
+        burst: 500,
+        ..capi_actuator::manager::ManagerConfig::default()
+    }
+}
+
+/// The `<cluster>-kubeconfig` Secret in `ns`, where the bootstrap provider would put it, pointing
+/// at `workload` (the API server the simulated kubelets register nodes in).
+pub(crate) async fn workload_kubeconfig(
+    client: &Client,
+    ns: &str,
+    cluster: &str,
+    workload: &capi_testing::envtest::ControlPlane,
+) {
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": format!("{cluster}-kubeconfig"), "labels": {labels::CLUSTER_NAME: cluster}},
+        "stringData": {"value": workload.kubeconfig_yaml()},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+}
