@@ -12,6 +12,10 @@
 //!   in golden files under `tests/golden/`), [`scale`] (which failure domain a new machine goes
 //!   to, which machine goes first), [`quorum`] (whether etcd keeps its quorum through a membership
 //!   change).
+//! - [`controller`]: `KubeadmControlPlanes`, the reconciler that carries those decisions out.
+//! - [`etcd`]: the workload cluster's etcd as the controller sees it (members, health, leader;
+//!   moving leadership, removing a member) behind the `EtcdAccess` trait a provider registers;
+//!   with the feature `etcd-client`, `etcd::client::GrpcEtcd` implements it over etcd's gRPC API.
 //!
 //! ```
 //! use capi_control_plane::api::KubeadmControlPlane;

@@ -1,6 +1,8 @@
 //! The control plane provider's view of the simulated cloud's etcd clusters: an
 //! [`EtcdAccess`] that reads and changes the membership the control-plane instances of a cluster
-//! formed ([`EtcdClusters`]), in process or through the cloud's HTTP API.
+//! formed ([`EtcdClusters`]), in process or through the cloud's HTTP API — and, with the feature
+//! `real-etcd`, `ProcessEtcdAccess`, which reaches the real etcd members that
+//! `EtcdProcesses` runs for those instances over etcd's own gRPC API.
 
 use std::sync::Arc;
 
@@ -104,5 +106,54 @@ impl EtcdCluster for SimulatedEtcd {
             .remove_etcd_member(&self.key, id)
             .await
             .map_err(etcd_error)
+    }
+}
+
+/// Reaches the real etcd members [`EtcdProcesses`](crate::cloud::EtcdProcesses) runs, over gRPC
+/// ([`GrpcEtcd`](capi_control_plane::etcd::client::GrpcEtcd)), seeded with the members whose
+/// processes run.
+#[cfg(feature = "real-etcd")]
+#[derive(Clone, Debug)]
+pub struct ProcessEtcdAccess {
+    processes: Arc<crate::cloud::EtcdProcesses>,
+    options: capi_control_plane::etcd::client::GrpcEtcdOptions,
+}
+
+#[cfg(feature = "real-etcd")]
+impl ProcessEtcdAccess {
+    /// Access to the members `processes` runs.
+    pub fn new(
+        processes: Arc<crate::cloud::EtcdProcesses>,
+        options: capi_control_plane::etcd::client::GrpcEtcdOptions,
+    ) -> Self {
+        Self { processes, options }
+    }
+
+    /// The etcd cluster of `namespace`/`cluster`.
+    pub fn cluster(
+        &self,
+        namespace: &str,
+        cluster: &str,
+    ) -> capi_control_plane::etcd::client::GrpcEtcd {
+        capi_control_plane::etcd::client::GrpcEtcd::new(
+            self.processes
+                .client_urls(&etcd_cluster_key(namespace, cluster)),
+            self.options.clone(),
+        )
+    }
+}
+
+#[cfg(feature = "real-etcd")]
+#[async_trait]
+impl EtcdAccess for ProcessEtcdAccess {
+    async fn connect(
+        &self,
+        _client: &kube::Client,
+        cluster: &Cluster,
+    ) -> Result<Arc<dyn EtcdCluster>, EtcdError> {
+        Ok(Arc::new(self.cluster(
+            &cluster.namespace().unwrap_or_default(),
+            &cluster.name_any(),
+        )))
     }
 }

@@ -27,7 +27,9 @@
 //! - [`cloud::CloudServer`] / [`cloud::RemoteCloud`]: the same cloud served over HTTP from its own
 //!   process (the `inmemory-cloud` binary), so that its state survives managers being killed.
 //! - [`etcd`]: the etcd members control-plane instances form in the simulated cloud, reached by
-//!   the KubeadmControlPlane controller through [`etcd::SimulatedEtcdAccess`].
+//!   the KubeadmControlPlane controller through [`etcd::SimulatedEtcdAccess`]; with the feature
+//!   `real-etcd`, `cloud::EtcdProcesses` runs a real etcd member process per control-plane
+//!   instance and `etcd::ProcessEtcdAccess` reaches them over gRPC.
 //! - [`nodes`]: simulated kubelets registering a `Node` per running instance in a workload API
 //!   server.
 

@@ -5,6 +5,10 @@
 //! machines every few milliseconds: no member ever outlives its machine, etcd never loses its
 //! quorum, the roll never has fewer than 3 healthy members, and whenever the control plane has
 //! settled, the members are exactly the machines' nodes.
+//!
+//! With the feature `real-etcd` the same scenario runs a second time with a real etcd member
+//! process per control-plane instance (`EtcdProcesses`), the controller and the monitor both
+//! talking to etcd over gRPC: the membership changes are checked against etcd itself.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -16,6 +20,7 @@ use std::time::Duration;
 use capi_actuator::manager::Manager;
 use capi_control_plane::api::KubeadmControlPlane;
 use capi_control_plane::controller::{ControlPlaneSettings, KubeadmControlPlanes};
+use capi_control_plane::etcd::EtcdAccess;
 use capi_controllers::{CoreControllers, CoreSettings};
 use capi_core::api::{Cluster, Machine};
 use capi_core::condition;
@@ -72,11 +77,58 @@ struct Watch {
     counting: bool,
 }
 
+/// Where the test reads etcd from: the simulated membership, or the real members.
+#[derive(Clone)]
+enum EtcdReader {
+    Simulated(Arc<SimulatedCloud>, String),
+    #[cfg(feature = "real-etcd")]
+    Real(provider_inmemory::etcd::ProcessEtcdAccess, String),
+}
+
+impl EtcdReader {
+    /// Every voting member's name and health (a learner does not count in the quorum and is not
+    /// a member yet); `None` when etcd cannot be read.
+    async fn members(&self) -> Option<Vec<(String, bool)>> {
+        match self {
+            EtcdReader::Simulated(cloud, key) => Some(
+                cloud
+                    .etcd_cluster(key)
+                    .await
+                    .ok()?
+                    .members
+                    .into_iter()
+                    .map(|m| (m.name, m.healthy))
+                    .collect(),
+            ),
+            #[cfg(feature = "real-etcd")]
+            EtcdReader::Real(access, ns) => {
+                use capi_control_plane::etcd::EtcdCluster;
+                Some(
+                    access
+                        .cluster(ns, "demo")
+                        .status()
+                        .await
+                        .ok()?
+                        .members
+                        .into_iter()
+                        .filter(|m| !m.learner)
+                        .map(|m| (m.name, m.healthy))
+                        .collect(),
+                )
+            }
+        }
+    }
+}
+
 struct World {
     env: TestEnv,
     ns: String,
-    cloud: Arc<SimulatedCloud>,
+    etcd: EtcdReader,
     watch: Arc<Mutex<Watch>>,
+    #[cfg(feature = "real-etcd")]
+    _processes: Option<Arc<provider_inmemory::cloud::EtcdProcesses>>,
+    #[cfg(not(feature = "real-etcd"))]
+    _processes: Option<()>,
     _workload: ControlPlane,
     _tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -87,9 +139,6 @@ impl World {
     }
     fn machines(&self) -> Api<Machine> {
         Api::namespaced(self.env.client(), &self.ns)
-    }
-    fn key(&self) -> String {
-        etcd_cluster_key(&self.ns, "demo")
     }
 
     /// The control-plane machines' node names and the etcd members' names, once the control plane
@@ -140,13 +189,11 @@ impl World {
                 .filter_map(|m| Some(m.status.as_ref()?.node_ref.as_ref()?.name.clone()))
                 .collect();
             let members: BTreeSet<String> = self
-                .cloud
-                .etcd_cluster(&self.key())
-                .await
-                .ok()?
-                .members
+                .etcd
+                .members()
+                .await?
                 .into_iter()
-                .map(|m| m.name)
+                .map(|(name, _)| name)
                 .collect();
             let kcp = self.kcps().get("demo-cp").await.ok()?;
             let status = kcp.status?;
@@ -157,7 +204,16 @@ impl World {
     }
 }
 
-async fn world() -> World {
+/// How the control-plane instances run etcd.
+enum EtcdMode {
+    /// The simulated cloud's membership.
+    Simulated,
+    /// A real etcd member process per instance.
+    #[cfg(feature = "real-etcd")]
+    Real,
+}
+
+async fn world(mode: EtcdMode) -> World {
     let _ = capi_actuator::telemetry::init_logging(capi_actuator::telemetry::LogFormat::Text);
     let mut crds = capi_core::crd::core();
     crds.extend(capi_bootstrap::api::crds());
@@ -172,6 +228,30 @@ async fn world() -> World {
         ..CloudConfig::default()
     }));
     workload_kubeconfig(&env.client(), &ns, "demo", &workload).await;
+    let (etcd, access, processes): (EtcdReader, Arc<dyn EtcdAccess>, _) = match mode {
+        EtcdMode::Simulated => (
+            EtcdReader::Simulated(cloud.clone(), etcd_cluster_key(&ns, "demo")),
+            Arc::new(SimulatedEtcdAccess::new(cloud.clone())),
+            None,
+        ),
+        #[cfg(feature = "real-etcd")]
+        EtcdMode::Real => {
+            let etcd_binary = capi_testing::envtest::Assets::locate().unwrap().etcd;
+            let processes = Arc::new(provider_inmemory::cloud::EtcdProcesses::start(
+                &cloud,
+                &etcd_binary,
+            ));
+            let access = provider_inmemory::etcd::ProcessEtcdAccess::new(
+                processes.clone(),
+                capi_control_plane::etcd::client::GrpcEtcdOptions::default(),
+            );
+            (
+                EtcdReader::Real(access.clone(), ns.clone()),
+                Arc::new(access),
+                Some(processes),
+            )
+        }
+    };
     let kubelets = tokio::spawn(
         NodeRegistrar::new(workload.client().await.unwrap(), cloud.clone())
             .run(Duration::from_millis(100)),
@@ -196,7 +276,7 @@ async fn world() -> World {
     }));
     manager.add(KubeadmControlPlanes::new(ControlPlaneSettings {
         poll: Duration::from_millis(200),
-        ..ControlPlaneSettings::new(Arc::new(SimulatedEtcdAccess::new(cloud.clone())))
+        ..ControlPlaneSettings::new(access)
     }));
     let running = tokio::spawn(async move {
         let _ = manager.run_until(std::future::pending()).await;
@@ -205,7 +285,7 @@ async fn world() -> World {
     let monitor = tokio::spawn(monitor(
         cloud.clone(),
         Api::namespaced(env.client(), &ns),
-        etcd_cluster_key(&ns, "demo"),
+        etcd.clone(),
         watch.clone(),
     ));
     manifest::create_all(&env.client(), &ns, &manifest::parse(MANIFESTS).unwrap())
@@ -214,8 +294,9 @@ async fn world() -> World {
     World {
         env,
         ns,
-        cloud,
+        etcd,
         watch,
+        _processes: processes,
         _workload: workload,
         _tasks: vec![kubelets, running, monitor],
     }
@@ -226,20 +307,20 @@ async fn world() -> World {
 async fn monitor(
     cloud: Arc<SimulatedCloud>,
     machines: Api<Machine>,
-    key: String,
+    etcd: EtcdReader,
     watch: Arc<Mutex<Watch>>,
 ) {
     let started = std::time::Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let Ok(etcd) = cloud.etcd_cluster(&key).await else {
+        let Some(members) = etcd.members().await else {
             continue;
         };
         let Ok(list) = machines.list(&ListParams::default()).await else {
             continue;
         };
         // Read etcd again: a member that joined between the two reads is not a stray.
-        let Ok(after) = cloud.etcd_cluster(&key).await else {
+        let Some(after) = etcd.members().await else {
             continue;
         };
         let nodes: BTreeSet<String> = list
@@ -250,20 +331,19 @@ async fn monitor(
         let instances: BTreeSet<String> = cloud.instances().into_iter().map(|i| i.id).collect();
         let at = started.elapsed();
         let mut watch = watch.lock().unwrap();
-        for member in etcd.members.iter().filter(|m| after.members.contains(m)) {
+        for (name, _) in members.iter().filter(|m| after.contains(m)) {
             // A member whose instance is gone and whose machine is gone is left behind.
-            if !nodes.contains(&member.name) && !instances.contains(&member.name) {
-                watch.violations.push(format!(
-                    "{at:?}: member {} outlived its machine",
-                    member.name
-                ));
+            if !nodes.contains(name) && !instances.contains(name) {
+                watch
+                    .violations
+                    .push(format!("{at:?}: member {name} outlived its machine"));
             }
         }
-        let healthy = etcd.members.iter().filter(|m| m.healthy).count();
-        if !etcd.members.is_empty() && healthy < etcd.members.len() / 2 + 1 {
+        let healthy = members.iter().filter(|(_, healthy)| *healthy).count();
+        if !members.is_empty() && healthy < members.len() / 2 + 1 {
             watch.violations.push(format!(
                 "{at:?}: {healthy} healthy of {} members is below quorum",
-                etcd.members.len()
+                members.len()
             ));
         }
         if watch.counting {
@@ -278,8 +358,17 @@ fn scale(replicas: i32) -> Patch<serde_json::Value> {
 
 #[tokio::test]
 async fn a_control_plane_scales_1_3_rolls_and_scales_to_1_with_one_etcd_member_per_machine() {
-    let world = world().await;
+    scale_roll_and_scale_down(world(EtcdMode::Simulated).await).await;
+}
 
+#[cfg(feature = "real-etcd")]
+#[tokio::test]
+async fn against_real_etcd_members_a_control_plane_scales_1_3_rolls_and_scales_to_1() {
+    scale_roll_and_scale_down(world(EtcdMode::Real).await).await;
+}
+
+/// 1 → 3, a roll from v1.33 to v1.34 with maxSurge 1, 3 → 1; the monitor's findings at the end.
+async fn scale_roll_and_scale_down(world: World) {
     let (nodes, members) = world.settled(1, "v1.33.0").await;
     assert_eq!(nodes, members);
     let cluster: Cluster = Api::namespaced(world.env.client(), &world.ns)

@@ -33,6 +33,9 @@ pub(crate) fn run_all() -> Result<()> {
     step("Bootstrap validators (cloud-init, ignition-validate; kubeadm is built above)");
     ensure_validators()?;
 
+    step("protoc for the etcd client (Debian's protobuf-compiler and libprotobuf-dev)");
+    ensure_protoc()?;
+
     step("Local OpenStack packages (Keystone, Nova, Neutron, Octavia, Glance from Debian)");
     crate::openstack::install()?;
 
@@ -106,6 +109,29 @@ fn ensure_validators() -> Result<()> {
     } else {
         println!("    cloud-init and ignition-validate are installed");
     }
+    Ok(())
+}
+
+/// The features `etcd-client` (capi-control-plane) and `real-etcd` (provider-inmemory) build the
+/// `etcd-client` crate, whose build script compiles etcd's protobuf definitions with `protoc` and
+/// needs the well-known types of `libprotobuf-dev`.
+fn ensure_protoc() -> Result<()> {
+    let well_known_types = std::path::Path::new("/usr/include/google/protobuf/empty.proto");
+    if succeeds("protoc", &["--version"]) && well_known_types.is_file() {
+        println!("    protoc and the protobuf well-known types are installed");
+        return Ok(());
+    }
+    run(crate::command::as_root("apt-get").args(["update", "-q"]))?;
+    run(crate::command::as_root("apt-get")
+        .args([
+            "install",
+            "-y",
+            "-q",
+            "--no-install-recommends",
+            "protobuf-compiler",
+            "libprotobuf-dev",
+        ])
+        .env("DEBIAN_FRONTEND", "noninteractive"))?;
     Ok(())
 }
 

@@ -19,7 +19,7 @@ use super::machines::{self, Observed as MachineObserved, node_name};
 use super::status::{self, Observation};
 use super::{CLEANUP_HOOK, ControlPlaneController, FINALIZER};
 use crate::api::KubeadmControlPlane;
-use crate::etcd::{EtcdCluster, EtcdClusterStatus};
+use crate::etcd::{EtcdCluster, EtcdClusterStatus, EtcdError};
 use crate::quorum::{self, Change};
 use crate::rollout::{self, Step};
 use crate::scale::MachineFacts;
@@ -429,9 +429,17 @@ async fn release_member(
                             "etcd would lose its quorum without {node}'s member; machine {name} waits"
                         )));
                     }
-                    etcd.remove_member(member.id)
-                        .await
-                        .map_err(controller_error)?;
+                    match etcd.remove_member(member.id).await {
+                        Ok(()) => {}
+                        // etcd says no for now (e.g. a member joined less than its health
+                        // interval ago): wait, as for any other reason, without an error.
+                        Err(EtcdError::Refused(why)) => {
+                            return Ok(Some(format!(
+                                "etcd refused to remove {node}'s member for now ({why}); machine {name} waits"
+                            )));
+                        }
+                        Err(e) => return Err(controller_error(e)),
+                    }
                     report.event(
                         false,
                         events::MEMBER_REMOVED,

@@ -5,6 +5,8 @@
 //! [`SimulatedCloud`] implements both in memory, with configurable latency, failure injection and
 //! quota, and an inspection API for tests.
 
+#[cfg(feature = "real-etcd")]
+mod etcd_processes;
 mod remote;
 mod server;
 mod simulated;
@@ -14,6 +16,29 @@ use async_trait::async_trait;
 pub use remote::RemoteCloud;
 pub use server::{CloudServer, Inspection};
 pub use simulated::{CloudConfig, Faults, SimulatedCloud};
+
+#[cfg(feature = "real-etcd")]
+pub use etcd_processes::EtcdProcesses;
+
+/// A control-plane instance's etcd member starting or stopping with its instance, as
+/// [`SimulatedCloud::observe_etcd_members`] reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemberEvent {
+    /// The instance started running: kubeadm starts (or joins) its etcd member.
+    Booted {
+        /// The etcd cluster ([`InstanceRequest::etcd_cluster`]).
+        cluster: String,
+        /// The instance, whose ID names the member (as the node's name does).
+        instance: String,
+    },
+    /// The instance is gone: its member process stops, its membership stays until removed.
+    Gone {
+        /// The etcd cluster.
+        cluster: String,
+        /// The instance.
+        instance: String,
+    },
+}
 
 /// The lifecycle state of a simulated instance.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]

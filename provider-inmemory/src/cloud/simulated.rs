@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::{
     CloudError, Compute, EtcdCluster, EtcdClusters, EtcdMember, Instance, InstanceRequest,
-    InstanceStatus, LoadBalancer, LoadBalancers,
+    InstanceStatus, LoadBalancer, LoadBalancers, MemberEvent,
 };
 
 /// How the simulated cloud behaves.
@@ -91,6 +91,7 @@ struct State {
     create_calls: u64,
     created_per_tag: BTreeMap<String, u32>,
     etcd: BTreeMap<String, StoredEtcd>,
+    member_events: Option<tokio::sync::mpsc::UnboundedSender<MemberEvent>>,
 }
 
 impl State {
@@ -107,6 +108,12 @@ impl State {
                     etcd.next_id += 1;
                     etcd.members
                         .insert(etcd.next_id, stored.instance.id.clone());
+                    if let Some(events) = &self.member_events {
+                        let _ = events.send(MemberEvent::Booted {
+                            cluster: cluster.clone(),
+                            instance: stored.instance.id.clone(),
+                        });
+                    }
                 }
             }
         }
@@ -188,6 +195,13 @@ impl SimulatedCloud {
     /// window in which a caller that crashes has created an instance it never heard of.
     pub fn hold_creates(&self, hold: bool) {
         self.create_gate.send_replace(hold);
+    }
+
+    /// Reports, from now on, every control-plane instance that starts running or vanishes to
+    /// `observer` — what [`EtcdProcesses`](super::EtcdProcesses) needs to run a real etcd member per
+    /// instance. The simulated membership is kept either way.
+    pub fn observe_etcd_members(&self, observer: tokio::sync::mpsc::UnboundedSender<MemberEvent>) {
+        lock(&self.state).member_events = Some(observer);
     }
 
     // ---- inspection, for tests and benchmarks ----
@@ -338,13 +352,21 @@ impl Compute for SimulatedCloud {
 
     async fn delete_instance(&self, id: &str) -> Result<(), CloudError> {
         let config = self.call("delete_instance").await?;
-        let mut state = lock(&self.state);
+        let mut guard = lock(&self.state);
+        let state = &mut *guard;
         let now = Instant::now();
         if let Some(stored) = state.instances.get_mut(id)
             && stored.gone_at.is_none()
         {
             stored.instance.status = InstanceStatus::Deleting;
             stored.gone_at = Some(now + jittered(config.delete_time, config.jitter));
+            // The machine shuts down: its etcd member stops answering.
+            if let (Some(events), Some(cluster)) = (&state.member_events, &stored.etcd_cluster) {
+                let _ = events.send(MemberEvent::Gone {
+                    cluster: cluster.clone(),
+                    instance: id.to_string(),
+                });
+            }
         }
         state.settle(now);
         Ok(())

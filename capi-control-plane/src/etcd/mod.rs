@@ -11,6 +11,9 @@
 //! A member's name is its node's name, as kubeadm names it; the controller matches members to
 //! machines through `Machine.status.nodeRef.name`.
 
+#[cfg(feature = "etcd-client")]
+pub mod client;
+
 use std::sync::Arc;
 
 use async_trait::async_trait;
