@@ -42,5 +42,6 @@ pub mod api;
 pub mod controller;
 pub mod etcd;
 pub mod quorum;
+pub mod remediation;
 pub mod rollout;
 pub mod scale;

@@ -27,8 +27,8 @@ use capi_core::condition;
 use capi_testing::envtest::ControlPlane;
 use capi_testing::{TestEnv, manifest};
 use common::{TIMEOUT, manager_config, workload_kubeconfig};
-use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, ResourceExt};
 use provider_inmemory::actuator::InMemoryActuator;
 use provider_inmemory::api::{InMemoryCluster, InMemoryMachine};
 use provider_inmemory::cloud::{CloudConfig, EtcdClusters, SimulatedCloud};
@@ -123,6 +123,7 @@ impl EtcdReader {
 struct World {
     env: TestEnv,
     ns: String,
+    cloud: Arc<SimulatedCloud>,
     etcd: EtcdReader,
     watch: Arc<Mutex<Watch>>,
     #[cfg(feature = "real-etcd")]
@@ -294,6 +295,7 @@ async fn world(mode: EtcdMode) -> World {
     World {
         env,
         ns,
+        cloud,
         etcd,
         watch,
         _processes: processes,
@@ -443,6 +445,173 @@ async fn scale_roll_and_scale_down(world: World) {
     let (nodes, members) = world.settled(1, "v1.34.0").await;
     assert_eq!(nodes, members, "no member left behind after scaling down");
 
+    let watch = world.watch.lock().unwrap();
+    assert!(watch.violations.is_empty(), "{:#?}", watch.violations);
+}
+
+/// Marks `machine` as a MachineHealthCheck does when it finds it unhealthy.
+async fn mark_unhealthy(world: &World, machine: &str) {
+    let now = jiff::Timestamp::now().to_string();
+    let conditions = |m: &Machine| {
+        let mut conditions: Vec<serde_json::Value> = m
+            .status
+            .as_ref()
+            .map(|s| {
+                s.conditions
+                    .iter()
+                    .filter(|c| c.type_ != "HealthCheckSucceeded" && c.type_ != "OwnerRemediated")
+                    .map(|c| serde_json::to_value(c).unwrap())
+                    .collect()
+            })
+            .unwrap_or_default();
+        conditions.push(json!({"type": "HealthCheckSucceeded", "status": "False",
+            "reason": "UnhealthyNode", "message": "the test says so", "lastTransitionTime": now}));
+        conditions.push(json!({"type": "OwnerRemediated", "status": "False",
+            "reason": "WaitingForRemediation", "message": "waiting", "lastTransitionTime": now}));
+        conditions
+    };
+    // Retried: the machine controller writes the same status.
+    for _ in 0..50 {
+        let m = world.machines().get(machine).await.unwrap();
+        let patch = json!({
+            "metadata": {"resourceVersion": m.metadata.resource_version},
+            "status": {"conditions": conditions(&m)},
+        });
+        if world
+            .machines()
+            .patch_status(machine, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("could not mark {machine}");
+}
+
+fn owner_remediated(machine: &Machine) -> Option<(String, String)> {
+    let c = condition::get(&machine.status.as_ref()?.conditions, "OwnerRemediated")?;
+    Some((c.reason.clone(), c.message.clone()))
+}
+
+#[tokio::test]
+async fn unhealthy_control_plane_machines_are_remediated_one_at_a_time_never_at_the_cost_of_quorum()
+{
+    let world = world(EtcdMode::Simulated).await;
+    world.settled(1, "v1.33.0").await;
+    world
+        .kcps()
+        .patch_scale("demo-cp", &PatchParams::default(), &scale(3))
+        .await
+        .unwrap();
+    world.settled(3, "v1.33.0").await;
+    let mut machines = world
+        .machines()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    machines.sort_by_key(|m| m.metadata.creation_timestamp.clone());
+    let name = |m: &Machine| m.metadata.name.clone().unwrap();
+    let node = |m: &Machine| {
+        m.status
+            .as_ref()
+            .unwrap()
+            .node_ref
+            .as_ref()
+            .unwrap()
+            .name
+            .clone()
+    };
+    let (b, c) = (name(&machines[1]), name(&machines[2]));
+
+    // c's etcd member fails; remediating b would leave 1 healthy of 2 voting members: refused.
+    world.cloud.fail_etcd_member(&node(&machines[2]));
+    mark_unhealthy(&world, &b).await;
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    loop {
+        let machine = world.machines().get(&b).await.unwrap();
+        assert!(
+            machine.metadata.deletion_timestamp.is_none(),
+            "b was remediated at the cost of quorum"
+        );
+        let kcp = world.kcps().get("demo-cp").await.unwrap();
+        let remediating = kcp
+            .status
+            .as_ref()
+            .and_then(|s| condition::get(&s.conditions, "Remediating").cloned());
+        if let (Some((reason, message)), Some(remediating)) =
+            (owner_remediated(&machine), remediating)
+            && reason == "CannotBeRemediated"
+        {
+            assert!(message.contains("quorum"), "{message}");
+            assert_eq!(remediating.status, "True");
+            assert!(
+                remediating.message.contains("quorum"),
+                "{}",
+                remediating.message
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no refusal: {:?}",
+            owner_remediated(&machine)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // c is marked too: the most broken (its member is down) goes first, and b waits until c's
+    // replacement has joined.
+    mark_unhealthy(&world, &c).await;
+    let deadline = std::time::Instant::now() + TIMEOUT * 2;
+    loop {
+        let all = world
+            .machines()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        let replacement_of = |old: &str| {
+            all.iter().find(|m| {
+                m.annotations()
+                    .get("controlplane.cluster.x-k8s.io/remediation-for")
+                    .is_some_and(|v| v.contains(&format!("\"machine\":\"{old}\"")))
+            })
+        };
+        if let Some(b_now) = all.iter().find(|m| name(m) == b)
+            && b_now.metadata.deletion_timestamp.is_some()
+        {
+            assert!(
+                all.iter().all(|m| name(m) != c),
+                "b and c were remediated at once"
+            );
+            let joined = replacement_of(&c)
+                .is_some_and(|m| m.status.as_ref().is_some_and(|s| s.node_ref.is_some()));
+            assert!(joined, "b was remediated before c's replacement joined");
+        }
+        let settled = all.len() == 3
+            && all.iter().all(|m| name(m) != b && name(m) != c)
+            && replacement_of(&b).is_some()
+            && replacement_of(&c).is_some();
+        if settled {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "remediation did not finish"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (nodes, members) = world.settled(3, "v1.33.0").await;
+    assert_eq!(
+        nodes, members,
+        "the remediated machines' members left with them"
+    );
+    let kcp = world.kcps().get("demo-cp").await.unwrap();
+    let last = kcp.status.unwrap().last_remediation.unwrap();
+    assert_eq!((last.machine.as_str(), last.retry_count), (b.as_str(), 0));
     let watch = world.watch.lock().unwrap();
     assert!(watch.violations.is_empty(), "{:#?}", watch.violations);
 }

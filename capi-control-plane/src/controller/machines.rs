@@ -16,6 +16,7 @@ use kube::{Api, Resource, ResourceExt};
 use super::{CLEANUP_HOOK, ControlPlaneController};
 use crate::api::KubeadmControlPlane;
 use crate::etcd::EtcdClusterStatus;
+use crate::remediation::{FOR_ANNOTATION, RemediationData};
 use crate::scale::MachineFacts;
 use capi_actuator::ReconcileError;
 
@@ -221,15 +222,32 @@ fn config_spec(kcp: &KubeadmControlPlane, init: bool) -> KubeadmConfigSpec {
 
 /// Creates a machine of `kcp` in `failure_domain`: the Machine (with the cleanup hook), then its
 /// KubeadmConfig and infrastructure machine. Returns its name.
+/// The machine [`create`] makes.
+pub(super) struct NewMachine<'a> {
+    /// Its name.
+    pub(super) name: &'a str,
+    /// Its failure domain.
+    pub(super) failure_domain: Option<String>,
+    /// The first machine: `kubeadm init` rather than `join --control-plane`.
+    pub(super) init: bool,
+    /// The remediation it replaces a machine for, if it does.
+    pub(super) remediation_for: Option<&'a RemediationData>,
+}
+
 pub(super) async fn create(
     kcp: &KubeadmControlPlane,
     cluster: &Cluster,
-    name: &str,
-    failure_domain: Option<String>,
-    init: bool,
+    new: &NewMachine<'_>,
     client: &kube::Client,
     state: &ControlPlaneController,
 ) -> Result<(), ReconcileError> {
+    let NewMachine {
+        name,
+        failure_domain,
+        init,
+        remediation_for,
+    } = new;
+    let (name, init) = (*name, *init);
     let namespace = kcp.namespace().unwrap_or_default();
     let cluster_name = cluster.name_any();
     let template = &kcp.spec.machine_template;
@@ -245,6 +263,9 @@ pub(super) async fn create(
         .map(|m| m.annotations.clone())
         .unwrap_or_default();
     annotations.insert(CLEANUP_HOOK.to_string(), String::new());
+    if let Some(record) = remediation_for {
+        annotations.insert(FOR_ANNOTATION.to_string(), record.to_annotation());
+    }
     let config_ref = ContractVersionedObjectReference::new(
         KubeadmConfig::group(&()).as_ref(),
         KubeadmConfig::kind(&()).as_ref(),
@@ -268,7 +289,7 @@ pub(super) async fn create(
             },
             infrastructure_ref: instance_of(&template.spec.infrastructure_ref, name),
             version: Some(kcp.spec.version.clone()),
-            failure_domain,
+            failure_domain: failure_domain.clone(),
             deletion: template.spec.deletion.clone(),
             ..MachineSpec::default()
         },

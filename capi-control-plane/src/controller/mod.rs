@@ -20,6 +20,7 @@
 
 mod machines;
 mod reconcile;
+mod remediate;
 pub mod status;
 
 use std::sync::Arc;

@@ -17,10 +17,11 @@ use serde_json::json;
 
 use super::machines::{self, Observed as MachineObserved, node_name};
 use super::status::{self, Observation};
-use super::{CLEANUP_HOOK, ControlPlaneController, FINALIZER};
+use super::{CLEANUP_HOOK, ControlPlaneController, FINALIZER, remediate};
 use crate::api::KubeadmControlPlane;
 use crate::etcd::{EtcdCluster, EtcdClusterStatus, EtcdError};
 use crate::quorum::{self, Change};
+use crate::remediation::RemediationData;
 use crate::rollout::{self, Step};
 use crate::scale::MachineFacts;
 
@@ -31,6 +32,7 @@ mod events {
     pub(super) const LEADERSHIP_MOVED: &str = "EtcdLeadershipMoved";
     pub(super) const MEMBER_REMOVED: &str = "EtcdMemberRemoved";
     pub(super) const INVALID: &str = "InvalidConfiguration";
+    pub(super) const REMEDIATING: &str = "Remediating";
 }
 
 /// etcd as one pass saw it: the connection and what it said, or why it could not be read.
@@ -216,6 +218,40 @@ pub(super) async fn reconcile_once(
         }
     }
 
+    // Machines a health check marked, one at a time and never at the control plane's cost.
+    let etcd_read = etcd.as_ref().map(|view| match view {
+        Ok((_, status)) => Ok(status),
+        Err(why) => Err(why.as_str()),
+    });
+    let remediation = remediate::remediate(
+        kcp,
+        &owned,
+        &facts,
+        etcd_read,
+        initialized,
+        &kcps,
+        &machines_api,
+    )
+    .await?;
+    report.remediating = remediation.remediating.clone();
+    report.last_remediation = remediation.last.clone();
+    if let Some(machine) = &remediation.remediated {
+        let retry = report
+            .last_remediation
+            .as_ref()
+            .map(|r| r.retry_count)
+            .unwrap_or_default();
+        report.event(
+            true,
+            events::REMEDIATING,
+            format!("deleting unhealthy machine {machine} to replace it (retry {retry})"),
+        );
+        report
+            .write(&kcps, kcp, &owned, etcd.as_ref(), context)
+            .await?;
+        return Ok(Next::Requeue(poll));
+    }
+
     let node_to_machine = |node: &str| {
         owned
             .iter()
@@ -264,16 +300,17 @@ pub(super) async fn reconcile_once(
             let init = owned.is_empty() && !initialized;
             match machines::machine_name(kcp, &cluster_name) {
                 Ok(name) => {
-                    machines::create(
-                        kcp,
-                        &cluster,
-                        &name,
-                        failure_domain.clone(),
+                    let new = machines::NewMachine {
+                        name: &name,
+                        failure_domain: failure_domain.clone(),
                         init,
-                        client,
-                        state,
-                    )
-                    .await?;
+                        remediation_for: remediation.in_progress.as_ref(),
+                    };
+                    machines::create(kcp, &cluster, &new, client, state).await?;
+                    // The replacement carries the remediation on: it is no longer in progress.
+                    if remediation.in_progress.is_some() {
+                        remediate::clear_in_progress(&kcps, kcp).await?;
+                    }
                     let role = if init {
                         "kubeadm init"
                     } else {
@@ -593,6 +630,8 @@ struct Report {
     waiting: Option<String>,
     deleting: Option<String>,
     paused: bool,
+    remediating: Option<String>,
+    last_remediation: Option<RemediationData>,
     events: Vec<EventNote>,
 }
 
@@ -606,6 +645,8 @@ impl Report {
             waiting: None,
             deleting: None,
             paused: false,
+            remediating: None,
+            last_remediation: None,
             events: Vec::new(),
         }
     }
@@ -687,6 +728,8 @@ impl Report {
             waiting: self.waiting.as_deref(),
             deleting: self.deleting.as_deref(),
             paused: self.paused,
+            remediating: self.remediating.as_deref(),
+            last_remediation: self.last_remediation.as_ref(),
         };
         let desired = status::compute(kcp.status.as_ref(), &observation);
         write::patch_status_if_changed(kcps, &kcp.name_any(), kcp.status.as_ref(), &desired)

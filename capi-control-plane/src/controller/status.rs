@@ -3,8 +3,8 @@
 //!
 //! Conditions (types and reasons as upstream's v1beta2 KubeadmControlPlane): `Available`,
 //! `Initialized`, `CertificatesAvailable`, `EtcdClusterHealthy`, `ControlPlaneComponentsHealthy`,
-//! `MachinesReady`, `MachinesUpToDate`, `RollingOut`, `ScalingUp`, `ScalingDown`, `Deleting`,
-//! `Paused`. `ControlPlaneComponentsHealthy` is judged from each node's readiness: this controller
+//! `MachinesReady`, `MachinesUpToDate`, `RollingOut`, `ScalingUp`, `ScalingDown`, `Remediating`,
+//! `Deleting`, `Paused`; and `lastRemediation`. `ControlPlaneComponentsHealthy` is judged from each node's readiness: this controller
 //! does not inspect the component pods.
 
 use capi_core::condition::{self, ConditionStatus, DesiredCondition};
@@ -13,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use crate::api::{KubeadmControlPlaneInitializationStatus, KubeadmControlPlaneStatus};
 use crate::etcd::EtcdClusterStatus;
 use crate::quorum;
+use crate::remediation::RemediationData;
 use crate::scale::MachineFacts;
 
 /// Condition types of a KubeadmControlPlane.
@@ -37,6 +38,8 @@ pub mod types {
     pub const SCALING_UP: &str = "ScalingUp";
     /// More machines than wanted.
     pub const SCALING_DOWN: &str = "ScalingDown";
+    /// Machines a health check marked unhealthy are (or wait to be) replaced.
+    pub const REMEDIATING: &str = "Remediating";
     /// Being deleted.
     pub const DELETING: &str = "Deleting";
     /// Reconciliation is paused.
@@ -74,6 +77,10 @@ pub struct Observation<'a> {
     pub deleting: Option<&'a str>,
     /// Reconciliation is paused.
     pub paused: bool,
+    /// Machines marked for remediation and what happens to them, if any are.
+    pub remediating: Option<&'a str>,
+    /// The remediation in progress, else the latest one the machines remember.
+    pub last_remediation: Option<&'a RemediationData>,
 }
 
 fn set(
@@ -341,6 +348,18 @@ pub fn compute(
     } else {
         set(c, g, SCALING_DOWN, False, "NotScalingDown", "");
     }
+    match observed.remediating {
+        Some(what) => set(c, g, REMEDIATING, True, "Remediating", what),
+        None => set(c, g, REMEDIATING, False, "NotRemediating", ""),
+    }
+    if let Some(last) = observed.last_remediation {
+        status.last_remediation = Some(crate::api::LastRemediationStatus {
+            machine: last.machine.clone(),
+            time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(last.timestamp),
+            retry_count: last.retry_count,
+        });
+    }
+    let c = &mut status.conditions;
     if initialized && etcd_quorum && any_node_ready && observed.deleting.is_none() {
         set(c, g, AVAILABLE, True, "Available", "");
     } else {
@@ -435,6 +454,8 @@ mod tests {
             waiting: Some("machine b is not healthy yet"),
             deleting: None,
             paused: false,
+            remediating: None,
+            last_remediation: None,
         };
         let status = compute(None, &observed);
         assert_eq!(
@@ -491,6 +512,8 @@ mod tests {
             waiting: None,
             deleting: None,
             paused: false,
+            remediating: None,
+            last_remediation: None,
         };
         let first = compute(None, &observed);
         let later = compute(

@@ -323,7 +323,11 @@ async fn reconcile_once(
                         .message(message.clone())
                         .observed_generation(machine_generation),
                 );
-                if allowed {
+                // The owner says in `OwnerRemediated` what it does about the machine (deferred,
+                // refused, deleting): once it is False, it is the owner's to write.
+                let owner_acting = condition::status(&conditions, OWNER_REMEDIATED)
+                    == Some(ConditionStatus::False);
+                if allowed && !owner_acting {
                     changed |= condition::set(
                         &mut conditions,
                         DesiredCondition::new(

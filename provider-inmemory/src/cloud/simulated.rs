@@ -91,6 +91,7 @@ struct State {
     create_calls: u64,
     created_per_tag: BTreeMap<String, u32>,
     etcd: BTreeMap<String, StoredEtcd>,
+    failed_members: std::collections::BTreeSet<String>,
     member_events: Option<tokio::sync::mpsc::UnboundedSender<MemberEvent>>,
 }
 
@@ -120,9 +121,11 @@ impl State {
     }
 
     fn healthy(&self, name: &str) -> bool {
-        self.instances
-            .get(name)
-            .is_some_and(|s| s.instance.status == InstanceStatus::Active)
+        !self.failed_members.contains(name)
+            && self
+                .instances
+                .get(name)
+                .is_some_and(|s| s.instance.status == InstanceStatus::Active)
     }
 
     /// The cluster as etcd would report it: a leader only while a healthy quorum elects one (the
@@ -202,6 +205,14 @@ impl SimulatedCloud {
     /// instance. The simulated membership is kept either way.
     pub fn observe_etcd_members(&self, observer: tokio::sync::mpsc::UnboundedSender<MemberEvent>) {
         lock(&self.state).member_events = Some(observer);
+    }
+
+    /// From now on the etcd member of `instance` does not answer (its disk failed, its process
+    /// crashed) although the instance runs: a fault for remediation tests.
+    pub fn fail_etcd_member(&self, instance: &str) {
+        lock(&self.state)
+            .failed_members
+            .insert(instance.to_string());
     }
 
     // ---- inspection, for tests and benchmarks ----
