@@ -155,6 +155,37 @@ impl CertificateAuthority {
     }
 }
 
+impl CertificateAuthority {
+    /// Issues a serving certificate for `names` (DNS names or IP addresses, as kubeadm puts in an
+    /// etcd or API server certificate); returns certificate and key PEM. Used where this crate
+    /// stands in for a node (tests, simulated clouds); kubeadm issues the real ones on the node.
+    pub fn issue_serving(
+        &self,
+        common_name: &str,
+        names: &[&str],
+    ) -> Result<(String, String), PkiError> {
+        let key = KeyPair::generate()?;
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let mut params = CertificateParams::new(names)?;
+        params.distinguished_name = DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        validity(&mut params, CLIENT_VALIDITY_DAYS);
+        let issuer = Issuer::new(ca_params(&self.common_name)?, &self.key);
+        let cert = params.signed_by(&key, &issuer)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    }
+}
+
 /// Everything a cluster's control plane needs, generated once per cluster.
 #[derive(Debug)]
 pub struct ClusterPki {

@@ -229,6 +229,55 @@ mod tests {
         }
     }
 
+    /// Upstream: a MachineDeployment must not manage control-plane machines (it knows nothing of
+    /// etcd quorum). Every built-in template runs its control plane as a KubeadmControlPlane that
+    /// the Cluster references.
+    #[test]
+    fn every_built_in_template_runs_its_control_plane_as_a_kubeadm_control_plane() {
+        for template in BUILT_IN {
+            let inputs = Inputs {
+                cluster_name: "demo".into(),
+                kubernetes_version: Some("v1.33.0".into()),
+                ..Inputs::default()
+            };
+            let required = Template::parse(template.text).unwrap().variables().required;
+            let text = render(template.text, &inputs, |name| {
+                required.contains(name).then(|| "placeholder".to_string())
+            })
+            .unwrap();
+            let documents: Vec<serde_json::Value> = text
+                .split("\n---\n")
+                .map(|d| serde_saphyr::from_str(d).unwrap())
+                .collect();
+            let of_kind = |kind: &str| {
+                documents
+                    .iter()
+                    .filter(|d| d["kind"] == kind)
+                    .collect::<Vec<_>>()
+            };
+            let which = format!("{} {:?}", template.provider, template.flavor);
+            for kind in ["MachineDeployment", "MachineSet", "Machine"] {
+                for object in of_kind(kind) {
+                    let labels = if kind == "Machine" {
+                        &object["metadata"]["labels"]
+                    } else {
+                        &object["spec"]["template"]["metadata"]["labels"]
+                    };
+                    assert!(
+                        labels.get("cluster.x-k8s.io/control-plane").is_none(),
+                        "{which}: a {kind} runs control-plane machines"
+                    );
+                }
+            }
+            let cluster = of_kind("Cluster")[0];
+            let reference = &cluster["spec"]["controlPlaneRef"];
+            assert_eq!(reference["kind"], "KubeadmControlPlane", "{which}");
+            let kcps = of_kind("KubeadmControlPlane");
+            assert_eq!(kcps.len(), 1, "{which}");
+            assert_eq!(kcps[0]["metadata"]["name"], reference["name"], "{which}");
+        }
+    }
+
     #[test]
     fn flags_win_over_the_environment_and_missing_variables_are_named() {
         let template = built_in("inmemory", None).unwrap();

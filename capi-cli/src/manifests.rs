@@ -75,17 +75,23 @@ pub fn inmemory() -> ProviderManifests {
     }
 }
 
-/// The OpenStack provider's manager (`openstack-manager`, standalone mode). Besides the rules of
-/// every standalone manager it reads the `identityRef` Secrets (already granted by the bootstrap
-/// rules, which read and write Secrets).
+/// The OpenStack provider's manager (`openstack-manager`, standalone mode, with the
+/// KubeadmControlPlane controller reaching each cluster's etcd through its workload API server).
+/// Besides the rules of every standalone manager it reads the `identityRef` Secrets (already
+/// granted by the bootstrap rules, which read and write Secrets).
 pub fn openstack() -> ProviderManifests {
+    let mut rules = standalone_rules("openstack");
+    rules.extend(capi_control_plane::controller::rbac(
+        INFRA_GROUP,
+        &["openstackmachines", "openstackmachinetemplates"],
+    ));
     ProviderManifests {
         folder: "openstack",
         namespace: "capi-openstack-system",
         name: "capi-openstack-manager",
         image: "capi-rs/openstack-manager:dev",
-        args: vec!["--with-bootstrap", "--with-core"],
-        rules: standalone_rules("openstack"),
+        args: vec!["--with-bootstrap", "--with-core", "--with-control-plane"],
+        rules,
     }
 }
 

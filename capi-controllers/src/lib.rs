@@ -220,6 +220,13 @@ pub fn rbac(infra_group: &str, infra_plurals: &[&str]) -> Vec<PolicyRule> {
             infra_plurals,
             &["get", "list", "watch", "create", "patch", "delete"],
         ),
+        // A Cluster's control plane (`controlPlaneRef`), of whichever provider, as upstream's
+        // core manager: read its status, own it, delete it with the Cluster.
+        rule(
+            "controlplane.cluster.x-k8s.io",
+            &["*"],
+            &["get", "list", "watch", "patch", "delete"],
+        ),
         // Kubeconfigs of workload clusters; what a deleted cluster owned.
         rule("", &["secrets", "configmaps"], &["get", "list", "delete"]),
     ]

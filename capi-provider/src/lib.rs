@@ -107,7 +107,9 @@ impl ProviderManager {
     }
 
     /// How the KubeadmControlPlane controller reaches each cluster's etcd, when it runs
-    /// (`--with-control-plane`).
+    /// (`--with-control-plane`). With the feature `workload-etcd` and nothing registered here,
+    /// upstream's way is used: a port-forward to each etcd static pod through the workload API
+    /// server, TLS with a client certificate from the cluster's etcd CA.
     pub fn etcd_access(mut self, etcd: Arc<dyn EtcdAccess>) -> Self {
         self.etcd = Some(etcd);
         self
@@ -137,6 +139,11 @@ impl ProviderManager {
         let control_plane = match (self.args.with_control_plane, &self.etcd) {
             (false, _) => None,
             (true, Some(etcd)) => Some(ControlPlaneSettings::new(Arc::clone(etcd))),
+            #[cfg(feature = "workload-etcd")]
+            (true, None) => Some(ControlPlaneSettings::new(Arc::new(
+                capi_control_plane::etcd::workload::WorkloadEtcdAccess::default(),
+            ))),
+            #[cfg(not(feature = "workload-etcd"))]
             (true, None) => return Err(ProviderError::NoEtcdAccess(self.name)),
         };
         let mut manager = Manager::new(kube_config, self.args.manager_config()).await?;

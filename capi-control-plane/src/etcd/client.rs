@@ -8,11 +8,13 @@
 //! answered. Every call is bounded by [`GrpcEtcdOptions::timeout`], so an unreachable member
 //! costs one timeout, never a hung reconcile.
 //!
-//! Endpoints are plain `http://` URLs here (a loopback etcd, or one reached through a tunnel that
-//! terminates TLS).
+//! How a member is reached is a [`Dial`]: [`UrlDial`] connects to the client URL a member
+//! advertises (a loopback etcd, plain `http://`); `etcd::workload` dials through the workload
+//! cluster's API server with TLS.
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -35,33 +37,113 @@ impl Default for GrpcEtcdOptions {
     }
 }
 
-/// A workload cluster's etcd, reached over gRPC from `seeds` (client URLs of some members).
-#[derive(Clone, Debug)]
+/// Where a member is: its name (the node's) and the client URL it advertises, as far as known.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberAddress {
+    /// The member's name; empty for a seed known only by URL.
+    pub name: String,
+    /// Its first advertised client URL, when known.
+    pub client_url: Option<String>,
+}
+
+impl MemberAddress {
+    /// A seed known by its client URL.
+    pub fn url(url: impl Into<String>) -> Self {
+        Self {
+            name: String::new(),
+            client_url: Some(url.into()),
+        }
+    }
+
+    /// A seed known by its member (node) name.
+    pub fn named(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            client_url: None,
+        }
+    }
+
+    fn describe(&self) -> &str {
+        self.client_url.as_deref().unwrap_or(&self.name)
+    }
+}
+
+/// How [`GrpcEtcd`] opens a client to one member.
+#[async_trait]
+pub trait Dial: Send + Sync {
+    /// A client talking to `member` only, connected within `timeout`.
+    async fn dial(&self, member: &MemberAddress, timeout: Duration) -> Result<Client, EtcdError>;
+}
+
+/// Dials the client URL a member advertises, as given (plain `http://`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UrlDial;
+
+#[async_trait]
+impl Dial for UrlDial {
+    async fn dial(&self, member: &MemberAddress, timeout: Duration) -> Result<Client, EtcdError> {
+        let url = member.client_url.as_deref().ok_or_else(|| {
+            EtcdError::Unreachable(format!("member {} advertises no client URL", member.name))
+        })?;
+        let options = ConnectOptions::new()
+            .with_connect_timeout(timeout)
+            .with_timeout(timeout);
+        Client::connect([url], Some(options))
+            .await
+            .map_err(|e| classify(url, e))
+    }
+}
+
+/// A workload cluster's etcd, reached over gRPC from `seeds` (some of its members).
+#[derive(Clone)]
 pub struct GrpcEtcd {
-    seeds: Vec<String>,
+    seeds: Vec<MemberAddress>,
+    dial: Arc<dyn Dial>,
     options: GrpcEtcdOptions,
 }
 
+impl std::fmt::Debug for GrpcEtcd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrpcEtcd")
+            .field("seeds", &self.seeds)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
 impl GrpcEtcd {
-    /// The etcd cluster that the members at `seeds` belong to.
+    /// The etcd cluster that the members at `seeds` (client URLs) belong to, dialed directly.
     pub fn new(seeds: Vec<String>, options: GrpcEtcdOptions) -> Self {
-        Self { seeds, options }
+        Self::with_dial(
+            seeds.into_iter().map(MemberAddress::url).collect(),
+            Arc::new(UrlDial),
+            options,
+        )
     }
 
-    /// Runs `call` against the member at `endpoint`, bounded by the timeout.
-    async fn at<T, F, Fut>(&self, endpoint: &str, call: F) -> Result<T, EtcdError>
+    /// The etcd cluster that `seeds` belong to, each member reached through `dial`.
+    pub fn with_dial(
+        seeds: Vec<MemberAddress>,
+        dial: Arc<dyn Dial>,
+        options: GrpcEtcdOptions,
+    ) -> Self {
+        Self {
+            seeds,
+            dial,
+            options,
+        }
+    }
+
+    /// Runs `call` against `member`, bounded by the timeout.
+    async fn at<T, F, Fut>(&self, member: &MemberAddress, call: F) -> Result<T, EtcdError>
     where
         F: FnOnce(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
         let timeout = self.options.timeout;
-        let options = ConnectOptions::new()
-            .with_connect_timeout(timeout)
-            .with_timeout(timeout);
+        let endpoint = member.describe();
         let attempt = async {
-            let client = Client::connect([endpoint], Some(options))
-                .await
-                .map_err(|e| classify(endpoint, e))?;
+            let client = self.dial.dial(member, timeout).await?;
             call(client).await.map_err(|e| classify(endpoint, e))
         };
         tokio::time::timeout(timeout, attempt).await.map_err(|_| {
@@ -69,15 +151,15 @@ impl GrpcEtcd {
         })?
     }
 
-    /// The member list, from the first of `endpoints` that answers.
+    /// The member list, from the first of `seeds` that answers.
     async fn member_list(
         &self,
-        endpoints: &[String],
+        seeds: &[MemberAddress],
     ) -> Result<Vec<etcd_client::Member>, EtcdError> {
-        let mut last = EtcdError::Unreachable("no endpoint to ask".into());
-        for endpoint in endpoints {
+        let mut last = EtcdError::Unreachable("no member to ask".into());
+        for seed in seeds {
             match self
-                .at(endpoint, |mut c| async move { c.member_list().await })
+                .at(seed, |mut c| async move { c.member_list().await })
                 .await
             {
                 Ok(list) => return Ok(list.members().to_vec()),
@@ -87,11 +169,17 @@ impl GrpcEtcd {
         Err(last)
     }
 
-    /// The status and the client URL of every member that answers.
-    async fn read(&self) -> Result<(EtcdClusterStatus, Vec<(u64, String)>), EtcdError> {
+    /// The status and the address of every member that answers.
+    async fn read(&self) -> Result<(EtcdClusterStatus, Vec<(u64, MemberAddress)>), EtcdError> {
         let members = self.member_list(&self.seeds).await?;
         let answers = futures::future::join_all(members.iter().map(|member| async move {
-            let endpoint = member.client_urls().first()?.clone();
+            if member.name().is_empty() {
+                return None; // not started
+            }
+            let endpoint = MemberAddress {
+                name: member.name().to_string(),
+                client_url: member.client_urls().first().cloned(),
+            };
             let status = self
                 .at(&endpoint, |mut c| async move { c.status().await })
                 .await

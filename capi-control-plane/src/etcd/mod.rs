@@ -13,6 +13,8 @@
 
 #[cfg(feature = "etcd-client")]
 pub mod client;
+#[cfg(feature = "etcd-client")]
+pub mod workload;
 
 use std::sync::Arc;
 

@@ -1,14 +1,21 @@
 //! The OpenStack provider end to end: the `openstack-manager` binary, running as its generated
-//! ServiceAccount (`config/openstack/rbac.yaml`) in standalone mode, reconciles the cluster that
-//! `capictl generate cluster --infrastructure openstack` produces — a control plane of 3 behind an
-//! Octavia load balancer and 2 workers — on the local OpenStack (`cargo xtask openstack start`;
-//! `cargo xtask test` starts it and sets `CAPI_RS_OPENSTACK_CLOUDS_YAML`). A simulated kubelet
-//! registers a node in a second API server for every ACTIVE server of the cluster, as the real one
-//! would once the VM booted.
+//! ServiceAccount (`config/openstack/rbac.yaml`) in standalone mode with the KubeadmControlPlane
+//! controller, reconciles the cluster that `capictl generate cluster --infrastructure openstack`
+//! produces — a KubeadmControlPlane behind an Octavia load balancer and 2 workers — on the local
+//! OpenStack (`cargo xtask openstack start`; `cargo xtask test` starts it and sets
+//! `CAPI_RS_OPENSTACK_CLOUDS_YAML`). A simulated kubelet registers a node in a second API server
+//! for every ACTIVE server of the cluster, as the real one would once the VM booted.
 //!
-//! One difference from the generated template: no floating IP for the API server. The noop
-//! Octavia driver's VIP port does not exist in Neutron, so Neutron cannot associate one (the
-//! floating-IP path is covered by the mock tests in `provider_openstack::cluster`).
+//! Two differences from a real cloud's run:
+//! - no floating IP for the API server. The noop Octavia driver's VIP port does not exist in
+//!   Neutron, so Neutron cannot associate one (the floating-IP path is covered by the mock tests
+//!   in `provider_openstack::cluster`);
+//! - a control plane of **one** machine. Nova's fake driver boots no VM, so no etcd runs and the
+//!   manager's etcd access (a port-forward to the etcd static pods through the workload API
+//!   server) finds no member: the control plane provider would — rightly — never add a second
+//!   machine to an etcd it cannot see. Scaling and rolling against real etcd members is covered
+//!   by `provider-inmemory/tests/control_plane.rs`; the load balancer's pool as control-plane
+//!   machines come and go by `provider-openstack/tests/local_openstack.rs`.
 //!
 //! Without `CAPI_RS_OPENSTACK_CLOUDS_YAML` the test fails and says how to start the cloud.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -19,6 +26,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use capi_control_plane::api::KubeadmControlPlane;
 use capi_core::api::{
     Cluster, Machine, MachineAddressType, MachineDeployment, MachinePhase, MachineSet,
 };
@@ -124,7 +132,7 @@ fn cluster_manifests(namespace: &str, clouds_yaml: &str) -> Vec<kube::api::Dynam
         cluster_name: CLUSTER.into(),
         namespace: Some(namespace.into()),
         kubernetes_version: Some("v1.33.0".into()),
-        control_plane_machine_count: Some(3),
+        control_plane_machine_count: Some(1),
         worker_machine_count: Some(2),
         extra,
     };
@@ -271,7 +279,8 @@ fn assert_no_secrets(source: &str, text: &str, password: &str, clouds_yaml: &str
 }
 
 #[tokio::test]
-async fn the_manager_builds_and_tears_down_a_cluster_with_three_control_planes_and_two_workers() {
+async fn the_manager_builds_and_tears_down_a_cluster_with_a_kubeadm_control_plane_and_two_workers()
+{
     let clouds_yaml = clouds_yaml();
     let password = password(&clouds_yaml);
     let credentials = credentials::from_secret(
@@ -289,6 +298,7 @@ async fn the_manager_builds_and_tears_down_a_cluster_with_three_control_planes_a
 
     let mut crds = capi_core::crd::core();
     crds.extend(capi_bootstrap::api::crds());
+    crds.extend(capi_control_plane::api::crds());
     crds.extend(provider_openstack::api::crds());
     let env = TestEnv::start_with_crds(&crds).await.unwrap();
     let client = env.client();
@@ -321,6 +331,7 @@ async fn the_manager_builds_and_tears_down_a_cluster_with_three_control_planes_a
         .args([
             "--with-bootstrap",
             "--with-core",
+            "--with-control-plane",
             "--http-addr",
             "127.0.0.1:0",
             "--log-format",
@@ -358,18 +369,40 @@ async fn the_manager_builds_and_tears_down_a_cluster_with_three_control_planes_a
         .await
         .unwrap();
 
-    // 3 control-plane machines and 2 workers Running, each with its node.
+    // The control plane's machine and 2 workers Running, each with its node.
     let machines: Api<Machine> = Api::namespaced(client.clone(), &ns);
-    let all = eventually("5 Running machines", || async {
+    let all = eventually("3 Running machines", || async {
         let list = machines.list(&ListParams::default()).await.ok()?.items;
-        (running(&list).len() == 5 && list.len() == 5).then_some(list)
+        (running(&list).len() == 3 && list.len() == 3).then_some(list)
     })
     .await;
     let (control_plane, workers): (Vec<&Machine>, Vec<&Machine>) =
         all.iter().partition(|m| m.is_control_plane());
-    assert_eq!((control_plane.len(), workers.len()), (3, 2));
+    assert_eq!((control_plane.len(), workers.len()), (1, 2));
     let servers = session.servers_tagged(&names.tag()).await.unwrap();
-    assert_eq!(servers.len(), 5, "one server per machine: {servers:?}");
+    assert_eq!(servers.len(), 3, "one server per machine: {servers:?}");
+
+    // The control-plane machine belongs to the KubeadmControlPlane, which initialized the cluster
+    // and says plainly why it cannot see etcd.
+    let kcp = eventually("the control plane initialized", || async {
+        let kcp = Api::<KubeadmControlPlane>::namespaced(client.clone(), &ns)
+            .get(&format!("{CLUSTER}-control-plane"))
+            .await
+            .ok()?;
+        let status = kcp.status.clone()?;
+        let initialized = status.initialization.as_ref()?.control_plane_initialized?;
+        let etcd = capi_core::condition::get(&status.conditions, "EtcdClusterHealthy")?;
+        (initialized && etcd.status != "True").then_some(kcp)
+    })
+    .await;
+    assert!(
+        control_plane[0]
+            .owner_references()
+            .iter()
+            .any(|o| o.kind == "KubeadmControlPlane" && o.controller == Some(true)),
+        "the control plane's machine is the KubeadmControlPlane's"
+    );
+    assert_eq!(kcp.status.as_ref().and_then(|s| s.replicas), Some(1));
 
     // The control plane is behind the load balancer: its three addresses are the pool's members,
     // and the cluster's endpoint is the load balancer's.
@@ -381,7 +414,7 @@ async fn the_manager_builds_and_tears_down_a_cluster_with_three_control_planes_a
         .expect("the API server load balancer");
     let pool = session.pools(&lb.id).await.unwrap().pop().expect("a pool");
     let expected: BTreeSet<String> = control_plane.iter().flat_map(|m| internal_ips(m)).collect();
-    let members = eventually("3 pool members", || async {
+    let members = eventually("the control plane in the pool", || async {
         let members: BTreeSet<String> = session
             .members(&pool.id)
             .await
@@ -392,7 +425,7 @@ async fn the_manager_builds_and_tears_down_a_cluster_with_three_control_planes_a
         (members == expected).then_some(members)
     })
     .await;
-    assert_eq!(members.len(), 3);
+    assert_eq!(members.len(), 1);
     let cluster = Api::<Cluster>::namespaced(client.clone(), &ns)
         .get(CLUSTER)
         .await
@@ -494,7 +527,7 @@ async fn the_manager_builds_and_tears_down_a_cluster_with_three_control_planes_a
     .await;
     assert_eq!(
         session.servers_tagged(&names.tag()).await.unwrap().len(),
-        4,
+        2,
         "the other machines keep their servers"
     );
 
