@@ -66,6 +66,21 @@ fn validity(params: &mut CertificateParams, days: i64) {
     params.not_after = now + time::Duration::days(days);
 }
 
+/// A leaf certificate's parameters: subject `common_name`, subject alternative `names`, a key
+/// for signatures and key exchange.
+fn leaf_params(common_name: &str, names: Vec<String>) -> Result<CertificateParams, rcgen::Error> {
+    let mut params = CertificateParams::new(names)?;
+    params.distinguished_name = DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    Ok(params)
+}
+
 fn ca_params(common_name: &str) -> Result<CertificateParams, rcgen::Error> {
     let mut params = CertificateParams::new(Vec::<String>::new())?;
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -133,20 +148,12 @@ impl CertificateAuthority {
         organizations: &[&str],
     ) -> Result<(String, String), PkiError> {
         let key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(Vec::<String>::new())?;
-        params.distinguished_name = DistinguishedName::new();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, common_name);
+        let mut params = leaf_params(common_name, Vec::new())?;
         for organization in organizations {
             params
                 .distinguished_name
                 .push(DnType::OrganizationName, *organization);
         }
-        params.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         validity(&mut params, CLIENT_VALIDITY_DAYS);
         let issuer = Issuer::new(ca_params(&self.common_name)?, &self.key);
@@ -165,16 +172,7 @@ impl CertificateAuthority {
         names: &[&str],
     ) -> Result<(String, String), PkiError> {
         let key = KeyPair::generate()?;
-        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        let mut params = CertificateParams::new(names)?;
-        params.distinguished_name = DistinguishedName::new();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, common_name);
-        params.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
+        let mut params = leaf_params(common_name, names.iter().map(|n| n.to_string()).collect())?;
         params.extended_key_usages = vec![
             ExtendedKeyUsagePurpose::ServerAuth,
             ExtendedKeyUsagePurpose::ClientAuth,

@@ -203,20 +203,24 @@ pub fn list_variables(template: &str) -> Result<String, GenerateError> {
 mod tests {
     use super::*;
 
+    /// `template` for cluster `demo` at v1.33.0, every other required variable a placeholder.
+    fn render_with_placeholders(template: &BuiltIn) -> String {
+        let inputs = Inputs {
+            cluster_name: "demo".into(),
+            kubernetes_version: Some("v1.33.0".into()),
+            ..Inputs::default()
+        };
+        let required = Template::parse(template.text).unwrap().variables().required;
+        render(template.text, &inputs, |name| {
+            required.contains(name).then(|| "placeholder".to_string())
+        })
+        .unwrap()
+    }
+
     #[test]
     fn every_built_in_template_renders_into_valid_yaml_documents() {
         for template in BUILT_IN {
-            let inputs = Inputs {
-                cluster_name: "demo".into(),
-                kubernetes_version: Some("v1.33.0".into()),
-                ..Inputs::default()
-            };
-            // Every other required variable gets a placeholder.
-            let required = Template::parse(template.text).unwrap().variables().required;
-            let text = render(template.text, &inputs, |name| {
-                required.contains(name).then(|| "placeholder".to_string())
-            })
-            .unwrap();
+            let text = render_with_placeholders(template);
             assert!(!text.contains("${"), "{text}");
             let documents = text.split("\n---\n").count();
             assert!(
@@ -235,16 +239,7 @@ mod tests {
     #[test]
     fn every_built_in_template_runs_its_control_plane_as_a_kubeadm_control_plane() {
         for template in BUILT_IN {
-            let inputs = Inputs {
-                cluster_name: "demo".into(),
-                kubernetes_version: Some("v1.33.0".into()),
-                ..Inputs::default()
-            };
-            let required = Template::parse(template.text).unwrap().variables().required;
-            let text = render(template.text, &inputs, |name| {
-                required.contains(name).then(|| "placeholder".to_string())
-            })
-            .unwrap();
+            let text = render_with_placeholders(template);
             let documents: Vec<serde_json::Value> = text
                 .split("\n---\n")
                 .map(|d| serde_saphyr::from_str(d).unwrap())

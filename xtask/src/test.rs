@@ -95,17 +95,7 @@ fn ensure_validators() -> Result<()> {
     let missing =
         !succeeds("cloud-init", &["--version"]) || !succeeds("ignition-validate", &["--version"]);
     if missing {
-        run(crate::command::as_root("apt-get").args(["update", "-q"]))?;
-        run(crate::command::as_root("apt-get")
-            .args([
-                "install",
-                "-y",
-                "-q",
-                "--no-install-recommends",
-                "cloud-init",
-                "ignition",
-            ])
-            .env("DEBIAN_FRONTEND", "noninteractive"))?;
+        apt_install(&["cloud-init", "ignition"])?;
     } else {
         println!("    cloud-init and ignition-validate are installed");
     }
@@ -121,18 +111,16 @@ fn ensure_protoc() -> Result<()> {
         println!("    protoc and the protobuf well-known types are installed");
         return Ok(());
     }
+    apt_install(&["protobuf-compiler", "libprotobuf-dev"])
+}
+
+/// Installs Debian `packages` (as root, through sudo when needed), without recommends.
+fn apt_install(packages: &[&str]) -> Result<()> {
     run(crate::command::as_root("apt-get").args(["update", "-q"]))?;
     run(crate::command::as_root("apt-get")
-        .args([
-            "install",
-            "-y",
-            "-q",
-            "--no-install-recommends",
-            "protobuf-compiler",
-            "libprotobuf-dev",
-        ])
-        .env("DEBIAN_FRONTEND", "noninteractive"))?;
-    Ok(())
+        .args(["install", "-y", "-q", "--no-install-recommends"])
+        .args(packages)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
 fn ensure_tools(cargo: &str) -> Result<()> {

@@ -198,28 +198,35 @@ async fn add_learner(
     seeds: &[String],
     peer_url: &str,
 ) -> Result<(u64, Vec<etcd_client::Member>), String> {
+    let added = patiently(|| async {
+        let mut client = Client::connect(seeds, Some(options()))
+            .await
+            .map_err(|e| e.to_string())?;
+        client
+            .member_add([peer_url], Some(MemberAddOptions::new().with_is_learner()))
+            .await
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|error| format!("adding the member: {error}"))?;
+    let id = added
+        .member()
+        .map(|m| m.id())
+        .ok_or("etcd added the member but did not say its ID")?;
+    Ok((id, added.member_list().to_vec()))
+}
+
+/// Runs `attempt` until it succeeds or [`JOIN_PATIENCE`] has passed; the last error then.
+async fn patiently<T, F, Fut>(mut attempt: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
     let deadline = tokio::time::Instant::now() + JOIN_PATIENCE;
     loop {
-        let attempt = async {
-            let mut client = Client::connect(seeds, Some(options()))
-                .await
-                .map_err(|e| e.to_string())?;
-            client
-                .member_add([peer_url], Some(MemberAddOptions::new().with_is_learner()))
-                .await
-                .map_err(|e| e.to_string())
-        };
-        match attempt.await {
-            Ok(added) => {
-                let id = added
-                    .member()
-                    .map(|m| m.id())
-                    .ok_or("etcd added the member but did not say its ID")?;
-                return Ok((id, added.member_list().to_vec()));
-            }
-            Err(error) if tokio::time::Instant::now() >= deadline => {
-                return Err(format!("adding the member: {error}"));
-            }
+        match attempt().await {
+            Ok(done) => return Ok(done),
+            Err(error) if tokio::time::Instant::now() >= deadline => return Err(error),
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     }
@@ -228,22 +235,15 @@ async fn add_learner(
 /// Promotes the learner `id` to a voting member, retrying while etcd refuses (it has not caught up
 /// with the leader yet).
 async fn promote(seeds: &[String], id: u64) -> Result<(), String> {
-    let deadline = tokio::time::Instant::now() + JOIN_PATIENCE;
-    loop {
-        let attempt = async {
-            let mut client = Client::connect(seeds, Some(options()))
-                .await
-                .map_err(|e| e.to_string())?;
-            client.member_promote(id).await.map_err(|e| e.to_string())
-        };
-        match attempt.await {
-            Ok(_) => return Ok(()),
-            Err(error) if tokio::time::Instant::now() >= deadline => {
-                return Err(format!("promoting learner {id:x}: {error}"));
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
+    patiently(|| async {
+        let mut client = Client::connect(seeds, Some(options()))
+            .await
+            .map_err(|e| e.to_string())?;
+        client.member_promote(id).await.map_err(|e| e.to_string())
+    })
+    .await
+    .map(drop)
+    .map_err(|error| format!("promoting learner {id:x}: {error}"))
 }
 
 /// `--initial-cluster` for a joining member: every member by name (or, for one that never
