@@ -235,6 +235,7 @@ async fn init_installs_crds_rbac_and_the_manager_idempotently() {
 async fn an_openstack_cluster_from_a_clouds_yaml_applies_to_a_real_server() {
     let mut crds = capi_core::crd::core();
     crds.extend(capi_bootstrap::api::crds());
+    crds.extend(capi_control_plane::api::crds());
     crds.extend(provider_openstack::api::crds());
     let env = TestEnv::start_with_crds(&crds).await.unwrap();
     let ns = env.namespace().await.unwrap();
