@@ -8,7 +8,6 @@ use capi_actuator::{ReconcileError, write};
 use capi_core::api::Machine;
 use capi_core::condition::{self, ConditionStatus, DesiredCondition};
 use capi_core::labels;
-use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -64,13 +63,7 @@ pub(super) async fn clear_in_progress(
         return Ok(());
     }
     let patch = json!({"metadata": {"annotations": {IN_PROGRESS_ANNOTATION: null}}});
-    kcps.patch(
-        &kcp.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map(drop)
+    write::patch(kcps, &kcp.name_any(), patch).await
 }
 
 /// Runs the phase.
@@ -190,12 +183,7 @@ pub(super) async fn remediate(
             let patch = json!({"metadata": {"annotations": {
                 IN_PROGRESS_ANNOTATION: record.to_annotation(),
             }}});
-            kcps.patch(
-                &kcp.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await?;
+            write::patch(kcps, &kcp.name_any(), patch).await?;
             outcome.remediating = Some(format!("replacing unhealthy machine {machine}"));
             outcome.last = Some(record);
             outcome.remediated = Some(machine);

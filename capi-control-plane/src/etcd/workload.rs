@@ -167,6 +167,8 @@ async fn forward(
 pub struct WorkloadEtcdAccess {
     options: GrpcEtcdOptions,
     issued: Mutex<HashMap<(String, String), EtcdTls>>,
+    /// Workload clients by kubeconfig Secret UID, with the resource version they were built from.
+    workloads: Mutex<HashMap<String, (String, kube::Client)>>,
 }
 
 impl std::fmt::Debug for WorkloadEtcdAccess {
@@ -183,7 +185,29 @@ impl WorkloadEtcdAccess {
         Self {
             options,
             issued: Mutex::new(HashMap::new()),
+            workloads: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The workload cluster's client, built once per version of its kubeconfig Secret.
+    async fn workload_for(&self, secret: &Secret) -> Result<kube::Client, EtcdError> {
+        let uid = secret.uid().unwrap_or_default();
+        let version = secret.resource_version().unwrap_or_default();
+        if let Some((built_from, client)) = self
+            .workloads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&uid)
+            && *built_from == version
+        {
+            return Ok(client.clone());
+        }
+        let client = workload_client(secret).await?;
+        self.workloads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(uid, (version, client.clone()));
+        Ok(client)
     }
 
     fn tls_for(&self, secret: &Secret) -> Result<EtcdTls, EtcdError> {
@@ -241,7 +265,7 @@ impl EtcdAccess for WorkloadEtcdAccess {
         };
         let tls = self.tls_for(&read(format!("{name}-etcd")).await?)?;
         let kubeconfig = read(format!("{name}-kubeconfig")).await?;
-        let workload = workload_client(&kubeconfig).await?;
+        let workload = self.workload_for(&kubeconfig).await?;
         let pods: Api<Pod> = Api::namespaced(workload, "kube-system");
         let seeds: Vec<MemberAddress> = pods
             .list(&ListParams::default().labels(ETCD_POD_SELECTOR))
