@@ -373,15 +373,22 @@ async fn against_real_etcd_members_a_control_plane_scales_1_3_rolls_and_scales_t
 async fn scale_roll_and_scale_down(world: World) {
     let (nodes, members) = world.settled(1, "v1.33.0").await;
     assert_eq!(nodes, members);
-    let cluster: Cluster = Api::namespaced(world.env.client(), &world.ns)
-        .get("demo")
-        .await
-        .unwrap();
-    assert_eq!(
-        cluster
+    // The Cluster controller mirrors the control plane's status on its own pass: wait for it.
+    let clusters: Api<Cluster> = Api::namespaced(world.env.client(), &world.ns);
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    let initialized = loop {
+        let cluster = clusters.get("demo").await.unwrap();
+        let initialized = cluster
             .status
             .and_then(|s| s.initialization)
-            .and_then(|i| i.control_plane_initialized),
+            .and_then(|i| i.control_plane_initialized);
+        if initialized == Some(true) || std::time::Instant::now() >= deadline {
+            break initialized;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        initialized,
         Some(true),
         "the Cluster learns initialization from its control plane"
     );
