@@ -183,12 +183,13 @@ where
 /// Merge-patches the status subresource guarded by the resource version `object` was read at:
 /// a status other controllers also write (conditions of a `Machine`) is never overwritten from a
 /// stale copy — the write fails with a conflict and the reconcile runs again on fresh data. A
-/// vanished object is not an error.
+/// vanished object is not an error (`None`); otherwise the object as written is returned, so that
+/// a later guarded write in the same pass starts from it.
 pub async fn patch_status_guarded<K>(
     api: &Api<K>,
     object: &K,
     status: Value,
-) -> Result<(), kube::Error>
+) -> Result<Option<K>, kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
@@ -200,7 +201,7 @@ where
         .patch_status(&object.name_any(), &PatchParams::default(), &patch)
         .await
     {
-        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
-        other => other.map(drop),
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(None),
+        other => other.map(Some),
     }
 }

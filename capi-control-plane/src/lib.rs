@@ -11,7 +11,9 @@
 //!   step: initialize, scale up, scale down, wait — one machine at a time, simulated step by step
 //!   in golden files under `tests/golden/`), [`scale`] (which failure domain a new machine goes
 //!   to, which machine goes first), [`quorum`] (whether etcd keeps its quorum through a membership
-//!   change).
+//!   change), [`components`] (a node's static pods — API server, controller manager, scheduler,
+//!   etcd — and its etcd member judged as the machine's conditions; a machine whose components
+//!   are not all healthy holds up every scale and rollout step).
 //! - [`controller`]: `KubeadmControlPlanes`, the reconciler that carries those decisions out.
 //! - [`etcd`]: the workload cluster's etcd as the controller sees it (members, health, leader;
 //!   moving leadership, removing a member) behind the `EtcdAccess` trait a provider registers;
@@ -39,9 +41,11 @@
 //! ```
 
 pub mod api;
+pub mod components;
 pub mod controller;
 pub mod etcd;
 pub mod quorum;
 pub mod remediation;
 pub mod rollout;
 pub mod scale;
+mod workload;

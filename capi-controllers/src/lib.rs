@@ -72,7 +72,7 @@ use k8s_openapi::api::rbac::v1::PolicyRule;
 pub use machine_deployment::{MACHINE_DEPLOYMENT_FINALIZER, TEMPLATE_HASH_LABEL, template_hash};
 pub use machine_set::MACHINE_SET_FINALIZER;
 pub use references::ReferenceError;
-pub use workload::{SECRET_RECHECK, WorkloadError};
+pub use workload::{SECRET_RECHECK, WorkloadError, client_from_secret};
 
 pub(crate) use cache::{
     cache, cluster_cache, find_cluster, of_cluster, receiver_stream, synced, take,

@@ -155,7 +155,7 @@ impl WorkloadClusters {
                 return Ok(entry.workload.clone());
             }
         }
-        let client = client_from_secret(&secret, &name).await?;
+        let client = client_from_secret(&secret).await?;
         let workload = self.start(client, namespace, cluster);
         let previous = self.lock().insert(
             key,
@@ -219,9 +219,12 @@ impl WorkloadClusters {
     }
 }
 
-async fn client_from_secret(secret: &Secret, name: &str) -> Result<Client, WorkloadError> {
+/// A client of the workload cluster whose kubeconfig `secret` holds (key `value`), with kube's
+/// own retries off (the controllers retry on their own terms). Errors name the Secret and what is
+/// wrong with it, never its content.
+pub async fn client_from_secret(secret: &Secret) -> Result<Client, WorkloadError> {
     let invalid = |reason: String| WorkloadError::KubeconfigInvalid {
-        secret: name.to_string(),
+        secret: secret.name_any(),
         reason,
     };
     let bytes = secret

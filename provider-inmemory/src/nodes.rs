@@ -1,6 +1,9 @@
 //! Simulated kubelets: every running instance of the simulated cloud registers a `Node` (with its
 //! provider ID, addresses and a `Ready` condition) in a workload API server, and the `Node` goes
 //! when the instance does — what the kubelet and the cloud-controller-manager do in a real cluster.
+//! A control-plane instance's kubelet also runs kubeadm's static pods (`kube-apiserver`,
+//! `kube-controller-manager`, `kube-scheduler`, `etcd`) and mirrors them as running, ready pods in
+//! `kube-system`, which go with the node.
 //! Like a kubelet, it also finishes the deletion of pods on its nodes once they are terminating
 //! (an evicted pod is gone as soon as the simulated kubelet sees it), so that node drains complete.
 //!
@@ -90,6 +93,9 @@ impl NodeRegistrar {
                 zone: instance.zone.clone(),
             };
             register(&self.nodes, &registration).await?;
+            if instance.control_plane {
+                start_control_plane_pods(&self.kube_system(), &instance.id).await?;
+            }
             self.registered.insert(instance.id.clone());
         }
         let gone: Vec<String> = self
@@ -104,6 +110,15 @@ impl NodeRegistrar {
                 Err(kube::Error::Api(status)) if status.is_not_found() => {}
                 Err(error) => return Err(error),
             }
+            // Its static pods go with it (the pod garbage collector's part in a real cluster).
+            self.kube_system()
+                .delete_collection(
+                    &DeleteParams::default().grace_period(0),
+                    &ListParams::default()
+                        .labels(STATIC_POD_SELECTOR)
+                        .fields(&format!("spec.nodeName={name}")),
+                )
+                .await?;
             self.registered.remove(&name);
         }
         self.finish_terminating_pods().await?;
@@ -173,7 +188,70 @@ pub async fn register(nodes: &Api<Node>, node: &NodeRegistration) -> Result<(), 
     Ok(())
 }
 
+/// The labels of kubeadm's static pods.
+const STATIC_POD_SELECTOR: &str = "tier=control-plane";
+
+/// Runs kubeadm's control-plane static pods on `node` as its kubelet mirrors them into the API
+/// server: `kube-apiserver-<node>`, `kube-controller-manager-<node>`, `kube-scheduler-<node>` and
+/// `etcd-<node>` in `kube-system` (labels `component`, `tier=control-plane`; the
+/// `kubernetes.io/config.mirror` annotation), each `Running` and `Ready` (an existing pod is made
+/// so again). `pods` is the workload cluster's `kube-system`.
+pub async fn start_control_plane_pods(pods: &Api<Pod>, node: &str) -> Result<(), kube::Error> {
+    for component in [
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "etcd",
+    ] {
+        let name = format!("{component}-{node}");
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {
+                "name": name,
+                "labels": {"component": component, "tier": "control-plane"},
+                "annotations": {
+                    "kubernetes.io/config.mirror": format!("simulated-{component}"),
+                    "kubernetes.io/config.source": "file",
+                },
+            },
+            "spec": {
+                "nodeName": node,
+                "hostNetwork": true,
+                "containers": [{"name": component, "image": format!("registry.k8s.io/{component}:simulated")}],
+            },
+        }))
+        .map_err(kube::Error::SerdeError)?;
+        match pods.create(&PostParams::default(), &pod).await {
+            Ok(_) => {}
+            // A retry after a failed status write finishes the pod.
+            Err(kube::Error::Api(status)) if status.is_already_exists() => {}
+            Err(error) => return Err(error),
+        }
+        let now = jiff::Timestamp::now().to_string();
+        let status = json!({"status": {
+            "phase": "Running",
+            "conditions": [
+                {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+                {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+                {"type": "Ready", "status": "True", "lastTransitionTime": now},
+            ],
+            "containerStatuses": [{
+                "name": component, "ready": true, "started": true, "restartCount": 0,
+                "image": format!("registry.k8s.io/{component}:simulated"), "imageID": "",
+                "state": {"running": {"startedAt": now}},
+            }],
+        }});
+        pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await?;
+    }
+    Ok(())
+}
+
 impl NodeRegistrar {
+    /// The workload cluster's `kube-system` pods.
+    fn kube_system(&self) -> Api<Pod> {
+        Api::namespaced(self.nodes.clone().into_client(), "kube-system")
+    }
+
     /// Deletes at once the terminating pods bound to this registrar's nodes, as their kubelet
     /// would after stopping their containers.
     async fn finish_terminating_pods(&self) -> Result<(), kube::Error> {

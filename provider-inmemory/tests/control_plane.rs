@@ -4,7 +4,9 @@
 //! rolled to a new Kubernetes version, and scaled 3 → 1, while a monitor samples etcd and the
 //! machines every few milliseconds: no member ever outlives its machine, etcd never loses its
 //! quorum, the roll never has fewer than 3 healthy members, and whenever the control plane has
-//! settled, the members are exactly the machines' nodes.
+//! settled, the members are exactly the machines' nodes. A control-plane component that fails
+//! (a static pod the simulated kubelet runs) is reported in the machine's and the control plane's
+//! conditions, and no machine joins until it recovers.
 //!
 //! With the feature `real-etcd` the same scenario runs a second time with a real etcd member
 //! process per control-plane instance (`EtcdProcesses`), the controller and the monitor both
@@ -130,7 +132,7 @@ struct World {
     _processes: Option<Arc<provider_inmemory::cloud::EtcdProcesses>>,
     #[cfg(not(feature = "real-etcd"))]
     _processes: Option<()>,
-    _workload: ControlPlane,
+    workload: ControlPlane,
     _tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -299,7 +301,7 @@ async fn world(mode: EtcdMode) -> World {
         etcd,
         watch,
         _processes: processes,
-        _workload: workload,
+        workload,
         _tasks: vec![kubelets, running, monitor],
     }
 }
@@ -619,6 +621,134 @@ async fn unhealthy_control_plane_machines_are_remediated_one_at_a_time_never_at_
     let kcp = world.kcps().get("demo-cp").await.unwrap();
     let last = kcp.status.unwrap().last_remediation.unwrap();
     assert_eq!((last.machine.as_str(), last.retry_count), (b.as_str(), 0));
+    let watch = world.watch.lock().unwrap();
+    assert!(watch.violations.is_empty(), "{:#?}", watch.violations);
+}
+
+/// Sets the kube-scheduler pod on `node` crash-looping (`broken`) or running and ready again.
+async fn set_scheduler(world: &World, node: &str, broken: bool) {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(world.workload.client().await.unwrap(), "kube-system");
+    let state = if broken {
+        json!({"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 5m0s restarting"}})
+    } else {
+        json!({"running": {"startedAt": jiff::Timestamp::now().to_string()}})
+    };
+    let status = json!({"status": {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": if broken { "False" } else { "True" }}],
+        "containerStatuses": [{"name": "kube-scheduler", "ready": !broken, "restartCount": 3,
+            "image": "registry.k8s.io/kube-scheduler:simulated", "imageID": "", "state": state}],
+    }});
+    pods.patch_status(
+        &format!("kube-scheduler-{node}"),
+        &PatchParams::default(),
+        &Patch::Merge(&status),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_failing_control_plane_component_is_reported_and_no_machine_joins_until_it_recovers() {
+    let world = world(EtcdMode::Simulated).await;
+    world.settled(1, "v1.33.0").await;
+    let first = world
+        .machines()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .remove(0);
+    let machine = first.name_any();
+    let node = first
+        .status
+        .as_ref()
+        .unwrap()
+        .node_ref
+        .as_ref()
+        .unwrap()
+        .name
+        .clone();
+    let conditions = first.status.as_ref().unwrap().conditions.clone();
+    for healthy in [
+        "APIServerPodHealthy",
+        "ControllerManagerPodHealthy",
+        "SchedulerPodHealthy",
+        "EtcdPodHealthy",
+        "EtcdMemberHealthy",
+    ] {
+        assert!(
+            condition::is_true(&conditions, healthy),
+            "{healthy}: {:?}",
+            condition::get(&conditions, healthy)
+        );
+    }
+
+    // The scheduler crash-loops; then the control plane is asked for 3 machines.
+    set_scheduler(&world, &node, true).await;
+    world
+        .kcps()
+        .patch_scale("demo-cp", &PatchParams::default(), &scale(3))
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    loop {
+        let kcp = world.kcps().get("demo-cp").await.unwrap();
+        let status = kcp.status.unwrap_or_default();
+        let components = condition::get(&status.conditions, "ControlPlaneComponentsHealthy");
+        let scaling = condition::get(&status.conditions, "ScalingUp");
+        if let (Some(components), Some(scaling)) = (components, scaling)
+            && components.status == "False"
+            && scaling.message.contains("not healthy")
+        {
+            assert_eq!(components.reason, "NotHealthy");
+            assert!(
+                components
+                    .message
+                    .contains(&format!("* Machine {machine}: SchedulerPodHealthy"))
+                    && components.message.contains("CrashLoopBackOff"),
+                "{}",
+                components.message
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the failing scheduler was not reported: {components:?} {scaling:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let m = world.machines().get(&machine).await.unwrap();
+    let scheduler = condition::get(
+        &m.status.as_ref().unwrap().conditions,
+        "SchedulerPodHealthy",
+    )
+    .unwrap()
+    .clone();
+    assert_eq!(
+        (scheduler.status.as_str(), scheduler.reason.as_str()),
+        ("False", "Failed")
+    );
+    // Several passes later, still one machine: nothing joins a control plane whose components fail.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let count = world
+        .machines()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .len();
+    assert_eq!(count, 1, "a machine joined while the scheduler failed");
+
+    set_scheduler(&world, &node, false).await;
+    let (nodes, members) = world.settled(3, "v1.33.0").await;
+    assert_eq!(nodes, members);
+    let kcp = world.kcps().get("demo-cp").await.unwrap();
+    assert!(condition::is_true(
+        &kcp.status.unwrap().conditions,
+        "ControlPlaneComponentsHealthy"
+    ));
     let watch = world.watch.lock().unwrap();
     assert!(watch.violations.is_empty(), "{:#?}", watch.violations);
 }

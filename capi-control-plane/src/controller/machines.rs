@@ -15,6 +15,7 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::{CLEANUP_HOOK, ControlPlaneController};
 use crate::api::KubeadmControlPlane;
+use crate::components::{self, Judgement};
 use crate::etcd::EtcdClusterStatus;
 use crate::remediation::{FOR_ANNOTATION, RemediationData};
 use crate::scale::MachineFacts;
@@ -172,10 +173,13 @@ pub(super) fn node_name(machine: &Machine) -> Option<&str> {
 
 /// The decisions' view of a machine. Healthy means: it has a node that is ready, and (when etcd
 /// was read) its etcd member exists and is healthy.
+/// What the decisions know of `machine`: `etcd` is what etcd said (once initialized), `judged`
+/// its components' and etcd member's conditions this pass (empty when not judged).
 pub(super) fn facts(
     machine: &Machine,
     up_to_date: bool,
     etcd: Option<&EtcdClusterStatus>,
+    judged: &[Judgement],
 ) -> MachineFacts {
     let conditions = machine
         .status
@@ -190,7 +194,8 @@ pub(super) fn facts(
     };
     let healthy = node.is_some()
         && node_ready == Some("True")
-        && (etcd.is_none() || member_healthy == Some(true));
+        && (etcd.is_none() || member_healthy == Some(true))
+        && components::all_healthy(judged);
     MachineFacts {
         name: machine.name_any(),
         failure_domain: machine.spec.failure_domain.clone(),
@@ -203,7 +208,9 @@ pub(super) fn facts(
         deleting: machine.metadata.deletion_timestamp.is_some(),
         marked_for_deletion: machine.annotations().contains_key(labels::DELETE_MACHINE),
         healthy,
-        components_failing: node_ready == Some("False") || member_healthy == Some(false),
+        components_failing: node_ready == Some("False")
+            || member_healthy == Some(false)
+            || components::any_failing(judged),
     }
 }
 

@@ -18,6 +18,7 @@
 //! # }
 //! ```
 
+mod components;
 mod machines;
 mod reconcile;
 mod remediate;
@@ -39,6 +40,7 @@ use kube::runtime::watcher;
 
 use crate::api::KubeadmControlPlane;
 use crate::etcd::EtcdAccess;
+use crate::workload::WorkloadClients;
 
 /// The finalizer that makes a deleted control plane delete its machines first.
 pub const FINALIZER: &str = "kubeadm.controlplane.cluster.x-k8s.io";
@@ -91,6 +93,7 @@ impl KubeadmControlPlanes {
 pub(crate) struct ControlPlaneController {
     settings: ControlPlaneSettings,
     references: References,
+    workloads: WorkloadClients,
 }
 
 impl Controllers for KubeadmControlPlanes {
@@ -103,6 +106,7 @@ impl Controllers for KubeadmControlPlanes {
             .reconciler(Arc::new(ControlPlaneController {
                 settings: self.settings,
                 references,
+                workloads: WorkloadClients::default(),
             }));
         manager.add_controller(move |shutdown| run(reconciler, shutdown.wait()));
     }

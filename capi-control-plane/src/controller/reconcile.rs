@@ -17,8 +17,9 @@ use serde_json::json;
 
 use super::machines::{self, Observed as MachineObserved, node_name};
 use super::status::{self, Observation};
-use super::{CLEANUP_HOOK, ControlPlaneController, FINALIZER, remediate};
+use super::{CLEANUP_HOOK, ControlPlaneController, FINALIZER, components, remediate};
 use crate::api::KubeadmControlPlane;
+use crate::components::Judgement;
 use crate::etcd::{EtcdCluster, EtcdClusterStatus, EtcdError};
 use crate::quorum::{self, Change};
 use crate::remediation::RemediationData;
@@ -83,6 +84,7 @@ pub(super) async fn reconcile_once(
         if matches!(next, Next::AwaitChange) {
             write::change_finalizer(&kcps, kcp.as_ref(), FinalizerChange::Remove, FINALIZER)
                 .await?;
+            state.workloads.forget(&namespace, &cluster_name);
         }
         return Ok(next);
     }
@@ -170,10 +172,20 @@ pub(super) async fn reconcile_once(
         None
     };
     let etcd_status = etcd.as_ref().and_then(|e| e.as_ref().ok()).map(|(_, s)| s);
+    // The nodes' control-plane components and etcd members, as the machines' conditions.
+    if let Some(view) = &etcd {
+        let etcd_read = view.as_ref().map(|(_, s)| s).map_err(String::as_str);
+        report.components =
+            components::observe(&state.workloads, client, &cluster, &owned, etcd_read).await;
+        components::record(&machines_api, &mut owned, &report.components).await?;
+    }
     let facts: Vec<MachineFacts> = owned
         .iter()
         .zip(&report.outdated)
-        .map(|(m, outdated)| machines::facts(m, outdated.is_none(), etcd_status))
+        .enumerate()
+        .map(|(i, (m, outdated))| {
+            machines::facts(m, outdated.is_none(), etcd_status, report.judged(i))
+        })
         .collect();
 
     // Departing machines' members leave after their node was drained.
@@ -632,6 +644,9 @@ struct Report {
     paused: bool,
     remediating: Option<String>,
     last_remediation: Option<RemediationData>,
+    /// Per machine, in the machines' order: its components' and etcd member's judgements (empty
+    /// when not judged this pass).
+    components: Vec<Vec<Judgement>>,
     events: Vec<EventNote>,
 }
 
@@ -647,8 +662,17 @@ impl Report {
             paused: false,
             remediating: None,
             last_remediation: None,
+            components: Vec::new(),
             events: Vec::new(),
         }
+    }
+
+    /// The judgements of machine `i` (none when it was not judged).
+    fn judged(&self, i: usize) -> &[Judgement] {
+        self.components
+            .get(i)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
     }
 
     fn event(&mut self, warning: bool, reason: &'static str, note: String) {
@@ -673,7 +697,7 @@ impl Report {
             .enumerate()
             .map(|(i, m)| {
                 let up_to_date = self.outdated.get(i).is_none_or(Option::is_none);
-                machines::facts(m, up_to_date, None)
+                machines::facts(m, up_to_date, None, self.judged(i))
             })
             .collect();
         let outdated: Vec<Option<String>> = (0..owned.len())
@@ -730,6 +754,7 @@ impl Report {
             paused: self.paused,
             remediating: self.remediating.as_deref(),
             last_remediation: self.last_remediation.as_ref(),
+            components: &self.components,
         };
         let desired = status::compute(kcp.status.as_ref(), &observation);
         write::patch_status_if_changed(kcps, &kcp.name_any(), kcp.status.as_ref(), &desired)

@@ -4,13 +4,15 @@
 //! Conditions (types and reasons as upstream's v1beta2 KubeadmControlPlane): `Available`,
 //! `Initialized`, `CertificatesAvailable`, `EtcdClusterHealthy`, `ControlPlaneComponentsHealthy`,
 //! `MachinesReady`, `MachinesUpToDate`, `RollingOut`, `ScalingUp`, `ScalingDown`, `Remediating`,
-//! `Deleting`, `Paused`; and `lastRemediation`. `ControlPlaneComponentsHealthy` is judged from each node's readiness: this controller
-//! does not inspect the component pods.
+//! `Deleting`, `Paused`; and `lastRemediation`. `ControlPlaneComponentsHealthy` aggregates the
+//! machines' component conditions ([`crate::components`]); `EtcdClusterHealthy` the members etcd
+//! reports, matched to the machines, with the machines' etcd pods.
 
 use capi_core::condition::{self, ConditionStatus, DesiredCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use crate::api::{KubeadmControlPlaneInitializationStatus, KubeadmControlPlaneStatus};
+use crate::components::{self, Judgement, types as machine_types};
 use crate::etcd::EtcdClusterStatus;
 use crate::quorum;
 use crate::remediation::RemediationData;
@@ -44,6 +46,16 @@ pub mod types {
     pub const DELETING: &str = "Deleting";
     /// Reconciliation is paused.
     pub const PAUSED: &str = "Paused";
+}
+
+/// Reasons of `EtcdClusterHealthy` and `ControlPlaneComponentsHealthy` (upstream's).
+pub mod reasons {
+    /// Every member or component is healthy.
+    pub const HEALTHY: &str = "Healthy";
+    /// A member or component is not healthy.
+    pub const NOT_HEALTHY: &str = "NotHealthy";
+    /// The health of a member or component is not known.
+    pub const HEALTH_UNKNOWN: &str = "HealthUnknown";
 }
 
 /// What one pass observed.
@@ -81,6 +93,9 @@ pub struct Observation<'a> {
     pub remediating: Option<&'a str>,
     /// The remediation in progress, else the latest one the machines remember.
     pub last_remediation: Option<&'a RemediationData>,
+    /// Per machine, in the same order (may be shorter): its components' and etcd member's
+    /// judgements, empty when it was not judged (no node, being deleted, not initialized).
+    pub components: &'a [Vec<Judgement>],
 }
 
 fn set(
@@ -181,13 +196,20 @@ pub fn compute(
                 g,
                 ETCD_CLUSTER_HEALTHY,
                 Unknown,
-                "HealthUnknown",
+                reasons::HEALTH_UNKNOWN,
                 "etcd is not running yet",
             );
             false
         }
         Some(Err(why)) => {
-            set(c, g, ETCD_CLUSTER_HEALTHY, Unknown, "HealthUnknown", why);
+            set(
+                c,
+                g,
+                ETCD_CLUSTER_HEALTHY,
+                Unknown,
+                reasons::HEALTH_UNKNOWN,
+                why,
+            );
             false
         }
         Some(Ok(etcd)) => {
@@ -217,15 +239,24 @@ pub fn compute(
                     problems.push(format!("machine {} has no etcd member", machines[i].name));
                 }
             }
+            // The etcd static pods, where judged.
+            for (machine, judged) in machines.iter().zip(observed.components) {
+                for j in judged
+                    .iter()
+                    .filter(|j| j.type_ == machine_types::ETCD_POD_HEALTHY && j.status != True)
+                {
+                    problems.push(format!("machine {}: {}", machine.name, j.message));
+                }
+            }
             if problems.is_empty() {
-                set(c, g, ETCD_CLUSTER_HEALTHY, True, "Healthy", "");
+                set(c, g, ETCD_CLUSTER_HEALTHY, True, reasons::HEALTHY, "");
             } else {
                 set(
                     c,
                     g,
                     ETCD_CLUSTER_HEALTHY,
                     False,
-                    "NotHealthy",
+                    reasons::NOT_HEALTHY,
                     problems.join("; "),
                 );
             }
@@ -239,34 +270,54 @@ pub fn compute(
         }
     };
 
-    let with_node: Vec<usize> = (0..machines.len())
-        .filter(|i| observed.nodes[*i].0.is_some())
+    let judged: Vec<(&str, &[Judgement])> = machines
+        .iter()
+        .zip(observed.components)
+        .filter(|(_, j)| !j.is_empty())
+        .map(|(m, j)| (m.name.as_str(), j.as_slice()))
         .collect();
-    let not_ready = names(machines, |i| {
-        observed.nodes[i].0.is_some() && !observed.nodes[i].1
-    });
-    if with_node.is_empty() {
+    if judged.is_empty() {
         set(
             c,
             g,
             CONTROL_PLANE_COMPONENTS_HEALTHY,
             Unknown,
-            "HealthUnknown",
-            "no machine has a node yet",
+            reasons::HEALTH_UNKNOWN,
+            "no control-plane machine has a node yet",
         );
-    } else if not_ready.is_empty() {
-        set(c, g, CONTROL_PLANE_COMPONENTS_HEALTHY, True, "Healthy", "");
     } else {
+        let pods = [
+            machine_types::API_SERVER_POD_HEALTHY,
+            machine_types::CONTROLLER_MANAGER_POD_HEALTHY,
+            machine_types::SCHEDULER_POD_HEALTHY,
+        ];
+        let (health, lines) = components::aggregate(&judged, &pods);
+        let reason = match health {
+            True => reasons::HEALTHY,
+            False => reasons::NOT_HEALTHY,
+            Unknown => reasons::HEALTH_UNKNOWN,
+        };
         set(
             c,
             g,
             CONTROL_PLANE_COMPONENTS_HEALTHY,
-            False,
-            "NotHealthy",
-            format!("nodes of {not_ready} are not ready"),
+            health,
+            reason,
+            lines.join("\n"),
         );
     }
-    let any_node_ready = with_node.iter().any(|i| observed.nodes[*i].1);
+    // An API server serves: a machine's node is ready and its kube-apiserver pod (once judged)
+    // is healthy.
+    let api_server_up = (0..machines.len()).any(|i| {
+        observed.nodes[i].0.is_some()
+            && observed.nodes[i].1
+            && observed.components.get(i).is_none_or(|judged| {
+                judged
+                    .iter()
+                    .filter(|j| j.type_ == machine_types::API_SERVER_POD_HEALTHY)
+                    .all(|j| j.status == True)
+            })
+    });
 
     let not_ready = names(machines, |i| !observed.ready[i].0);
     if machines.is_empty() {
@@ -360,7 +411,7 @@ pub fn compute(
         });
     }
     let c = &mut status.conditions;
-    if initialized && etcd_quorum && any_node_ready && observed.deleting.is_none() {
+    if initialized && etcd_quorum && api_server_up && observed.deleting.is_none() {
         set(c, g, AVAILABLE, True, "Available", "");
     } else {
         let why = if !initialized {
@@ -370,7 +421,7 @@ pub fn compute(
         } else if !etcd_quorum {
             "etcd has no healthy quorum"
         } else {
-            "no control-plane node is ready"
+            "no control-plane machine has a ready node with a healthy kube-apiserver pod"
         };
         set(c, g, AVAILABLE, False, "NotAvailable", why);
     }
@@ -456,6 +507,7 @@ mod tests {
             paused: false,
             remediating: None,
             last_remediation: None,
+            components: &[],
         };
         let status = compute(None, &observed);
         assert_eq!(
@@ -473,7 +525,7 @@ mod tests {
             "2 of 3 members healthy is a quorum"
         );
         let etcd = condition::get(c, types::ETCD_CLUSTER_HEALTHY).unwrap();
-        assert_eq!(etcd.reason, "NotHealthy");
+        assert_eq!(etcd.reason, reasons::NOT_HEALTHY);
         assert!(
             etcd.message
                 .contains("member node-gone belongs to no machine"),
@@ -514,6 +566,7 @@ mod tests {
             paused: false,
             remediating: None,
             last_remediation: None,
+            components: &[],
         };
         let first = compute(None, &observed);
         let later = compute(

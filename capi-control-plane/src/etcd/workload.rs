@@ -25,6 +25,7 @@ use kube::{Api, ResourceExt};
 
 use super::client::{Dial, GrpcEtcd, GrpcEtcdOptions, MemberAddress};
 use super::{EtcdAccess, EtcdCluster, EtcdError};
+use crate::workload::WorkloadClients;
 
 /// The port etcd serves clients on in a kubeadm static pod.
 pub const ETCD_CLIENT_PORT: u16 = 2379;
@@ -167,8 +168,7 @@ async fn forward(
 pub struct WorkloadEtcdAccess {
     options: GrpcEtcdOptions,
     issued: Mutex<HashMap<(String, String), EtcdTls>>,
-    /// Workload clients by kubeconfig Secret UID, with the resource version they were built from.
-    workloads: Mutex<HashMap<String, (String, kube::Client)>>,
+    workloads: WorkloadClients,
 }
 
 impl std::fmt::Debug for WorkloadEtcdAccess {
@@ -185,29 +185,8 @@ impl WorkloadEtcdAccess {
         Self {
             options,
             issued: Mutex::new(HashMap::new()),
-            workloads: Mutex::new(HashMap::new()),
+            workloads: WorkloadClients::default(),
         }
-    }
-
-    /// The workload cluster's client, built once per version of its kubeconfig Secret.
-    async fn workload_for(&self, secret: &Secret) -> Result<kube::Client, EtcdError> {
-        let uid = secret.uid().unwrap_or_default();
-        let version = secret.resource_version().unwrap_or_default();
-        if let Some((built_from, client)) = self
-            .workloads
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&uid)
-            && *built_from == version
-        {
-            return Ok(client.clone());
-        }
-        let client = workload_client(secret).await?;
-        self.workloads
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(uid, (version, client.clone()));
-        Ok(client)
     }
 
     fn tls_for(&self, secret: &Secret) -> Result<EtcdTls, EtcdError> {
@@ -265,7 +244,11 @@ impl EtcdAccess for WorkloadEtcdAccess {
         };
         let tls = self.tls_for(&read(format!("{name}-etcd")).await?)?;
         let kubeconfig = read(format!("{name}-kubeconfig")).await?;
-        let workload = self.workload_for(&kubeconfig).await?;
+        let workload = self
+            .workloads
+            .for_secret(&kubeconfig)
+            .await
+            .map_err(|e| EtcdError::Unreachable(e.to_string()))?;
         let pods: Api<Pod> = Api::namespaced(workload, "kube-system");
         let seeds: Vec<MemberAddress> = pods
             .list(&ListParams::default().labels(ETCD_POD_SELECTOR))
@@ -282,21 +265,4 @@ impl EtcdAccess for WorkloadEtcdAccess {
             self.options.clone(),
         )))
     }
-}
-
-/// A client of the workload cluster from its kubeconfig Secret (key `value`).
-async fn workload_client(secret: &Secret) -> Result<kube::Client, EtcdError> {
-    let text = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get("value"))
-        .and_then(|v| String::from_utf8(v.0.clone()).ok())
-        .ok_or_else(|| EtcdError::Refused(format!("Secret {} has no value", secret.name_any())))?;
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&text)
-        .map_err(|e| EtcdError::Refused(format!("the workload kubeconfig is invalid: {e}")))?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .map_err(|e| EtcdError::Refused(format!("the workload kubeconfig is invalid: {e}")))?;
-    kube::Client::try_from(config)
-        .map_err(|e| EtcdError::Unreachable(format!("the workload API server: {e}")))
 }

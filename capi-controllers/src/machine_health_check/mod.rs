@@ -353,7 +353,7 @@ async fn reconcile_once(
                 Err(kube::Error::Api(refusal)) if refusal.is_conflict() => {
                     conflict.get_or_insert(kube::Error::Api(refusal));
                 }
-                other => other?,
+                other => drop(other?),
             }
         }
     }

@@ -68,6 +68,9 @@ pub struct Instance {
     pub address: String,
     /// Its state.
     pub status: InstanceStatus,
+    /// It runs a control plane: kubeadm's static pods and a stacked etcd member.
+    #[serde(default)]
+    pub control_plane: bool,
 }
 
 /// What to create.

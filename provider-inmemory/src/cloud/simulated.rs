@@ -309,6 +309,7 @@ impl Compute for SimulatedCloud {
                 zone: request.zone,
                 address: format!("10.{}.{}.{}", (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff),
                 status: InstanceStatus::Building,
+                control_plane: request.etcd_cluster.is_some(),
             };
             let ready_at = now + jittered(config.boot_time, config.jitter);
             state.instances.insert(
