@@ -112,10 +112,20 @@ pub struct Arg {
     pub value: String,
 }
 
-/// `clusterConfiguration` (subset).
+/// `clusterConfiguration`: cluster-wide kubeadm settings, rendered into kubeadm's
+/// `ClusterConfiguration` of the first control-plane machine.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct ClusterConfiguration {
+    /// etcd settings: stacked (`local`) or `external`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd: Option<Etcd>,
+    /// A stable address of the control plane (`host` or `host:port`); the Cluster's
+    /// `spec.controlPlaneEndpoint` when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub control_plane_endpoint: Option<String>,
     /// kube-apiserver settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_server: Option<ApiServer>,
@@ -125,75 +135,311 @@ pub struct ClusterConfiguration {
     /// kube-scheduler settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduler: Option<ControlPlaneComponent>,
-    /// etcd settings.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub etcd: Option<Etcd>,
     /// CoreDNS image overrides.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns: Option<Dns>,
-    /// Where control-plane images come from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 512))]
-    pub image_repository: Option<String>,
     /// Where certificates are kept on the node (`/etc/kubernetes/pki` when unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 512))]
     pub certificates_dir: Option<String>,
+    /// Where control-plane images come from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub image_repository: Option<String>,
     /// Feature gates for kubeadm.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub feature_gates: BTreeMap<String, bool>,
+    /// The key type of the certificates kubeadm creates (kubeadm v1beta4, Kubernetes 1.31 on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption_algorithm: Option<EncryptionAlgorithm>,
+    /// How long certificates kubeadm signs are valid, in days (kubeadm v1beta4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1095))]
+    pub certificate_validity_period_days: Option<i32>,
+    /// How long the CA certificates kubeadm creates are valid, in days (kubeadm v1beta4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 36500))]
+    pub ca_certificate_validity_period_days: Option<i32>,
+}
+
+/// The key type of certificates kubeadm creates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum EncryptionAlgorithm {
+    /// ECDSA on P-256.
+    #[serde(rename = "ECDSA-P256")]
+    EcdsaP256,
+    /// ECDSA on P-384.
+    #[serde(rename = "ECDSA-P384")]
+    EcdsaP384,
+    /// RSA, 2048 bits.
+    #[serde(rename = "RSA-2048")]
+    Rsa2048,
+    /// RSA, 3072 bits.
+    #[serde(rename = "RSA-3072")]
+    Rsa3072,
+    /// RSA, 4096 bits.
+    #[serde(rename = "RSA-4096")]
+    Rsa4096,
+}
+
+impl EncryptionAlgorithm {
+    /// kubeadm's name of it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EncryptionAlgorithm::EcdsaP256 => "ECDSA-P256",
+            EncryptionAlgorithm::EcdsaP384 => "ECDSA-P384",
+            EncryptionAlgorithm::Rsa2048 => "RSA-2048",
+            EncryptionAlgorithm::Rsa3072 => "RSA-3072",
+            EncryptionAlgorithm::Rsa4096 => "RSA-4096",
+        }
+    }
 }
 
 /// kube-apiserver settings.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct ApiServer {
     /// Extra flags.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 100), transform = validation::unique_extra_arg_names)]
+    #[schemars(length(min = 1, max = 100), transform = validation::unique_extra_arg_names)]
     pub extra_args: Vec<Arg>,
+    /// Extra host paths mounted into the static pod.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 100))]
+    pub extra_volumes: Vec<HostPathMount>,
+    /// Extra environment variables of the static pod (kubeadm v1beta4).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 100))]
+    pub extra_envs: Vec<EnvVar>,
     /// Extra subject alternative names of the serving certificate.
     #[serde(default, rename = "certSANs", skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 100), inner(length(min = 1, max = 253)))]
+    #[schemars(length(min = 1, max = 100), inner(length(min = 1, max = 253)))]
     pub cert_sans: Vec<String>,
 }
 
-/// Settings of a control-plane component.
+/// Settings of a control-plane component's static pod.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct ControlPlaneComponent {
     /// Extra flags.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 100), transform = validation::unique_extra_arg_names)]
+    #[schemars(length(min = 1, max = 100), transform = validation::unique_extra_arg_names)]
     pub extra_args: Vec<Arg>,
+    /// Extra host paths mounted into the static pod.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 100))]
+    pub extra_volumes: Vec<HostPathMount>,
+    /// Extra environment variables of the static pod (kubeadm v1beta4).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 100))]
+    pub extra_envs: Vec<EnvVar>,
+}
+
+/// A host path mounted into a control-plane static pod.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HostPathMount {
+    /// The volume's name in the pod.
+    #[schemars(length(min = 1, max = 512))]
+    pub name: String,
+    /// The path on the host.
+    #[schemars(length(min = 1, max = 512))]
+    pub host_path: String,
+    /// Where it is mounted in the pod.
+    #[schemars(length(min = 1, max = 512))]
+    pub mount_path: String,
+    /// Mount it read-only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only: Option<bool>,
+    /// The host path's type (`DirectoryOrCreate`, `File`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_type: Option<String>,
+}
+
+/// An environment variable of a control-plane static pod (`corev1.EnvVar`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvVar {
+    /// The variable's name.
+    pub name: String,
+    /// Its value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// Where its value comes from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_from: Option<EnvVarSource>,
+}
+
+/// Where an environment variable's value comes from (`corev1.EnvVarSource`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvVarSource {
+    /// A key of a ConfigMap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_key_ref: Option<KeySelector>,
+    /// A field of the pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field_ref: Option<ObjectFieldSelector>,
+    /// A key of an env file in a volume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_key_ref: Option<FileKeySelector>,
+    /// A resource of a container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_field_ref: Option<ResourceFieldSelector>,
+    /// A key of a Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_key_ref: Option<KeySelector>,
+}
+
+/// A key of a ConfigMap or Secret.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-map-type" = "atomic"))]
+pub struct KeySelector {
+    /// The key.
+    pub key: String,
+    /// The object's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = ""))]
+    pub name: Option<String>,
+    /// Whether the object or key may be missing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optional: Option<bool>,
+}
+
+/// A field of the pod.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-map-type" = "atomic"))]
+pub struct ObjectFieldSelector {
+    /// The schema version `fieldPath` is written in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    /// The field's path.
+    pub field_path: String,
+}
+
+/// A key of an env file in one of the pod's volumes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-map-type" = "atomic"))]
+pub struct FileKeySelector {
+    /// The key.
+    pub key: String,
+    /// Whether the file or key may be missing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = false))]
+    pub optional: Option<bool>,
+    /// The file's path in the volume.
+    pub path: String,
+    /// The volume's name.
+    pub volume_name: String,
+}
+
+/// A resource of a container.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-map-type" = "atomic"))]
+pub struct ResourceFieldSelector {
+    /// The container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_name: Option<String>,
+    /// The unit the value is expressed in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "quantity")]
+    pub divisor: Option<k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>,
+    /// The resource (`limits.cpu`, …).
+    pub resource: String,
+}
+
+/// A resource quantity (`resource.Quantity`): an integer, or a string such as `500m` or `1Gi`.
+fn quantity(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "x-kubernetes-int-or-string": true,
+        "pattern": "^(\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))))?$",
+    })
 }
 
 /// etcd settings.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct Etcd {
-    /// A local (stacked) etcd.
+    /// A local (stacked) etcd on each control-plane node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local: Option<LocalEtcd>,
+    /// An etcd cluster outside the control-plane nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external: Option<ExternalEtcd>,
 }
 
 /// A stacked etcd.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct LocalEtcd {
+    /// Where etcd's image comes from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub image_repository: Option<String>,
+    /// etcd's image tag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub image_tag: Option<String>,
     /// Where etcd keeps its data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 512))]
     pub data_dir: Option<String>,
     /// Extra flags.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 100), transform = validation::unique_extra_arg_names)]
+    #[schemars(length(min = 1, max = 100), transform = validation::unique_extra_arg_names)]
     pub extra_args: Vec<Arg>,
+    /// Extra environment variables of the static pod (kubeadm v1beta4).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 100))]
+    pub extra_envs: Vec<EnvVar>,
+    /// Extra subject alternative names of etcd's serving certificate.
+    #[serde(
+        default,
+        rename = "serverCertSANs",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    #[schemars(length(min = 1, max = 100), inner(length(min = 1, max = 253)))]
+    pub server_cert_sans: Vec<String>,
+    /// Extra subject alternative names of etcd's peer certificate.
+    #[serde(
+        default,
+        rename = "peerCertSANs",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    #[schemars(length(min = 1, max = 100), inner(length(min = 1, max = 253)))]
+    pub peer_cert_sans: Vec<String>,
+}
+
+/// An external etcd cluster.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExternalEtcd {
+    /// The members' client URLs.
+    #[schemars(length(min = 1, max = 50), inner(length(min = 1, max = 512)))]
+    pub endpoints: Vec<String>,
+    /// The CA certificate file on the node.
+    #[schemars(length(min = 1, max = 512))]
+    pub ca_file: String,
+    /// The client certificate file on the node.
+    #[schemars(length(min = 1, max = 512))]
+    pub cert_file: String,
+    /// The client key file on the node.
+    #[schemars(length(min = 1, max = 512))]
+    pub key_file: String,
 }
 
 /// CoreDNS image overrides.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct Dns {
     /// The image repository.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -500,6 +746,8 @@ pub fn crds()
     use kube::CustomResourceExt;
     [KubeadmConfig::crd(), KubeadmConfigTemplate::crd()]
         .into_iter()
-        .map(|crd| capi_core::crd::with_contract_version(crd, "v1beta2"))
+        .map(|crd| {
+            capi_core::crd::as_upstream(capi_core::crd::with_contract_version(crd, "v1beta2"))
+        })
         .collect()
 }

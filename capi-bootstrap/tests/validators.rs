@@ -8,9 +8,9 @@ use std::path::Path;
 use std::process::Command;
 
 use capi_bootstrap::api::{
-    Arg, ClusterConfiguration, ControlPlaneComponent, File, InitConfiguration, JoinConfiguration,
-    JoinControlPlane, KubeadmConfigSpec, LocalApiEndpoint, NodeRegistration, Ntp, SecretFileSource,
-    User,
+    Arg, ClusterConfiguration, ControlPlaneComponent, EncryptionAlgorithm, EnvVar, Etcd,
+    ExternalEtcd, File, HostPathMount, InitConfiguration, JoinConfiguration, JoinControlPlane,
+    KubeadmConfigSpec, LocalApiEndpoint, LocalEtcd, NodeRegistration, Ntp, SecretFileSource, User,
 };
 use capi_bootstrap::render::{self, ClusterFacts, KubernetesVersion, PlanFile, RenderInput, Role};
 
@@ -32,8 +32,20 @@ fn full_spec() -> KubeadmConfigSpec {
         cluster_configuration: Some(ClusterConfiguration {
             api_server: Some(capi_bootstrap::api::ApiServer {
                 extra_args: vec![Arg {
-                    name: "cloud-provider".into(),
-                    value: "external".into(),
+                    name: "cloud-config".into(),
+                    value: "/etc/kubernetes/cloud.conf".into(),
+                }],
+                extra_volumes: vec![HostPathMount {
+                    name: "cloud-config".into(),
+                    host_path: "/etc/kubernetes/cloud.conf".into(),
+                    mount_path: "/etc/kubernetes/cloud.conf".into(),
+                    read_only: Some(true),
+                    path_type: Some("File".into()),
+                }],
+                extra_envs: vec![EnvVar {
+                    name: "HTTPS_PROXY".into(),
+                    value: Some("http://proxy.demo.example:3128".into()),
+                    value_from: None,
                 }],
                 cert_sans: vec!["api.demo.example".into()],
             }),
@@ -42,7 +54,19 @@ fn full_spec() -> KubeadmConfigSpec {
                     name: "cloud-provider".into(),
                     value: "external".into(),
                 }],
+                ..ControlPlaneComponent::default()
             }),
+            etcd: Some(Etcd {
+                local: Some(LocalEtcd {
+                    server_cert_sans: vec!["etcd.demo.example".into()],
+                    peer_cert_sans: vec!["etcd-peer.demo.example".into()],
+                    ..LocalEtcd::default()
+                }),
+                external: None,
+            }),
+            certificate_validity_period_days: Some(365),
+            ca_certificate_validity_period_days: Some(3650),
+            encryption_algorithm: Some(EncryptionAlgorithm::EcdsaP256),
             ..ClusterConfiguration::default()
         }),
         init_configuration: Some(InitConfiguration {
@@ -302,5 +326,56 @@ fn every_kubeadm_document_passes_kubeadm_config_validate() {
                 kubeadm.display()
             );
         }
+    }
+}
+
+/// A control plane on an external etcd: the first machine's ClusterConfiguration names the
+/// external members (and no stacked etcd), and kubeadm of both API versions accepts it.
+#[test]
+fn an_external_etcd_is_rendered_and_passes_kubeadm_config_validate() {
+    let mut spec = full_spec();
+    if let Some(config) = spec.cluster_configuration.as_mut() {
+        config.etcd = Some(Etcd {
+            local: None,
+            external: Some(ExternalEtcd {
+                endpoints: vec![
+                    "https://10.0.0.10:2379".into(),
+                    "https://10.0.0.11:2379".into(),
+                ],
+                ca_file: "/etc/kubernetes/pki/etcd/ca.crt".into(),
+                cert_file: "/etc/kubernetes/pki/apiserver-etcd-client.crt".into(),
+                key_file: "/etc/kubernetes/pki/apiserver-etcd-client.key".into(),
+            }),
+        });
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for (api, version) in VERSIONS {
+        let minor = capi_testing::envtest::kubernetes_minor(version).unwrap();
+        let kubeadm = capi_testing::envtest::kubeadm_for(minor).unwrap_or_else(|| {
+            panic!("no kubeadm for {version}; `cargo xtask envtest` builds them")
+        });
+        let (_, init) = roles().remove(0);
+        let plan = render::plan(&input(&spec, init, version)).unwrap();
+        let document = plan
+            .files
+            .iter()
+            .find(|f| f.path == render::KUBEADM_INIT_CONFIG)
+            .unwrap();
+        let text = String::from_utf8(document.content.clone()).unwrap();
+        assert!(text.contains("\"external\""), "{text}");
+        assert!(text.contains("https://10.0.0.11:2379"), "{text}");
+        assert!(!text.contains("\"local\""), "{text}");
+        let path = dir.path().join(format!("kubeadm-external-etcd-{api}.yaml"));
+        std::fs::write(&path, &text).unwrap();
+        let output = Command::new(&kubeadm)
+            .args(["config", "validate", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{api}: kubeadm config validate refused the external etcd\n{text}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
 }

@@ -617,6 +617,6 @@ pub fn crds()
         KubeadmControlPlaneTemplate::crd(),
     ]
     .into_iter()
-    .map(|crd| capi_core::crd::with_contract_version(crd, "v1beta2"))
+    .map(|crd| capi_core::crd::as_upstream(capi_core::crd::with_contract_version(crd, "v1beta2")))
     .collect()
 }

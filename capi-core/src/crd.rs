@@ -20,8 +20,70 @@ pub fn core() -> Vec<CustomResourceDefinition> {
         MachineHealthCheck::crd(),
     ]
     .into_iter()
-    .map(|crd| with_label(crd, labels::PROVIDER, "cluster-api"))
+    .map(|crd| as_upstream(with_label(crd, labels::PROVIDER, "cluster-api")))
     .collect()
+}
+
+/// Gives a CRD generated from Rust types the shape upstream's generator (controller-gen) gives
+/// its CRDs, for the kinds this workspace serves in upstream's groups: every version's schema
+/// declares `apiVersion`, `kind` and `metadata` at its root, and no field is `nullable` — an
+/// explicit `null` is pruned by the API server, as on upstream's CRDs, instead of being stored.
+pub fn as_upstream(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
+    for version in &mut crd.spec.versions {
+        let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        else {
+            continue;
+        };
+        strip_nullable(schema);
+        let properties = schema.properties.get_or_insert_with(Default::default);
+        for (name, type_) in [
+            ("apiVersion", "string"),
+            ("kind", "string"),
+            ("metadata", "object"),
+        ] {
+            properties
+                .entry(name.to_string())
+                .or_insert_with(|| JSONSchemaProps {
+                    type_: Some(type_.to_string()),
+                    ..JSONSchemaProps::default()
+                });
+        }
+    }
+    crd
+}
+
+fn strip_nullable(
+    schema: &mut k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps,
+) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+        JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
+    };
+    schema.nullable = None;
+    for property in schema.properties.iter_mut().flat_map(|p| p.values_mut()) {
+        strip_nullable(property);
+    }
+    match schema.items.as_mut() {
+        Some(JSONSchemaPropsOrArray::Schema(items)) => strip_nullable(items),
+        Some(JSONSchemaPropsOrArray::Schemas(items)) => items.iter_mut().for_each(strip_nullable),
+        None => {}
+    }
+    if let Some(JSONSchemaPropsOrBool::Schema(values)) = schema.additional_properties.as_mut() {
+        strip_nullable(values);
+    }
+    for nested in [
+        schema.all_of.as_mut(),
+        schema.any_of.as_mut(),
+        schema.one_of.as_mut(),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        nested.iter_mut().for_each(strip_nullable);
+    }
 }
 
 /// Adds the contract label `cluster.x-k8s.io/v1beta2: <versions>` to a provider's CRD, so that

@@ -14,6 +14,8 @@
 //! - [`crd_files`]: the checked-in CRD YAML is what the types generate; a provider's CRDs carry
 //!   the contract label.
 //! - [`golden`]: golden files, rewritten with `UPDATE_GOLDEN=1`.
+//! - [`schema_compat`]: a CRD schema compared with upstream's, field path by field path, against
+//!   a reviewed allow-list of accepted differences.
 //! - [`schema_violations`]: every constraint of a CRD schema as a field path and proptest
 //!   strategies of edits that break it, to check that the API server refuses bad input.
 //!
@@ -38,6 +40,7 @@ pub mod envtest;
 pub mod faults;
 pub mod golden;
 pub mod manifest;
+pub mod schema_compat;
 pub mod schema_violations;
 pub mod table;
 mod test_env;

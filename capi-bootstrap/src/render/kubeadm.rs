@@ -7,7 +7,7 @@
 use serde_json::{Map, Value, json};
 
 use super::{KubernetesVersion, RenderInput, Role};
-use crate::api::{Arg, ClusterConfiguration, NodeRegistration};
+use crate::api::{Arg, ClusterConfiguration, ControlPlaneComponent, NodeRegistration};
 
 /// The default TTL of bootstrap tokens created by `kubeadm init` for joining machines.
 pub const BOOTSTRAP_TOKEN_TTL: &str = "15m0s";
@@ -77,6 +77,18 @@ fn insert_nonempty(map: &mut Map<String, Value>, key: &str, value: Value) {
     }
 }
 
+/// A control-plane component's static pod settings: `extraArgs`, `extraVolumes`, and (kubeadm
+/// v1beta4 only) `extraEnvs`.
+fn component(settings: &ControlPlaneComponent, v4: bool) -> Map<String, Value> {
+    let mut fields = Map::new();
+    insert_nonempty(&mut fields, "extraArgs", args(&settings.extra_args, v4));
+    insert_nonempty(&mut fields, "extraVolumes", json!(settings.extra_volumes));
+    if v4 {
+        insert_nonempty(&mut fields, "extraEnvs", json!(settings.extra_envs));
+    }
+    fields
+}
+
 fn node_registration(registration: Option<&NodeRegistration>, v4: bool) -> Value {
     let mut map = Map::new();
     if let Some(registration) = registration {
@@ -140,10 +152,12 @@ fn cluster_configuration(input: &RenderInput<'_>, v4: bool) -> Value {
     let mut map = document(input, "ClusterConfiguration");
     map.insert("clusterName".into(), json!(cluster.name));
     map.insert("kubernetesVersion".into(), json!(input.version.to_tag()));
-    map.insert(
-        "controlPlaneEndpoint".into(),
-        json!(cluster.control_plane_endpoint),
-    );
+    // The user's endpoint wins over the Cluster's, as upstream's bootstrap provider does it.
+    let endpoint = config
+        .control_plane_endpoint
+        .clone()
+        .unwrap_or_else(|| cluster.control_plane_endpoint.clone());
+    map.insert("controlPlaneEndpoint".into(), json!(endpoint));
     map.insert(
         "networking".into(),
         json!({
@@ -152,32 +166,76 @@ fn cluster_configuration(input: &RenderInput<'_>, v4: bool) -> Value {
             "dnsDomain": cluster.service_domain,
         }),
     );
-    let api_server = config.api_server.unwrap_or_default();
-    let mut api = Map::new();
+    let api_server = config.api_server.clone().unwrap_or_default();
+    let mut api = component(
+        &ControlPlaneComponent {
+            extra_args: api_server.extra_args,
+            extra_volumes: api_server.extra_volumes,
+            extra_envs: api_server.extra_envs,
+        },
+        v4,
+    );
     insert_nonempty(&mut api, "certSANs", json!(api_server.cert_sans));
-    insert_nonempty(&mut api, "extraArgs", args(&api_server.extra_args, v4));
     insert_nonempty(&mut map, "apiServer", Value::Object(api));
-    for (key, component) in [
+    for (key, settings) in [
         ("controllerManager", &config.controller_manager),
         ("scheduler", &config.scheduler),
     ] {
-        if let Some(component) = component {
-            let mut fields = Map::new();
-            insert_nonempty(&mut fields, "extraArgs", args(&component.extra_args, v4));
-            insert_nonempty(&mut map, key, Value::Object(fields));
+        if let Some(settings) = settings {
+            insert_nonempty(&mut map, key, Value::Object(component(settings, v4)));
         }
     }
-    if let Some(local) = config.etcd.and_then(|e| e.local) {
+    if let Some(etcd) = &config.etcd {
         let mut fields = Map::new();
-        insert_nonempty(&mut fields, "dataDir", json!(local.data_dir));
-        insert_nonempty(&mut fields, "extraArgs", args(&local.extra_args, v4));
-        insert_nonempty(&mut map, "etcd", json!({"local": fields}));
+        if let Some(local) = &etcd.local {
+            let mut settings = Map::new();
+            insert_nonempty(
+                &mut settings,
+                "imageRepository",
+                json!(local.image_repository),
+            );
+            insert_nonempty(&mut settings, "imageTag", json!(local.image_tag));
+            insert_nonempty(&mut settings, "dataDir", json!(local.data_dir));
+            insert_nonempty(&mut settings, "extraArgs", args(&local.extra_args, v4));
+            if v4 {
+                insert_nonempty(&mut settings, "extraEnvs", json!(local.extra_envs));
+            }
+            insert_nonempty(
+                &mut settings,
+                "serverCertSANs",
+                json!(local.server_cert_sans),
+            );
+            insert_nonempty(&mut settings, "peerCertSANs", json!(local.peer_cert_sans));
+            fields.insert("local".into(), Value::Object(settings));
+        }
+        if let Some(external) = &etcd.external {
+            fields.insert("external".into(), json!(external));
+        }
+        insert_nonempty(&mut map, "etcd", Value::Object(fields));
     }
-    if let Some(dns) = config.dns {
+    if let Some(dns) = &config.dns {
         let mut fields = Map::new();
         insert_nonempty(&mut fields, "imageRepository", json!(dns.image_repository));
         insert_nonempty(&mut fields, "imageTag", json!(dns.image_tag));
         insert_nonempty(&mut map, "dns", Value::Object(fields));
+    }
+    if v4 {
+        insert_nonempty(
+            &mut map,
+            "encryptionAlgorithm",
+            json!(config.encryption_algorithm.map(|a| a.as_str())),
+        );
+        let days = |d: Option<i32>| d.map(|d| format!("{}h0m0s", i64::from(d) * 24));
+        insert_nonempty(
+            &mut map,
+            "certificateValidityPeriod",
+            json!(days(config.certificate_validity_period_days)),
+        );
+        insert_nonempty(
+            &mut map,
+            "caCertificateValidityPeriod",
+            json!(days(config.ca_certificate_validity_period_days)),
+        );
     }
     insert_nonempty(&mut map, "imageRepository", json!(config.image_repository));
     insert_nonempty(&mut map, "certificatesDir", json!(config.certificates_dir));

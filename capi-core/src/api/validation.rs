@@ -65,6 +65,7 @@ pub fn exactly_one_of(schema: &mut Schema, first: &str, second: &str) {
 /// Adds a CEL rule to a list's schema: no two elements have the same `name` (upstream's rule on
 /// kubeadm's `extraArgs`), with the message `<field> name must be unique`.
 fn unique_names(schema: &mut Schema, field: &str) {
+    list_map(schema, &["name", "value"]);
     add_rule(
         schema,
         "self.all(x, self.exists_one(y, x.name == y.name))",
