@@ -60,23 +60,37 @@ pub struct KubeadmConfigSpec {
     pub join_configuration: Option<JoinConfiguration>,
     /// Files written before kubeadm runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 200))]
+    #[schemars(length(min = 1, max = 200))]
     pub files: Vec<File>,
+    /// Partitions and file systems created before kubeadm runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_setup: Option<DiskSetup>,
+    /// Mounts: each entry is a cloud-init `mounts` line (device, mount point, options…).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(min = 1, max = 100),
+        inner(length(min = 1, max = 100), inner(length(min = 1, max = 512)))
+    )]
+    pub mounts: Vec<Vec<String>>,
+    /// Commands run very early in boot, on every boot (cloud-init `bootcmd`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 1000), inner(length(min = 1, max = 10240)))]
+    pub boot_commands: Vec<String>,
+    /// Commands run before kubeadm.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 1000), inner(length(min = 1, max = 10240)))]
+    pub pre_kubeadm_commands: Vec<String>,
+    /// Commands run after kubeadm.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 1000), inner(length(min = 1, max = 10240)))]
+    pub post_kubeadm_commands: Vec<String>,
     /// Users created on the machine.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 100))]
+    #[schemars(length(min = 1, max = 100))]
     pub users: Vec<User>,
     /// Time synchronisation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ntp: Option<Ntp>,
-    /// Commands run before kubeadm.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 1000), inner(length(min = 1, max = 10240)))]
-    pub pre_kubeadm_commands: Vec<String>,
-    /// Commands run after kubeadm.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 1000), inner(length(min = 1, max = 10240)))]
-    pub post_kubeadm_commands: Vec<String>,
     /// The output format; `cloud-config` when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format: Option<Format>,
@@ -85,7 +99,6 @@ pub struct KubeadmConfigSpec {
     pub ignition: Option<IgnitionSpec>,
     /// kubeadm's `--v` log level.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = 10))]
     pub verbosity: Option<i32>,
 }
 
@@ -451,10 +464,16 @@ pub struct Dns {
     pub image_tag: Option<String>,
 }
 
-/// `initConfiguration` (subset).
+/// `initConfiguration`: settings of `kubeadm init` on the first control-plane machine.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct InitConfiguration {
+    /// Bootstrap tokens `kubeadm init` creates besides the one this provider generates for joining
+    /// machines.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 100))]
+    pub bootstrap_tokens: Vec<BootstrapToken>,
     /// How the node registers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_registration: Option<NodeRegistration>,
@@ -467,24 +486,297 @@ pub struct InitConfiguration {
     pub local_api_endpoint: Option<LocalApiEndpoint>,
     /// kubeadm phases to skip.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 50))]
+    #[schemars(length(min = 1, max = 50), inner(length(min = 1, max = 256)))]
     pub skip_phases: Vec<String>,
+    /// Patches kubeadm applies to the components' manifests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patches: Option<Patches>,
+    /// kubeadm's timeouts (kubeadm v1beta4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeouts: Option<Timeouts>,
 }
 
-/// `joinConfiguration` (subset).
+/// A bootstrap token `kubeadm init` creates.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+pub struct BootstrapToken {
+    /// The token, `[a-z0-9]{6}.[a-z0-9]{16}`.
+    #[schemars(length(min = 1, max = 23))]
+    pub token: String,
+    /// What it is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub description: Option<String>,
+    /// How long it lives, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub ttl_seconds: Option<i32>,
+    /// When it expires (instead of `ttlSeconds`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// What it may be used for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 100), inner(length(min = 1, max = 256)))]
+    pub usages: Vec<String>,
+    /// The groups it authenticates as.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 100), inner(length(min = 1, max = 256)))]
+    pub groups: Vec<String>,
+}
+
+/// Where kubeadm finds patches for the components' manifests.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
+pub struct Patches {
+    /// A directory of patch files on the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub directory: Option<String>,
+}
+
+/// kubeadm's timeouts, in seconds (kubeadm v1beta4).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
+pub struct Timeouts {
+    /// Waiting for the control-plane components to report healthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub control_plane_component_health_check_seconds: Option<i32>,
+    /// Waiting for the kubelet to report healthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub kubelet_health_check_seconds: Option<i32>,
+    /// A call to the Kubernetes API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "kubernetesAPICallSeconds")]
+    #[schemars(range(min = 0))]
+    pub kubernetes_api_call_seconds: Option<i32>,
+    /// A call to etcd.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "etcdAPICallSeconds")]
+    #[schemars(range(min = 0))]
+    pub etcd_api_call_seconds: Option<i32>,
+    /// The kubelet's TLS bootstrap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "tlsBootstrapSeconds")]
+    #[schemars(range(min = 0))]
+    pub tls_bootstrap_seconds: Option<i32>,
+    /// Discovery of the cluster during a join.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub discovery_seconds: Option<i32>,
+}
+
+impl Timeouts {
+    /// kubeadm v1beta4's `timeouts` document part: each set field as a duration.
+    pub fn to_kubeadm(&self) -> serde_json::Map<String, serde_json::Value> {
+        [
+            (
+                "controlPlaneComponentHealthCheck",
+                self.control_plane_component_health_check_seconds,
+            ),
+            ("kubeletHealthCheck", self.kubelet_health_check_seconds),
+            ("kubernetesAPICall", self.kubernetes_api_call_seconds),
+            ("etcdAPICall", self.etcd_api_call_seconds),
+            ("tlsBootstrap", self.tls_bootstrap_seconds),
+            ("discovery", self.discovery_seconds),
+        ]
+        .into_iter()
+        .filter_map(|(key, seconds)| Some((key.to_string(), format!("{}s", seconds?).into())))
+        .collect()
+    }
+}
+
+/// `joinConfiguration`: settings of `kubeadm join`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct JoinConfiguration {
     /// How the node registers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_registration: Option<NodeRegistration>,
+    /// The cluster CA's certificate file on the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub ca_cert_path: Option<String>,
+    /// How the node finds the cluster; filled in by this provider (a bootstrap token and the CA's
+    /// hash) where unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discovery: Option<Discovery>,
     /// Present for control-plane machines that join an existing control plane.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane: Option<JoinControlPlane>,
     /// kubeadm phases to skip.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 50))]
+    #[schemars(length(min = 1, max = 50), inner(length(min = 1, max = 256)))]
     pub skip_phases: Vec<String>,
+    /// Patches kubeadm applies to the components' manifests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patches: Option<Patches>,
+    /// kubeadm's timeouts (kubeadm v1beta4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeouts: Option<Timeouts>,
+}
+
+/// How a joining node finds the cluster.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
+pub struct Discovery {
+    /// With a bootstrap token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_token: Option<BootstrapTokenDiscovery>,
+    /// With a kubeconfig file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<FileDiscovery>,
+    /// The token of the kubelet's TLS bootstrap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub tls_bootstrap_token: Option<String>,
+}
+
+/// Discovery with a bootstrap token.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
+pub struct BootstrapTokenDiscovery {
+    /// The token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub token: Option<String>,
+    /// The API server to ask.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "apiServerEndpoint")]
+    #[schemars(length(min = 1, max = 512))]
+    pub api_server_endpoint: Option<String>,
+    /// Hashes of the CA's public key (`sha256:<hex>`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 100), inner(length(min = 1, max = 512)))]
+    pub ca_cert_hashes: Vec<String>,
+    /// Trust the API server without checking the CA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "unsafeSkipCAVerification")]
+    pub unsafe_skip_ca_verification: Option<bool>,
+}
+
+/// Discovery with a kubeconfig file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FileDiscovery {
+    /// The kubeconfig file's path on the node.
+    #[schemars(length(min = 1, max = 512))]
+    pub kube_config_path: String,
+    /// The kubeconfig written there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube_config: Option<FileDiscoveryKubeConfig>,
+}
+
+/// A kubeconfig for discovery.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FileDiscoveryKubeConfig {
+    /// The cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<KubeConfigCluster>,
+    /// The user.
+    pub user: KubeConfigUser,
+}
+
+/// The cluster of a discovery kubeconfig.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
+pub struct KubeConfigCluster {
+    /// The API server's URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub server: Option<String>,
+    /// The server name checked against the API server's certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "tlsServerName")]
+    #[schemars(length(min = 1, max = 512))]
+    pub tls_server_name: Option<String>,
+    /// Skip checking the API server's certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "insecureSkipTLSVerify")]
+    pub insecure_skip_tls_verify: Option<bool>,
+    /// The CA certificates, PEM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "pem_bytes")]
+    pub certificate_authority_data: Option<k8s_openapi::ByteString>,
+    /// A proxy for requests to the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "proxyURL")]
+    #[schemars(length(min = 1, max = 512))]
+    pub proxy_url: Option<String>,
+}
+
+/// Base64 bytes on the wire, at most 51200 characters.
+fn pem_bytes(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "string", "format": "byte", "minLength": 1, "maxLength": 51200})
+}
+
+/// The user of a discovery kubeconfig.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
+pub struct KubeConfigUser {
+    /// An auth provider plugin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_provider: Option<KubeConfigAuthProvider>,
+    /// An exec credential plugin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec: Option<KubeConfigAuthExec>,
+}
+
+/// An auth provider plugin.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeConfigAuthProvider {
+    /// The plugin's name.
+    #[schemars(length(min = 1, max = 256))]
+    pub name: String,
+    /// Its configuration.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub config: BTreeMap<String, String>,
+}
+
+/// An exec credential plugin.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeConfigAuthExec {
+    /// The command.
+    #[schemars(length(min = 1, max = 1024))]
+    pub command: String,
+    /// Its arguments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 100), inner(length(min = 1, max = 512)))]
+    pub args: Vec<String>,
+    /// Its environment.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 100))]
+    pub env: Vec<KubeConfigAuthExecEnv>,
+    /// The `client.authentication.k8s.io` version it speaks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub api_version: Option<String>,
+    /// Pass the cluster's information to the plugin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provide_cluster_info: Option<bool>,
+}
+
+/// An environment variable of an exec credential plugin.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeConfigAuthExecEnv {
+    /// Its name.
+    #[schemars(length(min = 1, max = 512))]
+    pub name: String,
+    /// Its value.
+    #[schemars(length(min = 1, max = 512))]
+    pub value: String,
 }
 
 /// `joinConfiguration.controlPlane`.
@@ -503,6 +795,7 @@ pub struct JoinControlPlane {
 /// Where an API server listens on its node.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct LocalApiEndpoint {
     /// The address to advertise; the node's default address when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -510,13 +803,14 @@ pub struct LocalApiEndpoint {
     pub advertise_address: Option<String>,
     /// The port (6443 when unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 65535))]
+    #[schemars(range(min = 1))]
     pub bind_port: Option<i32>,
 }
 
 /// How a node registers with the cluster.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct NodeRegistration {
     /// The node name (the host name when unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -526,14 +820,52 @@ pub struct NodeRegistration {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 512))]
     pub cri_socket: Option<String>,
+    /// Taints the node registers with; `None` keeps kubeadm's default (a control-plane node's
+    /// `NoSchedule` taint), an empty list registers none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 100))]
+    pub taints: Option<Vec<NodeTaint>>,
     /// Extra kubelet flags.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 100), transform = validation::unique_kubelet_extra_arg_names)]
+    #[schemars(length(min = 1, max = 100), transform = validation::unique_kubelet_extra_arg_names)]
     pub kubelet_extra_args: Vec<Arg>,
     /// Preflight errors to ignore.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 50))]
+    #[schemars(length(min = 1, max = 50), inner(length(min = 1, max = 512)))]
     pub ignore_preflight_errors: Vec<String>,
+    /// When kubeadm pulls images.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_policy: Option<PullPolicy>,
+    /// Pull images one at a time (kubeadm v1beta4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_serial: Option<bool>,
+}
+
+/// A taint a node registers with (`corev1.Taint`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeTaint {
+    /// The taint's key.
+    pub key: String,
+    /// Its value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    pub effect: String,
+    /// When it was added (`NoExecute` taints).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_added: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+}
+
+/// When images are pulled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum PullPolicy {
+    /// Always.
+    Always,
+    /// Only when missing.
+    IfNotPresent,
+    /// Never.
+    Never,
 }
 
 /// A file to write.
@@ -541,18 +873,15 @@ pub struct NodeRegistration {
 #[serde(rename_all = "camelCase")]
 pub struct File {
     /// The absolute path.
-    #[schemars(length(min = 1, max = 512), regex(pattern = r"^/"))]
+    #[schemars(length(min = 1, max = 512))]
     pub path: String,
     /// `user:group`; `root:root` when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(
-        length(min = 1, max = 256),
-        regex(pattern = r"^[a-z_][a-z0-9_-]*(:[a-z_][a-z0-9_-]*)?$")
-    )]
+    #[schemars(length(min = 1, max = 256))]
     pub owner: Option<String>,
     /// The octal mode, e.g. `0640`; `0644` when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^0?[0-7]{3,4}$"))]
+    #[schemars(length(min = 1, max = 16))]
     pub permissions: Option<String>,
     /// How `content` is encoded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -562,11 +891,24 @@ pub struct File {
     pub append: Option<bool>,
     /// The content, inline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 10240))]
+    #[schemars(length(min = 1, max = 10240))]
     pub content: Option<String>,
     /// The content, from a Secret key in the config's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content_from: Option<FileSource>,
+    /// Whether `content` is written as is (`Raw`, the default) or as a Go template of the
+    /// machine's facts (`Template`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_format: Option<ContentFormat>,
+}
+
+/// How a file's content is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum ContentFormat {
+    /// As is.
+    Raw,
+    /// As a template of the machine's facts.
+    Template,
 }
 
 /// How file content is encoded.
@@ -604,11 +946,11 @@ pub struct SecretFileSource {
 }
 
 /// A user to create.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct User {
     /// The login name.
-    #[schemars(length(min = 1, max = 256), regex(pattern = r"^[a-z_][a-z0-9_-]*$"))]
+    #[schemars(length(min = 1, max = 256))]
     pub name: String,
     /// The full name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -622,10 +964,20 @@ pub struct User {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 256))]
     pub home_dir: Option<String>,
+    /// Create the user inactive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inactive: Option<bool>,
     /// The login shell.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 256))]
     pub shell: Option<String>,
+    /// A hashed password, inline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub passwd: Option<String>,
+    /// A hashed password, from a Secret key in the config's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passwd_from: Option<PasswdSource>,
     /// The primary group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 256))]
@@ -643,9 +995,142 @@ pub struct User {
     pub ssh_authorized_keys: Vec<String>,
 }
 
+impl std::fmt::Debug for User {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // A password hash is a secret: never in logs or errors.
+        f.debug_struct("User")
+            .field("name", &self.name)
+            .field("groups", &self.groups)
+            .field("passwd", &self.passwd.as_ref().map(|_| "<redacted>"))
+            .field("passwd_from", &self.passwd_from)
+            .field("sudo", &self.sudo)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where a user's password hash comes from.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PasswdSource {
+    /// A key of a Secret.
+    pub secret: SecretFileSource,
+}
+
+/// Partitions and file systems cloud-init creates before kubeadm runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
+pub struct DiskSetup {
+    /// Partition tables.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    pub partitions: Vec<Partition>,
+    /// File systems.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    pub filesystems: Vec<Filesystem>,
+}
+
+/// A partition table of one device.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = layout_or_disk_layout)]
+pub struct Partition {
+    /// The device, e.g. `/dev/sdb`.
+    #[schemars(length(min = 1, max = 256))]
+    pub device: String,
+    /// One partition over the whole device (`true`), or none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<bool>,
+    /// The partitions, by share of the device (instead of `layout`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 100))]
+    pub disk_layout: Vec<PartitionSpec>,
+    /// Replace an existing partition table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overwrite: Option<bool>,
+    /// `mbr` or `gpt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table_type: Option<PartitionTableType>,
+}
+
+/// Exactly one of `layout` and `diskLayout`, as upstream's schema says.
+fn layout_or_disk_layout(schema: &mut schemars::Schema) {
+    validation::add_rule(
+        schema,
+        "[has(self.layout),has(self.diskLayout)].filter(x,x==true).size() == 1",
+        "exactly one of layout or diskLayout must be set",
+    );
+}
+
+/// One partition of a device.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionSpec {
+    /// Its share of the device, in percent.
+    #[schemars(range(min = 1, max = 100))]
+    pub percentage: i32,
+    /// Its type: a name (`Linux`, `LinuxSwap`, …) or a GUID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 36), transform = partition_type)]
+    pub partition_type: Option<String>,
+}
+
+fn partition_type(schema: &mut schemars::Schema) {
+    validation::add_rule(
+        schema,
+        "self.matches('^(Linux|LinuxSwap|LinuxRAID|LVM|Fat32|NTFS|LinuxExtended|[0-9A-Fa-f]{8}(-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12})$')",
+        "partitionType must be a known name or a GUID",
+    );
+}
+
+/// A partition table type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum PartitionTableType {
+    /// Master boot record.
+    #[serde(rename = "mbr")]
+    Mbr,
+    /// GUID partition table.
+    #[serde(rename = "gpt")]
+    Gpt,
+}
+
+/// A file system to create.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Filesystem {
+    /// The device.
+    #[schemars(length(min = 1, max = 256))]
+    pub device: String,
+    /// The file system type (`ext4`, `xfs`, …).
+    #[schemars(length(min = 1, max = 128))]
+    pub filesystem: String,
+    /// Its label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub label: Option<String>,
+    /// The partition (`auto`, `any`, `none`, or a number).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128))]
+    pub partition: Option<String>,
+    /// Create it even if one exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overwrite: Option<bool>,
+    /// Replace a file system of this type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "replaceFS")]
+    #[schemars(length(min = 1, max = 128))]
+    pub replace_fs: Option<String>,
+    /// Extra options of `mkfs`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100), inner(length(min = 1, max = 256)))]
+    pub extra_opts: Vec<String>,
+}
+
 /// Time synchronisation.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct Ntp {
     /// NTP servers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -659,6 +1144,7 @@ pub struct Ntp {
 /// Ignition-specific settings.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct IgnitionSpec {
     /// Extra configuration merged into the rendered Ignition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -668,12 +1154,13 @@ pub struct IgnitionSpec {
 /// Extra Ignition configuration.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct ContainerLinuxConfig {
     /// An Ignition v3 JSON fragment whose `systemd.units` and `storage.files` are appended to the
     /// rendered config. (Upstream takes a Container Linux Config YAML here; this SDK takes the
     /// Ignition JSON it would compile to.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 32768))]
+    #[schemars(length(min = 1, max = 32768))]
     pub additional_config: Option<String>,
     /// Fail on unknown fields in `additionalConfig`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -132,3 +132,133 @@ fn kubeadm_api_version_follows_the_kubernetes_version() {
     assert!(KubernetesVersion::parse("latest").is_err());
     assert!(KubernetesVersion::parse("v1.30").is_err());
 }
+
+fn plan_for(
+    spec: &KubeadmConfigSpec,
+    role: Role,
+    resolved: Vec<((String, String), Vec<u8>)>,
+) -> Result<render::BootstrapPlan, RenderError> {
+    render::plan(&RenderInput {
+        spec,
+        role,
+        version: KubernetesVersion::parse("v1.31.0").unwrap(),
+        cluster: ClusterFacts::new("demo", "10.0.0.1:6443"),
+        resolved_files: resolved,
+        extra_files: vec![],
+    })
+}
+
+fn join() -> Role {
+    Role::JoinWorker {
+        token: "abcdef.0123456789abcdef".into(),
+        ca_cert_hashes: vec!["sha256:00".into()],
+    }
+}
+
+fn kubeadm_document(plan: &render::BootstrapPlan) -> serde_json::Value {
+    let file = plan
+        .files
+        .iter()
+        .find(|f| f.path == render::KUBEADM_JOIN_CONFIG || f.path == render::KUBEADM_INIT_CONFIG)
+        .unwrap();
+    let text = String::from_utf8(file.content.clone()).unwrap();
+    serde_json::from_str(
+        text.trim_start_matches("---\n")
+            .split("\n---\n")
+            .next()
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_password_hash_from_a_secret_reaches_the_user_and_inactive_users_are_refused() {
+    use capi_bootstrap::api::{PasswdSource, SecretFileSource, User};
+    let spec = KubeadmConfigSpec {
+        users: vec![User {
+            name: "ops".into(),
+            passwd_from: Some(PasswdSource {
+                secret: SecretFileSource {
+                    name: "ops-password".into(),
+                    key: "hash".into(),
+                },
+            }),
+            ..User::default()
+        }],
+        ..KubeadmConfigSpec::default()
+    };
+    let missing = plan_for(&spec, join(), vec![]).unwrap_err();
+    assert!(
+        matches!(missing, RenderError::UnresolvedContent { .. }),
+        "{missing}"
+    );
+    let resolved = vec![(
+        ("ops-password".to_string(), "hash".to_string()),
+        b"$6$rounds=4096$salt$hash\n".to_vec(),
+    )];
+    let plan = plan_for(&spec, join(), resolved).unwrap();
+    assert_eq!(
+        plan.users[0].passwd.as_deref(),
+        Some("$6$rounds=4096$salt$hash")
+    );
+    let cloud_config = render::cloud_init::render(&plan);
+    assert!(
+        cloud_config.contains("passwd: \"$6$rounds=4096$salt$hash\""),
+        "{cloud_config}"
+    );
+    assert!(
+        !format!("{:?}", plan.users[0]).contains("salt"),
+        "a password hash never reaches Debug output"
+    );
+
+    let mut inactive = spec.clone();
+    inactive.users[0].passwd_from = None;
+    inactive.users[0].inactive = Some(true);
+    let error = plan_for(&inactive, join(), vec![]).unwrap_err().to_string();
+    assert!(
+        error.starts_with("users[0].inactive is not supported"),
+        "{error}"
+    );
+}
+
+#[test]
+fn what_the_user_set_for_discovery_and_taints_wins() {
+    use capi_bootstrap::api::{
+        BootstrapTokenDiscovery, Discovery, JoinConfiguration, NodeRegistration,
+    };
+    let spec = KubeadmConfigSpec {
+        join_configuration: Some(JoinConfiguration {
+            node_registration: Some(NodeRegistration {
+                taints: Some(Vec::new()),
+                ..NodeRegistration::default()
+            }),
+            discovery: Some(Discovery {
+                bootstrap_token: Some(BootstrapTokenDiscovery {
+                    api_server_endpoint: Some("lb.demo.example:6443".into()),
+                    ..BootstrapTokenDiscovery::default()
+                }),
+                tls_bootstrap_token: Some("tlsboo.0123456789abcdef".into()),
+                ..Discovery::default()
+            }),
+            ..JoinConfiguration::default()
+        }),
+        ..KubeadmConfigSpec::default()
+    };
+    let document = kubeadm_document(&plan_for(&spec, join(), vec![]).unwrap());
+    let discovery = &document["discovery"];
+    assert_eq!(
+        discovery["bootstrapToken"]["apiServerEndpoint"],
+        "lb.demo.example:6443"
+    );
+    assert_eq!(
+        discovery["bootstrapToken"]["token"],
+        "abcdef.0123456789abcdef"
+    );
+    assert_eq!(discovery["bootstrapToken"]["caCertHashes"][0], "sha256:00");
+    assert_eq!(discovery["tlsBootstrapToken"], "tlsboo.0123456789abcdef");
+    assert_eq!(
+        document["nodeRegistration"]["taints"],
+        serde_json::json!([]),
+        "an empty list of taints means none, not kubeadm's default"
+    );
+}

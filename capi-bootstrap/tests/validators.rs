@@ -8,9 +8,11 @@ use std::path::Path;
 use std::process::Command;
 
 use capi_bootstrap::api::{
-    Arg, ClusterConfiguration, ControlPlaneComponent, EncryptionAlgorithm, EnvVar, Etcd,
-    ExternalEtcd, File, HostPathMount, InitConfiguration, JoinConfiguration, JoinControlPlane,
-    KubeadmConfigSpec, LocalApiEndpoint, LocalEtcd, NodeRegistration, Ntp, SecretFileSource, User,
+    Arg, BootstrapToken, ClusterConfiguration, ControlPlaneComponent, DiskSetup,
+    EncryptionAlgorithm, EnvVar, Etcd, ExternalEtcd, File, Filesystem, HostPathMount,
+    InitConfiguration, JoinConfiguration, JoinControlPlane, KubeadmConfigSpec, LocalApiEndpoint,
+    LocalEtcd, NodeRegistration, Ntp, Partition, PartitionSpec, PartitionTableType, Patches,
+    PullPolicy, SecretFileSource, Timeouts, User,
 };
 use capi_bootstrap::render::{self, ClusterFacts, KubernetesVersion, PlanFile, RenderInput, Role};
 
@@ -26,6 +28,8 @@ fn full_spec() -> KubeadmConfigSpec {
             name: "cloud-provider".into(),
             value: "external".into(),
         }],
+        taints: Some(Vec::new()),
+        image_pull_policy: Some(PullPolicy::IfNotPresent),
         ..NodeRegistration::default()
     };
     KubeadmConfigSpec {
@@ -71,10 +75,30 @@ fn full_spec() -> KubeadmConfigSpec {
         }),
         init_configuration: Some(InitConfiguration {
             node_registration: Some(kubelet.clone()),
+            bootstrap_tokens: vec![BootstrapToken {
+                token: "ops001.0123456789abcdef".into(),
+                description: Some("for the operators' own joins".into()),
+                ttl_seconds: Some(3600),
+                usages: vec!["authentication".into(), "signing".into()],
+                groups: vec!["system:bootstrappers:kubeadm:default-node-token".into()],
+                ..BootstrapToken::default()
+            }],
+            patches: Some(Patches {
+                directory: Some("/etc/kubernetes/patches".into()),
+            }),
+            timeouts: Some(Timeouts {
+                control_plane_component_health_check_seconds: Some(300),
+                ..Timeouts::default()
+            }),
             ..Default::default()
         }),
         join_configuration: Some(JoinConfiguration {
             node_registration: Some(kubelet),
+            ca_cert_path: Some("/etc/kubernetes/pki/ca.crt".into()),
+            timeouts: Some(Timeouts {
+                discovery_seconds: Some(600),
+                ..Timeouts::default()
+            }),
             control_plane: Some(JoinControlPlane {
                 local_api_endpoint: Some(LocalApiEndpoint {
                     advertise_address: None,
@@ -127,8 +151,46 @@ fn full_spec() -> KubeadmConfigSpec {
         }),
         pre_kubeadm_commands: vec!["swapoff -a".into(), "echo 'yes' > /tmp/quoted".into()],
         post_kubeadm_commands: vec!["echo bootstrap done".into()],
+        boot_commands: vec!["echo early boot > /run/early".into()],
+        disk_setup: Some(DiskSetup {
+            partitions: vec![Partition {
+                device: "/dev/vdb".into(),
+                disk_layout: vec![
+                    PartitionSpec {
+                        percentage: 70,
+                        partition_type: Some("Linux".into()),
+                    },
+                    PartitionSpec {
+                        percentage: 30,
+                        partition_type: Some("LinuxSwap".into()),
+                    },
+                ],
+                table_type: Some(PartitionTableType::Gpt),
+                overwrite: Some(false),
+                ..Partition::default()
+            }],
+            filesystems: vec![Filesystem {
+                device: "/dev/vdb".into(),
+                filesystem: "ext4".into(),
+                label: Some("etcd_disk".into()),
+                partition: Some("auto".into()),
+                extra_opts: vec!["-E".into(), "lazy_itable_init=1".into()],
+                ..Filesystem::default()
+            }],
+        }),
+        mounts: vec![vec!["LABEL=etcd_disk".into(), "/var/lib/etcddisk".into()]],
         verbosity: Some(5),
         ..KubeadmConfigSpec::default()
+    }
+}
+
+/// `full_spec` without what only cloud-config carries (boot commands, disks, mounts).
+fn ignition_spec() -> KubeadmConfigSpec {
+    KubeadmConfigSpec {
+        boot_commands: Vec::new(),
+        disk_setup: None,
+        mounts: Vec::new(),
+        ..full_spec()
     }
 }
 
@@ -222,7 +284,7 @@ fn every_cloud_config_variant_passes_cloud_init_schema() {
 
 #[test]
 fn every_ignition_variant_passes_ignition_validate() {
-    let mut spec = full_spec();
+    let mut spec = ignition_spec();
     spec.ignition = Some(capi_bootstrap::api::IgnitionSpec {
         container_linux_config: Some(capi_bootstrap::api::ContainerLinuxConfig {
             additional_config: Some(
@@ -252,7 +314,7 @@ fn every_ignition_variant_passes_ignition_validate() {
 
 #[test]
 fn both_formats_carry_the_same_files_and_commands() {
-    let spec = full_spec();
+    let spec = ignition_spec();
     let plan = render::plan(&input(&spec, roles().remove(0).1, "v1.31.1")).unwrap();
     let cloud_config = render::cloud_init::render(&plan);
     let ignition: serde_json::Value =
@@ -376,6 +438,44 @@ fn an_external_etcd_is_rendered_and_passes_kubeadm_config_validate() {
             output.status.success(),
             "{api}: kubeadm config validate refused the external etcd\n{text}\n{}",
             String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+/// What Ignition cannot carry is refused with the field and what to do instead, never dropped.
+#[test]
+fn ignition_refuses_boot_commands_disks_and_mounts_by_name() {
+    for (field, spec) in [
+        (
+            "bootCommands",
+            KubeadmConfigSpec {
+                disk_setup: None,
+                mounts: Vec::new(),
+                ..full_spec()
+            },
+        ),
+        (
+            "diskSetup",
+            KubeadmConfigSpec {
+                boot_commands: Vec::new(),
+                mounts: Vec::new(),
+                ..full_spec()
+            },
+        ),
+        (
+            "mounts",
+            KubeadmConfigSpec {
+                boot_commands: Vec::new(),
+                disk_setup: None,
+                ..full_spec()
+            },
+        ),
+    ] {
+        let plan = render::plan(&input(&spec, roles().remove(0).1, "v1.31.1")).unwrap();
+        let error = render::ignition::render(&plan).unwrap_err().to_string();
+        assert!(
+            error.starts_with(&format!("{field} is not supported with format ignition")),
+            "{error}"
         );
     }
 }

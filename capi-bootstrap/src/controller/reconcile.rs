@@ -253,25 +253,33 @@ async fn decide(
 
     let spec = &config.spec;
     let mut resolved_files = Vec::new();
-    for file in &spec.files {
-        if let Some(from) = &file.content_from {
-            let source = &from.secret;
-            let value = secrets
-                .get_opt(&source.name)
-                .await?
-                .and_then(|s| s.data)
-                .and_then(|d| d.get(&source.key).cloned());
-            let Some(ByteString(bytes)) = value else {
-                return Err(Failure::Waiting(
-                    reasons::WAITING_FOR_FILE_SECRET,
-                    format!(
-                        "file {}: waiting for key {:?} of Secret {:?}",
-                        file.path, source.key, source.name
-                    ),
-                ));
-            };
-            resolved_files.push(((source.name.clone(), source.key.clone()), bytes));
-        }
+    // File contents and password hashes kept in Secrets.
+    let sources = spec
+        .files
+        .iter()
+        .filter_map(|f| Some((format!("file {}", f.path), &f.content_from.as_ref()?.secret)))
+        .chain(spec.users.iter().filter_map(|u| {
+            Some((
+                format!("password of user {}", u.name),
+                &u.passwd_from.as_ref()?.secret,
+            ))
+        }));
+    for (what, source) in sources {
+        let value = secrets
+            .get_opt(&source.name)
+            .await?
+            .and_then(|s| s.data)
+            .and_then(|d| d.get(&source.key).cloned());
+        let Some(ByteString(bytes)) = value else {
+            return Err(Failure::Waiting(
+                reasons::WAITING_FOR_FILE_SECRET,
+                format!(
+                    "{what}: waiting for key {:?} of Secret {:?}",
+                    source.key, source.name
+                ),
+            ));
+        };
+        resolved_files.push(((source.name.clone(), source.key.clone()), bytes));
     }
     let mut extra_files = match role {
         Role::Init { .. } | Role::JoinControlPlane { .. } => pki.control_plane_files(),

@@ -9,11 +9,28 @@ use std::fmt::Write as _;
 
 use base64::Engine;
 
-use super::{BootstrapPlan, PlanFile};
+use super::{BootstrapPlan, PlanFile, partition_type_code};
+use crate::api::{DiskSetup, PartitionTableType};
 
 /// Writes the plan as a `#cloud-config` document.
 pub fn render(plan: &BootstrapPlan) -> String {
     let mut out = String::from("#cloud-config\n");
+    if !plan.boot_commands.is_empty() {
+        out.push_str("bootcmd:\n");
+        for command in &plan.boot_commands {
+            let _ = writeln!(out, "  - {}", quote(command));
+        }
+    }
+    if let Some(disks) = &plan.disk_setup {
+        disk_setup(&mut out, disks);
+    }
+    if !plan.mounts.is_empty() {
+        out.push_str("mounts:\n");
+        for mount in &plan.mounts {
+            let fields: Vec<String> = mount.iter().map(|f| quote(f)).collect();
+            let _ = writeln!(out, "  - [{}]", fields.join(", "));
+        }
+    }
     if !plan.files.is_empty() {
         out.push_str("write_files:\n");
         for file in &plan.files {
@@ -36,6 +53,9 @@ pub fn render(plan: &BootstrapPlan) -> String {
                 if let Some(value) = value {
                     let _ = writeln!(out, "    {key}: {}", quote(value));
                 }
+            }
+            if let Some(hash) = &user.passwd {
+                let _ = writeln!(out, "    passwd: {}", quote(hash));
             }
             let _ = writeln!(
                 out,
@@ -63,6 +83,76 @@ pub fn render(plan: &BootstrapPlan) -> String {
         }
     }
     out
+}
+
+/// `disk_setup` (partition tables by device) and `fs_setup` (file systems). Partition types were
+/// checked by [`super::plan`].
+fn disk_setup(out: &mut String, disks: &DiskSetup) {
+    if !disks.partitions.is_empty() {
+        out.push_str("disk_setup:\n");
+        for partition in &disks.partitions {
+            let table = partition.table_type.unwrap_or(PartitionTableType::Mbr);
+            let _ = writeln!(out, "  {}:", quote(&partition.device));
+            let table_name = match table {
+                PartitionTableType::Mbr => "mbr",
+                PartitionTableType::Gpt => "gpt",
+            };
+            let _ = writeln!(out, "    table_type: {}", quote(table_name));
+            if partition.disk_layout.is_empty() {
+                let _ = writeln!(out, "    layout: {}", partition.layout.unwrap_or(false));
+            } else {
+                out.push_str("    layout:\n");
+                for part in &partition.disk_layout {
+                    match part
+                        .partition_type
+                        .as_deref()
+                        .and_then(|name| partition_type_code(name, table))
+                    {
+                        None => {
+                            let _ = writeln!(out, "      - {}", part.percentage);
+                        }
+                        Some(code) => {
+                            let _ = writeln!(out, "      - [{}, {code}]", part.percentage);
+                        }
+                    }
+                }
+            }
+            let _ = writeln!(
+                out,
+                "    overwrite: {}",
+                partition.overwrite.unwrap_or(false)
+            );
+        }
+    }
+    if !disks.filesystems.is_empty() {
+        out.push_str("fs_setup:\n");
+        for fs in &disks.filesystems {
+            let _ = writeln!(out, "  - device: {}", quote(&fs.device));
+            let _ = writeln!(out, "    filesystem: {}", quote(&fs.filesystem));
+            for (key, value) in [("label", &fs.label), ("replace_fs", &fs.replace_fs)] {
+                if let Some(value) = value {
+                    let _ = writeln!(out, "    {key}: {}", quote(value));
+                }
+            }
+            // A partition number is an integer to cloud-init; `auto`, `any`, `none` are words.
+            match fs.partition.as_deref().map(|p| (p, p.parse::<u32>())) {
+                Some((_, Ok(number))) => {
+                    let _ = writeln!(out, "    partition: {number}");
+                }
+                Some((word, Err(_))) => {
+                    let _ = writeln!(out, "    partition: {}", quote(word));
+                }
+                None => {}
+            }
+            if let Some(overwrite) = fs.overwrite {
+                let _ = writeln!(out, "    overwrite: {overwrite}");
+            }
+            if !fs.extra_opts.is_empty() {
+                let opts: Vec<String> = fs.extra_opts.iter().map(|o| quote(o)).collect();
+                let _ = writeln!(out, "    extra_opts: [{}]", opts.join(", "));
+            }
+        }
+    }
 }
 
 fn write_file(out: &mut String, file: &PlanFile) {
@@ -165,6 +255,43 @@ mod tests {
         assert!(render_file(b"").contains("content: \"\"\n"));
         assert!(render_file(b"\n").contains("content: \"\\n\"\n"));
         assert!(render_file(b"\n\n").contains("content: \"\\n\\n\"\n"));
+    }
+
+    #[test]
+    fn disks_are_written_as_cloud_init_reads_them() {
+        use crate::api::{DiskSetup, Filesystem, Partition, PartitionSpec, PartitionTableType};
+        let mut out = String::new();
+        disk_setup(
+            &mut out,
+            &DiskSetup {
+                partitions: vec![Partition {
+                    device: "/dev/vdb".into(),
+                    disk_layout: vec![
+                        PartitionSpec {
+                            percentage: 60,
+                            partition_type: None,
+                        },
+                        PartitionSpec {
+                            percentage: 40,
+                            partition_type: Some("LinuxSwap".into()),
+                        },
+                    ],
+                    table_type: Some(PartitionTableType::Mbr),
+                    ..Partition::default()
+                }],
+                filesystems: vec![Filesystem {
+                    device: "/dev/vdb".into(),
+                    filesystem: "ext4".into(),
+                    partition: Some("2".into()),
+                    ..Filesystem::default()
+                }],
+            },
+        );
+        assert!(
+            out.contains("    layout:\n      - 60\n      - [40, 82]\n"),
+            "{out}"
+        );
+        assert!(out.contains("    partition: 2\n"), "{out}");
     }
 
     #[test]

@@ -21,6 +21,29 @@ pub const DONE_MARKER: &str = "/etc/kubeadm.done";
 
 /// Writes the plan as an Ignition config.
 pub fn render(plan: &BootstrapPlan) -> Result<String, RenderError> {
+    let unsupported = |field: &str, hint: &'static str| RenderError::Unsupported {
+        field: field.to_string(),
+        context: " with format ignition",
+        hint,
+    };
+    if !plan.boot_commands.is_empty() {
+        return Err(unsupported(
+            "bootCommands",
+            "run them from a systemd unit in ignition.containerLinuxConfig.additionalConfig",
+        ));
+    }
+    if plan.disk_setup.is_some() {
+        return Err(unsupported(
+            "diskSetup",
+            "declare storage.disks and storage.filesystems in ignition.containerLinuxConfig.additionalConfig",
+        ));
+    }
+    if !plan.mounts.is_empty() {
+        return Err(unsupported(
+            "mounts",
+            "declare mount units in ignition.containerLinuxConfig.additionalConfig",
+        ));
+    }
     let mut files: Vec<Value> = plan.files.iter().map(file).collect();
     let mut users = Vec::new();
     for user in &plan.users {
@@ -38,6 +61,7 @@ pub fn render(plan: &BootstrapPlan) -> Result<String, RenderError> {
             entry.insert("groups".into(), json!(groups));
         }
         for (key, value) in [
+            ("passwordHash", &user.passwd),
             ("gecos", &user.gecos),
             ("homeDir", &user.home_dir),
             ("shell", &user.shell),

@@ -7,7 +7,7 @@
 use serde_json::{Map, Value, json};
 
 use super::{KubernetesVersion, RenderInput, Role};
-use crate::api::{Arg, ClusterConfiguration, ControlPlaneComponent, NodeRegistration};
+use crate::api::{Arg, ClusterConfiguration, ControlPlaneComponent, Discovery, NodeRegistration};
 
 /// The default TTL of bootstrap tokens created by `kubeadm init` for joining machines.
 pub const BOOTSTRAP_TOKEN_TTL: &str = "15m0s";
@@ -104,6 +104,22 @@ fn node_registration(registration: Option<&NodeRegistration>, v4: bool) -> Value
             "ignorePreflightErrors",
             json!(registration.ignore_preflight_errors),
         );
+        // An empty list is meaningful: no taints at all (kubeadm's default taints otherwise).
+        if let Some(taints) = &registration.taints {
+            map.insert("taints".into(), json!(taints));
+        }
+        insert_nonempty(
+            &mut map,
+            "imagePullPolicy",
+            json!(registration.image_pull_policy),
+        );
+        if v4 {
+            insert_nonempty(
+                &mut map,
+                "imagePullSerial",
+                json!(registration.image_pull_serial),
+            );
+        }
     }
     Value::Object(map)
 }
@@ -118,15 +134,25 @@ fn document(input: &RenderInput<'_>, kind: &str) -> Map<String, Value> {
 fn init_configuration(input: &RenderInput<'_>, token: &str, v4: bool) -> Value {
     let init = input.spec.init_configuration.clone().unwrap_or_default();
     let mut map = document(input, "InitConfiguration");
-    map.insert(
-        "bootstrapTokens".into(),
-        json!([{
-            "token": token,
-            "ttl": BOOTSTRAP_TOKEN_TTL,
-            "groups": ["system:bootstrappers:kubeadm:default-node-token"],
-            "usages": ["signing", "authentication"],
-        }]),
-    );
+    let mut tokens = vec![json!({
+        "token": token,
+        "ttl": BOOTSTRAP_TOKEN_TTL,
+        "groups": ["system:bootstrappers:kubeadm:default-node-token"],
+        "usages": ["signing", "authentication"],
+    })];
+    for extra in &init.bootstrap_tokens {
+        let mut fields = Map::new();
+        fields.insert("token".into(), json!(extra.token));
+        insert_nonempty(&mut fields, "description", json!(extra.description));
+        if let Some(seconds) = extra.ttl_seconds {
+            fields.insert("ttl".into(), json!(format!("{seconds}s")));
+        }
+        insert_nonempty(&mut fields, "expires", json!(extra.expires));
+        insert_nonempty(&mut fields, "usages", json!(extra.usages));
+        insert_nonempty(&mut fields, "groups", json!(extra.groups));
+        tokens.push(Value::Object(fields));
+    }
+    map.insert("bootstrapTokens".into(), Value::Array(tokens));
     insert_nonempty(
         &mut map,
         "nodeRegistration",
@@ -143,6 +169,10 @@ fn init_configuration(input: &RenderInput<'_>, token: &str, v4: bool) -> Value {
         insert_nonempty(&mut map, "localAPIEndpoint", Value::Object(local));
     }
     insert_nonempty(&mut map, "skipPhases", json!(init.skip_phases));
+    insert_nonempty(&mut map, "patches", json!(init.patches));
+    if v4 && let Some(timeouts) = &init.timeouts {
+        insert_nonempty(&mut map, "timeouts", Value::Object(timeouts.to_kubeadm()));
+    }
     Value::Object(map)
 }
 
@@ -252,13 +282,10 @@ fn join_configuration(
 ) -> Value {
     let join = input.spec.join_configuration.clone().unwrap_or_default();
     let mut map = document(input, "JoinConfiguration");
+    insert_nonempty(&mut map, "caCertPath", json!(join.ca_cert_path));
     map.insert(
         "discovery".into(),
-        json!({"bootstrapToken": {
-            "token": token,
-            "apiServerEndpoint": input.cluster.control_plane_endpoint,
-            "caCertHashes": ca_cert_hashes,
-        }}),
+        discovery(input, join.discovery.as_ref(), token, ca_cert_hashes),
     );
     insert_nonempty(
         &mut map,
@@ -278,5 +305,63 @@ fn join_configuration(
         map.insert("controlPlane".into(), json!({"localAPIEndpoint": local}));
     }
     insert_nonempty(&mut map, "skipPhases", json!(join.skip_phases));
+    insert_nonempty(&mut map, "patches", json!(join.patches));
+    if v4 && let Some(timeouts) = &join.timeouts {
+        insert_nonempty(&mut map, "timeouts", Value::Object(timeouts.to_kubeadm()));
+    }
+    Value::Object(map)
+}
+
+/// `discovery`: what the user set wins, as upstream's bootstrap provider does it; otherwise a
+/// bootstrap token (`token`), the cluster's endpoint and the CA's hashes. A `file` discovery
+/// replaces the token discovery.
+fn discovery(
+    input: &RenderInput<'_>,
+    set: Option<&Discovery>,
+    token: &str,
+    ca_cert_hashes: &[String],
+) -> Value {
+    let mut map = Map::new();
+    let set = set.cloned().unwrap_or_default();
+    if let Some(file) = &set.file {
+        map.insert(
+            "file".into(),
+            json!({"kubeConfigPath": file.kube_config_path}),
+        );
+    } else {
+        let wanted = set.bootstrap_token.unwrap_or_default();
+        let skip_ca = wanted.unsafe_skip_ca_verification.unwrap_or(false);
+        let mut bootstrap = Map::new();
+        bootstrap.insert(
+            "token".into(),
+            json!(wanted.token.as_deref().unwrap_or(token)),
+        );
+        bootstrap.insert(
+            "apiServerEndpoint".into(),
+            json!(
+                wanted
+                    .api_server_endpoint
+                    .as_deref()
+                    .unwrap_or(&input.cluster.control_plane_endpoint)
+            ),
+        );
+        let hashes = if !wanted.ca_cert_hashes.is_empty() {
+            wanted.ca_cert_hashes.clone()
+        } else if skip_ca {
+            Vec::new()
+        } else {
+            ca_cert_hashes.to_vec()
+        };
+        insert_nonempty(&mut bootstrap, "caCertHashes", json!(hashes));
+        if skip_ca {
+            bootstrap.insert("unsafeSkipCAVerification".into(), json!(true));
+        }
+        map.insert("bootstrapToken".into(), Value::Object(bootstrap));
+    }
+    insert_nonempty(
+        &mut map,
+        "tlsBootstrapToken",
+        json!(set.tls_bootstrap_token),
+    );
     Value::Object(map)
 }

@@ -68,6 +68,17 @@ pub enum RenderError {
     /// `ignition.containerLinuxConfig.additionalConfig` is not an Ignition JSON fragment.
     #[error("ignition.containerLinuxConfig.additionalConfig is not Ignition JSON: {0}")]
     InvalidAdditionalConfig(String),
+    /// A field is set that this renderer cannot carry out (for this format): refused rather than
+    /// dropped.
+    #[error("{field} is not supported{context}; {hint}")]
+    Unsupported {
+        /// The field's path in the spec.
+        field: String,
+        /// When it is not supported, e.g. ` with format ignition` (may be empty).
+        context: &'static str,
+        /// What to do instead.
+        hint: &'static str,
+    },
 }
 
 /// A Kubernetes version.
@@ -235,6 +246,12 @@ pub struct BootstrapPlan {
     pub ntp: Option<Ntp>,
     /// Shell commands, in order: pre-kubeadm, kubeadm, post-kubeadm.
     pub commands: Vec<String>,
+    /// Commands run early in every boot (`bootCommands`; cloud-config only).
+    pub boot_commands: Vec<String>,
+    /// Partitions and file systems (`diskSetup`; cloud-config only).
+    pub disk_setup: Option<crate::api::DiskSetup>,
+    /// Mount lines (`mounts`; cloud-config only).
+    pub mounts: Vec<Vec<String>>,
     /// Extra Ignition (`additionalConfig`), already parsed.
     pub additional_ignition: Option<serde_json::Value>,
 }
@@ -250,7 +267,14 @@ pub const BOOTSTRAP_SENTINEL: &str = "/run/cluster-api/bootstrap-success.complet
 pub fn plan(input: &RenderInput<'_>) -> Result<BootstrapPlan, RenderError> {
     let spec = input.spec;
     let mut files = Vec::with_capacity(spec.files.len() + input.extra_files.len() + 1);
-    for file in &spec.files {
+    for (i, file) in spec.files.iter().enumerate() {
+        if file.content_format == Some(crate::api::ContentFormat::Template) {
+            return Err(RenderError::Unsupported {
+                field: format!("files[{i}].contentFormat: Template"),
+                context: "",
+                hint: "write the content out (contentFormat Raw) or generate it in preKubeadmCommands",
+            });
+        }
         files.push(plan_file(file, &input.resolved_files)?);
     }
     files.extend(input.extra_files.iter().cloned());
@@ -284,16 +308,86 @@ pub fn plan(input: &RenderInput<'_>) -> Result<BootstrapPlan, RenderError> {
         })
         .transpose()?;
 
+    if spec
+        .join_configuration
+        .as_ref()
+        .and_then(|j| j.discovery.as_ref())
+        .and_then(|d| d.file.as_ref())
+        .is_some_and(|f| f.kube_config.is_some())
+    {
+        return Err(RenderError::Unsupported {
+            field: "joinConfiguration.discovery.file.kubeConfig".into(),
+            context: "",
+            hint: "write the kubeconfig with files[] and point kubeConfigPath at it",
+        });
+    }
+    if let Some(disks) = &spec.disk_setup {
+        for (i, partition) in disks.partitions.iter().enumerate() {
+            let table = partition
+                .table_type
+                .unwrap_or(crate::api::PartitionTableType::Mbr);
+            for (j, part) in partition.disk_layout.iter().enumerate() {
+                if let Some(name) = &part.partition_type
+                    && partition_type_code(name, table).is_none()
+                {
+                    return Err(RenderError::Unsupported {
+                        field: format!(
+                            "diskSetup.partitions[{i}].diskLayout[{j}].partitionType: {name}"
+                        ),
+                        context: " by cloud-init on this partition table",
+                        hint: "cloud-init takes numeric partition types only: use Linux, LinuxSwap, NTFS (or Fat32 on gpt, LinuxExtended on mbr), or partition in bootCommands",
+                    });
+                }
+            }
+        }
+    }
+    let mut users = Vec::with_capacity(spec.users.len());
+    for (i, user) in spec.users.iter().enumerate() {
+        users.push(plan_user(i, user, &input.resolved_files)?);
+    }
     Ok(BootstrapPlan {
         files,
-        users: spec.users.clone(),
+        users,
         ntp: spec
             .ntp
             .clone()
             .filter(|n| n.enabled.unwrap_or(true) && !n.servers.is_empty()),
         commands,
+        boot_commands: spec.boot_commands.clone(),
+        disk_setup: spec.disk_setup.clone(),
+        mounts: spec.mounts.clone(),
         additional_ignition,
     })
+}
+
+/// A user of the plan: `passwdFrom` resolved into `passwd` (a password hash).
+fn plan_user(
+    index: usize,
+    user: &User,
+    resolved: &[((String, String), Vec<u8>)],
+) -> Result<User, RenderError> {
+    if user.inactive == Some(true) {
+        return Err(RenderError::Unsupported {
+            field: format!("users[{index}].inactive"),
+            context: "",
+            hint: "lock the account with lockPassword and no sshAuthorizedKeys instead",
+        });
+    }
+    let mut user = user.clone();
+    if let Some(from) = user.passwd_from.take() {
+        let secret = from.secret;
+        let hash = resolved
+            .iter()
+            .find(|((name, key), _)| *name == secret.name && *key == secret.key)
+            .and_then(|(_, bytes)| String::from_utf8(bytes.clone()).ok())
+            .ok_or_else(|| RenderError::UnresolvedContent {
+                path: format!("users[{index}].passwdFrom"),
+                secret: secret.name.clone(),
+                key: secret.key.clone(),
+            })?;
+        user.passwd = Some(hash.trim_end().to_string());
+    }
+    Ok(user)
 }
 
 fn plan_file(
@@ -360,4 +454,24 @@ fn plan_file(
         append: file.append.unwrap_or(false),
         gzip,
     })
+}
+
+/// The numeric partition type cloud-init hands to `sfdisk` (mbr, hexadecimal digits read as a
+/// code) or `sgdisk` (gpt) for one of upstream's type names. `None`: cloud-init cannot express it
+/// (its schema takes integers only: no GUIDs, no codes with hexadecimal letters).
+pub(crate) fn partition_type_code(
+    name: &str,
+    table: crate::api::PartitionTableType,
+) -> Option<u32> {
+    use crate::api::PartitionTableType::{Gpt, Mbr};
+    match (name, table) {
+        ("Linux", Mbr) => Some(83),
+        ("Linux", Gpt) => Some(8300),
+        ("LinuxSwap", Mbr) => Some(82),
+        ("LinuxSwap", Gpt) => Some(8200),
+        ("NTFS", Mbr) => Some(7),
+        ("NTFS" | "Fat32", Gpt) => Some(700),
+        ("LinuxExtended", Mbr) => Some(85),
+        _ => None,
+    }
 }
