@@ -94,6 +94,8 @@ pub const HEALTH_CHECK_FAILED: &str = "HealthCheckFailed";
 pub const WAITING_FOR_INFRASTRUCTURE: &str = "WaitingForInfrastructure";
 /// The machine has no ready node yet.
 pub const WAITING_FOR_NODE: &str = "WaitingForNode";
+/// A machine's node is ready but one of its `spec.readinessGates` does not hold.
+pub const READINESS_GATES_NOT_READY: &str = "ReadinessGatesNotReady";
 /// Bootstrap data, infrastructure and node are ready.
 pub const MACHINE_READY: &str = "Ready";
 /// Ready for at least `minReadySeconds`.
@@ -148,3 +150,7 @@ pub const HEALTHY: &str = "Healthy";
 pub const WAITING_FOR_REMEDIATION: &str = "WaitingForRemediation";
 /// The machine was made from an older template of its MachineDeployment.
 pub const NEEDS_ROLLOUT: &str = "NeedsRollout";
+
+/// A field is stored but this workspace's standalone controllers do not act on it (a Cluster's
+/// `spec.topology`): the condition's message names the field and what to run instead.
+pub const TOPOLOGY_NOT_SUPPORTED: &str = "TopologyNotSupported";

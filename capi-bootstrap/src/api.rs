@@ -48,6 +48,7 @@ use serde::{Deserialize, Serialize};
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct KubeadmConfigSpec {
     /// Cluster-wide kubeadm settings (used for the first control-plane machine).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1170,6 +1171,7 @@ pub struct ContainerLinuxConfig {
 /// The observed state of a `KubeadmConfig`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct KubeadmConfigStatus {
     /// Bootstrap milestones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1180,16 +1182,47 @@ pub struct KubeadmConfigStatus {
     pub data_secret_name: Option<String>,
     /// The latest generation observed by the controller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 1))]
     pub observed_generation: Option<i64>,
     /// `Ready`, `DataSecretAvailable`, …
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "validation::conditions")]
     pub conditions: Vec<Condition>,
+    /// Fields of the `v1beta1` status, kept for clients of the old version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deprecated: Option<KubeadmConfigDeprecatedStatus>,
+}
+
+/// `KubeadmConfig.status.deprecated`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeadmConfigDeprecatedStatus {
+    /// The `v1beta1` fields.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub v1beta1: Option<KubeadmConfigV1Beta1Status>,
+}
+
+/// The status fields of `v1beta1`, for its clients.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeadmConfigV1Beta1Status {
+    /// Conditions in the `v1beta1` shape.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<capi_core::api::V1Beta1Condition>,
+    /// A terminal failure's reason (informational).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub failure_reason: Option<String>,
+    /// A terminal failure's message (informational).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 10240))]
+    pub failure_message: Option<String>,
 }
 
 /// `KubeadmConfig.status.initialization`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct KubeadmConfigInitialization {
     /// The bootstrap data Secret exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1218,12 +1251,36 @@ pub struct KubeadmConfigTemplateSpec {
 /// `KubeadmConfigTemplate.spec.template`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct KubeadmConfigTemplateResource {
     /// Labels and annotations of each config.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("minProperties" = 1))]
     pub metadata: Option<TemplateMetadata>,
-    /// The spec of each config.
+    /// The spec of each config (none: an empty spec).
+    #[serde(default)]
+    #[schemars(transform = validation::without_default)]
     pub spec: KubeadmConfigSpec,
+}
+
+/// A `KubeadmConfig` with upstream's defaults has no `spec` upstream; here, where the object
+/// always has one (kube's root type), it is `spec: {}`, so the root spec is exempt from the
+/// `minProperties` its type carries elsewhere (a template's or a control plane's).
+fn spec_may_be_empty(
+    mut crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    for version in &mut crd.spec.versions {
+        if let Some(spec) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+            .and_then(|s| s.properties.as_mut())
+            .and_then(|p| p.get_mut("spec"))
+        {
+            spec.min_properties = None;
+        }
+    }
+    crd
 }
 
 /// The CRDs of this crate, with the contract label `cluster.x-k8s.io/v1beta2: v1beta2`.
@@ -1231,10 +1288,11 @@ pub fn crds()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
 {
     use kube::CustomResourceExt;
-    [KubeadmConfig::crd(), KubeadmConfigTemplate::crd()]
-        .into_iter()
-        .map(|crd| {
-            capi_core::crd::as_upstream(capi_core::crd::with_contract_version(crd, "v1beta2"))
-        })
-        .collect()
+    [
+        spec_may_be_empty(KubeadmConfig::crd()),
+        KubeadmConfigTemplate::crd(),
+    ]
+    .into_iter()
+    .map(|crd| capi_core::crd::as_upstream(capi_core::crd::with_contract_version(crd, "v1beta2")))
+    .collect()
 }

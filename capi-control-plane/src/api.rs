@@ -13,7 +13,7 @@
 use capi_bootstrap::api::KubeadmConfigSpec;
 use capi_core::api::{
     ContractVersionedObjectReference, MachineDeletionSpec, MachineReadinessGate, MachineTaint,
-    TemplateMetadata, validation,
+    StatusVersion, TemplateMetadata, V1Beta1Condition, validation,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -330,6 +330,7 @@ fn naming_has_random(schema: &mut Schema) {
 /// The observed state of a control plane.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct KubeadmControlPlaneStatus {
     /// `Available`, `Initialized`, `CertificatesAvailable`, `EtcdClusterHealthy`,
     /// `ControlPlaneComponentsHealthy`, `MachinesReady`, `MachinesUpToDate`, `RollingOut`,
@@ -402,20 +403,6 @@ pub struct KubeadmControlPlaneInitializationStatus {
     pub control_plane_initialized: Option<bool>,
 }
 
-/// One Kubernetes version and how many machines run it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct StatusVersion {
-    /// The version.
-    #[schemars(length(min = 1, max = 256))]
-    pub version: String,
-
-    /// How many machines run it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
-    pub replicas: Option<i32>,
-}
-
 /// `status.lastRemediation`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -459,47 +446,16 @@ pub struct KubeadmControlPlaneV1Beta1Status {
     pub failure_message: Option<String>,
 
     /// Machines with the desired spec.
-    #[serde(default)]
-    pub updated_replicas: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_replicas: Option<i32>,
 
     /// Machines ready.
-    #[serde(default)]
-    pub ready_replicas: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
 
     /// Machines not available.
-    #[serde(default)]
-    pub unavailable_replicas: i32,
-}
-
-/// A condition in the `v1beta1` shape.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct V1Beta1Condition {
-    /// The condition type.
-    #[serde(rename = "type")]
-    #[schemars(length(min = 1, max = 256))]
-    pub type_: String,
-
-    /// `True`, `False` or `Unknown`.
-    pub status: String,
-
-    /// `Error`, `Warning` or `Info`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 32))]
-    pub severity: Option<String>,
-
-    /// When the status last changed.
-    pub last_transition_time: Time,
-
-    /// Why, in CamelCase.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 256))]
-    pub reason: Option<String>,
-
-    /// Why, for humans.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 10240))]
-    pub message: Option<String>,
+    pub unavailable_replicas: Option<i32>,
 }
 
 /// The control plane a ClusterClass stamps out: a `KubeadmControlPlane` without what the

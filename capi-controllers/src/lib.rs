@@ -54,6 +54,7 @@ pub mod machine;
 pub mod machine_deployment;
 pub mod machine_health_check;
 pub mod machine_set;
+pub mod naming;
 
 mod cache;
 mod ownership;

@@ -147,6 +147,8 @@ fn machine_spec() -> impl Strategy<Value = MachineSpec> {
                         node_volume_detach_timeout_seconds: b,
                         node_deletion_timeout_seconds: c,
                     }),
+                    readiness_gates: Vec::new(),
+                    taints: Vec::new(),
                 }
             },
         )
@@ -191,9 +193,11 @@ fn machine() -> impl Strategy<Value = Machine> {
                     deletion: deletion.map(|(a, b)| MachineDeletionStatus {
                         node_drain_start_time: a,
                         wait_for_node_volume_detach_start_time: b,
+                        ..MachineDeletionStatus::default()
                     }),
                     observed_generation,
                     conditions,
+                    ..MachineStatus::default()
                 }
             },
         );
@@ -242,6 +246,7 @@ fn machine_set() -> impl Strategy<Value = MachineSet> {
                 selector,
                 template,
                 deletion,
+                machine_naming: None,
             },
         );
     let status = (of(name()), replica_counts(), of(0i64..100), conditions()).prop_map(
@@ -253,6 +258,7 @@ fn machine_set() -> impl Strategy<Value = MachineSet> {
             up_to_date_replicas: up,
             observed_generation: g,
             conditions: c,
+            ..MachineSetStatus::default()
         },
     );
     (metadata(), spec, of(status)).prop_map(|(metadata, spec, status)| MachineSet {
@@ -314,6 +320,7 @@ fn machine_deployment() -> impl Strategy<Value = MachineDeployment> {
                 remediation: remediation
                     .map(|max_in_flight| MachineDeploymentRemediation { max_in_flight }),
                 paused,
+                machine_naming: None,
             },
         );
     let phase = prop_oneof![
@@ -340,6 +347,7 @@ fn machine_deployment() -> impl Strategy<Value = MachineDeployment> {
                 phase,
                 observed_generation: g,
                 conditions: c,
+                ..MachineDeploymentStatus::default()
             }
         });
     (metadata(), spec, of(status)).prop_map(|(metadata, spec, status)| MachineDeployment {
@@ -386,6 +394,8 @@ fn cluster() -> impl Strategy<Value = Cluster> {
                 control_plane_endpoint,
                 control_plane_ref,
                 infrastructure_ref,
+                topology: None,
+                availability_gates: Vec::new(),
             },
         );
     let summary = || {
@@ -395,6 +405,8 @@ fn cluster() -> impl Strategy<Value = Cluster> {
             ready_replicas: ready,
             available_replicas: None,
             up_to_date_replicas: up,
+            versions: Vec::new(),
+            upgrade_plan: Vec::new(),
         })
     };
     let domain =
@@ -442,6 +454,7 @@ fn cluster() -> impl Strategy<Value = Cluster> {
                 phase,
                 observed_generation,
                 conditions,
+                deprecated: None,
             },
         );
     (metadata(), spec, of(status)).prop_map(|(metadata, spec, status)| Cluster {
@@ -463,7 +476,7 @@ fn machine_health_check() -> impl Strategy<Value = MachineHealthCheck> {
         (name(), status(), 0i32..1000).prop_map(|(type_, status, timeout_seconds)| {
             UnhealthyNodeCondition {
                 type_,
-                status,
+                status: status.as_str().to_string(),
                 timeout_seconds,
             }
         });
@@ -546,6 +559,7 @@ fn machine_health_check() -> impl Strategy<Value = MachineHealthCheck> {
                 observed_generation,
                 targets,
                 conditions,
+                deprecated: None,
             },
         );
     (metadata(), spec, of(status)).prop_map(|(metadata, spec, status)| MachineHealthCheck {

@@ -373,25 +373,56 @@ fn normalise(keyword: &str, value: &Value) -> Value {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Allowed {
-    /// The kind.
+    /// The kind; `*` matches any run of characters (`KubeadmControlPlane*`, `*`).
     pub kind: String,
-    /// The field path; a path ending in `*` matches every path it starts.
+    /// The field path; `*` matches any run of characters (`*.rollout.after`).
     pub path: String,
-    /// What may differ there.
-    pub aspect: Aspect,
+    /// What may differ there: one aspect or a list of them.
+    #[serde(deserialize_with = "one_or_many")]
+    pub aspect: Vec<Aspect>,
     /// Why this difference is accepted.
     pub reason: String,
 }
 
+fn one_or_many<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<Aspect>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(Aspect),
+        Many(Vec<Aspect>),
+    }
+    Ok(match OneOrMany::deserialize(deserializer)? {
+        OneOrMany::One(aspect) => vec![aspect],
+        OneOrMany::Many(aspects) => aspects,
+    })
+}
+
 impl Allowed {
     fn matches(&self, difference: &Difference) -> bool {
-        self.kind == difference.kind
-            && self.aspect == difference.aspect
-            && match self.path.strip_suffix('*') {
-                Some(prefix) => difference.path.starts_with(prefix),
-                None => self.path == difference.path,
-            }
+        glob(&self.kind, &difference.kind)
+            && self.aspect.contains(&difference.aspect)
+            && glob(&self.path, &difference.path)
     }
+}
+
+/// Whether `text` matches `pattern`, where `*` stands for any run of characters.
+fn glob(pattern: &str, text: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or_default();
+    let Some(mut rest) = text.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        return rest.is_empty();
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 /// The reviewed list of accepted differences.
@@ -416,7 +447,7 @@ impl AllowList {
         };
         if let Some(bare) = entries.iter().find(|e| e.reason.trim().is_empty()) {
             return Err(AllowListError(format!(
-                "{} {} {} has no reason",
+                "{} {} {:?} has no reason",
                 bare.kind, bare.path, bare.aspect
             )));
         }
@@ -568,7 +599,7 @@ mod tests {
         let comparisons = [compare("K", &upstream, &ours)];
         let list = AllowList::parse(
             "- {kind: K, path: .a, aspect: missing, reason: not served}\n\
-             - {kind: K, path: .b*, aspect: missing, reason: later}\n\
+             - {kind: '*', path: .b*, aspect: [missing, type], reason: later}\n\
              - {kind: K, path: .z, aspect: type, reason: stale}\n",
         )
         .unwrap();
@@ -577,6 +608,14 @@ mod tests {
         assert_eq!(unused.len(), 1);
         assert_eq!(unused[0].path, ".z");
         assert!(AllowList::parse("- {kind: K, path: .a, aspect: missing, reason: ''}").is_err());
+        assert!(glob("*.rollout.after", ".spec.template.spec.rollout.after"));
+        assert!(glob(
+            "*.max*",
+            ".spec.rollout.strategy.rollingUpdate.maxSurge"
+        ));
+        assert!(!glob("*.max*", ".spec.replicas"));
+        assert!(glob("KubeadmControlPlane*", "KubeadmControlPlaneTemplate"));
+        assert!(!glob(".spec", ".spec.x"));
         let printed = table(&comparisons);
         let row = printed.lines().nth(1).unwrap();
         let cells: Vec<&str> = row.split_whitespace().collect();

@@ -52,36 +52,14 @@ pub(super) fn machine_name(kcp: &KubeadmControlPlane, cluster: &str) -> Result<S
         .as_ref()
         .and_then(|n| n.template.as_deref())
         .unwrap_or("{{ .kubeadmControlPlane.name }}-{{ .random }}");
-    let random = capi_controllers::random_suffix();
-    let mut name = String::new();
-    let mut rest = template;
-    while let Some(start) = rest.find("{{") {
-        name.push_str(&rest[..start]);
-        let Some(end) = rest[start..].find("}}") else {
-            return Err(format!(
-                "machineNaming.template {template:?}: unclosed {{{{"
-            ));
-        };
-        let field = rest[start + 2..start + end].trim();
-        match field {
-            ".cluster.name" => name.push_str(cluster),
-            ".kubeadmControlPlane.name" => name.push_str(&kcp.name_any()),
-            ".random" => name.push_str(&random),
-            other => {
-                return Err(format!(
-                    "machineNaming.template {template:?}: unknown field {other:?} (known: .cluster.name, .kubeadmControlPlane.name, .random)"
-                ));
-            }
-        }
-        rest = &rest[start + end + 2..];
-    }
-    name.push_str(rest);
-    if name.len() > 63 {
-        return Err(format!(
-            "machineNaming.template {template:?} makes {name:?}, longer than 63 characters"
-        ));
-    }
-    Ok(name)
+    let name = kcp.name_any();
+    capi_controllers::naming::machine_name(
+        template,
+        &[
+            (".cluster.name", cluster),
+            (".kubeadmControlPlane.name", &name),
+        ],
+    )
 }
 
 /// What a machine is, for the decisions.
@@ -222,7 +200,12 @@ fn config_spec(kcp: &KubeadmControlPlane, init: bool) -> KubeadmConfigSpec {
         spec.join_configuration = None;
     } else {
         spec.init_configuration = None;
-        spec.join_configuration.get_or_insert_with(Default::default);
+        // `controlPlane` marks a control-plane join (and keeps the object non-empty, as the
+        // schema wants), as upstream's control plane provider writes it.
+        spec.join_configuration
+            .get_or_insert_with(Default::default)
+            .control_plane
+            .get_or_insert_with(Default::default);
     }
     spec
 }

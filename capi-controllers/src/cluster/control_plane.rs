@@ -102,6 +102,9 @@ pub(crate) fn replicas(control_plane: &DynamicObject) -> ReplicaSummary {
         ready_replicas: count(&status["readyReplicas"]),
         available_replicas: count(&status["availableReplicas"]),
         up_to_date_replicas: count(&status["upToDateReplicas"]),
+        // The control plane's own `status.versions`, where it reports them.
+        versions: serde_json::from_value(status["versions"].clone()).unwrap_or_default(),
+        upgrade_plan: Vec::new(),
     }
 }
 
@@ -191,7 +194,8 @@ mod tests {
     fn replica_counters_come_from_the_object_and_missing_ones_stay_unset() {
         let object = kcp(json!({
             "spec": {"replicas": 3},
-            "status": {"replicas": 4, "readyReplicas": 3, "availableReplicas": 3},
+            "status": {"replicas": 4, "readyReplicas": 3, "availableReplicas": 3,
+                       "versions": [{"version": "v1.34.1", "replicas": 4}]},
         }));
         assert_eq!(
             replicas(&object),
@@ -201,6 +205,11 @@ mod tests {
                 ready_replicas: Some(3),
                 available_replicas: Some(3),
                 up_to_date_replicas: None,
+                versions: vec![capi_core::api::StatusVersion {
+                    version: "v1.34.1".into(),
+                    replicas: Some(4),
+                }],
+                upgrade_plan: Vec::new(),
             }
         );
     }

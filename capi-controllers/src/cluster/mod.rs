@@ -182,6 +182,26 @@ async fn reconcile_once(
     }
     let owner = cluster.controller_owner_ref(&());
 
+    // A topology is stored, not acted on: say so where upstream reports on it.
+    match &cluster.spec.topology {
+        Some(topology) => set(
+            &mut status,
+            TOPOLOGY_RECONCILED,
+            ConditionStatus::False,
+            reasons::TOPOLOGY_NOT_SUPPORTED,
+            format!(
+                "spec.topology (ClusterClass {:?}) is stored but not acted on: this workspace's core \
+                 controllers have no topology controller; run upstream Cluster API's core manager \
+                 for ClusterClass clusters, or describe the cluster with controlPlaneRef, \
+                 infrastructureRef and MachineDeployments",
+                topology.class_ref.name
+            ),
+        ),
+        None => {
+            condition::remove(&mut status.conditions, TOPOLOGY_RECONCILED);
+        }
+    }
+
     // Infrastructure.
     let mut endpoint: Option<ApiEndpoint> = None;
     let (infra_provisioned, infra_reason, infra_message) = match &cluster.spec.infrastructure_ref {
@@ -393,6 +413,8 @@ async fn reconcile_once(
             ready_replicas: Some(count(&has(condition::READY))),
             available_replicas: Some(count(&has(condition::AVAILABLE))),
             up_to_date_replicas: None,
+            versions: versions(group.iter().filter_map(|m| m.spec.version.as_deref())),
+            upgrade_plan: Vec::new(),
         }
     };
     // A control plane provider reports its own counters; machines are counted only without one.
@@ -592,4 +614,24 @@ where
         }
     }
     Ok(())
+}
+
+/// The condition upstream's topology controller keeps on a Cluster with a `spec.topology`.
+pub const TOPOLOGY_RECONCILED: &str = "TopologyReconciled";
+
+/// How many machines run each Kubernetes version, by version (deterministic, so that the status
+/// does not change from one pass to the next).
+fn versions<'a>(of: impl Iterator<Item = &'a str>) -> Vec<capi_core::api::StatusVersion> {
+    let mut counts = std::collections::BTreeMap::<&str, i32>::new();
+    for version in of {
+        *counts.entry(version).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .take(32)
+        .map(|(version, n)| capi_core::api::StatusVersion {
+            version: version.to_string(),
+            replicas: Some(n),
+        })
+        .collect()
 }

@@ -240,6 +240,7 @@ async fn reconcile_once(
         min_ready: Duration::from_secs(
             u64::try_from(machine.spec.min_ready_seconds.unwrap_or(0)).unwrap_or(0),
         ),
+        readiness_gates: machine.spec.readiness_gates.clone(),
     };
     let current = machine.status.clone().unwrap_or_default();
     let (desired, available_in) = status::desired(&current, &facts, Time(jiff::Timestamp::now()));

@@ -72,6 +72,8 @@ pub(crate) struct Facts {
     pub(crate) node: Step,
     pub(crate) addresses: Option<Vec<MachineAddress>>,
     pub(crate) min_ready: Duration,
+    /// `spec.readinessGates`: conditions that must hold for `Ready`.
+    pub(crate) readiness_gates: Vec<capi_core::api::MachineReadinessGate>,
 }
 
 /// The status after applying `facts` to `current` at `now`, and how long until `Available` may
@@ -131,6 +133,8 @@ pub(crate) fn desired(
         )
     } else if !facts.node.ready() {
         Step::waiting(reasons::WAITING_FOR_NODE, &facts.node.message)
+    } else if let Some(open) = open_gates(&status.conditions, &facts.readiness_gates) {
+        Step::waiting(reasons::READINESS_GATES_NOT_READY, &open)
     } else {
         Step::done(reasons::MACHINE_READY)
     };
@@ -187,6 +191,31 @@ pub(crate) fn phase(bootstrap_data: bool, provisioned: bool, node: bool) -> Mach
     }
 }
 
+/// The readiness gates that do not hold, as one message, or `None` when all hold: a gate holds
+/// when its condition is `True` (`Negative` polarity: `False`).
+fn open_gates(
+    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    gates: &[capi_core::api::MachineReadinessGate],
+) -> Option<String> {
+    use capi_core::api::ConditionPolarity;
+    let open: Vec<String> = gates
+        .iter()
+        .filter(|gate| {
+            let wanted = match gate.polarity.unwrap_or_default() {
+                ConditionPolarity::Positive => ConditionStatus::True,
+                ConditionPolarity::Negative => ConditionStatus::False,
+            };
+            condition::status(conditions, &gate.condition_type) != Some(wanted)
+        })
+        .map(|gate| {
+            let now = condition::get(conditions, &gate.condition_type)
+                .map_or("missing".to_string(), |c| c.status.clone());
+            format!("readiness gate {} is {now}", gate.condition_type)
+        })
+        .collect();
+    (!open.is_empty()).then(|| open.join("; "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,6 +236,7 @@ mod tests {
             node: Step::done("NodeReady"),
             addresses: None,
             min_ready: Duration::ZERO,
+            readiness_gates: Vec::new(),
         }
     }
 
@@ -229,9 +259,49 @@ mod tests {
     }
 
     #[test]
+    fn readiness_gates_hold_ready_back_until_their_conditions_hold() {
+        use capi_core::api::{ConditionPolarity, MachineReadinessGate};
+        let facts = Facts {
+            readiness_gates: vec![
+                MachineReadinessGate {
+                    condition_type: "APIServerPodHealthy".into(),
+                    polarity: None,
+                },
+                MachineReadinessGate {
+                    condition_type: "Degraded".into(),
+                    polarity: Some(ConditionPolarity::Negative),
+                },
+            ],
+            ..facts()
+        };
+        let (status, _) = desired(&MachineStatus::default(), &facts, at(100));
+        let ready = condition::get(&status.conditions, condition::READY).unwrap();
+        assert_eq!(ready.reason, reasons::READINESS_GATES_NOT_READY);
+        assert!(
+            ready.message.contains("APIServerPodHealthy is missing")
+                && ready.message.contains("Degraded is missing"),
+            "{}",
+            ready.message
+        );
+        let mut current = status.clone();
+        for (type_, state) in [
+            ("APIServerPodHealthy", ConditionStatus::True),
+            ("Degraded", ConditionStatus::False),
+        ] {
+            condition::set(
+                &mut current.conditions,
+                DesiredCondition::new(type_, state, "Test"),
+            );
+        }
+        let (status, _) = desired(&current, &facts, at(101));
+        assert!(condition::is_true(&status.conditions, condition::READY));
+    }
+
+    #[test]
     fn available_waits_for_min_ready_seconds() {
         let facts = Facts {
             min_ready: Duration::from_secs(30),
+            readiness_gates: Vec::new(),
             ..facts()
         };
         let (first, wait) = desired(&MachineStatus::default(), &facts, at(100));

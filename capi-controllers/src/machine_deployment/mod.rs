@@ -488,6 +488,7 @@ fn new_machine_set(
             },
             template,
             deletion: deployment.spec.deletion.clone(),
+            machine_naming: deployment.spec.machine_naming.clone(),
         },
         status: None,
     }

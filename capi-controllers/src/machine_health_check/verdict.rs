@@ -226,12 +226,12 @@ mod tests {
             unhealthy_node_conditions: vec![
                 UnhealthyNodeCondition {
                     type_: "Ready".into(),
-                    status: ConditionStatus::False,
+                    status: "False".into(),
                     timeout_seconds: 300,
                 },
                 UnhealthyNodeCondition {
                     type_: "Ready".into(),
-                    status: ConditionStatus::Unknown,
+                    status: "Unknown".into(),
                     timeout_seconds: 300,
                 },
             ],

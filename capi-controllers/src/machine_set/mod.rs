@@ -401,7 +401,21 @@ async fn create_machine(
 ) -> Result<String, ReconcileError> {
     let deps = &context.state;
     let uid = set.uid().unwrap_or_default();
-    let name = format!("{}-{}", set.name_any(), crate::random_suffix());
+    let set_name = set.name_any();
+    let template = set
+        .spec
+        .machine_naming
+        .as_ref()
+        .and_then(|n| n.template.as_deref())
+        .unwrap_or("{{ .machineSet.name }}-{{ .random }}");
+    let name = crate::naming::machine_name(
+        template,
+        &[
+            (".machineSet.name", &set_name),
+            (".cluster.name", &set.spec.cluster_name),
+        ],
+    )
+    .map_err(|why| ReconcileError::Controller(why.into()))?;
     let template = &set.spec.template;
     let mut spec = template.spec.clone();
     spec.cluster_name = set.spec.cluster_name.clone();

@@ -8,7 +8,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::reference::ContractVersionedObjectReference;
-use super::validation;
+use super::topology::Topology;
+use super::{Deprecated, FailureV1Beta1Status, MachineReadinessGate, validation};
 
 /// The desired state of a workload cluster.
 ///
@@ -121,6 +122,7 @@ use super::validation;
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct ClusterSpec {
     /// Stops every controller from reconciling this cluster and the objects that belong to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -141,11 +143,27 @@ pub struct ClusterSpec {
     /// The infrastructure provider's cluster object (for example an `OpenStackCluster`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub infrastructure_ref: Option<ContractVersionedObjectReference>,
+
+    /// The cluster's shape through a ClusterClass. Stored as upstream does; this workspace's
+    /// core controllers do not act on it (see [`Topology`] and the `TopologyReconciled`
+    /// condition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<Topology>,
+
+    /// Conditions, besides the standard ones, that must hold for the cluster to be `Available`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 32), transform = validation::keyed_by_condition_type)]
+    pub availability_gates: Vec<ClusterAvailabilityGate>,
 }
+
+/// A condition that must hold for a cluster to be `Available` (the shape of a machine's
+/// readiness gate).
+pub type ClusterAvailabilityGate = MachineReadinessGate;
 
 /// Network ranges and ports of a workload cluster.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct ClusterNetwork {
     /// The port the API server binds to. Defaults to 6443 when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -162,7 +180,7 @@ pub struct ClusterNetwork {
 
     /// The DNS domain of services, `cluster.local` when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253), pattern(validation::DNS_SUBDOMAIN))]
+    #[schemars(length(min = 1, max = 253))]
     pub service_domain: Option<String>,
 }
 
@@ -172,7 +190,7 @@ pub struct ClusterNetwork {
 pub struct NetworkRanges {
     /// CIDR blocks such as `10.96.0.0/12` or `fd00::/108`; at most 100.
     #[schemars(
-        length(max = 100),
+        length(min = 1, max = 100),
         inner(length(min = 1, max = 43), pattern(validation::CIDR))
     )]
     pub cidr_blocks: Vec<String>,
@@ -183,6 +201,7 @@ pub struct NetworkRanges {
 /// Both fields are omitted on the wire while unset (empty host, port 0), as upstream does.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct ApiEndpoint {
     /// The host name or IP address.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -214,6 +233,7 @@ fn is_zero(value: &i32) -> bool {
 /// The observed state of a workload cluster.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct ClusterStatus {
     /// Provisioning milestones; each flips to `true` once and stays there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -229,7 +249,7 @@ pub struct ClusterStatus {
 
     /// Failure domains reported by the infrastructure provider, sorted by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 100))]
+    #[schemars(length(min = 1, max = 100), transform = keyed_by_name)]
     pub failure_domains: Vec<FailureDomain>,
 
     /// The lifecycle phase.
@@ -238,18 +258,27 @@ pub struct ClusterStatus {
 
     /// The latest generation observed by the controller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 1))]
     pub observed_generation: Option<i64>,
 
     /// Current state of each aspect of the cluster (`Available`, `InfrastructureReady`, …).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "validation::conditions")]
     pub conditions: Vec<Condition>,
+
+    /// Fields of the `v1beta1` status, kept for clients of the old version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deprecated: Option<Deprecated<FailureV1Beta1Status>>,
+}
+
+fn keyed_by_name(schema: &mut schemars::Schema) {
+    validation::list_map(schema, &["name"]);
 }
 
 /// `Cluster.status.initialization`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct ClusterInitializationStatus {
     /// The infrastructure provider reported the cluster infrastructure as provisioned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -266,24 +295,49 @@ pub struct ClusterInitializationStatus {
 pub struct ReplicaSummary {
     /// Machines the owners ask for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
     pub desired_replicas: Option<i32>,
     /// Machines that exist.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
     pub replicas: Option<i32>,
     /// Machines whose `Ready` condition is true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
     pub ready_replicas: Option<i32>,
     /// Machines whose `Available` condition is true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
     pub available_replicas: Option<i32>,
     /// Machines whose spec matches their owner's template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
     pub up_to_date_replicas: Option<i32>,
+    /// The Kubernetes versions the machines run, and how many run each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 32))]
+    pub versions: Vec<StatusVersion>,
+    /// The versions a topology upgrade goes through (written by a topology controller).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 32))]
+    pub upgrade_plan: Vec<UpgradeStep>,
+}
+
+/// One Kubernetes version and how many machines run it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusVersion {
+    /// The version.
+    #[schemars(length(min = 1, max = 256))]
+    pub version: String,
+    /// How many machines run it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub replicas: Option<i32>,
+}
+
+/// One step of a planned upgrade.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeStep {
+    /// The version of this step.
+    #[schemars(length(min = 1, max = 256))]
+    pub version: String,
 }
 
 /// A failure domain (availability zone, fault domain …) machines can be spread over.

@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::reference::{ContractVersionedObjectReference, MachineNodeReference};
-use super::validation;
+use super::{Deprecated, FailureV1Beta1Status, validation};
 
 /// The desired state of one machine.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -86,7 +86,7 @@ use super::validation;
 #[serde(rename_all = "camelCase")]
 pub struct MachineSpec {
     /// The name of the `Cluster` this machine belongs to.
-    #[schemars(length(min = 1, max = 63), pattern(validation::DNS_LABEL))]
+    #[schemars(length(min = 1, max = 63))]
     pub cluster_name: String,
 
     /// How the machine gets its bootstrap data.
@@ -122,6 +122,18 @@ pub struct MachineSpec {
     /// Timeouts of the deletion steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion: Option<MachineDeletionSpec>,
+
+    /// Conditions that must hold, besides the infrastructure, bootstrap and node, for the
+    /// machine to be `Ready`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 32), transform = validation::keyed_by_condition_type)]
+    pub readiness_gates: Vec<MachineReadinessGate>,
+
+    /// Taints for the machine's node. Stored; put on the node only by upstream Cluster API with
+    /// its `MachineTaintPropagation` feature gate (off by default there too).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 64), transform = validation::keyed_by_key_and_effect)]
+    pub taints: Vec<MachineTaint>,
 }
 
 /// Where a machine's bootstrap data comes from.
@@ -135,13 +147,14 @@ pub struct Bootstrap {
     /// The Secret holding the bootstrap data (key `value`), set by the bootstrap provider or by
     /// the user. The machine stays `Pending` until it is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(max = 253))]
     pub data_secret_name: Option<String>,
 }
 
 /// Timeouts of the deletion steps of a machine, in seconds; 0 means no limit.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct MachineDeletionSpec {
     /// How long to drain the node before deleting the machine anyway.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -229,6 +242,7 @@ pub enum TaintPropagation {
 /// The observed state of one machine.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct MachineStatus {
     /// Provisioning milestones; each flips to `true` once and stays there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -240,8 +254,21 @@ pub struct MachineStatus {
 
     /// Addresses of the instance, copied from the infrastructure machine.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 32))]
+    #[schemars(length(max = 256))]
     pub addresses: Vec<MachineAddress>,
+
+    /// The failure domain the instance runs in, as the infrastructure machine reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub failure_domain: Option<String>,
+
+    /// When the phase last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_updated: Option<Time>,
+
+    /// What the node reports about its system.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_info: Option<NodeSystemInfo>,
 
     /// The lifecycle phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -257,18 +284,64 @@ pub struct MachineStatus {
 
     /// The latest generation observed by the controller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 1))]
     pub observed_generation: Option<i64>,
 
     /// Current state of each aspect of the machine (`Ready`, `InfrastructureReady`, …).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "validation::conditions")]
     pub conditions: Vec<Condition>,
+
+    /// Fields of the `v1beta1` status, kept for clients of the old version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deprecated: Option<Deprecated<FailureV1Beta1Status>>,
+}
+
+/// What a node reports about its system (`corev1.NodeSystemInfo`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSystemInfo {
+    /// The machine ID.
+    #[serde(rename = "machineID")]
+    pub machine_id: String,
+    /// The system UUID.
+    #[serde(rename = "systemUUID")]
+    pub system_uuid: String,
+    /// The boot ID.
+    #[serde(rename = "bootID")]
+    pub boot_id: String,
+    /// The kernel version.
+    pub kernel_version: String,
+    /// The OS image.
+    pub os_image: String,
+    /// The container runtime and its version.
+    pub container_runtime_version: String,
+    /// The kubelet version.
+    pub kubelet_version: String,
+    /// The kube-proxy version (deprecated by Kubernetes).
+    pub kube_proxy_version: String,
+    /// The operating system.
+    pub operating_system: String,
+    /// The architecture.
+    pub architecture: String,
+    /// Swap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swap: Option<NodeSwapStatus>,
+}
+
+/// A node's swap.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSwapStatus {
+    /// Swap capacity, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<i64>,
 }
 
 /// `Machine.status.initialization`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct MachineInitializationStatus {
     /// The infrastructure provider reported the instance as provisioned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -290,6 +363,14 @@ pub struct MachineDeletionStatus {
     /// When waiting for volumes to detach started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_for_node_volume_detach_start_time: Option<Time>,
+
+    /// When waiting for pre-drain hooks started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_for_pre_drain_hook_start_time: Option<Time>,
+
+    /// When waiting for pre-terminate hooks started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_for_pre_terminate_hook_start_time: Option<Time>,
 }
 
 /// One address of a machine.
@@ -367,6 +448,7 @@ pub struct TemplateMetadata {
 pub struct MachineTemplateSpec {
     /// Labels and annotations of each machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("minProperties" = 1))]
     pub metadata: Option<TemplateMetadata>,
 
     /// The spec of each machine.

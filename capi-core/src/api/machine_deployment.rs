@@ -7,8 +7,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::machine::MachineTemplateSpec;
-use super::machine_set::MachineSetDeletionSpec;
-use super::validation;
+use super::machine_set::{MachineNaming, MachineSetDeletionSpec, keyed_by_version};
+use super::{Deprecated, MachineDeploymentV1Beta1Status, StatusVersion, validation};
 
 /// The desired state of a rolling group of machines.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -69,7 +69,7 @@ use super::validation;
 #[serde(rename_all = "camelCase")]
 pub struct MachineDeploymentSpec {
     /// The name of the `Cluster` the machines belong to.
-    #[schemars(length(min = 1, max = 63), pattern(validation::DNS_LABEL))]
+    #[schemars(length(min = 1, max = 63))]
     pub cluster_name: String,
 
     /// How many machines to keep. Upstream defaults it to 1 when unset.
@@ -96,6 +96,10 @@ pub struct MachineDeploymentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remediation: Option<MachineDeploymentRemediation>,
 
+    /// How the machines are named (passed on to the deployment's MachineSets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_naming: Option<MachineNaming>,
+
     /// Stops rollouts while set; scaling still happens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<bool>,
@@ -104,6 +108,7 @@ pub struct MachineDeploymentSpec {
 /// `MachineDeployment.spec.rollout`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct MachineDeploymentRollout {
     /// Roll every machine once after this time (RFC 3339), even without a template change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -118,6 +123,7 @@ pub struct MachineDeploymentRollout {
 /// `MachineDeployment.spec.rollout.strategy`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct MachineDeploymentRolloutStrategy {
     /// The strategy.
     #[serde(rename = "type")]
@@ -141,6 +147,7 @@ pub enum RolloutStrategyType {
 /// Parameters of a rolling update.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct RollingUpdate {
     /// Machines that may exist above `replicas` during the rollout: a count or a percentage of
     /// `replicas`, rounded up. Upstream default: 1.
@@ -158,6 +165,7 @@ pub struct RollingUpdate {
 /// `MachineDeployment.spec.remediation`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct MachineDeploymentRemediation {
     /// How many machines may be remediated at once: a count or a percentage of `replicas`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -168,30 +176,27 @@ pub struct MachineDeploymentRemediation {
 /// The observed state of a `MachineDeployment`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct MachineDeploymentStatus {
     /// The selector in string form, for the scale subresource.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 4096))]
+    #[schemars(length(min = 1, max = 4096))]
     pub selector: Option<String>,
 
     /// Machines that exist.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
     pub replicas: Option<i32>,
 
     /// Machines whose `Ready` condition is true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
     pub ready_replicas: Option<i32>,
 
     /// Machines whose `Available` condition is true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
     pub available_replicas: Option<i32>,
 
     /// Machines whose spec matches the current template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
     pub up_to_date_replicas: Option<i32>,
 
     /// The lifecycle phase.
@@ -200,13 +205,22 @@ pub struct MachineDeploymentStatus {
 
     /// The latest generation observed by the controller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 1))]
     pub observed_generation: Option<i64>,
 
     /// Current state of each aspect of the deployment.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "validation::conditions")]
     pub conditions: Vec<Condition>,
+
+    /// The Kubernetes versions the machines run, and how many run each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 100), transform = keyed_by_version)]
+    pub versions: Vec<StatusVersion>,
+
+    /// Fields of the `v1beta1` status, kept for clients of the old version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deprecated: Option<Deprecated<MachineDeploymentV1Beta1Status>>,
 }
 
 /// The lifecycle phase of a `MachineDeployment`.

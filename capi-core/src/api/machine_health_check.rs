@@ -6,7 +6,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::validation;
+use super::{ConditionsV1Beta1Status, Deprecated, validation};
 use crate::condition::ConditionStatus;
 
 /// The desired health checks over a selection of machines.
@@ -49,7 +49,7 @@ use crate::condition::ConditionStatus;
 #[serde(rename_all = "camelCase")]
 pub struct MachineHealthCheckSpec {
     /// The name of the `Cluster` the machines belong to.
-    #[schemars(length(min = 1, max = 63), pattern(validation::DNS_LABEL))]
+    #[schemars(length(min = 1, max = 63))]
     pub cluster_name: String,
 
     /// Which machines are checked.
@@ -68,6 +68,7 @@ pub struct MachineHealthCheckSpec {
 /// `MachineHealthCheck.spec.checks`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct MachineHealthCheckChecks {
     /// Seconds a machine may take to get a node before it is unhealthy; 0 disables the check.
     /// Upstream default: 600.
@@ -77,12 +78,12 @@ pub struct MachineHealthCheckChecks {
 
     /// Node conditions that make a machine unhealthy once they have held for their timeout.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 100))]
+    #[schemars(length(min = 1, max = 100))]
     pub unhealthy_node_conditions: Vec<UnhealthyNodeCondition>,
 
     /// Machine conditions that make a machine unhealthy once they have held for their timeout.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 100))]
+    #[schemars(length(min = 1, max = 100))]
     pub unhealthy_machine_conditions: Vec<UnhealthyMachineCondition>,
 }
 
@@ -92,11 +93,13 @@ pub struct MachineHealthCheckChecks {
 pub struct UnhealthyNodeCondition {
     /// The node condition type, e.g. `Ready`.
     #[serde(rename = "type")]
-    #[schemars(length(min = 1, max = 316))]
+    #[schemars(length(min = 1))]
     pub type_: String,
 
-    /// The status that is unhealthy.
-    pub status: ConditionStatus,
+    /// The status that is unhealthy (`True`, `False`, `Unknown`; a node condition's status is
+    /// a free string to Kubernetes).
+    #[schemars(length(min = 1))]
+    pub status: String,
 
     /// How long the condition must hold.
     #[schemars(range(min = 0))]
@@ -128,6 +131,7 @@ pub struct UnhealthyMachineCondition {
 /// `MachineHealthCheck.spec.remediation`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct MachineHealthCheckRemediation {
     /// Remediation is allowed only while the number of unhealthy machines satisfies this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -142,6 +146,7 @@ pub struct MachineHealthCheckRemediation {
 /// taking precedence as upstream.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct MachineHealthCheckRemediationTriggerIf {
     /// Remediate only while at most this many (or this percentage of) machines are unhealthy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -150,7 +155,7 @@ pub struct MachineHealthCheckRemediationTriggerIf {
 
     /// Remediate only while the number of unhealthy machines is within `[min-max]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 5, max = 32), pattern(validation::UNHEALTHY_RANGE))]
+    #[schemars(length(min = 1, max = 32), pattern(validation::UNHEALTHY_RANGE))]
     pub unhealthy_in_range: Option<String>,
 }
 
@@ -168,13 +173,14 @@ pub struct MachineHealthCheckRemediationTemplateReference {
     #[schemars(length(min = 1, max = 253), pattern(validation::DNS_SUBDOMAIN))]
     pub name: String,
     /// The template's API version, e.g. `remediation.example.io/v1alpha1`.
-    #[schemars(length(min = 1, max = 317))]
+    #[schemars(length(min = 1, max = 317), pattern(validation::API_VERSION))]
     pub api_version: String,
 }
 
 /// The observed state of a `MachineHealthCheck`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
 pub struct MachineHealthCheckStatus {
     /// Machines selected by the check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -193,16 +199,20 @@ pub struct MachineHealthCheckStatus {
 
     /// The latest generation observed by the controller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 1))]
     pub observed_generation: Option<i64>,
 
     /// Names of the selected machines.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 10000))]
+    #[schemars(length(max = 10000), inner(length(min = 1, max = 253)))]
     pub targets: Vec<String>,
 
     /// Current state of each aspect of the check (`RemediationAllowed`, …).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "validation::conditions")]
     pub conditions: Vec<Condition>,
+
+    /// Fields of the `v1beta1` status, kept for clients of the old version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deprecated: Option<Deprecated<ConditionsV1Beta1Status>>,
 }

@@ -21,19 +21,23 @@
 //! Each kind lives in its own module and is re-exported here.
 
 mod cluster;
+mod deprecated;
 mod machine;
 mod machine_deployment;
 mod machine_health_check;
 mod machine_set;
 mod reference;
+mod topology;
 pub mod validation;
 
 pub use cluster::*;
+pub use deprecated::*;
 pub use machine::*;
 pub use machine_deployment::*;
 pub use machine_health_check::*;
 pub use machine_set::*;
 pub use reference::*;
+pub use topology::*;
 
 /// The API group of every core Cluster API kind.
 pub const GROUP: &str = "cluster.x-k8s.io";

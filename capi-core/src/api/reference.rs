@@ -3,6 +3,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::validation;
+
 /// A reference to an object of a provider, resolved in the referring object's namespace.
 ///
 /// As in upstream `v1beta2`, a reference carries no `apiVersion`: the version served for the
@@ -56,6 +58,6 @@ impl ContractVersionedObjectReference {
 #[serde(rename_all = "camelCase")]
 pub struct MachineNodeReference {
     /// The node's name.
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), pattern(validation::DNS_SUBDOMAIN))]
     pub name: String,
 }

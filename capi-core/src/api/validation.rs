@@ -47,6 +47,9 @@ pub fn keyed_by_key_and_effect(schema: &mut Schema) {
     list_map(schema, &["key", "effect"]);
 }
 
+/// An API version `group/version`, as upstream's references spell it.
+pub const API_VERSION: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/[a-z]([-a-z0-9]*[a-z0-9])?$";
+
 /// `unhealthyInRange`: `[min-max]`.
 pub const UNHEALTHY_RANGE: &str = r"^\[[0-9]+-[0-9]+\]$";
 
@@ -111,6 +114,14 @@ pub fn not_a_health_check_condition(schema: &mut Schema) {
     );
 }
 
+/// Drops the `default` schemars derives from `#[serde(default)]`: a field that deserialises to
+/// its default when absent, but that the API server must not fill in (upstream's schema has no
+/// default there, or the default would break one of its constraints, such as `minProperties`).
+/// Use with `#[schemars(transform = validation::without_default)]`.
+pub fn without_default(schema: &mut Schema) {
+    schema.remove("default");
+}
+
 /// Appends a CEL rule (`x-kubernetes-validations`) to a schema.
 /// Adds the CEL rule `rule` (`x-kubernetes-validations`) with `message` to a schema, after the
 /// rules it already has. The API server refuses an object breaking it, naming its path and the
@@ -159,7 +170,7 @@ pub fn conditions(generator: &mut SchemaGenerator) -> Schema {
         "x-kubernetes-list-map-keys": ["type"],
         "items": {
             "type": "object",
-            "required": ["type", "status", "lastTransitionTime", "reason"],
+            "required": ["type", "status", "lastTransitionTime", "reason", "message"],
             "properties": {
                 "type": {"type": "string", "maxLength": 316, "pattern": CONDITION_TYPE},
                 "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
