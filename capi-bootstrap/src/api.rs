@@ -512,8 +512,9 @@ pub struct BootstrapToken {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub ttl_seconds: Option<i32>,
-    /// When it expires (instead of `ttlSeconds`).
+    /// When it expires (instead of `ttlSeconds`; RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "validation::rfc3339_time")]
     pub expires: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
     /// What it may be used for.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -714,9 +715,16 @@ pub struct KubeConfigCluster {
     pub proxy_url: Option<String>,
 }
 
-/// Base64 bytes on the wire, at most 51200 characters.
+/// Base64 bytes on the wire, at most 51200 characters. The pattern makes the API server refuse a
+/// list, which its `byte` format lets through (and which no client could decode).
 fn pem_bytes(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({"type": "string", "format": "byte", "minLength": 1, "maxLength": 51200})
+    schemars::json_schema!({
+        "type": "string",
+        "format": "byte",
+        "minLength": 1,
+        "maxLength": 51200,
+        "pattern": "^[A-Za-z0-9+/]*={0,2}$",
+    })
 }
 
 /// The user of a discovery kubeconfig.
@@ -853,8 +861,9 @@ pub struct NodeTaint {
     pub value: Option<String>,
     /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
     pub effect: String,
-    /// When it was added (`NoExecute` taints).
+    /// When it was added (`NoExecute` taints; RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "validation::rfc3339_time")]
     pub time_added: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 

@@ -222,7 +222,8 @@ async fn init_installs_crds_rbac_and_the_manager_idempotently() {
     assert!(args.contains(&"--with-core".to_string()));
     // The CRDs serve: a Cluster can be created right away.
     let cluster: capi_core::api::Cluster = serde_json::from_value(json!({
-        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "x"}, "spec": {}
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "x"},
+        "spec": {"paused": true}
     }))
     .unwrap();
     Api::<capi_core::api::Cluster>::namespaced(env.client(), "default")

@@ -375,8 +375,9 @@ fn normalise(keyword: &str, value: &Value) -> Value {
 pub struct Allowed {
     /// The kind; `*` matches any run of characters (`KubeadmControlPlane*`, `*`).
     pub kind: String,
-    /// The field path; `*` matches any run of characters (`*.rollout.after`).
-    pub path: String,
+    /// The field path, or several; `*` matches any run of characters (`*.rollout.after`).
+    #[serde(deserialize_with = "one_or_many")]
+    pub path: Vec<String>,
     /// What may differ there: one aspect or a list of them.
     #[serde(deserialize_with = "one_or_many")]
     pub aspect: Vec<Aspect>,
@@ -384,16 +385,20 @@ pub struct Allowed {
     pub reason: String,
 }
 
-fn one_or_many<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<Aspect>, D::Error> {
+fn one_or_many<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
     #[derive(Deserialize)]
     #[serde(untagged)]
-    enum OneOrMany {
-        One(Aspect),
-        Many(Vec<Aspect>),
+    enum OneOrMany<T> {
+        One(T),
+        Many(Vec<T>),
     }
     Ok(match OneOrMany::deserialize(deserializer)? {
-        OneOrMany::One(aspect) => vec![aspect],
-        OneOrMany::Many(aspects) => aspects,
+        OneOrMany::One(one) => vec![one],
+        OneOrMany::Many(many) => many,
     })
 }
 
@@ -401,7 +406,7 @@ impl Allowed {
     fn matches(&self, difference: &Difference) -> bool {
         glob(&self.kind, &difference.kind)
             && self.aspect.contains(&difference.aspect)
-            && glob(&self.path, &difference.path)
+            && self.path.iter().any(|p| glob(p, &difference.path))
     }
 }
 
@@ -447,7 +452,7 @@ impl AllowList {
         };
         if let Some(bare) = entries.iter().find(|e| e.reason.trim().is_empty()) {
             return Err(AllowListError(format!(
-                "{} {} {:?} has no reason",
+                "{} {:?} {:?} has no reason",
                 bare.kind, bare.path, bare.aspect
             )));
         }
@@ -606,7 +611,7 @@ mod tests {
         let (refused, unused) = list.judge(&comparisons);
         assert!(refused.is_empty(), "{refused:?}");
         assert_eq!(unused.len(), 1);
-        assert_eq!(unused[0].path, ".z");
+        assert_eq!(unused[0].path, [".z"]);
         assert!(AllowList::parse("- {kind: K, path: .a, aspect: missing, reason: ''}").is_err());
         assert!(glob("*.rollout.after", ".spec.template.spec.rollout.after"));
         assert!(glob(

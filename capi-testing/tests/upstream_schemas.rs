@@ -89,7 +89,7 @@ fn every_served_kind_matches_upstreams_schema_field_by_field() {
     }
     for entry in &unused {
         report.push_str(&format!(
-            "  stale allow-list entry (matches nothing): {} {} {:?}\n",
+            "  stale allow-list entry (matches nothing): {} {:?} {:?}\n",
             entry.kind, entry.path, entry.aspect
         ));
     }

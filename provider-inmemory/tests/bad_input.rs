@@ -46,7 +46,10 @@ fn base(kind: &str) -> Value {
         "Cluster" => json!({
             "clusterNetwork": {"pods": {"cidrBlocks": ["192.168.0.0/16"]}, "services": {"cidrBlocks": ["10.96.0.0/12"]}, "apiServerPort": 6443},
             "controlPlaneEndpoint": {"host": "10.0.0.1", "port": 6443},
-            "infrastructureRef": reference("InMemoryCluster")}),
+            "infrastructureRef": reference("InMemoryCluster"),
+            "topology": {"classRef": {"name": "quick-start"}, "version": "v1.33.0",
+                         "controlPlane": {"replicas": 1},
+                         "workers": {"machineDeployments": [{"class": "default-worker", "name": "md-0"}]}}}),
         "Machine" => {
             json!({"clusterName": "demo", "version": "v1.33.0", "bootstrap": {"dataSecretName": "x"},
                             "infrastructureRef": reference("InMemoryMachine"), "failureDomain": "a",
@@ -79,7 +82,9 @@ fn base(kind: &str) -> Value {
         "KubeadmConfigTemplate" => json!({"template": {"spec": {"format": "ignition",
                                   "files": [{"path": "/etc/demo", "content": "x"}],
                                   "initConfiguration": {"nodeRegistration": {"taints": [{"key": "k", "effect": "NoSchedule"}]}},
-                                  "joinConfiguration": {"nodeRegistration": {"taints": [{"key": "k", "effect": "NoSchedule"}]}}}}}),
+                                  "joinConfiguration": {"nodeRegistration": {"taints": [{"key": "k", "effect": "NoSchedule"}]},
+                                                        "discovery": {"file": {"kubeConfigPath": "/etc/discovery.conf",
+                                                                               "kubeConfig": {"user": {"exec": {"command": "x"}}}}}}}}}),
         "InMemoryCluster" => json!({}),
         "InMemoryMachine" => json!({"flavor": "small"}),
         "InMemoryMachineTemplate" => json!({"template": {"spec": {"flavor": "small"}}}),

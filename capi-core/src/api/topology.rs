@@ -93,8 +93,9 @@ pub struct ControlPlaneTopology {
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("minProperties" = 1))]
 pub struct RolloutAfter {
-    /// Roll every machine once after this time.
+    /// Roll every machine once after this time (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "validation::rfc3339_time")]
     pub after: Option<Time>,
 }
 
@@ -259,8 +260,9 @@ pub struct MachineDeploymentTopology {
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("minProperties" = 1))]
 pub struct DeploymentTopologyRollout {
-    /// Roll every machine once after this time.
+    /// Roll every machine once after this time (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "validation::rfc3339_time")]
     pub after: Option<Time>,
     /// The strategy.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -34,7 +34,12 @@ pub(crate) async fn fixture(config: CloudConfig) -> Fixture {
     let env = TestEnv::start_with_crds(&crds).await.unwrap();
     let ns = env.namespace().await.unwrap();
     let clusters: Api<Cluster> = Api::namespaced(env.client(), &ns);
-    let mut cluster = Cluster::new("demo", Default::default());
+    // Upstream's schema refuses an empty Cluster spec: this one names its pod network.
+    let mut cluster: Cluster = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "demo"},
+        "spec": {"clusterNetwork": {"pods": {"cidrBlocks": ["192.168.0.0/16"]}}},
+    }))
+    .unwrap();
     cluster.metadata.namespace = Some(ns.clone());
     clusters
         .create(&PostParams::default(), &cluster)
