@@ -53,6 +53,11 @@ enum Command {
         /// Print the YAML instead of applying it.
         #[arg(long)]
         dry_run: bool,
+        /// Replace Cluster API's own CRDs even when another installation (upstream Cluster API
+        /// installed by clusterctl, say) owns them. Without it, `init` installs only the
+        /// infrastructure provider beside that installation.
+        #[arg(long)]
+        force: bool,
     },
     /// Apply manifests (server-side apply, strict field validation: an unknown or misspelled field
     /// is an error naming it).
@@ -239,13 +244,31 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Init {
             infrastructure,
             dry_run,
+            force,
         } => {
-            let objects = capi_cli::init::objects(&infrastructure)?;
+            let mut objects = capi_cli::init::objects(&infrastructure)?;
             if dry_run {
                 print!("{}", capi_cli::init::to_yaml(&objects)?);
                 return Ok(());
             }
             let client = client(cli.kubeconfig.as_deref()).await?;
+            let plan = capi_cli::init::Plan::read(&client, &objects).await?;
+            if !plan.foreign.is_empty() {
+                if force {
+                    println!(
+                        "replacing Cluster API CRDs another installation owns (--force):\n{}",
+                        plan.describe()
+                    );
+                } else {
+                    println!(
+                        "Cluster API's own CRDs belong to another installation; leaving them and \
+                         installing only the {infrastructure} provider, whose manager runs beside \
+                         that installation's controllers (use --force to replace them):\n{}",
+                        plan.describe()
+                    );
+                    objects = plan.leave_foreign(objects);
+                }
+            }
             let bar = progress_bar(Some(objects.len() as u64));
             let total = objects.len();
             let mut done = 0;

@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 
 use capi_testing::{TestEnv, manifest};
 use k8s_openapi::api::core::v1::Secret;
-use kube::Api;
+use kube::{Api, ResourceExt};
 use serde_json::json;
 
 fn capictl(args: &[&str]) -> Output {
@@ -377,5 +377,94 @@ async fn apply_refuses_a_misspelled_field_and_names_it() {
     assert!(
         error.contains(&format!("names namespace \"{ns}\" but \"elsewhere\"")),
         "{error}"
+    );
+}
+
+/// On a management cluster whose Cluster API CRDs another installation owns (here: the same CRD
+/// created by "clusterctl" without this workspace's label, as upstream's are), `init` leaves them,
+/// says whose they are, installs the provider alone and runs no core controllers; `--force`
+/// replaces them.
+#[tokio::test]
+async fn init_leaves_another_installations_crds_unless_forced() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let env = TestEnv::start_with_crds(&[]).await.unwrap();
+    let kubeconfig = env
+        .control_plane()
+        .kubeconfig_path()
+        .to_str()
+        .unwrap()
+        .to_string();
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client());
+    let mut foreign = capi_core::crd::core()
+        .into_iter()
+        .find(|c| c.metadata.name.as_deref() == Some("clusters.cluster.x-k8s.io"))
+        .unwrap();
+    let labels = foreign.metadata.labels.get_or_insert_with(Default::default);
+    labels.remove(capi_core::labels::INSTALLATION);
+    labels.insert("clusterctl.cluster.x-k8s.io".into(), String::new());
+    crds.create(
+        &kube::api::PostParams {
+            field_manager: Some("clusterctl".into()),
+            ..Default::default()
+        },
+        &foreign,
+    )
+    .await
+    .unwrap();
+
+    let out = stdout(&capictl(&["--kubeconfig", &kubeconfig, "init"]));
+    assert!(
+        out.contains("clusters.cluster.x-k8s.io (owned by clusterctl; provider cluster-api; field managers clusterctl)"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "applied CustomResourceDefinition inmemorymachines.infrastructure.capi-rs.dev"
+        ),
+        "{out}"
+    );
+    assert!(
+        !out.contains("applied CustomResourceDefinition clusters.cluster.x-k8s.io"),
+        "{out}"
+    );
+    let kept = crds.get("clusters.cluster.x-k8s.io").await.unwrap();
+    assert!(
+        !kept.labels().contains_key(capi_core::labels::INSTALLATION),
+        "the other installation's CRD was replaced"
+    );
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(env.client(), "capi-inmemory-system");
+    let args = deployments
+        .get("capi-inmemory-manager")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap()
+        .containers[0]
+        .args
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        !args
+            .iter()
+            .any(|a| a == "--with-core" || a == "--with-bootstrap" || a == "--with-control-plane"),
+        "{args:?}"
+    );
+
+    let forced = stdout(&capictl(&["--kubeconfig", &kubeconfig, "init", "--force"]));
+    assert!(
+        forced.contains("replacing Cluster API CRDs another installation owns"),
+        "{forced}"
+    );
+    let replaced = crds.get("clusters.cluster.x-k8s.io").await.unwrap();
+    assert_eq!(
+        replaced
+            .labels()
+            .get(capi_core::labels::INSTALLATION)
+            .map(String::as_str),
+        Some("capi-rs")
     );
 }

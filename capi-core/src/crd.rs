@@ -28,7 +28,10 @@ pub fn core() -> Vec<CustomResourceDefinition> {
 /// its CRDs, for the kinds this workspace serves in upstream's groups: every version's schema
 /// declares `apiVersion`, `kind` and `metadata` at its root, and no field is `nullable` — an
 /// explicit `null` is pruned by the API server, as on upstream's CRDs, instead of being stored.
-pub fn as_upstream(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+/// The CRD carries [`labels::INSTALLATION`], by which `capictl init` tells this workspace's CRDs
+/// of upstream's groups from another installation's.
+pub fn as_upstream(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    let mut crd = with_label(crd, labels::INSTALLATION, labels::THIS_INSTALLATION);
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
     for version in &mut crd.spec.versions {
         let Some(schema) = version

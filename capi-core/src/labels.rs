@@ -15,6 +15,11 @@ pub const MACHINE_DEPLOYMENT_NAME: &str = "cluster.x-k8s.io/deployment-name";
 pub const MACHINE_CONTROL_PLANE: &str = "cluster.x-k8s.io/control-plane";
 /// Label on control-plane machines: the control plane object's name.
 pub const MACHINE_CONTROL_PLANE_NAME: &str = "cluster.x-k8s.io/control-plane-name";
+/// On a CRD of upstream Cluster API's groups that this workspace generated: which installation it
+/// belongs to (value [`THIS_INSTALLATION`]). Upstream's CRDs do not carry it.
+pub const INSTALLATION: &str = "capi-rs.dev/installation";
+/// The value of [`INSTALLATION`] on this workspace's CRDs.
+pub const THIS_INSTALLATION: &str = "capi-rs";
 /// Label on CRDs: which provider ships them (`cluster-api` for the core kinds).
 pub const PROVIDER: &str = "cluster.x-k8s.io/provider";
 /// Label on a Secret that a cluster's controllers must watch (kubeconfig, CA …).
