@@ -87,7 +87,7 @@ impl Template {
                 .count()
                 + 1;
             let after = &rest[start + 2..];
-            let end = after.find('}').ok_or(TemplateError::Unclosed { line })?;
+            let end = closing_brace(after).ok_or(TemplateError::Unclosed { line })?;
             let inner = &after[..end];
             let split = inner.find([':', '-', '=']);
             let (name, reference) = match split {
@@ -159,8 +159,17 @@ impl Template {
         variables
     }
 
-    /// Renders with `lookup`; every missing required variable is named in the error.
+    /// Renders with `lookup`; every missing required variable is named in the error. A default
+    /// may itself hold variables (`${A:-${B}}`), rendered when the default is taken.
     pub fn render(&self, lookup: impl Fn(&str) -> Option<String>) -> Result<String, TemplateError> {
+        self.render_with(&lookup)
+    }
+
+    fn render_with(
+        &self,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<String, TemplateError> {
+        let default = |text: &str| Template::parse(text)?.render_with(lookup);
         let mut out = String::new();
         let mut missing = BTreeSet::new();
         for piece in &self.pieces {
@@ -169,15 +178,15 @@ impl Template {
                 Piece::Variable { name, reference } => {
                     let value = lookup(name);
                     match (reference, value) {
-                        (Reference::DefaultIfEmpty(default), Some(v)) if v.is_empty() => {
-                            out.push_str(default)
+                        (Reference::DefaultIfEmpty(d), Some(v)) if v.is_empty() => {
+                            out.push_str(&default(d)?)
                         }
                         (_, Some(v)) => out.push_str(&v),
                         (Reference::Required, None) => {
                             missing.insert(name.clone());
                         }
                         (Reference::DefaultIfEmpty(d) | Reference::DefaultIfUnset(d), None) => {
-                            out.push_str(d)
+                            out.push_str(&default(d)?)
                         }
                     }
                 }
@@ -188,6 +197,27 @@ impl Template {
         }
         Ok(out)
     }
+}
+
+/// The index of the `}` that closes a `${` whose body starts `text`, counting nested `${…}`.
+fn closing_brace(text: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'$' if bytes.get(i + 1) == Some(&b'{') => {
+                depth += 1;
+                i += 2;
+                continue;
+            }
+            b'}' if depth == 0 => return Some(i),
+            b'}' => depth -= 1,
+            _ => {}
+        }
+        i += 1;
+    }
+    None
 }
 
 #[cfg(test)]
@@ -228,6 +258,22 @@ mod tests {
         );
         let message = template.render(vars(&[])).unwrap_err().to_string();
         assert!(message.contains("[A, B]"), "{message}");
+    }
+
+    #[test]
+    fn a_default_may_hold_variables_as_clusterctl_reads_it() {
+        let template =
+            Template::parse("ns: ${CLASS_NS:-${NAMESPACE}} x: ${X:-${Y:-deep}}").unwrap();
+        assert_eq!(
+            template.render(vars(&[("NAMESPACE", "demo")])).unwrap(),
+            "ns: demo x: deep"
+        );
+        assert_eq!(
+            template
+                .render(vars(&[("CLASS_NS", "classes"), ("NAMESPACE", "demo")]))
+                .unwrap(),
+            "ns: classes x: deep"
+        );
     }
 
     #[test]
