@@ -11,7 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    MachineHealthCheckChecks, MachineHealthCheckRemediationTemplateReference,
+    MachineDeletionSpec, MachineHealthCheckChecks, MachineHealthCheckRemediationTemplateReference,
     MachineHealthCheckRemediationTriggerIf, MachineReadinessGate, MachineSetDeletionOrder,
     MachineTaint, RollingUpdate, RolloutStrategyType, TemplateMetadata, validation,
 };
@@ -74,7 +74,7 @@ pub struct ControlPlaneTopology {
     pub health_check: Option<TopologyHealthCheck<TopologyRemediation>>,
     /// Deletion timeouts of its machines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deletion: Option<TopologyMachineDeletion>,
+    pub deletion: Option<MachineDeletionSpec>,
     /// Readiness gates of its machines.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(min = 1, max = 32), transform = validation::keyed_by_condition_type)]
@@ -150,25 +150,6 @@ pub struct TopologyDeploymentRemediation {
 
 fn int_or_string(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({"x-kubernetes-int-or-string": true})
-}
-
-/// Deletion timeouts of a topology's machines, in seconds.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(extend("minProperties" = 1))]
-pub struct TopologyMachineDeletion {
-    /// How long to drain a node.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub node_drain_timeout_seconds: Option<i32>,
-    /// How long to wait for volumes to detach.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub node_volume_detach_timeout_seconds: Option<i32>,
-    /// How long to retry deleting a node.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub node_deletion_timeout_seconds: Option<i32>,
 }
 
 /// Deletion settings of a topology's MachineDeployment.
@@ -303,7 +284,7 @@ pub struct MachinePoolTopology {
     pub failure_domains: Vec<String>,
     /// Deletion timeouts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deletion: Option<TopologyMachineDeletion>,
+    pub deletion: Option<MachineDeletionSpec>,
     /// Seconds a new machine must be ready to count as available.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
