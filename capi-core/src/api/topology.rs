@@ -11,9 +11,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    MachineDeletionSpec, MachineHealthCheckChecks, MachineHealthCheckRemediationTemplateReference,
-    MachineHealthCheckRemediationTriggerIf, MachineReadinessGate, MachineSetDeletionOrder,
-    MachineTaint, RollingUpdate, RolloutStrategyType, TemplateMetadata, validation,
+    MachineDeletionSpec, MachineHealthCheckChecks, MachineHealthCheckRemediation,
+    MachineHealthCheckRemediationTemplateReference, MachineHealthCheckRemediationTriggerIf,
+    MachineReadinessGate, MachineSetDeletionOrder, MachineTaint, RollingUpdate,
+    RolloutStrategyType, TemplateMetadata, validation,
 };
 
 /// The cluster's shape through a ClusterClass.
@@ -71,7 +72,7 @@ pub struct ControlPlaneTopology {
     pub rollout: Option<RolloutAfter>,
     /// The health check of the control-plane machines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub health_check: Option<TopologyHealthCheck<TopologyRemediation>>,
+    pub health_check: Option<TopologyHealthCheck<MachineHealthCheckRemediation>>,
     /// Deletion timeouts of its machines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion: Option<MachineDeletionSpec>,
@@ -109,25 +110,10 @@ pub struct TopologyHealthCheck<R> {
     pub enabled: Option<bool>,
     /// What makes a machine unhealthy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("minProperties" = 1))]
     pub checks: Option<MachineHealthCheckChecks>,
     /// When and how unhealthy machines are remediated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remediation: Option<R>,
-}
-
-/// Remediation of a topology's control plane.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(extend("minProperties" = 1))]
-pub struct TopologyRemediation {
-    /// Remediate only while the number of unhealthy machines satisfies this.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("minProperties" = 1))]
-    pub trigger_if: Option<MachineHealthCheckRemediationTriggerIf>,
-    /// An external remediation template.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub template_ref: Option<MachineHealthCheckRemediationTemplateReference>,
 }
 
 /// Remediation of a topology's MachineDeployment.
@@ -141,7 +127,6 @@ pub struct TopologyDeploymentRemediation {
     pub max_in_flight: Option<IntOrString>,
     /// Remediate only while the number of unhealthy machines satisfies this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("minProperties" = 1))]
     pub trigger_if: Option<MachineHealthCheckRemediationTriggerIf>,
     /// An external remediation template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -260,7 +245,6 @@ pub struct DeploymentTopologyRolloutStrategy {
     pub type_: RolloutStrategyType,
     /// Parameters of `RollingUpdate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("minProperties" = 1))]
     pub rolling_update: Option<RollingUpdate>,
 }
 
