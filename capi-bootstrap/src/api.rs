@@ -48,7 +48,7 @@ use serde::{Deserialize, Serialize};
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[serde(rename_all = "camelCase")]
+#[serde(remote = "Self", rename_all = "camelCase")]
 #[schemars(extend("minProperties" = 1))]
 pub struct KubeadmConfigSpec {
     /// Cluster-wide kubeadm settings (used for the first control-plane machine).
@@ -103,6 +103,7 @@ pub struct KubeadmConfigSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verbosity: Option<i32>,
 }
+capi_core::absent_spec_is_default!(KubeadmConfigSpec);
 
 /// The bootstrap data format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -1251,11 +1252,12 @@ pub struct KubeadmConfigInitialization {
     category = "cluster-api",
     doc = "KubeadmConfigTemplate is the Schema for the kubeadmconfigtemplates API."
 )]
-#[serde(rename_all = "camelCase")]
+#[serde(remote = "Self", rename_all = "camelCase")]
 pub struct KubeadmConfigTemplateSpec {
     /// The configs to create.
     pub template: KubeadmConfigTemplateResource,
 }
+capi_core::absent_spec_is_default!(KubeadmConfigTemplateSpec);
 
 /// `KubeadmConfigTemplate.spec.template`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -1272,9 +1274,10 @@ pub struct KubeadmConfigTemplateResource {
     pub spec: KubeadmConfigSpec,
 }
 
-/// A `KubeadmConfig` with upstream's defaults has no `spec` upstream; here, where the object
-/// always has one (kube's root type), it is `spec: {}`, so the root spec is exempt from the
-/// `minProperties` its type carries elsewhere (a template's or a control plane's).
+/// A `KubeadmConfig` with upstream's defaults has no `spec`, as here (the root spec is optional,
+/// an absent one read as the default). But kube's root type always writes its spec, a default
+/// one as `spec: {}`, so the root spec is exempt from the `minProperties` its type carries
+/// elsewhere (a template's or a control plane's) and upstream's refuses.
 fn spec_may_be_empty(
     mut crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 ) -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
@@ -1289,7 +1292,7 @@ fn spec_may_be_empty(
             spec.min_properties = None;
         }
     }
-    crd
+    capi_core::crd::with_optional_spec(crd)
 }
 
 /// The CRDs of this crate, with the contract label `cluster.x-k8s.io/v1beta2: v1beta2`.
@@ -1299,7 +1302,7 @@ pub fn crds()
     use kube::CustomResourceExt;
     [
         spec_may_be_empty(KubeadmConfig::crd()),
-        KubeadmConfigTemplate::crd(),
+        capi_core::crd::with_optional_spec(KubeadmConfigTemplate::crd()),
     ]
     .into_iter()
     .map(|crd| capi_core::crd::as_upstream(capi_core::crd::with_contract_version(crd, "v1beta2")))

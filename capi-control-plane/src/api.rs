@@ -484,11 +484,12 @@ pub struct KubeadmControlPlaneV1Beta1Status {
         description = "Time duration since creation of KubeadmControlPlaneTemplate"
     )
 )]
-#[serde(rename_all = "camelCase")]
+#[serde(remote = "Self", rename_all = "camelCase")]
 pub struct KubeadmControlPlaneTemplateSpec {
     /// What each control plane made from this template looks like.
     pub template: KubeadmControlPlaneTemplateResource,
 }
+capi_core::absent_spec_is_default!(KubeadmControlPlaneTemplateSpec);
 
 /// `KubeadmControlPlaneTemplate.spec.template`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -570,7 +571,7 @@ pub fn crds()
     use kube::CustomResourceExt;
     [
         KubeadmControlPlane::crd(),
-        KubeadmControlPlaneTemplate::crd(),
+        capi_core::crd::with_optional_spec(KubeadmControlPlaneTemplate::crd()),
     ]
     .into_iter()
     .map(|crd| capi_core::crd::as_upstream(capi_core::crd::with_contract_version(crd, "v1beta2")))

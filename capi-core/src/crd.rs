@@ -59,6 +59,82 @@ pub fn as_upstream(crd: CustomResourceDefinition) -> CustomResourceDefinition {
     crd
 }
 
+/// Makes `spec` optional at the root of every version's schema, for the kinds upstream stores
+/// without one (`KubeadmConfig`, `KubeadmConfigTemplate`, `KubeadmControlPlaneTemplate`). The
+/// Rust type must read an absent spec as its default (`#[kube(attr = "serde(default)")]`).
+pub fn with_optional_spec(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    for version in &mut crd.spec.versions {
+        if let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+            && let Some(required) = schema.required.as_mut()
+        {
+            required.retain(|name| name != "spec");
+            if required.is_empty() {
+                schema.required = None;
+            }
+        }
+    }
+    crd
+}
+
+/// Reads an absent (or `null`) root `spec` as the spec type's default, for kinds whose schema
+/// makes `spec` optional ([`with_optional_spec`]); kube's derived root type otherwise refuses an
+/// object without one. The spec type derives `Serialize`/`Deserialize` with
+/// `#[serde(remote = "Self")]` (which turns the derived code into inherent functions) and
+/// `Default`; this macro supplies the trait impls around them. Present specs read exactly as
+/// derived.
+///
+/// ```
+/// #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+/// #[serde(remote = "Self", rename_all = "camelCase")]
+/// pub struct WidgetSpec {
+///     #[serde(default)]
+///     pub size: Option<u32>,
+/// }
+/// capi_core::absent_spec_is_default!(WidgetSpec);
+///
+/// #[derive(serde::Deserialize)]
+/// struct Widget {
+///     spec: WidgetSpec,
+/// }
+/// let widget: Widget = serde_json::from_str("{}").unwrap();
+/// assert_eq!(widget.spec, WidgetSpec::default());
+/// let widget: Widget = serde_json::from_str(r#"{"spec": {"size": 3}}"#).unwrap();
+/// assert_eq!(widget.spec.size, Some(3));
+/// ```
+#[macro_export]
+macro_rules! absent_spec_is_default {
+    ($spec:ty) => {
+        impl<'de> ::serde::Deserialize<'de> for $spec {
+            fn deserialize<D: ::serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> ::std::result::Result<Self, D::Error> {
+                struct Present($spec);
+                impl<'de> ::serde::Deserialize<'de> for Present {
+                    fn deserialize<D: ::serde::Deserializer<'de>>(
+                        deserializer: D,
+                    ) -> ::std::result::Result<Self, D::Error> {
+                        <$spec>::deserialize(deserializer).map(Present)
+                    }
+                }
+                let present: ::std::option::Option<Present> =
+                    ::serde::Deserialize::deserialize(deserializer)?;
+                Ok(present.map(|p| p.0).unwrap_or_default())
+            }
+        }
+        impl ::serde::Serialize for $spec {
+            fn serialize<S: ::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::std::result::Result<S::Ok, S::Error> {
+                <$spec>::serialize(self, serializer)
+            }
+        }
+    };
+}
+
 fn strip_nullable(
     schema: &mut k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps,
 ) {

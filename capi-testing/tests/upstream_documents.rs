@@ -6,10 +6,9 @@
 //! field of every served kind is stored as written. The kinds this workspace does not serve are
 //! reported by name with what to install instead; documents of `v1beta1` (an API version this
 //! workspace does not serve) are reported and skipped.
-//!
-//! [`KNOWN_REFUSALS`] lists, with reasons, what upstream's documents still hit here (issue 20 in
-//! progress): the test fails on any other refusal or difference, and on a known refusal that no
-//! longer happens, so that the list only shrinks.
+//! Nothing is exempt: any refusal or difference fails the test. Upstream's templates without a
+//! root `spec` (ClusterClass templates that leave everything to defaults) apply and stay without
+//! one.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,28 +22,6 @@ use kube::{Api, ResourceExt};
 use serde_json::Value;
 
 const NAMESPACE: &str = "upstream-documents";
-
-/// Refusals still expected, by document and object, with why.
-const KNOWN_REFUSALS: &[(&str, &str, &str)] = &[
-    (
-        "main/clusterclass-quick-start-runtimesdk.yaml",
-        "KubeadmConfigTemplate upstream-documents/quick-start-default-worker-bootstraptemplate",
-        "upstream's document has no spec; kube-rs's root type requires one (see \
-         crds/upstream-differences.yaml)",
-    ),
-    (
-        "main/clusterclass-in-memory.yaml",
-        "KubeadmConfigTemplate upstream-documents/in-memory-default-worker-bootstraptemplate",
-        "upstream's document has no spec (on purpose, its comment says); kube-rs's root type \
-         requires one",
-    ),
-    (
-        "main/clusterclass-in-memory.yaml",
-        "KubeadmControlPlaneTemplate upstream-documents/in-memory-control-plane",
-        "upstream's document has no spec (on purpose, its comment says); kube-rs's root type \
-         requires one",
-    ),
-];
 
 /// The documents: CAPD's templates and upstream's e2e single-file templates.
 fn documents(assets: &UpstreamAssets) -> Vec<PathBuf> {
@@ -134,7 +111,6 @@ async fn upstreams_templates_apply_strictly_and_read_back_unchanged() {
         ("DOCKER_SERVICE_CIDRS", "10.128.0.0/12"),
         ("DOCKER_SERVICE_DOMAIN", "cluster.local"),
     ]);
-    let mut refused: Vec<(String, String)> = Vec::new();
     let mut v1beta1: BTreeSet<String> = BTreeSet::new();
     let mut applied = 0;
     let mut not_served: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -221,14 +197,7 @@ async fn upstreams_templates_apply_strictly_and_read_back_unchanged() {
                         why.push_str(&format!(": {inner}"));
                         cause = inner.source();
                     }
-                    if KNOWN_REFUSALS
-                        .iter()
-                        .any(|(f, o, _)| *f == name && *o == what)
-                    {
-                        refused.push((name.clone(), what));
-                    } else {
-                        failures.push(format!("{name}: {what} refused: {why}"));
-                    }
+                    failures.push(format!("{name}: {what} refused: {why}"));
                 }
             }
         }
@@ -258,15 +227,6 @@ async fn upstreams_templates_apply_strictly_and_read_back_unchanged() {
         "v1beta1 documents, not served here: {}",
         v1beta1.iter().cloned().collect::<Vec<_>>().join(", ")
     );
-    for (file, object, why) in KNOWN_REFUSALS {
-        println!("known refusal: {file}: {object}: {why}");
-    }
     assert!(applied > 0, "no served kind in upstream's documents");
-    for (file, object, _) in KNOWN_REFUSALS {
-        assert!(
-            refused.iter().any(|(f, o)| f == file && o == object),
-            "{file}: {object} applies now: remove it from KNOWN_REFUSALS"
-        );
-    }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
