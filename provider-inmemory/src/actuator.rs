@@ -12,7 +12,9 @@ use capi_core::{
 };
 
 use crate::api::{InMemoryCluster, InMemoryMachine};
-use crate::cloud::{CloudError, Compute, Instance, InstanceRequest, InstanceStatus, LoadBalancers};
+use crate::cloud::{
+    CloudError, Compute, Instance, InstanceRequest, InstanceStatus, LoadBalancers, UserData,
+};
 use crate::etcd::etcd_cluster_key;
 
 /// The prefix of every provider ID of this provider.
@@ -150,6 +152,11 @@ impl Actuator<InMemoryMachine> for InMemoryActuator {
                 .bootstrap_data
                 .as_ref()
                 .map_or(0, |d| d.expose().len()),
+            // The instance boots from it (a control plane's etcd member finds its CA there).
+            user_data: scope
+                .bootstrap_data
+                .as_ref()
+                .map(|d| UserData::new(String::from_utf8_lossy(d.expose()))),
             etcd_cluster: scope.machine.is_control_plane().then(|| {
                 etcd_cluster_key(
                     &kube::ResourceExt::namespace(scope.machine.as_ref()).unwrap_or_default(),
@@ -404,6 +411,7 @@ mod tests {
                 flavor: "small".into(),
                 zone: None,
                 user_data_len: 0,
+                user_data: None,
                 etcd_cluster: None,
             })
             .await
@@ -414,6 +422,7 @@ mod tests {
                 flavor: "small".into(),
                 zone: None,
                 user_data_len: 0,
+                user_data: None,
                 etcd_cluster: None,
             })
             .await

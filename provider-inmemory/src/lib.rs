@@ -32,9 +32,15 @@
 //!   instance and `etcd::ProcessEtcdAccess` reaches them over gRPC.
 //! - [`nodes`]: simulated kubelets registering a `Node` per running instance in a workload API
 //!   server.
+//! - `kubelet` (feature `real-etcd`): the simulated kubelets' HTTPS endpoint, through which a
+//!   workload API server forwards ports to a node's pods (SPDY/3.1, `portforward.k8s.io`), so
+//!   that upstream's KubeadmControlPlane reaches each control-plane instance's real etcd member
+//!   the way it does on a real cloud.
 
 pub mod actuator;
 pub mod api;
 pub mod cloud;
 pub mod etcd;
+#[cfg(feature = "real-etcd")]
+pub mod kubelet;
 pub mod nodes;

@@ -25,11 +25,23 @@ use crate::cloud::{InstanceStatus, SimulatedCloud};
 /// The label on every simulated node.
 pub const SIMULATED_NODE_LABEL: &str = "node.capi-rs.dev/simulated";
 
+/// kubeadm's label (and taint) of control-plane nodes.
+pub const CONTROL_PLANE_NODE_LABEL: &str = "node-role.kubernetes.io/control-plane";
+
 /// Keeps the workload API server's nodes in step with the simulated cloud's running instances.
 pub struct NodeRegistrar {
     nodes: Api<Node>,
     cloud: Arc<SimulatedCloud>,
     registered: BTreeSet<String>,
+    #[cfg(feature = "real-etcd")]
+    kubelets: Option<Kubelets>,
+}
+
+/// The kubelet endpoints of the registered nodes, and where their pods' ports listen.
+#[cfg(feature = "real-etcd")]
+struct Kubelets {
+    targets: Arc<dyn crate::kubelet::PortForwardTargets>,
+    running: std::collections::BTreeMap<String, crate::kubelet::Kubelet>,
 }
 
 impl std::fmt::Debug for NodeRegistrar {
@@ -47,7 +59,56 @@ impl NodeRegistrar {
             nodes: Api::all(client),
             cloud,
             registered: BTreeSet::new(),
+            #[cfg(feature = "real-etcd")]
+            kubelets: None,
         }
+    }
+
+    /// Also runs each node's kubelet endpoint ([`crate::kubelet::Kubelet`], on the instance's
+    /// address, which must then be one this machine can listen on:
+    /// [`crate::cloud::CloudConfig::loopback_addresses`]) and publishes its port in the node's
+    /// `status.daemonEndpoints`, so that the workload API server forwards ports to the node's
+    /// pods as `targets` resolves them.
+    #[cfg(feature = "real-etcd")]
+    pub fn with_kubelets(mut self, targets: Arc<dyn crate::kubelet::PortForwardTargets>) -> Self {
+        self.kubelets = Some(Kubelets {
+            targets,
+            running: Default::default(),
+        });
+        self
+    }
+
+    /// Starts `instance`'s kubelet endpoint, if kubelets run; its port.
+    #[cfg(feature = "real-etcd")]
+    async fn start_kubelet(&mut self, instance: &crate::cloud::Instance) -> Option<u16> {
+        let kubelets = self.kubelets.as_mut()?;
+        if let Some(running) = kubelets.running.get(&instance.id) {
+            return Some(running.port());
+        }
+        let ip: std::net::IpAddr = match instance.address.parse() {
+            Ok(ip) => ip,
+            Err(_) => {
+                tracing::warn!(instance = %instance.id, address = %instance.address, "no kubelet endpoint: the address is not an IP");
+                return None;
+            }
+        };
+        match crate::kubelet::Kubelet::start(ip, &instance.id, Arc::clone(&kubelets.targets)).await
+        {
+            Ok(kubelet) => {
+                let port = kubelet.port();
+                kubelets.running.insert(instance.id.clone(), kubelet);
+                Some(port)
+            }
+            Err(error) => {
+                tracing::warn!(instance = %instance.id, %error, "no kubelet endpoint");
+                None
+            }
+        }
+    }
+
+    #[cfg(not(feature = "real-etcd"))]
+    async fn start_kubelet(&mut self, _instance: &crate::cloud::Instance) -> Option<u16> {
+        None
     }
 
     /// Syncs every `interval`, forever. Errors are logged and retried on the next pass.
@@ -91,10 +152,15 @@ impl NodeRegistrar {
                 provider_id: provider_id(&instance.id),
                 internal_ip: instance.address.clone(),
                 zone: instance.zone.clone(),
+                kubelet_port: self.start_kubelet(instance).await,
+                control_plane: instance.control_plane,
             };
             register(&self.nodes, &registration).await?;
             if instance.control_plane {
                 start_control_plane_pods(&self.kube_system(), &instance.id).await?;
+                if let Some(config) = self.cloud.init_cluster_configuration(&instance.id) {
+                    upload_kubeadm_config(&self.nodes.clone().into_client(), &config).await?;
+                }
             }
             self.registered.insert(instance.id.clone());
         }
@@ -109,6 +175,10 @@ impl NodeRegistrar {
                 Ok(_) => {}
                 Err(kube::Error::Api(status)) if status.is_not_found() => {}
                 Err(error) => return Err(error),
+            }
+            #[cfg(feature = "real-etcd")]
+            if let Some(kubelets) = self.kubelets.as_mut() {
+                kubelets.running.remove(&name);
             }
             // Its static pods go with it (the pod garbage collector's part in a real cluster).
             self.kube_system()
@@ -137,30 +207,44 @@ pub struct NodeRegistration {
     pub internal_ip: String,
     /// The `topology.kubernetes.io/zone` label.
     pub zone: Option<String>,
+    /// The kubelet's port (`status.daemonEndpoints.kubeletEndpoint.port`), when it serves one.
+    pub kubelet_port: Option<u16>,
+    /// A control-plane node: labelled `node-role.kubernetes.io/control-plane` (and tainted
+    /// `NoSchedule`), as `kubeadm init` and `kubeadm join --control-plane` leave it.
+    pub control_plane: bool,
 }
 
 /// Registers `node` like a kubelet that has just started: creates the `Node` (labelled
 /// [`SIMULATED_NODE_LABEL`]; an existing one is kept) and posts a `Ready` status with its
 /// addresses. Usable for any provider's tests: a kubelet for a fake cloud's servers.
 pub async fn register(nodes: &Api<Node>, node: &NodeRegistration) -> Result<(), kube::Error> {
+    let mut labels: std::collections::BTreeMap<String, String> = [
+        (SIMULATED_NODE_LABEL.to_string(), "true".to_string()),
+        ("kubernetes.io/hostname".to_string(), node.name.clone()),
+        (
+            "topology.kubernetes.io/zone".to_string(),
+            node.zone.clone().unwrap_or_default(),
+        ),
+    ]
+    .into();
+    let mut taints = None;
+    if node.control_plane {
+        labels.insert(CONTROL_PLANE_NODE_LABEL.to_string(), String::new());
+        taints = Some(vec![k8s_openapi::api::core::v1::Taint {
+            key: CONTROL_PLANE_NODE_LABEL.to_string(),
+            effect: "NoSchedule".to_string(),
+            ..Default::default()
+        }]);
+    }
     let object = Node {
         metadata: ObjectMeta {
             name: Some(node.name.clone()),
-            labels: Some(
-                [
-                    (SIMULATED_NODE_LABEL.to_string(), "true".to_string()),
-                    ("kubernetes.io/hostname".to_string(), node.name.clone()),
-                    (
-                        "topology.kubernetes.io/zone".to_string(),
-                        node.zone.clone().unwrap_or_default(),
-                    ),
-                ]
-                .into(),
-            ),
+            labels: Some(labels),
             ..ObjectMeta::default()
         },
         spec: Some(k8s_openapi::api::core::v1::NodeSpec {
             provider_id: Some(node.provider_id.clone()),
+            taints,
             ..Default::default()
         }),
         status: None,
@@ -172,20 +256,62 @@ pub async fn register(nodes: &Api<Node>, node: &NodeRegistration) -> Result<(), 
     }
     let now = jiff::Timestamp::now().to_string();
     let status = json!({"status": {
-        "conditions": [{
-            "type": "Ready", "status": "True", "reason": "KubeletReady",
-            "message": "simulated kubelet is posting ready status",
-            "lastHeartbeatTime": now, "lastTransitionTime": now,
-        }],
+        // What a kubelet reports: Ready, and no memory, disk or PID pressure (upstream's
+        // Machine NodeHealthy condition reads all four).
+        "conditions": [
+            {
+                "type": "Ready", "status": "True", "reason": "KubeletReady",
+                "message": "simulated kubelet is posting ready status",
+                "lastHeartbeatTime": now, "lastTransitionTime": now,
+            },
+            {
+                "type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory",
+                "message": "simulated kubelet has sufficient memory available",
+                "lastHeartbeatTime": now, "lastTransitionTime": now,
+            },
+            {
+                "type": "DiskPressure", "status": "False", "reason": "KubeletHasNoDiskPressure",
+                "message": "simulated kubelet has no disk pressure",
+                "lastHeartbeatTime": now, "lastTransitionTime": now,
+            },
+            {
+                "type": "PIDPressure", "status": "False", "reason": "KubeletHasSufficientPID",
+                "message": "simulated kubelet has sufficient PID available",
+                "lastHeartbeatTime": now, "lastTransitionTime": now,
+            },
+        ],
         "addresses": [
             {"type": "InternalIP", "address": node.internal_ip},
             {"type": "Hostname", "address": node.name},
         ],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": node.kubelet_port.unwrap_or(10250)}},
     }});
     nodes
         .patch_status(&node.name, &PatchParams::default(), &Patch::Merge(&status))
         .await?;
     Ok(())
+}
+
+/// What `kubeadm init` uploads: the `kubeadm-config` ConfigMap in `kube-system` holding the
+/// `ClusterConfiguration` (kept when it exists: a later init of the same cluster does not
+/// replace it).
+pub async fn upload_kubeadm_config(
+    client: &Client,
+    cluster_configuration: &str,
+) -> Result<(), kube::Error> {
+    let config_map: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "kubeadm-config", "namespace": "kube-system"},
+        "data": {"ClusterConfiguration": cluster_configuration},
+    }))
+    .map_err(kube::Error::SerdeError)?;
+    match Api::namespaced(client.clone(), "kube-system")
+        .create(&PostParams::default(), &config_map)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(()),
+        Err(error) => Err(error),
+    }
 }
 
 /// The labels of kubeadm's static pods.

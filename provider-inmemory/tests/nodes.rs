@@ -21,6 +21,7 @@ async fn running_instances_become_ready_nodes_and_go_with_them() {
         flavor: "small".into(),
         zone: Some("zone-a".into()),
         user_data_len: 0,
+        user_data: None,
         etcd_cluster: None,
     };
     let instance = cloud.create_instance(request).await.unwrap();

@@ -155,6 +155,9 @@ impl ControlPlane {
             "--allow-privileged=true".into(),
             "--disable-admission-plugins=ServiceAccount".into(),
             "--profiling=false".into(),
+            // As kubeadm configures it: a node's kubelet is reached at its InternalIP (simulated
+            // kubelets listen there, see provider-inmemory's `kubelet`).
+            "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname".into(),
         ]
         .into_iter()
         .chain(client_ca_args)

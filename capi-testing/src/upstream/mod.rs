@@ -101,6 +101,11 @@ pub const COMPONENTS: [Component; 4] = [
     },
 ];
 
+/// Upstream's core, kubeadm bootstrap and kubeadm control plane managers: what drives another
+/// infrastructure provider.
+pub const CORE_BOOTSTRAP_CONTROL_PLANE: [Component; 3] =
+    [COMPONENTS[0], COMPONENTS[1], COMPONENTS[2]];
+
 /// The CAPD directory, inside its module, whose templates the install copies.
 pub const TEMPLATES: &str = "infrastructure/docker/templates";
 
@@ -272,10 +277,21 @@ impl UpstreamPeer {
         control_plane: &ControlPlane,
         assets: &UpstreamAssets,
     ) -> Result<Self, UpstreamError> {
+        Self::start_components(control_plane, assets, &COMPONENTS).await
+    }
+
+    /// [`UpstreamPeer::start`] with only `components` (their CRDs, webhooks and managers): for
+    /// example [`CORE_BOOTSTRAP_CONTROL_PLANE`], upstream's core, kubeadm bootstrap and kubeadm
+    /// control plane managers driving another infrastructure provider.
+    pub async fn start_components(
+        control_plane: &ControlPlane,
+        assets: &UpstreamAssets,
+        components: &[Component],
+    ) -> Result<Self, UpstreamError> {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match Self::start_once(control_plane, assets).await {
+            match Self::start_once(control_plane, assets, components).await {
                 Err(UpstreamError::Envtest(EnvtestError::Exited { ref tail, .. }))
                     if attempt < 3 && tail.contains("address already in use") =>
                 {
@@ -289,7 +305,10 @@ impl UpstreamPeer {
     async fn start_once(
         control_plane: &ControlPlane,
         assets: &UpstreamAssets,
+        components: &[Component],
     ) -> Result<Self, UpstreamError> {
+        // One webhook and one health port is reserved per manager of the peer.
+        let components = &components[..components.len().min(COMPONENTS.len())];
         let dir = scratch_dir()?;
         let root = dir.path().to_path_buf();
         let pki = ServingPki::generate("capi-upstream-webhooks").map_err(EnvtestError::from)?;
@@ -298,11 +317,13 @@ impl UpstreamPeer {
             .map_err(UpstreamError::io(format!("creating {}", certs.display())))?;
         write(&certs.join("tls.crt"), &pki.cert_pem)?;
         write(&certs.join("tls.key"), &pki.key_pem)?;
+        // A webhook port and a health port per manager.
         let ports: [u16; 8] = free_ports()?;
+        let health = COMPONENTS.len();
         let client = control_plane.client().await?;
 
         let mut crds = Vec::new();
-        for (index, component) in COMPONENTS.iter().enumerate() {
+        for (index, component) in components.iter().enumerate() {
             for crd in manifests::crds(&assets.config_dir(component), &pki.ca_pem, ports[index])? {
                 let what = format!("CRD {}", crd["metadata"]["name"]);
                 let crd: CustomResourceDefinition = serde_json::from_value(crd)
@@ -312,8 +333,8 @@ impl UpstreamPeer {
         }
         crate::install_crds(&client, &crds).await?;
 
-        let mut managers = Vec::with_capacity(COMPONENTS.len());
-        for (index, component) in COMPONENTS.iter().enumerate() {
+        let mut managers = Vec::with_capacity(components.len());
+        for (index, component) in components.iter().enumerate() {
             let mut command = Command::new(assets.binary(component));
             command
                 .arg(format!(
@@ -324,18 +345,18 @@ impl UpstreamPeer {
                 .arg("--diagnostics-address=0")
                 .arg(format!("--webhook-cert-dir={}", certs.display()))
                 .arg(format!("--webhook-port={}", ports[index]))
-                .arg(format!("--health-addr=127.0.0.1:{}", ports[index + 4]))
+                .arg(format!("--health-addr=127.0.0.1:{}", ports[index + health]))
                 .arg(format!("--feature-gates={FEATURE_GATES}"))
                 .envs(component.env.iter().copied());
             managers.push(Process::spawn(&mut command, &root, component.name)?);
         }
         let watchdog = spawn_watchdog(&root, &managers.iter().collect::<Vec<_>>()).ok();
         for (index, manager) in managers.iter_mut().enumerate() {
-            wait_ready(manager, ports[index + 4]).await?;
+            wait_ready(manager, ports[index + health]).await?;
         }
 
         let params = PatchParams::apply("capi-testing-upstream").force();
-        for (index, component) in COMPONENTS.iter().enumerate() {
+        for (index, component) in components.iter().enumerate() {
             for config in manifests::webhook_configurations(
                 &assets.config_dir(component),
                 &pki.ca_pem,

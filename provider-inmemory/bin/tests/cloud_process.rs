@@ -16,6 +16,7 @@ fn request(tag: &str, flavor: &str) -> InstanceRequest {
         flavor: flavor.into(),
         zone: Some("zone-b".into()),
         user_data_len: 12,
+        user_data: None,
         etcd_cluster: None,
     }
 }

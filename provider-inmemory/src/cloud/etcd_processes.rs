@@ -12,7 +12,7 @@
 //! each join waiting until the new member votes, so that etcd never sees two joins at once.
 
 use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -22,7 +22,8 @@ use etcd_client::{Client, ConnectOptions, MemberAddOptions};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
-use super::{MemberEvent, SimulatedCloud};
+use super::{EtcdCa, MemberEvent, SimulatedCloud};
+use crate::kubelet::PortForwardTargets;
 
 /// How long a join keeps trying to add its member (etcd refuses while it would lose quorum) and
 /// then waits for the new member to answer.
@@ -32,6 +33,9 @@ const JOIN_PATIENCE: Duration = Duration::from_secs(30);
 struct Member {
     child: Child,
     client_url: String,
+    /// Where the member serves TLS with a certificate from its cluster's etcd CA (what kubeadm
+    /// configures on port 2379), when the instance's user data carried the CA.
+    tls_client_addr: Option<SocketAddr>,
     peer_url: String,
     _data: tempfile::TempDir,
 }
@@ -81,8 +85,14 @@ impl EtcdProcesses {
             async move {
                 while let Some(event) = received.recv().await {
                     match event {
-                        MemberEvent::Booted { cluster, instance } => {
-                            if let Err(error) = join(&running, &binary, &cluster, &instance).await {
+                        MemberEvent::Booted {
+                            cluster,
+                            instance,
+                            etcd_ca,
+                        } => {
+                            let joined =
+                                join(&running, &binary, &cluster, &instance, etcd_ca.as_ref());
+                            if let Err(error) = joined.await {
                                 tracing::warn!(%cluster, %instance, %error, "etcd member did not join");
                             }
                         }
@@ -105,6 +115,15 @@ impl EtcdProcesses {
             .unwrap_or_default()
     }
 
+    /// Where the simulated kubelets forward a port of an `etcd-<node>` pod: port 2379 of
+    /// `kube-system/etcd-<node>` reaches the member of instance `<node>` (its TLS listener when
+    /// it has one, as on a kubeadm node).
+    pub fn port_forward_targets(&self) -> std::sync::Arc<dyn PortForwardTargets> {
+        Arc::new(EtcdPods {
+            running: Arc::clone(&self.running),
+        })
+    }
+
     /// How many member processes run, over all clusters.
     pub fn process_count(&self) -> usize {
         lock(&self.running)
@@ -122,8 +141,9 @@ async fn join(
     binary: &Path,
     cluster: &str,
     instance: &str,
+    etcd_ca: Option<&EtcdCa>,
 ) -> Result<(), String> {
-    let [client_port, peer_port] = free_ports()?;
+    let [client_port, peer_port, tls_port] = free_ports()?;
     let client_url = format!("http://127.0.0.1:{client_port}");
     let peer_url = format!("http://127.0.0.1:{peer_port}");
     let peers: Vec<(String, String)> = lock(running)
@@ -153,10 +173,34 @@ async fn join(
         .map_err(|e| format!("data directory: {e}"))?;
     let log = std::fs::File::create(data.path().join("etcd.log"))
         .map_err(|e| format!("log file: {e}"))?;
+    let mut listen_client_urls = client_url.clone();
+    let mut tls_args = Vec::new();
+    let mut tls_client_addr = None;
+    if let Some(ca) = etcd_ca {
+        // kubeadm's `etcd/server` certificate: signed by the etcd CA, client certificates
+        // required (and checked against the same CA) on the TLS listener.
+        let (cert, key) = serving_certificate(ca, instance)?;
+        for (name, content) in [
+            ("ca.crt", &ca.cert_pem),
+            ("server.crt", &cert),
+            ("server.key", &key),
+        ] {
+            std::fs::write(data.path().join(name), content)
+                .map_err(|e| format!("writing {name}: {e}"))?;
+        }
+        listen_client_urls.push_str(&format!(",https://127.0.0.1:{tls_port}"));
+        tls_args = vec![
+            format!("--cert-file={}", data.path().join("server.crt").display()),
+            format!("--key-file={}", data.path().join("server.key").display()),
+            format!("--trusted-ca-file={}", data.path().join("ca.crt").display()),
+            "--client-cert-auth".to_string(),
+        ];
+        tls_client_addr = Some(SocketAddr::from((Ipv4Addr::LOCALHOST, tls_port)));
+    }
     let child = Command::new(binary)
         .arg(format!("--name={instance}"))
         .arg(format!("--data-dir={}", data.path().join("data").display()))
-        .arg(format!("--listen-client-urls={client_url}"))
+        .arg(format!("--listen-client-urls={listen_client_urls}"))
         .arg(format!("--advertise-client-urls={client_url}"))
         .arg(format!("--listen-peer-urls={peer_url}"))
         .arg(format!("--initial-advertise-peer-urls={peer_url}"))
@@ -166,6 +210,7 @@ async fn join(
         .arg("--heartbeat-interval=50")
         .arg("--election-timeout=500")
         .arg("--log-level=warn")
+        .args(&tls_args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
@@ -181,6 +226,7 @@ async fn join(
             Member {
                 child,
                 client_url: client_url.clone(),
+                tls_client_addr,
                 peer_url,
                 _data: data,
             },
@@ -330,4 +376,102 @@ fn free_ports<const N: usize>() -> Result<[u16; N], String> {
             .port();
     }
     Ok(ports)
+}
+
+/// The `etcd-<node>` static pods of [`EtcdProcesses`], for the simulated kubelets.
+struct EtcdPods {
+    running: Arc<Mutex<Running>>,
+}
+
+impl PortForwardTargets for EtcdPods {
+    fn resolve(&self, node: &str, namespace: &str, pod: &str, port: u16) -> Option<SocketAddr> {
+        if namespace != "kube-system" || port != 2379 || pod != format!("etcd-{node}") {
+            return None;
+        }
+        let running = lock(&self.running);
+        let member = running
+            .clusters
+            .values()
+            .find_map(|members| members.get(node))?;
+        member.tls_client_addr.or_else(|| {
+            member
+                .client_url
+                .strip_prefix("http://")
+                .and_then(|a| a.parse().ok())
+        })
+    }
+}
+
+/// The etcd CA's key: PKCS#8 or SEC1 as rcgen reads them, or an RSA key in PKCS#1 (`RSA PRIVATE
+/// KEY`, what upstream's Cluster API generates), rewrapped as PKCS#8 for it.
+fn ca_key_pair(pem: &str) -> Result<rcgen::KeyPair, String> {
+    const BEGIN: &str = "-----BEGIN RSA PRIVATE KEY-----";
+    const END: &str = "-----END RSA PRIVATE KEY-----";
+    let Some(body) = pem
+        .split_once(BEGIN)
+        .and_then(|(_, rest)| rest.split_once(END))
+        .map(|(body, _)| body)
+    else {
+        return rcgen::KeyPair::from_pem(pem)
+            .map_err(|e| format!("the etcd CA key does not load: {e}"));
+    };
+    use base64::Engine;
+    let pkcs1: String = body.split_whitespace().collect();
+    let pkcs1 = base64::engine::general_purpose::STANDARD
+        .decode(pkcs1)
+        .map_err(|e| format!("the etcd CA key is not base64: {e}"))?;
+    // PrivateKeyInfo ::= SEQUENCE { version 0, AlgorithmIdentifier rsaEncryption, OCTET STRING }
+    let algorithm: &[u8] = &[
+        0x30, 0x0d, 0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01, 0x05, 0x00,
+    ];
+    let mut content = vec![0x02, 0x01, 0x00];
+    content.extend_from_slice(algorithm);
+    content.extend(der(0x04, &pkcs1));
+    let pkcs8 = der(0x30, &content);
+    rcgen::KeyPair::from_pkcs8_der_and_sign_algo(&pkcs8.into(), &rcgen::PKCS_RSA_SHA256)
+        .map_err(|e| format!("the etcd CA's RSA key does not load: {e}"))
+}
+
+/// A DER element: `tag`, the definite length, `content`.
+fn der(tag: u8, content: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag];
+    let len = content.len();
+    if len < 0x80 {
+        out.push(len as u8);
+    } else {
+        let bytes: Vec<u8> = len
+            .to_be_bytes()
+            .into_iter()
+            .skip_while(|b| *b == 0)
+            .collect();
+        out.push(0x80 | bytes.len() as u8);
+        out.extend(bytes);
+    }
+    out.extend_from_slice(content);
+    out
+}
+
+/// A serving certificate for `instance`'s member signed by `ca`: (certificate, key) in PEM.
+fn serving_certificate(ca: &EtcdCa, instance: &str) -> Result<(String, String), String> {
+    let ca_key = ca_key_pair(&ca.key_pem)?;
+    let issuer = rcgen::Issuer::from_ca_cert_pem(&ca.cert_pem, ca_key)
+        .map_err(|e| format!("the etcd CA certificate does not load: {e}"))?;
+    let mut params = rcgen::CertificateParams::new(vec![
+        "localhost".to_string(),
+        "127.0.0.1".to_string(),
+        instance.to_string(),
+    ])
+    .map_err(|e| format!("serving certificate: {e}"))?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, instance);
+    params.extended_key_usages = vec![
+        rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+        rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let key = rcgen::KeyPair::generate().map_err(|e| format!("serving key: {e}"))?;
+    let cert = params
+        .signed_by(&key, &issuer)
+        .map_err(|e| format!("signing the serving certificate: {e}"))?;
+    Ok((cert.pem(), key.serialize_pem()))
 }

@@ -5,6 +5,7 @@
 //! [`SimulatedCloud`] implements both in memory, with configurable latency, failure injection and
 //! quota, and an inspection API for tests.
 
+pub mod boot;
 #[cfg(feature = "real-etcd")]
 mod etcd_processes;
 mod remote;
@@ -13,6 +14,7 @@ mod simulated;
 
 use async_trait::async_trait;
 
+pub use boot::{EtcdCa, UserData};
 pub use remote::RemoteCloud;
 pub use server::{CloudServer, Inspection};
 pub use simulated::{CloudConfig, Faults, SimulatedCloud};
@@ -30,6 +32,8 @@ pub enum MemberEvent {
         cluster: String,
         /// The instance, whose ID names the member (as the node's name does).
         instance: String,
+        /// The etcd CA the instance's user data installs, for the member's TLS.
+        etcd_ca: Option<EtcdCa>,
     },
     /// The instance is gone: its member process stops, its membership stays until removed.
     Gone {
@@ -82,8 +86,13 @@ pub struct InstanceRequest {
     pub flavor: String,
     /// The failure domain.
     pub zone: Option<String>,
-    /// The size of the user data, in bytes (the data itself is not kept).
+    /// The size of the user data, in bytes.
     pub user_data_len: usize,
+    /// The user data the instance boots with, when the caller hands it over: a control-plane
+    /// instance's stacked etcd member serves TLS with the etcd CA found in it (see
+    /// [`boot::etcd_ca`]). Kept only to boot the instance; never reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_data: Option<UserData>,
     /// The etcd cluster this instance joins as a member once it runs (control-plane instances:
     /// `<namespace>.<cluster>`), as kubeadm's stacked etcd does on a real node.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -30,6 +30,11 @@ pub struct CloudConfig {
     pub flavors: Vec<String>,
     /// Injected failures.
     pub faults: Faults,
+    /// Hand out loopback addresses (`127.1.0.0/16` upwards) instead of `10.0.0.0/8` ones, so that
+    /// something on this machine can listen on an instance's address: the simulated kubelets'
+    /// endpoints ([`crate::kubelet`]) that a workload API server reaches through the node's
+    /// `InternalIP`.
+    pub loopback_addresses: bool,
 }
 
 impl Default for CloudConfig {
@@ -42,6 +47,7 @@ impl Default for CloudConfig {
             max_instances: None,
             flavors: vec!["small".into(), "medium".into(), "large".into()],
             faults: Faults::default(),
+            loopback_addresses: false,
         }
     }
 }
@@ -73,6 +79,10 @@ struct StoredInstance {
     ready_at: Instant,
     gone_at: Option<Instant>,
     etcd_cluster: Option<String>,
+    /// What the instance found in its user data when it was created.
+    etcd_ca: Option<super::EtcdCa>,
+    /// The `ClusterConfiguration` its `kubeadm init` uploads.
+    cluster_configuration: Option<String>,
 }
 
 /// A simulated etcd cluster: members by identifier (instance ID as name) and the leader.
@@ -113,6 +123,7 @@ impl State {
                         let _ = events.send(MemberEvent::Booted {
                             cluster: cluster.clone(),
                             instance: stored.instance.id.clone(),
+                            etcd_ca: stored.etcd_ca.clone(),
                         });
                     }
                 }
@@ -228,6 +239,16 @@ impl SimulatedCloud {
             .collect()
     }
 
+    /// The `ClusterConfiguration` that `instance`'s `kubeadm init` read from its user data (a
+    /// control-plane instance whose bootstrap data runs `kubeadm init`), as kubeadm uploads it
+    /// to the workload cluster.
+    pub fn init_cluster_configuration(&self, instance: &str) -> Option<String> {
+        lock(&self.state)
+            .instances
+            .get(instance)
+            .and_then(|stored| stored.cluster_configuration.clone())
+    }
+
     /// How many instances exist now.
     pub fn instance_count(&self) -> usize {
         self.instances().len()
@@ -307,7 +328,17 @@ impl Compute for SimulatedCloud {
                 tag: request.tag.clone(),
                 flavor: request.flavor,
                 zone: request.zone,
-                address: format!("10.{}.{}.{}", (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff),
+                address: if config.loopback_addresses {
+                    // 127.1.0.0/16 upwards: never 127.0.0.1, reachable on this machine.
+                    format!(
+                        "127.{}.{}.{}",
+                        1 + ((n >> 16) & 0x7f),
+                        (n >> 8) & 0xff,
+                        n & 0xff
+                    )
+                } else {
+                    format!("10.{}.{}.{}", (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff)
+                },
                 status: InstanceStatus::Building,
                 control_plane: request.etcd_cluster.is_some(),
             };
@@ -318,6 +349,16 @@ impl Compute for SimulatedCloud {
                     instance: instance.clone(),
                     ready_at,
                     gone_at: None,
+                    etcd_ca: request
+                        .etcd_cluster
+                        .as_ref()
+                        .and(request.user_data.as_ref())
+                        .and_then(super::boot::etcd_ca),
+                    cluster_configuration: request
+                        .etcd_cluster
+                        .as_ref()
+                        .and(request.user_data.as_ref())
+                        .and_then(super::boot::init_cluster_configuration),
                     etcd_cluster: request.etcd_cluster,
                 },
             );
@@ -486,6 +527,7 @@ mod tests {
             flavor: "small".into(),
             zone: None,
             user_data_len: 10,
+            user_data: None,
             etcd_cluster: None,
         }
     }

@@ -176,6 +176,8 @@ async fn kubelets(session: Session, nodes: Api<Node>, tag: String) {
                 provider_id: format!("openstack:///{}", server.id),
                 internal_ip: ip,
                 zone: server.availability_zone.clone(),
+                kubelet_port: None,
+                control_plane: false,
             };
             if register(&nodes, &node).await.is_ok() {
                 registered.insert(server.id);
