@@ -23,11 +23,17 @@
 //!   workload API server's `pods/portforward`, exactly as on a real cloud, for `EtcdMemberHealthy`
 //!   and `EtcdClusterHealthy`.
 //!
-//! With more than one replica upstream's KubeadmControlPlane would also get as far as its etcd
-//! checks allow: the simulated cloud joins each new control-plane instance's member as a learner
-//! and promotes it, as kubeadm does, so scale-up preflight checks see a healthy etcd; what it
-//! does not simulate is kubeadm's own `kubeadm-config` upload and certificate rotation. This test
-//! keeps one replica, as upstream's own scale tests do.
+//! - `kubeadm init` is simulated far enough for upstream to call the control plane initialized:
+//!   the `kubeadm-config` ConfigMap with the `ClusterConfiguration` from the instance's own
+//!   bootstrap data; nodes report `Ready` and no memory, disk or PID pressure.
+//!
+//! More than one replica has not been run against upstream yet. What is in place for it: each
+//! joining control-plane instance's member is added to the etcd cluster as a learner and
+//! promoted, as kubeadm does, so upstream's scale-up preflight checks (all members healthy,
+//! every component pod running) can pass; upstream would then also move etcd leadership and
+//! remove members through the same port-forward. Not simulated (and not needed on this test's
+//! path): kubeadm's `kubelet-config` ConfigMap, kube-proxy, CoreDNS and certificate expiry on
+//! the nodes. This test keeps one replica, as upstream's own scale tests do.
 #![cfg(feature = "real-etcd")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
