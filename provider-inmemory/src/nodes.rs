@@ -1,6 +1,7 @@
-//! Simulated kubelets: every running instance of the simulated cloud registers a `Node` (with its
-//! provider ID, addresses and a `Ready` condition) in a workload API server, and the `Node` goes
-//! when the instance does — what the kubelet and the cloud-controller-manager do in a real cluster.
+//! Simulated kubelets: every running machine of a cloud — the simulated one, or any other through
+//! [`Hosts`] — registers a `Node` (with its provider ID, addresses and a `Ready` condition) in a
+//! workload API server, and the `Node` goes when the machine does — what the kubelet and the
+//! cloud-controller-manager do in a real cluster.
 //! A control-plane instance's kubelet also runs kubeadm's static pods (`kube-apiserver`,
 //! `kube-controller-manager`, `kube-scheduler`, `etcd`) and mirrors them as running, ready pods in
 //! `kube-system`, which go with the node.
@@ -22,16 +23,76 @@ use serde_json::json;
 use crate::actuator::provider_id;
 use crate::cloud::{InstanceStatus, SimulatedCloud};
 
+/// A running machine, as its kubelet registers it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunningHost {
+    /// The node's name (and, on a control-plane machine, its etcd member's).
+    pub name: String,
+    /// `spec.providerID`, as the cloud-controller-manager would set it.
+    pub provider_id: String,
+    /// The node's `InternalIP`, where its kubelet endpoint listens.
+    pub address: String,
+    /// The `topology.kubernetes.io/zone` label.
+    pub zone: Option<String>,
+    /// It runs kubeadm's control plane (static pods, a stacked etcd member).
+    pub control_plane: bool,
+}
+
+/// Where the machines a [`NodeRegistrar`] registers come from: the [`SimulatedCloud`], or a real
+/// cloud whose machines boot nothing (a fake hypervisor), for a provider's end-to-end tests.
+#[async_trait::async_trait]
+pub trait Hosts: Send + Sync + 'static {
+    /// The machines running now. An error skips the registrar's pass (it tries again on the next).
+    async fn running(&self) -> Result<Vec<RunningHost>, String>;
+
+    /// The `ClusterConfiguration` that `host`'s `kubeadm init` uploads, when its boot data runs
+    /// `kubeadm init`.
+    async fn init_cluster_configuration(&self, host: &RunningHost) -> Option<String>;
+}
+
+#[async_trait::async_trait]
+impl Hosts for SimulatedCloud {
+    async fn running(&self) -> Result<Vec<RunningHost>, String> {
+        Ok(self
+            .instances()
+            .into_iter()
+            .filter(|i| i.status == InstanceStatus::Active)
+            .map(|i| RunningHost {
+                provider_id: provider_id(&i.id),
+                name: i.id,
+                address: i.address,
+                zone: i.zone,
+                control_plane: i.control_plane,
+            })
+            .collect())
+    }
+
+    async fn init_cluster_configuration(&self, host: &RunningHost) -> Option<String> {
+        SimulatedCloud::init_cluster_configuration(self, &host.name)
+    }
+}
+
+/// Why a [`NodeRegistrar::sync`] pass did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// The machines could not be listed.
+    #[error("listing the running machines: {0}")]
+    Hosts(String),
+    /// The workload API server refused or could not be reached.
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+}
+
 /// The label on every simulated node.
 pub const SIMULATED_NODE_LABEL: &str = "node.capi-rs.dev/simulated";
 
 /// kubeadm's label (and taint) of control-plane nodes.
 pub const CONTROL_PLANE_NODE_LABEL: &str = "node-role.kubernetes.io/control-plane";
 
-/// Keeps the workload API server's nodes in step with the simulated cloud's running instances.
+/// Keeps the workload API server's nodes in step with a cloud's running machines.
 pub struct NodeRegistrar {
     nodes: Api<Node>,
-    cloud: Arc<SimulatedCloud>,
+    hosts: Arc<dyn Hosts>,
     registered: BTreeSet<String>,
     #[cfg(feature = "real-etcd")]
     kubelets: Option<Kubelets>,
@@ -53,20 +114,21 @@ impl std::fmt::Debug for NodeRegistrar {
 }
 
 impl NodeRegistrar {
-    /// A registrar writing to the workload cluster of `client`.
-    pub fn new(client: Client, cloud: Arc<SimulatedCloud>) -> Self {
+    /// A registrar writing the nodes of `hosts`' running machines to the workload cluster of
+    /// `client`.
+    pub fn new(client: Client, hosts: Arc<dyn Hosts>) -> Self {
         Self {
             nodes: Api::all(client),
-            cloud,
+            hosts,
             registered: BTreeSet::new(),
             #[cfg(feature = "real-etcd")]
             kubelets: None,
         }
     }
 
-    /// Also runs each node's kubelet endpoint ([`crate::kubelet::Kubelet`], on the instance's
-    /// address, which must then be one this machine can listen on:
-    /// [`crate::cloud::CloudConfig::loopback_addresses`]) and publishes its port in the node's
+    /// Also runs each node's kubelet endpoint ([`crate::kubelet::Kubelet`], on the machine's
+    /// address, which must then be one this machine can listen on: a loopback address, as
+    /// [`crate::cloud::CloudConfig::loopback_addresses`] gives instances) and publishes its port in the node's
     /// `status.daemonEndpoints`, so that the workload API server forwards ports to the node's
     /// pods as `targets` resolves them.
     #[cfg(feature = "real-etcd")]
@@ -78,36 +140,35 @@ impl NodeRegistrar {
         self
     }
 
-    /// Starts `instance`'s kubelet endpoint, if kubelets run; its port.
+    /// Starts `host`'s kubelet endpoint, if kubelets run; its port.
     #[cfg(feature = "real-etcd")]
-    async fn start_kubelet(&mut self, instance: &crate::cloud::Instance) -> Option<u16> {
+    async fn start_kubelet(&mut self, host: &RunningHost) -> Option<u16> {
         let kubelets = self.kubelets.as_mut()?;
-        if let Some(running) = kubelets.running.get(&instance.id) {
+        if let Some(running) = kubelets.running.get(&host.name) {
             return Some(running.port());
         }
-        let ip: std::net::IpAddr = match instance.address.parse() {
+        let ip: std::net::IpAddr = match host.address.parse() {
             Ok(ip) => ip,
             Err(_) => {
-                tracing::warn!(instance = %instance.id, address = %instance.address, "no kubelet endpoint: the address is not an IP");
+                tracing::warn!(node = %host.name, address = %host.address, "no kubelet endpoint: the address is not an IP");
                 return None;
             }
         };
-        match crate::kubelet::Kubelet::start(ip, &instance.id, Arc::clone(&kubelets.targets)).await
-        {
+        match crate::kubelet::Kubelet::start(ip, &host.name, Arc::clone(&kubelets.targets)).await {
             Ok(kubelet) => {
                 let port = kubelet.port();
-                kubelets.running.insert(instance.id.clone(), kubelet);
+                kubelets.running.insert(host.name.clone(), kubelet);
                 Some(port)
             }
             Err(error) => {
-                tracing::warn!(instance = %instance.id, %error, "no kubelet endpoint");
+                tracing::warn!(node = %host.name, %error, "no kubelet endpoint");
                 None
             }
         }
     }
 
     #[cfg(not(feature = "real-etcd"))]
-    async fn start_kubelet(&mut self, _instance: &crate::cloud::Instance) -> Option<u16> {
+    async fn start_kubelet(&mut self, _host: &RunningHost) -> Option<u16> {
         None
     }
 
@@ -121,8 +182,8 @@ impl NodeRegistrar {
         }
     }
 
-    /// One pass: registers nodes for running instances and removes nodes of vanished ones.
-    pub async fn sync(&mut self) -> Result<(), kube::Error> {
+    /// One pass: registers nodes for running machines and removes nodes of vanished ones.
+    pub async fn sync(&mut self) -> Result<(), SyncError> {
         if self.registered.is_empty() {
             // After a restart: adopt the nodes registered before.
             let selector = format!("{SIMULATED_NODE_LABEL}=true");
@@ -136,33 +197,29 @@ impl NodeRegistrar {
                 }
             }
         }
-        let instances = self.cloud.instances();
-        let running: BTreeSet<String> = instances
-            .iter()
-            .filter(|i| i.status == InstanceStatus::Active)
-            .map(|i| i.id.clone())
+        let hosts = self.hosts.running().await.map_err(SyncError::Hosts)?;
+        let running: BTreeSet<String> = hosts.iter().map(|h| h.name.clone()).collect();
+        let new: Vec<_> = hosts
+            .into_iter()
+            .filter(|h| !self.registered.contains(&h.name))
             .collect();
-        let new: Vec<_> = instances
-            .iter()
-            .filter(|i| running.contains(&i.id) && !self.registered.contains(&i.id))
-            .collect();
-        for instance in new {
+        for host in new {
             let registration = NodeRegistration {
-                name: instance.id.clone(),
-                provider_id: provider_id(&instance.id),
-                internal_ip: instance.address.clone(),
-                zone: instance.zone.clone(),
-                kubelet_port: self.start_kubelet(instance).await,
-                control_plane: instance.control_plane,
+                name: host.name.clone(),
+                provider_id: host.provider_id.clone(),
+                internal_ip: host.address.clone(),
+                zone: host.zone.clone(),
+                kubelet_port: self.start_kubelet(&host).await,
+                control_plane: host.control_plane,
             };
             register(&self.nodes, &registration).await?;
-            if instance.control_plane {
-                start_control_plane_pods(&self.kube_system(), &instance.id).await?;
-                if let Some(config) = self.cloud.init_cluster_configuration(&instance.id) {
+            if host.control_plane {
+                start_control_plane_pods(&self.kube_system(), &host.name).await?;
+                if let Some(config) = self.hosts.init_cluster_configuration(&host).await {
                     upload_kubeadm_config(&self.nodes.clone().into_client(), &config).await?;
                 }
             }
-            self.registered.insert(instance.id.clone());
+            self.registered.insert(host.name);
         }
         let gone: Vec<String> = self
             .registered
@@ -174,7 +231,7 @@ impl NodeRegistrar {
             match self.nodes.delete(&name, &DeleteParams::default()).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(status)) if status.is_not_found() => {}
-                Err(error) => return Err(error),
+                Err(error) => return Err(error.into()),
             }
             #[cfg(feature = "real-etcd")]
             if let Some(kubelets) = self.kubelets.as_mut() {

@@ -82,7 +82,7 @@ async fn main() -> Result<()> {
         let yaml = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
         let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml)?;
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
-        let registrar = NodeRegistrar::new(kube::Client::try_from(config)?, Arc::clone(&cloud));
+        let registrar = NodeRegistrar::new(kube::Client::try_from(config)?, cloud.clone());
         tokio::spawn(registrar.run(Duration::from_millis(200)));
     }
     println!("listening on {}", server.url());

@@ -76,8 +76,16 @@ impl EtcdProcesses {
     /// Runs a member with the `etcd` binary at `etcd` for every control-plane instance `cloud`
     /// boots from now on. Must be called within a Tokio runtime.
     pub fn start(cloud: &SimulatedCloud, etcd: &Path) -> Self {
-        let (events, mut received) = mpsc::unbounded_channel();
+        let (events, received) = mpsc::unbounded_channel();
         cloud.observe_etcd_members(events);
+        Self::follow(received, etcd)
+    }
+
+    /// Runs a member with the `etcd` binary at `etcd` for every [`MemberEvent::Booted`] that
+    /// `events` brings, and stops it on [`MemberEvent::Gone`]: for machines of a cloud other than
+    /// the [`SimulatedCloud`] (a real one with a fake hypervisor) whose boot a test simulates.
+    /// Must be called within a Tokio runtime.
+    pub fn follow(mut received: mpsc::UnboundedReceiver<MemberEvent>, etcd: &Path) -> Self {
         let running = Arc::new(Mutex::new(Running::default()));
         let binary = etcd.to_path_buf();
         let task = tokio::spawn({

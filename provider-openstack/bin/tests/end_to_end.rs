@@ -20,136 +20,31 @@
 //! Without `CAPI_RS_OPENSTACK_CLOUDS_YAML` the test fails and says how to start the cloud.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
-use std::path::Path;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
 
 use capi_control_plane::api::KubeadmControlPlane;
 use capi_core::api::{
     Cluster, Machine, MachineAddressType, MachineDeployment, MachinePhase, MachineSet,
 };
+use capi_testing::TestEnv;
 use capi_testing::envtest::ControlPlane;
-use capi_testing::{TestEnv, manifest};
-use k8s_openapi::api::core::v1::{Event, Namespace, Node, Secret, ServiceAccount};
+use common::{
+    MANAGER, SYSTEM_NAMESPACE, assert_no_secrets, clouds_yaml, cluster_manifests, eventually,
+    generated_rbac_token, leftovers, password, spawn_manager,
+};
+use k8s_openapi::api::core::v1::{Event, Node, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt};
 use provider_inmemory::nodes::{NodeRegistration, register};
 use provider_openstack::api::{OpenStackCluster, OpenStackMachine};
 use provider_openstack::cloud::{Compute, LoadBalancing, Networking, Session};
-use provider_openstack::credentials;
 use provider_openstack::naming::ClusterNames;
 use serde_json::json;
 
-const CLOUDS_YAML_ENV: &str = "CAPI_RS_OPENSTACK_CLOUDS_YAML";
 const CLUSTER: &str = "demo";
-const SYSTEM_NAMESPACE: &str = "capi-openstack-system";
-const MANAGER: &str = "capi-openstack-manager";
-/// Long enough for the slowest step (Octavia's load balancer, then 5 servers) on 2 cores.
-const TIMEOUT: Duration = Duration::from_secs(300);
-
-fn clouds_yaml() -> String {
-    let path = std::env::var(CLOUDS_YAML_ENV).unwrap_or_else(|_| {
-        panic!(
-            "{CLOUDS_YAML_ENV} is not set: start the local OpenStack with `cargo xtask openstack start` \
-             and export the variable it prints (`cargo xtask test` does both)"
-        )
-    });
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"))
-}
-
-/// The password of cloud `local`, which must never show up outside the credentials Secret and
-/// the bootstrap data.
-fn password(clouds_yaml: &str) -> String {
-    let parsed: serde_json::Value = serde_saphyr::from_str(clouds_yaml).unwrap();
-    parsed["clouds"]["local"]["auth"]["password"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        if let Some(done) = check().await {
-            return done;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-/// A ServiceAccount token for the generated RBAC (`config/openstack/rbac.yaml`).
-async fn generated_rbac_token(client: &Client) -> String {
-    let text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/openstack/rbac.yaml"),
-    )
-    .unwrap();
-    let namespace: Namespace =
-        serde_json::from_value(json!({"metadata": {"name": SYSTEM_NAMESPACE}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&Default::default(), &namespace)
-        .await
-        .unwrap();
-    manifest::create_all(client, SYSTEM_NAMESPACE, &manifest::parse(&text).unwrap())
-        .await
-        .unwrap();
-    let request: k8s_openapi::api::authentication::v1::TokenRequest =
-        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
-            .unwrap();
-    Api::<ServiceAccount>::namespaced(client.clone(), SYSTEM_NAMESPACE)
-        .create_token_request(MANAGER, &Default::default(), &request)
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .token
-}
-
-/// The cluster as `capictl generate cluster --infrastructure openstack --clouds-yaml … --cloud
-/// local` renders it, with the API server's floating IP turned off (see the crate docs).
-fn cluster_manifests(namespace: &str, clouds_yaml: &str) -> Vec<kube::api::DynamicObject> {
-    use capi_cli::generate;
-    let mut extra = generate::openstack_credentials(clouds_yaml, "local", |_| Ok(Vec::new()))
-        .unwrap()
-        .into_iter()
-        .collect::<BTreeMap<_, _>>();
-    for (name, value) in [
-        ("OPENSTACK_CONTROL_PLANE_MACHINE_FLAVOR", "m1.small"),
-        ("OPENSTACK_NODE_MACHINE_FLAVOR", "m1.small"),
-        ("OPENSTACK_IMAGE_NAME", "capi-rs-test-image"),
-        ("OPENSTACK_SSH_KEY_NAME", "capi-rs-test-key"),
-        ("OPENSTACK_NODE_CIDR", "10.64.0.0/24"),
-    ] {
-        extra.insert(name.to_string(), value.to_string());
-    }
-    let inputs = generate::Inputs {
-        cluster_name: CLUSTER.into(),
-        namespace: Some(namespace.into()),
-        kubernetes_version: Some("v1.33.0".into()),
-        control_plane_machine_count: Some(1),
-        worker_machine_count: Some(2),
-        extra,
-    };
-    let text = generate::render(
-        generate::built_in("openstack", None).unwrap(),
-        &inputs,
-        |_| None,
-    )
-    .unwrap();
-    let mut objects = manifest::parse(&text).unwrap();
-    for object in &mut objects {
-        if object.types.as_ref().map(|t| t.kind.as_str()) == Some("OpenStackCluster") {
-            object.data["spec"]["apiServer"]["enableFloatingIP"] = json!(false);
-        }
-    }
-    objects
-}
 
 /// A kubelet for every ACTIVE server of the cluster: registers its node in the workload cluster.
 async fn kubelets(session: Session, nodes: Api<Node>, tag: String) {
@@ -222,81 +117,12 @@ fn server_id(machine: &Machine) -> String {
         .to_string()
 }
 
-/// What Nova, Neutron and Octavia still hold of the cluster.
-async fn leftovers(session: &Session, names: &ClusterNames) -> Vec<String> {
-    let tag = vec![("tags".to_string(), names.tag())];
-    let mut left = Vec::new();
-    for s in session.servers_tagged(&names.tag()).await.unwrap() {
-        left.push(format!("server {} {}", s.name, s.status));
-    }
-    for p in session.ports(&tag).await.unwrap() {
-        left.push(format!("port {}", p.name));
-    }
-    for n in session.networks(&tag).await.unwrap() {
-        left.push(format!("network {}", n.name));
-    }
-    for s in session.subnets(&tag).await.unwrap() {
-        left.push(format!("subnet {}", s.name));
-    }
-    for r in session.routers(&tag).await.unwrap() {
-        left.push(format!("router {}", r.name));
-    }
-    for g in session.security_groups(&tag).await.unwrap() {
-        left.push(format!("security group {}", g.name));
-    }
-    for lb in session
-        .load_balancers_named(&names.load_balancer())
-        .await
-        .unwrap()
-    {
-        left.push(format!(
-            "load balancer {} {}",
-            lb.name, lb.provisioning_status
-        ));
-    }
-    left
-}
-
-/// Fails if `text` (what `source` shows a user) carries a credential or a token.
-fn assert_no_secrets(source: &str, text: &str, password: &str, clouds_yaml: &str) {
-    assert!(
-        !text.contains(password),
-        "{source} contains the cloud password"
-    );
-    // Keystone's Fernet tokens all start like this.
-    assert!(
-        !text.contains("gAAAAA"),
-        "{source} contains a Keystone token"
-    );
-    assert!(
-        !text.to_ascii_lowercase().contains("x-auth-token: "),
-        "{source} contains an auth header"
-    );
-    for line in clouds_yaml.lines().filter(|l| l.trim().len() > 12) {
-        assert!(
-            !text.contains(line),
-            "{source} contains clouds.yaml content: {line:?}"
-        );
-    }
-}
-
 #[tokio::test]
 async fn the_manager_builds_and_tears_down_a_cluster_with_a_kubeadm_control_plane_and_two_workers()
 {
     let clouds_yaml = clouds_yaml();
     let password = password(&clouds_yaml);
-    let credentials = credentials::from_secret(
-        &serde_json::from_value(json!({
-            "metadata": {"name": "local"},
-            "stringData": {},
-            "data": {credentials::CLOUDS_YAML_KEY: base64_of(&clouds_yaml)},
-        }))
-        .unwrap(),
-        "local",
-        None,
-    )
-    .unwrap();
-    let session = Session::connect(&credentials).await.unwrap();
+    let session = common::session(&clouds_yaml).await;
 
     let mut crds = capi_core::crd::core();
     crds.extend(capi_bootstrap::api::crds());
@@ -312,42 +138,20 @@ async fn the_manager_builds_and_tears_down_a_cluster_with_a_kubeadm_control_plan
     // JSON logs — at debug level for every crate, so that anything a library logs is checked.
     let token = generated_rbac_token(&client).await;
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    let api_server = env.control_plane();
-    std::fs::write(
-        &kubeconfig,
-        serde_json::to_string(&json!({
-            "apiVersion": "v1", "kind": "Config", "current-context": "manager",
-            "clusters": [{"name": "local", "cluster": {
-                "server": api_server.url(),
-                "certificate-authority": api_server.dir().join("ca.crt")}}],
-            "users": [{"name": "manager", "user": {"token": token}}],
-            "contexts": [{"name": "manager", "context": {"cluster": "local", "user": "manager"}}],
-        }))
-        .unwrap(),
-    )
-    .unwrap();
     let log_path = dir.path().join("manager.log");
-    let log = std::fs::File::create(&log_path).unwrap();
-    let mut manager = tokio::process::Command::new(env!("CARGO_BIN_EXE_openstack-manager"))
-        .args([
+    let mut manager = spawn_manager(
+        env.control_plane(),
+        &token,
+        dir.path(),
+        &log_path,
+        &[
             "--with-bootstrap",
             "--with-core",
             "--with-control-plane",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
             "--leader-elect",
             &format!("{SYSTEM_NAMESPACE}/{MANAGER}"),
-        ])
-        .env("KUBECONFIG", &kubeconfig)
-        .env("RUST_LOG", "debug")
-        .stdout(Stdio::from(log.try_clone().unwrap()))
-        .stderr(Stdio::from(log))
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+        ],
+    );
 
     let kubelet = tokio::spawn(kubelets(
         session.clone(),
@@ -367,9 +171,13 @@ async fn the_manager_builds_and_tears_down_a_cluster_with_a_kubeadm_control_plan
         .create(&Default::default(), &workload_kubeconfig)
         .await
         .unwrap();
-    manifest::create_all(&client, &ns, &cluster_manifests(&ns, &clouds_yaml))
-        .await
-        .unwrap();
+    capi_testing::manifest::create_all(
+        &client,
+        &ns,
+        &cluster_manifests(CLUSTER, &ns, &clouds_yaml, 1, 2),
+    )
+    .await
+    .unwrap();
 
     // The control plane's machine and 2 workers Running, each with its node.
     let machines: Api<Machine> = Api::namespaced(client.clone(), &ns);
@@ -578,9 +386,4 @@ async fn the_manager_builds_and_tears_down_a_cluster_with_a_kubeadm_control_plan
         "the logs cover the reconciles and the SDK's own debug output"
     );
     assert_no_secrets("the manager's logs", &logs, &password, &clouds_yaml);
-}
-
-fn base64_of(text: &str) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(text)
 }
