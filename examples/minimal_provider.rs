@@ -84,11 +84,7 @@ fn instance(id: usize) -> MachineInstance {
         address,
     }];
     let provider_id = format!("toy:///{id}");
-    MachineInstance {
-        provider_id,
-        addresses,
-        state: InstanceState::Running,
-    }
+    MachineInstance::new(provider_id, addresses, InstanceState::Running)
 }
 
 impl ToyActuator {

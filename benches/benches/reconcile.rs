@@ -65,14 +65,14 @@ fn cluster() -> Cluster {
 }
 
 fn instance() -> MachineInstance {
-    MachineInstance {
-        provider_id: "inmemory:///i-0001".into(),
-        addresses: vec![MachineAddress {
+    MachineInstance::new(
+        "inmemory:///i-0001",
+        vec![MachineAddress {
             type_: MachineAddressType::InternalIp,
             address: "10.0.0.7".into(),
         }],
-        state: InstanceState::Running,
-    }
+        InstanceState::Running,
+    )
 }
 
 fn bootstrap() -> BootstrapData {

@@ -95,6 +95,15 @@ impl<R: Default> Plan<R> {
         );
     }
 
+    /// Sets one of the provider's own conditions, stamped with this plan's generation unless it
+    /// carries one.
+    pub fn provider_condition(&mut self, mut wanted: DesiredCondition) {
+        if wanted.observed_generation.is_none() {
+            wanted.observed_generation = self.generation;
+        }
+        self.conditions.push(wanted);
+    }
+
     /// Records whether reconciliation is paused (the `Paused` condition) and returns it.
     pub fn paused(&mut self, paused: bool) -> bool {
         self.conditions

@@ -4,8 +4,10 @@
 //! A provider's CRD embeds [`InfraMachineStatus`] (or [`InfraClusterStatus`]) as its status and
 //! implements [`InfraMachine`] (or [`InfraCluster`]). The loop writes only the contract's fields —
 //! `spec.providerID`, `status.initialization.provisioned`, `status.addresses`,
-//! `status.failureDomains`, `spec.controlPlaneEndpoint`, `status.conditions` — with merge patches,
-//! so provider-specific fields are never touched.
+//! `status.failureDomain`, `status.failureDomains`, `spec.controlPlaneEndpoint`,
+//! `status.conditions` — and the provider's own status fields its actuator reports
+//! ([`crate::ProviderStatus`]), with change-only merge patches, so other fields are never
+//! touched.
 
 use std::fmt::Debug;
 
@@ -38,6 +40,11 @@ pub struct InfraMachineStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub addresses: Vec<MachineAddress>,
+
+    /// The failure domain the instance landed in, when the cloud says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub failure_domain: Option<String>,
 
     /// `Ready` and the provider's other conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -52,7 +52,8 @@ pub mod labels;
 pub use actuator::{
     Actuator, ActuatorError, ActuatorErrorKind, BootstrapData, BootstrapDataError, BootstrapFormat,
     ClusterActuator, ClusterInfrastructure, ClusterScope, IdempotencyKey, ImmutableChange,
-    InstanceState, MachineInstance, MachineScope, MissingUid, UpdateOutcome,
+    InstanceState, MachineInstance, MachineScope, MissingUid, ProviderStatus, ProviderStatusError,
+    UpdateOutcome,
 };
 #[cfg(feature = "mock")]
 pub use actuator::{MockActuator, MockClusterActuator};

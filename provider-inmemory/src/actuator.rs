@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use capi_core::api::{ApiEndpoint, FailureDomain, MachineAddress, MachineAddressType};
 use capi_core::{
     Actuator, ActuatorError, ClusterActuator, ClusterInfrastructure, ClusterScope, ImmutableChange,
-    InstanceState, MachineInstance, MachineScope, UpdateOutcome,
+    InstanceState, MachineInstance, MachineScope, ProviderStatus, UpdateOutcome,
 };
 
 use crate::api::{InMemoryCluster, InMemoryMachine};
@@ -62,26 +62,39 @@ fn to_machine_instance(instance: &Instance) -> MachineInstance {
         InstanceStatus::Building => InstanceState::Provisioning,
         InstanceStatus::Active => InstanceState::Running,
         InstanceStatus::Deleting => InstanceState::Failed {
+            reason: "InstanceDeleting".into(),
             message: "the instance is being deleted".into(),
         },
         InstanceStatus::Error => InstanceState::Failed {
+            reason: "InstanceError".into(),
             message: "the cloud failed to build the instance".into(),
         },
     };
-    MachineInstance {
-        provider_id: provider_id(&instance.id),
-        addresses: vec![
-            MachineAddress {
-                type_: MachineAddressType::InternalIp,
-                address: instance.address.clone(),
-            },
-            MachineAddress {
-                type_: MachineAddressType::Hostname,
-                address: instance.id.clone(),
-            },
-        ],
-        state,
+    let addresses = vec![
+        MachineAddress {
+            type_: MachineAddressType::InternalIp,
+            address: instance.address.clone(),
+        },
+        MachineAddress {
+            type_: MachineAddressType::Hostname,
+            address: instance.id.clone(),
+        },
+    ];
+    let own = crate::api::InMemoryMachineStatus {
+        instance_id: Some(instance.id.clone()),
+        instance_state: Some(format!("{:?}", instance.status)),
+        ..Default::default()
+    };
+    let mut reported = MachineInstance::new(provider_id(&instance.id), addresses, state);
+    // The contract's part of the typed status is the loop's: only the cloud's own fields go.
+    match ProviderStatus::from_typed(&own) {
+        Ok(status) => reported = reported.with_provider_status(status),
+        Err(error) => tracing::error!(%error, "the in-memory provider's own status is malformed"),
     }
+    if let Some(zone) = instance.zone.clone() {
+        reported = reported.in_failure_domain(zone);
+    }
+    reported
 }
 
 fn cloud_error(error: CloudError) -> ActuatorError {
@@ -297,6 +310,7 @@ impl ClusterActuator<InMemoryCluster> for InMemoryActuator {
                 })
                 .collect(),
             provisioned: !lb.provisioning,
+            ..ClusterInfrastructure::default()
         })
     }
 

@@ -20,7 +20,7 @@ pub const VERSION: &str = "v1alpha1";
     kind = "InMemoryMachine",
     plural = "inmemorymachines",
     namespaced,
-    status = "InfraMachineStatus",
+    status = "InMemoryMachineStatus",
     derive = "PartialEq",
     derive = "Default",
     category = "cluster-api",
@@ -31,6 +31,8 @@ pub const VERSION: &str = "v1alpha1";
         json_path = ".metadata.labels.cluster\\.x-k8s\\.io/cluster-name"
     ),
     printcolumn(name = "Provider ID", type_ = "string", json_path = ".spec.providerID"),
+    printcolumn(name = "State", type_ = "string", json_path = ".status.instanceState"),
+    printcolumn(name = "Zone", type_ = "string", json_path = ".status.failureDomain"),
     printcolumn(
         name = "Provisioned",
         type_ = "boolean",
@@ -63,13 +65,36 @@ fn default_flavor() -> String {
     "small".to_string()
 }
 
+/// The observed state of an `InMemoryMachine`: the contract's fields and the simulated cloud's
+/// own.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InMemoryMachineStatus {
+    /// `initialization`, `addresses`, `failureDomain`, `conditions` (infrastructure provider
+    /// contract).
+    #[serde(flatten)]
+    pub contract: InfraMachineStatus,
+    /// The instance's ID in the simulated cloud.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "instanceID"
+    )]
+    #[schemars(length(max = 256))]
+    pub instance_id: Option<String>,
+    /// The simulated cloud's state of the instance: `Building`, `Active`, `Deleting`, `Error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    pub instance_state: Option<String>,
+}
+
 impl InfraMachine for InMemoryMachine {
     fn provider_id(&self) -> Option<&str> {
         self.spec.provider_id.as_deref()
     }
 
     fn infra_status(&self) -> Option<&InfraMachineStatus> {
-        self.status.as_ref()
+        self.status.as_ref().map(|s| &s.contract)
     }
 }
 

@@ -57,7 +57,7 @@ async fn provisioned(client: &Client, ns: &str) -> usize {
             list.items
                 .iter()
                 .filter(|m| {
-                    m.status.as_ref().is_some_and(|s| s.provisioned())
+                    m.status.as_ref().is_some_and(|s| s.contract.provisioned())
                         && m.spec.provider_id.is_some()
                 })
                 .count()
@@ -111,12 +111,33 @@ async fn n_machines_get_exactly_n_instances_and_deletion_leaves_none() {
     let infra: Api<InMemoryMachine> = Api::namespaced(client.clone(), &f.ns);
     let m0 = infra.get("m-0").await.unwrap();
     let status = m0.status.clone().unwrap();
-    assert!(m0.spec.provider_id.unwrap().starts_with("inmemory:///"));
-    assert_eq!(status.addresses.len(), 2);
+    assert!(
+        m0.spec
+            .provider_id
+            .clone()
+            .unwrap()
+            .starts_with("inmemory:///")
+    );
+    assert_eq!(status.contract.addresses.len(), 2);
     assert!(capi_core::condition::is_true(
-        &status.conditions,
+        &status.contract.conditions,
         capi_core::condition::READY
     ));
+    // The provider's own status and the failure domain the instance landed in.
+    let instance_id = m0
+        .spec
+        .provider_id
+        .as_deref()
+        .and_then(|p| p.strip_prefix("inmemory:///"));
+    assert_eq!(status.instance_id.as_deref(), instance_id);
+    assert_eq!(status.instance_state.as_deref(), Some("Active"));
+    let zone = f
+        .cloud
+        .instances()
+        .into_iter()
+        .find(|i| Some(i.id.as_str()) == instance_id)
+        .and_then(|i| i.zone);
+    assert_eq!(status.contract.failure_domain, zone, "{status:?}");
     assert!(
         m0.metadata
             .finalizers

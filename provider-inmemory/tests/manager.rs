@@ -46,7 +46,7 @@ async fn is_provisioned(client: &Client, ns: &str, name: &str) -> bool {
     Api::<InMemoryMachine>::namespaced(client.clone(), ns)
         .get(name)
         .await
-        .is_ok_and(|m| m.status.as_ref().is_some_and(|s| s.provisioned()))
+        .is_ok_and(|m| m.status.as_ref().is_some_and(|s| s.contract.provisioned()))
 }
 
 async fn start_manager(

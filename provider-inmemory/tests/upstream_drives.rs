@@ -27,13 +27,15 @@
 //!   the `kubeadm-config` ConfigMap with the `ClusterConfiguration` from the instance's own
 //!   bootstrap data; nodes report `Ready` and no memory, disk or PID pressure.
 //!
-//! More than one replica has not been run against upstream yet. What is in place for it: each
-//! joining control-plane instance's member is added to the etcd cluster as a learner and
-//! promoted, as kubeadm does, so upstream's scale-up preflight checks (all members healthy,
-//! every component pod running) can pass; upstream would then also move etcd leadership and
-//! remove members through the same port-forward. Not simulated (and not needed on this test's
-//! path): kubeadm's `kubelet-config` ConfigMap, kube-proxy, CoreDNS and certificate expiry on
-//! the nodes. This test keeps one replica, as upstream's own scale tests do.
+//! More than one replica: the test scales the control plane 1 → 3 → 1 and upstream gets all the
+//! way. Each joining control-plane instance's member is added to the etcd cluster as a learner
+//! and promoted, as kubeadm does, so upstream's scale-up preflight checks (all members healthy,
+//! every component pod running) pass and the three machines become ready with
+//! `EtcdClusterHealthy`; on the way down upstream moves etcd's leadership and removes the
+//! members itself through the same port-forward (the simulated cloud never removes a
+//! membership), leaving one member. Not simulated (and not needed on this test's path):
+//! kubeadm's `kubelet-config` ConfigMap, kube-proxy, CoreDNS and certificate expiry on the
+//! nodes.
 #![cfg(feature = "real-etcd")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -59,7 +61,7 @@ use serde_json::{Value, json};
 
 const NAMESPACE: &str = "upstream-drives";
 const CLUSTER: &str = "driven";
-const WITHIN: Duration = Duration::from_secs(240);
+const WITHIN: Duration = Duration::from_secs(300);
 
 fn api(client: &Client, group: &str, kind: &str) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk(group, "v1beta2", kind);
@@ -320,6 +322,76 @@ async fn upstreams_managers_drive_the_in_memory_provider_through_a_clusters_life
         .await
         .unwrap();
     assert_eq!(nodes.items.len(), 3);
+
+    // The control plane 1 → 3 → 1: upstream's KubeadmControlPlane joins two machines, each
+    // with its etcd member, then removes them again — moving etcd's leadership and removing the
+    // members itself, through the workload API server's port-forward.
+    let kcps = api(
+        &client,
+        "controlplane.cluster.x-k8s.io",
+        "KubeadmControlPlane",
+    );
+    let kcp_name = format!("{CLUSTER}-control-plane");
+    let etcd_cluster = format!("{NAMESPACE}.{CLUSTER}");
+    for replicas in [3i64, 1] {
+        kcps.patch(
+            &kcp_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+        )
+        .await
+        .unwrap();
+        world
+            .until(
+                &format!("{replicas} control-plane machines ready, etcd healthy"),
+                |client| {
+                    let kcp_name = kcp_name.clone();
+                    async move {
+                        let kcp = api(
+                            &client,
+                            "controlplane.cluster.x-k8s.io",
+                            "KubeadmControlPlane",
+                        )
+                        .get(&kcp_name)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                        let status = &kcp.data["status"];
+                        let settled = [
+                            "replicas",
+                            "readyReplicas",
+                            "availableReplicas",
+                            "upToDateReplicas",
+                        ]
+                        .iter()
+                        .all(|field| status[field].as_i64() == Some(replicas));
+                        let etcd = condition(&kcp, "EtcdClusterHealthy");
+                        (settled && etcd.as_ref().is_some_and(|c| c["status"] == "True"))
+                            .then_some(())
+                            .ok_or(format!("{status:#}"))
+                    }
+                },
+            )
+            .await;
+        world
+            .until(&format!("{replicas} etcd members"), |_| {
+                let urls = etcd.client_urls(&etcd_cluster);
+                async move {
+                    let mut etcd_client = etcd_client::Client::connect(&urls, None)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let members = etcd_client.member_list().await.map_err(|e| e.to_string())?;
+                    let names: Vec<String> = members
+                        .members()
+                        .iter()
+                        .map(|m| m.name().to_string())
+                        .collect();
+                    (names.len() == replicas as usize && urls.len() == replicas as usize)
+                        .then_some(())
+                        .ok_or(format!("members {names:?}, processes {}", urls.len()))
+                }
+            })
+            .await;
+    }
 
     // Scale the workers 2 → 4 → 1.
     let deployments = api(&client, "cluster.x-k8s.io", "MachineDeployment");

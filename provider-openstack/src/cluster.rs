@@ -12,10 +12,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use capi_core::api::{ApiEndpoint, Cluster, FailureDomain};
-use capi_core::{ActuatorError, ClusterActuator, ClusterInfrastructure, ClusterScope};
+use capi_core::{
+    ActuatorError, ClusterActuator, ClusterInfrastructure, ClusterScope, ProviderStatus,
+};
 use kube::ResourceExt;
 
-use crate::api::{NetworkParam, OpenStackCluster, SubnetParam};
+use crate::api::{NetworkParam, OpenStackCluster, ResourceStatus, SubnetParam};
 use crate::cloud::{
     CloudResult, LoadBalancer, Network, NeutronResource, SecurityGroup, SecurityGroupRule, Subnet,
 };
@@ -62,9 +64,12 @@ impl ClusterActuator<OpenStackCluster> for OpenStackClusterActuator {
     ) -> Result<ClusterInfrastructure, ActuatorError> {
         let infra = self.infra(scope).await?;
         let external = infra.external_network().await?;
-        let subnet = infra.network(external.as_ref()).await?;
-        infra.security_groups().await?;
-        let host = infra.api_endpoint_host(&subnet, external.as_ref()).await?;
+        let mut resources = ClusterResources::default();
+        let subnet = infra.network(external.as_ref(), &mut resources).await?;
+        infra.security_groups(&mut resources).await?;
+        let host = infra
+            .api_endpoint_host(&subnet, external.as_ref(), &mut resources)
+            .await?;
         let failure_domains = scope
             .infra_cluster
             .spec
@@ -83,6 +88,9 @@ impl ClusterActuator<OpenStackCluster> for OpenStackClusterActuator {
             }),
             failure_domains,
             provisioned: true,
+            provider_status: ProviderStatus::from_typed(&resources)
+                .map_err(|e| ActuatorError::transient("ProviderStatusInvalid", e))?,
+            conditions: Vec::new(),
         })
     }
 
@@ -165,11 +173,15 @@ impl Infra {
     }
 
     /// The cluster's subnet: the managed network, subnet and router (created if missing), or the
-    /// existing network the spec names.
-    async fn network(&self, external: Option<&Network>) -> Result<Subnet, ActuatorError> {
+    /// existing network the spec names; recorded in `resources`.
+    async fn network(
+        &self,
+        external: Option<&Network>,
+        resources: &mut ClusterResources,
+    ) -> Result<Subnet, ActuatorError> {
         let spec = &self.cluster.spec;
         if let Some(param) = &spec.network {
-            return self.existing_network(param, &spec.subnets).await;
+            return self.existing_network(param, &spec.subnets, resources).await;
         }
         let Some(first) = spec.managed_subnets.first() else {
             return Err(ActuatorError::invalid_configuration(
@@ -185,6 +197,7 @@ impl Infra {
                 net.create_network(&self.names.network(), &self.names.description),
             )
             .await?;
+        resources.network = Some(resource(&network.id, &network.name));
         let subnet_name = self.names.subnet(0);
         let subnet = self
             .found_or_created(
@@ -203,6 +216,7 @@ impl Infra {
                 ),
             )
             .await?;
+        resources.subnets = vec![resource(&subnet.id, &subnet.name)];
         if let Some(external) = external {
             let router = self
                 .found_or_created(
@@ -215,6 +229,7 @@ impl Infra {
                     ),
                 )
                 .await?;
+            resources.router = Some(resource(&router.id, &router.name));
             let interfaces = net
                 .ports(&[
                     ("device_id".into(), router.id.clone()),
@@ -235,11 +250,15 @@ impl Infra {
         &self,
         param: &NetworkParam,
         subnets: &[SubnetParam],
+        resources: &mut ClusterResources,
     ) -> Result<Subnet, ActuatorError> {
         let net = self.clients.network.as_ref();
         let network = resolve::network(net, param, "spec.network").await?;
+        resources.network = Some(resource(&network.id, &network.name));
         if let Some(subnet) = subnets.first() {
-            return resolve::subnet(net, subnet, Some(&network.id), "spec.subnets[0]").await;
+            let subnet = resolve::subnet(net, subnet, Some(&network.id), "spec.subnets[0]").await?;
+            resources.subnets = vec![resource(&subnet.id, &subnet.name)];
+            return Ok(subnet);
         }
         let mut found = net
             .subnets(&[("network_id".into(), network.id.clone())])
@@ -255,17 +274,22 @@ impl Infra {
                 ),
             ));
         }
-        Ok(found.remove(0))
+        let subnet = found.remove(0);
+        resources.subnets = vec![resource(&subnet.id, &subnet.name)];
+        Ok(subnet)
     }
 
     /// The two managed security groups and their rules (missing rules added, stray ingress rules
     /// removed).
-    async fn security_groups(&self) -> Result<(), ActuatorError> {
+    async fn security_groups(&self, resources: &mut ClusterResources) -> Result<(), ActuatorError> {
         let Some(managed) = &self.cluster.spec.managed_security_groups else {
             return Ok(());
         };
         let control_plane = self.ensure_group(&self.names.control_plane_group()).await?;
         let worker = self.ensure_group(&self.names.worker_group()).await?;
+        resources.control_plane_security_group =
+            Some(resource(&control_plane.id, &control_plane.name));
+        resources.worker_security_group = Some(resource(&worker.id, &worker.name));
         let (cp_rules, worker_rules) = desired_rules(
             &control_plane.id,
             &worker.id,
@@ -336,6 +360,7 @@ impl Infra {
         &self,
         subnet: &Subnet,
         external: Option<&Network>,
+        resources: &mut ClusterResources,
     ) -> Result<String, ActuatorError> {
         let spec = &self.cluster.spec;
         let api = spec.api_server.clone().unwrap_or_default();
@@ -355,6 +380,7 @@ impl Infra {
             });
         }
         let lb = self.load_balancer(subnet, &managed).await?;
+        resources.load_balancer = Some(resource(&lb.id, &lb.name));
         let floating = api.enable_floating_ip.unwrap_or(true) && external.is_some();
         match (floating, external) {
             (true, Some(external)) => self.api_floating_ip(&lb, external).await,
@@ -658,6 +684,32 @@ fn wait_for_lb(name: &str, state: &str) -> ActuatorError {
         "WaitingForLoadBalancer",
         format!("load balancer {name} is {state}"),
     )
+}
+
+/// The cloud's resources of a cluster, as `OpenStackCluster.status` reports them (the provider's
+/// own status fields: [`crate::api::OpenStackClusterStatus`] without the contract's).
+#[derive(Debug, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ClusterResources {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    network: Option<ResourceStatus>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    subnets: Vec<ResourceStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    router: Option<ResourceStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    load_balancer: Option<ResourceStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    control_plane_security_group: Option<ResourceStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    worker_security_group: Option<ResourceStatus>,
+}
+
+fn resource(id: &str, name: &str) -> ResourceStatus {
+    ResourceStatus {
+        id: id.to_string(),
+        name: name.to_string(),
+    }
 }
 
 fn ensure_active(lb: &LoadBalancer) -> Result<(), ActuatorError> {

@@ -14,7 +14,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use capi_core::api::{MachineAddress, MachineAddressType};
 use capi_core::{
-    Actuator, ActuatorError, InstanceState, MachineInstance, MachineScope, UpdateOutcome,
+    Actuator, ActuatorError, InstanceState, MachineInstance, MachineScope, ProviderStatus,
+    UpdateOutcome,
 };
 use kube::ResourceExt;
 
@@ -204,6 +205,7 @@ impl Ctx {
         let state = match server.status.as_str() {
             "ACTIVE" => InstanceState::Running,
             "ERROR" => InstanceState::Failed {
+                reason: "InstanceError".into(),
                 message: server
                     .fault
                     .as_ref()
@@ -213,11 +215,23 @@ impl Ctx {
             },
             _ => InstanceState::Provisioning,
         };
-        Ok(MachineInstance {
-            provider_id: format!("{PROVIDER_ID_PREFIX}{}", server.id),
+        let nova_state: Option<crate::api::InstanceState> =
+            serde_json::from_value(serde_json::Value::String(server.status.clone())).ok();
+        let provider_status = ProviderStatus::from_typed(&serde_json::json!({
+            "instanceID": server.id,
+            "instanceState": nova_state,
+        }))
+        .map_err(|e| ActuatorError::transient("ProviderStatusInvalid", e))?;
+        let mut instance = MachineInstance::new(
+            format!("{PROVIDER_ID_PREFIX}{}", server.id),
             addresses,
             state,
-        })
+        )
+        .with_provider_status(provider_status);
+        if let Some(zone) = server.availability_zone.clone().filter(|z| !z.is_empty()) {
+            instance = instance.in_failure_domain(zone);
+        }
+        Ok(instance)
     }
 
     /// The machine's ports as the spec asks (one on the cluster network by default), created or
@@ -682,8 +696,15 @@ mod tests {
         assert_eq!(
             found.state,
             InstanceState::Failed {
+                reason: "InstanceError".into(),
                 message: "No valid host was found.".into()
             }
+        );
+        // The server's ID and Nova's state, for `status.instanceID` and `status.instanceState`.
+        assert_eq!(found.provider_status.fields()["instanceState"], "ERROR");
+        assert_eq!(
+            found.provider_status.fields()["instanceID"],
+            found.provider_id.trim_start_matches(PROVIDER_ID_PREFIX)
         );
         assert!(found.provider_id.starts_with(PROVIDER_ID_PREFIX));
     }

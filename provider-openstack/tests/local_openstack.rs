@@ -390,7 +390,7 @@ async fn machines_boot_join_the_pool_and_leave_nothing_behind() {
                     "Booting",
                     "BUILD",
                 )),
-                InstanceState::Failed { message } => panic!("server failed: {message}"),
+                InstanceState::Failed { message, .. } => panic!("server failed: {message}"),
             }
         })
         .await

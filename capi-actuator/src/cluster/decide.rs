@@ -33,6 +33,7 @@ pub(crate) struct Snapshot<C> {
 pub(crate) struct ClusterRecord {
     pub(crate) control_plane_endpoint: Option<ApiEndpoint>,
     pub(crate) failure_domains: Option<Vec<FailureDomain>>,
+    pub(crate) provider_status: capi_core::ProviderStatus,
     pub(crate) provisioned: bool,
 }
 
@@ -128,6 +129,13 @@ pub(crate) async fn decide<C: InfraCluster>(
                 .control_plane_endpoint
                 .filter(ApiEndpoint::is_valid);
             plan.record.failure_domains = Some(reported.failure_domains);
+            plan.record.provider_status = reported.provider_status;
+            // The provider's own conditions first: `Ready` is the loop's, set below.
+            for wanted in reported.conditions {
+                if wanted.type_ != condition::READY {
+                    plan.provider_condition(wanted);
+                }
+            }
             if reported.provisioned {
                 plan.record.provisioned = true;
                 plan.condition(

@@ -34,13 +34,21 @@ pub(crate) async fn record<C: InfraCluster>(
     if plan.finalizer != FinalizerChange::Remove {
         let current = infra.infra_status().cloned().unwrap_or_default();
         let desired = desired_status(&current, plan);
-        if desired != current {
-            let status = json!({
-                "initialization": desired.initialization,
-                "failureDomains": desired.failure_domains,
-                "conditions": desired.conditions,
-            });
-            write::patch_status(&api, &name, status).await?;
+        let stored = serde_json::to_value(infra)
+            .ok()
+            .and_then(|o| o.get("status").cloned())
+            .unwrap_or_default();
+        let provider_changes = plan.record.provider_status.changes_from(&stored);
+        if desired != current || !provider_changes.is_empty() {
+            let mut status = provider_changes;
+            for (field, value) in [
+                ("initialization", json!(desired.initialization)),
+                ("failureDomains", json!(desired.failure_domains)),
+                ("conditions", json!(desired.conditions)),
+            ] {
+                status.insert(field.to_string(), value);
+            }
+            write::patch_status(&api, &name, serde_json::Value::Object(status)).await?;
         }
     }
     write::publish(recorder, infra, &plan.events).await;

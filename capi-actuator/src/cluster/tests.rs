@@ -93,6 +93,7 @@ async fn provisioned_infrastructure_records_endpoint_and_failure_domains() {
                 attributes: Default::default(),
             }],
             provisioned: true,
+            ..Default::default()
         })
     });
     let plan = decide(&actuator, snapshot(infra(false)), POLL).await;
@@ -120,6 +121,7 @@ async fn an_incomplete_endpoint_is_not_recorded_and_provisioning_polls() {
             }),
             failure_domains: vec![],
             provisioned: false,
+            ..Default::default()
         })
     });
     let plan = decide(&actuator, snapshot(infra(false)), POLL).await;

@@ -11,7 +11,8 @@ use capi_core::api::{Cluster, Machine, MachineAddress};
 use capi_core::condition::{self, ConditionStatus};
 use capi_core::infra::InfraMachine;
 use capi_core::{
-    Actuator, BootstrapData, IdempotencyKey, InstanceState, MachineInstance, MachineScope, labels,
+    Actuator, BootstrapData, IdempotencyKey, InstanceState, MachineInstance, MachineScope,
+    ProviderStatus, labels,
 };
 use kube::ResourceExt;
 
@@ -53,6 +54,8 @@ pub(crate) struct MachineRecord {
     /// Record `spec.providerID` (first, before anything else).
     pub(crate) provider_id: Option<String>,
     pub(crate) addresses: Option<Vec<MachineAddress>>,
+    pub(crate) failure_domain: Option<String>,
+    pub(crate) provider_status: ProviderStatus,
     pub(crate) provisioned: bool,
 }
 
@@ -64,6 +67,14 @@ impl Plan {
     fn instance(mut self, instance: MachineInstance, policy_poll: Duration) -> Self {
         self.record.provider_id = Some(instance.provider_id.clone());
         self.record.addresses = Some(instance.addresses);
+        self.record.failure_domain = instance.failure_domain;
+        self.record.provider_status = instance.provider_status;
+        // The provider's own conditions first: `Ready` is the loop's, set below.
+        for wanted in instance.conditions {
+            if wanted.type_ != condition::READY {
+                self.provider_condition(wanted);
+            }
+        }
         match instance.state {
             InstanceState::Provisioning => self.not_ready(
                 reasons::INSTANCE_PROVISIONING,
@@ -81,13 +92,19 @@ impl Plan {
                 self.next = Next::Resync;
                 self
             }
-            InstanceState::Failed { message } => {
+            InstanceState::Failed { reason, message } => {
                 self.event(
                     true,
                     reasons::INSTANCE_FAILED,
                     format!("instance {}: {message}", instance.provider_id),
                 );
-                self.not_ready(reasons::INSTANCE_FAILED, message, Next::Resync)
+                // Condition reasons are cleaned when set; an empty one says only that it failed.
+                let reason = if reason.trim().is_empty() {
+                    reasons::INSTANCE_FAILED.to_string()
+                } else {
+                    reason
+                };
+                self.not_ready(&reason, message, Next::Resync)
             }
         }
     }

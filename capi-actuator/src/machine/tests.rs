@@ -103,14 +103,14 @@ fn snapshot(infra: TestMachine) -> Snapshot<TestMachine> {
 }
 
 fn running(id: &str) -> MachineInstance {
-    MachineInstance {
-        provider_id: id.into(),
-        addresses: vec![MachineAddress {
+    MachineInstance::new(
+        id,
+        vec![MachineAddress {
             type_: MachineAddressType::InternalIp,
             address: "10.0.0.7".into(),
         }],
-        state: InstanceState::Running,
-    }
+        InstanceState::Running,
+    )
 }
 
 fn ready(plan: &Plan) -> Option<(ConditionStatus, String)> {
@@ -555,4 +555,67 @@ async fn decide_once_takes_the_loops_branch_without_an_api_server() {
     assert!(created.provisioned);
     assert!(!created.adds_finalizer);
     assert_eq!(created.events, [reasons::INSTANCE_CREATED]);
+}
+
+#[tokio::test]
+async fn the_providers_status_failure_domain_and_conditions_are_recorded_ready_stays_the_loops() {
+    let mut actuator = MockActuator::new();
+    actuator.expect_exists().returning(|_| Ok(None));
+    actuator.expect_create().times(1).returning(|_| {
+        Ok(running("test:///i-3")
+            .in_failure_domain("zone-b")
+            .with_provider_status(
+                capi_core::ProviderStatus::from_typed(&serde_json::json!({"instanceID": "i-3"}))
+                    .unwrap(),
+            )
+            .with_condition(condition::DesiredCondition::new(
+                "VolumeAttached",
+                ConditionStatus::True,
+                "Attached",
+            ))
+            .with_condition(condition::DesiredCondition::new(
+                condition::READY,
+                ConditionStatus::False,
+                "ProviderSaysNo",
+            )))
+    });
+    let plan = decide(&actuator, snapshot(infra()), POLL).await;
+    assert_eq!(plan.record.failure_domain.as_deref(), Some("zone-b"));
+    assert_eq!(plan.record.provider_status.fields()["instanceID"], "i-3");
+    let status = super::record::desired_status(&InfraMachineStatus::default(), &plan);
+    assert_eq!(status.failure_domain.as_deref(), Some("zone-b"));
+    assert!(condition::is_true(&status.conditions, "VolumeAttached"));
+    assert_eq!(
+        condition::get(&status.conditions, "VolumeAttached").and_then(|c| c.observed_generation),
+        plan.conditions
+            .iter()
+            .find(|c| c.type_ == condition::READY)
+            .and_then(|c| c.observed_generation),
+        "stamped with the loop's generation"
+    );
+    assert_eq!(
+        ready(&plan),
+        Some((ConditionStatus::True, reasons::INSTANCE_RUNNING.into())),
+        "Ready is the loop's"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_instance_carries_the_clouds_reason() {
+    let mut actuator = MockActuator::new();
+    actuator.expect_exists().returning(|_| Ok(None));
+    actuator.expect_create().times(1).returning(|_| {
+        Ok(MachineInstance {
+            state: InstanceState::Failed {
+                reason: "OutOfCapacity".into(),
+                message: "no host has room".into(),
+            },
+            ..running("test:///i-4")
+        })
+    });
+    let plan = decide(&actuator, snapshot(infra()), POLL).await;
+    assert_eq!(
+        ready(&plan),
+        Some((ConditionStatus::False, "OutOfCapacity".into()))
+    );
 }

@@ -18,13 +18,16 @@
 //! - Errors are classified by [`ActuatorError`]; see its table for what the loop does with each.
 
 mod error;
+mod provider_status;
 mod scope;
 
 use async_trait::async_trait;
 
 use crate::api::{ApiEndpoint, FailureDomain, MachineAddress};
+use crate::condition::DesiredCondition;
 
 pub use error::{ActuatorError, ActuatorErrorKind};
+pub use provider_status::{CONTRACT_STATUS_FIELDS, ProviderStatus, ProviderStatusError};
 pub use scope::{
     BootstrapData, BootstrapDataError, BootstrapFormat, ClusterScope, IdempotencyKey, MachineScope,
     MissingUid,
@@ -80,6 +83,19 @@ pub trait ClusterActuator<C: Send + Sync + 'static>: Send + Sync {
 }
 
 /// What a cloud reports about an instance; the loop records it in the provider's machine status.
+///
+/// Build one with [`MachineInstance::new`] and add what the cloud tells beyond the contract:
+///
+/// ```
+/// use capi_core::{InstanceState, MachineInstance, ProviderStatus};
+///
+/// let instance = MachineInstance::new("openstack:///4b0f", vec![], InstanceState::Running)
+///     .in_failure_domain("az-1")
+///     .with_provider_status(
+///         ProviderStatus::from_typed(&serde_json::json!({"instanceID": "4b0f"})).unwrap(),
+///     );
+/// assert_eq!(instance.failure_domain.as_deref(), Some("az-1"));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MachineInstance {
     /// The provider ID, e.g. `openstack:///<server-id>` or `aws:///<zone>/<instance-id>`. It must
@@ -89,6 +105,50 @@ pub struct MachineInstance {
     pub addresses: Vec<MachineAddress>,
     /// The instance's lifecycle state.
     pub state: InstanceState,
+    /// The failure domain the instance landed in, when the cloud says (the loop records it in
+    /// `status.failureDomain`; upstream's Machine controller reports it on the Machine).
+    pub failure_domain: Option<String>,
+    /// The provider's own status fields, merged into the object's `status`.
+    pub provider_status: ProviderStatus,
+    /// The provider's own conditions (types other than `Ready`, which the loop sets from
+    /// [`Self::state`]), set on the object with the loop's `observedGeneration`.
+    pub conditions: Vec<DesiredCondition>,
+}
+
+impl MachineInstance {
+    /// An instance with a provider ID, addresses and a state, and nothing else reported.
+    pub fn new(
+        provider_id: impl Into<String>,
+        addresses: Vec<MachineAddress>,
+        state: InstanceState,
+    ) -> Self {
+        Self {
+            provider_id: provider_id.into(),
+            addresses,
+            state,
+            failure_domain: None,
+            provider_status: ProviderStatus::default(),
+            conditions: Vec::new(),
+        }
+    }
+
+    /// Reports the failure domain the instance landed in.
+    pub fn in_failure_domain(mut self, failure_domain: impl Into<String>) -> Self {
+        self.failure_domain = Some(failure_domain.into());
+        self
+    }
+
+    /// Reports the provider's own status fields.
+    pub fn with_provider_status(mut self, status: ProviderStatus) -> Self {
+        self.provider_status = status;
+        self
+    }
+
+    /// Reports one of the provider's own conditions.
+    pub fn with_condition(mut self, condition: DesiredCondition) -> Self {
+        self.conditions.push(condition);
+        self
+    }
 }
 
 /// The lifecycle state of an instance as the cloud reports it.
@@ -99,9 +159,13 @@ pub enum InstanceState {
     /// Running: the infrastructure is provisioned.
     Running,
     /// The cloud reports a terminal error for the instance (for example Nova `ERROR`). The loop
-    /// reports it as a condition; replacing the machine is a decision for a health check.
+    /// reports it as `Ready=False` with this reason and message, and an event; replacing the
+    /// machine is a decision for a health check.
     Failed {
-        /// The cloud's reason, for the condition message.
+        /// A CamelCase reason naming the failure (for example `InstanceError`, `OutOfCapacity`);
+        /// the loop falls back to `InstanceFailed` when it is not one.
+        reason: String,
+        /// The cloud's explanation, for a user (the cloud's message only, never a request).
         message: String,
     },
 }
@@ -135,6 +199,12 @@ pub struct ClusterInfrastructure {
     pub failure_domains: Vec<FailureDomain>,
     /// Whether everything is provisioned (`status.initialization.provisioned`).
     pub provisioned: bool,
+    /// The provider's own status fields (the cloud's resource IDs a user needs to debug), merged
+    /// into the object's `status`.
+    pub provider_status: ProviderStatus,
+    /// The provider's own conditions (types other than `Ready`), set on the object with the
+    /// loop's `observedGeneration`.
+    pub conditions: Vec<DesiredCondition>,
 }
 
 #[cfg(feature = "mock")]
@@ -157,11 +227,11 @@ pub struct ClusterInfrastructure {
 /// let mut actuator = MockActuator::<()>::new();
 /// actuator.expect_exists().times(1).returning(|_| Ok(None));
 /// actuator.expect_create().times(1).returning(|scope| {
-///     Ok(MachineInstance {
-///         provider_id: format!("fake:///{}", scope.idempotency_key),
-///         addresses: vec![],
-///         state: InstanceState::Running,
-///     })
+///     Ok(MachineInstance::new(
+///         format!("fake:///{}", scope.idempotency_key),
+///         vec![],
+///         InstanceState::Running,
+///     ))
 /// });
 ///
 /// let mut machine = Machine::default();

@@ -342,6 +342,46 @@ async fn upstreams_managers_drive_the_openstack_provider_through_a_clusters_life
         cluster.data["spec"]["controlPlaneEndpoint"]["host"], lb.vip_address,
         "the endpoint is the load balancer's address"
     );
+    // The provider's own status: each server's ID and Nova state, and the cluster's resources.
+    let openstack_machines: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NAMESPACE,
+        &ApiResource::erase::<provider_openstack::api::OpenStackMachine>(&()),
+    );
+    for machine in openstack_machines
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+    {
+        let status = &machine.data["status"];
+        let id = machine.data["spec"]["providerID"]
+            .as_str()
+            .and_then(|p| p.strip_prefix("openstack:///"))
+            .unwrap();
+        assert_eq!(status["instanceID"], id, "{status:#}");
+        assert_eq!(status["instanceState"], "ACTIVE", "{status:#}");
+        assert!(status["failureDomain"].is_string(), "{status:#}");
+    }
+    let openstack_cluster: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NAMESPACE,
+        &ApiResource::erase::<provider_openstack::api::OpenStackCluster>(&()),
+    );
+    let status = openstack_cluster.get(CLUSTER).await.unwrap().data["status"].clone();
+    assert_eq!(status["loadBalancer"]["id"], lb.id, "{status:#}");
+    for field in [
+        "network",
+        "router",
+        "controlPlaneSecurityGroup",
+        "workerSecurityGroup",
+    ] {
+        assert!(status[field]["id"].is_string(), "{field}: {status:#}");
+    }
+    assert_eq!(
+        status["subnets"].as_array().map(Vec::len),
+        Some(1),
+        "{status:#}"
+    );
     let pool = session.pools(&lb.id).await.unwrap().pop().expect("a pool");
     let members = session.members(&pool.id).await.unwrap();
     assert_eq!(
