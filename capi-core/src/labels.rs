@@ -51,6 +51,12 @@ pub fn deletion_hooks<'a>(
         .filter(move |key| key.starts_with(prefix))
 }
 
+/// Annotation on a `MachineSet`: `"true"` stops it from creating machines (it still deletes
+/// them). A MachineDeployment rolling out with `OnDelete` sets it on its old sets, so a machine a
+/// user deletes is replaced from the new set, never from the old one; every other set it owns
+/// carries `"false"`.
+pub const DISABLE_MACHINE_CREATE: &str = "cluster.x-k8s.io/disable-machine-create";
+
 /// Annotation on a `MachineDeployment` and its sets: the rollout revision.
 pub const REVISION: &str = "machinedeployment.clusters.x-k8s.io/revision";
 

@@ -1144,6 +1144,36 @@ spec:
     let status = set.status.unwrap();
     assert_eq!(status.replicas, Some(12));
     assert_eq!(status.selector.as_deref(), Some("app=pool"));
+
+    // A set told not to create (an OnDelete deployment's old set) does not replace a machine.
+    let gate = json!({"metadata": {"annotations": {labels::DISABLE_MACHINE_CREATE: "true"}}});
+    world
+        .sets()
+        .patch("pool", &PatchParams::default(), &Patch::Merge(&gate))
+        .await
+        .unwrap();
+    world
+        .machines()
+        .delete("orphan", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the deleted machine is gone", || async {
+        world.machines().get_opt("orphan").await.unwrap().is_none()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        all_machines(&world).await.len(),
+        11,
+        "a set with creation disabled creates nothing"
+    );
+    let ungate = json!({"metadata": {"annotations": {labels::DISABLE_MACHINE_CREATE: "false"}}});
+    world
+        .sets()
+        .patch("pool", &PatchParams::default(), &Patch::Merge(&ungate))
+        .await
+        .unwrap();
+    converged(&world, 12).await;
 }
 
 #[tokio::test]
@@ -1177,6 +1207,23 @@ async fn on_delete_waits_for_the_user_and_a_paused_deployment_waits_for_everyone
         sets.len() == 2 && sets.iter().any(|s| s.spec.replicas == Some(0))
     })
     .await;
+    let gates: Vec<(Option<i32>, Option<String>)> = world
+        .sets()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|s| {
+            let gate = s.annotations().get(labels::DISABLE_MACHINE_CREATE).cloned();
+            (s.spec.replicas, gate)
+        })
+        .collect();
+    assert!(
+        gates.contains(&(Some(2), Some("true".into())))
+            && gates.contains(&(Some(0), Some("false".into()))),
+        "the old set may not create, the new one may: {gates:?}"
+    );
     tokio::time::sleep(Duration::from_secs(1)).await;
     let old: Vec<Machine> = all_machines(&world).await;
     assert_eq!(old.len(), 2);

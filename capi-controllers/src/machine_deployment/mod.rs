@@ -289,6 +289,13 @@ async fn reconcile_once(
     let mut events = Vec::new();
     let mut next = Next::AwaitChange;
     if !paused {
+        // Old sets of an OnDelete rollout never create: a machine the user deletes is replaced
+        // from the new set only, however late this controller shrinks the old one. Gated before
+        // the new set exists, so no replacement can race its creation.
+        let on_delete = strategy.type_ == RolloutStrategyType::OnDelete;
+        for old in &old_sets {
+            gate_creation(&sets_api, old, on_delete).await?;
+        }
         let olds: Vec<SetState> = old_sets.iter().map(|s| state(s)).collect();
         match &new_set {
             None => {
@@ -330,9 +337,12 @@ async fn reconcile_once(
                 let newest = old_sets.iter().map(|s| revision(s)).max().unwrap_or(0);
                 if revision(new) <= newest {
                     let patch = json!({"metadata": {"annotations": {
-                        labels::REVISION: (newest + 1).to_string()
+                        labels::REVISION: (newest + 1).to_string(),
+                        labels::DISABLE_MACHINE_CREATE: "false",
                     }}});
                     write::patch(&sets_api, &new.name_any(), patch).await?;
+                } else {
+                    gate_creation(&sets_api, new, false).await?;
                 }
                 let scales = match strategy.type_ {
                     RolloutStrategyType::RollingUpdate => {
@@ -393,6 +403,27 @@ async fn reconcile_once(
     .await?;
     write::publish(&context.recorder, deployment, &events).await;
     Ok(next)
+}
+
+/// Sets the set's [`labels::DISABLE_MACHINE_CREATE`] annotation to `disabled`, writing only when
+/// it differs.
+async fn gate_creation(
+    api: &Api<MachineSet>,
+    set: &MachineSet,
+    disabled: bool,
+) -> Result<(), ReconcileError> {
+    let value = if disabled { "true" } else { "false" };
+    if set
+        .annotations()
+        .get(labels::DISABLE_MACHINE_CREATE)
+        .map(String::as_str)
+        == Some(value)
+    {
+        return Ok(());
+    }
+    let patch = json!({"metadata": {"annotations": {labels::DISABLE_MACHINE_CREATE: value}}});
+    write::patch(api, &set.name_any(), patch).await?;
+    Ok(())
 }
 
 fn state(set: &MachineSet) -> SetState {
@@ -471,10 +502,13 @@ fn new_machine_set(
             name: Some(name.to_string()),
             namespace: deployment.namespace(),
             labels: Some(set_labels),
-            annotations: Some(BTreeMap::from([(
-                labels::REVISION.to_string(),
-                revision.to_string(),
-            )])),
+            annotations: Some(BTreeMap::from([
+                (labels::REVISION.to_string(), revision.to_string()),
+                (
+                    labels::DISABLE_MACHINE_CREATE.to_string(),
+                    "false".to_string(),
+                ),
+            ])),
             owner_references: deployment.controller_owner_ref(&()).map(|o| vec![o]),
             finalizers: Some(vec![super::machine_set::MACHINE_SET_FINALIZER.to_string()]),
             ..ObjectMeta::default()

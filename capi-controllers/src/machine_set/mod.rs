@@ -280,8 +280,17 @@ async fn reconcile_once(
         .count()
         + remediate.len();
     let mut next = Next::AwaitChange;
-    if active.len() + leaving < desired {
-        let missing = desired - active.len() - leaving;
+    let creation_disabled = set
+        .annotations()
+        .get(labels::DISABLE_MACHINE_CREATE)
+        .is_some_and(|v| v == "true");
+    // An old set of an OnDelete rollout creates nothing: its deployment shrinks it to what is left.
+    let missing = if creation_disabled {
+        0
+    } else {
+        desired.saturating_sub(active.len() + leaving)
+    };
+    if missing > 0 {
         let created = stream::iter(0..missing)
             .map(|_| create_machine(set, &cluster, &namespace, context))
             .buffer_unordered(deps.settings.machine_set_parallelism.max(1))
