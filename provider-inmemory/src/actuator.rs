@@ -310,6 +310,11 @@ impl ClusterActuator<InMemoryCluster> for InMemoryActuator {
                 })
                 .collect(),
             provisioned: !lb.provisioning,
+            provider_status: ProviderStatus::from_typed(&crate::api::InMemoryClusterStatus {
+                load_balancer_id: Some(lb.id),
+                ..Default::default()
+            })
+            .map_err(|e| ActuatorError::transient("ProviderStatusInvalid", e))?,
             ..ClusterInfrastructure::default()
         })
     }

@@ -133,7 +133,7 @@ pub struct InMemoryMachineTemplateResource {
     kind = "InMemoryCluster",
     plural = "inmemoryclusters",
     namespaced,
-    status = "InfraClusterStatus",
+    status = "InMemoryClusterStatus",
     derive = "PartialEq",
     derive = "Default",
     category = "cluster-api",
@@ -154,6 +154,11 @@ pub struct InMemoryMachineTemplateResource {
         json_path = ".status.initialization.provisioned"
     ),
     printcolumn(
+        name = "Load Balancer",
+        type_ = "string",
+        json_path = ".status.loadBalancerID"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -171,13 +176,31 @@ pub struct InMemoryClusterSpec {
     pub failure_domains: Vec<String>,
 }
 
+/// The observed state of an `InMemoryCluster`: the contract's fields and the simulated cloud's
+/// own.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InMemoryClusterStatus {
+    /// `initialization`, `failureDomains`, `conditions` (infrastructure provider contract).
+    #[serde(flatten)]
+    pub contract: InfraClusterStatus,
+    /// The API server load balancer's ID in the simulated cloud.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "loadBalancerID"
+    )]
+    #[schemars(length(max = 256))]
+    pub load_balancer_id: Option<String>,
+}
+
 impl InfraCluster for InMemoryCluster {
     fn control_plane_endpoint(&self) -> Option<&ApiEndpoint> {
         self.spec.control_plane_endpoint.as_ref()
     }
 
     fn infra_status(&self) -> Option<&InfraClusterStatus> {
-        self.status.as_ref()
+        self.status.as_ref().map(|s| &s.contract)
     }
 }
 

@@ -59,13 +59,20 @@ async fn cluster_infrastructure_is_recorded_and_deleted_after_the_machines() {
         infra
             .get("demo")
             .await
-            .is_ok_and(|c| c.status.as_ref().is_some_and(|s| s.provisioned()))
+            .is_ok_and(|c| c.status.as_ref().is_some_and(|s| s.contract.provisioned()))
     })
     .await;
     let provisioned = infra.get("demo").await.unwrap();
     let endpoint = provisioned.spec.control_plane_endpoint.clone().unwrap();
     assert!(endpoint.is_valid(), "{endpoint:?}");
     let status = provisioned.status.unwrap();
+    let balancers = f.cloud.load_balancers();
+    assert_eq!(
+        status.load_balancer_id.as_deref(),
+        balancers.first().map(|lb| lb.id.as_str()),
+        "the provider's own status names the load balancer"
+    );
+    let status = status.contract;
     assert_eq!(
         status
             .failure_domains
@@ -97,7 +104,8 @@ async fn cluster_infrastructure_is_recorded_and_deleted_after_the_machines() {
     eventually("deletion to wait for the machine", || async {
         infra.get("demo").await.is_ok_and(|c| {
             c.status.as_ref().is_some_and(|s| {
-                s.conditions
+                s.contract
+                    .conditions
                     .iter()
                     .any(|c| c.reason == capi_actuator::reasons::WAITING_FOR_MACHINES_DELETION)
             })

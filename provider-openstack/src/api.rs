@@ -206,6 +206,24 @@ pub struct ApiServer {
         type_ = "boolean",
         json_path = ".status.initialization.provisioned"
     ),
+    printcolumn(name = "Network", type_ = "string", json_path = ".status.network.id"),
+    printcolumn(
+        name = "Load Balancer",
+        type_ = "string",
+        json_path = ".status.apiServerLoadBalancer.id"
+    ),
+    printcolumn(
+        name = "Router",
+        type_ = "string",
+        json_path = ".status.router.id",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Floating IP",
+        type_ = "string",
+        json_path = ".status.apiServerLoadBalancer.floatingIPID",
+        priority = 1
+    ),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -261,6 +279,35 @@ pub struct ResourceStatus {
     pub name: String,
 }
 
+/// The API server's load balancer and the addresses in front of it (CAPO's
+/// `apiServerLoadBalancer`, plus the floating IP's UUID).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadBalancerStatus {
+    /// The Octavia load balancer's UUID.
+    pub id: String,
+    /// Its name.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// The address clients reach the API server on: the floating IP, else the VIP.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "ip")]
+    pub ip: Option<String>,
+    /// The load balancer's VIP on the cluster's subnet.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "internalIP"
+    )]
+    pub internal_ip: Option<String>,
+    /// The UUID of the floating IP in front of the VIP, when there is one.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "floatingIPID"
+    )]
+    pub floating_ip_id: Option<String>,
+}
+
 /// The observed state of an `OpenStackCluster`: the contract fields and what was created.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -277,9 +324,12 @@ pub struct OpenStackClusterStatus {
     /// The router.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub router: Option<ResourceStatus>,
-    /// The API server's load balancer.
+    /// The external network the router and floating IPs use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub load_balancer: Option<ResourceStatus>,
+    pub external_network: Option<ResourceStatus>,
+    /// The API server's load balancer and floating IP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_server_load_balancer: Option<LoadBalancerStatus>,
     /// The control-plane security group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane_security_group: Option<ResourceStatus>,

@@ -17,9 +17,10 @@ use capi_core::{
 };
 use kube::ResourceExt;
 
-use crate::api::{NetworkParam, OpenStackCluster, ResourceStatus, SubnetParam};
+use crate::api::{LoadBalancerStatus, NetworkParam, OpenStackCluster, ResourceStatus, SubnetParam};
 use crate::cloud::{
-    CloudResult, LoadBalancer, Network, NeutronResource, SecurityGroup, SecurityGroupRule, Subnet,
+    CloudResult, FloatingIp, LoadBalancer, Network, NeutronResource, SecurityGroup,
+    SecurityGroupRule, Subnet,
 };
 use crate::connector::{Clients, Connector, actuator_error};
 use crate::naming::ClusterNames;
@@ -64,7 +65,10 @@ impl ClusterActuator<OpenStackCluster> for OpenStackClusterActuator {
     ) -> Result<ClusterInfrastructure, ActuatorError> {
         let infra = self.infra(scope).await?;
         let external = infra.external_network().await?;
-        let mut resources = ClusterResources::default();
+        let mut resources = ClusterResources {
+            external_network: external.as_ref().map(|n| resource(&n.id, &n.name)),
+            ..ClusterResources::default()
+        };
         let subnet = infra.network(external.as_ref(), &mut resources).await?;
         infra.security_groups(&mut resources).await?;
         let host = infra
@@ -380,12 +384,25 @@ impl Infra {
             });
         }
         let lb = self.load_balancer(subnet, &managed).await?;
-        resources.load_balancer = Some(resource(&lb.id, &lb.name));
+        let mut status = LoadBalancerStatus {
+            id: lb.id.clone(),
+            name: lb.name.clone(),
+            ip: Some(lb.vip_address.clone()),
+            internal_ip: Some(lb.vip_address.clone()),
+            floating_ip_id: None,
+        };
         let floating = api.enable_floating_ip.unwrap_or(true) && external.is_some();
-        match (floating, external) {
-            (true, Some(external)) => self.api_floating_ip(&lb, external).await,
-            _ => Ok(lb.vip_address),
-        }
+        let host = match (floating, external) {
+            (true, Some(external)) => {
+                let fip = self.api_floating_ip(&lb, external).await?;
+                status.ip = Some(fip.floating_ip_address.clone());
+                status.floating_ip_id = Some(fip.id);
+                fip.floating_ip_address
+            }
+            _ => lb.vip_address,
+        };
+        resources.api_server_load_balancer = Some(status);
+        Ok(host)
     }
 
     /// The load balancer, listener, pool and monitor; `RequeueAfter` while Octavia is busy.
@@ -461,7 +478,7 @@ impl Infra {
         &self,
         lb: &LoadBalancer,
         external: &Network,
-    ) -> Result<String, ActuatorError> {
+    ) -> Result<FloatingIp, ActuatorError> {
         let net = &self.clients.network;
         let description = self.names.api_floating_ip_description();
         let wanted = self
@@ -496,7 +513,7 @@ impl Infra {
                     actuator_error("associating the floating IP with the load balancer VIP", e)
                 })?;
         }
-        Ok(fip.floating_ip_address)
+        Ok(fip)
     }
 
     /// Everything in reverse order; keeps going past busy resources and reports what is left.
@@ -698,7 +715,9 @@ struct ClusterResources {
     #[serde(skip_serializing_if = "Option::is_none")]
     router: Option<ResourceStatus>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    load_balancer: Option<ResourceStatus>,
+    external_network: Option<ResourceStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    api_server_load_balancer: Option<LoadBalancerStatus>,
     #[serde(skip_serializing_if = "Option::is_none")]
     control_plane_security_group: Option<ResourceStatus>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -31,6 +31,7 @@ use capi_core::api::{
 };
 use capi_testing::TestEnv;
 use capi_testing::envtest::ControlPlane;
+use capi_testing::table;
 use common::{
     MANAGER, SYSTEM_NAMESPACE, assert_no_secrets, clouds_yaml, cluster_manifests, eventually,
     generated_rbac_token, leftovers, password, spawn_manager,
@@ -39,7 +40,7 @@ use k8s_openapi::api::core::v1::{Event, Node, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use provider_inmemory::nodes::{NodeRegistration, register};
-use provider_openstack::api::{OpenStackCluster, OpenStackMachine};
+use provider_openstack::api::{GROUP, OpenStackCluster, OpenStackMachine, VERSION};
 use provider_openstack::cloud::{Compute, LoadBalancing, Networking, Session};
 use provider_openstack::naming::ClusterNames;
 use serde_json::json;
@@ -280,6 +281,37 @@ async fn the_manager_builds_and_tears_down_a_cluster_with_a_kubeadm_control_plan
         .await
         .unwrap();
     shown.push_str(&serde_json::to_string(&openstack_cluster.status).unwrap());
+    // What `kubectl get` shows: each server's state and the cluster's resource IDs.
+    let resources = openstack_cluster.status.clone().unwrap_or_default();
+    let network = resources.network.clone().expect("status.network");
+    assert_eq!(
+        resources
+            .api_server_load_balancer
+            .as_ref()
+            .map(|l| l.id.as_str()),
+        Some(lb.id.as_str())
+    );
+    assert!(resources.router.is_some() && resources.subnets.len() == 1);
+    let listing = table::get_table(&client, GROUP, VERSION, "openstackclusters", Some(&ns))
+        .await
+        .unwrap();
+    assert_eq!(
+        listing.cell(0, "Network"),
+        Some(network.id.as_str()),
+        "{listing}"
+    );
+    assert_eq!(
+        listing.cell(0, "Load Balancer"),
+        Some(lb.id.as_str()),
+        "{listing}"
+    );
+    let listing = table::get_table(&client, GROUP, VERSION, "openstackmachines", Some(&ns))
+        .await
+        .unwrap();
+    assert_eq!(listing.rows.len(), 3, "{listing}");
+    for row in 0..3 {
+        assert_eq!(listing.cell(row, "State"), Some("ACTIVE"), "{listing}");
+    }
     shown.push_str(&serde_json::to_string(&cluster.status).unwrap());
     for set in Api::<MachineSet>::namespaced(client.clone(), &ns)
         .list(&ListParams::default())

@@ -368,8 +368,13 @@ async fn upstreams_managers_drive_the_openstack_provider_through_a_clusters_life
         &ApiResource::erase::<provider_openstack::api::OpenStackCluster>(&()),
     );
     let status = openstack_cluster.get(CLUSTER).await.unwrap().data["status"].clone();
-    assert_eq!(status["loadBalancer"]["id"], lb.id, "{status:#}");
+    assert_eq!(status["apiServerLoadBalancer"]["id"], lb.id, "{status:#}");
+    assert_eq!(
+        status["apiServerLoadBalancer"]["internalIP"], lb.vip_address,
+        "{status:#}"
+    );
     for field in [
+        "externalNetwork",
         "network",
         "router",
         "controlPlaneSecurityGroup",

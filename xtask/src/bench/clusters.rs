@@ -76,6 +76,7 @@ pub(crate) async fn run(options: &Options) -> Result<serde_json::Value> {
     let (peak_rss, cpu_after) = rig.manager()?.usage()?;
     drop(follower);
     rig.kill_manager();
+    rig.check_provider_status(&client, NAMESPACE).await?;
 
     let writes = total(&requests, true);
     let per = f64::from(n);

@@ -104,6 +104,7 @@ pub(crate) async fn run(options: &Options, variant: Variant) -> Result<serde_jso
         settle.seconds,
         total(&settle.requests, true)
     );
+    rig.check_provider_status(&client, NAMESPACE).await?;
 
     let idle = if options.idle_seconds > 0 {
         step(&format!(

@@ -245,6 +245,65 @@ impl Rig {
             .await
             .context("asking inmemory-cloud what it holds")
     }
+
+    /// Checks the provider's own status against the cloud: every `InMemoryMachine` in `namespace`
+    /// names its instance (`status.instanceID`, the one in its provider ID) and that instance's
+    /// state, every `InMemoryCluster` its load balancer. One LIST of each kind.
+    pub(crate) async fn check_provider_status(
+        &self,
+        client: &Client,
+        namespace: &str,
+    ) -> Result<()> {
+        use provider_inmemory::api::{InMemoryCluster, InMemoryMachine};
+        use std::collections::HashMap;
+        let cloud = self.inspect().await?;
+        let states: HashMap<&str, String> = cloud
+            .instances
+            .iter()
+            .map(|i| (i.id.as_str(), format!("{:?}", i.status)))
+            .collect();
+        let machines = Api::<InMemoryMachine>::namespaced(client.clone(), namespace)
+            .list(&Default::default())
+            .await?;
+        for machine in &machines {
+            let name = kube::ResourceExt::name_any(machine);
+            let status = machine.status.clone().unwrap_or_default();
+            let id = status
+                .instance_id
+                .with_context(|| format!("InMemoryMachine {name} has no status.instanceID"))?;
+            let in_spec = machine.spec.provider_id.as_deref().unwrap_or_default();
+            anyhow::ensure!(
+                in_spec.ends_with(&format!("/{id}")),
+                "InMemoryMachine {name}: status.instanceID {id} is not its provider ID {in_spec}"
+            );
+            let state = states.get(id.as_str());
+            anyhow::ensure!(
+                state.is_some() && status.instance_state.as_ref() == state,
+                "InMemoryMachine {name}: status.instanceState {:?}, the cloud says {state:?}",
+                status.instance_state
+            );
+        }
+        let clusters = Api::<InMemoryCluster>::namespaced(client.clone(), namespace)
+            .list(&Default::default())
+            .await?;
+        for cluster in &clusters {
+            let id = cluster
+                .status
+                .as_ref()
+                .and_then(|s| s.load_balancer_id.as_deref());
+            anyhow::ensure!(
+                id.is_some_and(|id| cloud.load_balancers.iter().any(|lb| lb.id == id)),
+                "InMemoryCluster {}: status.loadBalancerID {id:?} is no load balancer of the cloud",
+                kube::ResourceExt::name_any(cluster)
+            );
+        }
+        println!(
+            "    provider status checked: {} machines, {} clusters",
+            machines.items.len(),
+            clusters.items.len()
+        );
+        Ok(())
+    }
 }
 
 /// Spawns `inmemory-cloud` with its kubelets registering nodes in `workload`; returns it and its
