@@ -10,6 +10,8 @@
 //!   provider ID before anything else, deletion until the instance is gone, conditions and events;
 //! - [`cluster`]: the infrastructure cluster reconciler — endpoint, failure domains, deletion only
 //!   after the cluster's machines are gone;
+//! - [`template`]: the machine template reconciler — `status.capacity` and `status.nodeInfo` from
+//!   a [`capi_core::MachineTemplateActuator`], for the cluster autoscaler's scale from zero;
 //! - [`manager`]: one rate-limited client, bounded concurrency, `/healthz`, `/readyz`, `/metrics`,
 //!   Lease leader election, graceful shutdown on SIGTERM/SIGINT;
 //! - [`metrics`]: controller-runtime-compatible series plus actuator call counters and latency;
@@ -48,6 +50,7 @@ pub mod reasons;
 mod reconciler;
 pub mod retry;
 pub mod telemetry;
+pub mod template;
 pub mod write;
 
 pub use manager::Manager;

@@ -63,6 +63,16 @@ pub fn infra_cluster(group: &str, plural: &str) -> Vec<PolicyRule> {
     ]
 }
 
+/// The machine template reconciler of a provider's template kind (`plural` in `group`): it
+/// reads templates and their clusters and writes only the templates' status.
+pub fn infra_machine_template(group: &str, plural: &str) -> Vec<PolicyRule> {
+    vec![
+        rule(group, &[plural], READ),
+        rule(group, &[&format!("{plural}/status")], &["patch"]),
+        rule(CORE, &["clusters"], &["get"]),
+    ]
+}
+
 /// A ClusterRole holding `rules`.
 pub fn cluster_role(name: &str, rules: Vec<PolicyRule>) -> ClusterRole {
     ClusterRole {

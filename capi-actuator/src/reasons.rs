@@ -59,6 +59,8 @@ pub const IMMUTABLE_FIELDS_CHANGED: &str = "ImmutableFieldsChanged";
 pub const INFRASTRUCTURE_PROVISIONING: &str = "InfrastructureProvisioning";
 /// The cluster infrastructure is provisioned.
 pub const INFRASTRUCTURE_READY: &str = "InfrastructureReady";
+/// A machine template's capacity and node information were read from the cloud.
+pub const CAPACITY_REPORTED: &str = "CapacityReported";
 /// The cluster infrastructure was deleted (event).
 pub const INFRASTRUCTURE_DELETED: &str = "InfrastructureDeleted";
 /// Deletion waits for the cluster's machines to go first.

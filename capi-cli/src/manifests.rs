@@ -40,8 +40,8 @@ pub struct ProviderManifests {
     pub rules: Vec<PolicyRule>,
 }
 
-/// The rules of a standalone manager of one provider: its machine and cluster kinds, the
-/// bootstrap reconciler and the core controllers.
+/// The rules of a standalone manager of one provider: its machine, cluster and machine template
+/// kinds, the bootstrap reconciler and the core controllers.
 fn standalone_rules(plural: &str) -> Vec<PolicyRule> {
     let machines = format!("{plural}machines");
     let clusters = format!("{plural}clusters");
@@ -49,6 +49,7 @@ fn standalone_rules(plural: &str) -> Vec<PolicyRule> {
     let mut rules = rbac::manager();
     rules.extend(rbac::infra_machine(INFRA_GROUP, &machines));
     rules.extend(rbac::infra_cluster(INFRA_GROUP, &clusters));
+    rules.extend(rbac::infra_machine_template(INFRA_GROUP, &templates));
     rules.extend(capi_bootstrap::controller::rbac());
     rules.extend(capi_controllers::rbac(
         INFRA_GROUP,

@@ -59,6 +59,7 @@ pub mod naming;
 mod cache;
 mod ownership;
 pub mod references;
+mod replicas;
 pub mod selector;
 mod workload;
 

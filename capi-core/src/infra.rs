@@ -9,8 +9,10 @@
 //! ([`crate::ProviderStatus`]), with change-only merge patches, so other fields are never
 //! touched.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -129,4 +131,92 @@ pub trait InfraCluster:
 
     /// The contract part of `status`, if there is a status.
     fn infra_status(&self) -> Option<&InfraClusterStatus>;
+}
+
+/// The CPU architecture of a machine's node, as the kubelet reports it (`GOARCH`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Architecture {
+    /// x86-64 (a cloud's `x86_64`).
+    Amd64,
+    /// 64-bit ARM (a cloud's `aarch64`).
+    Arm64,
+    /// IBM Z.
+    S390x,
+    /// 64-bit little-endian POWER.
+    Ppc64le,
+}
+
+impl Architecture {
+    /// The Kubernetes name of a cloud's architecture name: `x86_64`/`amd64`, `aarch64`/`arm64`,
+    /// `s390x`, `ppc64le`/`ppc64el` (case-insensitive); `None` for anything else.
+    pub fn from_cloud_name(name: &str) -> Option<Self> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "x86_64" | "amd64" | "x86-64" => Some(Self::Amd64),
+            "aarch64" | "arm64" => Some(Self::Arm64),
+            "s390x" => Some(Self::S390x),
+            "ppc64le" | "ppc64el" => Some(Self::Ppc64le),
+            _ => None,
+        }
+    }
+}
+
+/// What a machine template's nodes will report about themselves: `status.nodeInfo`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeInfo {
+    /// The CPU architecture.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<Architecture>,
+    /// The operating system, as the kubelet reports it: `linux` or `windows`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub operating_system: Option<String>,
+}
+
+impl NodeInfo {
+    /// Whether nothing is known.
+    pub fn is_empty(&self) -> bool {
+        self.architecture.is_none() && self.operating_system.is_none()
+    }
+}
+
+/// The status of an infrastructure machine template (contract: optional, read by the cluster
+/// autoscaler to scale a node group from zero).
+///
+/// The SDK writes it from the provider's [`MachineTemplateActuator`](crate::MachineTemplateActuator):
+/// `capacity` and `nodeInfo` as the cloud describes the template's instance type, and `Ready`
+/// saying whether that description could be read.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineTemplateStatus {
+    /// The resources of a machine made from this template, by resource name (`cpu`, `memory`,
+    /// `ephemeral-storage`, `nvidia.com/gpu`, ...), as a node's `status.capacity`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 64))]
+    pub capacity: BTreeMap<String, Quantity>,
+    /// Architecture and operating system of a machine made from this template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_info: Option<NodeInfo>,
+    /// `Ready`: whether the cloud's description of the template could be read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "validation::conditions")]
+    pub conditions: Vec<Condition>,
+}
+
+/// A provider's machine template kind, as the template reconciler sees it.
+///
+/// Its CRD carries a status subresource with [`MachineTemplateStatus`] as its status.
+pub trait InfraMachineTemplate:
+    kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + Clone
+    + Debug
+    + Serialize
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    /// `status`, if there is one.
+    fn template_status(&self) -> Option<&MachineTemplateStatus>;
 }

@@ -57,6 +57,16 @@ pub fn deletion_hooks<'a>(
 /// carries `"false"`.
 pub const DISABLE_MACHINE_CREATE: &str = "cluster.x-k8s.io/disable-machine-create";
 
+/// Annotation on a `MachineDeployment` or `MachineSet`: the smallest size the cluster autoscaler
+/// may scale it to. With [`AUTOSCALER_MAX_SIZE`] it hands `spec.replicas` to the autoscaler: an
+/// object without `spec.replicas` is given one inside the range (the minimum when new), as
+/// upstream's admission defaulting does.
+pub const AUTOSCALER_MIN_SIZE: &str = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size";
+
+/// Annotation on a `MachineDeployment` or `MachineSet`: the largest size the cluster autoscaler
+/// may scale it to. See [`AUTOSCALER_MIN_SIZE`].
+pub const AUTOSCALER_MAX_SIZE: &str = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size";
+
 /// Annotation on a `MachineDeployment` and its sets: the rollout revision.
 pub const REVISION: &str = "machinedeployment.clusters.x-k8s.io/revision";
 

@@ -6,12 +6,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use capi_core::api::{ApiEndpoint, FailureDomain, MachineAddress, MachineAddressType};
+use capi_core::infra::Architecture;
 use capi_core::{
     Actuator, ActuatorError, ClusterActuator, ClusterInfrastructure, ClusterScope, ImmutableChange,
-    InstanceState, MachineInstance, MachineScope, ProviderStatus, UpdateOutcome,
+    InstanceState, MachineCapacity, MachineInstance, MachineScope, MachineTemplateActuator,
+    ProviderStatus, TemplateScope, UpdateOutcome,
 };
 
-use crate::api::{InMemoryCluster, InMemoryMachine};
+use crate::api::{InMemoryCluster, InMemoryMachine, InMemoryMachineTemplate};
 use crate::cloud::{
     CloudError, Compute, Instance, InstanceRequest, InstanceStatus, LoadBalancers, UserData,
 };
@@ -111,6 +113,36 @@ fn cloud_error(error: CloudError) -> ActuatorError {
             ),
         ),
         other => ActuatorError::transient("CloudAPIError", other),
+    }
+}
+
+/// The machines of a template have what its flavor has; every simulated instance runs Linux.
+#[async_trait]
+impl MachineTemplateActuator<InMemoryMachineTemplate> for InMemoryActuator {
+    async fn capacity(
+        &self,
+        scope: &TemplateScope<InMemoryMachineTemplate>,
+    ) -> Result<MachineCapacity, ActuatorError> {
+        let name = &scope.template.spec.template.spec.flavor;
+        let flavor = self
+            .compute
+            .get_flavor(name)
+            .await
+            .map_err(cloud_error)?
+            .ok_or_else(|| {
+                cloud_error(CloudError::UnknownFlavor {
+                    flavor: name.clone(),
+                })
+            })?;
+        let mut capacity = MachineCapacity::default()
+            .cpus(u64::from(flavor.vcpus))
+            .memory_mib(flavor.memory_mib)
+            .ephemeral_storage_gib(flavor.disk_gib)
+            .operating_system("linux");
+        if let Some(architecture) = Architecture::from_cloud_name(&flavor.architecture) {
+            capacity = capacity.architecture(architecture);
+        }
+        Ok(capacity)
     }
 }
 

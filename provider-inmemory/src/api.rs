@@ -2,7 +2,11 @@
 //! upstream provider's group, so that both can be installed side by side).
 
 use capi_core::api::ApiEndpoint;
-use capi_core::infra::{InfraCluster, InfraClusterStatus, InfraMachine, InfraMachineStatus};
+use capi_core::api::TemplateMetadata;
+use capi_core::infra::{
+    InfraCluster, InfraClusterStatus, InfraMachine, InfraMachineStatus, InfraMachineTemplate,
+    MachineTemplateStatus,
+};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -106,10 +110,27 @@ impl InfraMachine for InMemoryMachine {
     kind = "InMemoryMachineTemplate",
     plural = "inmemorymachinetemplates",
     namespaced,
+    status = "MachineTemplateStatus",
     derive = "PartialEq",
     derive = "Default",
     category = "cluster-api",
-    doc = "InMemoryMachineTemplate stamps out InMemoryMachines."
+    doc = "InMemoryMachineTemplate stamps out InMemoryMachines.",
+    printcolumn(
+        name = "Flavor",
+        type_ = "string",
+        json_path = ".spec.template.spec.flavor"
+    ),
+    printcolumn(name = "CPU", type_ = "string", json_path = ".status.capacity.cpu"),
+    printcolumn(
+        name = "Memory",
+        type_ = "string",
+        json_path = ".status.capacity.memory"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct InMemoryMachineTemplateSpec {
@@ -123,6 +144,12 @@ pub struct InMemoryMachineTemplateSpec {
 pub struct InMemoryMachineTemplateResource {
     /// The spec of each machine.
     pub spec: InMemoryMachineSpec,
+}
+
+impl InfraMachineTemplate for InMemoryMachineTemplate {
+    fn template_status(&self) -> Option<&MachineTemplateStatus> {
+        self.status.as_ref()
+    }
 }
 
 /// The cluster-wide infrastructure of the simulated cloud: a load balancer as the API endpoint.
@@ -204,6 +231,41 @@ impl InfraCluster for InMemoryCluster {
     }
 }
 
+/// A template for `InMemoryCluster`s, used by a `ClusterClass`.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "infrastructure.capi-rs.dev",
+    version = "v1alpha1",
+    kind = "InMemoryClusterTemplate",
+    plural = "inmemoryclustertemplates",
+    namespaced,
+    derive = "PartialEq",
+    derive = "Default",
+    category = "cluster-api",
+    doc = "InMemoryClusterTemplate stamps out InMemoryClusters for a ClusterClass.",
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct InMemoryClusterTemplateSpec {
+    /// The clusters to create.
+    pub template: InMemoryClusterTemplateResource,
+}
+
+/// `InMemoryClusterTemplate.spec.template`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InMemoryClusterTemplateResource {
+    /// Labels and annotations for the clusters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<TemplateMetadata>,
+    /// The spec of each cluster.
+    pub spec: InMemoryClusterSpec,
+}
+
 /// The provider's CRDs, with the contract label `cluster.x-k8s.io/v1beta2: v1alpha1`.
 pub fn crds()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
@@ -211,6 +273,7 @@ pub fn crds()
     use kube::CustomResourceExt;
     [
         InMemoryCluster::crd(),
+        InMemoryClusterTemplate::crd(),
         InMemoryMachine::crd(),
         InMemoryMachineTemplate::crd(),
     ]

@@ -31,7 +31,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use provider_inmemory::actuator::InMemoryActuator;
-use provider_inmemory::api::{InMemoryCluster, InMemoryMachine};
+use provider_inmemory::api::{InMemoryCluster, InMemoryMachine, InMemoryMachineTemplate};
 use provider_inmemory::cloud::{CloudConfig, SimulatedCloud};
 use provider_inmemory::nodes::NodeRegistrar;
 use serde_json::json;
@@ -207,6 +207,7 @@ async fn start_manager(
         Duration::from_millis(50),
     ));
     manager.add_machine_reconciler::<InMemoryMachine>(actuator.clone());
+    manager.add_machine_template_reconciler::<InMemoryMachineTemplate>(actuator.clone());
     manager.add_cluster_reconciler::<InMemoryCluster>(actuator);
     manager.add(capi_bootstrap::controller::KubeadmBootstrap::default());
     manager.add(CoreControllers::new(CoreSettings {
@@ -1174,6 +1175,190 @@ spec:
         .await
         .unwrap();
     converged(&world, 12).await;
+}
+
+/// Machine templates publish what their machines will have — `status.capacity` and
+/// `status.nodeInfo` from the flavor, for the cluster autoscaler's scale from zero — and a flavor
+/// the cloud does not have is reported in `Ready=False`, not guessed.
+#[tokio::test]
+async fn machine_templates_publish_capacity_for_scale_from_zero() {
+    let world = world().await;
+    let templates = manifest::parse(
+        r##"
+apiVersion: infrastructure.capi-rs.dev/v1alpha1
+kind: InMemoryMachineTemplate
+metadata: {name: medium}
+spec: {template: {spec: {flavor: medium}}}
+---
+apiVersion: infrastructure.capi-rs.dev/v1alpha1
+kind: InMemoryMachineTemplate
+metadata: {name: huge}
+spec: {template: {spec: {flavor: huge}}}
+"##,
+    )
+    .unwrap();
+    manifest::create_all(&world.client(), &world.ns, &templates)
+        .await
+        .unwrap();
+    let api: Api<InMemoryMachineTemplate> = Api::namespaced(world.client(), &world.ns);
+    eventually("the medium template reports its capacity", || async {
+        let status = api.get("medium").await.unwrap().status.unwrap_or_default();
+        let capacity: BTreeMap<&str, &str> = status
+            .capacity
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.0.as_str()))
+            .collect();
+        capacity
+            == BTreeMap::from([
+                ("cpu", "2"),
+                ("memory", "4096Mi"),
+                ("ephemeral-storage", "40Gi"),
+            ])
+            && status.node_info.as_ref().is_some_and(|info| {
+                info.architecture == Some(capi_core::infra::Architecture::Amd64)
+                    && info.operating_system.as_deref() == Some("linux")
+            })
+            && condition::is_true(&status.conditions, condition::READY)
+    })
+    .await;
+    eventually("the unknown flavor is reported", || async {
+        let status = api.get("huge").await.unwrap().status.unwrap_or_default();
+        status.capacity.is_empty()
+            && status.conditions.iter().any(|c| {
+                c.type_ == condition::READY
+                    && c.status == "False"
+                    && c.reason == "UnknownFlavor"
+                    && c.message.contains("huge")
+            })
+    })
+    .await;
+    // The wire form the autoscaler reads.
+    let raw = Api::<kube::api::DynamicObject>::namespaced_with(
+        world.client(),
+        &world.ns,
+        &kube::api::ApiResource::erase::<InMemoryMachineTemplate>(&()),
+    )
+    .get("medium")
+    .await
+    .unwrap();
+    assert_eq!(raw.data["status"]["nodeInfo"]["architecture"], "amd64");
+    assert_eq!(raw.data["status"]["capacity"]["memory"], "4096Mi");
+}
+
+/// The cluster autoscaler's node-group size annotations default an absent `spec.replicas` the way
+/// upstream's admission webhooks do: a new deployment starts at the minimum, one handed over later
+/// keeps its size brought into range, a malformed annotation is reported (nothing scales) until
+/// it is fixed, and a set with neither replicas nor annotations gets one machine.
+#[tokio::test]
+async fn autoscaler_size_annotations_default_replicas_like_upstream() {
+    let world = world().await;
+    let min = labels::AUTOSCALER_MIN_SIZE;
+    let max = labels::AUTOSCALER_MAX_SIZE;
+    let text = MANIFESTS.replace(
+        "metadata: {name: workers}\nspec:\n  clusterName: demo\n  replicas: 3\n",
+        &format!("metadata: {{name: workers, annotations: {{{min}: \"2\", {max}: \"5\"}}}}\nspec:\n  clusterName: demo\n"),
+    );
+    assert_ne!(text, MANIFESTS, "the deployment's replicas are left out");
+    manifest::create_all(&world.client(), &world.ns, &manifest::parse(&text).unwrap())
+        .await
+        .unwrap();
+    converged(&world, 2).await;
+    let replicas = |d: MachineDeployment| d.spec.replicas;
+    assert_eq!(
+        replicas(world.deployments().get("workers").await.unwrap()),
+        Some(2),
+        "a new deployment starts at the minimum size"
+    );
+
+    // Handed back to the autoscaler with a larger minimum: the current size is brought into range.
+    let hand_over = |min_size: &str| json!({"metadata": {"annotations": {min: min_size, max: "5"}}, "spec": {"replicas": null}});
+    world
+        .deployments()
+        .patch(
+            "workers",
+            &PatchParams::default(),
+            &Patch::Merge(&hand_over("3")),
+        )
+        .await
+        .unwrap();
+    converged(&world, 3).await;
+    assert_eq!(
+        replicas(world.deployments().get("workers").await.unwrap()),
+        Some(3)
+    );
+
+    // A malformed size: named in Available=False, nothing defaulted, nothing scaled.
+    world
+        .deployments()
+        .patch(
+            "workers",
+            &PatchParams::default(),
+            &Patch::Merge(&hand_over("three")),
+        )
+        .await
+        .unwrap();
+    eventually("the malformed annotation is reported", || async {
+        let deployment = world.deployments().get("workers").await.unwrap();
+        deployment.spec.replicas.is_none()
+            && deployment.status.as_ref().is_some_and(|s| {
+                s.conditions.iter().any(|c| {
+                    c.type_ == condition::AVAILABLE
+                        && c.status == "False"
+                        && c.reason == "InvalidSpec"
+                        && c.message.contains(min)
+                        && c.message.contains("\"three\"")
+                })
+            })
+    })
+    .await;
+    assert_eq!(all_machines(&world).await.len(), 3, "nothing scaled");
+
+    // Fixed: the size in range is kept.
+    world
+        .deployments()
+        .patch(
+            "workers",
+            &PatchParams::default(),
+            &Patch::Merge(&hand_over("1")),
+        )
+        .await
+        .unwrap();
+    eventually("the fixed annotations default replicas", || async {
+        let deployment = world.deployments().get("workers").await.unwrap();
+        deployment.spec.replicas == Some(3)
+            && deployment
+                .status
+                .as_ref()
+                .is_some_and(|s| condition::is_true(&s.conditions, condition::AVAILABLE))
+    })
+    .await;
+
+    // A set with neither replicas nor annotations: one machine, as upstream defaults.
+    let set = manifest::parse(
+        r##"
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineSet
+metadata: {name: single}
+spec:
+  clusterName: demo
+  selector: {matchLabels: {app: single}}
+  template:
+    metadata: {labels: {app: single}}
+    spec:
+      clusterName: demo
+      bootstrap: {dataSecretName: workers-bootstrap}
+      infrastructureRef: {apiGroup: infrastructure.capi-rs.dev, kind: InMemoryMachineTemplate, name: workers}
+"##,
+    )
+    .unwrap();
+    manifest::create_all(&world.client(), &world.ns, &set)
+        .await
+        .unwrap();
+    converged(&world, 4).await;
+    assert_eq!(
+        world.sets().get("single").await.unwrap().spec.replicas,
+        Some(1)
+    );
 }
 
 #[tokio::test]

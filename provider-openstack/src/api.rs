@@ -7,9 +7,12 @@
 //! References to OpenStack resources are *params*: either an `id`, or a `filter` that must match
 //! exactly one resource — never both (the schema rejects an object with both or neither).
 
-use capi_core::api::ApiEndpoint;
 use capi_core::api::validation;
-use capi_core::infra::{InfraCluster, InfraClusterStatus, InfraMachine, InfraMachineStatus};
+use capi_core::api::{ApiEndpoint, TemplateMetadata};
+use capi_core::infra::{
+    InfraCluster, InfraClusterStatus, InfraMachine, InfraMachineStatus, InfraMachineTemplate,
+    MachineTemplateStatus,
+};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -544,10 +547,27 @@ impl InfraMachine for OpenStackMachine {
     kind = "OpenStackMachineTemplate",
     plural = "openstackmachinetemplates",
     namespaced,
+    status = "MachineTemplateStatus",
     derive = "PartialEq",
     derive = "Default",
     category = "cluster-api",
-    doc = "OpenStackMachineTemplate stamps out OpenStackMachines."
+    doc = "OpenStackMachineTemplate stamps out OpenStackMachines.",
+    printcolumn(name = "CPU", type_ = "string", json_path = ".status.capacity.cpu"),
+    printcolumn(
+        name = "Memory",
+        type_ = "string",
+        json_path = ".status.capacity.memory"
+    ),
+    printcolumn(
+        name = "Architecture",
+        type_ = "string",
+        json_path = ".status.nodeInfo.architecture"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct OpenStackMachineTemplateSpec {
@@ -563,6 +583,47 @@ pub struct OpenStackMachineTemplateResource {
     pub spec: OpenStackMachineSpec,
 }
 
+impl InfraMachineTemplate for OpenStackMachineTemplate {
+    fn template_status(&self) -> Option<&MachineTemplateStatus> {
+        self.status.as_ref()
+    }
+}
+
+/// A template for `OpenStackCluster`s, used by a `ClusterClass`.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "infrastructure.capi-rs.dev",
+    version = "v1alpha1",
+    kind = "OpenStackClusterTemplate",
+    plural = "openstackclustertemplates",
+    namespaced,
+    derive = "PartialEq",
+    derive = "Default",
+    category = "cluster-api",
+    doc = "OpenStackClusterTemplate stamps out OpenStackClusters for a ClusterClass.",
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenStackClusterTemplateSpec {
+    /// What each cluster gets.
+    pub template: OpenStackClusterTemplateResource,
+}
+
+/// `OpenStackClusterTemplate.spec.template`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenStackClusterTemplateResource {
+    /// Labels and annotations for the clusters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<TemplateMetadata>,
+    /// The spec of each cluster.
+    pub spec: OpenStackClusterSpec,
+}
+
 /// The provider's CRDs, labelled with the Cluster API contract version.
 pub fn crds()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
@@ -570,6 +631,7 @@ pub fn crds()
     use kube::CustomResourceExt;
     [
         OpenStackCluster::crd(),
+        OpenStackClusterTemplate::crd(),
         OpenStackMachine::crd(),
         OpenStackMachineTemplate::crd(),
     ]

@@ -41,3 +41,4 @@ pub mod credentials;
 pub mod machine;
 pub mod naming;
 mod resolve;
+pub mod template;

@@ -36,8 +36,8 @@ const DELETE_POLL: Duration = Duration::from_secs(2);
 /// Reconciles `OpenStackMachine`s through a [`Connector`] and a way to find their
 /// `OpenStackCluster`.
 pub struct OpenStackMachineActuator {
-    connector: Arc<dyn Connector>,
-    clusters: Arc<dyn ClusterLookup>,
+    pub(crate) connector: Arc<dyn Connector>,
+    pub(crate) clusters: Arc<dyn ClusterLookup>,
 }
 
 /// Finds the `OpenStackCluster` of a cluster (credentials, network, security groups, load
@@ -430,33 +430,8 @@ impl Actuator<OpenStackMachine> for OpenStackMachineActuator {
         };
         let spec = &scope.infra_machine.spec;
         let compute = ctx.clients.compute.as_ref();
-        let flavor_ref = resolve::name_or_id(spec.flavor.id.as_ref(), spec.flavor.filter.as_ref())
-            .unwrap_or_default();
-        let flavor = compute
-            .find_flavor(&flavor_ref)
-            .await
-            .map_err(|e| actuator_error("looking up the flavor", e))?
-            .ok_or_else(|| {
-                ActuatorError::invalid_configuration(
-                    "FlavorNotFound",
-                    format!("spec.flavor: no flavor {flavor_ref:?} in the cloud"),
-                )
-            })?;
-        let image_ref = resolve::name_or_id(spec.image.id.as_ref(), spec.image.filter.as_ref())
-            .unwrap_or_default();
-        let image_tags = spec
-            .image
-            .filter
-            .as_ref()
-            .map(|f| f.tags.clone())
-            .unwrap_or_default();
-        let images = ctx
-            .clients
-            .images
-            .find_images(&image_ref, &image_tags)
-            .await
-            .map_err(|e| actuator_error("looking up the image", e))?;
-        let image = resolve::exactly_one(images, "spec.image", "Image", |i| i.name.clone())?;
+        let flavor = resolve::flavor(compute, spec).await?;
+        let image = resolve::image(ctx.clients.images.as_ref(), spec).await?;
         let server_group_id = match &spec.server_group {
             Some(group) => {
                 let wanted = resolve::name_or_id(group.id.as_ref(), group.filter.as_ref())

@@ -3,8 +3,8 @@
 
 use capi_core::ActuatorError;
 
-use crate::api::{NameFilter, NetworkParam, SecurityGroupParam, SubnetParam};
-use crate::cloud::{Network, Networking, SecurityGroup, Subnet};
+use crate::api::{NameFilter, NetworkParam, OpenStackMachineSpec, SecurityGroupParam, SubnetParam};
+use crate::cloud::{Compute, Flavor, Image, Images, Network, Networking, SecurityGroup, Subnet};
 use crate::connector::actuator_error;
 
 fn query(id: Option<&String>, filter: Option<&NameFilter>) -> Vec<(String, String)> {
@@ -88,6 +88,44 @@ pub(crate) async fn security_group(
         .await
         .map_err(|e| actuator_error(&format!("resolving {field}"), e))?;
     exactly_one(found, field, "SecurityGroup", |g| g.name.clone())
+}
+
+/// The flavor `spec.flavor` names.
+pub(crate) async fn flavor(
+    compute: &dyn Compute,
+    spec: &OpenStackMachineSpec,
+) -> Result<Flavor, ActuatorError> {
+    let wanted =
+        name_or_id(spec.flavor.id.as_ref(), spec.flavor.filter.as_ref()).unwrap_or_default();
+    compute
+        .find_flavor(&wanted)
+        .await
+        .map_err(|e| actuator_error("looking up the flavor", e))?
+        .ok_or_else(|| {
+            ActuatorError::invalid_configuration(
+                "FlavorNotFound",
+                format!("spec.flavor: no flavor {wanted:?} in the cloud"),
+            )
+        })
+}
+
+/// The one image `spec.image` names (with all the filter's tags).
+pub(crate) async fn image(
+    images: &dyn Images,
+    spec: &OpenStackMachineSpec,
+) -> Result<Image, ActuatorError> {
+    let wanted = name_or_id(spec.image.id.as_ref(), spec.image.filter.as_ref()).unwrap_or_default();
+    let tags = spec
+        .image
+        .filter
+        .as_ref()
+        .map(|f| f.tags.clone())
+        .unwrap_or_default();
+    let found = images
+        .find_images(&wanted, &tags)
+        .await
+        .map_err(|e| actuator_error("looking up the image", e))?;
+    exactly_one(found, "spec.image", "Image", |i| i.name.clone())
 }
 
 /// The name or ID to look a flavor, image or server group up by.

@@ -37,8 +37,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use capi_core::infra::{InfraCluster, InfraMachine};
-use capi_core::{Actuator, ClusterActuator};
+use capi_core::infra::{InfraCluster, InfraMachine, InfraMachineTemplate};
+use capi_core::{Actuator, ClusterActuator, MachineTemplateActuator};
 use futures::future::BoxFuture;
 use kube::Client;
 use kube::client::ClientBuilder;
@@ -53,6 +53,7 @@ use crate::metrics::Metrics;
 use crate::options::ReconcilerOptions;
 use crate::readiness::Readiness;
 use crate::reconciler::Reconciler;
+use crate::template::InfraMachineTemplateReconciler;
 
 /// A family of controllers that registers itself with a [`Manager`] ([`Manager::add`]): the core
 /// controllers, the kubeadm bootstrap provider, a vendor's own. The manager knows none of them; it
@@ -211,6 +212,16 @@ impl Manager {
         actuator: Arc<dyn ClusterActuator<C>>,
     ) -> &mut Self {
         let reconciler: InfraClusterReconciler<C> = self.reconciler(actuator);
+        self.add_controller(move |shutdown| reconciler.run(shutdown.wait()))
+    }
+
+    /// Registers the reconciler of a provider's machine template kind, which publishes each
+    /// template's `status.capacity` and `status.nodeInfo` from `actuator`.
+    pub fn add_machine_template_reconciler<T: InfraMachineTemplate>(
+        &mut self,
+        actuator: Arc<dyn MachineTemplateActuator<T>>,
+    ) -> &mut Self {
+        let reconciler: InfraMachineTemplateReconciler<T> = self.reconciler(actuator);
         self.add_controller(move |shutdown| reconciler.run(shutdown.wait()))
     }
 

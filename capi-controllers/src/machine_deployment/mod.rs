@@ -29,7 +29,8 @@ use serde_json::json;
 
 use self::rollout::{SetState, resolve_fenceposts, rolling_update_step};
 use crate::{
-    CoreSettings, cache, cluster_cache, find_cluster, of_cluster, ownership, selector, synced,
+    CoreSettings, cache, cluster_cache, find_cluster, of_cluster, ownership, replicas, selector,
+    synced,
 };
 use capi_actuator::plan::{EventNote, FinalizerChange, Next};
 use capi_actuator::reasons;
@@ -249,6 +250,48 @@ async fn reconcile_once(
             (ConditionStatus::False, reasons::NOT_PAUSED, String::new())
         },
     );
+    if !paused {
+        let current = (!sets.is_empty()).then(|| {
+            sets.iter()
+                .map(|s| s.spec.replicas.unwrap_or(0))
+                .sum::<i32>()
+        });
+        match replicas::defaulted(deployment.spec.replicas, deployment.annotations(), current) {
+            Ok(None) => {}
+            Ok(Some(replicas)) => {
+                let patch = json!({
+                    "metadata": {"resourceVersion": deployment.resource_version()},
+                    "spec": {"replicas": replicas},
+                });
+                write::patch(&api, &deployment.name_any(), patch).await?;
+                return Ok(Next::AwaitChange);
+            }
+            Err(message) => {
+                summarise(
+                    &mut status,
+                    deployment,
+                    &sets,
+                    None,
+                    current.unwrap_or(0),
+                    0,
+                );
+                set_condition(
+                    &mut status,
+                    deployment,
+                    condition::AVAILABLE,
+                    (ConditionStatus::False, reasons::INVALID_SPEC, message),
+                );
+                write::patch_status_if_changed(
+                    &api,
+                    &deployment.name_any(),
+                    deployment.status.as_ref(),
+                    &status,
+                )
+                .await?;
+                return Ok(Next::AwaitChange);
+            }
+        }
+    }
     let desired = deployment.spec.replicas.unwrap_or(1);
     let strategy = deployment
         .spec

@@ -30,7 +30,8 @@ use self::expectations::Expectations;
 use crate::machine::status::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
 use crate::references::{References, instance_of};
 use crate::{
-    CoreSettings, cache, cluster_cache, find_cluster, of_cluster, ownership, selector, synced,
+    CoreSettings, cache, cluster_cache, find_cluster, of_cluster, ownership, replicas, selector,
+    synced,
 };
 use capi_actuator::plan::{EventNote, FinalizerChange, Next};
 use capi_actuator::reasons;
@@ -197,6 +198,31 @@ async fn reconcile_once(
             .await?;
         return Ok(Next::AwaitChange);
     }
+    let current = set.status.as_ref().and_then(|s| s.replicas);
+    match replicas::defaulted(set.spec.replicas, set.annotations(), current) {
+        Ok(Some(replicas)) => {
+            write_replicas(&sets, set, replicas).await?;
+            return Ok(Next::AwaitChange);
+        }
+        Ok(None) => status
+            .conditions
+            .retain(|c| !(c.type_ == condition::SCALING_UP && c.reason == reasons::INVALID_SPEC)),
+        Err(message) => {
+            condition::set(
+                &mut status.conditions,
+                DesiredCondition::new(
+                    condition::SCALING_UP,
+                    ConditionStatus::False,
+                    reasons::INVALID_SPEC,
+                )
+                .message(message)
+                .observed_generation(set.metadata.generation),
+            );
+            write::patch_status_if_changed(&sets, &set.name_any(), set.status.as_ref(), &status)
+                .await?;
+            return Ok(Next::AwaitChange);
+        }
+    }
 
     let Some(store) = synced(&deps.machines) else {
         return Ok(Next::Requeue(deps.settings.poll));
@@ -342,6 +368,21 @@ async fn reconcile_once(
     write::patch_status_if_changed(&sets, &set.name_any(), set.status.as_ref(), &status).await?;
     write::publish(&context.recorder, set, &events).await;
     Ok(next)
+}
+
+/// Writes a defaulted `spec.replicas`, guarded by the resource version the value was computed
+/// from, so that a concurrent change by a user or the autoscaler wins.
+async fn write_replicas(
+    api: &Api<MachineSet>,
+    set: &MachineSet,
+    replicas: i32,
+) -> Result<(), ReconcileError> {
+    let patch = json!({
+        "metadata": {"resourceVersion": set.resource_version()},
+        "spec": {"replicas": replicas},
+    });
+    write::patch(api, &set.name_any(), patch).await?;
+    Ok(())
 }
 
 fn note(reason: &'static str, text: String) -> EventNote {

@@ -20,6 +20,7 @@
 mod error;
 mod provider_status;
 mod scope;
+mod template;
 
 use async_trait::async_trait;
 
@@ -32,6 +33,9 @@ pub use scope::{
     BootstrapData, BootstrapDataError, BootstrapFormat, ClusterScope, IdempotencyKey, MachineScope,
     MissingUid,
 };
+#[cfg(any(test, feature = "mock"))]
+pub use template::MockMachineTemplateActuator;
+pub use template::{MachineCapacity, MachineTemplateActuator, TemplateScope};
 
 /// Machine infrastructure of one cloud: creates, finds, updates and deletes instances.
 ///
@@ -248,5 +252,5 @@ pub struct ClusterInfrastructure {
 /// # });
 /// ```
 pub mod mock {
-    pub use super::{MockActuator, MockClusterActuator};
+    pub use super::{MockActuator, MockClusterActuator, MockMachineTemplateActuator};
 }

@@ -13,7 +13,7 @@ use anyhow::Result;
 use capi_provider::{ManagerArgs, ProviderManager};
 use clap::Parser;
 use provider_inmemory::actuator::InMemoryActuator;
-use provider_inmemory::api::{InMemoryCluster, InMemoryMachine};
+use provider_inmemory::api::{InMemoryCluster, InMemoryMachine, InMemoryMachineTemplate};
 use provider_inmemory::cloud::{Compute, EtcdClusters, LoadBalancers, RemoteCloud, SimulatedCloud};
 use provider_inmemory::etcd::SimulatedEtcdAccess;
 
@@ -55,6 +55,7 @@ async fn main() -> Result<()> {
         .etcd_access(Arc::new(SimulatedEtcdAccess::new(etcd)))
         .run(|manager| {
             manager.add_machine_reconciler::<InMemoryMachine>(actuator.clone());
+            manager.add_machine_template_reconciler::<InMemoryMachineTemplate>(actuator.clone());
             manager.add_cluster_reconciler::<InMemoryCluster>(actuator);
         })
         .await?;

@@ -77,6 +77,35 @@ pub struct Instance {
     pub control_plane: bool,
 }
 
+/// An instance size, as the cloud describes it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Flavor {
+    /// Its name, as machines ask for it.
+    pub name: String,
+    /// Virtual CPUs.
+    pub vcpus: u32,
+    /// Memory, in MiB.
+    pub memory_mib: u64,
+    /// Root disk, in GiB.
+    pub disk_gib: u64,
+    /// The CPU architecture, as the cloud names it (`x86_64`, `aarch64`).
+    pub architecture: String,
+}
+
+impl Flavor {
+    /// An `x86_64` flavor.
+    pub fn new(name: &str, vcpus: u32, memory_mib: u64, disk_gib: u64) -> Self {
+        Self {
+            name: name.to_string(),
+            vcpus,
+            memory_mib,
+            disk_gib,
+            architecture: "x86_64".to_string(),
+        }
+    }
+}
+
 /// What to create.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct InstanceRequest {
@@ -186,6 +215,8 @@ pub trait Compute: Send + Sync {
     async fn find_instances(&self, tag: &str) -> Result<Vec<Instance>, CloudError>;
     /// Starts deleting the instance; deleting a missing instance is not an error.
     async fn delete_instance(&self, id: &str) -> Result<(), CloudError>;
+    /// The flavor of this name, if it exists.
+    async fn get_flavor(&self, name: &str) -> Result<Option<Flavor>, CloudError>;
 }
 
 /// The etcd clusters that control-plane instances form ([`InstanceRequest::etcd_cluster`]):

@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 
 use super::server::{Inspection, encode};
 use super::{
-    CloudError, Compute, EtcdCluster, EtcdClusters, Faults, Instance, InstanceRequest,
+    CloudError, Compute, EtcdCluster, EtcdClusters, Faults, Flavor, Instance, InstanceRequest,
     LoadBalancer, LoadBalancers,
 };
 
@@ -134,6 +134,16 @@ impl Compute for RemoteCloud {
         )
         .await
         .map(drop)
+    }
+
+    async fn get_flavor(&self, name: &str) -> Result<Option<Flavor>, CloudError> {
+        let (status, body) = self
+            .send(Method::GET, &format!("/v1/flavors/{}", encode(name)), None)
+            .await?;
+        if status == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        serde_json::from_slice(&body).map(Some).map_err(unreachable)
     }
 }
 

@@ -7,6 +7,7 @@
 //! | `GET /v1/instances?tag=T` | | `200` `[Instance]` |
 //! | `GET /v1/instances/ID` | | `200` `Instance`, `404` |
 //! | `DELETE /v1/instances/ID` | | `204` |
+//! | `GET /v1/flavors/NAME` | | `200` `Flavor`, `404` |
 //! | `POST /v1/loadbalancers?tag=T` | | `201` `LoadBalancer` |
 //! | `GET /v1/loadbalancers?tag=T` | | `200` `[LoadBalancer]` |
 //! | `DELETE /v1/loadbalancers/ID` | | `204` |
@@ -145,6 +146,10 @@ async fn route(cloud: &SimulatedCloud, request: Request<Incoming>) -> Response<F
             other => reply(StatusCode::OK, other),
         },
         (&Method::DELETE, ["v1", "instances", id]) => no_content(cloud.delete_instance(id).await),
+        (&Method::GET, ["v1", "flavors", name]) => match cloud.get_flavor(name).await {
+            Ok(None) => empty(StatusCode::NOT_FOUND),
+            other => reply(StatusCode::OK, other),
+        },
         (&Method::POST, ["v1", "loadbalancers"]) => match tag {
             Some(tag) => reply(StatusCode::CREATED, cloud.create_load_balancer(&tag).await),
             None => bad_request("the tag query parameter is required"),

@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{
-    CloudError, Compute, EtcdCluster, EtcdClusters, EtcdMember, Instance, InstanceRequest,
+    CloudError, Compute, EtcdCluster, EtcdClusters, EtcdMember, Flavor, Instance, InstanceRequest,
     InstanceStatus, LoadBalancer, LoadBalancers, MemberEvent,
 };
 
@@ -27,7 +27,7 @@ pub struct CloudConfig {
     /// At most this many instances at once.
     pub max_instances: Option<usize>,
     /// The flavors that exist.
-    pub flavors: Vec<String>,
+    pub flavors: Vec<Flavor>,
     /// Injected failures.
     pub faults: Faults,
     /// Hand out loopback addresses (`127.1.0.0/16` upwards) instead of `10.0.0.0/8` ones, so that
@@ -45,7 +45,11 @@ impl Default for CloudConfig {
             delete_time: Duration::ZERO,
             jitter: 0.0,
             max_instances: None,
-            flavors: vec!["small".into(), "medium".into(), "large".into()],
+            flavors: vec![
+                Flavor::new("small", 1, 2048, 20),
+                Flavor::new("medium", 2, 4096, 40),
+                Flavor::new("large", 4, 8192, 80),
+            ],
             faults: Faults::default(),
             loopback_addresses: false,
         }
@@ -307,7 +311,7 @@ impl Compute for SimulatedCloud {
     async fn create_instance(&self, request: InstanceRequest) -> Result<Instance, CloudError> {
         lock(&self.state).create_calls += 1;
         let config = self.call("create_instance").await?;
-        if !config.flavors.contains(&request.flavor) {
+        if !config.flavors.iter().any(|f| f.name == request.flavor) {
             return Err(CloudError::UnknownFlavor {
                 flavor: request.flavor,
             });
@@ -423,6 +427,11 @@ impl Compute for SimulatedCloud {
         }
         state.settle(now);
         Ok(())
+    }
+
+    async fn get_flavor(&self, name: &str) -> Result<Option<Flavor>, CloudError> {
+        let config = self.call("get_flavor").await?;
+        Ok(config.flavors.into_iter().find(|f| f.name == name))
     }
 }
 
@@ -588,6 +597,11 @@ mod tests {
             cloud.create_instance(request("b")).await,
             Err(CloudError::QuotaExceeded { limit: 1 })
         );
+        assert_eq!(
+            cloud.get_flavor("medium").await.unwrap().map(|f| f.vcpus),
+            Some(2)
+        );
+        assert_eq!(cloud.get_flavor("huge").await, Ok(None));
         let mut huge = request("c");
         huge.flavor = "huge".into();
         assert_eq!(

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use capi_provider::{ManagerArgs, ProviderManager};
 use clap::Parser;
-use provider_openstack::api::{OpenStackCluster, OpenStackMachine};
+use provider_openstack::api::{OpenStackCluster, OpenStackMachine, OpenStackMachineTemplate};
 use provider_openstack::cloud_conf::CloudConfFiles;
 use provider_openstack::cluster::OpenStackClusterActuator;
 use provider_openstack::connector::SecretConnector;
@@ -46,9 +46,12 @@ async fn main() -> Result<()> {
             manager.add_cluster_reconciler::<OpenStackCluster>(Arc::new(
                 OpenStackClusterActuator::new(connector.clone()),
             ));
-            manager.add_machine_reconciler::<OpenStackMachine>(Arc::new(
-                OpenStackMachineActuator::new(connector, Arc::new(ApiClusterLookup(client))),
+            let machines = Arc::new(OpenStackMachineActuator::new(
+                connector,
+                Arc::new(ApiClusterLookup(client)),
             ));
+            manager.add_machine_reconciler::<OpenStackMachine>(machines.clone());
+            manager.add_machine_template_reconciler::<OpenStackMachineTemplate>(machines);
         })
         .await?;
     Ok(())

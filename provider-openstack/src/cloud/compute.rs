@@ -6,7 +6,7 @@ use openstack_sdk::types::ServiceType;
 use serde_json::json;
 
 use super::session::{Call, Session};
-use super::{CloudError, CloudResult, Compute, Images, Named, Server, ServerCreate};
+use super::{CloudError, CloudResult, Compute, Flavor, Image, Images, Named, Server, ServerCreate};
 
 /// Whether `s` has the shape of an OpenStack UUID (so it is tried as an ID before as a name).
 pub(crate) fn looks_like_uuid(s: &str) -> bool {
@@ -117,9 +117,9 @@ impl Compute for Session {
             .await
     }
 
-    async fn find_flavor(&self, name_or_id: &str) -> CloudResult<Option<Named>> {
+    async fn find_flavor(&self, name_or_id: &str) -> CloudResult<Option<Flavor>> {
         match self
-            .json::<Named>(
+            .json::<Flavor>(
                 Call::get(ServiceType::Compute, format!("flavors/{name_or_id}")).key("flavor"),
             )
             .await
@@ -128,9 +128,9 @@ impl Compute for Session {
             Err(CloudError::NotFound { .. }) => {}
             Err(e) => return Err(e),
         }
-        let flavors: Vec<Named> = self
+        let flavors: Vec<Flavor> = self
             .json(
-                Call::get(ServiceType::Compute, "flavors")
+                Call::get(ServiceType::Compute, "flavors/detail")
                     .param("is_public", "None")
                     .key("flavors"),
             )
@@ -150,10 +150,10 @@ impl Compute for Session {
 
 #[async_trait]
 impl Images for Session {
-    async fn find_images(&self, name_or_id: &str, tags: &[String]) -> CloudResult<Vec<Named>> {
+    async fn find_images(&self, name_or_id: &str, tags: &[String]) -> CloudResult<Vec<Image>> {
         if looks_like_uuid(name_or_id) {
             match self
-                .json::<Named>(Call::get(
+                .json::<Image>(Call::get(
                     ServiceType::Image,
                     format!("images/{name_or_id}"),
                 ))

@@ -131,7 +131,42 @@ pub struct ServerCreate {
     pub config_drive: bool,
 }
 
-/// A named thing with an ID (flavor, image, server group, network…).
+/// A Nova flavor, with the sizes Nova reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct Flavor {
+    /// Its ID.
+    pub id: String,
+    /// Its name.
+    #[serde(default)]
+    pub name: String,
+    /// Virtual CPUs.
+    #[serde(default)]
+    pub vcpus: u32,
+    /// Memory, in MiB.
+    #[serde(default)]
+    pub ram: u64,
+    /// Root disk, in GiB (0: the root disk is a volume sized by the machine).
+    #[serde(default)]
+    pub disk: u64,
+}
+
+/// A Glance image, with the properties that describe the nodes booted from it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct Image {
+    /// Its ID.
+    pub id: String,
+    /// Its name.
+    #[serde(default)]
+    pub name: String,
+    /// The `architecture` property (`x86_64`, `aarch64`, ...), when set.
+    #[serde(default)]
+    pub architecture: Option<String>,
+    /// The `os_type` property (`linux`, `windows`), when set.
+    #[serde(default)]
+    pub os_type: Option<String>,
+}
+
+/// A named thing with an ID (server group, network…).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 pub struct Named {
     /// Its ID.
@@ -442,7 +477,7 @@ pub trait Compute: Send + Sync {
     /// Deletes a server (a 404 is success).
     async fn delete_server(&self, id: &str) -> CloudResult<()>;
     /// The flavor with this name or ID.
-    async fn find_flavor(&self, name_or_id: &str) -> CloudResult<Option<Named>>;
+    async fn find_flavor(&self, name_or_id: &str) -> CloudResult<Option<Flavor>>;
     /// The server group with this name or ID.
     async fn find_server_group(&self, name_or_id: &str) -> CloudResult<Option<Named>>;
 }
@@ -452,7 +487,7 @@ pub trait Compute: Send + Sync {
 #[async_trait]
 pub trait Images: Send + Sync {
     /// Images with this name (or the one with this ID), optionally also carrying all `tags`.
-    async fn find_images(&self, name_or_id: &str, tags: &[String]) -> CloudResult<Vec<Named>>;
+    async fn find_images(&self, name_or_id: &str, tags: &[String]) -> CloudResult<Vec<Image>>;
 }
 
 /// Neutron.

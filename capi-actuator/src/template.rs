@@ -1,0 +1,324 @@
+//! The infrastructure machine template reconciler: drives a [`MachineTemplateActuator`] for a
+//! provider's machine template kind and publishes what a machine made from each template has —
+//! `status.capacity` and `status.nodeInfo`, which the cluster autoscaler reads to scale a node
+//! group from zero — with `Ready` saying whether the cloud's description could be read.
+//!
+//! Per template: find its `Cluster` (the `cluster.x-k8s.io/cluster-name` label, else a `Cluster`
+//! owner); honour pause; ask the actuator; write status only when it changed. A failure keeps the
+//! last known capacity (still the best guess for the autoscaler) and says why in `Ready=False`.
+//! An unknown flavor or image is looked at again every resync period, since the cloud may gain it
+//! without the template changing; the resync also notices a flavor redefined in the cloud.
+
+use std::sync::Arc;
+
+use capi_core::api::Cluster;
+use capi_core::condition::{self, ConditionStatus};
+use capi_core::infra::{InfraMachineTemplate, MachineTemplateStatus};
+use capi_core::{MachineCapacity, MachineTemplateActuator, TemplateScope, labels};
+use futures::Future;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Map, Value, json};
+
+use crate::plan::Next;
+use crate::reasons;
+use crate::reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
+use crate::write;
+
+/// The reconciler of one infrastructure machine template kind `T`.
+pub type InfraMachineTemplateReconciler<T> = Reconciler<T, dyn MachineTemplateActuator<T>>;
+
+/// What one template reconcile records besides conditions: the actuator's answer, if it gave one.
+#[derive(Debug, Default)]
+struct TemplateRecord {
+    capacity: Option<MachineCapacity>,
+}
+
+type Plan = crate::plan::Plan<TemplateRecord>;
+
+impl<T: InfraMachineTemplate> Reconciler<T, dyn MachineTemplateActuator<T>> {
+    /// Runs until `shutdown` completes; in-flight reconciles finish first.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+        let (trigger, reader) = self.trigger();
+        let concurrency = self.concurrency();
+        let context = self.into_context(|inner, _, _| inner);
+        let results = Controller::for_stream(trigger, reader)
+            .trigger_backoff(crate::retry::WatchBackoff::default())
+            .with_config(ControllerConfig::default().concurrency(concurrency))
+            .graceful_shutdown_on(shutdown)
+            .run(
+                reconcile::<T>,
+                back_off::<T, dyn MachineTemplateActuator<T>>,
+                context,
+            );
+        drain(results).await;
+    }
+}
+
+#[tracing::instrument(skip_all, fields(kind = %T::kind(&()), namespace = %template.namespace().unwrap_or_default(), name = %template.name_any()))]
+async fn reconcile<T: InfraMachineTemplate>(
+    template: Arc<T>,
+    context: Arc<Context<dyn MachineTemplateActuator<T>>>,
+) -> Result<Action, ReconcileError> {
+    context
+        .reconcile(template.as_ref(), reconcile_once(&template, &context))
+        .await
+}
+
+async fn reconcile_once<T: InfraMachineTemplate>(
+    template: &Arc<T>,
+    context: &Context<dyn MachineTemplateActuator<T>>,
+) -> Result<Next, ReconcileError> {
+    if template.meta().deletion_timestamp.is_some() {
+        return Ok(Next::AwaitChange);
+    }
+    let cluster = owning_cluster(&context.client, template.as_ref()).await?;
+    let plan = decide(
+        context.state.as_ref(),
+        Arc::clone(template),
+        cluster,
+        context.retry.policy.poll,
+    )
+    .await;
+    record(&context.client, template.as_ref(), &plan).await?;
+    write::publish(&context.recorder, template.as_ref(), &plan.events).await;
+    Ok(plan.next)
+}
+
+/// The template's `Cluster`: named by its cluster-name label, else its `Cluster` owner.
+async fn owning_cluster<T: InfraMachineTemplate>(
+    client: &Client,
+    template: &T,
+) -> Result<Option<Arc<Cluster>>, kube::Error> {
+    let namespace = template.namespace().unwrap_or_default();
+    let owner = template
+        .owner_references()
+        .iter()
+        .find(|r| r.kind == "Cluster" && r.api_version.starts_with("cluster.x-k8s.io/"));
+    let name = match (labels::cluster_name(template.meta()), owner) {
+        (Some(name), _) => name,
+        (None, Some(owner)) => owner.name.as_str(),
+        (None, None) => return Ok(None),
+    };
+    Ok(Api::<Cluster>::namespaced(client.clone(), &namespace)
+        .get_opt(name)
+        .await?
+        .map(Arc::new))
+}
+
+async fn decide<T: InfraMachineTemplate>(
+    actuator: &dyn MachineTemplateActuator<T>,
+    template: Arc<T>,
+    cluster: Option<Arc<Cluster>>,
+    poll: std::time::Duration,
+) -> Plan {
+    let mut plan = Plan::new(template.meta().generation);
+    let paused = labels::has_paused_annotation(template.meta())
+        || cluster.as_ref().is_some_and(|c| c.is_paused());
+    if plan.paused(paused) {
+        // No watch reports the cluster's pause ending: look again.
+        plan.next = Next::Requeue(poll);
+        return plan;
+    }
+    let scope = TemplateScope { template, cluster };
+    match actuator.capacity(&scope).await {
+        Ok(capacity) => {
+            plan.record.capacity = Some(capacity);
+            plan.condition(
+                condition::READY,
+                ConditionStatus::True,
+                reasons::CAPACITY_REPORTED,
+                "",
+            );
+            plan.next = Next::Resync;
+            plan
+        }
+        Err(error) => {
+            let mut plan = plan.actuator_error(error);
+            if matches!(plan.next, Next::InvalidConfiguration) {
+                // A template rarely changes; the cloud may gain the flavor or image instead.
+                plan.next = Next::Resync;
+            }
+            plan
+        }
+    }
+}
+
+/// The status after applying `plan` to `current`; timestamps of unchanged conditions are kept.
+fn desired_status(current: &MachineTemplateStatus, plan: &Plan) -> MachineTemplateStatus {
+    let mut desired = current.clone();
+    for wanted in &plan.conditions {
+        condition::set(&mut desired.conditions, wanted.clone());
+    }
+    if let Some(reported) = &plan.record.capacity {
+        desired.capacity = reported.capacity.clone();
+        desired.node_info = Some(reported.node_info.clone()).filter(|info| !info.is_empty());
+    }
+    desired
+}
+
+/// Writes the plan's status if it changed: a merge patch that replaces `capacity` and
+/// `nodeInfo` as a whole (resources the cloud no longer reports are removed).
+async fn record<T: InfraMachineTemplate>(
+    client: &Client,
+    template: &T,
+    plan: &Plan,
+) -> Result<(), kube::Error> {
+    let current = template.template_status().cloned().unwrap_or_default();
+    let desired = desired_status(&current, plan);
+    if desired == current {
+        return Ok(());
+    }
+    let mut capacity: Map<String, Value> = current
+        .capacity
+        .keys()
+        .map(|name| (name.clone(), Value::Null))
+        .collect();
+    for (name, quantity) in &desired.capacity {
+        capacity.insert(name.clone(), json!(quantity));
+    }
+    let node_info = match &desired.node_info {
+        Some(info) => json!({
+            "architecture": info.architecture,
+            "operatingSystem": info.operating_system,
+        }),
+        None => Value::Null,
+    };
+    let status = json!({
+        "capacity": capacity,
+        "nodeInfo": node_info,
+        "conditions": desired.conditions,
+    });
+    let api: Api<T> = Api::namespaced(client.clone(), &template.namespace().unwrap_or_default());
+    write::patch_status(&api, &template.name_any(), status).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capi_core::infra::{Architecture, NodeInfo};
+    use capi_core::{ActuatorError, MockMachineTemplateActuator};
+    use std::time::Duration;
+
+    #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+    struct Template {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    }
+
+    impl kube::Resource for Template {
+        type DynamicType = ();
+        type Scope = k8s_openapi::NamespaceResourceScope;
+        fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+            "ExampleMachineTemplate".into()
+        }
+        fn group(_: &()) -> std::borrow::Cow<'_, str> {
+            "infrastructure.example.com".into()
+        }
+        fn version(_: &()) -> std::borrow::Cow<'_, str> {
+            "v1".into()
+        }
+        fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+            "examplemachinetemplates".into()
+        }
+        fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &self.metadata
+        }
+        fn meta_mut(&mut self) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &mut self.metadata
+        }
+    }
+
+    impl InfraMachineTemplate for Template {
+        fn template_status(&self) -> Option<&MachineTemplateStatus> {
+            None
+        }
+    }
+
+    fn template() -> Arc<Template> {
+        let metadata = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            generation: Some(2),
+            ..Default::default()
+        };
+        Arc::new(Template { metadata })
+    }
+
+    #[tokio::test]
+    async fn a_reported_capacity_replaces_the_old_one_and_sets_ready() {
+        let mut actuator = MockMachineTemplateActuator::<Template>::new();
+        actuator.expect_capacity().times(1).returning(|_| {
+            Ok(MachineCapacity::default()
+                .cpus(2)
+                .memory_mib(4096)
+                .architecture(Architecture::Arm64))
+        });
+        let plan = decide(&actuator, template(), None, Duration::from_secs(1)).await;
+        assert!(matches!(plan.next, Next::Resync));
+        let mut current = MachineTemplateStatus::default();
+        current.capacity.insert(
+            "nvidia.com/gpu".into(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("1".into()),
+        );
+        let desired = desired_status(&current, &plan);
+        assert_eq!(
+            desired.capacity.keys().collect::<Vec<_>>(),
+            ["cpu", "memory"],
+            "a resource no longer reported is dropped"
+        );
+        assert_eq!(
+            desired.node_info.and_then(|i| i.architecture),
+            Some(Architecture::Arm64)
+        );
+        assert!(condition::is_true(&desired.conditions, condition::READY));
+    }
+
+    #[tokio::test]
+    async fn an_unknown_flavor_keeps_the_last_capacity_and_is_looked_at_again() {
+        let mut actuator = MockMachineTemplateActuator::<Template>::new();
+        actuator.expect_capacity().times(1).returning(|_| {
+            Err(ActuatorError::invalid_configuration(
+                "FlavorNotFound",
+                "flavor m1.huge does not exist",
+            ))
+        });
+        let plan = decide(&actuator, template(), None, Duration::from_secs(1)).await;
+        assert!(
+            matches!(plan.next, Next::Resync),
+            "never latched until the template changes"
+        );
+        let current = MachineTemplateStatus {
+            node_info: Some(NodeInfo {
+                architecture: Some(Architecture::Amd64),
+                operating_system: None,
+            }),
+            ..Default::default()
+        };
+        let desired = desired_status(&current, &plan);
+        assert_eq!(desired.node_info, current.node_info);
+        let ready = desired
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "FlavorNotFound")
+        );
+        assert!(ready.message.contains("m1.huge"));
+    }
+
+    #[tokio::test]
+    async fn a_paused_cluster_is_left_alone() {
+        let actuator = MockMachineTemplateActuator::<Template>::new();
+        let mut cluster = Cluster::default();
+        cluster.spec.paused = Some(true);
+        let plan = decide(
+            &actuator,
+            template(),
+            Some(Arc::new(cluster)),
+            Duration::from_secs(1),
+        )
+        .await;
+        assert!(plan.record.capacity.is_none());
+        assert!(matches!(plan.next, Next::Requeue(_)));
+    }
+}
