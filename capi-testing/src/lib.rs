@@ -11,6 +11,9 @@
 //! - [`TestEnv`]: a control plane with the core CRDs installed, plus per-test namespaces.
 //! - [`upstream`]: upstream Cluster API's managers (core, kubeadm bootstrap and control plane,
 //!   the in-memory test infrastructure provider) as a peer on the same control plane.
+//! - [`conformance`]: the provider contract checked against a vendor's own actuators and cloud —
+//!   idempotent create under lost responses and crashes, exists that never creates, delete that
+//!   returns only when gone, nothing leaked — each failure naming the rule it breaks.
 //! - [`crd_files`]: the checked-in CRD YAML is what the types generate; a provider's CRDs carry
 //!   the contract label.
 //! - [`golden`]: golden files, rewritten with `UPDATE_GOLDEN=1`.
@@ -35,6 +38,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod conformance;
 pub mod crd_files;
 pub mod envtest;
 pub mod faults;

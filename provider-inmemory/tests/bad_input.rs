@@ -86,6 +86,9 @@ fn base(kind: &str) -> Value {
                                                         "discovery": {"file": {"kubeConfigPath": "/etc/discovery.conf",
                                                                                "kubeConfig": {"user": {"exec": {"command": "x"}}}}}}}}}),
         "InMemoryCluster" => json!({}),
+        "InMemoryClusterTemplate" => {
+            json!({"template": {"metadata": {"labels": {"a": "b"}}, "spec": {"failureDomains": ["zone-a"]}}})
+        }
         "InMemoryMachine" => json!({"flavor": "small"}),
         "InMemoryMachineTemplate" => json!({"template": {"spec": {"flavor": "small"}}}),
         other => panic!("no base object for {other}"),

@@ -39,6 +39,9 @@ fn machine_spec() -> Value {
 /// A valid object of each kind with every field set: the base every edit starts from.
 fn base(kind: &str) -> Value {
     let spec = match kind {
+        "OpenStackClusterTemplate" => {
+            json!({"template": {"metadata": {"labels": {"a": "b"}}, "spec": base("OpenStackCluster")["spec"]}})
+        }
         "OpenStackCluster" => json!({
             "identityRef": {"name": "demo-cloud-config", "cloudName": "openstack", "region": "RegionOne"},
             "externalNetwork": {"filter": {"name": "public", "tags": ["external"]}},

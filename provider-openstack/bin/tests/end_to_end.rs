@@ -40,7 +40,9 @@ use k8s_openapi::api::core::v1::{Event, Node, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use provider_inmemory::nodes::{NodeRegistration, register};
-use provider_openstack::api::{GROUP, OpenStackCluster, OpenStackMachine, VERSION};
+use provider_openstack::api::{
+    GROUP, OpenStackCluster, OpenStackMachine, OpenStackMachineTemplate, VERSION,
+};
 use provider_openstack::cloud::{Compute, LoadBalancing, Networking, Session};
 use provider_openstack::naming::ClusterNames;
 use serde_json::json;
@@ -312,6 +314,44 @@ async fn the_manager_builds_and_tears_down_a_cluster_with_a_kubeadm_control_plan
     for row in 0..3 {
         assert_eq!(listing.cell(row, "State"), Some("ACTIVE"), "{listing}");
     }
+    // The machine templates publish what Nova says of their flavor, for scale from zero.
+    let flavor = session.find_flavor("m1.small").await.unwrap().unwrap();
+    let templates: Api<OpenStackMachineTemplate> = Api::namespaced(client.clone(), &ns);
+    for template in [
+        format!("{CLUSTER}-control-plane"),
+        format!("{CLUSTER}-md-0"),
+    ] {
+        let status = eventually("the template's capacity", || async {
+            let status = templates.get(&template).await.ok()?.status?;
+            (!status.capacity.is_empty()).then_some(status)
+        })
+        .await;
+        let capacity = |name: &str| status.capacity.get(name).map(|q| q.0.clone());
+        assert_eq!(capacity("cpu"), Some(flavor.vcpus.to_string()));
+        assert_eq!(capacity("memory"), Some(format!("{}Mi", flavor.ram)));
+        assert_eq!(
+            capacity("ephemeral-storage"),
+            (flavor.disk > 0).then(|| format!("{}Gi", flavor.disk))
+        );
+        assert_eq!(
+            status.node_info.and_then(|i| i.operating_system).as_deref(),
+            Some("linux")
+        );
+    }
+    let listing = table::get_table(
+        &client,
+        GROUP,
+        VERSION,
+        "openstackmachinetemplates",
+        Some(&ns),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        listing.cell(0, "CPU"),
+        Some(flavor.vcpus.to_string().as_str()),
+        "{listing}"
+    );
     shown.push_str(&serde_json::to_string(&cluster.status).unwrap());
     for set in Api::<MachineSet>::namespaced(client.clone(), &ns)
         .list(&ListParams::default())

@@ -1,0 +1,233 @@
+//! The conformance suite: checks a provider's [`Actuator`] and [`ClusterActuator`] against the
+//! guarantees the SDK's loop relies on, over the provider's own cloud (real or fake), and names
+//! the rule each failure breaks.
+//!
+//! The loop is only as safe as its actuators: it never makes a duplicate instance or leaks one
+//! *if* `create` is idempotent per idempotency key, `exists` never creates, and `delete` returns
+//! `Ok` only when everything is gone. The suite drives the actuator the way the loop does — and
+//! the way crashes, lost responses and cancelled reconciles make it — and compares what the cloud
+//! holds before and after through a [`CloudInventory`] the vendor implements (a few lines: list
+//! the instances, and every resource the provider can create).
+//!
+//! What it checks, per machine (each on a fresh `Machine` with its own UID):
+//!
+//! | rule | how |
+//! |---|---|
+//! | [`EXISTS_NEVER_CREATES`] | `exists` on a new machine finds nothing and the cloud is unchanged |
+//! | [`CREATE_IS_FOUND`] | after `create`, `exists` finds the same provider ID, by idempotency key and by provider ID |
+//! | [`CREATE_IS_IDEMPOTENT`] | `create` again after its response was lost makes no second instance |
+//! | [`CREATE_SURVIVES_CRASHES`] | `create` stopped at each of its await points in turn, then retried as the loop would, leaves exactly one instance |
+//! | [`UPDATE_KEEPS_THE_INSTANCE`] | `update` of an unchanged machine keeps its provider ID and reports no immutable change |
+//! | [`DELETE_RETURNS_ONLY_WHEN_GONE`] | once `delete` returns `Ok`, `exists` finds nothing and the instance is not in the cloud |
+//! | [`DELETE_IS_IDEMPOTENT`] | `delete` of a deleted machine is `Ok` |
+//! | [`NOTHING_LEAKED`] | after delete the cloud holds exactly what it held before |
+//!
+//! and per cluster: [`CLUSTER_RECONCILE_IS_IDEMPOTENT`], [`CLUSTER_DELETE_RETURNS_ONLY_WHEN_GONE`]
+//! (with [`NOTHING_LEAKED`]).
+//!
+//! "Retried as the loop would" means: [`ActuatorError::RequeueAfter`] and
+//! [`ActuatorError::Transient`] are retried (waiting the requested time, capped by
+//! [`Settings::max_wait`]) until [`Settings::deadline`]; an invalid configuration ends the check.
+//!
+//! ```no_run
+//! # async fn run(
+//! #     actuator: std::sync::Arc<dyn capi_core::Actuator<serde_json::Value>>,
+//! #     cloud: std::sync::Arc<dyn capi_testing::conformance::CloudInventory>,
+//! # ) {
+//! use capi_testing::conformance::{MachineSuite, Settings};
+//!
+//! let infra_machine = serde_json::json!({"spec": {"flavor": "small"}});
+//! let report = MachineSuite::new(actuator, cloud, infra_machine)
+//!     .settings(Settings::default())
+//!     .run()
+//!     .await;
+//! report.assert_conforms();
+//! # }
+//! ```
+
+mod cluster;
+mod drive;
+mod machine;
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+pub use cluster::ClusterSuite;
+pub use machine::MachineSuite;
+
+#[cfg(doc)]
+use capi_core::{Actuator, ActuatorError, ClusterActuator};
+
+/// One guarantee of the provider contract.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Rule {
+    /// A short stable name, e.g. `create-is-idempotent`.
+    pub id: &'static str,
+    /// The guarantee, in one sentence.
+    pub text: &'static str,
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.id, self.text)
+    }
+}
+
+/// `exists` never creates or changes anything.
+pub const EXISTS_NEVER_CREATES: Rule = Rule {
+    id: "exists-never-creates",
+    text: "Actuator::exists finds an instance, it never creates or changes one",
+};
+/// What `create` made, `exists` finds, by idempotency key and by provider ID.
+pub const CREATE_IS_FOUND: Rule = Rule {
+    id: "create-is-found",
+    text: "after create, exists finds the same instance by idempotency key and by provider ID",
+};
+/// `create` retried after a lost response returns the instance it made.
+pub const CREATE_IS_IDEMPOTENT: Rule = Rule {
+    id: "create-is-idempotent",
+    text: "create retried after a lost response returns the first instance, never a second",
+};
+/// `create` interrupted anywhere and retried leaves exactly one instance.
+pub const CREATE_SURVIVES_CRASHES: Rule = Rule {
+    id: "create-survives-crashes",
+    text: "create stopped at any await point and retried leaves exactly one instance",
+};
+/// `update` of an unchanged machine keeps the instance.
+pub const UPDATE_KEEPS_THE_INSTANCE: Rule = Rule {
+    id: "update-keeps-the-instance",
+    text: "update of an unchanged machine keeps its provider ID and reports no immutable change",
+};
+/// `delete` returns `Ok` only when the instance is gone.
+pub const DELETE_RETURNS_ONLY_WHEN_GONE: Rule = Rule {
+    id: "delete-returns-only-when-gone",
+    text: "delete returns Ok only once the instance is gone from the cloud",
+};
+/// `delete` of something already deleted is `Ok`.
+pub const DELETE_IS_IDEMPOTENT: Rule = Rule {
+    id: "delete-is-idempotent",
+    text: "delete of a machine whose instance is already gone returns Ok",
+};
+/// After deletion the cloud holds what it held before.
+pub const NOTHING_LEAKED: Rule = Rule {
+    id: "nothing-leaked",
+    text: "after delete returns Ok, every resource the actuator created is gone",
+};
+/// Reconciling provisioned cluster infrastructure again changes nothing.
+pub const CLUSTER_RECONCILE_IS_IDEMPOTENT: Rule = Rule {
+    id: "cluster-reconcile-is-idempotent",
+    text: "reconciling provisioned cluster infrastructure again creates nothing and keeps the endpoint",
+};
+/// Cluster `delete` returns `Ok` only when everything is gone.
+pub const CLUSTER_DELETE_RETURNS_ONLY_WHEN_GONE: Rule = Rule {
+    id: "cluster-delete-returns-only-when-gone",
+    text: "ClusterActuator::delete returns Ok only once all cluster infrastructure is gone",
+};
+/// The actuator answered within the deadline.
+pub const CONVERGES: Rule = Rule {
+    id: "converges",
+    text: "every call settles (Ok or invalid configuration) within the suite's deadline",
+};
+
+/// What the suite needs to see of the provider's cloud.
+///
+/// Both lists are of opaque, stable IDs. They may include resources the suite did not make (the
+/// suite compares snapshots), but must include everything the actuators under test can create.
+#[async_trait]
+pub trait CloudInventory: Send + Sync {
+    /// The instances (servers, VMs) that exist, including those being deleted.
+    async fn instances(&self) -> Result<BTreeSet<String>, String>;
+    /// Every resource the actuators can create — instances, ports, volumes, load balancers,
+    /// networks — that exists.
+    async fn resources(&self) -> Result<BTreeSet<String>, String>;
+}
+
+/// How patient the suite is.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// How long one check may take in all, retries included.
+    pub deadline: Duration,
+    /// The longest wait between retries, whatever a `RequeueAfter` asks for.
+    pub max_wait: Duration,
+    /// The most await points at which `create` is stopped, in turn, for
+    /// [`CREATE_SURVIVES_CRASHES`] (each costs one machine created and deleted).
+    pub crash_points: usize,
+    /// How long the cloud is given to make progress between two polls of an interrupted
+    /// `create`: zero for an in-process fake, some milliseconds for a real cloud.
+    pub poll_gap: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            deadline: Duration::from_secs(120),
+            max_wait: Duration::from_secs(2),
+            crash_points: 16,
+            poll_gap: Duration::ZERO,
+        }
+    }
+}
+
+/// A broken rule, with what was seen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// The rule.
+    pub rule: Rule,
+    /// What happened, for the vendor.
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rule {} broken: {}", self.rule, self.detail)
+    }
+}
+
+/// The outcome of a suite run.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Rules checked at least once.
+    pub checked: BTreeSet<Rule>,
+    /// Every broken rule, in the order found.
+    pub violations: Vec<Violation>,
+}
+
+impl Report {
+    /// Whether `rule` was found broken.
+    pub fn broke(&self, rule: Rule) -> bool {
+        self.violations.iter().any(|v| v.rule == rule)
+    }
+
+    /// Panics, listing every violation, unless every rule held.
+    #[track_caller]
+    pub fn assert_conforms(&self) {
+        if !self.violations.is_empty() {
+            let list: Vec<String> = self.violations.iter().map(|v| format!("- {v}")).collect();
+            panic!(
+                "the actuator breaks {} rule(s) of the provider contract:\n{}",
+                self.violations.len(),
+                list.join("\n")
+            );
+        }
+    }
+
+    pub(crate) fn check(&mut self, rule: Rule, held: bool, detail: impl FnOnce() -> String) {
+        self.checked.insert(rule);
+        if !held {
+            self.violations.push(Violation {
+                rule,
+                detail: detail(),
+            });
+        }
+    }
+
+    pub(crate) fn fail(&mut self, rule: Rule, detail: impl Into<String>) {
+        self.check(rule, false, || detail.into());
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,77 @@
+//! The provider contract's conformance suite (`capi_testing::conformance`) against the in-memory
+//! provider's actuators, over a simulated cloud that fails 10 % of calls and loses 30 % of create
+//! responses (the instance is made, the answer never arrives) — as a vendor runs it against theirs.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use capi_testing::conformance::{CloudInventory, ClusterSuite, MachineSuite, Settings};
+use provider_inmemory::actuator::InMemoryActuator;
+use provider_inmemory::api::{InMemoryCluster, InMemoryMachine, InMemoryMachineSpec};
+use provider_inmemory::cloud::{CloudConfig, Faults, SimulatedCloud};
+
+struct Inventory(Arc<SimulatedCloud>);
+
+#[async_trait]
+impl CloudInventory for Inventory {
+    async fn instances(&self) -> Result<BTreeSet<String>, String> {
+        Ok(self.0.instances().into_iter().map(|i| i.id).collect())
+    }
+
+    async fn resources(&self) -> Result<BTreeSet<String>, String> {
+        let instances = self.0.instances().into_iter().map(|i| i.id);
+        let balancers = self.0.load_balancers().into_iter().map(|lb| lb.id);
+        Ok(instances.chain(balancers).collect())
+    }
+}
+
+#[tokio::test]
+async fn the_in_memory_provider_conforms_through_faults_and_lost_responses() {
+    let cloud = Arc::new(SimulatedCloud::new(CloudConfig {
+        call_latency: Duration::from_millis(1),
+        boot_time: Duration::from_millis(20),
+        delete_time: Duration::from_millis(30),
+        faults: Faults {
+            error_rate: 0.1,
+            lost_create_response_rate: 0.3,
+            ..Faults::default()
+        },
+        ..CloudConfig::default()
+    }));
+    let actuator = Arc::new(InMemoryActuator::new(
+        cloud.clone(),
+        cloud.clone(),
+        Duration::from_millis(10),
+    ));
+    let inventory = Arc::new(Inventory(cloud.clone()));
+    let settings = Settings {
+        deadline: Duration::from_secs(30),
+        max_wait: Duration::from_millis(50),
+        crash_points: 12,
+        poll_gap: Duration::from_millis(1),
+    };
+    let infra_machine = InMemoryMachine::new(
+        "template",
+        InMemoryMachineSpec {
+            provider_id: None,
+            flavor: "small".into(),
+        },
+    );
+    let machines = MachineSuite::new(actuator.clone(), inventory.clone(), infra_machine)
+        .settings(settings.clone());
+    let report = ClusterSuite::new(
+        actuator,
+        inventory,
+        InMemoryCluster::new("conformance", Default::default()),
+    )
+    .settings(settings)
+    .run_with(|_| machines.run())
+    .await;
+    report.assert_conforms();
+    assert!(report.checked.len() >= 10, "{:?}", report.checked);
+    assert_eq!(cloud.instance_count(), 0);
+    assert!(cloud.load_balancers().is_empty());
+}
