@@ -34,7 +34,8 @@
 //! the object's generation changes. Status is written only when it changed, with merge patches, and
 //! the loop ignores its own status writes, so it cannot trigger itself.
 //!
-//! See `examples/minimal_provider.rs` for a complete provider in about 140 lines.
+//! See `capi_examples::toy` (`examples/src/toy`) for a complete provider — cluster, machine and
+//! machine template kinds, CRDs, RBAC, the three actuators and the binary — in 250 lines.
 
 pub mod cluster;
 mod instrument;

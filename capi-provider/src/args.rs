@@ -51,6 +51,10 @@ pub struct ManagerArgs {
     /// Also run the KubeadmControlPlane controller (standalone mode).
     #[arg(long)]
     pub with_control_plane: bool,
+    /// Print the provider's CRDs and the ClusterRole its controllers need (a JSON `List` for
+    /// `kubectl apply -f -`) and exit.
+    #[arg(long)]
+    pub print_manifests: bool,
 }
 
 impl ManagerArgs {

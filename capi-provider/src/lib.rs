@@ -48,6 +48,8 @@ use capi_bootstrap::controller::{BootstrapFiles, BootstrapSettings, KubeadmBoots
 use capi_control_plane::controller::{ControlPlaneSettings, KubeadmControlPlanes};
 use capi_control_plane::etcd::EtcdAccess;
 use capi_controllers::{CoreControllers, CoreSettings};
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
 pub use args::ManagerArgs;
 
@@ -68,6 +70,9 @@ pub enum ProviderError {
         "--with-control-plane needs to reach each cluster's etcd, and provider {0} registered no way to (ProviderManager::etcd_access)"
     )]
     NoEtcdAccess(String),
+    /// The manifests could not be rendered.
+    #[error("rendering the manifests: {0}")]
+    Manifests(#[source] serde_json::Error),
     /// The manager could not start, or stopped with an error (a lost lease).
     #[error(transparent)]
     Manager(#[from] ManagerError),
@@ -77,9 +82,42 @@ pub enum ProviderError {
 pub struct ProviderManager {
     name: String,
     args: ManagerArgs,
+    crds: Vec<CustomResourceDefinition>,
+    rules: Vec<PolicyRule>,
     bootstrap: BootstrapSettings,
     core: CoreSettings,
     etcd: Option<Arc<dyn EtcdAccess>>,
+}
+
+impl ProviderManager {
+    /// The registered CRDs and the ClusterRole, as a JSON `List`.
+    fn manifests_list(&self) -> Result<serde_json::Value, ProviderError> {
+        let mut rules = self.rules.clone();
+        if self.args.with_bootstrap {
+            rules.extend(capi_bootstrap::controller::rbac());
+        }
+        // The core and control plane controllers read and write the provider's kinds.
+        let mut groups: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+        for crd in &self.crds {
+            let plurals = groups.entry(crd.spec.group.as_str()).or_default();
+            plurals.push(crd.spec.names.plural.as_str());
+        }
+        for (group, plurals) in &groups {
+            if self.args.with_core {
+                rules.extend(capi_controllers::rbac(group, plurals));
+            }
+            if self.args.with_control_plane {
+                rules.extend(capi_control_plane::controller::rbac(group, plurals));
+            }
+        }
+        let role = capi_actuator::rbac::cluster_role(&format!("{}-manager", self.name), rules);
+        let mut items = Vec::with_capacity(self.crds.len() + 1);
+        for crd in &self.crds {
+            items.push(serde_json::to_value(crd).map_err(ProviderError::Manifests)?);
+        }
+        items.push(serde_json::to_value(role).map_err(ProviderError::Manifests)?);
+        Ok(serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}))
+    }
 }
 
 impl std::fmt::Debug for ProviderManager {
@@ -100,6 +138,8 @@ impl ProviderManager {
         Self {
             name: name.into(),
             args,
+            crds: Vec::new(),
+            rules: Vec::new(),
             bootstrap: BootstrapSettings::default(),
             core: CoreSettings::default(),
             etcd: None,
@@ -128,10 +168,28 @@ impl ProviderManager {
         self
     }
 
+    /// The provider's CRDs and the rules of its ClusterRole (built with `capi_actuator::rbac`),
+    /// which `--print-manifests` prints — with the rules of the bootstrap, core and control plane
+    /// controllers the other flags ask for — as a JSON `List`, the ClusterRole named
+    /// `<name>-manager`.
+    pub fn manifests(
+        mut self,
+        crds: Vec<CustomResourceDefinition>,
+        rules: Vec<PolicyRule>,
+    ) -> Self {
+        self.crds = crds;
+        self.rules = rules;
+        self
+    }
+
     /// Installs logging, builds the manager, calls `register` to add the provider's own
     /// reconcilers (and any other controller), adds the bootstrap and core controllers the flags
     /// ask for, and runs until SIGTERM or SIGINT.
     pub async fn run(self, register: impl FnOnce(&mut Manager)) -> Result<(), ProviderError> {
+        if self.args.print_manifests {
+            println!("{}", self.manifests_list()?);
+            return Ok(());
+        }
         init_logging(self.args.log_format).map_err(ProviderError::Logging)?;
         let kube_config = kube::Config::infer()
             .await

@@ -3,3 +3,9 @@
 //! - `cargo run -p capi-examples --example print_crds`: the core CRDs as YAML.
 //! - `cargo run -p capi-examples --example list_machines`: the Machines of the current
 //!   kubeconfig's cluster, with phase and provider ID.
+//! - `cargo run -p capi-examples --example toy_provider`: [`toy`], a complete provider for a toy
+//!   cloud — cluster, machine and machine template kinds with CRDs and RBAC, their actuators and
+//!   the manager binary.
+
+pub mod toy;
+pub mod toy_cloud;

@@ -6,7 +6,8 @@
 //! how to start the cloud, rather than pass without testing anything.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,44 +16,13 @@ use capi_core::{
     Actuator, ActuatorError, BootstrapData, BootstrapFormat, ClusterActuator, ClusterScope,
     IdempotencyKey, InstanceState, MachineInstance, MachineScope,
 };
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
-use provider_openstack::api::{IdentityReference, OpenStackCluster, OpenStackMachine};
+use provider_openstack::api::{OpenStackCluster, OpenStackMachine};
 use provider_openstack::cloud::{Compute, Images, LoadBalancing, Networking, PortCreate, Session};
 use provider_openstack::cluster::OpenStackClusterActuator;
-use provider_openstack::connector::{Clients, Connector};
-use provider_openstack::credentials;
-use provider_openstack::machine::{ClusterLookup, OpenStackMachineActuator};
+use provider_openstack::machine::OpenStackMachineActuator;
 use provider_openstack::naming::ClusterNames;
 
-const CLOUDS_YAML_ENV: &str = "CAPI_RS_OPENSTACK_CLOUDS_YAML";
-
-/// The credentials Secret a user would create from the test cloud's clouds.yaml.
-fn credentials_secret() -> Secret {
-    let path = std::env::var(CLOUDS_YAML_ENV).unwrap_or_else(|_| {
-        panic!(
-            "{CLOUDS_YAML_ENV} is not set: start the local OpenStack with `cargo xtask openstack start` \
-             and export the variable it prints (`cargo xtask test` does both)"
-        )
-    });
-    let yaml = std::fs::read(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
-    Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some("local-cloud".into()),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([(
-            credentials::CLOUDS_YAML_KEY.to_string(),
-            ByteString(yaml),
-        )])),
-        ..Default::default()
-    }
-}
-
-async fn session() -> Session {
-    let credentials = credentials::from_secret(&credentials_secret(), "local", None).unwrap();
-    Session::connect(&credentials).await.unwrap()
-}
+use common::{FixedCluster, LocalConnector, session};
 
 #[tokio::test]
 async fn a_session_authenticates_and_reaches_every_service() {
@@ -83,19 +53,6 @@ async fn a_session_authenticates_and_reaches_every_service() {
 }
 
 /// A connector that hands out the local cloud's session, whatever the identityRef says.
-struct LocalConnector(Session);
-
-#[async_trait::async_trait]
-impl Connector for LocalConnector {
-    async fn connect(
-        &self,
-        _namespace: &str,
-        _identity: &IdentityReference,
-    ) -> Result<Clients, ActuatorError> {
-        Ok(Clients::from_session(self.0.clone()))
-    }
-}
-
 fn openstack_cluster(namespace: &str, name: &str, spec: serde_json::Value) -> OpenStackCluster {
     let mut cluster: OpenStackCluster = serde_json::from_value(serde_json::json!({
         "apiVersion": "infrastructure.capi-rs.dev/v1alpha1", "kind": "OpenStackCluster",
@@ -279,15 +236,6 @@ async fn cluster_infrastructure_is_created_in_order_and_deleted_without_leftover
             .unwrap()
             .is_empty()
     );
-}
-
-struct FixedCluster(OpenStackCluster);
-
-#[async_trait::async_trait]
-impl ClusterLookup for FixedCluster {
-    async fn openstack_cluster(&self, _: &str, _: &str) -> Result<OpenStackCluster, ActuatorError> {
-        Ok(self.0.clone())
-    }
 }
 
 fn machine_scope(
