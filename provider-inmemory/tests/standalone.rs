@@ -1177,6 +1177,48 @@ spec:
     converged(&world, 12).await;
 }
 
+/// A change the instance cannot take in place (another flavor on the infrastructure machine) is
+/// reported by the actuator, shows on the Machine as `UpToDate=False` (`NeedsRollout`, naming the
+/// field), and is never applied to the running instance.
+#[tokio::test]
+async fn an_immutable_change_shows_on_the_machine_as_a_needed_rollout() {
+    let world = world().await;
+    manifest::create_all(&world.client(), &world.ns, &manifests(1, &[]))
+        .await
+        .unwrap();
+    converged(&world, 1).await;
+    let machine = all_machines(&world).await.pop().unwrap();
+    let instance = world.cloud.instances().pop().unwrap();
+    let infra: Api<InMemoryMachine> = Api::namespaced(world.client(), &world.ns);
+    let patch = json!({"spec": {"flavor": "large"}});
+    infra
+        .patch(
+            &machine.spec.infrastructure_ref.name,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    eventually("the Machine says a rollout is needed", || async {
+        let machine = world.machines().get(&machine.name_any()).await.unwrap();
+        machine.status.as_ref().is_some_and(|s| {
+            s.conditions.iter().any(|c| {
+                c.type_ == condition::UP_TO_DATE
+                    && c.status == "False"
+                    && c.reason == "NeedsRollout"
+                    && c.message.contains("spec.flavor (small → large)")
+            })
+        })
+    })
+    .await;
+    let now = world.cloud.instances();
+    assert_eq!(now.len(), 1);
+    assert_eq!(
+        (now[0].id.as_str(), now[0].flavor.as_str()),
+        (instance.id.as_str(), "small")
+    );
+}
+
 /// Machine templates publish what their machines will have — `status.capacity` and
 /// `status.nodeInfo` from the flavor, for the cluster autoscaler's scale from zero — and a flavor
 /// the cloud does not have is reported in `Ready=False`, not guessed.

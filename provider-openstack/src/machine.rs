@@ -14,8 +14,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use capi_core::api::{MachineAddress, MachineAddressType};
 use capi_core::{
-    Actuator, ActuatorError, InstanceState, MachineInstance, MachineScope, ProviderStatus,
-    UpdateOutcome,
+    Actuator, ActuatorError, ActuatorErrorKind, ImmutableChange, InstanceState, MachineInstance,
+    MachineScope, ProviderStatus, UpdateOutcome,
 };
 use kube::ResourceExt;
 
@@ -137,6 +137,15 @@ impl OpenStackMachineActuator {
             key: scope.idempotency_key.as_str().to_string(),
             control_plane,
         })
+    }
+}
+
+/// `Some` of a resolved flavor or image, `None` when the cloud no longer has it.
+fn existing<T>(resolved: Result<T, ActuatorError>) -> Result<Option<T>, ActuatorError> {
+    match resolved {
+        Ok(found) => Ok(Some(found)),
+        Err(error) if error.kind() == ActuatorErrorKind::InvalidConfiguration => Ok(None),
+        Err(error) => Err(error),
     }
 }
 
@@ -335,6 +344,77 @@ impl Ctx {
         Ok(ids)
     }
 
+    /// What of `machine`'s spec the server cannot take without being replaced: another flavor,
+    /// another image, other ports (by name or network; once the server is `ACTIVE` and they are
+    /// bound). A flavor or image that no longer exists in the cloud is not a change of the spec,
+    /// and is not reported.
+    async fn immutable_changes(
+        &self,
+        machine: &OpenStackMachine,
+        server: &Server,
+    ) -> Result<Vec<ImmutableChange>, ActuatorError> {
+        let spec = &machine.spec;
+        let mut changes = Vec::new();
+        let mut change = |field: &str, current: String, desired: String| {
+            if current != desired {
+                changes.push(ImmutableChange {
+                    field: field.to_string(),
+                    current,
+                    desired,
+                });
+            }
+        };
+        let current_flavor = server.flavor.as_ref().and_then(|f| f.original_name.clone());
+        if let Some(current) = current_flavor
+            && let Some(desired) =
+                existing(resolve::flavor(self.clients.compute.as_ref(), spec).await)?
+        {
+            change("spec.flavor", current, desired.name);
+        }
+        if let Some(current) = &server.image_id
+            && let Some(desired) =
+                existing(resolve::image(self.clients.images.as_ref(), spec).await)?
+        {
+            change("spec.image", current.clone(), desired.id);
+        }
+        if server.status != "ACTIVE" {
+            // Nova binds the ports while it builds the server: compare them once it runs.
+            return Ok(changes);
+        }
+        let attached = self
+            .clients
+            .network
+            .ports(&[("device_id".into(), server.id.clone())])
+            .await
+            .map_err(|e| actuator_error("listing the server's ports", e))?;
+        let default_port = [PortOpts::default()];
+        let wanted: &[PortOpts] = if spec.ports.is_empty() {
+            &default_port
+        } else {
+            &spec.ports
+        };
+        let mut current: Vec<String> = attached.iter().map(|p| p.name.clone()).collect();
+        current.sort();
+        let mut desired = Vec::new();
+        for (i, opts) in wanted.iter().enumerate() {
+            let name = machine_port(&self.name, i, opts.name_suffix.as_deref());
+            if opts.network.is_some()
+                && let Some(port) = attached.iter().find(|p| p.name == name)
+            {
+                let network = self.port_network(opts, i).await?;
+                change(
+                    &format!("spec.ports[{i}].network"),
+                    port.network_id.clone(),
+                    network,
+                );
+            }
+            desired.push(name);
+        }
+        desired.sort();
+        change("spec.ports", current.join(","), desired.join(","));
+        Ok(changes)
+    }
+
     async fn port_network(&self, opts: &PortOpts, index: usize) -> Result<String, ActuatorError> {
         let net = self.clients.network.as_ref();
         if let Some(param) = &opts.network {
@@ -486,7 +566,15 @@ impl Actuator<OpenStackMachine> for OpenStackMachineActuator {
         instance: &MachineInstance,
     ) -> Result<UpdateOutcome, ActuatorError> {
         let ctx = self.context(scope).await?;
-        if instance.state == InstanceState::Running {
+        let server = ctx
+            .find_server(scope.infra_machine.spec.provider_id.as_deref())
+            .await?;
+        let immutable_changes = match &server {
+            Some(server) => ctx.immutable_changes(&scope.infra_machine, server).await?,
+            None => Vec::new(),
+        };
+        let ports_changed = immutable_changes.iter().any(|c| c.field == "spec.ports");
+        if instance.state == InstanceState::Running && !ports_changed {
             // Allowed address pairs are mutable: converge them on the existing ports.
             ctx.ensure_ports(&scope.infra_machine).await?;
             if let Some(pool) = ctx.api_pool().await? {
@@ -516,7 +604,7 @@ impl Actuator<OpenStackMachine> for OpenStackMachineActuator {
         }
         Ok(UpdateOutcome {
             instance: instance.clone(),
-            immutable_changes: Vec::new(),
+            immutable_changes,
         })
     }
 

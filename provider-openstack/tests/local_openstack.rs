@@ -410,8 +410,61 @@ async fn machines_boot_join_the_pool_and_leave_nothing_behind() {
         .unwrap();
     assert_eq!(ports[0].security_groups, vec![worker_group[0].id.clone()]);
 
-    // Deleting the worker removes its server and its ports.
+    // Immutable changes are reported, never applied: none for the spec it was made from; another
+    // flavor and one more port for an edited spec, and the new port is not created.
     let worker = recorded(&worker, &first);
+    let first = until_done(Duration::from_secs(120), || async {
+        let instance = actuator.exists(&worker).await?.unwrap();
+        match instance.state {
+            InstanceState::Running => Ok(instance),
+            _ => Err(ActuatorError::requeue_after(
+                Duration::from_secs(1),
+                "Booting",
+                "BUILD",
+            )),
+        }
+    })
+    .await
+    .unwrap();
+    let unchanged = until_done(Duration::from_secs(60), || actuator.update(&worker, &first))
+        .await
+        .unwrap();
+    assert_eq!(unchanged.immutable_changes, vec![]);
+    let mut edited = (*worker.infra_machine).clone();
+    edited.spec.flavor =
+        serde_json::from_value(serde_json::json!({"filter": {"name": "m1.medium"}})).unwrap();
+    edited
+        .spec
+        .ports
+        .push(serde_json::from_value(serde_json::json!({"nameSuffix": "extra"})).unwrap());
+    let edited = MachineScope {
+        infra_machine: Arc::new(edited),
+        ..worker.clone()
+    };
+    let outcome = until_done(Duration::from_secs(60), || actuator.update(&edited, &first))
+        .await
+        .unwrap();
+    let changed: Vec<(&str, &str, &str)> = outcome
+        .immutable_changes
+        .iter()
+        .map(|c| (c.field.as_str(), c.current.as_str(), c.desired.as_str()))
+        .collect();
+    assert_eq!(
+        changed,
+        [
+            ("spec.flavor", "m1.small", "m1.medium"),
+            ("spec.ports", "beta-md-0-0", "beta-md-0-0,beta-md-0-extra"),
+        ]
+    );
+    assert!(
+        session
+            .ports(&[("name".into(), "beta-md-0-extra".into())])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // Deleting the worker removes its server and its ports.
     until_done(Duration::from_secs(120), || actuator.delete(&worker))
         .await
         .unwrap();

@@ -226,7 +226,17 @@ async fn reconcile_once(
             (name, step)
         }
     };
-    let up_to_date = up_to_date(machine, deps.deployments.get(), &namespace);
+    let up_to_date = match &infra.outdated {
+        // The instance cannot be changed in place: only replacing the machine applies the spec.
+        Some(why) => Step::waiting(
+            reasons::NEEDS_ROLLOUT,
+            format!(
+                "{} {:?} no longer matches its instance ({why}); a rollout (replacing the machine) is needed",
+                machine.spec.infrastructure_ref.kind, machine.spec.infrastructure_ref.name
+            ),
+        ),
+        None => up_to_date(machine, deps.deployments.get(), &namespace),
+    };
     let facts = Facts {
         up_to_date,
         generation: machine.metadata.generation,
@@ -390,6 +400,9 @@ struct Infrastructure {
     provisioned: bool,
     provider_id: Option<String>,
     addresses: Option<Vec<MachineAddress>>,
+    /// Why the provider says the instance no longer matches its spec (its `UpToDate=False`: an
+    /// immutable field changed), when it does.
+    outdated: Option<String>,
 }
 
 async fn observe_infrastructure(
@@ -404,6 +417,7 @@ async fn observe_infrastructure(
         provisioned: false,
         provider_id: None,
         addresses: None,
+        outdated: None,
     };
     let object = match deps.references.get(reference, namespace).await {
         Ok(object) => object,
@@ -466,11 +480,20 @@ async fn observe_infrastructure(
             );
         Step::waiting(reasons::WAITING_FOR_INFRASTRUCTURE, message)
     };
+    let outdated = object.data["status"]["conditions"]
+        .as_array()
+        .and_then(|conditions| {
+            conditions
+                .iter()
+                .find(|c| c["type"] == condition::UP_TO_DATE && c["status"] == "False")
+        })
+        .map(|c| c["message"].as_str().unwrap_or_default().to_string());
     Ok(Infrastructure {
         step,
         provisioned,
         provider_id,
         addresses,
+        outdated,
     })
 }
 

@@ -94,6 +94,26 @@ pub struct Server {
     /// The availability zone it runs in.
     #[serde(default, rename = "OS-EXT-AZ:availability_zone")]
     pub availability_zone: Option<String>,
+    /// The flavor it was booted with, as Nova (2.47+) describes it.
+    #[serde(default)]
+    pub flavor: Option<ServerFlavor>,
+    /// The ID of the image it was booted from (none when it boots from a volume).
+    #[serde(default, rename = "image", deserialize_with = "image_id")]
+    pub image_id: Option<String>,
+}
+
+/// A server's flavor, as Nova reports it on the server (its name, not its ID).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct ServerFlavor {
+    /// The flavor's name when the server was booted.
+    #[serde(default)]
+    pub original_name: Option<String>,
+}
+
+/// Nova reports `"image": {"id": …}`, or `""` for a server booted from a volume.
+fn image_id<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    let value = serde_json::Value::deserialize(deserializer)?;
+    Ok(value["id"].as_str().map(str::to_string))
 }
 
 /// Why a server is in `ERROR`.
