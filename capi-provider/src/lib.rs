@@ -4,6 +4,9 @@
 //!
 //! - [`args`]: the shared flags ([`ManagerArgs`]), for a binary to flatten into its own clap
 //!   parser beside its own flags;
+//! - [`guide`]: the provider author's guide — from `cargo new` to a provider beside upstream
+//!   Cluster API, the contract's fields, status, and testing with mocks, a real API server and
+//!   the conformance suite;
 //! - [`ProviderManager`]: installs logging, builds the [`Manager`] from the current kubeconfig (in a
 //!   pod: its ServiceAccount), lets the binary register its reconcilers, adds the kubeadm bootstrap
 //!   provider (`--with-bootstrap`) and the core Cluster API controllers (`--with-core`), and runs
@@ -39,6 +42,7 @@
 //! ```
 
 pub mod args;
+pub mod guide;
 
 use std::sync::Arc;
 
