@@ -4,8 +4,9 @@
 //! group from zero — with `Ready` saying whether the cloud's description could be read.
 //!
 //! Per template: find its `Cluster` (the `cluster.x-k8s.io/cluster-name` label, else a `Cluster`
-//! owner); honour pause; ask the actuator; write status only when it changed. A failure keeps the
-//! last known capacity (still the best guess for the autoscaler) and says why in `Ready=False`.
+//! owner); honour pause; ask the actuator; write status only when it changed. A cloud failure
+//! keeps the last known capacity (still the best guess for the autoscaler), an invalid
+//! configuration clears it; either says why in `Ready=False`.
 //! An unknown flavor or image is looked at again every resync period, since the cloud may gain it
 //! without the template changing; the resync also notices a flavor redefined in the cloud.
 
@@ -136,7 +137,10 @@ async fn decide<T: InfraMachineTemplate>(
         Err(error) => {
             let mut plan = plan.actuator_error(error);
             if matches!(plan.next, Next::InvalidConfiguration) {
-                // A template rarely changes; the cloud may gain the flavor or image instead.
+                // The template cannot make machines: it has no capacity to tell (a cloud failure
+                // keeps the last known one). It rarely changes; the cloud may gain the flavor or
+                // image instead.
+                plan.record.capacity = Some(MachineCapacity::default());
                 plan.next = Next::Resync;
             }
             plan
@@ -272,7 +276,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_unknown_flavor_keeps_the_last_capacity_and_is_looked_at_again() {
+    async fn an_unknown_flavor_clears_the_capacity_and_is_looked_at_again() {
         let mut actuator = MockMachineTemplateActuator::<Template>::new();
         actuator.expect_capacity().times(1).returning(|_| {
             Err(ActuatorError::invalid_configuration(
@@ -293,7 +297,7 @@ mod tests {
             ..Default::default()
         };
         let desired = desired_status(&current, &plan);
-        assert_eq!(desired.node_info, current.node_info);
+        assert_eq!(desired.node_info, None);
         let ready = desired
             .conditions
             .iter()
@@ -304,6 +308,27 @@ mod tests {
             ("False", "FlavorNotFound")
         );
         assert!(ready.message.contains("m1.huge"));
+    }
+
+    #[tokio::test]
+    async fn a_cloud_failure_keeps_the_last_capacity() {
+        let mut actuator = MockMachineTemplateActuator::<Template>::new();
+        actuator.expect_capacity().times(1).returning(|_| {
+            Err(ActuatorError::transient_message(
+                "CloudAPIError",
+                "Nova answered 503",
+            ))
+        });
+        let plan = decide(&actuator, template(), None, Duration::from_secs(1)).await;
+        assert!(matches!(plan.next, Next::Failed(_)));
+        let current = MachineTemplateStatus {
+            node_info: Some(NodeInfo {
+                architecture: Some(Architecture::Amd64),
+                operating_system: None,
+            }),
+            ..Default::default()
+        };
+        assert_eq!(desired_status(&current, &plan).node_info, current.node_info);
     }
 
     #[tokio::test]

@@ -74,6 +74,10 @@ pub enum ProviderError {
         "--with-control-plane needs to reach each cluster's etcd, and provider {0} registered no way to (ProviderManager::etcd_access)"
     )]
     NoEtcdAccess(String),
+    /// `--print-manifests` was given, but the provider registered none
+    /// ([`ProviderManager::manifests`]).
+    #[error("--print-manifests: provider {0} registered no CRDs (ProviderManager::manifests)")]
+    NoManifests(String),
     /// The manifests could not be rendered.
     #[error("rendering the manifests: {0}")]
     Manifests(#[source] serde_json::Error),
@@ -191,6 +195,9 @@ impl ProviderManager {
     /// ask for, and runs until SIGTERM or SIGINT.
     pub async fn run(self, register: impl FnOnce(&mut Manager)) -> Result<(), ProviderError> {
         if self.args.print_manifests {
+            if self.crds.is_empty() {
+                return Err(ProviderError::NoManifests(self.name));
+            }
             println!("{}", self.manifests_list()?);
             return Ok(());
         }
@@ -232,5 +239,70 @@ impl ProviderManager {
         );
         manager.run().await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Binary {
+        #[command(flatten)]
+        manager: ManagerArgs,
+    }
+
+    fn args(flags: &[&str]) -> ManagerArgs {
+        Binary::try_parse_from(std::iter::once("manager").chain(flags.iter().copied()))
+            .unwrap()
+            .manager
+    }
+
+    fn crd(group: &str, plural: &str) -> CustomResourceDefinition {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("{plural}.{group}")},
+            "spec": {"group": group, "scope": "Namespaced", "versions": [],
+                     "names": {"plural": plural, "kind": "X"}},
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn print_manifests_without_registered_manifests_is_an_error() {
+        let manager = ProviderManager::new("bare", args(&["--print-manifests"]));
+        let error = manager.run(|_| {}).await.unwrap_err();
+        assert!(matches!(error, ProviderError::NoManifests(name) if name == "bare"));
+    }
+
+    #[test]
+    fn manifests_hold_the_crds_and_every_rule_the_flags_ask_for() {
+        let rules = capi_actuator::rbac::infra_machine("infrastructure.example.com", "xmachines");
+        let manager = ProviderManager::new("x", args(&["--with-core", "--with-bootstrap"]))
+            .manifests(vec![crd("infrastructure.example.com", "xmachines")], rules);
+        let list = manager.manifests_list().unwrap();
+        let items = list["items"].as_array().unwrap();
+        assert_eq!(items[0]["kind"], "CustomResourceDefinition");
+        let role = &items[1];
+        assert_eq!(
+            (role["kind"].as_str(), role["metadata"]["name"].as_str()),
+            (Some("ClusterRole"), Some("x-manager"))
+        );
+        let resources: Vec<&str> = role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r["resources"].as_array().unwrap().iter())
+            .filter_map(|r| r.as_str())
+            .collect();
+        for wanted in ["xmachines", "machinedeployments", "kubeadmconfigs"] {
+            assert!(
+                resources.contains(&wanted),
+                "{wanted} missing from {resources:?}"
+            );
+        }
     }
 }

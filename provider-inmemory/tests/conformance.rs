@@ -52,6 +52,7 @@ async fn the_in_memory_provider_conforms_through_faults_and_lost_responses() {
         max_wait: Duration::from_millis(50),
         crash_points: 12,
         poll_gap: Duration::from_millis(1),
+        restart_delay: Duration::from_millis(2),
     };
     let infra_machine = InMemoryMachine::new(
         "template",
@@ -71,6 +72,11 @@ async fn the_in_memory_provider_conforms_through_faults_and_lost_responses() {
     .run_with(|_| machines.run())
     .await;
     report.assert_conforms();
+    assert_eq!(
+        report.notes,
+        Vec::<String>::new(),
+        "every await point of create was tried"
+    );
     assert!(report.checked.len() >= 10, "{:?}", report.checked);
     assert_eq!(cloud.instance_count(), 0);
     assert!(cloud.load_balancers().is_empty());

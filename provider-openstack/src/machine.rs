@@ -14,8 +14,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use capi_core::api::{MachineAddress, MachineAddressType};
 use capi_core::{
-    Actuator, ActuatorError, ActuatorErrorKind, ImmutableChange, InstanceState, MachineInstance,
-    MachineScope, ProviderStatus, UpdateOutcome,
+    Actuator, ActuatorError, ImmutableChange, InstanceState, MachineInstance, MachineScope,
+    ProviderStatus, UpdateOutcome,
 };
 use kube::ResourceExt;
 
@@ -137,15 +137,6 @@ impl OpenStackMachineActuator {
             key: scope.idempotency_key.as_str().to_string(),
             control_plane,
         })
-    }
-}
-
-/// `Some` of a resolved flavor or image, `None` when the cloud no longer has it.
-fn existing<T>(resolved: Result<T, ActuatorError>) -> Result<Option<T>, ActuatorError> {
-    match resolved {
-        Ok(found) => Ok(Some(found)),
-        Err(error) if error.kind() == ActuatorErrorKind::InvalidConfiguration => Ok(None),
-        Err(error) => Err(error),
     }
 }
 
@@ -345,14 +336,16 @@ impl Ctx {
     }
 
     /// What of `machine`'s spec the server cannot take without being replaced: another flavor,
-    /// another image, other ports (by name or network; once the server is `ACTIVE` and they are
-    /// bound). A flavor or image that no longer exists in the cloud is not a change of the spec,
-    /// and is not reported.
+    /// another image, other ports of this provider's (by name or network; once the server is
+    /// `ACTIVE` and they are bound). Names are compared where the spec names things (an image
+    /// re-uploaded under the same name is no change), IDs where it gives IDs. What cannot be
+    /// looked up right now (a cloud error, a flavor or image gone, a filter that matches nothing)
+    /// is not compared: only a difference seen is reported, and the lookups never fail `update`.
     async fn immutable_changes(
         &self,
         machine: &OpenStackMachine,
         server: &Server,
-    ) -> Result<Vec<ImmutableChange>, ActuatorError> {
+    ) -> Vec<ImmutableChange> {
         let spec = &machine.spec;
         let mut changes = Vec::new();
         let mut change = |field: &str, current: String, desired: String| {
@@ -364,44 +357,68 @@ impl Ctx {
                 });
             }
         };
-        let current_flavor = server.flavor.as_ref().and_then(|f| f.original_name.clone());
-        if let Some(current) = current_flavor
-            && let Some(desired) =
-                existing(resolve::flavor(self.clients.compute.as_ref(), spec).await)?
-        {
-            change("spec.flavor", current, desired.name);
+        let named = |filter: Option<&crate::api::NameFilter>| filter.and_then(|f| f.name.clone());
+        if let Some(current) = server.flavor.as_ref().and_then(|f| f.original_name.clone()) {
+            let desired = match (&spec.flavor.id, named(spec.flavor.filter.as_ref())) {
+                (Some(_), _) => resolve::flavor(self.clients.compute.as_ref(), spec)
+                    .await
+                    .ok()
+                    .map(|f| f.name),
+                (None, name) => name,
+            };
+            if let Some(desired) = desired {
+                change("spec.flavor", current, desired);
+            }
         }
-        if let Some(current) = &server.image_id
-            && let Some(desired) =
-                existing(resolve::image(self.clients.images.as_ref(), spec).await)?
-        {
-            change("spec.image", current.clone(), desired.id);
+        if let Some(current_id) = &server.image_id {
+            match (&spec.image.id, named(spec.image.filter.as_ref())) {
+                (Some(id), _) => change("spec.image", current_id.clone(), id.clone()),
+                (None, Some(name)) => {
+                    let running = self.clients.images.find_images(current_id, &[]).await;
+                    if let Some(image) = running
+                        .ok()
+                        .and_then(|found| found.into_iter().find(|i| &i.id == current_id))
+                    {
+                        change("spec.image", image.name, name);
+                    }
+                }
+                (None, None) => {}
+            }
         }
         if server.status != "ACTIVE" {
             // Nova binds the ports while it builds the server: compare them once it runs.
-            return Ok(changes);
+            return changes;
         }
-        let attached = self
+        let Ok(attached) = self
             .clients
             .network
             .ports(&[("device_id".into(), server.id.clone())])
             .await
-            .map_err(|e| actuator_error("listing the server's ports", e))?;
+        else {
+            return changes;
+        };
+        // Only the ports this provider made: others (attached by hand, a CNI, a trunk) are not
+        // the spec's.
+        let description = machine_port_description(&self.key);
+        let ours: Vec<_> = attached
+            .iter()
+            .filter(|p| p.description == description)
+            .collect();
         let default_port = [PortOpts::default()];
         let wanted: &[PortOpts] = if spec.ports.is_empty() {
             &default_port
         } else {
             &spec.ports
         };
-        let mut current: Vec<String> = attached.iter().map(|p| p.name.clone()).collect();
+        let mut current: Vec<String> = ours.iter().map(|p| p.name.clone()).collect();
         current.sort();
         let mut desired = Vec::new();
         for (i, opts) in wanted.iter().enumerate() {
             let name = machine_port(&self.name, i, opts.name_suffix.as_deref());
             if opts.network.is_some()
-                && let Some(port) = attached.iter().find(|p| p.name == name)
+                && let Some(port) = ours.iter().find(|p| p.name == name)
+                && let Ok(network) = self.port_network(opts, i).await
             {
-                let network = self.port_network(opts, i).await?;
                 change(
                     &format!("spec.ports[{i}].network"),
                     port.network_id.clone(),
@@ -412,7 +429,7 @@ impl Ctx {
         }
         desired.sort();
         change("spec.ports", current.join(","), desired.join(","));
-        Ok(changes)
+        changes
     }
 
     async fn port_network(&self, opts: &PortOpts, index: usize) -> Result<String, ActuatorError> {
@@ -570,13 +587,16 @@ impl Actuator<OpenStackMachine> for OpenStackMachineActuator {
             .find_server(scope.infra_machine.spec.provider_id.as_deref())
             .await?;
         let immutable_changes = match &server {
-            Some(server) => ctx.immutable_changes(&scope.infra_machine, server).await?,
+            Some(server) => ctx.immutable_changes(&scope.infra_machine, server).await,
             None => Vec::new(),
         };
         let ports_changed = immutable_changes.iter().any(|c| c.field == "spec.ports");
-        if instance.state == InstanceState::Running && !ports_changed {
-            // Allowed address pairs are mutable: converge them on the existing ports.
-            ctx.ensure_ports(&scope.infra_machine).await?;
+        if instance.state == InstanceState::Running {
+            if !ports_changed {
+                // Allowed address pairs are mutable: converge them on the existing ports (never
+                // creating the ports of an edited spec: those wait for the new machine).
+                ctx.ensure_ports(&scope.infra_machine).await?;
+            }
             if let Some(pool) = ctx.api_pool().await? {
                 let members = ctx
                     .clients

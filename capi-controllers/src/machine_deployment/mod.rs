@@ -250,7 +250,8 @@ async fn reconcile_once(
             (ConditionStatus::False, reasons::NOT_PAUSED, String::new())
         },
     );
-    if !paused {
+    // As upstream's admission defaulting: whatever the rollout's pause, not while the cluster is.
+    if !paused_cluster {
         let current = (!sets.is_empty()).then(|| {
             sets.iter()
                 .map(|s| s.spec.replicas.unwrap_or(0))

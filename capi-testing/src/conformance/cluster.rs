@@ -91,8 +91,9 @@ impl<C: Clone + Send + Sync + 'static> ClusterSuite<C> {
         if let Some(after) = self.resources(&mut report).await {
             match self.provision(&scope).await {
                 Ok(again) => {
-                    let now = self.resources(&mut report).await.unwrap_or_default();
-                    report.check(
+                    // A failed listing is reported as such (converges), not as a change.
+                    if let Some(now) = self.resources(&mut report).await {
+                        report.check(
                         CLUSTER_RECONCILE_IS_IDEMPOTENT,
                         now == after
                             && again.control_plane_endpoint == provisioned.control_plane_endpoint,
@@ -106,6 +107,7 @@ impl<C: Clone + Send + Sync + 'static> ClusterSuite<C> {
                             )
                         },
                     );
+                    }
                 }
                 Err(error) => report.fail(CONVERGES, format!("reconciling again: {error}")),
             }
@@ -113,6 +115,7 @@ impl<C: Clone + Send + Sync + 'static> ClusterSuite<C> {
         let inner = inside(provisioned).await;
         report.checked.extend(inner.checked);
         report.violations.extend(inner.violations);
+        report.notes.extend(inner.notes);
         self.delete(&mut report, &scope, &baseline).await;
         report
     }

@@ -138,7 +138,7 @@ where
                 format!("one create call made {made} instances")
             });
         }
-        let found = self.find(report, &fresh, "by idempotency key").await;
+        let found = self.find(report, &fresh, "by idempotency key", true).await;
         report.check(
             CREATE_IS_FOUND,
             found.as_deref() == Some(&provider_id),
@@ -151,7 +151,7 @@ where
         let Some(recorded) = self.scope_like(report, &fresh, Some(&provider_id)) else {
             return;
         };
-        let found = self.find(report, &recorded, "by provider ID").await;
+        let found = self.find(report, &recorded, "by provider ID", true).await;
         report.check(
             CREATE_IS_FOUND,
             found.as_deref() == Some(&provider_id),
@@ -235,9 +235,12 @@ where
             let Some(scope) = self.scope(report, "crash", None) else {
                 return;
             };
-            let finished = interrupted(self.actuator.create(&scope), polls, self.settings.poll_gap)
-                .await
-                .is_some();
+            // Only a create that succeeded within the polls has had every await point tried.
+            let finished = matches!(
+                interrupted(self.actuator.create(&scope), polls, self.settings.poll_gap).await,
+                Some(Ok(_))
+            );
+            tokio::time::sleep(self.settings.restart_delay).await;
             // The loop after a restart: exists first, create only if nothing is found.
             let recovered = match settle(&self.settings, || self.actuator.exists(&scope)).await {
                 Ok(Some(found)) => found,
@@ -265,9 +268,14 @@ where
             }
             if finished {
                 // Every await point of create has been a crash point.
-                break;
+                return;
             }
         }
+        report.notes.push(format!(
+            "create had not finished after {} polls {:?} apart: its later await points were not \
+             tried as crash points (raise Settings::crash_points or Settings::poll_gap)",
+            self.settings.crash_points, self.settings.poll_gap
+        ));
     }
 
     /// Deletes until `Ok`, then checks that the instance is gone.
@@ -280,7 +288,7 @@ where
         if let Err(error) = settle(&self.settings, || self.actuator.delete(scope)).await {
             return report.fail(CONVERGES, format!("delete: {error}"));
         }
-        let found = self.find(report, scope, "after delete").await;
+        let found = self.find(report, scope, "after delete", false).await;
         let Some(now) = self.instances(report).await else {
             return;
         };
@@ -297,18 +305,28 @@ where
         );
     }
 
+    /// What `exists` finds, asked again (within the deadline) while it disagrees with
+    /// `expected` — a cloud's listings may lag behind its writes.
     async fn find(
         &self,
         report: &mut Report,
         scope: &MachineScope<M>,
         how: &str,
+        expected: bool,
     ) -> Option<String> {
-        match settle(&self.settings, || self.actuator.exists(scope)).await {
-            Ok(found) => found.map(|i| i.provider_id),
-            Err(error) => {
-                report.fail(CONVERGES, format!("exists {how}: {error}"));
-                None
+        let deadline = tokio::time::Instant::now() + self.settings.deadline;
+        loop {
+            let found = match settle(&self.settings, || self.actuator.exists(scope)).await {
+                Ok(found) => found.map(|i| i.provider_id),
+                Err(error) => {
+                    report.fail(CONVERGES, format!("exists {how}: {error}"));
+                    return None;
+                }
+            };
+            if found.is_some() == expected || tokio::time::Instant::now() >= deadline {
+                return found;
             }
+            tokio::time::sleep(self.settings.max_wait).await;
         }
     }
 

@@ -158,6 +158,9 @@ pub struct Settings {
     /// How long the cloud is given to make progress between two polls of an interrupted
     /// `create`: zero for an in-process fake, some milliseconds for a real cloud.
     pub poll_gap: Duration,
+    /// How long after a `create` is stopped the loop "restarts" and looks for the instance: a
+    /// request already sent may still take effect, as it would while a real manager restarts.
+    pub restart_delay: Duration,
 }
 
 impl Default for Settings {
@@ -167,6 +170,7 @@ impl Default for Settings {
             max_wait: Duration::from_secs(2),
             crash_points: 16,
             poll_gap: Duration::ZERO,
+            restart_delay: Duration::ZERO,
         }
     }
 }
@@ -193,6 +197,9 @@ pub struct Report {
     pub checked: BTreeSet<Rule>,
     /// Every broken rule, in the order found.
     pub violations: Vec<Violation>,
+    /// What the run could not cover (not violations): for example `create` never finished
+    /// within [`Settings::crash_points`] polls, so its last await points were not crash points.
+    pub notes: Vec<String>,
 }
 
 impl Report {

@@ -30,6 +30,8 @@ enum Flaw {
     LeaksPort,
     /// `create` tags the instance with the key only after creating it, in a second call.
     TagsAfterCreate,
+    /// `create` makes many calls before it creates anything.
+    Slow,
 }
 
 #[derive(Default)]
@@ -79,6 +81,11 @@ impl Fake {
     }
 
     async fn make(&self, scope: &MachineScope<Value>) -> MachineInstance {
+        if self.flaw == Flaw::Slow {
+            for _ in 0..40 {
+                self.call(|_| ()).await;
+            }
+        }
         let tag = scope.idempotency_key.as_str().to_string();
         let untagged = self.flaw == Flaw::TagsAfterCreate;
         let id = self
@@ -236,7 +243,7 @@ impl CloudInventory for Fake {
 
 fn settings() -> Settings {
     Settings {
-        deadline: Duration::from_secs(5),
+        deadline: Duration::from_secs(1),
         max_wait: Duration::from_millis(5),
         ..Settings::default()
     }
@@ -339,4 +346,20 @@ async fn a_create_that_tags_after_creating_survives_lost_responses_but_not_crash
             .any(|v| v.detail.contains("stopped after")),
         "{report:?}"
     );
+}
+
+#[tokio::test]
+async fn a_create_longer_than_the_crash_points_is_noted_not_passed_silently() {
+    let fake = Fake::new(Flaw::Slow);
+    let report = MachineSuite::new(fake.clone(), fake, json!({"spec": {}}))
+        .settings(Settings {
+            crash_points: 4,
+            ..settings()
+        })
+        .run()
+        .await;
+    report.assert_conforms();
+    assert_eq!(report.notes.len(), 1, "{report:?}");
+    assert!(report.notes[0].contains("crash_points"), "{report:?}");
+    assert!(machines(Flaw::None).await.notes.is_empty());
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
+use capi_actuator::rbac;
 use capi_provider::{ManagerArgs, ProviderManager};
 use clap::Parser;
 use provider_inmemory::actuator::InMemoryActuator;
@@ -51,7 +52,16 @@ async fn main() -> Result<()> {
         load_balancers,
         Duration::from_secs(2),
     ));
+    let group = provider_inmemory::api::GROUP;
+    let mut rules = rbac::manager();
+    rules.extend(rbac::infra_cluster(group, "inmemoryclusters"));
+    rules.extend(rbac::infra_machine(group, "inmemorymachines"));
+    rules.extend(rbac::infra_machine_template(
+        group,
+        "inmemorymachinetemplates",
+    ));
     ProviderManager::new("in-memory", args.manager)
+        .manifests(provider_inmemory::api::crds(), rules)
         .etcd_access(Arc::new(SimulatedEtcdAccess::new(etcd)))
         .run(|manager| {
             manager.add_machine_reconciler::<InMemoryMachine>(actuator.clone());

@@ -13,6 +13,7 @@
 use std::sync::Arc;
 
 use anyhow::Result;
+use capi_actuator::rbac;
 use capi_provider::{ManagerArgs, ProviderManager};
 use clap::Parser;
 use provider_openstack::api::{OpenStackCluster, OpenStackMachine, OpenStackMachineTemplate};
@@ -35,7 +36,16 @@ struct Args {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    let mut provider = ProviderManager::new("OpenStack", args.manager);
+    let group = provider_openstack::api::GROUP;
+    let mut rules = rbac::manager();
+    rules.extend(rbac::infra_cluster(group, "openstackclusters"));
+    rules.extend(rbac::infra_machine(group, "openstackmachines"));
+    rules.extend(rbac::infra_machine_template(
+        group,
+        "openstackmachinetemplates",
+    ));
+    let mut provider = ProviderManager::new("OpenStack", args.manager)
+        .manifests(provider_openstack::api::crds(), rules);
     if !args.without_cloud_conf {
         provider = provider.bootstrap_files(Arc::new(CloudConfFiles));
     }
