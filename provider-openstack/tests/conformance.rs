@@ -127,10 +127,10 @@ async fn the_openstack_provider_conforms_on_a_real_openstack() {
     let settings = Settings {
         deadline: Duration::from_secs(180),
         max_wait: Duration::from_secs(1),
-        // Each crash point boots and deletes a server; 12 polls 80 ms apart reach past the port
-        // and server creation calls of an unloaded machine (a note says so when they did not).
-        crash_points: 12,
-        poll_gap: Duration::from_millis(80),
+        // Each crash point boots and deletes a server; 16 polls 250 ms apart reach past the
+        // port and server creation calls (about 1-2 s here; a note says so when they did not).
+        crash_points: 16,
+        poll_gap: Duration::from_millis(250),
         restart_delay: Duration::from_millis(500),
     };
     let infra_machine: OpenStackMachine = serde_json::from_value(serde_json::json!({
