@@ -38,6 +38,10 @@ pub struct RetryPolicy {
     /// The longest delay between two attempts that met 409s: bounds the cost of two writers that
     /// keep refusing each other while never leaving an object waiting long.
     pub conflict_cap: Duration,
+    /// How long an object found invalid (its configuration cannot work at its generation) waits
+    /// before the cloud is asked again without a spec change: the cloud may have changed (an
+    /// image uploaded, a flavor created, a quota raised). A spec change retries at once.
+    pub invalid_retry: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -50,6 +54,7 @@ impl Default for RetryPolicy {
             resync: Duration::from_secs(600),
             conflict_base: Duration::from_millis(250),
             conflict_cap: Duration::from_secs(5),
+            invalid_retry: Duration::from_secs(600),
         }
     }
 }
@@ -226,6 +231,49 @@ mod tests {
         assert_eq!(after(false), millis(1000), "and failures");
     }
 
+    fn object(uid: &str, generation: i64) -> k8s_openapi::api::core::v1::ConfigMap {
+        let mut object = k8s_openapi::api::core::v1::ConfigMap::default();
+        object.metadata.name = Some("m".into());
+        object.metadata.namespace = Some("ns".into());
+        object.metadata.uid = Some(uid.into());
+        object.metadata.generation = Some(generation);
+        object
+    }
+
+    #[tokio::test]
+    async fn an_invalid_configuration_is_remembered_per_uid_and_looked_at_again_later() {
+        let state = RetryState::new(RetryPolicy {
+            invalid_retry: Duration::from_millis(50),
+            ..exact()
+        });
+        let first = object("uid-1", 3);
+        let action = state.next_action(&first, Next::InvalidConfiguration);
+        assert_eq!(
+            action.ok(),
+            Some(Action::requeue(Duration::from_millis(50)))
+        );
+        assert_eq!(state.invalid_at(&first), Some(3));
+        // Skipped reconciles keep the memo and its age.
+        state.next_action(&first, Next::InvalidConfiguration).ok();
+        assert_eq!(
+            state.invalid_at(&object("uid-2", 3)),
+            None,
+            "a recreated object of the same name is not the old one"
+        );
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert_eq!(state.invalid_at(&first), None, "the cloud is asked again");
+    }
+
+    #[test]
+    fn a_working_configuration_clears_the_memo() {
+        let state = RetryState::new(exact());
+        let object = object("uid-1", 3);
+        state.next_action(&object, Next::InvalidConfiguration).ok();
+        assert_eq!(state.invalid_at(&object), Some(3));
+        state.next_action(&object, Next::Resync).ok();
+        assert_eq!(state.invalid_at(&object), None);
+    }
+
     #[test]
     fn failures_count_per_object_and_reset() {
         let counts = FailureCounts::default();
@@ -259,9 +307,12 @@ impl RetryState {
         }
     }
 
-    /// The generation at which `object` was last found invalid.
+    /// The generation at which this very object (by UID: a deleted and recreated object of the
+    /// same name starts afresh) was found invalid, while that finding is younger than
+    /// [`RetryPolicy::invalid_retry`]; after that the cloud is asked again.
     pub fn invalid_at<K: kube::Resource>(&self, object: &K) -> Option<i64> {
-        self.invalid.get(&object_key(object))
+        self.invalid
+            .get(&memo_key(object), self.policy.invalid_retry)
     }
 
     /// What the controller does after a reconcile that ended with `next`. A failure is returned
@@ -279,11 +330,19 @@ impl RetryState {
             Next::Resync => Action::requeue(self.policy.jittered(self.policy.resync)),
             Next::InvalidConfiguration => {
                 if let Some(generation) = object.meta().generation {
-                    self.invalid.set(&key, generation);
+                    self.invalid.set(&memo_key(object), generation);
                 }
-                Action::await_change()
+                // A spec change comes back through the watch; otherwise look again later.
+                self.failures.reset(&key);
+                self.conflicts.reset(&key);
+                return Ok(Action::requeue(
+                    self.policy.jittered(self.policy.invalid_retry),
+                ));
             }
         };
+        // Anything but an invalid configuration: the configuration worked (or the object is
+        // gone), so the memo goes.
+        self.invalid.clear(&memo_key(object));
         self.failures.reset(&key);
         self.conflicts.reset(&key);
         Ok(action)
@@ -317,23 +376,50 @@ impl RetryState {
 /// not asked again until the generation changes. Lost on restart, which costs one extra call.
 #[derive(Debug, Default)]
 pub(crate) struct InvalidGenerations {
-    generations: Mutex<HashMap<String, i64>>,
+    /// By object UID: the generation found invalid and when it first was.
+    generations: Mutex<HashMap<String, (i64, std::time::Instant)>>,
 }
 
 impl InvalidGenerations {
-    pub(crate) fn get(&self, key: &str) -> Option<i64> {
-        self.generations
+    /// The generation memoised for `key`, unless the memo is older than `ttl`.
+    pub(crate) fn get(&self, key: &str, ttl: Duration) -> Option<i64> {
+        let memo = self
+            .generations
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .get(key)
-            .copied()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        memo.get(key)
+            .filter(|(_, since)| since.elapsed() < ttl)
+            .map(|(generation, _)| *generation)
     }
 
+    /// Memoises `generation` as invalid, keeping when it was first found for the same generation.
     pub(crate) fn set(&self, key: &str, generation: i64) {
+        let mut memo = self
+            .generations
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match memo.get(key) {
+            Some((known, _)) if *known == generation => {}
+            _ => {
+                memo.insert(key.to_string(), (generation, std::time::Instant::now()));
+            }
+        }
+    }
+
+    pub(crate) fn clear(&self, key: &str) {
         self.generations
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .insert(key.to_string(), generation);
+            .remove(key);
+    }
+}
+
+/// The key of the invalid-configuration memo: the object's UID, so that a deleted and recreated
+/// object of the same name is not taken for the old one (`namespace/name` without a UID).
+fn memo_key<K: kube::Resource>(object: &K) -> String {
+    match object.meta().uid.as_deref() {
+        Some(uid) if !uid.is_empty() => uid.to_string(),
+        _ => object_key(object),
     }
 }
 

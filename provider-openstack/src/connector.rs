@@ -114,15 +114,34 @@ impl Connector for SecretConnector {
     }
 }
 
-/// The loop's view of a cloud error: conflicts are waits, rejections are the user's to fix,
+/// The loop's view of a cloud error: conflicts are waits, a used-up quota is waited out (never
+/// latched: capacity frees without the spec changing), rejections are the user's to fix,
 /// everything else is retried with backoff. `doing` says what the provider was doing.
+///
+/// Nova answers a quota overrun with 403, Neutron with 409 `OverQuota`, Octavia with 403 or 409:
+/// the status does not tell quota from policy, the cloud's message does.
 pub fn actuator_error(doing: &str, error: CloudError) -> ActuatorError {
     match error {
+        CloudError::Conflict { message, .. } | CloudError::Rejected { message, .. }
+            if is_quota(&message) =>
+        {
+            ActuatorError::requeue_after(
+                QUOTA_WAIT,
+                "QuotaExceeded",
+                format!("{doing}: the project's quota is used up, waiting for capacity: {message}"),
+            )
+        }
         CloudError::Conflict { message, .. } => ActuatorError::requeue_after(
             std::time::Duration::from_secs(5),
             "CloudResourceBusy",
             format!("{doing}: the cloud asks to retry later: {message}"),
         ),
+        CloudError::Rejected { message, .. } if is_policy(&message) => {
+            ActuatorError::invalid_configuration(
+                "NotAuthorized",
+                format!("{doing}: the credentials may not do this: {message}"),
+            )
+        }
         CloudError::Rejected { message, .. } => {
             ActuatorError::invalid_configuration("CloudRejected", format!("{doing}: {message}"))
         }
@@ -130,5 +149,74 @@ pub fn actuator_error(doing: &str, error: CloudError) -> ActuatorError {
             ActuatorError::transient_message("AuthenticationFailed", format!("{doing}: {message}"))
         }
         other => ActuatorError::transient_message("CloudAPIError", format!("{doing}: {other}")),
+    }
+}
+
+/// How long a machine waits for quota before trying again.
+const QUOTA_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Nova's "Quota exceeded for cores…", Neutron's `OverQuota`, Octavia's "Quota has been met".
+fn is_quota(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    ["quota", "overlimit", "over limit", "limit exceeded"]
+        .iter()
+        .any(|marker| message.contains(marker))
+}
+
+/// oslo.policy's "Policy doesn't allow … to be performed." and its kin.
+fn is_policy(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    message.contains("policy") || message.contains("not authorized")
+}
+
+#[cfg(test)]
+mod tests {
+    use capi_core::ActuatorErrorKind;
+
+    use super::*;
+
+    fn rejected(message: &str) -> CloudError {
+        CloudError::Rejected {
+            what: "POST servers".into(),
+            message: message.into(),
+        }
+    }
+
+    #[test]
+    fn a_used_up_quota_is_waited_out_never_latched() {
+        for error in [
+            rejected("Quota exceeded for cores: Requested 4, but already used 20 of 20 cores"),
+            CloudError::Conflict {
+                what: "POST ports".into(),
+                message: "Quota exceeded for resources: ['port'].".into(),
+            },
+            rejected("Quota has been met for resources: LoadBalancer"),
+        ] {
+            let error = actuator_error("creating", error);
+            assert_eq!(error.kind(), ActuatorErrorKind::RequeueAfter, "{error}");
+            assert_eq!(error.reason(), "QuotaExceeded");
+            assert!(
+                error.message().contains("Quota"),
+                "the quota is named: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_policy_refusal_is_the_users_to_fix() {
+        let error = actuator_error(
+            "creating",
+            rejected("Policy doesn't allow os_compute_api:servers:create to be performed."),
+        );
+        assert_eq!(error.kind(), ActuatorErrorKind::InvalidConfiguration);
+        assert_eq!(error.reason(), "NotAuthorized");
+        let busy = actuator_error(
+            "deleting",
+            CloudError::Conflict {
+                what: "DELETE loadbalancer".into(),
+                message: "Invalid state PENDING_UPDATE".into(),
+            },
+        );
+        assert_eq!(busy.reason(), "CloudResourceBusy");
     }
 }

@@ -116,6 +116,7 @@ pub(crate) async fn decide<C: InfraCluster>(
     }
     if snapshot.invalid_at_generation.is_some() && snapshot.invalid_at_generation == generation {
         plan.conditions.clear();
+        plan.next = Next::InvalidConfiguration;
         return plan;
     }
     let scope = ClusterScope {

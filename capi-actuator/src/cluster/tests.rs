@@ -213,5 +213,8 @@ async fn errors_follow_their_kind() {
     let mut again = snapshot(infra(false));
     again.invalid_at_generation = Some(1);
     let plan = decide(&untouched(), again, POLL).await;
-    assert!(matches!(plan.next, Next::AwaitChange));
+    assert!(
+        matches!(plan.next, Next::InvalidConfiguration),
+        "still invalid: the memo stays, and expires to ask the cloud again"
+    );
 }

@@ -226,8 +226,10 @@ pub(crate) async fn decide<M: InfraMachine>(
         );
     }
     if snapshot.invalid_at_generation.is_some() && snapshot.invalid_at_generation == generation {
-        // Already reported at this generation; the condition stays as it is.
+        // Already reported at this generation, recently: the condition stays as it is, and the
+        // cloud is asked again when the memo expires (RetryPolicy::invalid_retry).
         plan.conditions.clear();
+        plan.next = Next::InvalidConfiguration;
         return plan;
     }
     let Ok(idempotency_key) = IdempotencyKey::for_machine(&machine) else {

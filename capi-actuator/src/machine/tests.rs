@@ -386,11 +386,12 @@ async fn invalid_configuration_waits_for_a_new_generation() {
             .any(|e| e.warning && e.reason == reasons::INVALID_CONFIGURATION)
     );
 
-    // Same generation: the cloud is not called again.
+    // Same generation, recently found invalid: the cloud is not called again, and the memo is
+    // kept (the plan says invalid again, so the retry state does not clear it).
     let mut snap = snapshot(infra());
     snap.invalid_at_generation = Some(1);
     let plan = decide(&untouched(), snap, POLL).await;
-    assert!(matches!(plan.next, Next::AwaitChange));
+    assert!(matches!(plan.next, Next::InvalidConfiguration));
 
     // A new generation: tried again.
     let mut edited = infra();

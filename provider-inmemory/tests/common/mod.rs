@@ -66,6 +66,7 @@ pub(crate) fn policy() -> RetryPolicy {
         resync: Duration::from_secs(60),
         conflict_base: Duration::from_millis(10),
         conflict_cap: Duration::from_millis(200),
+        invalid_retry: Duration::from_secs(60),
     }
 }
 
