@@ -119,8 +119,8 @@ impl KubernetesVersion {
     }
 }
 
-/// What this machine does with kubeadm.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What this machine does with kubeadm. Its `Debug` never shows the bootstrap token.
+#[derive(Clone, PartialEq, Eq)]
 pub enum Role {
     /// The first control-plane machine: `kubeadm init`, creating `token` for the others.
     Init {
@@ -141,6 +141,25 @@ pub enum Role {
         /// `sha256:<hex>` pins of the cluster CA's public key.
         ca_cert_hashes: Vec<String>,
     },
+}
+
+impl std::fmt::Debug for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // A bootstrap token lets anyone join the cluster.
+        let (name, hashes) = match self {
+            Self::Init { .. } => ("Init", None),
+            Self::JoinControlPlane { ca_cert_hashes, .. } => {
+                ("JoinControlPlane", Some(ca_cert_hashes))
+            }
+            Self::JoinWorker { ca_cert_hashes, .. } => ("JoinWorker", Some(ca_cert_hashes)),
+        };
+        let mut out = f.debug_struct(name);
+        out.field("token", &"<redacted>");
+        if let Some(hashes) = hashes {
+            out.field("ca_cert_hashes", hashes);
+        }
+        out.finish()
+    }
 }
 
 /// What the renderer needs to know about the cluster.
@@ -172,8 +191,9 @@ impl ClusterFacts {
     }
 }
 
-/// Everything one rendering needs.
-#[derive(Clone, Debug)]
+/// Everything one rendering needs. Its `Debug` shows neither the bootstrap token nor the
+/// resolved Secret contents (nor the extra files' contents).
+#[derive(Clone)]
 pub struct RenderInput<'a> {
     /// The config.
     pub spec: &'a KubeadmConfigSpec,
@@ -188,6 +208,24 @@ pub struct RenderInput<'a> {
     /// Files a provider adds (for example a cloud provider configuration or a CA bundle); they
     /// are written after the user's files.
     pub extra_files: Vec<PlanFile>,
+}
+
+impl std::fmt::Debug for RenderInput<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let resolved: Vec<String> = self
+            .resolved_files
+            .iter()
+            .map(|((secret, key), content)| format!("{secret}/{key}: <{} bytes>", content.len()))
+            .collect();
+        // The spec is left out: its inline file contents can hold keys.
+        f.debug_struct("RenderInput")
+            .field("role", &self.role)
+            .field("version", &self.version)
+            .field("cluster", &self.cluster)
+            .field("resolved_files", &resolved)
+            .field("extra_files", &self.extra_files)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A file of the plan, with decoded content.
@@ -473,5 +511,43 @@ pub(crate) fn partition_type_code(
         ("NTFS" | "Fat32", Gpt) => Some(700),
         ("LinuxExtended", Mbr) => Some(85),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod debug_tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_never_shows_tokens_or_secret_contents() {
+        let token = "abcdef.0123456789abcdef".to_string();
+        let spec = KubeadmConfigSpec::default();
+        let input = RenderInput {
+            spec: &spec,
+            role: Role::JoinWorker {
+                token: token.clone(),
+                ca_cert_hashes: vec!["sha256:00".into()],
+            },
+            version: KubernetesVersion {
+                major: 1,
+                minor: 33,
+                patch: 0,
+            },
+            cluster: ClusterFacts::new("demo", "10.0.0.1:6443"),
+            resolved_files: vec![(("s".into(), "key".into()), b"PRIVATE-KEY".to_vec())],
+            extra_files: vec![],
+        };
+        let shown = format!(
+            "{input:?} {:?}",
+            Role::Init {
+                token: token.clone()
+            }
+        );
+        assert!(!shown.contains(&token), "{shown}");
+        assert!(!shown.contains("PRIVATE-KEY"), "{shown}");
+        assert!(
+            shown.contains("sha256:00") && shown.contains("s/key: <11 bytes>"),
+            "{shown}"
+        );
     }
 }
