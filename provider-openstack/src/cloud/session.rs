@@ -292,14 +292,64 @@ fn classify(what: String, error: ApiError<RestError>) -> CloudError {
         },
     };
     match error {
-        ApiError::OpenStack { status, msg, .. } => by_status(status, msg),
-        ApiError::OpenStackService { status, data, .. } => by_status(status, data),
-        ApiError::OpenStackUnrecognized { status, obj, .. } => by_status(status, obj.to_string()),
+        ApiError::OpenStack { status, msg, .. } => by_status(status, bounded(&msg)),
+        ApiError::OpenStackService { status, data, .. } => {
+            let message = match serde_json::from_str::<serde_json::Value>(&data) {
+                Ok(body) => cloud_message(&body),
+                Err(_) => bounded(&data),
+            };
+            by_status(status, message)
+        }
+        ApiError::OpenStackUnrecognized { status, obj, .. } => {
+            // The raw body may echo the request (user data, a password): debug level only.
+            tracing::debug!(%status, body = %obj, "unrecognised OpenStack error body");
+            by_status(status, cloud_message(&obj))
+        }
         other => CloudError::Transient {
             what,
-            message: other.to_string(),
+            message: bounded(&other.to_string()),
         },
     }
+}
+
+/// The longest cloud message that reaches conditions, events and logs.
+const MAX_MESSAGE: usize = 512;
+
+/// The message field of an OpenStack error body — Nova's `{"badRequest": {"message"}}`,
+/// Neutron's `{"NeutronError": {"message"}}`, Octavia's `{"faultstring"}`, Keystone's
+/// `{"error": {"message"}}` — bounded; never the rest of the body, which may echo the request.
+fn cloud_message(body: &serde_json::Value) -> String {
+    const FIELDS: [&str; 4] = ["message", "faultstring", "description", "title"];
+    let direct = |value: &serde_json::Value| {
+        FIELDS
+            .iter()
+            .find_map(|field| value.get(field).and_then(|m| m.as_str()))
+            .map(str::to_string)
+    };
+    let nested = || {
+        body.as_object()
+            .and_then(|fields| fields.values().find_map(&direct))
+    };
+    match direct(body).or_else(nested) {
+        Some(message) => bounded(&message),
+        None => format!(
+            "unrecognised error body ({} bytes; logged at debug level)",
+            body.to_string().len()
+        ),
+    }
+}
+
+/// `text` without control characters, at most [`MAX_MESSAGE`] characters.
+fn bounded(text: &str) -> String {
+    let mut out: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(MAX_MESSAGE)
+        .collect();
+    if text.chars().count() > MAX_MESSAGE {
+        out.push('…');
+    }
+    out
 }
 
 fn describe_session_error(error: &OpenStackError) -> String {
@@ -403,6 +453,25 @@ impl Drop for CaFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_clouds_message_reaches_the_user_and_it_is_bounded() {
+        use serde_json::json;
+        let echoed = json!({"badRequest": {"code": 400, "message": "Invalid flavorRef",
+                            "request": {"adminPass": "s3cret", "user_data": "I2Nsb3Vk"}}});
+        assert_eq!(cloud_message(&echoed), "Invalid flavorRef");
+        let unknown = json!({"request": {"password": "s3cret"}});
+        let message = cloud_message(&unknown);
+        assert!(!message.contains("s3cret"), "{message}");
+        assert!(message.starts_with("unrecognised error body"), "{message}");
+        assert_eq!(
+            cloud_message(&json!({"faultstring": "Quota has been met"})),
+            "Quota has been met"
+        );
+        let long = bounded(&"x\n".repeat(1000));
+        assert_eq!(long.chars().count(), MAX_MESSAGE + 1);
+        assert!(!long.contains('\n'));
+    }
 
     fn password_credentials() -> Credentials {
         Credentials {
