@@ -162,10 +162,14 @@ pub(crate) fn desired(
     };
     set(&mut status, condition::AVAILABLE, &available);
 
-    status.initialization = Some(MachineInitializationStatus {
+    let initialization = MachineInitializationStatus {
         infrastructure_provisioned: facts.infrastructure_provisioned.then_some(true),
         bootstrap_data_secret_created: facts.bootstrap_data.then_some(true),
-    });
+    };
+    // An empty `initialization` is refused by the schema (minProperties 1): nothing to record yet.
+    if initialization != MachineInitializationStatus::default() {
+        status.initialization = Some(initialization);
+    }
     if let Some(name) = &facts.node_name {
         status.node_ref = Some(MachineNodeReference { name: name.clone() });
     }
@@ -246,6 +250,25 @@ mod tests {
         assert_eq!(phase(true, false, false), MachinePhase::Provisioning);
         assert_eq!(phase(true, true, false), MachinePhase::Provisioned);
         assert_eq!(phase(true, true, true), MachinePhase::Running);
+    }
+
+    #[test]
+    fn a_new_machine_records_no_empty_initialization() {
+        let new = Facts {
+            bootstrap_data: false,
+            infrastructure_provisioned: false,
+            node_name: None,
+            ..facts()
+        };
+        let (status, _) = desired(&MachineStatus::default(), &new, at(100));
+        assert_eq!(status.initialization, None, "{{}} is refused by the schema");
+        let (status, _) = desired(&MachineStatus::default(), &facts(), at(100));
+        assert_eq!(
+            status
+                .initialization
+                .and_then(|i| i.infrastructure_provisioned),
+            Some(true)
+        );
     }
 
     #[test]
