@@ -73,6 +73,16 @@ pub fn infra_machine_template(group: &str, plural: &str) -> Vec<PolicyRule> {
     ]
 }
 
+/// Everything a provider's manager needs for its own kinds in `group`: the manager's Lease and
+/// events, and the machine, cluster and machine template reconcilers (plural names given).
+pub fn provider(group: &str, machines: &str, clusters: &str, templates: &str) -> Vec<PolicyRule> {
+    let mut rules = manager();
+    rules.extend(infra_machine(group, machines));
+    rules.extend(infra_cluster(group, clusters));
+    rules.extend(infra_machine_template(group, templates));
+    rules
+}
+
 /// A ClusterRole holding `rules`.
 pub fn cluster_role(name: &str, rules: Vec<PolicyRule>) -> ClusterRole {
     ClusterRole {

@@ -46,10 +46,7 @@ fn standalone_rules(plural: &str) -> Vec<PolicyRule> {
     let machines = format!("{plural}machines");
     let clusters = format!("{plural}clusters");
     let templates = format!("{plural}machinetemplates");
-    let mut rules = rbac::manager();
-    rules.extend(rbac::infra_machine(INFRA_GROUP, &machines));
-    rules.extend(rbac::infra_cluster(INFRA_GROUP, &clusters));
-    rules.extend(rbac::infra_machine_template(INFRA_GROUP, &templates));
+    let mut rules = rbac::provider(INFRA_GROUP, &machines, &clusters, &templates);
     rules.extend(capi_bootstrap::controller::rbac());
     rules.extend(capi_controllers::rbac(
         INFRA_GROUP,

@@ -9,8 +9,13 @@
 //! machines of a set), which is what upstream's previous `spec.replicas` stood for.
 
 use std::collections::BTreeMap;
+use std::fmt::Debug;
 
+use capi_actuator::write;
 use capi_core::labels::{AUTOSCALER_MAX_SIZE, AUTOSCALER_MIN_SIZE};
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::json;
 
 /// The `spec.replicas` to write, if any.
 ///
@@ -47,6 +52,19 @@ pub(crate) fn defaulted(
         None => min,
         Some(current) => current.clamp(min, max),
     }))
+}
+
+/// Writes a defaulted `spec.replicas` of `object`, guarded by the resource version the value was
+/// computed from, so that a concurrent change by a user or the autoscaler wins.
+pub(crate) async fn write<K>(api: &Api<K>, object: &K, replicas: i32) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let patch = json!({
+        "metadata": {"resourceVersion": object.resource_version()},
+        "spec": {"replicas": replicas},
+    });
+    write::patch(api, &object.name_any(), patch).await
 }
 
 fn size(annotation: &str, value: &str) -> Result<i32, String> {

@@ -182,10 +182,7 @@
 //! }
 //!
 //! let group = "infrastructure.mycloud.example";
-//! let mut rules = rbac::manager();
-//! rules.extend(rbac::infra_cluster(group, "myclusters"));
-//! rules.extend(rbac::infra_machine(group, "mymachines"));
-//! rules.extend(rbac::infra_machine_template(group, "mymachinetemplates"));
+//! let rules = rbac::provider(group, "mymachines", "myclusters", "mymachinetemplates");
 //! ProviderManager::new("mycloud", Args::parse().manager)
 //!     .manifests(crds, rules)
 //!     .run(|manager| {

@@ -260,11 +260,7 @@ async fn reconcile_once(
         match replicas::defaulted(deployment.spec.replicas, deployment.annotations(), current) {
             Ok(None) => {}
             Ok(Some(replicas)) => {
-                let patch = json!({
-                    "metadata": {"resourceVersion": deployment.resource_version()},
-                    "spec": {"replicas": replicas},
-                });
-                write::patch(&api, &deployment.name_any(), patch).await?;
+                replicas::write(&api, deployment, replicas).await?;
                 return Ok(Next::AwaitChange);
             }
             Err(message) => {

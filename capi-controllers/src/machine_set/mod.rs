@@ -201,7 +201,7 @@ async fn reconcile_once(
     let current = set.status.as_ref().and_then(|s| s.replicas);
     match replicas::defaulted(set.spec.replicas, set.annotations(), current) {
         Ok(Some(replicas)) => {
-            write_replicas(&sets, set, replicas).await?;
+            replicas::write(&sets, set, replicas).await?;
             return Ok(Next::AwaitChange);
         }
         Ok(None) => status
@@ -368,21 +368,6 @@ async fn reconcile_once(
     write::patch_status_if_changed(&sets, &set.name_any(), set.status.as_ref(), &status).await?;
     write::publish(&context.recorder, set, &events).await;
     Ok(next)
-}
-
-/// Writes a defaulted `spec.replicas`, guarded by the resource version the value was computed
-/// from, so that a concurrent change by a user or the autoscaler wins.
-async fn write_replicas(
-    api: &Api<MachineSet>,
-    set: &MachineSet,
-    replicas: i32,
-) -> Result<(), ReconcileError> {
-    let patch = json!({
-        "metadata": {"resourceVersion": set.resource_version()},
-        "spec": {"replicas": replicas},
-    });
-    write::patch(api, &set.name_any(), patch).await?;
-    Ok(())
 }
 
 fn note(reason: &'static str, text: String) -> EventNote {

@@ -8,7 +8,6 @@ use capi_core::api::Cluster;
 use capi_core::{ActuatorError, ClusterActuator, ClusterInfrastructure, ClusterScope};
 
 use super::drive::settle;
-use super::machine::unique_uid;
 use super::{
     CLUSTER_DELETE_RETURNS_ONLY_WHEN_GONE, CLUSTER_RECONCILE_IS_IDEMPOTENT, CONVERGES,
     CloudInventory, DELETE_IS_IDEMPOTENT, Report, Settings,
@@ -34,10 +33,7 @@ impl<C: Clone + Send + Sync + 'static> ClusterSuite<C> {
         cloud: Arc<dyn CloudInventory>,
         infra_cluster: C,
     ) -> Self {
-        let mut cluster = Cluster::default();
-        cluster.metadata.name = Some("conformance".into());
-        cluster.metadata.namespace = Some("default".into());
-        cluster.metadata.uid = Some(unique_uid());
+        let cluster = super::default_cluster();
         Self {
             actuator,
             cloud,
@@ -167,12 +163,6 @@ impl<C: Clone + Send + Sync + 'static> ClusterSuite<C> {
     }
 
     async fn resources(&self, report: &mut Report) -> Option<std::collections::BTreeSet<String>> {
-        match self.cloud.resources().await {
-            Ok(resources) => Some(resources),
-            Err(error) => {
-                report.fail(CONVERGES, format!("listing the cloud's resources: {error}"));
-                None
-            }
-        }
+        super::listed(report, "resources", self.cloud.resources().await)
     }
 }

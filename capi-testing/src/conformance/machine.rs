@@ -48,10 +48,7 @@ where
         cloud: Arc<dyn CloudInventory>,
         infra_machine: M,
     ) -> Self {
-        let mut cluster = Cluster::default();
-        cluster.metadata.name = Some("conformance".into());
-        cluster.metadata.namespace = Some("default".into());
-        cluster.metadata.uid = Some(unique_uid());
+        let cluster = super::default_cluster();
         Self {
             actuator,
             cloud,
@@ -331,23 +328,11 @@ where
     }
 
     async fn instances(&self, report: &mut Report) -> Option<BTreeSet<String>> {
-        match self.cloud.instances().await {
-            Ok(instances) => Some(instances),
-            Err(error) => {
-                report.fail(CONVERGES, format!("listing the cloud's instances: {error}"));
-                None
-            }
-        }
+        super::listed(report, "instances", self.cloud.instances().await)
     }
 
-    async fn resources(&self, report: &mut Report) -> Option<BTreeSet<String>> {
-        match self.cloud.resources().await {
-            Ok(resources) => Some(resources),
-            Err(error) => {
-                report.fail(CONVERGES, format!("listing the cloud's resources: {error}"));
-                None
-            }
-        }
+    async fn resources(&self, report: &mut Report) -> Option<std::collections::BTreeSet<String>> {
+        super::listed(report, "resources", self.cloud.resources().await)
     }
 
     /// A new machine: a fresh `Machine` UID and a fresh name.

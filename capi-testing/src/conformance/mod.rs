@@ -236,5 +236,29 @@ impl Report {
     }
 }
 
+/// The `Cluster` a suite works in until told otherwise: `default/conformance`, with a fresh UID.
+fn default_cluster() -> capi_core::api::Cluster {
+    let mut cluster = capi_core::api::Cluster::default();
+    cluster.metadata.name = Some("conformance".into());
+    cluster.metadata.namespace = Some("default".into());
+    cluster.metadata.uid = Some(machine::unique_uid());
+    cluster
+}
+
+/// A listing of the cloud; a failed one is reported (the suite cannot judge without it).
+fn listed(
+    report: &mut Report,
+    what: &str,
+    listing: Result<BTreeSet<String>, String>,
+) -> Option<BTreeSet<String>> {
+    match listing {
+        Ok(ids) => Some(ids),
+        Err(error) => {
+            report.fail(CONVERGES, format!("listing the cloud's {what}: {error}"));
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -94,11 +94,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
 
 /// What the manager may do: exactly what its three reconcilers use.
 pub fn rbac() -> Vec<PolicyRule> {
-    let mut rules = rbac::manager();
-    rules.extend(rbac::infra_cluster(GROUP, "toyclusters"));
-    rules.extend(rbac::infra_machine(GROUP, "toymachines"));
-    rules.extend(rbac::infra_machine_template(GROUP, "toymachinetemplates"));
-    rules
+    rbac::provider(GROUP, "toymachines", "toyclusters", "toymachinetemplates")
 }
 
 /// The toy cloud's API, as narrow as the actuators need (a real provider wraps its SDK here).

@@ -53,13 +53,12 @@ async fn main() -> Result<()> {
         Duration::from_secs(2),
     ));
     let group = provider_inmemory::api::GROUP;
-    let mut rules = rbac::manager();
-    rules.extend(rbac::infra_cluster(group, "inmemoryclusters"));
-    rules.extend(rbac::infra_machine(group, "inmemorymachines"));
-    rules.extend(rbac::infra_machine_template(
+    let rules = rbac::provider(
         group,
+        "inmemorymachines",
+        "inmemoryclusters",
         "inmemorymachinetemplates",
-    ));
+    );
     ProviderManager::new("in-memory", args.manager)
         .manifests(provider_inmemory::api::crds(), rules)
         .etcd_access(Arc::new(SimulatedEtcdAccess::new(etcd)))

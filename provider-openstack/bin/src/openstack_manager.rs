@@ -37,13 +37,12 @@ struct Args {
 async fn main() -> Result<()> {
     let args = Args::parse();
     let group = provider_openstack::api::GROUP;
-    let mut rules = rbac::manager();
-    rules.extend(rbac::infra_cluster(group, "openstackclusters"));
-    rules.extend(rbac::infra_machine(group, "openstackmachines"));
-    rules.extend(rbac::infra_machine_template(
+    let rules = rbac::provider(
         group,
+        "openstackmachines",
+        "openstackclusters",
         "openstackmachinetemplates",
-    ));
+    );
     let mut provider = ProviderManager::new("OpenStack", args.manager)
         .manifests(provider_openstack::api::crds(), rules);
     if !args.without_cloud_conf {
