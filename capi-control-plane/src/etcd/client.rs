@@ -1,7 +1,8 @@
 //! [`EtcdCluster`] over etcd's own gRPC API, with the `etcd-client` crate (feature `etcd-client`).
 //!
-//! [`GrpcEtcd`] starts from a few seed endpoints, reads the member list from the first that
-//! answers, and then asks **each member directly** for its status — a member is healthy when it
+//! [`GrpcEtcd`] starts from a few seed endpoints, asks all of them at once for their member list
+//! and keeps the newest view (the seed furthest along the log: a member removed a moment ago
+//! still answers with the list it had), and then asks **each member directly** for its status — a member is healthy when it
 //! answers within the timeout and reports no error (an alarm, a lost leader). The leader is the
 //! one most of the answering members name. Leadership is handed over by asking the current leader
 //! (etcd refuses `MoveLeader` anywhere else), and a member is removed through a member that
@@ -151,40 +152,61 @@ impl GrpcEtcd {
         })?
     }
 
-    /// The member list, from the first of `seeds` that answers.
-    async fn member_list(
-        &self,
-        seeds: &[MemberAddress],
-    ) -> Result<Vec<etcd_client::Member>, EtcdError> {
+    /// Asks every seed, at once, for its status and its member list.
+    async fn ask_seeds(&self) -> Result<Vec<SeedAnswer>, EtcdError> {
+        let answers = futures::future::join_all(self.seeds.iter().map(|seed| async move {
+            self.at(seed, |mut c| async move {
+                let status = c.status().await?;
+                let list = c.member_list().await?;
+                Ok(SeedAnswer {
+                    member_id: status.header().map(|h| h.member_id()),
+                    list: list.members().to_vec(),
+                    status,
+                })
+            })
+            .await
+        }))
+        .await;
         let mut last = EtcdError::Unreachable("no member to ask".into());
-        for seed in seeds {
-            match self
-                .at(seed, |mut c| async move { c.member_list().await })
-                .await
-            {
-                Ok(list) => return Ok(list.members().to_vec()),
+        let mut answered = Vec::new();
+        for answer in answers {
+            match answer {
+                Ok(answer) => answered.push(answer),
                 Err(e) => last = e,
             }
         }
-        Err(last)
+        if answered.is_empty() {
+            return Err(last);
+        }
+        Ok(answered)
     }
 
     /// The status and the address of every member that answers.
     async fn read(&self) -> Result<(EtcdClusterStatus, Vec<(u64, MemberAddress)>), EtcdError> {
-        let members = self.member_list(&self.seeds).await?;
-        let answers = futures::future::join_all(members.iter().map(|member| async move {
-            if member.name().is_empty() {
-                return None; // not started
+        let answered = self.ask_seeds().await?;
+        let members = newest_view(&answered).to_vec();
+        let answers = futures::future::join_all(members.iter().map(|member| {
+            let known = answered
+                .iter()
+                .find(|a| a.member_id == Some(member.id()))
+                .map(|a| a.status.clone());
+            async move {
+                if member.name().is_empty() {
+                    return None; // not started
+                }
+                let endpoint = MemberAddress {
+                    name: member.name().to_string(),
+                    client_url: member.client_urls().first().cloned(),
+                };
+                let status = match known {
+                    Some(status) => status,
+                    None => self
+                        .at(&endpoint, |mut c| async move { c.status().await })
+                        .await
+                        .ok()?,
+                };
+                Some((member.id(), endpoint, status))
             }
-            let endpoint = MemberAddress {
-                name: member.name().to_string(),
-                client_url: member.client_urls().first().cloned(),
-            };
-            let status = self
-                .at(&endpoint, |mut c| async move { c.status().await })
-                .await
-                .ok()?;
-            Some((member.id(), endpoint, status))
         }))
         .await;
         let mut healthy = BTreeMap::new();
@@ -216,6 +238,28 @@ impl GrpcEtcd {
         };
         Ok((status, reachable))
     }
+}
+
+/// What one seed answered: who it is, its status and the member list as it sees it.
+struct SeedAnswer {
+    member_id: Option<u64>,
+    status: etcd_client::StatusResponse,
+    list: Vec<etcd_client::Member>,
+}
+
+/// The member list of the seed that has applied the most of the log.
+///
+/// Seeds disagree for a while after a membership change: a member removed a moment ago still
+/// runs and answers with the list it had, itself included, until it notices (it may never apply
+/// its own removal), and a follower may not have applied the change yet. Applied entries are
+/// committed ones, the same on every member, so the seed furthest along has the newest view;
+/// the first seed to answer may have the oldest.
+fn newest_view(answered: &[SeedAnswer]) -> &[etcd_client::Member] {
+    answered
+        .iter()
+        .max_by_key(|a| (a.status.raft_applied_index(), a.status.raft_term()))
+        .map(|a| a.list.as_slice())
+        .unwrap_or_default()
 }
 
 /// Tells a member that cannot be reached from a refusal.
