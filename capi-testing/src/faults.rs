@@ -1,5 +1,5 @@
 //! Injecting API-server failures into a client: `409 Conflict` on a status write, `500` on a list,
-//! without touching the server.
+//! a request that hangs (a stalled proxy), without touching the server.
 //!
 //! ```no_run
 //! # async fn demo(env: &capi_testing::TestEnv) -> Result<(), capi_testing::envtest::EnvtestError> {
@@ -40,6 +40,7 @@ struct Rule {
 #[derive(Clone, Debug, Default)]
 pub struct ApiFaults {
     rules: Arc<Mutex<Vec<Rule>>>,
+    stalls: Arc<Mutex<Vec<String>>>,
     injected: Arc<AtomicU64>,
 }
 
@@ -53,6 +54,22 @@ impl ApiFaults {
             status,
             remaining: times,
         });
+    }
+
+    /// Requests whose path contains `path_contains` get no answer until [`ApiFaults::unstall`],
+    /// as through a proxy that stopped forwarding them; then they reach the server. A caller
+    /// that gives up on one (a timeout) drops it unsent.
+    pub fn stall(&self, path_contains: &str) {
+        lock(&self.stalls).push(path_contains.to_string());
+    }
+
+    /// Lets every stalled request through, and stalls no more.
+    pub fn unstall(&self) {
+        lock(&self.stalls).clear();
+    }
+
+    fn stalled(&self, path: &str) -> bool {
+        lock(&self.stalls).iter().any(|s| path.contains(s.as_str()))
     }
 
     /// How many responses were injected so far.
@@ -110,10 +127,22 @@ where
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
-        match self.faults.take(&request) {
-            Some(code) => Box::pin(async move { Ok(status_response(code)) }),
-            None => Box::pin(self.inner.call(request)),
+        if let Some(code) = self.faults.take(&request) {
+            return Box::pin(async move { Ok(status_response(code)) });
         }
+        let path = request.uri().path().to_string();
+        if !self.faults.stalled(&path) {
+            return Box::pin(self.inner.call(request));
+        }
+        // The inner future sends nothing until polled: hold it back while the stall lasts.
+        let sent = self.inner.call(request);
+        let faults = self.faults.clone();
+        Box::pin(async move {
+            while faults.stalled(&path) {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            sent.await
+        })
     }
 }
 

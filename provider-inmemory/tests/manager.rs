@@ -12,6 +12,8 @@ use capi_actuator::ReconcilerOptions;
 use capi_actuator::manager::{LeaderElectionConfig, Manager, ManagerConfig, ManagerError};
 use common::{Fixture, add_machine, eventually, fixture, policy};
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use provider_inmemory::actuator::InMemoryActuator;
 use provider_inmemory::api::InMemoryMachine;
@@ -233,4 +235,228 @@ async fn losing_the_lease_stops_the_controllers_and_says_so() {
         matches!(result, Err(ManagerError::LeadershipLost)),
         "{result:?}"
     );
+}
+
+/// One write of [`writer`]: who wrote, when it was sent and when it was answered (`None`: cut
+/// off in flight).
+#[derive(Clone, Debug)]
+struct Write {
+    by: &'static str,
+    sent: tokio::time::Instant,
+    answered: Option<tokio::time::Instant>,
+}
+
+/// A controller that writes its replica's name into the ConfigMap `writes` every 50 ms (a busy
+/// reconciler), noting each write, until the manager stops it.
+fn writer(
+    client: Client,
+    ns: String,
+    by: &'static str,
+    log: Arc<std::sync::Mutex<Vec<Write>>>,
+) -> impl FnOnce(capi_actuator::manager::Shutdown) -> futures::future::BoxFuture<'static, ()> {
+    move |shutdown| {
+        Box::pin(async move {
+            let api: Api<ConfigMap> = Api::namespaced(client, &ns);
+            let writes = async {
+                for n in 0u64.. {
+                    let index = {
+                        let mut log = log.lock().unwrap();
+                        log.push(Write {
+                            by,
+                            sent: tokio::time::Instant::now(),
+                            answered: None,
+                        });
+                        log.len() - 1
+                    };
+                    let patch = serde_json::json!({"data": {"writer": by, "n": n.to_string()}});
+                    let _ = api
+                        .patch("writes", &PatchParams::default(), &Patch::Merge(patch))
+                        .await;
+                    log.lock().unwrap()[index].answered = Some(tokio::time::Instant::now());
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            };
+            tokio::select! {
+                () = writes => {}
+                () = shutdown.wait() => {}
+            }
+        })
+    }
+}
+
+async fn elected_writer(
+    f: &Fixture,
+    client: Client,
+    identity: &'static str,
+    log: Arc<std::sync::Mutex<Vec<Write>>>,
+) -> JoinHandle<Result<(), ManagerError>> {
+    let config = ManagerConfig {
+        http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        leader_election: Some(election(&f.ns, identity)),
+        ..ManagerConfig::default()
+    };
+    let mut manager = Manager::with_client(client.clone(), config).await.unwrap();
+    manager.add_controller(writer(client, f.ns.clone(), identity, log));
+    tokio::spawn(manager.run_until(std::future::pending()))
+}
+
+#[tokio::test]
+async fn a_leader_whose_renewals_hang_stops_writing_before_another_replica_starts() {
+    let f = fixture(CloudConfig::default()).await;
+    let configmaps: Api<ConfigMap> = Api::namespaced(f.env.client(), &f.ns);
+    configmaps
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "writes"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    // What the API server saw, in order: the writer of every version of the ConfigMap.
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let watching = {
+        let seen = seen.clone();
+        let stream = kube::runtime::watcher(
+            configmaps.clone(),
+            kube::runtime::watcher::Config::default().fields("metadata.name=writes"),
+        );
+        tokio::spawn(async move {
+            use futures::StreamExt;
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                if let Ok(kube::runtime::watcher::Event::Apply(cm)) = event
+                    && let Some(by) = cm.data.and_then(|d| d.get("writer").cloned())
+                {
+                    seen.lock().unwrap().push(by);
+                }
+            }
+        })
+    };
+
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    // Replica a reaches the API server through a proxy that can stall its lease requests; its
+    // other requests go through.
+    let faults = capi_testing::faults::ApiFaults::default();
+    let client_a = faults
+        .client(f.env.control_plane().kubeconfig_yaml())
+        .await
+        .unwrap();
+    let task_a = elected_writer(&f, client_a, "replica-a", log.clone()).await;
+    eventually("replica a to write", || async {
+        log.lock().unwrap().iter().any(|w| w.answered.is_some())
+    })
+    .await;
+    let task_b = elected_writer(&f, f.env.client(), "replica-b", log.clone()).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    faults.stall("/leases/");
+    eventually("replica b to write", || async {
+        log.lock().unwrap().iter().any(|w| w.by == "replica-b")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    task_b.abort();
+    watching.abort();
+    let log = log.lock().unwrap().clone();
+    let first_b = log.iter().find(|w| w.by == "replica-b").unwrap().sent;
+    for write in log.iter().filter(|w| w.by == "replica-a") {
+        // A write cut off in flight may still land: count it as lasting a second.
+        let end = write
+            .answered
+            .unwrap_or(write.sent + Duration::from_secs(1));
+        assert!(
+            end < first_b,
+            "replica a wrote until {:?} after replica b began",
+            end - first_b
+        );
+    }
+    let seen = seen.lock().unwrap().clone();
+    let handed_over = seen.iter().position(|by| by == "replica-b").unwrap();
+    assert!(
+        seen[handed_over..].iter().all(|by| by == "replica-b"),
+        "the API server saw replica a write after replica b: {seen:?}"
+    );
+    assert!(seen[..handed_over].iter().any(|by| by == "replica-a"));
+    let result = tokio::time::timeout(Duration::from_secs(10), task_a)
+        .await
+        .expect("replica a stopped")
+        .unwrap();
+    assert!(
+        matches!(result, Err(ManagerError::LeadershipLost)),
+        "{result:?}"
+    );
+}
+
+#[tokio::test]
+async fn reconcile_traffic_at_the_rate_limit_does_not_delay_renewals() {
+    let f = fixture(CloudConfig::default()).await;
+    let config = ManagerConfig {
+        http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        leader_election: Some(election(&f.ns, "replica-a")),
+        qps: 2.0,
+        burst: 1,
+        ..ManagerConfig::default()
+    };
+    let mut manager = Manager::new(f.env.control_plane().config().await.unwrap(), config)
+        .await
+        .unwrap();
+    // A controller that keeps the rate-limited client saturated.
+    let client = manager.client();
+    let ns = f.ns.clone();
+    manager.add_controller(move |shutdown| async move {
+        let api: Api<ConfigMap> = Api::namespaced(client, &ns);
+        let busy = futures::future::join_all((0..8).map(|_| async {
+            loop {
+                let _ = api.list(&kube::api::ListParams::default()).await;
+            }
+        }));
+        tokio::select! {
+            _ = busy => {}
+            () = shutdown.wait() => {}
+        }
+    });
+    let task = tokio::spawn(manager.run_until(std::future::pending()));
+    let leases: Api<Lease> = Api::namespaced(f.env.client(), &f.ns);
+    eventually("replica a to lead", || async {
+        leases
+            .get_opt("inmemory-provider")
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|l| l.spec.and_then(|s| s.holder_identity).as_deref() == Some("replica-a"))
+    })
+    .await;
+    // Three times the renew deadline with every reconcile request queued behind the limit: the
+    // API server sees a renewal every retry period or so, never one late by the renew deadline.
+    let mut renewals = Vec::new();
+    let until = tokio::time::Instant::now() + Duration::from_secs(6);
+    while tokio::time::Instant::now() < until {
+        let renewed = leases
+            .get("inmemory-provider")
+            .await
+            .unwrap()
+            .spec
+            .and_then(|s| s.renew_time)
+            .unwrap()
+            .0;
+        if renewals.last() != Some(&renewed) {
+            renewals.push(renewed);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    renewals.push(jiff::Timestamp::now());
+    let longest = renewals
+        .windows(2)
+        .map(|w| w[1].duration_since(w[0]))
+        .max()
+        .unwrap_or_default();
+    assert!(
+        longest < jiff::SignedDuration::from_secs(2),
+        "renewals {longest:?} apart behind the rate limit"
+    );
+    assert!(
+        !task.is_finished(),
+        "the leader gave up its lease: {:?}",
+        task.await
+    );
+    task.abort();
 }

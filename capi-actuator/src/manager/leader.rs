@@ -1,6 +1,12 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease, as client-go's leaderelection does it:
 //! acquire when the lease is free or expired, renew well within its duration, and stop leading
 //! when a renewal has not succeeded within the renew deadline.
+//!
+//! The deadline is counted from the moment the last successful renewal was *sent* (the time it
+//! wrote into the lease, from which other replicas count its expiry), and every attempt is cut
+//! off at the deadline: a renewal that hangs (a stalled connection, an overloaded API server)
+//! cannot keep this replica leading. With `renew_deadline < lease_duration`, a replica that
+//! could not renew has stopped its controllers before any other replica may take the lease.
 
 use std::time::Duration;
 
@@ -9,6 +15,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::PostParams;
 use kube::{Api, Client};
+use tokio::time::Instant;
 
 /// Leader election settings. Defaults follow controller-runtime (15 s / 10 s / 2 s).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,43 +65,70 @@ impl LeaderElector {
         }
     }
 
-    /// Tries until this replica holds the lease.
-    pub(crate) async fn acquire(&self) {
+    /// Tries until this replica holds the lease; returns when the successful attempt was sent.
+    /// Each attempt is bounded by the renew deadline.
+    pub(crate) async fn acquire(&self) -> Instant {
         loop {
-            match self.try_acquire_or_renew().await {
-                Ok(true) => {
+            let sent = Instant::now();
+            let attempt = self.try_acquire_or_renew();
+            match tokio::time::timeout(self.config.renew_deadline, attempt).await {
+                Ok(Ok(true)) => {
                     tracing::info!(identity = %self.config.identity, lease = %self.config.lease_name, "acquired leadership");
-                    return;
+                    return sent;
                 }
-                Ok(false) => {}
-                Err(error) => tracing::debug!(%error, "could not acquire the lease"),
+                Ok(Ok(false)) => {}
+                Ok(Err(error)) => tracing::debug!(%error, "could not acquire the lease"),
+                Err(_) => {
+                    tracing::debug!("acquiring the lease took longer than the renew deadline")
+                }
             }
             tokio::time::sleep(self.config.retry_period).await;
         }
     }
 
-    /// Renews until a renewal has not succeeded within the renew deadline; returns then.
-    pub(crate) async fn hold(&self) {
-        let mut last_renewal = tokio::time::Instant::now();
+    /// Renews every retry period, the lease first acquired by an attempt sent at `acquired`;
+    /// returns when another replica holds the lease or when no renewal succeeded within the
+    /// renew deadline, at the deadline at the latest, however long an attempt hangs.
+    pub(crate) async fn hold(&self, acquired: Instant) {
+        let mut renewed = acquired;
         loop {
-            tokio::time::sleep(self.config.retry_period).await;
-            match self.try_acquire_or_renew().await {
-                Ok(true) => last_renewal = tokio::time::Instant::now(),
-                Ok(false) => {
+            let deadline = renewed + self.config.renew_deadline;
+            let next = (Instant::now() + self.config.retry_period).min(deadline);
+            tokio::time::sleep_until(next).await;
+            let sent = Instant::now();
+            match tokio::time::timeout_at(deadline, self.try_acquire_or_renew()).await {
+                Ok(Ok(true)) => renewed = sent,
+                Ok(Ok(false)) => {
                     tracing::error!(lease = %self.config.lease_name, "another replica took the lease");
                     return;
                 }
-                Err(error) => tracing::warn!(%error, "could not renew the lease"),
+                Ok(Err(error)) => tracing::warn!(%error, "could not renew the lease"),
+                Err(_) => {}
             }
-            if last_renewal.elapsed() > self.config.renew_deadline {
-                tracing::error!(lease = %self.config.lease_name, "could not renew the lease in time");
+            if Instant::now() >= renewed + self.config.renew_deadline {
+                tracing::error!(
+                    lease = %self.config.lease_name,
+                    deadline = ?self.config.renew_deadline,
+                    "could not renew the lease within the renew deadline; stopping"
+                );
                 return;
             }
         }
     }
 
-    /// Gives the lease up so that another replica takes over without waiting for it to expire.
+    /// Gives the lease up so that another replica takes over without waiting for it to expire;
+    /// bounded by the renew deadline.
     pub(crate) async fn release(&self) {
+        let release = self.try_release();
+        if tokio::time::timeout(self.config.renew_deadline, release)
+            .await
+            .is_err()
+        {
+            tracing::debug!("releasing the lease took longer than the renew deadline");
+        }
+    }
+
+    async fn try_release(&self) {
         if let Ok(Some(mut lease)) = self.api.get_opt(&self.config.lease_name).await {
             let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
             if spec.holder_identity.as_deref() == Some(self.config.identity.as_str()) {

@@ -7,7 +7,9 @@
 //! - `/healthz`, `/readyz` (every controller's cache synced) and `/metrics` on one HTTP address;
 //! - leader election on a `coordination.k8s.io/v1` Lease: controllers start only once this replica
 //!   leads, and are aborted at once (and [`Manager::run`] returns [`ManagerError::LeadershipLost`])
-//!   when it no longer does — another replica may already be reconciling;
+//!   when it no longer does — another replica may already be reconciling — or when no renewal
+//!   succeeded within the renew deadline, before the lease can expire; renewals have a client of
+//!   their own, outside the rate limit;
 //! - graceful shutdown on SIGTERM and SIGINT: in-flight reconciles finish (within
 //!   [`ManagerConfig::shutdown_timeout`], then they are aborted), the lease is released.
 //!
@@ -124,6 +126,7 @@ type ControllerTask = Box<dyn FnOnce(Shutdown) -> BoxFuture<'static, ()> + Send>
 /// election and graceful shutdown.
 pub struct Manager {
     client: Client,
+    lease_client: Client,
     config: ManagerConfig,
     listener: TcpListener,
     metrics: Metrics,
@@ -155,15 +158,20 @@ impl Manager {
         // `burst` requests per window of `burst / qps` seconds: `qps` on average.
         let window = Duration::from_secs_f64(f64::from(config.burst) / config.qps);
         let rate_limit = tower::limit::RateLimitLayer::new(u64::from(config.burst), window);
-        let client = ClientBuilder::try_from(kube_config)?
+        let client = ClientBuilder::try_from(kube_config.clone())?
             .with_layer(&rate_limit)
             .build();
-        Self::with_client(client, config).await
+        // Renewals must not queue behind reconcile traffic: the lease has its own client.
+        let lease_client = Client::try_from(kube_config)?;
+        let mut manager = Self::with_client(client, config).await?;
+        manager.use_lease_client(lease_client);
+        Ok(manager)
     }
 
     /// A manager whose reconcilers all share `client`, used as given: `config.qps` and
     /// `config.burst` are not applied, so a client built by the caller (with its own layers:
-    /// tracing, a proxy, fault injection in tests) brings its own rate limit. Binds the HTTP
+    /// tracing, a proxy, fault injection in tests) brings its own rate limit. Leader election
+    /// uses `client` too unless [`Manager::use_lease_client`] gives it its own. Binds the HTTP
     /// address now.
     pub async fn with_client(client: Client, config: ManagerConfig) -> Result<Self, ManagerError> {
         let listener = TcpListener::bind(config.http_addr)
@@ -173,6 +181,7 @@ impl Manager {
                 source,
             })?;
         Ok(Self {
+            lease_client: client.clone(),
             client,
             config,
             listener,
@@ -180,6 +189,15 @@ impl Manager {
             readiness: Readiness::default(),
             controllers: Vec::new(),
         })
+    }
+
+    /// Leader election reads and renews the lease with `client` (by default, from
+    /// [`Manager::new`], a client of its own without the reconcilers' rate limit, so that
+    /// renewals never wait behind reconcile traffic). Each attempt is bounded by the renew
+    /// deadline whatever the client does.
+    pub fn use_lease_client(&mut self, client: Client) -> &mut Self {
+        self.lease_client = client;
+        self
     }
 
     /// The shared client (rate limited).
@@ -307,10 +325,11 @@ impl Manager {
             .config
             .leader_election
             .clone()
-            .map(|config| leader::LeaderElector::new(self.client.clone(), config));
+            .map(|config| leader::LeaderElector::new(self.lease_client.clone(), config));
+        let mut leading = None;
         if let Some(elector) = &elector {
             tokio::select! {
-                () = elector.acquire() => {}
+                acquired = elector.acquire() => leading = Some((elector, acquired)),
                 () = &mut stop => {
                     trigger.fire();
                     let _ = server.await;
@@ -324,9 +343,9 @@ impl Manager {
             .into_iter()
             .map(|start| tokio::spawn(start(shutdown.clone())))
             .collect();
-        let lost = match &elector {
-            Some(elector) => tokio::select! {
-                () = elector.hold() => true,
+        let lost = match leading {
+            Some((elector, acquired)) => tokio::select! {
+                () = elector.hold(acquired) => true,
                 () = &mut stop => false,
             },
             None => {
