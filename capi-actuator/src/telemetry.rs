@@ -2,6 +2,8 @@
 //! (default `info`).
 
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// The log line format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -15,10 +17,40 @@ pub enum LogFormat {
 
 /// Installs the global subscriber. Returns an error if one is already installed.
 pub fn init_logging(format: LogFormat) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    init_logging_without_bodies(format, &[])
+}
+
+/// Installs the global subscriber, with the TRACE events of `body_targets` (and of the targets
+/// under them) dropped whatever `RUST_LOG` says: cloud SDKs log whole request and response
+/// bodies at TRACE level, and those carry passwords, tokens and user data. Returns an error if
+/// a subscriber is already installed.
+pub fn init_logging_without_bodies(
+    format: LogFormat,
+    body_targets: &[&'static str],
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let bodies = without_body_traces(body_targets.to_vec());
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().with_current_span(true).try_init(),
+        LogFormat::Text => builder.finish().with(bodies).try_init()?,
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .finish()
+            .with(bodies)
+            .try_init()?,
     }
+    Ok(())
+}
+
+/// A filter that drops the TRACE events of `body_targets` and of the targets under them
+/// (`openstack_sdk` covers `openstack_sdk_core::…`), and lets everything else through; for a
+/// subscriber of one's own, as [`init_logging_without_bodies`] installs it.
+pub fn without_body_traces(
+    body_targets: Vec<&'static str>,
+) -> tracing_subscriber::filter::FilterFn<impl Fn(&tracing::Metadata<'_>) -> bool> {
+    tracing_subscriber::filter::filter_fn(move |meta| {
+        *meta.level() != tracing::Level::TRACE
+            || !body_targets.iter().any(|t| meta.target().starts_with(t))
+    })
 }

@@ -47,7 +47,7 @@ pub mod guide;
 use std::sync::Arc;
 
 use capi_actuator::manager::{Manager, ManagerError};
-use capi_actuator::telemetry::init_logging;
+use capi_actuator::telemetry::init_logging_without_bodies;
 use capi_bootstrap::controller::{BootstrapFiles, BootstrapSettings, KubeadmBootstrap};
 use capi_control_plane::controller::{ControlPlaneSettings, KubeadmControlPlanes};
 use capi_control_plane::etcd::EtcdAccess;
@@ -95,6 +95,7 @@ pub struct ProviderManager {
     bootstrap: BootstrapSettings,
     core: CoreSettings,
     etcd: Option<Arc<dyn EtcdAccess>>,
+    body_log_targets: Vec<&'static str>,
 }
 
 impl ProviderManager {
@@ -151,7 +152,16 @@ impl ProviderManager {
             bootstrap: BootstrapSettings::default(),
             core: CoreSettings::default(),
             etcd: None,
+            body_log_targets: Vec::new(),
         }
+    }
+
+    /// Log targets (a cloud SDK's) that write request and response bodies at TRACE level: their
+    /// TRACE events are never logged, whatever `RUST_LOG` says, since bodies carry credentials,
+    /// tokens and bootstrap data.
+    pub fn body_log_targets(mut self, targets: &[&'static str]) -> Self {
+        self.body_log_targets.extend_from_slice(targets);
+        self
     }
 
     /// How the KubeadmControlPlane controller reaches each cluster's etcd, when it runs
@@ -201,7 +211,8 @@ impl ProviderManager {
             println!("{}", self.manifests_list()?);
             return Ok(());
         }
-        init_logging(self.args.log_format).map_err(ProviderError::Logging)?;
+        init_logging_without_bodies(self.args.log_format, &self.body_log_targets)
+            .map_err(ProviderError::Logging)?;
         let kube_config = kube::Config::infer()
             .await
             .map_err(ProviderError::KubeConfig)?;

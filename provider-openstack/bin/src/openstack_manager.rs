@@ -44,7 +44,8 @@ async fn main() -> Result<()> {
         "openstackmachinetemplates",
     );
     let mut provider = ProviderManager::new("OpenStack", args.manager)
-        .manifests(provider_openstack::api::crds(), rules);
+        .manifests(provider_openstack::api::crds(), rules)
+        .body_log_targets(provider_openstack::cloud::SDK_BODY_LOG_TARGETS);
     if !args.without_cloud_conf {
         provider = provider.bootstrap_files(Arc::new(CloudConfFiles));
     }

@@ -14,6 +14,7 @@
 
 mod compute;
 mod load_balancer;
+mod message;
 mod network;
 pub mod session;
 
@@ -21,6 +22,11 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 pub use session::{Session, Sessions};
+
+/// The log targets under which `openstack_sdk` writes whole request and response bodies (a
+/// password, user data) at TRACE level; a manager drops their TRACE events
+/// (`capi_actuator::telemetry::init_logging_without_bodies`).
+pub const SDK_BODY_LOG_TARGETS: &[&str] = &["openstack_sdk"];
 
 /// Why a cloud call failed, classified for the reconcile loop.
 #[derive(Debug, thiserror::Error)]

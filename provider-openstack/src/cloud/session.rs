@@ -18,15 +18,17 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use http::{HeaderMap, HeaderValue, Method};
 use openstack_sdk::api::rest_endpoint_prelude::{BodyError, QueryParams};
 use openstack_sdk::api::{ApiError, QueryAsync, RestEndpoint, ignore};
 use openstack_sdk::config::CloudConfig;
 use openstack_sdk::types::{ApiVersion, ServiceType};
-use openstack_sdk::{AsyncOpenStack, OpenStackError, RestError};
+use openstack_sdk::{AsyncOpenStack, RestError};
 use serde::de::DeserializeOwned;
 
+use super::message::Redaction;
 use super::{CloudError, CloudResult};
 use crate::credentials::{Auth, Credentials, ProjectRef, UserRef};
 
@@ -35,6 +37,8 @@ use crate::credentials::{Auth, Credentials, ProjectRef, UserRef};
 #[derive(Clone)]
 pub struct Session {
     client: AsyncOpenStack,
+    /// The credentials' secrets, blanked in every error message.
+    redaction: Redaction,
     /// Keeps the CA bundle file alive as long as the session uses it.
     _ca_file: Option<Arc<CaFile>>,
 }
@@ -60,12 +64,15 @@ impl Session {
             None => None,
         };
         let config = cloud_config(credentials, ca_file.as_deref())?;
+        let redaction = credentials_redaction(credentials);
         let client = AsyncOpenStack::builder(&config)
             .disable_auth_cache(true)
             .connect()
             .await
             .map_err(|e| CloudError::Auth {
-                message: describe_session_error(&e),
+                // The SDK's messages name the failing step (discovery, auth, catalog) and carry
+                // Keystone's answer, which may echo the request.
+                message: redaction.apply(&e.to_string()),
             })?;
         // Version discovery (e.g. Neutron's catalog URL is unversioned; requests go to `/v2.0/`).
         // A service the cloud lacks (no Octavia, say) fails only the calls that need it.
@@ -81,6 +88,7 @@ impl Session {
         }
         Ok(Self {
             client,
+            redaction,
             _ca_file: ca_file,
         })
     }
@@ -88,18 +96,28 @@ impl Session {
     /// Sends `call` and decodes the value under its response key.
     pub(crate) async fn json<T: DeserializeOwned + 'static>(&self, call: Call) -> CloudResult<T> {
         let what = call.describe();
+        let redaction = self.redaction_for(&call);
         call.query_async(&self.client)
             .await
-            .map_err(|e| classify(what, e))
+            .map_err(|e| classify(what, e, &redaction))
     }
 
     /// Sends `call` and ignores the response body.
     pub(crate) async fn send(&self, call: Call) -> CloudResult<()> {
         let what = call.describe();
+        let redaction = self.redaction_for(&call);
         ignore(call)
             .query_async(&self.client)
             .await
-            .map_err(|e| classify(what, e))
+            .map_err(|e| classify(what, e, &redaction))
+    }
+
+    /// What an error answer to `call` must not show: the credentials' secrets and the call's.
+    fn redaction_for(&self, call: &Call) -> Redaction {
+        match &call.body {
+            Some(body) => self.redaction.clone().request_body(body),
+            None => self.redaction.clone(),
+        }
     }
 
     /// Sends `call`, treating a 404 as success (deletes).
@@ -112,12 +130,43 @@ impl Session {
 }
 
 /// The sessions of a controller, one per credentials Secret, shared by all reconciles.
+///
+/// Each Secret has its own slot: authenticating with one cloud (a Keystone round trip plus
+/// endpoint discovery, slow when that Keystone is) holds only that Secret's slot, so reconciles
+/// of clusters with other credentials go on meanwhile, and reconciles that need the same
+/// Secret wait for the one authentication in flight instead of each asking Keystone. An
+/// authentication is bounded by [`AUTHENTICATION_TIMEOUT`]. A session not used for
+/// [`Sessions::IDLE`] is dropped (its Secret or its clusters are gone, most likely), so the
+/// cache holds at most the Secrets in use.
 #[derive(Clone, Default)]
 pub struct Sessions {
-    inner: Arc<tokio::sync::Mutex<HashMap<String, (String, Session)>>>,
+    slots: Arc<std::sync::Mutex<HashMap<String, Arc<Slot>>>>,
+}
+
+/// The longest one authentication (Keystone and endpoint discovery) may take.
+pub const AUTHENTICATION_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One Secret's session: the authentication in flight holds `session`'s lock.
+#[derive(Default)]
+struct Slot {
+    session: tokio::sync::Mutex<Option<(String, Session)>>,
+    last_used: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl Slot {
+    fn touch(&self) {
+        *lock(&self.last_used) = Some(std::time::Instant::now());
+    }
+
+    fn idle_for(&self, idle: Duration) -> bool {
+        lock(&self.last_used).is_some_and(|used| used.elapsed() >= idle)
+    }
 }
 
 impl Sessions {
+    /// How long an unused session is kept.
+    pub const IDLE: Duration = Duration::from_secs(30 * 60);
+
     /// The session for the Secret `key` (namespace/name) at `resource_version`; a new one (a new
     /// token) when the Secret changed since the cached one was made.
     pub async fn get(
@@ -126,28 +175,64 @@ impl Sessions {
         resource_version: &str,
         credentials: impl FnOnce() -> Result<Credentials, crate::credentials::CredentialsError>,
     ) -> Result<Session, SessionError> {
-        let mut sessions = self.inner.lock().await;
-        if let Some((version, session)) = sessions.get(key)
+        let slot = self.slot(key);
+        slot.touch();
+        let mut held = slot.session.lock().await;
+        if let Some((version, session)) = held.as_ref()
             && version == resource_version
         {
             return Ok(session.clone());
         }
         let credentials = credentials().map_err(SessionError::Credentials)?;
-        let session = Session::connect(&credentials)
+        let session = tokio::time::timeout(AUTHENTICATION_TIMEOUT, Session::connect(&credentials))
             .await
+            .map_err(|_| {
+                SessionError::Cloud(CloudError::Auth {
+                    message: format!(
+                        "Keystone and endpoint discovery took longer than {}s",
+                        AUTHENTICATION_TIMEOUT.as_secs()
+                    ),
+                })
+            })?
             .map_err(SessionError::Cloud)?;
-        sessions.insert(
-            key.to_string(),
-            (resource_version.to_string(), session.clone()),
-        );
+        *held = Some((resource_version.to_string(), session.clone()));
         Ok(session)
     }
 
     /// Forgets the session of `key` (after an authentication failure, so the next reconcile
     /// authenticates afresh).
     pub async fn forget(&self, key: &str) {
-        self.inner.lock().await.remove(key);
+        lock(&self.slots).remove(key);
     }
+
+    /// How many Secrets have a slot.
+    pub fn len(&self) -> usize {
+        lock(&self.slots).len()
+    }
+
+    /// Whether no Secret has a slot.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `key`'s slot, made if new; drops the slots idle for [`Sessions::IDLE`] on the way (never
+    /// one in use: its authentication holds the lock).
+    fn slot(&self, key: &str) -> Arc<Slot> {
+        self.slot_pruning(key, Self::IDLE)
+    }
+
+    fn slot_pruning(&self, key: &str, idle: Duration) -> Arc<Slot> {
+        let mut slots = lock(&self.slots);
+        slots
+            .retain(|k, slot| k == key || !slot.idle_for(idle) || slot.session.try_lock().is_err());
+        slots.entry(key.to_string()).or_default().clone()
+    }
+}
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Why no session could be had.
@@ -274,7 +359,7 @@ impl RestEndpoint for Call {
     }
 }
 
-fn classify(what: String, error: ApiError<RestError>) -> CloudError {
+fn classify(what: String, error: ApiError<RestError>, redaction: &Redaction) -> CloudError {
     let by_status = |status: http::StatusCode, message: String| match status.as_u16() {
         404 => CloudError::NotFound { what: what.clone() },
         409 => CloudError::Conflict {
@@ -292,70 +377,32 @@ fn classify(what: String, error: ApiError<RestError>) -> CloudError {
         },
     };
     match error {
-        ApiError::OpenStack { status, msg, .. } => by_status(status, bounded(&msg)),
+        ApiError::OpenStack { status, msg, .. } => by_status(status, redaction.apply(&msg)),
         ApiError::OpenStackService { status, data, .. } => {
             let message = match serde_json::from_str::<serde_json::Value>(&data) {
-                Ok(body) => cloud_message(&body),
-                Err(_) => bounded(&data),
+                Ok(body) => redaction.cloud_message(&body),
+                Err(_) => redaction.apply(&data),
             };
             by_status(status, message)
         }
         ApiError::OpenStackUnrecognized { status, obj, .. } => {
-            // The raw body may echo the request (user data, a password): debug level only.
-            tracing::debug!(%status, body = %obj, "unrecognised OpenStack error body");
-            by_status(status, cloud_message(&obj))
+            // The body may echo the request: at debug level only, and blanked there too.
+            tracing::debug!(%status, body = %redaction.apply(&obj.to_string()), "unrecognised OpenStack error body");
+            by_status(status, redaction.cloud_message(&obj))
         }
         other => CloudError::Transient {
             what,
-            message: bounded(&other.to_string()),
+            message: redaction.apply(&other.to_string()),
         },
     }
 }
 
-/// The longest cloud message that reaches conditions, events and logs.
-const MAX_MESSAGE: usize = 512;
-
-/// The message field of an OpenStack error body — Nova's `{"badRequest": {"message"}}`,
-/// Neutron's `{"NeutronError": {"message"}}`, Octavia's `{"faultstring"}`, Keystone's
-/// `{"error": {"message"}}` — bounded; never the rest of the body, which may echo the request.
-fn cloud_message(body: &serde_json::Value) -> String {
-    const FIELDS: [&str; 4] = ["message", "faultstring", "description", "title"];
-    let direct = |value: &serde_json::Value| {
-        FIELDS
-            .iter()
-            .find_map(|field| value.get(field).and_then(|m| m.as_str()))
-            .map(str::to_string)
-    };
-    let nested = || {
-        body.as_object()
-            .and_then(|fields| fields.values().find_map(&direct))
-    };
-    match direct(body).or_else(nested) {
-        Some(message) => bounded(&message),
-        None => format!(
-            "unrecognised error body ({} bytes; logged at debug level)",
-            body.to_string().len()
-        ),
+/// The secrets of `credentials`, for blanking in messages.
+fn credentials_redaction(credentials: &Credentials) -> Redaction {
+    match &credentials.auth {
+        Auth::Password { password, .. } => Redaction::default().secret(password),
+        Auth::ApplicationCredential { secret, .. } => Redaction::default().secret(secret),
     }
-}
-
-/// `text` without control characters, at most [`MAX_MESSAGE`] characters.
-fn bounded(text: &str) -> String {
-    let mut out: String = text
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .take(MAX_MESSAGE)
-        .collect();
-    if text.chars().count() > MAX_MESSAGE {
-        out.push('…');
-    }
-    out
-}
-
-fn describe_session_error(error: &OpenStackError) -> String {
-    // The SDK's messages name the failing step (discovery, auth, catalog) and carry Keystone's
-    // answer; they never include the request body that holds the password.
-    error.to_string()
 }
 
 /// The SDK's cloud configuration for `credentials`, built in memory (no clouds.yaml file is read
@@ -454,23 +501,20 @@ impl Drop for CaFile {
 mod tests {
     use super::*;
 
-    #[test]
-    fn only_the_clouds_message_reaches_the_user_and_it_is_bounded() {
-        use serde_json::json;
-        let echoed = json!({"badRequest": {"code": 400, "message": "Invalid flavorRef",
-                            "request": {"adminPass": "s3cret", "user_data": "I2Nsb3Vk"}}});
-        assert_eq!(cloud_message(&echoed), "Invalid flavorRef");
-        let unknown = json!({"request": {"password": "s3cret"}});
-        let message = cloud_message(&unknown);
-        assert!(!message.contains("s3cret"), "{message}");
-        assert!(message.starts_with("unrecognised error body"), "{message}");
-        assert_eq!(
-            cloud_message(&json!({"faultstring": "Quota has been met"})),
-            "Quota has been met"
-        );
-        let long = bounded(&"x\n".repeat(1000));
-        assert_eq!(long.chars().count(), MAX_MESSAGE + 1);
-        assert!(!long.contains('\n'));
+    #[tokio::test]
+    async fn idle_sessions_are_dropped_and_one_authenticating_is_kept() {
+        let sessions = Sessions::default();
+        sessions.slot("ns/idle").touch();
+        let busy = sessions.slot("ns/busy");
+        busy.touch();
+        let authenticating = busy.session.lock().await;
+        let _ = sessions.slot_pruning("ns/new", Duration::ZERO);
+        let mut keys: Vec<String> = lock(&sessions.slots).keys().cloned().collect();
+        keys.sort();
+        assert_eq!(keys, ["ns/busy", "ns/new"]);
+        drop(authenticating);
+        let _ = sessions.slot_pruning("ns/new", Duration::ZERO);
+        assert_eq!(sessions.len(), 1, "only the slot asked for stays");
     }
 
     fn password_credentials() -> Credentials {
