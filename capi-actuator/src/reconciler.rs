@@ -29,7 +29,7 @@ use crate::metrics::{Metrics, ReconcileResult};
 use crate::options::ReconcilerOptions;
 use crate::plan::Next;
 use crate::readiness::Readiness;
-use crate::retry::RetryState;
+use crate::retry::{RetryMemory, RetryState, object_key};
 
 /// Why one reconcile failed. Transient actuator failures and API errors back off per object.
 #[derive(Debug, thiserror::Error)]
@@ -75,6 +75,7 @@ pub struct Reconciler<K, S: ?Sized> {
     options: ReconcilerOptions,
     metrics: Option<Metrics>,
     readiness: Option<Readiness>,
+    memory: Arc<RetryMemory>,
     kind: PhantomData<fn() -> K>,
 }
 
@@ -87,6 +88,7 @@ impl<K: Resource<DynamicType = ()>, S: ?Sized> Reconciler<K, S> {
             options: ReconcilerOptions::default(),
             metrics: None,
             readiness: None,
+            memory: Arc::default(),
             kind: PhantomData,
         }
     }
@@ -155,7 +157,8 @@ where
 {
     /// The stream that triggers reconciles — the watch of `K`, reflected into the returned store,
     /// reporting readiness after its first list, without the loop's own status writes — and the
-    /// store.
+    /// store. The watch also prunes the per-object retry memory: a deleted object, or one a
+    /// re-list no longer finds, is forgotten.
     pub fn trigger(
         &self,
     ) -> (
@@ -167,12 +170,19 @@ where
             readiness.register(&controller);
         }
         let (reader, writer) = reflector::store();
+        let memory = Arc::clone(&self.memory);
+        let present = reader.clone();
         let trigger = watcher(
             self.options.api::<K>(&self.client),
             self.options.watch_config(),
         )
         .backoff(crate::retry::WatchBackoff::default())
         .reflect(writer)
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                forget_gone(&memory, event, &present);
+            }
+        })
         .inspect(crate::readiness::on_initial_list(
             self.readiness.clone(),
             controller,
@@ -205,10 +215,32 @@ where
             recorder: Recorder::new(self.client.clone(), reporter),
             client: self.client,
             state,
-            retry: RetryState::new(self.options.retry.clone()),
+            retry: RetryState::with_memory(self.options.retry.clone(), self.memory),
             metrics: self.metrics,
             controller,
         })
+    }
+}
+
+/// Prunes `memory` after a watch `event`: a deleted object goes; once a (re-)list is complete,
+/// every object the store no longer holds goes (deleted while the watch was down).
+fn forget_gone<K>(memory: &RetryMemory, event: &watcher::Event<K>, store: &Store<K>)
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    match event {
+        watcher::Event::Delete(object) => memory.forget(object),
+        watcher::Event::InitDone => {
+            let objects = store.state();
+            let names: std::collections::HashSet<String> =
+                objects.iter().map(|o| object_key(o.as_ref())).collect();
+            let uids: std::collections::HashSet<&str> = objects
+                .iter()
+                .filter_map(|o| o.meta().uid.as_deref())
+                .collect();
+            memory.retain(|name| names.contains(name), |uid| uids.contains(uid));
+        }
+        _ => {}
     }
 }
 
@@ -283,4 +315,48 @@ pub async fn drain<T, E: std::fmt::Display>(results: impl Stream<Item = Result<T
             }
         })
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::retry::RetryPolicy;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    fn object(name: &str) -> ConfigMap {
+        let mut object = ConfigMap::default();
+        object.metadata.name = Some(name.into());
+        object.metadata.namespace = Some("ns".into());
+        object.metadata.uid = Some(format!("uid-{name}"));
+        object.metadata.generation = Some(1);
+        object
+    }
+
+    #[test]
+    fn the_retry_memory_forgets_deleted_objects_and_those_a_relist_misses() {
+        let memory = Arc::new(RetryMemory::default());
+        let state = RetryState::with_memory(RetryPolicy::default(), Arc::clone(&memory));
+        let (a, b, c) = (object("a"), object("b"), object("c"));
+        state.back_off(&a, &"cloud down", false);
+        state.back_off(&b, &"cloud down", true);
+        state.next_action(&c, Next::InvalidConfiguration).ok();
+        assert_eq!(memory.len(), 3);
+
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        forget_gone(&memory, &watcher::Event::Delete(a.clone()), &store);
+        assert_eq!(memory.len(), 2, "a deleted object is forgotten");
+        assert_eq!(state.invalid_at(&c), Some(1));
+
+        // The watch was down while b was deleted: the re-list holds only c.
+        for event in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(c.clone()),
+            watcher::Event::InitDone,
+        ] {
+            writer.apply_watcher_event(&event);
+            forget_gone(&memory, &event, &store);
+        }
+        assert_eq!(memory.len(), 1, "only c is remembered");
+        assert_eq!(state.invalid_at(&c), Some(1));
+    }
 }

@@ -3,6 +3,7 @@
 //! watch is retried.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -156,6 +157,21 @@ impl FailureCounts {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         counts.remove(key);
     }
+
+    fn retain(&self, keep: impl Fn(&str) -> bool) {
+        self.counts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .retain(|key, _| keep(key));
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.counts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .len()
+    }
 }
 
 #[cfg(test)]
@@ -292,26 +308,65 @@ pub struct RetryState {
     /// The policy the controller retries with (its `poll` is how often a controller looks again
     /// while waiting for something no watch reports).
     pub policy: RetryPolicy,
+    memory: Arc<RetryMemory>,
+}
+
+/// What a controller remembers per object between reconciles: failures and conflicts in a row,
+/// configurations found invalid. Shared by the reconciles and the watch that triggers them, which
+/// forgets an object when it is deleted (or found gone at a re-list): the memory holds at most
+/// the objects that exist.
+#[derive(Debug, Default)]
+pub(crate) struct RetryMemory {
     failures: FailureCounts,
     conflicts: FailureCounts,
     invalid: InvalidGenerations,
 }
 
+impl RetryMemory {
+    /// Forgets everything about `object`.
+    pub(crate) fn forget<K: kube::Resource>(&self, object: &K) {
+        let key = object_key(object);
+        self.failures.reset(&key);
+        self.conflicts.reset(&key);
+        self.invalid.clear(&memo_key(object));
+    }
+
+    /// Forgets every object of which `exists` (given its `namespace/name` key and, for the
+    /// invalid-configuration memo, its UID) says it is gone.
+    pub(crate) fn retain(
+        &self,
+        exists_by_name: impl Fn(&str) -> bool,
+        exists_by_uid: impl Fn(&str) -> bool,
+    ) {
+        self.failures.retain(&exists_by_name);
+        self.conflicts.retain(&exists_by_name);
+        self.invalid.retain(&exists_by_uid);
+    }
+
+    /// How many objects are remembered (by any of the three).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.failures.len() + self.conflicts.len() + self.invalid.len()
+    }
+}
+
 impl RetryState {
+    #[cfg(test)]
     pub(crate) fn new(policy: RetryPolicy) -> Self {
-        Self {
-            policy,
-            failures: FailureCounts::default(),
-            conflicts: FailureCounts::default(),
-            invalid: InvalidGenerations::default(),
-        }
+        Self::with_memory(policy, Arc::default())
+    }
+
+    /// The state over `memory`, which the watch of the controller's kind prunes.
+    pub(crate) fn with_memory(policy: RetryPolicy, memory: Arc<RetryMemory>) -> Self {
+        Self { policy, memory }
     }
 
     /// The generation at which this very object (by UID: a deleted and recreated object of the
     /// same name starts afresh) was found invalid, while that finding is younger than
     /// [`RetryPolicy::invalid_retry`]; after that the cloud is asked again.
     pub fn invalid_at<K: kube::Resource>(&self, object: &K) -> Option<i64> {
-        self.invalid
+        self.memory
+            .invalid
             .get(&memo_key(object), self.policy.invalid_retry)
     }
 
@@ -330,11 +385,11 @@ impl RetryState {
             Next::Resync => Action::requeue(self.policy.jittered(self.policy.resync)),
             Next::InvalidConfiguration => {
                 if let Some(generation) = object.meta().generation {
-                    self.invalid.set(&memo_key(object), generation);
+                    self.memory.invalid.set(&memo_key(object), generation);
                 }
                 // A spec change comes back through the watch; otherwise look again later.
-                self.failures.reset(&key);
-                self.conflicts.reset(&key);
+                self.memory.failures.reset(&key);
+                self.memory.conflicts.reset(&key);
                 return Ok(Action::requeue(
                     self.policy.jittered(self.policy.invalid_retry),
                 ));
@@ -342,9 +397,9 @@ impl RetryState {
         };
         // Anything but an invalid configuration: the configuration worked (or the object is
         // gone), so the memo goes.
-        self.invalid.clear(&memo_key(object));
-        self.failures.reset(&key);
-        self.conflicts.reset(&key);
+        self.memory.invalid.clear(&memo_key(object));
+        self.memory.failures.reset(&key);
+        self.memory.conflicts.reset(&key);
         Ok(action)
     }
 
@@ -360,12 +415,12 @@ impl RetryState {
     ) -> Action {
         let key = object_key(object);
         if conflict {
-            let conflicts = self.conflicts.record_failure(&key);
+            let conflicts = self.memory.conflicts.record_failure(&key);
             let delay = self.policy.conflict_backoff(conflicts);
             tracing::debug!(object = %key, conflicts, retry_in = ?delay, %error, "write met a newer version; retrying");
             return Action::requeue(delay);
         }
-        let failures = self.failures.record_failure(&key);
+        let failures = self.memory.failures.record_failure(&key);
         let delay = self.policy.backoff(failures);
         tracing::warn!(object = %key, failures, retry_in = ?delay, %error, "reconcile failed");
         Action::requeue(delay)
@@ -411,6 +466,21 @@ impl InvalidGenerations {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .remove(key);
+    }
+
+    fn retain(&self, keep: impl Fn(&str) -> bool) {
+        self.generations
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .retain(|key, _| keep(key));
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.generations
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .len()
     }
 }
 

@@ -128,14 +128,16 @@ pub(crate) fn receiver_stream<T: Send + 'static>(
     }
 }
 
-/// Keeps `writer`'s store filled from a watch of `api` on a task of its own, calling `on_change`
-/// with each object that changed. Returns the flag that turns true once the first list is in
+/// Keeps `writer`'s store filled from a watch of `api` on a task of its own, each object cut down
+/// by `slim` to what the controllers read before it is stored, calling `on_change` with each
+/// object that changed. Returns the flag that turns true once the first list is in
 /// (a cache that is not yet may be missing objects; read from the API server until then) and the
 /// task (abort it to stop watching). A failed watch is retried with
 /// [`WatchBackoff`](capi_actuator::retry::WatchBackoff), so the cache never stops by itself.
 pub(crate) fn spawn_cache<K>(
     api: Api<K>,
     writer: Writer<K>,
+    slim: fn(&mut K),
     on_change: impl Fn(K) + Send + Sync + 'static,
 ) -> (Arc<AtomicBool>, tokio::task::JoinHandle<()>)
 where
@@ -148,6 +150,7 @@ where
     let task = tokio::spawn(async move {
         watcher(api, watcher::Config::default())
             .backoff(capi_actuator::retry::WatchBackoff::default())
+            .modify(slim)
             .reflect(writer)
             .inspect(move |event| {
                 if matches!(event, Ok(watcher::Event::InitDone)) {

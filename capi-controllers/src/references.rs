@@ -92,6 +92,11 @@ impl References {
         client: Client,
         namespace: Option<String>,
     ) -> (Self, mpsc::UnboundedReceiver<Arc<DynamicObject>>) {
+        // Unbounded, and still bounded in practice: the watch tasks cannot wait on a full channel
+        // (a dropped change would be a missed reconcile), and the receiver is the controller's
+        // trigger stream, drained as fast as changes come into its scheduler, which keeps one
+        // entry per object however many changes it gets: the queue holds what arrives between
+        // two polls, never a backlog that grows with slow reconciles.
         let (changes, receiver) = mpsc::unbounded_channel();
         let references = Self {
             client,
@@ -134,7 +139,9 @@ impl References {
         let store = writer.as_reader();
         let changes = self.changes.clone();
         // The receiver is gone only when the controller stopped.
-        let (synced, task) = crate::cache::spawn_cache(api, writer, move |object| {
+        // Managed fields are often the bulk of an object, and nothing reads them.
+        let slim = |object: &mut DynamicObject| object.metadata.managed_fields = None;
+        let (synced, task) = crate::cache::spawn_cache(api, writer, slim, move |object| {
             let _ = changes.send(Arc::new(object));
         });
         self.tasks

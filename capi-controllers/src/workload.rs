@@ -111,6 +111,8 @@ impl WorkloadClusters {
     /// Workload clusters found through Secrets read with `management`; node changes arrive on the
     /// returned receiver.
     pub(crate) fn new(management: Client) -> (Self, mpsc::UnboundedReceiver<NodeChange>) {
+        // Unbounded for the reason the reference caches' channel is (`references`): drained as
+        // changes come by the controller's scheduler, which keeps one entry per object.
         let (changes, receiver) = mpsc::unbounded_channel();
         let clusters = Self {
             management,
@@ -203,13 +205,14 @@ impl WorkloadClusters {
         let changes = self.changes.clone();
         let (namespace, cluster) = (namespace.to_string(), cluster.to_string());
         let nodes: Api<Node> = Api::all(client.clone());
-        let (synced, task) = crate::cache::spawn_cache(nodes, writer, move |node: Node| {
-            let _ = changes.send(NodeChange {
-                namespace: namespace.clone(),
-                cluster: cluster.clone(),
-                provider_id: node.spec.and_then(|s| s.provider_id),
+        let (synced, task) =
+            crate::cache::spawn_cache(nodes, writer, slim_node, move |node: Node| {
+                let _ = changes.send(NodeChange {
+                    namespace: namespace.clone(),
+                    cluster: cluster.clone(),
+                    provider_id: node.spec.and_then(|s| s.provider_id),
+                });
             });
-        });
         let workload = Workload {
             client,
             nodes: reader,
@@ -217,6 +220,45 @@ impl WorkloadClusters {
         };
         (workload, task)
     }
+}
+
+/// `node` cut down to what the controllers read from the cache — its name, provider ID and
+/// conditions (type, status, since when, message) — so that a cluster's node cache costs a few
+/// hundred bytes a node, not the kilobytes of images, labels, annotations, managed fields,
+/// capacity and heartbeats a kubelet reports. Anything else is read from the API server.
+fn slim_node(node: &mut Node) {
+    let metadata = std::mem::take(&mut node.metadata);
+    node.metadata = kube::api::ObjectMeta {
+        name: metadata.name,
+        uid: metadata.uid,
+        resource_version: metadata.resource_version,
+        ..kube::api::ObjectMeta::default()
+    };
+    let provider_id = node.spec.take().and_then(|s| s.provider_id);
+    node.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+        provider_id,
+        ..Default::default()
+    });
+    let conditions = node
+        .status
+        .take()
+        .and_then(|s| s.conditions)
+        .map(|conditions| {
+            conditions
+                .into_iter()
+                .map(|c| k8s_openapi::api::core::v1::NodeCondition {
+                    type_: c.type_,
+                    status: c.status,
+                    last_transition_time: c.last_transition_time,
+                    message: c.message,
+                    ..Default::default()
+                })
+                .collect()
+        });
+    node.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+        conditions,
+        ..Default::default()
+    });
 }
 
 /// A client of the workload cluster whose kubeconfig `secret` holds (key `value`), with kube's
@@ -246,4 +288,45 @@ pub async fn client_from_secret(secret: &Secret) -> Result<Client, WorkloadError
     // not something to wait out inside one request: the controllers retry on their own terms.
     config.default_retry = false;
     Client::try_from(config).map_err(|_| invalid("no client can be built from it".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cached_node_keeps_what_the_controllers_read_and_nothing_else() {
+        let mut node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n-0", "uid": "u", "resourceVersion": "7",
+                "labels": {"kubernetes.io/hostname": "n-0"},
+                "annotations": {"volumes.kubernetes.io/controller-managed-attach-detach": "true"},
+                "managedFields": [{"manager": "kubelet", "operation": "Update"}]},
+            "spec": {"providerID": "inmemory:///i-1", "podCIDR": "10.0.0.0/24",
+                     "taints": [{"key": "k", "effect": "NoSchedule"}]},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
+                    "message": "cni not ready", "lastTransitionTime": "2026-01-01T00:00:00Z",
+                    "lastHeartbeatTime": "2026-01-01T00:05:00Z"}],
+                "images": [{"names": ["registry.k8s.io/kube-proxy:v1.34.0"], "sizeBytes": 30000000}],
+                "nodeInfo": {"kubeletVersion": "v1.34.0", "architecture": "amd64",
+                    "bootID": "", "containerRuntimeVersion": "", "kernelVersion": "",
+                    "kubeProxyVersion": "", "machineID": "", "operatingSystem": "linux",
+                    "osImage": "", "systemUUID": ""},
+                "addresses": [{"type": "InternalIP", "address": "10.0.0.4"}],
+                "capacity": {"cpu": "2"}
+            }
+        }))
+        .unwrap();
+        slim_node(&mut node);
+        assert_eq!(
+            serde_json::to_value(&node).unwrap(),
+            serde_json::json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": "n-0", "uid": "u", "resourceVersion": "7"},
+                "spec": {"providerID": "inmemory:///i-1"},
+                "status": {"conditions": [{"type": "Ready", "status": "False",
+                    "message": "cni not ready", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+            })
+        );
+    }
 }
