@@ -37,6 +37,7 @@
 //! See `capi_examples::toy` (`examples/src/toy`) for a complete provider — cluster, machine and
 //! machine template kinds, CRDs, RBAC, the three actuators and the binary — in 250 lines.
 
+pub mod call_retry;
 pub mod cluster;
 mod instrument;
 pub mod machine;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use capi_actuator::call_retry::CallRetry;
 use capi_core::api::{ApiEndpoint, FailureDomain, MachineAddress, MachineAddressType};
 use capi_core::infra::Architecture;
 use capi_core::{
@@ -25,11 +26,17 @@ pub const PROVIDER_ID_PREFIX: &str = "inmemory:///";
 const DEFAULT_ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
 
 /// Drives the simulated cloud for `InMemoryMachine`s and `InMemoryCluster`s.
+///
+/// Every cloud call is retried through transient faults ([`CallRetry`], three attempts by
+/// default), as a cloud SDK would: reads and deletes as they are; creates, which the cloud does
+/// not deduplicate, by looking for the instance's (or load balancer's) tag before each attempt, so
+/// that a create whose response was lost is found rather than made twice.
 #[derive(Clone)]
 pub struct InMemoryActuator {
     compute: Arc<dyn Compute>,
     load_balancers: Arc<dyn LoadBalancers>,
     poll: Duration,
+    retry: CallRetry,
 }
 
 impl InMemoryActuator {
@@ -44,6 +51,53 @@ impl InMemoryActuator {
             compute,
             load_balancers,
             poll,
+            retry: CallRetry::default(),
+        }
+    }
+
+    /// Retries cloud calls with `retry` instead ([`CallRetry::none`]: every call once).
+    pub fn with_call_retry(mut self, retry: CallRetry) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// `call`, repeated through transient faults; only for calls that are safe to repeat.
+    async fn retried<T, F, Fut>(&self, call: F) -> Result<T, ActuatorError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, CloudError>>,
+    {
+        self.retry
+            .run(CloudError::is_transient, call)
+            .await
+            .map_err(cloud_error)
+    }
+
+    /// Makes something the cloud does not deduplicate, exactly once: `find` looks for it (by its
+    /// tag) before each attempt, so a create that happened but failed to answer is found.
+    async fn create_once<T, Find, FindFut, Make, MakeFut>(
+        &self,
+        mut find: Find,
+        mut make: Make,
+    ) -> Result<T, ActuatorError>
+    where
+        Find: FnMut() -> FindFut,
+        FindFut: std::future::Future<Output = Result<Option<T>, ActuatorError>>,
+        Make: FnMut() -> MakeFut,
+        MakeFut: std::future::Future<Output = Result<T, CloudError>>,
+    {
+        let mut attempt = 1;
+        loop {
+            if let Some(existing) = find().await? {
+                return Ok(existing);
+            }
+            match make().await {
+                Err(error) if attempt < self.retry.attempts && error.is_transient() => {
+                    tokio::time::sleep(self.retry.wait(attempt)).await;
+                    attempt += 1;
+                }
+                outcome => return outcome.map_err(cloud_error),
+            }
         }
     }
 }
@@ -125,10 +179,8 @@ impl MachineTemplateActuator<InMemoryMachineTemplate> for InMemoryActuator {
     ) -> Result<MachineCapacity, ActuatorError> {
         let name = &scope.template.spec.template.spec.flavor;
         let flavor = self
-            .compute
-            .get_flavor(name)
-            .await
-            .map_err(cloud_error)?
+            .retried(|| self.compute.get_flavor(name))
+            .await?
             .ok_or_else(|| {
                 cloud_error(CloudError::UnknownFlavor {
                     flavor: name.clone(),
@@ -159,13 +211,10 @@ impl InMemoryActuator {
             .as_deref()
             .and_then(instance_id)
         {
-            return self.compute.get_instance(id).await.map_err(cloud_error);
+            return self.retried(|| self.compute.get_instance(id)).await;
         }
-        let mut found = self
-            .compute
-            .find_instances(scope.idempotency_key.as_str())
-            .await
-            .map_err(cloud_error)?;
+        let tag = scope.idempotency_key.as_str();
+        let mut found = self.retried(|| self.compute.find_instances(tag)).await?;
         found.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(found.into_iter().next())
     }
@@ -184,11 +233,6 @@ impl Actuator<InMemoryMachine> for InMemoryActuator {
         &self,
         scope: &MachineScope<InMemoryMachine>,
     ) -> Result<MachineInstance, ActuatorError> {
-        // The tag makes a retry after a lost response find the first instance instead of
-        // creating a second one.
-        if let Some(existing) = self.find(scope).await? {
-            return Ok(to_machine_instance(&existing));
-        }
         let request = InstanceRequest {
             tag: scope.idempotency_key.as_str().to_string(),
             flavor: scope.infra_machine.spec.flavor.clone(),
@@ -209,11 +253,14 @@ impl Actuator<InMemoryMachine> for InMemoryActuator {
                 )
             }),
         };
+        // The tag makes a retry after a lost response find the first instance instead of
+        // creating a second one.
         let created = self
-            .compute
-            .create_instance(request)
-            .await
-            .map_err(cloud_error)?;
+            .create_once(
+                || self.find(scope),
+                || self.compute.create_instance(request.clone()),
+            )
+            .await?;
         Ok(to_machine_instance(&created))
     }
 
@@ -245,11 +292,8 @@ impl Actuator<InMemoryMachine> for InMemoryActuator {
     async fn delete(&self, scope: &MachineScope<InMemoryMachine>) -> Result<(), ActuatorError> {
         // Everything this machine may own: the recorded instance and anything carrying its tag
         // (a create whose response was lost), so that nothing leaks.
-        let mut owned = self
-            .compute
-            .find_instances(scope.idempotency_key.as_str())
-            .await
-            .map_err(cloud_error)?;
+        let tag = scope.idempotency_key.as_str();
+        let mut owned = self.retried(|| self.compute.find_instances(tag)).await?;
         if let Some(id) = scope
             .infra_machine
             .spec
@@ -257,7 +301,7 @@ impl Actuator<InMemoryMachine> for InMemoryActuator {
             .as_deref()
             .and_then(instance_id)
             && !owned.iter().any(|i| i.id == id)
-            && let Some(recorded) = self.compute.get_instance(id).await.map_err(cloud_error)?
+            && let Some(recorded) = self.retried(|| self.compute.get_instance(id)).await?
         {
             owned.push(recorded);
         }
@@ -268,10 +312,8 @@ impl Actuator<InMemoryMachine> for InMemoryActuator {
             .iter()
             .filter(|i| i.status != InstanceStatus::Deleting)
         {
-            self.compute
-                .delete_instance(&instance.id)
-                .await
-                .map_err(cloud_error)?;
+            self.retried(|| self.compute.delete_instance(&instance.id))
+                .await?;
         }
         Err(ActuatorError::requeue_after(
             self.poll,
@@ -309,20 +351,16 @@ impl ClusterActuator<InMemoryCluster> for InMemoryActuator {
             ));
         }
         let tag = cluster_tag(scope);
-        let mut found = self
-            .load_balancers
-            .find_load_balancers(&tag)
-            .await
-            .map_err(cloud_error)?;
-        found.sort_by(|a, b| a.id.cmp(&b.id));
-        let lb = match found.into_iter().next() {
-            Some(lb) => lb,
-            None => self
-                .load_balancers
-                .create_load_balancer(&tag)
-                .await
-                .map_err(cloud_error)?,
+        let oldest = || async {
+            let mut found = self
+                .retried(|| self.load_balancers.find_load_balancers(&tag))
+                .await?;
+            found.sort_by(|a, b| a.id.cmp(&b.id));
+            Ok(found.into_iter().next())
         };
+        let lb = self
+            .create_once(oldest, || self.load_balancers.create_load_balancer(&tag))
+            .await?;
         let zones: Vec<String> = if scope.infra_cluster.spec.failure_domains.is_empty() {
             DEFAULT_ZONES.iter().map(|z| z.to_string()).collect()
         } else {
@@ -354,15 +392,11 @@ impl ClusterActuator<InMemoryCluster> for InMemoryActuator {
     async fn delete(&self, scope: &ClusterScope<InMemoryCluster>) -> Result<(), ActuatorError> {
         let tag = cluster_tag(scope);
         let found = self
-            .load_balancers
-            .find_load_balancers(&tag)
-            .await
-            .map_err(cloud_error)?;
+            .retried(|| self.load_balancers.find_load_balancers(&tag))
+            .await?;
         for lb in &found {
-            self.load_balancers
-                .delete_load_balancer(&lb.id)
-                .await
-                .map_err(cloud_error)?;
+            self.retried(|| self.load_balancers.delete_load_balancer(&lb.id))
+                .await?;
         }
         Ok(())
     }
@@ -406,8 +440,53 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_create_whose_response_is_lost_is_found_within_the_call() {
+        let (cloud, actuator) = setup(CloudConfig::default());
+        cloud.set_faults(Faults {
+            lost_create_response_rate: 1.0,
+            ..Faults::default()
+        });
+        let created = actuator.create(&scope("u0", small())).await.unwrap();
+        let found = actuator
+            .exists(&scope("u0", small()))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(created.provider_id, found.provider_id);
+        assert_eq!(cloud.instance_count(), 1);
+        assert_eq!(cloud.max_created_per_tag(), 1);
+    }
+
+    #[tokio::test]
+    async fn transient_faults_are_retried_within_the_call_and_then_fail_it() {
+        let (cloud, actuator) = setup(CloudConfig::default());
+        let actuator = actuator.with_call_retry(CallRetry {
+            attempts: 50,
+            base: Duration::from_millis(1),
+            cap: Duration::from_millis(1),
+        });
+        cloud.set_faults(Faults {
+            error_rate: 0.5,
+            ..Faults::default()
+        });
+        // At 50 % per call, fifty attempts all failing is out of reach: every call gets through.
+        for uid in ["r1", "r2", "r3", "r4"] {
+            actuator.create(&scope(uid, small())).await.unwrap();
+        }
+        assert_eq!(cloud.instance_count(), 4);
+        assert_eq!(cloud.max_created_per_tag(), 1);
+        cloud.set_faults(Faults {
+            error_rate: 1.0,
+            ..Faults::default()
+        });
+        let error = actuator.create(&scope("r5", small())).await.unwrap_err();
+        assert_eq!(error.kind(), ActuatorErrorKind::Transient);
+    }
+
+    #[tokio::test]
     async fn a_retried_create_after_a_lost_response_finds_the_first_instance() {
         let (cloud, actuator) = setup(CloudConfig::default());
+        let actuator = actuator.with_call_retry(CallRetry::none());
         cloud.set_faults(Faults {
             lost_create_response_rate: 1.0,
             ..Faults::default()

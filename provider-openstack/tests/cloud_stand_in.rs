@@ -30,6 +30,10 @@ const USER_DATA: &str = "#cloud-config\nruncmd: [kubeadm join --token abcdef.012
 struct StandIn {
     base: String,
     authentications: AtomicUsize,
+    /// Requests for the server `flaky` so far: the first two get 503.
+    flaky_reads: AtomicUsize,
+    /// Server creations asked for so far.
+    creates: AtomicUsize,
 }
 
 const SLOW: Duration = Duration::from_secs(3);
@@ -41,6 +45,8 @@ impl StandIn {
         let stand_in = Arc::new(Self {
             base: format!("http://{addr}"),
             authentications: AtomicUsize::new(0),
+            flaky_reads: AtomicUsize::new(0),
+            creates: AtomicUsize::new(0),
         });
         let serving = stand_in.clone();
         tokio::spawn(async move {
@@ -75,6 +81,26 @@ impl StandIn {
                     "links": [{"rel": "self", "href": format!("{}/identity/v3/", self.base)}]}}),
             ),
             ("POST", "/identity/v3/auth/tokens") => self.token(&body).await,
+            ("GET", "/compute/v2.1/servers/flaky") => {
+                if self.flaky_reads.fetch_add(1, Ordering::SeqCst) < 2 {
+                    reply(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        &json!({"computeFault": {"code": 503, "message": "try again"}}),
+                    )
+                } else {
+                    reply(
+                        StatusCode::OK,
+                        &json!({"server": {"id": "flaky", "name": "flaky", "status": "ACTIVE"}}),
+                    )
+                }
+            }
+            ("POST", "/compute/v2.1/servers") if body["server"]["name"] == "busy" => {
+                self.creates.fetch_add(1, Ordering::SeqCst);
+                reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &json!({"computeFault": {"code": 503, "message": "try again"}}),
+                )
+            }
             ("POST", "/compute/v2.1/servers") => reply(
                 StatusCode::BAD_REQUEST,
                 &json!({"badRequest": {"code": 400, "message": format!(
@@ -247,6 +273,25 @@ async fn a_slow_keystone_behind_one_secret_does_not_hold_up_the_others() {
         "one authentication per Secret"
     );
     assert_eq!(sessions.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_is_retried_through_transient_faults_and_a_create_is_not() {
+    let cloud = StandIn::start().await;
+    let session = Session::connect(&cloud.credentials("demo")).await.unwrap();
+    let server = session.get_server("flaky").await.unwrap().unwrap();
+    assert_eq!(server.status, "ACTIVE");
+    assert_eq!(cloud.flaky_reads.load(Ordering::SeqCst), 3);
+    // Nova does not deduplicate creates: a create that met a 503 is not made again blindly.
+    let error = session
+        .create_server(&ServerCreate {
+            name: "busy".into(),
+            ..ServerCreate::default()
+        })
+        .await
+        .unwrap_err();
+    assert!(error.is_transient(), "{error}");
+    assert_eq!(cloud.creates.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,7 +4,7 @@
 //! ```text
 //! inmemory-cloud [--listen 127.0.0.1:0] [--boot-time-ms N] [--delete-time-ms N] [--call-latency-ms N]
 //!                [--jitter F] [--max-instances N] [--error-rate F] [--lost-create-response-rate F]
-//!                [--workload-kubeconfig FILE]
+//!                [--seed N] [--workload-kubeconfig FILE]
 //! ```
 //!
 //! Prints `listening on http://ADDR` on the first line of standard output once it accepts requests.
@@ -60,6 +60,9 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args> {
             }
             "--error-rate" => faults.error_rate = rate(value()?)?,
             "--lost-create-response-rate" => faults.lost_create_response_rate = rate(value()?)?,
+            "--seed" => {
+                parsed.config.seed = Some(value()?.parse().context("--seed expects a number")?)
+            }
             "--workload-kubeconfig" => parsed.workload_kubeconfig = Some(value()?),
             other => bail!("unknown argument {other:?}; see the crate docs for the flags"),
         }

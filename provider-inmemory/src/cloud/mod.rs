@@ -203,6 +203,14 @@ pub enum CloudError {
     },
 }
 
+impl CloudError {
+    /// Whether trying the same call again may succeed: an injected fault (a 5xx) or an
+    /// unreachable cloud, not a refusal.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Injected { .. } | Self::Unreachable { .. })
+    }
+}
+
 /// Instances.
 #[async_trait]
 pub trait Compute: Send + Sync {

@@ -52,16 +52,25 @@ pub struct Inspection {
     pub create_calls: u64,
     /// The most instances ever created under one tag.
     pub max_created_per_tag: u32,
+    /// Calls failed on purpose so far.
+    #[serde(default)]
+    pub faults_injected: u64,
+    /// Creates so far that happened but answered with a failure.
+    #[serde(default)]
+    pub create_responses_lost: u64,
 }
 
 impl SimulatedCloud {
     /// A snapshot for tests and benchmarks.
     pub fn inspect(&self) -> Inspection {
+        let (faults_injected, create_responses_lost) = self.faults_landed();
         Inspection {
             instances: self.instances(),
             load_balancers: self.load_balancers(),
             create_calls: self.create_calls(),
             max_created_per_tag: self.max_created_per_tag(),
+            faults_injected,
+            create_responses_lost,
         }
     }
 }

@@ -35,6 +35,9 @@ pub struct CloudConfig {
     /// endpoints ([`crate::kubelet`]) that a workload API server reaches through the node's
     /// `InternalIP`.
     pub loopback_addresses: bool,
+    /// Seeds the draws of faults and latencies (`None`: a random seed). Calls come concurrently,
+    /// so a seed fixes the sequence of draws, not which call gets which.
+    pub seed: Option<u64>,
 }
 
 impl Default for CloudConfig {
@@ -52,6 +55,7 @@ impl Default for CloudConfig {
             ],
             faults: Faults::default(),
             loopback_addresses: false,
+            seed: None,
         }
     }
 }
@@ -178,6 +182,9 @@ pub struct SimulatedCloud {
     config: Mutex<CloudConfig>,
     state: Mutex<State>,
     create_gate: watch::Sender<bool>,
+    rng: Mutex<fastrand::Rng>,
+    faults_injected: std::sync::atomic::AtomicU64,
+    responses_lost: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for SimulatedCloud {
@@ -197,11 +204,41 @@ impl Default for SimulatedCloud {
 impl SimulatedCloud {
     /// A cloud with the given behaviour and nothing in it.
     pub fn new(config: CloudConfig) -> Self {
+        let rng = match config.seed {
+            Some(seed) => fastrand::Rng::with_seed(seed),
+            None => fastrand::Rng::new(),
+        };
         Self {
             config: Mutex::new(config),
             state: Mutex::new(State::default()),
             create_gate: watch::channel(false).0,
+            rng: Mutex::new(rng),
+            faults_injected: Default::default(),
+            responses_lost: Default::default(),
         }
+    }
+
+    /// A draw in `[0, 1)` from the cloud's generator.
+    fn draw(&self) -> f64 {
+        lock(&self.rng).f64()
+    }
+
+    /// `duration` with up to ± `jitter` of it added.
+    fn jittered(&self, duration: Duration, jitter: f64) -> Duration {
+        if duration.is_zero() || jitter <= 0.0 {
+            return duration;
+        }
+        duration.mul_f64((1.0 + jitter.min(1.0) * (self.draw() * 2.0 - 1.0)).max(0.0))
+    }
+
+    /// Calls failed on purpose so far (`error_rate`), and creates that happened but answered
+    /// with a failure (`lost_create_response_rate`).
+    pub fn faults_landed(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering;
+        (
+            self.faults_injected.load(Ordering::Relaxed),
+            self.responses_lost.load(Ordering::Relaxed),
+        )
     }
 
     /// Changes the injected failures from now on.
@@ -293,11 +330,13 @@ impl SimulatedCloud {
     /// Waits the call latency and decides whether `method` fails.
     async fn call(&self, method: &'static str) -> Result<CloudConfig, CloudError> {
         let config = lock(&self.config).clone();
-        let latency = jittered(config.call_latency, config.jitter);
+        let latency = self.jittered(config.call_latency, config.jitter);
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
         }
-        if fastrand::f64() < config.faults.rate(method) {
+        if self.draw() < config.faults.rate(method) {
+            self.faults_injected
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Err(CloudError::Injected {
                 method: method.to_string(),
             });
@@ -346,7 +385,7 @@ impl Compute for SimulatedCloud {
                 status: InstanceStatus::Building,
                 control_plane: request.etcd_cluster.is_some(),
             };
-            let ready_at = now + jittered(config.boot_time, config.jitter);
+            let ready_at = now + self.jittered(config.boot_time, config.jitter);
             state.instances.insert(
                 instance.id.clone(),
                 StoredInstance {
@@ -380,7 +419,9 @@ impl Compute for SimulatedCloud {
                 break;
             }
         }
-        if fastrand::f64() < config.faults.lost_create_response_rate {
+        if self.draw() < config.faults.lost_create_response_rate {
+            self.responses_lost
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Err(CloudError::Injected {
                 method: "create_instance (response lost)".to_string(),
             });
@@ -416,7 +457,7 @@ impl Compute for SimulatedCloud {
             && stored.gone_at.is_none()
         {
             stored.instance.status = InstanceStatus::Deleting;
-            stored.gone_at = Some(now + jittered(config.delete_time, config.jitter));
+            stored.gone_at = Some(now + self.jittered(config.delete_time, config.jitter));
             // The machine shuts down: its etcd member stops answering.
             if let (Some(events), Some(cluster)) = (&state.member_events, &stored.etcd_cluster) {
                 let _ = events.send(MemberEvent::Gone {
@@ -517,13 +558,6 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn jittered(duration: Duration, jitter: f64) -> Duration {
-    if duration.is_zero() || jitter <= 0.0 {
-        return duration;
-    }
-    duration.mul_f64((1.0 + jitter.min(1.0) * (fastrand::f64() * 2.0 - 1.0)).max(0.0))
 }
 
 #[cfg(test)]

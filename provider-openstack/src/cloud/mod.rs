@@ -75,6 +75,12 @@ impl CloudError {
     pub fn is_not_found(&self) -> bool {
         matches!(self, Self::NotFound { .. })
     }
+
+    /// Whether the same call may succeed if made again at once: a network error, a 5xx, an
+    /// answer that could not be read — not a refusal, a conflict or an authentication failure.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Transient { .. })
+    }
 }
 
 /// Results of cloud calls.

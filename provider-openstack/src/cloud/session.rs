@@ -28,6 +28,8 @@ use openstack_sdk::types::{ApiVersion, ServiceType};
 use openstack_sdk::{AsyncOpenStack, RestError};
 use serde::de::DeserializeOwned;
 
+use capi_actuator::call_retry::CallRetry;
+
 use super::message::Redaction;
 use super::{CloudError, CloudResult};
 use crate::credentials::{Auth, Credentials, ProjectRef, UserRef};
@@ -97,19 +99,39 @@ impl Session {
     pub(crate) async fn json<T: DeserializeOwned + 'static>(&self, call: Call) -> CloudResult<T> {
         let what = call.describe();
         let redaction = self.redaction_for(&call);
-        call.query_async(&self.client)
+        self.retry_for(&call)
+            .run(CloudError::is_transient, || async {
+                call.query_async(&self.client)
+                    .await
+                    .map_err(|e| classify(what.clone(), e, &redaction))
+            })
             .await
-            .map_err(|e| classify(what, e, &redaction))
     }
 
     /// Sends `call` and ignores the response body.
     pub(crate) async fn send(&self, call: Call) -> CloudResult<()> {
         let what = call.describe();
         let redaction = self.redaction_for(&call);
-        ignore(call)
-            .query_async(&self.client)
+        let retry = self.retry_for(&call);
+        let call = ignore(call);
+        retry
+            .run(CloudError::is_transient, || async {
+                call.query_async(&self.client)
+                    .await
+                    .map_err(|e| classify(what.clone(), e, &redaction))
+            })
             .await
-            .map_err(|e| classify(what, e, &redaction))
+    }
+
+    /// How `call` is retried through transient faults (5xx, timeouts, resets): like an SDK, the
+    /// requests that are safe to repeat (GET, PUT, DELETE); a POST creates, and OpenStack does
+    /// not deduplicate creates, so it is made once and the loop looks before it tries again.
+    fn retry_for(&self, call: &Call) -> CallRetry {
+        if call.method == Method::POST {
+            CallRetry::none()
+        } else {
+            CallRetry::default()
+        }
     }
 
     /// What an error answer to `call` must not show: the credentials' secrets and the call's.

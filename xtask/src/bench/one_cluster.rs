@@ -8,15 +8,17 @@
 //! program then performs the same unavoidable writes and the ratio is reported; with latency
 //! (boot time ± jitter) the report says what bounded the run.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use capi_core::api::{Cluster, Machine, MachinePhase};
 use capi_testing::manifest;
 use futures::StreamExt;
-use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::measure::{self, Requests, difference, request_counts, total};
@@ -325,22 +327,51 @@ pub(crate) struct MachineFollower {
     reader: reflector::Store<Machine>,
     task: tokio::task::JoinHandle<()>,
     peak_provisioning: std::sync::atomic::AtomicUsize,
+    seen: Arc<std::sync::Mutex<Sightings>>,
 }
+
+/// By Machine name: when the follower first saw it, and first saw it Running.
+type Sightings = HashMap<String, (Instant, Option<Instant>)>;
 
 impl MachineFollower {
     pub(crate) fn start(machines: Api<Machine>) -> Self {
         let (reader, writer) = reflector::store::<Machine>();
+        let seen: Arc<std::sync::Mutex<Sightings>> = Arc::default();
+        let noted = Arc::clone(&seen);
         let task = tokio::spawn(
             reflector(writer, watcher(machines, watcher::Config::default()))
                 .backoff(capi_actuator::retry::WatchBackoff::default())
                 .applied_objects()
-                .for_each(|_| async {}),
+                .for_each(move |machine| {
+                    if let Ok(machine) = machine {
+                        let now = Instant::now();
+                        let mut seen = noted.lock().unwrap_or_else(|p| p.into_inner());
+                        let entry = seen.entry(machine.name_any()).or_insert((now, None));
+                        if entry.1.is_none() && machine.phase() == Some(MachinePhase::Running) {
+                            entry.1 = Some(now);
+                        }
+                    }
+                    std::future::ready(())
+                }),
         );
         Self {
             reader,
             task,
             peak_provisioning: std::sync::atomic::AtomicUsize::new(0),
+            seen,
         }
+    }
+
+    /// How long each Machine that reached Running took, from when it was first seen, shortest
+    /// first.
+    pub(crate) fn times_to_running(&self) -> Vec<Duration> {
+        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let mut times: Vec<Duration> = seen
+            .values()
+            .filter_map(|(first, running)| running.map(|r| r.duration_since(*first)))
+            .collect();
+        times.sort();
+        times
     }
 
     /// Machines that exist now.

@@ -29,6 +29,8 @@ pub(crate) struct CloudOptions {
     pub(crate) error_rate: f64,
     /// Creates that happen but answer with an error.
     pub(crate) lost_create_response_rate: f64,
+    /// Seeds the cloud's draws of faults and latencies (`None`: random).
+    pub(crate) seed: Option<u64>,
 }
 
 impl CloudOptions {
@@ -45,6 +47,7 @@ impl CloudOptions {
             ),
         ]
         .into_iter()
+        .chain(self.seed.map(|seed| ("--seed", seed.to_string())))
         .flat_map(|(flag, value)| [flag.to_string(), value])
         .collect()
     }

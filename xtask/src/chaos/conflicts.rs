@@ -28,12 +28,13 @@ pub(crate) struct ConflictProxy {
 
 impl ConflictProxy {
     /// Forwards to the API server of `upstream` (its credentials are added by the client), turning
-    /// `rate` of the status writes into 409s.
-    pub(crate) async fn start(upstream: Client, rate: f64) -> Result<Self> {
+    /// `rate` of the status writes into 409s, drawn from a generator seeded with `seed`.
+    pub(crate) async fn start(upstream: Client, rate: f64, seed: u64) -> Result<Self> {
         let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
         let addr = listener.local_addr()?;
         let injected = Arc::new(AtomicU64::new(0));
         let counter = Arc::clone(&injected);
+        let draws = Arc::new(std::sync::Mutex::new(fastrand::Rng::with_seed(seed)));
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
@@ -41,12 +42,16 @@ impl ConflictProxy {
                 };
                 let upstream = upstream.clone();
                 let counter = Arc::clone(&counter);
+                let draws = Arc::clone(&draws);
                 tokio::spawn(async move {
                     let service = service_fn(move |request| {
                         let upstream = upstream.clone();
                         let counter = Arc::clone(&counter);
+                        let draw = draws.lock().unwrap_or_else(|p| p.into_inner()).f64();
                         async move {
-                            Ok::<_, Infallible>(forward(&upstream, request, rate, &counter).await)
+                            Ok::<_, Infallible>(
+                                forward(&upstream, request, draw < rate, &counter).await,
+                            )
                         }
                     });
                     let _ = http1::Builder::new()
@@ -84,15 +89,17 @@ impl Drop for ConflictProxy {
     }
 }
 
+/// Forwards `request`, or answers 409 if it is a status write and `conflict` (drawn for it) says
+/// so.
 async fn forward(
     upstream: &Client,
     request: Request<Incoming>,
-    rate: f64,
+    conflict_drawn: bool,
     injected: &AtomicU64,
 ) -> Response<Body> {
     let is_status_write = matches!(*request.method(), Method::PATCH | Method::PUT)
         && request.uri().path().ends_with("/status");
-    if is_status_write && fastrand::f64() < rate {
+    if is_status_write && conflict_drawn {
         injected.fetch_add(1, Ordering::Relaxed);
         return conflict(request.uri().path());
     }

@@ -2,7 +2,8 @@
 //! things go wrong, then scaled to zero and deleted — and what must hold regardless.
 //!
 //! ```text
-//! cargo xtask chaos [--machines N] [--error-rate F] [--conflict-rate F] [--kills N] [--out DIR]
+//! cargo xtask chaos [--machines N] [--error-rate F] [--conflict-rate F] [--kills N] [--seed N]
+//!                   [--out DIR]
 //! ```
 //!
 //! What goes wrong: every cloud call fails with probability `--error-rate` (default 0.2), 5 % of
@@ -14,10 +15,13 @@
 //! the next stage was asked for, so it lands while machines are being created however fast the
 //! run is.
 //!
-//! What it asserts and reports: every Machine reached Running; at no time more instances than the
-//! cluster asks for, and no idempotency key ever mapped to more than one instance; after scaling
-//! to zero and deleting the cluster: zero instances, zero objects left behind (a finalizer nobody
-//! removes), zero orphaned Secrets.
+//! What it asserts and reports: every Machine reached Running; in no phase more instances than the
+//! cluster asks for in it, and no idempotency key ever mapped to more than one instance; after
+//! scaling to zero and deleting the cluster: zero instances and load balancers, zero objects of
+//! any kind left behind (a finalizer nobody removes), zero orphaned Secrets. The JSON report
+//! (`chaos-N.json`) records the seed, each phase's peak and the faults that landed in it, every
+//! kind's leak count, and the spread of the machines' times to Running (median, 90th percentile,
+//! slowest).
 
 mod conflicts;
 
@@ -62,6 +66,10 @@ pub(crate) struct ChaosArgs {
     /// How often the manager is killed (SIGKILL) during the run.
     #[arg(long, default_value_t = 3)]
     kills: u32,
+    /// Seeds the faults (the cloud's and the 409 proxy's draws); random unless given. Calls
+    /// come concurrently, so a seed fixes the sequence of draws, not which call gets which.
+    #[arg(long)]
+    seed: Option<u64>,
     /// Where the JSON report goes (default: benches/results).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
@@ -83,6 +91,7 @@ pub(crate) struct Options {
     error_rate: f64,
     conflict_rate: f64,
     kills: u32,
+    seed: u64,
     out: PathBuf,
     args: Vec<String>,
 }
@@ -95,6 +104,7 @@ impl Options {
             error_rate: args.error_rate,
             conflict_rate: args.conflict_rate,
             kills: args.kills,
+            seed: args.seed.unwrap_or_else(|| fastrand::u64(..)),
             out: args
                 .out
                 .unwrap_or_else(|| workspace_root().join("benches/results")),
@@ -122,6 +132,56 @@ struct CloudWatch {
     max_per_key: AtomicUsize,
     errors: AtomicUsize,
     stop: AtomicBool,
+    /// The most instances seen during each phase so far (the last is the current one).
+    phase_peaks: std::sync::Mutex<Vec<usize>>,
+}
+
+impl CloudWatch {
+    fn saw(&self, instances: usize) {
+        self.peak_instances.fetch_max(instances, Ordering::Relaxed);
+        let mut peaks = self.phase_peaks.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(peak) = peaks.last_mut() {
+            *peak = (*peak).max(instances);
+        }
+    }
+
+    /// Starts a new phase; returns the peak of the one that ends.
+    fn next_phase(&self) -> usize {
+        let mut peaks = self.phase_peaks.lock().unwrap_or_else(|p| p.into_inner());
+        let ended = peaks.last().copied().unwrap_or(0);
+        peaks.push(0);
+        ended
+    }
+}
+
+/// One phase of the run: what the cluster asked for, the most instances seen, the faults that
+/// landed in it.
+struct Phase {
+    name: String,
+    asked: usize,
+    peak: usize,
+    faults: Faults,
+    events: Vec<String>,
+}
+
+/// Fault counters: cloud calls failed on purpose, creates whose answer was lost, 409s injected.
+#[derive(Clone, Copy, Default)]
+struct Faults {
+    cloud_errors: u64,
+    lost_create_responses: u64,
+    conflicts: u64,
+}
+
+impl Faults {
+    fn since(self, earlier: Faults) -> Faults {
+        Faults {
+            cloud_errors: self.cloud_errors.saturating_sub(earlier.cloud_errors),
+            lost_create_responses: self
+                .lost_create_responses
+                .saturating_sub(earlier.lost_create_responses),
+            conflicts: self.conflicts.saturating_sub(earlier.conflicts),
+        }
+    }
 }
 
 async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Result<()> {
@@ -133,12 +193,14 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
         jitter: 0.2,
         error_rate: options.error_rate,
         lost_create_response_rate: 0.05,
+        seed: Some(options.seed),
     };
     step(&format!(
-        "Chaos: {n} machines; cloud errors {:.0} %, lost create responses 5 %, 409 on {:.0} % of status writes, {} manager kills, 1 API server restart",
+        "Chaos: {n} machines; cloud errors {:.0} %, lost create responses 5 %, 409 on {:.0} % of status writes, {} manager kills, 1 API server restart; seed {}",
         options.error_rate * 100.0,
         options.conflict_rate * 100.0,
-        options.kills
+        options.kills,
+        options.seed
     ));
     let manager = ManagerOptions {
         qps: 200.0,
@@ -147,7 +209,12 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
     };
     let mut rig = Rig::start(&assets_dir, &bin_dir, &cloud, manager, NAMESPACE).await?;
     let client = rig.client.clone();
-    let proxy = ConflictProxy::start(rig.management.client().await?, options.conflict_rate).await?;
+    let proxy = ConflictProxy::start(
+        rig.management.client().await?,
+        options.conflict_rate,
+        options.seed.wrapping_add(1),
+    )
+    .await?;
     let proxy_kubeconfig = rig.management.dir().join("chaos-proxy.kubeconfig");
     std::fs::write(&proxy_kubeconfig, proxy.kubeconfig_yaml())?;
     rig.manager_kubeconfig(proxy_kubeconfig);
@@ -162,9 +229,7 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
             while !watch.stop.load(Ordering::Relaxed) {
                 match cloud.inspect().await {
                     Ok(seen) => {
-                        watch
-                            .peak_instances
-                            .fetch_max(seen.instances.len(), Ordering::Relaxed);
+                        watch.saw(seen.instances.len());
                         watch
                             .max_per_key
                             .fetch_max(seen.max_created_per_tag as usize, Ordering::Relaxed);
@@ -193,10 +258,24 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
         replicas.len()
     ));
     let follower = MachineFollower::start(Api::<Machine>::namespaced(client.clone(), NAMESPACE));
+    let cloud_client = rig.cloud.clone();
+    let faults_now = || async {
+        let cloud = cloud_client.inspect().await?;
+        anyhow::Ok(Faults {
+            cloud_errors: cloud.faults_injected,
+            lost_create_responses: cloud.create_responses_lost,
+            conflicts: proxy.injected(),
+        })
+    };
+    let mut phases: Vec<Phase> = Vec::new();
+    let mut phase_start = faults_now().await?;
+    watch.next_phase();
     let started = Instant::now();
     manifest::create_all(&client, NAMESPACE, &objects).await?;
     let deployments: Api<MachineDeployment> = Api::namespaced(client.clone(), NAMESPACE);
     let mut events: Vec<String> = Vec::new();
+    // The disruption of each stage after the first, in order.
+    let mut stage_events: Vec<String> = Vec::new();
     let mut stage = 0;
     loop {
         let running = follower.running();
@@ -209,6 +288,15 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
             };
             if running >= before + (total - before).div_ceil(2) {
                 let grown = replicas[stage + 1];
+                let faults = faults_now().await?;
+                phases.push(Phase {
+                    name: format!("stage {}", stage + 1),
+                    asked: total,
+                    peak: watch.next_phase(),
+                    faults: faults.since(phase_start),
+                    events: Vec::new(),
+                });
+                phase_start = faults;
                 wait_for("the worker deployment scaled up", || {
                     scale(&deployments, &deployment, grown)
                 })
@@ -235,6 +323,8 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
                     Disruption::RestartApiServer => rig.management.restart_api_server().await?,
                 }
                 stage += 1;
+                // The disruption lands in the stage just asked for.
+                stage_events.push(events.last().cloned().unwrap_or_default());
             }
         } else if running >= n as usize {
             break;
@@ -246,6 +336,20 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
     }
     let create_seconds = started.elapsed().as_secs_f64();
     println!("    all {n} Running after {create_seconds:.1}s");
+    let faults = faults_now().await?;
+    phases.push(Phase {
+        name: format!("stage {}", stage + 1),
+        asked: n as usize,
+        peak: watch.next_phase(),
+        faults: faults.since(phase_start),
+        events: Vec::new(),
+    });
+    phase_start = faults;
+    for (phase, event) in phases.iter_mut().skip(1).zip(stage_events) {
+        phase.events.push(event);
+    }
+    let times = follower.times_to_running();
+    let spread = Spread::of(&times);
 
     step("Scaling every MachineDeployment to zero (the control plane's machine stays)");
     let started_scale = Instant::now();
@@ -257,6 +361,15 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
     })
     .await?;
     let scale_seconds = started_scale.elapsed().as_secs_f64();
+    let faults = faults_now().await?;
+    phases.push(Phase {
+        name: "scale to zero".into(),
+        asked: n as usize,
+        peak: watch.next_phase(),
+        faults: faults.since(phase_start),
+        events: Vec::new(),
+    });
+    phase_start = faults;
 
     step(&format!("Deleting cluster {CLUSTER}"));
     let started_delete = Instant::now();
@@ -273,6 +386,14 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
     let delete_seconds = started_delete.elapsed().as_secs_f64();
     // Anything the controllers still had to finish is given a few seconds.
     tokio::time::sleep(Duration::from_secs(3)).await;
+    let faults = faults_now().await?;
+    phases.push(Phase {
+        name: "delete".into(),
+        asked: 1,
+        peak: watch.next_phase(),
+        faults: faults.since(phase_start),
+        events: Vec::new(),
+    });
     watch.stop.store(true, Ordering::Relaxed);
     let _ = watcher.await;
     drop(follower);
@@ -295,9 +416,19 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
     let panics = log.matches("panicked at").count();
     rig.kill_manager();
 
-    step(&format!("Results: chaos, {n} machines"));
+    step(&format!(
+        "Results: chaos, {n} machines, seed {}",
+        options.seed
+    ));
     measure::print_table(&[
         ("all Running after".into(), format!("{create_seconds:.1} s")),
+        (
+            "time to Running: median / p90 / slowest".into(),
+            format!(
+                "{:.1} s / {:.1} s / {:.1} s",
+                spread.median, spread.p90, spread.slowest
+            ),
+        ),
         (
             "scaled to zero after".into(),
             format!("{scale_seconds:.1} s"),
@@ -330,20 +461,53 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
     for event in &events {
         println!("    {event}");
     }
+    for phase in &phases {
+        println!(
+            "    {:<14} peak {:>4} of {:>4} asked; {:>5} cloud faults, {:>3} lost create responses, {:>4} 409s",
+            phase.name,
+            phase.peak,
+            phase.asked,
+            phase.faults.cloud_errors,
+            phase.faults.lost_create_responses,
+            phase.faults.conflicts
+        );
+    }
+    let mut leaks: serde_json::Map<String, serde_json::Value> = left
+        .iter()
+        .map(|(kind, names)| (kind.clone(), json!(names.len())))
+        .collect();
+    leaks.insert("instances".into(), json!(final_cloud.instances.len()));
+    leaks.insert(
+        "load balancers".into(),
+        json!(final_cloud.load_balancers.len()),
+    );
+    leaks.insert("orphaned Secrets".into(), json!(orphaned.len()));
     let result = json!({
         "scenario": "chaos",
         "machines": n,
         "date": jiff::Timestamp::now().to_string(),
         "command": format!("cargo xtask chaos {}", options.args.join(" ")),
         "host": measure::host(),
+        "seed": options.seed,
         "faults": {"cloud_error_rate": options.error_rate, "lost_create_response_rate": 0.05,
                    "status_conflict_rate": options.conflict_rate, "manager_kills": options.kills,
-                   "apiserver_restarts": 1, "injected_conflicts": conflicts},
+                   "apiserver_restarts": 1, "injected_conflicts": conflicts,
+                   "cloud_errors": final_cloud.faults_injected,
+                   "lost_create_responses": final_cloud.create_responses_lost},
         "events": events,
+        "phases": phases.iter().map(|p| json!({
+            "phase": p.name, "asked": p.asked, "peak_instances": p.peak, "disruptions": p.events,
+            "cloud_errors": p.faults.cloud_errors,
+            "lost_create_responses": p.faults.lost_create_responses,
+            "conflicts": p.faults.conflicts,
+        })).collect::<Vec<_>>(),
         "seconds": {"create": create_seconds, "scale_to_zero": scale_seconds, "delete": delete_seconds},
+        "time_to_running_seconds": {"machines": times.len(), "median": spread.median,
+                                    "p90": spread.p90, "slowest": spread.slowest},
+        "leaks": leaks,
         "cloud": {"create_calls": final_cloud.create_calls, "peak_instances": peak,
                   "max_instances_per_key": max_per_key, "instances_left": final_cloud.instances.len()},
-        "objects_left": left.iter().map(|(kind, names)| json!({"kind": kind, "names": names})).collect::<Vec<_>>(),
+        "objects_left": left.iter().filter(|(_, names)| !names.is_empty()).map(|(kind, names)| json!({"kind": kind, "names": names})).collect::<Vec<_>>(),
         "orphaned_secrets": orphaned,
         "manager_panics": panics,
     });
@@ -353,6 +517,18 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
     if peak > n as usize {
         failures.push(format!(
             "{peak} instances existed at once; the cluster asks for {n}"
+        ));
+    }
+    for phase in phases.iter().filter(|p| p.peak > p.asked) {
+        failures.push(format!(
+            "{}: {} instances existed at once; the cluster asked for {}",
+            phase.name, phase.peak, phase.asked
+        ));
+    }
+    if !final_cloud.load_balancers.is_empty() {
+        failures.push(format!(
+            "{} load balancers leaked after deletion",
+            final_cloud.load_balancers.len()
         ));
     }
     if max_per_key > 1 {
@@ -500,7 +676,32 @@ async fn leftovers(client: &Client) -> Result<Vec<(String, Vec<String>)>> {
         names::<InMemoryMachine>(client).await?,
         names::<KubeadmConfig>(client).await?,
     ];
-    Ok(all.into_iter().filter(|(_, n)| !n.is_empty()).collect())
+    Ok(all)
+}
+
+/// The spread of the machines' times to Running, in seconds.
+struct Spread {
+    median: f64,
+    p90: f64,
+    slowest: f64,
+}
+
+impl Spread {
+    /// Of `times`, sorted shortest first.
+    fn of(times: &[Duration]) -> Self {
+        let at = |q: f64| {
+            if times.is_empty() {
+                return 0.0;
+            }
+            let index = ((times.len() - 1) as f64 * q).round() as usize;
+            times[index.min(times.len() - 1)].as_secs_f64()
+        };
+        Self {
+            median: at(0.5),
+            p90: at(0.9),
+            slowest: at(1.0),
+        }
+    }
 }
 
 #[cfg(test)]
