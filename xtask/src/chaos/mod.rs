@@ -719,6 +719,40 @@ mod tests {
     }
 
     #[test]
+    fn the_spread_names_the_median_the_90th_percentile_and_the_slowest() {
+        let times: Vec<Duration> = (1..=10).map(Duration::from_secs).collect();
+        let spread = Spread::of(&times);
+        assert_eq!(
+            (spread.median, spread.p90, spread.slowest),
+            (6.0, 9.0, 10.0)
+        );
+        assert_eq!(Spread::of(&[]).slowest, 0.0);
+    }
+
+    #[test]
+    fn a_phase_counts_the_faults_since_it_began() {
+        let before = Faults {
+            cloud_errors: 10,
+            lost_create_responses: 1,
+            conflicts: 4,
+        };
+        let after = Faults {
+            cloud_errors: 25,
+            lost_create_responses: 3,
+            conflicts: 4,
+        };
+        let landed = after.since(before);
+        assert_eq!(
+            (
+                landed.cloud_errors,
+                landed.lost_create_responses,
+                landed.conflicts
+            ),
+            (15, 2, 0)
+        );
+    }
+
+    #[test]
     fn stages_grow_to_every_worker() {
         assert_eq!(stage_replicas(199, 5), [40, 80, 120, 160, 199]);
         assert_eq!(stage_replicas(19, 5), [4, 8, 12, 16, 19]);
