@@ -29,7 +29,7 @@ use crate::metrics::{Metrics, ReconcileResult};
 use crate::options::ReconcilerOptions;
 use crate::plan::Next;
 use crate::readiness::Readiness;
-use crate::retry::{RetryMemory, RetryState, object_key};
+use crate::retry::{RetryMemory, RetryState, split_object_key};
 
 /// Why one reconcile failed. Transient actuator failures and API errors back off per object.
 #[derive(Debug, thiserror::Error)]
@@ -222,26 +222,53 @@ where
     }
 }
 
-/// Prunes `memory` after a watch `event`: a deleted object goes; once a (re-)list is complete,
-/// every object the store no longer holds goes (deleted while the watch was down).
+/// Prunes `memory` after a watch `event`: after a deletion, and once a (re-)list is complete,
+/// every object the store no longer holds goes — the deleted one, one deleted while the watch
+/// was down, and one whose last reconcile ended (and was remembered) after its deletion was seen.
 fn forget_gone<K>(memory: &RetryMemory, event: &watcher::Event<K>, store: &Store<K>)
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
     match event {
-        watcher::Event::Delete(object) => memory.forget(object),
-        watcher::Event::InitDone => {
-            let objects = store.state();
-            let names: std::collections::HashSet<String> =
-                objects.iter().map(|o| object_key(o.as_ref())).collect();
-            let uids: std::collections::HashSet<&str> = objects
-                .iter()
-                .filter_map(|o| o.meta().uid.as_deref())
-                .collect();
-            memory.retain(|name| names.contains(name), |uid| uids.contains(uid));
+        watcher::Event::Delete(object) => {
+            memory.forget(object);
+            retain_present(memory, store);
         }
+        watcher::Event::InitDone => retain_present(memory, store),
         _ => {}
     }
+}
+
+/// Keeps what `memory` holds of the objects `store` still holds. Costs a store lookup per
+/// remembered object (usually few: the failing ones); the store's UIDs are collected only when an
+/// invalid-configuration memo is held.
+fn retain_present<K>(memory: &RetryMemory, store: &Store<K>)
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    let uids = std::cell::OnceCell::new();
+    memory.retain(
+        |key| {
+            let (namespace, name) = split_object_key(key);
+            let reference = kube::runtime::reflector::ObjectRef::<K>::new(name);
+            let reference = if namespace.is_empty() {
+                reference
+            } else {
+                reference.within(namespace)
+            };
+            store.get(&reference).is_some()
+        },
+        |uid| {
+            uids.get_or_init(|| {
+                store
+                    .state()
+                    .iter()
+                    .filter_map(|o| o.meta().uid.clone())
+                    .collect::<std::collections::HashSet<String>>()
+            })
+            .contains(uid)
+        },
+    );
 }
 
 /// What a reconcile of one controller works with.
@@ -343,9 +370,20 @@ mod tests {
         assert_eq!(memory.len(), 3);
 
         let (store, mut writer) = reflector::store::<ConfigMap>();
+        for object in [&b, &c] {
+            writer.apply_watcher_event(&watcher::Event::Apply(object.clone()));
+        }
         forget_gone(&memory, &watcher::Event::Delete(a.clone()), &store);
         assert_eq!(memory.len(), 2, "a deleted object is forgotten");
         assert_eq!(state.invalid_at(&c), Some(1));
+        // A reconcile of the deleted object that ends after the deletion is remembered until
+        // the next deletion.
+        state.back_off(&a, &"finalizer gone", false);
+        let d = object("d");
+        writer.apply_watcher_event(&watcher::Event::Apply(d.clone()));
+        writer.apply_watcher_event(&watcher::Event::Delete(d.clone()));
+        forget_gone(&memory, &watcher::Event::Delete(d), &store);
+        assert_eq!(memory.len(), 2, "a is forgotten with d");
 
         // The watch was down while b was deleted: the re-list holds only c.
         for event in [

@@ -313,8 +313,9 @@ pub struct RetryState {
 
 /// What a controller remembers per object between reconciles: failures and conflicts in a row,
 /// configurations found invalid. Shared by the reconciles and the watch that triggers them, which
-/// forgets an object when it is deleted (or found gone at a re-list): the memory holds at most
-/// the objects that exist.
+/// forgets every object the controller's store no longer holds at each deletion and each
+/// re-list: the memory holds the objects that exist, plus at most the ones whose reconcile ended
+/// after their deletion was seen, until the next deletion.
 #[derive(Debug, Default)]
 pub(crate) struct RetryMemory {
     failures: FailureCounts,
@@ -501,4 +502,9 @@ pub(crate) fn object_key<K: kube::Resource>(object: &K) -> String {
         meta.namespace.as_deref().unwrap_or_default(),
         meta.name.as_deref().unwrap_or_default()
     )
+}
+
+/// The namespace (empty for a cluster-scoped object) and name of an [`object_key`].
+pub(crate) fn split_object_key(key: &str) -> (&str, &str) {
+    key.split_once('/').unwrap_or(("", key))
 }

@@ -247,12 +247,14 @@ struct Write {
 }
 
 /// A controller that writes its replica's name into the ConfigMap `writes` every 50 ms (a busy
-/// reconciler), noting each write, until the manager stops it.
+/// reconciler), noting each write, until the manager stops it — or, if `stubborn`, until it is
+/// aborted (a reconcile that takes long to drain).
 fn writer(
     client: Client,
     ns: String,
     by: &'static str,
     log: Arc<std::sync::Mutex<Vec<Write>>>,
+    stubborn: bool,
 ) -> impl FnOnce(capi_actuator::manager::Shutdown) -> futures::future::BoxFuture<'static, ()> {
     move |shutdown| {
         Box::pin(async move {
@@ -276,9 +278,13 @@ fn writer(
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             };
-            tokio::select! {
-                () = writes => {}
-                () = shutdown.wait() => {}
+            if stubborn {
+                writes.await;
+            } else {
+                tokio::select! {
+                    () = writes => {}
+                    () = shutdown.wait() => {}
+                }
             }
         })
     }
@@ -296,7 +302,7 @@ async fn elected_writer(
         ..ManagerConfig::default()
     };
     let mut manager = Manager::with_client(client.clone(), config).await.unwrap();
-    manager.add_controller(writer(client, f.ns.clone(), identity, log));
+    manager.add_controller(writer(client, f.ns.clone(), identity, log, false));
     tokio::spawn(manager.run_until(std::future::pending()))
 }
 
@@ -383,6 +389,69 @@ async fn a_leader_whose_renewals_hang_stops_writing_before_another_replica_start
     assert!(
         matches!(result, Err(ManagerError::LeadershipLost)),
         "{result:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_leader_draining_after_a_stop_stops_writing_once_its_lease_is_lost() {
+    let f = fixture(CloudConfig::default()).await;
+    let configmaps: Api<ConfigMap> = Api::namespaced(f.env.client(), &f.ns);
+    configmaps
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "writes"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let faults = capi_testing::faults::ApiFaults::default();
+    let client = faults
+        .client(f.env.control_plane().kubeconfig_yaml())
+        .await
+        .unwrap();
+    let election = election(&f.ns, "replica-a");
+    let lease_duration = election.lease_duration;
+    let config = ManagerConfig {
+        http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        leader_election: Some(election),
+        // Far longer than a lease lasts unrenewed: the drain must not outlive the lease.
+        shutdown_timeout: Duration::from_secs(120),
+        ..ManagerConfig::default()
+    };
+    let mut manager = Manager::with_client(client.clone(), config).await.unwrap();
+    manager.add_controller(writer(client, f.ns.clone(), "replica-a", log.clone(), true));
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(manager.run_until(async {
+        stopped.await.ok();
+    }));
+    eventually("the leader to write", || async {
+        log.lock().unwrap().iter().any(|w| w.answered.is_some())
+    })
+    .await;
+
+    // A normal stop: the controller drains (here: never finishes), and meanwhile the lease
+    // requests stall.
+    stop.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    faults.stall("/leases/");
+    let stalled_at = tokio::time::Instant::now();
+    let result = tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("the manager gave up its controllers when it could not renew during the drain")
+        .unwrap();
+    assert!(
+        matches!(result, Err(ManagerError::LeadershipLost)),
+        "{result:?}"
+    );
+    let writes = log.lock().unwrap().len();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let log = log.lock().unwrap().clone();
+    assert_eq!(log.len(), writes, "the drained controller was aborted");
+    let last = log.last().unwrap().sent;
+    assert!(
+        last < stalled_at + lease_duration,
+        "a write was sent {:?} after the lease could have expired",
+        last - (stalled_at + lease_duration)
     );
 }
 

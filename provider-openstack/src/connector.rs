@@ -50,6 +50,9 @@ pub trait Connector: Send + Sync {
     ) -> Result<Clients, ActuatorError>;
 }
 
+/// How soon a reconcile that found its credentials' session being made looks again.
+const AUTHENTICATING_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The production [`Connector`]: reads the Secret with the management cluster client and shares
 /// one session per Secret (and `resourceVersion`) between all reconciles.
 #[derive(Clone)]
@@ -108,6 +111,11 @@ impl Connector for SecretConnector {
             )),
             Err(SessionError::Cloud(e)) => Err(ActuatorError::transient_message(
                 "AuthenticationFailed",
+                e.to_string(),
+            )),
+            Err(e @ SessionError::Authenticating) => Err(ActuatorError::requeue_after(
+                AUTHENTICATING_WAIT,
+                "Authenticating",
                 e.to_string(),
             )),
         }

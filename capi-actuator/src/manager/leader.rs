@@ -5,8 +5,10 @@
 //! The deadline is counted from the moment the last successful renewal was *sent* (the time it
 //! wrote into the lease, from which other replicas count its expiry), and every attempt is cut
 //! off at the deadline: a renewal that hangs (a stalled connection, an overloaded API server)
-//! cannot keep this replica leading. With `renew_deadline < lease_duration`, a replica that
-//! could not renew has stopped its controllers before any other replica may take the lease.
+//! cannot keep this replica leading. With `renew_deadline < lease_duration` (checked), a replica
+//! that could not renew has stopped its controllers before any other replica may take the lease —
+//! as with client-go, provided the replicas' clocks differ by less than the difference (5 s by
+//! default): the others judge expiry by the renew time written in the lease and their own clock.
 
 use std::time::Duration;
 
@@ -35,6 +37,25 @@ pub struct LeaderElectionConfig {
 }
 
 impl LeaderElectionConfig {
+    /// Checks that the timings can keep their promise: a replica gives up (`renew_deadline`)
+    /// before its lease expires (`lease_duration`) and tries more than once within the deadline
+    /// (`retry_period`).
+    pub fn validate(&self) -> Result<(), String> {
+        if self.renew_deadline >= self.lease_duration {
+            return Err(format!(
+                "leader election: the renew deadline ({:?}) must be shorter than the lease duration ({:?})",
+                self.renew_deadline, self.lease_duration
+            ));
+        }
+        if self.retry_period.is_zero() || self.retry_period >= self.renew_deadline {
+            return Err(format!(
+                "leader election: the retry period ({:?}) must be positive and shorter than the renew deadline ({:?})",
+                self.retry_period, self.renew_deadline
+            ));
+        }
+        Ok(())
+    }
+
     /// Settings for the Lease `namespace/lease_name`, identity from `$POD_NAME`/`$HOSTNAME` plus a
     /// random suffix, and controller-runtime's timings.
     pub fn new(namespace: impl Into<String>, lease_name: impl Into<String>) -> Self {
@@ -147,8 +168,10 @@ impl LeaderElector {
 
     async fn try_acquire_or_renew(&self) -> Result<bool, kube::Error> {
         let now = Timestamp::now();
+        // Rounded up: a lease must not be written shorter than configured.
         let duration_seconds =
-            i32::try_from(self.config.lease_duration.as_secs()).unwrap_or(i32::MAX);
+            i32::try_from(self.config.lease_duration.as_secs_f64().ceil() as u64)
+                .unwrap_or(i32::MAX);
         let Some(mut lease) = self.api.get_opt(&self.config.lease_name).await? else {
             let lease = Lease {
                 metadata: ObjectMeta {
@@ -211,6 +234,22 @@ fn expired(spec: &LeaseSpec, now: Timestamp) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timings_that_cannot_keep_their_promise_are_refused() {
+        let good = LeaderElectionConfig::new("ns", "lease");
+        assert!(good.validate().is_ok());
+        let late = LeaderElectionConfig {
+            renew_deadline: Duration::from_secs(15),
+            ..good.clone()
+        };
+        assert!(late.validate().unwrap_err().contains("renew deadline"));
+        let slow = LeaderElectionConfig {
+            retry_period: Duration::from_secs(10),
+            ..good
+        };
+        assert!(slow.validate().unwrap_err().contains("retry period"));
+    }
 
     #[test]
     fn a_lease_expires_after_its_duration_from_the_last_renewal() {

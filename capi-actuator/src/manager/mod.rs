@@ -174,6 +174,9 @@ impl Manager {
     /// uses `client` too unless [`Manager::use_lease_client`] gives it its own. Binds the HTTP
     /// address now.
     pub async fn with_client(client: Client, config: ManagerConfig) -> Result<Self, ManagerError> {
+        if let Some(election) = &config.leader_election {
+            election.validate().map_err(ManagerError::InvalidConfig)?;
+        }
         let listener = TcpListener::bind(config.http_addr)
             .await
             .map_err(|source| ManagerError::Bind {
@@ -343,34 +346,48 @@ impl Manager {
             .into_iter()
             .map(|start| tokio::spawn(start(shutdown.clone())))
             .collect();
-        let lost = match leading {
-            Some((elector, acquired)) => tokio::select! {
-                () = elector.hold(acquired) => true,
-                () = &mut stop => false,
-            },
-            None => {
-                stop.await;
-                false
+        let aborts: Vec<_> = controllers.iter().map(|c| c.abort_handle()).collect();
+        // The lease is held (renewed) until the controllers are done, the drain after a stop
+        // included: in-flight reconciles may write for up to the shutdown timeout, longer than a
+        // lease lasts unrenewed.
+        let hold = async {
+            match leading {
+                Some((elector, acquired)) => elector.hold(acquired).await,
+                None => std::future::pending().await,
             }
+        };
+        tokio::pin!(hold);
+        let mut lost = tokio::select! {
+            () = &mut hold => true,
+            () = &mut stop => false,
         };
         trigger.fire();
         // After losing the lease another replica may already be reconciling: stop at once. On a
-        // normal stop, let in-flight reconciles finish, within the shutdown timeout.
-        let grace = if lost {
-            Duration::ZERO
+        // normal stop, let in-flight reconciles finish, within the shutdown timeout, as long as
+        // the lease is still ours.
+        if lost {
+            aborts.iter().for_each(tokio::task::AbortHandle::abort);
         } else {
-            self.config.shutdown_timeout
-        };
-        let deadline = tokio::time::Instant::now() + grace;
-        for mut controller in controllers {
-            match tokio::time::timeout_at(deadline, &mut controller).await {
-                Ok(Ok(())) => {}
-                Ok(Err(error)) => tracing::error!(%error, "a controller task failed"),
-                Err(_) => {
-                    controller.abort();
-                    if !lost {
-                        tracing::warn!(timeout = ?grace, "a controller did not stop within the shutdown timeout; aborted");
+            let grace = self.config.shutdown_timeout;
+            let deadline = tokio::time::Instant::now() + grace;
+            let drain = async {
+                for mut controller in controllers {
+                    match tokio::time::timeout_at(deadline, &mut controller).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(error)) if error.is_cancelled() => {}
+                        Ok(Err(error)) => tracing::error!(%error, "a controller task failed"),
+                        Err(_) => {
+                            controller.abort();
+                            tracing::warn!(timeout = ?grace, "a controller did not stop within the shutdown timeout; aborted");
+                        }
                     }
+                }
+            };
+            tokio::select! {
+                () = drain => {}
+                () = &mut hold => {
+                    aborts.iter().for_each(tokio::task::AbortHandle::abort);
+                    lost = true;
                 }
             }
         }

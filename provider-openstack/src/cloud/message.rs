@@ -21,17 +21,29 @@ const BLANK: &str = "[redacted]";
 const MIN_ENCODED_RUN: usize = 32;
 
 /// The secrets a message must not show.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub(crate) struct Redaction {
     secrets: Vec<String>,
 }
 
+impl std::fmt::Debug for Redaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Redaction {{ {} secrets }}", self.secrets.len())
+    }
+}
+
 impl Redaction {
-    /// Blanks `secret` (and its base64 form) wherever it appears; too short a value (under four
-    /// characters) is left alone rather than blanking every word that contains it.
+    /// Blanks `secret` (as it is, JSON-escaped as an echoed body shows it, and base64-encoded)
+    /// wherever it appears; too short a value (under four characters) is left alone rather than
+    /// blanking every word that contains it.
     pub(crate) fn secret(mut self, secret: &str) -> Self {
         if secret.chars().count() >= 4 {
             self.secrets.push(secret.to_string());
+            let escaped = serde_json::Value::String(secret.to_string()).to_string();
+            let escaped = escaped.trim_matches('"');
+            if escaped != secret {
+                self.secrets.push(escaped.to_string());
+            }
             let encoded = base64::engine::general_purpose::STANDARD.encode(secret);
             self.secrets.push(encoded.trim_end_matches('=').to_string());
         }
@@ -184,18 +196,24 @@ mod tests {
         let encoded = base64::engine::general_purpose::STANDARD.encode(user_data);
         let body = json!({"server": {"name": "m-0", "adminPass": "p4ssw0rd!",
                                      "user_data": encoded}});
+        let quoted = r#"quo"ted\pass"#;
         let redaction = Redaction::default()
             .secret("hunter2-secret")
+            .secret(quoted)
             .request_body(&body);
+        let echoed = json!({"password": quoted}).to_string();
         let message = redaction.apply(&format!(
             "Invalid user_data {encoded} for m-0 (adminPass p4ssw0rd!, auth hunter2-secret, \
-             as base64 aHVudGVyMi1zZWNyZXQ=)"
+             as base64 aHVudGVyMi1zZWNyZXQ=, echoed {echoed})"
         ));
+        assert!(!format!("{redaction:?}").contains("hunter2"));
         for secret in [
             "p4ssw0rd!",
             "hunter2-secret",
             "aHVudGVyMi1zZWNyZXQ",
             &encoded[..40],
+            "quo",
+            r#"ted\\pass"#,
         ] {
             assert!(!message.contains(secret), "{secret} in {message}");
         }

@@ -85,6 +85,7 @@ impl Session {
             ServiceType::LoadBalancer,
         ] {
             if let Err(error) = client.discover_service_endpoint(&service).await {
+                let error = redaction.apply(&error.to_string());
                 tracing::debug!(%service, %error, "service endpoint discovery failed");
             }
         }
@@ -155,9 +156,10 @@ impl Session {
 ///
 /// Each Secret has its own slot: authenticating with one cloud (a Keystone round trip plus
 /// endpoint discovery, slow when that Keystone is) holds only that Secret's slot, so reconciles
-/// of clusters with other credentials go on meanwhile, and reconciles that need the same
-/// Secret wait for the one authentication in flight instead of each asking Keystone. An
-/// authentication is bounded by [`AUTHENTICATION_TIMEOUT`]. A session not used for
+/// of clusters with other credentials go on meanwhile. Reconciles that need the same Secret
+/// while its one authentication is in flight neither ask Keystone too nor wait (which would hold
+/// the controller's workers): they get [`SessionError::Authenticating`] and come back shortly.
+/// An authentication is bounded by [`AUTHENTICATION_TIMEOUT`]. A session not used for
 /// [`Sessions::IDLE`] is dropped (its Secret or its clusters are gone, most likely), so the
 /// cache holds at most the Secrets in use.
 #[derive(Clone, Default)]
@@ -168,11 +170,30 @@ pub struct Sessions {
 /// The longest one authentication (Keystone and endpoint discovery) may take.
 pub const AUTHENTICATION_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// One Secret's session: the authentication in flight holds `session`'s lock.
+/// One Secret's session: the authentication in flight holds `session`'s lock and says so in
+/// `authenticating`.
 #[derive(Default)]
 struct Slot {
     session: tokio::sync::Mutex<Option<(String, Session)>>,
+    authenticating: std::sync::atomic::AtomicBool,
     last_used: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+/// Raises a slot's `authenticating` flag while alive (the authentication may end early with an
+/// error, or be dropped with its reconcile).
+struct Authenticating<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl<'a> Authenticating<'a> {
+    fn start(flag: &'a std::sync::atomic::AtomicBool) -> Self {
+        flag.store(true, std::sync::atomic::Ordering::Release);
+        Self(flag)
+    }
+}
+
+impl Drop for Authenticating<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::Release);
+    }
 }
 
 impl Slot {
@@ -198,7 +219,14 @@ impl Sessions {
         credentials: impl FnOnce() -> Result<Credentials, crate::credentials::CredentialsError>,
     ) -> Result<Session, SessionError> {
         let slot = self.slot(key);
-        slot.touch();
+        // While one reconcile authenticates for this Secret the others do not queue behind it
+        // (a slow Keystone would hold every worker of the controller): they come back shortly.
+        if slot
+            .authenticating
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return Err(SessionError::Authenticating);
+        }
         let mut held = slot.session.lock().await;
         if let Some((version, session)) = held.as_ref()
             && version == resource_version
@@ -206,6 +234,7 @@ impl Sessions {
             return Ok(session.clone());
         }
         let credentials = credentials().map_err(SessionError::Credentials)?;
+        let _authenticating = Authenticating::start(&slot.authenticating);
         let session = tokio::time::timeout(AUTHENTICATION_TIMEOUT, Session::connect(&credentials))
             .await
             .map_err(|_| {
@@ -247,7 +276,10 @@ impl Sessions {
         let mut slots = lock(&self.slots);
         slots
             .retain(|k, slot| k == key || !slot.idle_for(idle) || slot.session.try_lock().is_err());
-        slots.entry(key.to_string()).or_default().clone()
+        let slot = slots.entry(key.to_string()).or_default().clone();
+        // Touched under the map's lock: no other caller can prune it before it is used.
+        slot.touch();
+        slot
     }
 }
 
@@ -266,6 +298,9 @@ pub enum SessionError {
     /// The cloud refused or could not be reached.
     #[error(transparent)]
     Cloud(CloudError),
+    /// Another reconcile is authenticating with these credentials right now.
+    #[error("authenticating with Keystone for these credentials; the session is being made")]
+    Authenticating,
 }
 
 /// A request: method, service, path relative to the service's versioned endpoint, query, JSON body.
