@@ -83,12 +83,17 @@ pub struct ManagerConfig {
     pub shutdown_timeout: Duration,
 }
 
+/// The defaults are what upstream Cluster API v1.14 ships for each of its managers (core,
+/// kubeadm bootstrap, KubeadmControlPlane, the Docker/in-memory provider): 100 requests per
+/// second with bursts of 200, controller-runtime's lease timings (leader election itself is
+/// switched on by the shipped manifests, `--leader-elect`), a 30 s graceful stop. One manager
+/// here may run all four families of controllers in one process, within that one budget.
 impl Default for ManagerConfig {
     fn default() -> Self {
         Self {
             reconciler: ReconcilerOptions::default(),
-            qps: 50.0,
-            burst: 100,
+            qps: 100.0,
+            burst: 200,
             http_addr: SocketAddr::from(([0, 0, 0, 0], 8080)),
             leader_election: None,
             shutdown_timeout: Duration::from_secs(30),

@@ -82,6 +82,7 @@ pub(crate) async fn run(options: &Options) -> Result<serde_json::Value> {
     let per = f64::from(n);
     let upstream = UPSTREAM_SECONDS_PER_1000 * per / 1000.0;
     step(&format!("Results: {n} single-node clusters"));
+    println!("    {}", options.manager.describe());
     measure::print_table(&[
         ("time to all Running".into(), format!("{seconds:.1} s")),
         (
@@ -118,8 +119,7 @@ pub(crate) async fn run(options: &Options) -> Result<serde_json::Value> {
         "date": jiff::Timestamp::now().to_string(),
         "command": options.command_line(),
         "host": measure::host(),
-        "manager": {"qps": options.manager.qps, "burst": options.manager.burst,
-                    "concurrency": options.manager.concurrency, "build": "release"},
+        "manager": options.manager.json(),
         "seconds": seconds,
         "driver_create_seconds": created_after,
         "upstream_anchor_seconds": upstream,

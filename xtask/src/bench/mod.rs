@@ -6,8 +6,11 @@
 //! ```text
 //! cargo xtask bench [all|one-cluster|clusters|latency]... [--machines N] [--clusters N]
 //!                   [--boot-ms MS] [--idle-seconds S] [--qps F] [--burst N] [--concurrency N]
-//!                   [--out DIR]
+//!                   [--no-leader-election] [--out DIR]
 //! ```
+//!
+//! The manager runs at its shipped settings (QPS, burst, concurrency, leader election on) unless
+//! told otherwise, and every result says which settings it was taken at.
 //!
 //! - `one-cluster` ([`one_cluster`]): one cluster of N machines (default 1000, up to 10 000), zero
 //!   latency; idle requests and CPU afterwards; then the floor program ([`floor`]).
@@ -78,15 +81,18 @@ pub(crate) struct BenchArgs {
     /// How long idle requests and CPU are measured after the one-cluster build (0: not at all).
     #[arg(long, value_name = "S", default_value_t = 120)]
     idle_seconds: u64,
-    /// The manager's average API requests per second.
-    #[arg(long, default_value_t = 1000.0, value_parser = positive_number)]
+    /// The manager's average API requests per second (default: the shipped one).
+    #[arg(long, default_value_t = ManagerOptions::shipped().qps, value_parser = positive_number)]
     qps: f64,
-    /// The manager's API request burst.
-    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..))]
+    /// The manager's API request burst (default: the shipped one).
+    #[arg(long, default_value_t = ManagerOptions::shipped().burst, value_parser = clap::value_parser!(u32).range(1..))]
     burst: u32,
-    /// The manager's reconciles at once per kind.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    /// The manager's reconciles at once per kind (default: the shipped one).
+    #[arg(long, default_value_t = ManagerOptions::shipped().concurrency, value_parser = clap::value_parser!(u16).range(1..))]
     concurrency: u16,
+    /// Run the manager without leader election (shipped: on).
+    #[arg(long)]
+    no_leader_election: bool,
     /// Where the JSON results go (default: benches/results).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
@@ -136,6 +142,7 @@ impl Options {
                 qps: args.qps,
                 burst: args.burst,
                 concurrency: args.concurrency,
+                leader_election: !args.no_leader_election,
             },
             out: args
                 .out

@@ -244,6 +244,7 @@ pub(crate) async fn run(options: &Options, variant: Variant) -> Result<serde_jso
             ),
         ));
     }
+    println!("    {}", options.manager.describe());
     measure::print_table(&rows);
     measure::print_writes(&create_requests, n, "machine");
 
@@ -254,8 +255,7 @@ pub(crate) async fn run(options: &Options, variant: Variant) -> Result<serde_jso
         "command": options.command_line(),
         "host": measure::host(),
         "cloud": {"boot_ms": cloud.boot_ms, "delete_ms": cloud.delete_ms, "jitter": cloud.jitter},
-        "manager": {"qps": options.manager.qps, "burst": options.manager.burst,
-                    "concurrency": options.manager.concurrency, "build": "release"},
+        "manager": options.manager.json(),
         "create": {"seconds": create_seconds, "writes": writes, "writes_per_machine": writes / n,
                    "reads": total(&create_requests, false), "manager_cpu_seconds": cpu_after_create - cpu_before,
                    "peak_provisioning": peak_building,

@@ -59,6 +59,54 @@ pub(crate) struct ManagerOptions {
     pub(crate) qps: f64,
     pub(crate) burst: u32,
     pub(crate) concurrency: u16,
+    /// Whether the manager holds a Lease (renewing it every retry period) while it runs, as
+    /// shipped.
+    pub(crate) leader_election: bool,
+}
+
+impl ManagerOptions {
+    /// The settings the manager ships with (`ManagerConfig::default()`,
+    /// `ReconcilerOptions::default()`, leader election on as the shipped manifests have it).
+    pub(crate) fn shipped() -> Self {
+        Self {
+            qps: capi_actuator::manager::ManagerConfig::default().qps,
+            burst: capi_actuator::manager::ManagerConfig::default().burst,
+            concurrency: capi_actuator::ReconcilerOptions::default().concurrency,
+            leader_election: true,
+        }
+    }
+
+    /// Whether these are the shipped settings.
+    pub(crate) fn are_shipped(&self) -> bool {
+        let shipped = Self::shipped();
+        self.qps == shipped.qps
+            && self.burst == shipped.burst
+            && self.concurrency == shipped.concurrency
+            && self.leader_election == shipped.leader_election
+    }
+
+    /// One line for the printed results.
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "manager: qps {}, burst {}, concurrency {} per kind, leader election {} ({})",
+            self.qps,
+            self.burst,
+            self.concurrency,
+            if self.leader_election { "on" } else { "off" },
+            if self.are_shipped() {
+                "the shipped defaults"
+            } else {
+                "NOT the shipped defaults"
+            }
+        )
+    }
+
+    /// The settings as recorded with the results.
+    pub(crate) fn json(&self) -> serde_json::Value {
+        json!({"qps": self.qps, "burst": self.burst, "concurrency": self.concurrency,
+               "leader_election": self.leader_election, "shipped_defaults": self.are_shipped(),
+               "build": "release"})
+    }
 }
 
 /// A child process killed (SIGKILL) when dropped.
@@ -100,6 +148,8 @@ pub(crate) struct Rig {
     manager_kubeconfig: PathBuf,
     bin_dir: PathBuf,
     log_path: PathBuf,
+    /// The namespace the scenario's objects (and the manager's Lease) live in.
+    namespace: String,
 }
 
 impl Rig {
@@ -145,6 +195,7 @@ impl Rig {
             manager_options,
             bin_dir: bin_dir.to_path_buf(),
             log_path,
+            namespace: namespace.to_string(),
         })
     }
 
@@ -172,6 +223,14 @@ impl Rig {
             .args(["--qps", &options.qps.to_string()])
             .args(["--burst", &options.burst.to_string()])
             .args(["--concurrency", &options.concurrency.to_string()])
+            .args(if options.leader_election {
+                vec![
+                    "--leader-elect".to_string(),
+                    format!("{}/capi-rs-bench-manager", self.namespace),
+                ]
+            } else {
+                Vec::new()
+            })
             .env("KUBECONFIG", &self.manager_kubeconfig)
             .env(
                 "RUST_LOG",
