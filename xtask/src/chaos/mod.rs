@@ -10,10 +10,11 @@
 //! creates happen but answer with an error (a lost response), calls take 20 ms and instances
 //! 500 ms to boot (± 20 %); a proxy ([`conflicts`]) answers `--conflict-rate` (default 0.1) of the
 //! manager's status writes with 409 Conflict; the manager is killed with SIGKILL and restarted
-//! `--kills` times (default 3) and the kube-apiserver is killed and restarted once. The cluster
-//! grows in stages (one more than there are disruptions) and each disruption happens right after
-//! the next stage was asked for, so it lands while machines are being created however fast the
-//! run is.
+//! `--kills` times (default 3) and the kube-apiserver is killed and restarted once while the
+//! cluster grows. It grows in stages (one more than there are disruptions) and each disruption
+//! happens right after the next stage was asked for, so it lands while machines are being created
+//! however fast the run is. Scaling to zero and deleting the cluster get one manager kill and one
+//! API server restart each too, while machines are going.
 //!
 //! What it asserts and reports: every Machine reached Running; in no phase more instances than the
 //! cluster asks for in it, and no idempotency key ever mapped to more than one instance; after
@@ -196,7 +197,7 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
         seed: Some(options.seed),
     };
     step(&format!(
-        "Chaos: {n} machines; cloud errors {:.0} %, lost create responses 5 %, 409 on {:.0} % of status writes, {} manager kills, 1 API server restart; seed {}",
+        "Chaos: {n} machines; cloud errors {:.0} %, lost create responses 5 %, 409 on {:.0} % of status writes, {} manager kills and 1 API server restart while growing, 1 of each while scaling to zero and while deleting; seed {}",
         options.error_rate * 100.0,
         options.conflict_rate * 100.0,
         options.kills,
@@ -304,10 +305,7 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
                     scale(&deployments, &deployment, grown)
                 })
                 .await?;
-                let what = match plan[stage] {
-                    Disruption::KillManager => "manager SIGKILLed",
-                    Disruption::RestartApiServer => "kube-apiserver killed and restarted",
-                };
+                let what = plan[stage].describe();
                 events.push(format!(
                     "{:>6.1}s  {what} at {running}/{n} Running (asking for {} now)",
                     started.elapsed().as_secs_f64(),
@@ -317,14 +315,7 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
                     "    {}",
                     events.last().map(String::as_str).unwrap_or_default()
                 );
-                match plan[stage] {
-                    Disruption::KillManager => {
-                        rig.kill_manager();
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                        rig.start_manager()?;
-                    }
-                    Disruption::RestartApiServer => rig.management.restart_api_server().await?,
-                }
+                plan[stage].happen(&mut rig).await?;
                 stage += 1;
                 // The disruption lands in the stage just asked for.
                 stage_events.push(events.last().cloned().unwrap_or_default());
@@ -359,26 +350,77 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
     for each in deployments.list(&ListParams::default()).await? {
         scale(&deployments, &each.name_any(), 0).await?;
     }
-    wait_for("workers gone after scaling to zero", || async {
-        Ok(follower.count() == 1 && rig.inspect().await?.instances.len() == 1)
-    })
-    .await?;
+    // A manager kill when half the workers are gone, an API server restart at a quarter: both
+    // land while machines are being drained and their instances deleted.
+    let workers = (n - 1) as usize;
+    let mut teardown = vec![
+        (workers / 2, Disruption::KillManager),
+        (workers / 4, Disruption::RestartApiServer),
+    ];
+    let mut scale_events = Vec::new();
+    loop {
+        let left = follower.count().saturating_sub(1);
+        if let Some(&(at, disruption)) = teardown.first()
+            && left <= at
+        {
+            teardown.remove(0);
+            scale_events.push(format!(
+                "{:>6.1}s  {} at {left}/{workers} workers left (scaling to zero)",
+                started_scale.elapsed().as_secs_f64(),
+                disruption.describe()
+            ));
+            println!(
+                "    {}",
+                scale_events.last().map(String::as_str).unwrap_or_default()
+            );
+            disruption.happen(&mut rig).await?;
+            continue;
+        }
+        if teardown.is_empty() && left == 0 && rig.inspect().await?.instances.len() == 1 {
+            break;
+        }
+        if started_scale.elapsed() > PHASE_TIMEOUT {
+            bail!("{left} workers still there {PHASE_TIMEOUT:?} after scaling to zero");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let scale_seconds = started_scale.elapsed().as_secs_f64();
+    events.extend(scale_events.iter().cloned());
     let faults = faults_now().await?;
     phases.push(Phase {
         name: "scale to zero".into(),
         asked: n as usize,
         peak: watch.next_phase(),
         faults: faults.since(phase_start),
-        events: Vec::new(),
+        events: scale_events,
     });
     phase_start = faults;
 
     step(&format!("Deleting cluster {CLUSTER}"));
     let started_delete = Instant::now();
-    Api::<Cluster>::namespaced(client.clone(), NAMESPACE)
-        .delete(CLUSTER, &DeleteParams::default())
-        .await?;
+    let clusters = Api::<Cluster>::namespaced(client.clone(), NAMESPACE);
+    clusters.delete(CLUSTER, &DeleteParams::default()).await?;
+    // A manager kill and an API server restart while the cluster is being deleted (said so if
+    // the deletion was faster).
+    let mut delete_events = Vec::new();
+    for disruption in [Disruption::KillManager, Disruption::RestartApiServer] {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let when = if clusters.get_opt(CLUSTER).await?.is_some() {
+            "while the cluster was being deleted"
+        } else {
+            "after the cluster was gone"
+        };
+        delete_events.push(format!(
+            "{:>6.1}s  {} {when}",
+            started_delete.elapsed().as_secs_f64(),
+            disruption.describe()
+        ));
+        println!(
+            "    {}",
+            delete_events.last().map(String::as_str).unwrap_or_default()
+        );
+        disruption.happen(&mut rig).await?;
+    }
     wait_for("the cluster gone", || async {
         Ok(Api::<Cluster>::namespaced(client.clone(), NAMESPACE)
             .get_opt(CLUSTER)
@@ -390,12 +432,13 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
     // Anything the controllers still had to finish is given a few seconds.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let faults = faults_now().await?;
+    events.extend(delete_events.iter().cloned());
     phases.push(Phase {
         name: "delete".into(),
         asked: 1,
         peak: watch.next_phase(),
         faults: faults.since(phase_start),
-        events: Vec::new(),
+        events: delete_events,
     });
     watch.stop.store(true, Ordering::Relaxed);
     let _ = watcher.await;
@@ -564,11 +607,34 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
     Ok(())
 }
 
-/// One thing that goes wrong on purpose while the cluster is being created.
+/// One thing that goes wrong on purpose while the cluster is being created, scaled down or
+/// deleted.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Disruption {
     KillManager,
     RestartApiServer,
+}
+
+impl Disruption {
+    fn describe(self) -> &'static str {
+        match self {
+            Self::KillManager => "manager SIGKILLed",
+            Self::RestartApiServer => "kube-apiserver killed and restarted",
+        }
+    }
+
+    /// Makes it happen: a killed manager is started again half a second later.
+    async fn happen(self, rig: &mut Rig) -> Result<()> {
+        match self {
+            Self::KillManager => {
+                rig.kill_manager();
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                rig.start_manager()?;
+            }
+            Self::RestartApiServer => rig.management.restart_api_server().await?,
+        }
+        Ok(())
+    }
 }
 
 /// The disruptions in the order they happen: the first manager kill, the API server restart,
