@@ -28,15 +28,25 @@ const DEFAULT_ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
 /// Drives the simulated cloud for `InMemoryMachine`s and `InMemoryCluster`s.
 ///
 /// Every cloud call is retried through transient faults ([`CallRetry`], three attempts by
-/// default), as a cloud SDK would: reads and deletes as they are; creates, which the cloud does
-/// not deduplicate, by looking for the instance's (or load balancer's) tag before each attempt, so
-/// that a create whose response was lost is found rather than made twice.
+/// default), as a cloud SDK would: reads and deletes as they are; creates by looking for the
+/// instance's (or load balancer's) tag before each attempt, so that a create whose response was
+/// lost is found rather than made twice, and instances with the machine's idempotency key as
+/// client token, so that one not listed yet (the cloud's lists lag, up to
+/// [`MAX_LIST_LAG`](crate::cloud::MAX_LIST_LAG)) is answered with rather than made again.
+///
+/// A deletion that finds nothing of a machine that neither recorded its instance nor found one
+/// while deleting waits out the lists' lag before it says the instance is gone: one made by a
+/// create whose answer was lost may not be listed yet.
 #[derive(Clone)]
 pub struct InMemoryActuator {
     compute: Arc<dyn Compute>,
     load_balancers: Arc<dyn LoadBalancers>,
     poll: Duration,
     retry: CallRetry,
+    /// How long lists may lag behind a create.
+    list_lag: Duration,
+    /// Per idempotency key of a machine being deleted, what its deletion has seen.
+    deletions: Arc<std::sync::Mutex<std::collections::HashMap<String, Sighting>>>,
 }
 
 impl InMemoryActuator {
@@ -52,7 +62,16 @@ impl InMemoryActuator {
             load_balancers,
             poll,
             retry: CallRetry::default(),
+            list_lag: crate::cloud::MAX_LIST_LAG,
+            deletions: Arc::default(),
         }
+    }
+
+    /// Trusts the cloud's lists to show a new instance within `lag` (default
+    /// [`MAX_LIST_LAG`](crate::cloud::MAX_LIST_LAG), what the simulated cloud promises).
+    pub fn with_list_lag(mut self, lag: Duration) -> Self {
+        self.list_lag = lag;
+        self
     }
 
     /// Retries cloud calls with `retry` instead ([`CallRetry::none`]: every call once).
@@ -252,9 +271,10 @@ impl Actuator<InMemoryMachine> for InMemoryActuator {
                     &scope.machine.spec.cluster_name,
                 )
             }),
+            client_token: Some(scope.idempotency_key.as_str().to_string()),
         };
         // The tag makes a retry after a lost response find the first instance instead of
-        // creating a second one.
+        // creating a second one; the client token does while lists do not show it yet.
         let created = self
             .create_once(
                 || self.find(scope),
@@ -306,8 +326,9 @@ impl Actuator<InMemoryMachine> for InMemoryActuator {
             owned.push(recorded);
         }
         if owned.is_empty() {
-            return Ok(());
+            return self.gone_once_listed(scope);
         }
+        self.saw(tag, Sighting::Listed);
         for instance in owned
             .iter()
             .filter(|i| i.status != InstanceStatus::Deleting)
@@ -320,6 +341,63 @@ impl Actuator<InMemoryMachine> for InMemoryActuator {
             "DeletingInstance",
             format!("waiting for {} instance(s) to be deleted", owned.len()),
         ))
+    }
+}
+
+/// What the deletion of one machine has seen of its instances.
+#[derive(Clone, Copy, Debug)]
+enum Sighting {
+    /// An instance was listed (and deleted): with the client token, there is no other.
+    Listed,
+    /// Nothing has been listed since then.
+    NothingSince(tokio::time::Instant),
+}
+
+impl InMemoryActuator {
+    /// After a deletion found nothing: the instance is gone if the machine recorded it (reads by
+    /// ID do not lag) or the deletion found it before, or once nothing has been listed for the
+    /// lists' lag.
+    fn gone_once_listed(&self, scope: &MachineScope<InMemoryMachine>) -> Result<(), ActuatorError> {
+        let tag = scope.idempotency_key.as_str();
+        let sighting = self.saw(tag, Sighting::NothingSince(tokio::time::Instant::now()));
+        let waited = match sighting {
+            _ if scope.infra_machine.spec.provider_id.is_some() => None,
+            Sighting::Listed => None,
+            Sighting::NothingSince(since) => Some(since.elapsed()).filter(|w| *w < self.list_lag),
+        };
+        let Some(waited) = waited else {
+            self.forget_deletion(tag);
+            return Ok(());
+        };
+        Err(ActuatorError::requeue_after(
+            self.list_lag - waited,
+            "WaitingForCloudLists",
+            format!(
+                "no instance listed for this machine yet; the cloud's lists may lag up to {:?} behind a create",
+                self.list_lag
+            ),
+        ))
+    }
+
+    /// Records what the deletion under `tag` saw (a listing is never overwritten by a later
+    /// "nothing", nor a first "nothing" by a later one); returns what it has seen.
+    fn saw(&self, tag: &str, sighting: Sighting) -> Sighting {
+        let mut deletions = self
+            .deletions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let entry = deletions.entry(tag.to_string()).or_insert(sighting);
+        if matches!(sighting, Sighting::Listed) {
+            *entry = Sighting::Listed;
+        }
+        *entry
+    }
+
+    fn forget_deletion(&self, tag: &str) {
+        self.deletions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(tag);
     }
 }
 
@@ -508,6 +586,62 @@ mod tests {
         assert_eq!(cloud.max_created_per_tag(), 1);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn while_lists_lag_a_lost_create_is_neither_made_twice_nor_leaked() {
+        let (cloud, actuator) = setup(CloudConfig {
+            list_lag: crate::cloud::MAX_LIST_LAG,
+            seed: Some(7),
+            ..CloudConfig::default()
+        });
+        let actuator = actuator.with_call_retry(CallRetry::none());
+        let lose_answers = |rate| {
+            cloud.set_faults(Faults {
+                lost_create_response_rate: rate,
+                ..Faults::default()
+            });
+        };
+
+        // Made, answer lost, not listed yet (time stands still): the retry gets the same one.
+        let kept = scope("u9", small());
+        lose_answers(1.0);
+        actuator.create(&kept).await.unwrap_err();
+        lose_answers(0.0);
+        assert!(
+            cloud
+                .find_instances(kept.idempotency_key.as_str())
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        actuator.create(&kept).await.unwrap();
+        assert_eq!(cloud.instance_count(), 1);
+        assert_eq!(cloud.max_created_per_tag(), 1);
+
+        // Made, answer lost, and deleted before lists show it: the deletion waits for them.
+        let doomed = scope("u10", small());
+        let tag = doomed.idempotency_key.as_str().to_string();
+        lose_answers(1.0);
+        actuator.create(&doomed).await.unwrap_err();
+        lose_answers(0.0);
+        let mut deleted = false;
+        for _ in 0..20 {
+            match Actuator::delete(&actuator, &doomed).await {
+                Ok(()) => {
+                    deleted = true;
+                    break;
+                }
+                Err(error) => assert_eq!(error.kind(), ActuatorErrorKind::RequeueAfter, "{error}"),
+            }
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        assert!(deleted, "the deletion ends");
+        assert!(
+            cloud.instances().iter().all(|i| i.tag != tag),
+            "the instance not listed at first was deleted, not leaked"
+        );
+        assert_eq!(cloud.instance_count(), 1);
+    }
+
     #[tokio::test]
     async fn exists_prefers_the_recorded_provider_id() {
         let (cloud, actuator) = setup(CloudConfig::default());
@@ -543,6 +677,7 @@ mod tests {
                 user_data_len: 0,
                 user_data: None,
                 etcd_cluster: None,
+                client_token: None,
             })
             .await
             .unwrap();
@@ -554,6 +689,7 @@ mod tests {
                 user_data_len: 0,
                 user_data: None,
                 etcd_cluster: None,
+                client_token: None,
             })
             .await
             .unwrap();

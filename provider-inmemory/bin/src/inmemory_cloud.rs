@@ -4,7 +4,7 @@
 //! ```text
 //! inmemory-cloud [--listen 127.0.0.1:0] [--boot-time-ms N] [--delete-time-ms N] [--call-latency-ms N]
 //!                [--jitter F] [--max-instances N] [--error-rate F] [--lost-create-response-rate F]
-//!                [--seed N] [--workload-kubeconfig FILE]
+//!                [--seed N] [--list-lag-ms N] [--workload-kubeconfig FILE]
 //! ```
 //!
 //! Prints `listening on http://ADDR` on the first line of standard output once it accepts requests.
@@ -50,6 +50,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args> {
             "--boot-time-ms" => parsed.config.boot_time = ms(value()?)?,
             "--delete-time-ms" => parsed.config.delete_time = ms(value()?)?,
             "--call-latency-ms" => parsed.config.call_latency = ms(value()?)?,
+            "--list-lag-ms" => parsed.config.list_lag = ms(value()?)?,
             "--jitter" => parsed.config.jitter = rate(value()?)?,
             "--max-instances" => {
                 parsed.config.max_instances = Some(

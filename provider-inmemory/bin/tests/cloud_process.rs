@@ -18,6 +18,7 @@ fn request(tag: &str, flavor: &str) -> InstanceRequest {
         user_data_len: 12,
         user_data: None,
         etcd_cluster: None,
+        client_token: None,
     }
 }
 

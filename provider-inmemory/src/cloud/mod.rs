@@ -17,7 +17,7 @@ use async_trait::async_trait;
 pub use boot::{EtcdCa, UserData};
 pub use remote::RemoteCloud;
 pub use server::{CloudServer, Inspection};
-pub use simulated::{CloudConfig, Faults, SimulatedCloud};
+pub use simulated::{CloudConfig, Faults, MAX_LIST_LAG, SimulatedCloud};
 
 #[cfg(feature = "real-etcd")]
 pub use etcd_processes::EtcdProcesses;
@@ -126,6 +126,10 @@ pub struct InstanceRequest {
     /// `<namespace>.<cluster>`), as kubeadm's stacked etcd does on a real node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd_cluster: Option<String>,
+    /// Makes the create idempotent: another create with the same token, while the instance it
+    /// made exists, answers with that instance instead of making one (EC2's `ClientToken`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_token: Option<String>,
 }
 
 /// One member of a simulated etcd cluster.

@@ -38,7 +38,16 @@ pub struct CloudConfig {
     /// Seeds the draws of faults and latencies (`None`: a random seed). Calls come concurrently,
     /// so a seed fixes the sequence of draws, not which call gets which.
     pub seed: Option<u64>,
+    /// Lists are eventually consistent, as EC2's and other clouds' are right after a create: a
+    /// new instance shows in [`Compute::find_instances`] only after a random delay of up to this
+    /// (at most [`MAX_LIST_LAG`], the bound this cloud promises; zero: at once). Reads by ID and
+    /// creates by client token see it at once.
+    pub list_lag: Duration,
 }
+
+/// The longest a new instance may take to show in lists, whatever [`CloudConfig::list_lag`] says:
+/// the bound a caller waits out before it takes "not listed" for "not there".
+pub const MAX_LIST_LAG: Duration = Duration::from_secs(5);
 
 impl Default for CloudConfig {
     fn default() -> Self {
@@ -56,6 +65,7 @@ impl Default for CloudConfig {
             faults: Faults::default(),
             loopback_addresses: false,
             seed: None,
+            list_lag: Duration::ZERO,
         }
     }
 }
@@ -84,6 +94,8 @@ impl Faults {
 
 struct StoredInstance {
     instance: Instance,
+    /// From when lists show it.
+    listed_at: Instant,
     ready_at: Instant,
     gone_at: Option<Instant>,
     etcd_cluster: Option<String>,
@@ -108,6 +120,8 @@ struct State {
     next_id: u64,
     create_calls: u64,
     created_per_tag: BTreeMap<String, u32>,
+    /// The instance each client token created.
+    client_tokens: BTreeMap<String, String>,
     etcd: BTreeMap<String, StoredEtcd>,
     failed_members: std::collections::BTreeSet<String>,
     member_events: Option<tokio::sync::mpsc::UnboundedSender<MemberEvent>>,
@@ -118,6 +132,9 @@ impl State {
     fn settle(&mut self, now: Instant) {
         self.instances
             .retain(|_, stored| stored.gone_at.is_none_or(|gone| now < gone));
+        let instances = &self.instances;
+        self.client_tokens
+            .retain(|_, id| instances.contains_key(id));
         for stored in self.instances.values_mut() {
             if stored.instance.status == InstanceStatus::Building && now >= stored.ready_at {
                 stored.instance.status = InstanceStatus::Active;
@@ -221,6 +238,14 @@ impl SimulatedCloud {
     /// A draw in `[0, 1)` from the cloud's generator.
     fn draw(&self) -> f64 {
         lock(&self.rng).f64()
+    }
+
+    /// A list lag: uniform in `[0, max]`, `max` bounded by [`MAX_LIST_LAG`].
+    fn lag(&self, max: Duration) -> Duration {
+        if max.is_zero() {
+            return Duration::ZERO;
+        }
+        max.min(MAX_LIST_LAG).mul_f64(self.draw())
     }
 
     /// `duration` with up to ± `jitter` of it added.
@@ -359,6 +384,16 @@ impl Compute for SimulatedCloud {
             let mut state = lock(&self.state);
             let now = Instant::now();
             state.settle(now);
+            // A create with a client token already used answers with the instance it made, as
+            // EC2's ClientToken does: retrying a create whose answer was lost makes no second one.
+            if let Some(existing) = request
+                .client_token
+                .as_ref()
+                .and_then(|token| state.client_tokens.get(token))
+                .and_then(|id| state.instances.get(id))
+            {
+                return Ok(existing.instance.clone());
+            }
             if let Some(limit) = config.max_instances
                 && state.instances.len() >= limit
             {
@@ -390,6 +425,7 @@ impl Compute for SimulatedCloud {
                 instance.id.clone(),
                 StoredInstance {
                     instance: instance.clone(),
+                    listed_at: now + self.lag(config.list_lag),
                     ready_at,
                     gone_at: None,
                     etcd_ca: request
@@ -406,6 +442,9 @@ impl Compute for SimulatedCloud {
                 },
             );
             *state.created_per_tag.entry(request.tag).or_insert(0) += 1;
+            if let Some(token) = request.client_token {
+                state.client_tokens.insert(token, instance.id.clone());
+            }
             state.settle(now);
             state
                 .instances
@@ -440,10 +479,11 @@ impl Compute for SimulatedCloud {
         self.call("find_instances").await?;
         let mut state = lock(&self.state);
         state.settle(Instant::now());
+        let now = Instant::now();
         Ok(state
             .instances
             .values()
-            .filter(|s| s.instance.tag == tag)
+            .filter(|s| s.instance.tag == tag && s.listed_at <= now)
             .map(|s| s.instance.clone())
             .collect())
     }
@@ -572,6 +612,7 @@ mod tests {
             user_data_len: 10,
             user_data: None,
             etcd_cluster: None,
+            client_token: None,
         }
     }
 
@@ -608,6 +649,50 @@ mod tests {
         tokio::time::advance(Duration::from_secs(6)).await;
         assert_eq!(cloud.get_instance(&created.id).await.unwrap(), None);
         assert_eq!(cloud.instance_count(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lists_lag_behind_creates_and_a_client_token_makes_one_instance() {
+        let cloud = SimulatedCloud::new(CloudConfig {
+            list_lag: Duration::from_secs(600),
+            seed: Some(3),
+            ..CloudConfig::default()
+        });
+        let mut made = Vec::new();
+        for n in 0..10 {
+            let mut tokened = request(&format!("t{n}"));
+            tokened.client_token = Some(format!("t{n}"));
+            let first = cloud.create_instance(tokened.clone()).await.unwrap();
+            let again = cloud.create_instance(tokened).await.unwrap();
+            assert_eq!(first.id, again.id, "a client token makes one instance");
+            assert_eq!(
+                cloud.get_instance(&first.id).await.unwrap().map(|i| i.id),
+                Some(first.id.clone()),
+                "reads by ID see it at once"
+            );
+            made.push(first);
+        }
+        assert_eq!(cloud.max_created_per_tag(), 1);
+        let mut hidden = 0;
+        for instance in &made {
+            if cloud
+                .find_instances(&instance.tag)
+                .await
+                .unwrap()
+                .is_empty()
+            {
+                hidden += 1;
+            }
+        }
+        assert!(hidden > 0, "lists lag behind creates");
+        // However long the configured lag, lists catch up within the promised bound.
+        tokio::time::advance(MAX_LIST_LAG).await;
+        for instance in &made {
+            assert_eq!(cloud.find_instances(&instance.tag).await.unwrap().len(), 1);
+        }
+        // Without a token a second create makes a second instance.
+        cloud.create_instance(request("t0")).await.unwrap();
+        assert_eq!(cloud.created_with_tag("t0"), 2);
     }
 
     #[tokio::test]

@@ -31,6 +31,8 @@ pub(crate) struct CloudOptions {
     pub(crate) lost_create_response_rate: f64,
     /// Seeds the cloud's draws of faults and latencies (`None`: random).
     pub(crate) seed: Option<u64>,
+    /// A new instance shows in the cloud's lists after a random delay up to this.
+    pub(crate) list_lag_ms: u64,
 }
 
 impl CloudOptions {
@@ -39,6 +41,7 @@ impl CloudOptions {
             ("--boot-time-ms", self.boot_ms.to_string()),
             ("--delete-time-ms", self.delete_ms.to_string()),
             ("--call-latency-ms", self.call_latency_ms.to_string()),
+            ("--list-lag-ms", self.list_lag_ms.to_string()),
             ("--jitter", self.jitter.to_string()),
             ("--error-rate", self.error_rate.to_string()),
             (

@@ -7,8 +7,9 @@
 //! ```
 //!
 //! What goes wrong: every cloud call fails with probability `--error-rate` (default 0.2), 5 % of
-//! creates happen but answer with an error (a lost response), calls take 20 ms and instances
-//! 500 ms to boot (± 20 %); a proxy ([`conflicts`]) answers `--conflict-rate` (default 0.1) of the
+//! creates happen but answer with an error (a lost response), a new instance shows in the cloud's
+//! lists only after up to 2 s (eventual consistency), calls take 20 ms and instances 500 ms to boot
+//! (± 20 %); a proxy ([`conflicts`]) answers `--conflict-rate` (default 0.1) of the
 //! manager's status writes with 409 Conflict; the manager is killed with SIGKILL and restarted
 //! `--kills` times (default 3) and the kube-apiserver is killed and restarted once while the
 //! cluster grows. It grows in stages (one more than there are disruptions) and each disruption
@@ -50,6 +51,8 @@ use crate::workspace_root;
 use conflicts::ConflictProxy;
 
 const NAMESPACE: &str = "chaos";
+/// The longest a new instance takes to show in the cloud's lists (eventual consistency, as EC2's).
+const LIST_LAG: Duration = Duration::from_secs(2);
 const CLUSTER: &str = "chaos";
 
 /// `cargo xtask chaos`'s command line.
@@ -195,9 +198,10 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
         error_rate: options.error_rate,
         lost_create_response_rate: 0.05,
         seed: Some(options.seed),
+        list_lag_ms: LIST_LAG.as_millis() as u64,
     };
     step(&format!(
-        "Chaos: {n} machines; cloud errors {:.0} %, lost create responses 5 %, 409 on {:.0} % of status writes, {} manager kills and 1 API server restart while growing, 1 of each while scaling to zero and while deleting; seed {}",
+        "Chaos: {n} machines; cloud errors {:.0} %, lost create responses 5 %, lists lagging up to {LIST_LAG:?} behind creates, 409 on {:.0} % of status writes, {} manager kills and 1 API server restart while growing, 1 of each while scaling to zero and while deleting; seed {}",
         options.error_rate * 100.0,
         options.conflict_rate * 100.0,
         options.kills,
@@ -536,8 +540,12 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
         "host": measure::host(),
         "seed": options.seed,
         "faults": {"cloud_error_rate": options.error_rate, "lost_create_response_rate": 0.05,
-                   "status_conflict_rate": options.conflict_rate, "manager_kills": options.kills,
-                   "apiserver_restarts": 1, "injected_conflicts": conflicts,
+                   "status_conflict_rate": options.conflict_rate,
+                   "list_lag_max_ms": LIST_LAG.as_millis() as u64,
+                   "manager_kills_growing": options.kills, "apiserver_restarts_growing": 1,
+                   "manager_kills_scaling_to_zero": 1, "apiserver_restarts_scaling_to_zero": 1,
+                   "manager_kills_deleting": 1, "apiserver_restarts_deleting": 1,
+                   "injected_conflicts": conflicts,
                    "cloud_errors": final_cloud.faults_injected,
                    "lost_create_responses": final_cloud.create_responses_lost},
         "events": events,
