@@ -143,6 +143,7 @@ impl Options {
                 burst: args.burst,
                 concurrency: args.concurrency,
                 leader_election: !args.no_leader_election,
+                replicas: 1,
             },
             out: args
                 .out

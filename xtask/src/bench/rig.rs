@@ -65,7 +65,12 @@ pub(crate) struct ManagerOptions {
     /// Whether the manager holds a Lease (renewing it every retry period) while it runs, as
     /// shipped.
     pub(crate) leader_election: bool,
+    /// How many manager processes run (more than one only with leader election: one leads).
+    pub(crate) replicas: usize,
 }
+
+/// The Lease the manager replicas elect a leader with, in the scenario's namespace.
+pub(crate) const LEASE: &str = "capi-rs-bench-manager";
 
 impl ManagerOptions {
     /// The settings the manager ships with (`ManagerConfig::default()`,
@@ -76,6 +81,7 @@ impl ManagerOptions {
             burst: capi_actuator::manager::ManagerConfig::default().burst,
             concurrency: capi_actuator::ReconcilerOptions::default().concurrency,
             leader_election: true,
+            replicas: 1,
         }
     }
 
@@ -86,16 +92,18 @@ impl ManagerOptions {
             && self.burst == shipped.burst
             && self.concurrency == shipped.concurrency
             && self.leader_election == shipped.leader_election
+            && self.replicas == shipped.replicas
     }
 
     /// One line for the printed results.
     pub(crate) fn describe(&self) -> String {
         format!(
-            "manager: qps {}, burst {}, concurrency {} per kind, leader election {} ({})",
+            "manager: qps {}, burst {}, concurrency {} per kind, leader election {}, {} replica(s) ({})",
             self.qps,
             self.burst,
             self.concurrency,
             if self.leader_election { "on" } else { "off" },
+            self.replicas,
             if self.are_shipped() {
                 "the shipped defaults"
             } else {
@@ -107,7 +115,8 @@ impl ManagerOptions {
     /// The settings as recorded with the results.
     pub(crate) fn json(&self) -> serde_json::Value {
         json!({"qps": self.qps, "burst": self.burst, "concurrency": self.concurrency,
-               "leader_election": self.leader_election, "shipped_defaults": self.are_shipped(),
+               "leader_election": self.leader_election, "replicas": self.replicas,
+               "shipped_defaults": self.are_shipped(),
                "build": "release"})
     }
 }
@@ -120,6 +129,11 @@ impl Process {
     /// Peak RSS (MiB) and CPU seconds so far.
     pub(crate) fn usage(&self) -> Result<(f64, f64)> {
         measure::usage(self.0.id())
+    }
+
+    /// Whether the process has exited on its own.
+    fn exited(&mut self) -> bool {
+        matches!(self.0.try_wait(), Ok(Some(_)))
     }
 
     /// Kills the process with SIGKILL and reaps it.
@@ -145,10 +159,11 @@ pub(crate) struct Rig {
     pub(crate) cloud: RemoteCloud,
     _cloud_process: Process,
     cloud_url: String,
-    manager: Option<Process>,
+    /// The manager replicas' processes (`None`: not running).
+    managers: Vec<Option<Process>>,
     manager_options: ManagerOptions,
-    /// The kubeconfig the manager uses (the management API server's, or a proxy's).
-    manager_kubeconfig: PathBuf,
+    /// The kubeconfig each manager replica uses (the management API server's, or a proxy's).
+    manager_kubeconfigs: Vec<PathBuf>,
     bin_dir: PathBuf,
     log_path: PathBuf,
     /// The namespace the scenario's objects (and the manager's Lease) live in.
@@ -187,14 +202,17 @@ impl Rig {
         std::fs::File::create(&log_path)?;
         println!("    manager log: {}", log_path.display());
         Ok(Self {
-            manager_kubeconfig: management.kubeconfig_path().to_path_buf(),
+            manager_kubeconfigs: vec![
+                management.kubeconfig_path().to_path_buf();
+                manager_options.replicas.max(1)
+            ],
+            managers: (0..manager_options.replicas.max(1)).map(|_| None).collect(),
             management,
             workload,
             client,
             cloud: RemoteCloud::new(cloud_url.clone()),
             _cloud_process: cloud_process,
             cloud_url,
-            manager: None,
             manager_options,
             bin_dir: bin_dir.to_path_buf(),
             log_path,
@@ -202,18 +220,37 @@ impl Rig {
         })
     }
 
-    /// Makes the manager talk to the API server through `kubeconfig` (from its next start).
-    pub(crate) fn manager_kubeconfig(&mut self, kubeconfig: PathBuf) {
-        self.manager_kubeconfig = kubeconfig;
+    /// Makes manager replica `replica` talk to the API server through `kubeconfig` (from its
+    /// next start).
+    pub(crate) fn replica_kubeconfig(&mut self, replica: usize, kubeconfig: PathBuf) {
+        if let Some(each) = self.manager_kubeconfigs.get_mut(replica) {
+            *each = kubeconfig;
+        }
     }
 
-    /// Starts `inmemory-manager` (core, bootstrap, control plane and in-memory controllers); its log is appended
-    /// to one file across restarts. `CAPI_RS_BENCH_MANAGER_LOG` sets its `RUST_LOG` (`warn`).
+    /// Starts every manager replica not running.
     pub(crate) fn start_manager(&mut self) -> Result<()> {
+        for replica in 0..self.managers.len() {
+            if self.managers[replica].is_none() {
+                self.start_replica(replica)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts `inmemory-manager` replica `replica` (core, bootstrap, control plane and in-memory
+    /// controllers; `POD_NAME` `replica-<n>`, which starts its leader-election identity); the log of
+    /// every replica is appended to one file across restarts. `CAPI_RS_BENCH_MANAGER_LOG` sets
+    /// its `RUST_LOG` (`warn`).
+    pub(crate) fn start_replica(&mut self, replica: usize) -> Result<()> {
         let log = std::fs::OpenOptions::new()
             .append(true)
             .open(&self.log_path)?;
         let options = &self.manager_options;
+        let kubeconfig = self
+            .manager_kubeconfigs
+            .get(replica)
+            .context("no such manager replica")?;
         let child = Command::new(self.bin_dir.join("inmemory-manager"))
             .args([
                 "--cloud-url",
@@ -229,12 +266,13 @@ impl Rig {
             .args(if options.leader_election {
                 vec![
                     "--leader-elect".to_string(),
-                    format!("{}/capi-rs-bench-manager", self.namespace),
+                    format!("{}/{LEASE}", self.namespace),
                 ]
             } else {
                 Vec::new()
             })
-            .env("KUBECONFIG", &self.manager_kubeconfig)
+            .env("KUBECONFIG", kubeconfig)
+            .env("POD_NAME", format!("replica-{replica}"))
             .env(
                 "RUST_LOG",
                 std::env::var("CAPI_RS_BENCH_MANAGER_LOG").unwrap_or_else(|_| "warn".into()),
@@ -243,20 +281,60 @@ impl Rig {
             .stderr(Stdio::from(log))
             .spawn()
             .context("starting inmemory-manager")?;
-        self.manager = Some(Process(child));
+        self.managers[replica] = Some(Process(child));
         Ok(())
     }
 
-    /// Kills the manager with SIGKILL, as a node failure or an OOM kill would.
+    /// Kills every manager replica with SIGKILL, as a node failure or an OOM kill would.
     pub(crate) fn kill_manager(&mut self) {
-        if let Some(mut manager) = self.manager.take() {
+        for replica in 0..self.managers.len() {
+            self.kill_replica(replica);
+        }
+    }
+
+    /// Kills manager replica `replica` with SIGKILL.
+    pub(crate) fn kill_replica(&mut self, replica: usize) {
+        if let Some(mut manager) = self.managers.get_mut(replica).and_then(Option::take) {
             manager.kill();
         }
     }
 
-    /// The running manager.
+    /// Starts again every replica that exited on its own (a manager that lost its lease exits,
+    /// and Kubernetes would restart its container); returns which.
+    pub(crate) fn restart_exited(&mut self) -> Result<Vec<usize>> {
+        let mut restarted = Vec::new();
+        for replica in 0..self.managers.len() {
+            if self.managers[replica].as_mut().is_some_and(Process::exited) {
+                self.managers[replica] = None;
+                self.start_replica(replica)?;
+                restarted.push(replica);
+            }
+        }
+        Ok(restarted)
+    }
+
+    /// The replica holding the Lease, if one does.
+    pub(crate) async fn leader(&self) -> Result<Option<usize>> {
+        let lease = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+            self.client.clone(),
+            &self.namespace,
+        )
+        .get_opt(LEASE)
+        .await?;
+        let holder = lease
+            .and_then(|l| l.spec)
+            .and_then(|spec| spec.holder_identity)
+            .unwrap_or_default();
+        Ok((0..self.managers.len()).find(|r| holder.starts_with(&format!("replica-{r}_"))))
+    }
+
+    /// The first running manager replica.
     pub(crate) fn manager(&self) -> Result<&Process> {
-        self.manager.as_ref().context("the manager is not running")
+        self.managers
+            .iter()
+            .flatten()
+            .next()
+            .context("the manager is not running")
     }
 
     /// Where the manager logs.

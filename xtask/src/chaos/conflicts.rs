@@ -1,11 +1,13 @@
 //! A loopback HTTP proxy in front of the management API server that answers a share of status
 //! writes with `409 Conflict` (without forwarding them), as a busy API server does when another
-//! writer got there first. Everything else is forwarded as is, watches included.
+//! writer got there first, and on demand holds Lease requests, as a stalled connection would.
+//! Everything else is forwarded as is, watches included.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use anyhow::Result;
 use http::{Method, Request, Response, StatusCode};
@@ -23,6 +25,8 @@ use tokio::task::JoinHandle;
 pub(crate) struct ConflictProxy {
     addr: SocketAddr,
     injected: Arc<AtomicU64>,
+    /// While set, Lease requests are held (released when it is cleared, or after a minute).
+    lease_stall: Arc<AtomicBool>,
     task: JoinHandle<()>,
 }
 
@@ -35,6 +39,8 @@ impl ConflictProxy {
         let injected = Arc::new(AtomicU64::new(0));
         let counter = Arc::clone(&injected);
         let draws = Arc::new(std::sync::Mutex::new(fastrand::Rng::with_seed(seed)));
+        let lease_stall = Arc::new(AtomicBool::new(false));
+        let stalled = Arc::clone(&lease_stall);
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
@@ -43,12 +49,15 @@ impl ConflictProxy {
                 let upstream = upstream.clone();
                 let counter = Arc::clone(&counter);
                 let draws = Arc::clone(&draws);
+                let stalled = Arc::clone(&stalled);
                 tokio::spawn(async move {
                     let service = service_fn(move |request| {
                         let upstream = upstream.clone();
                         let counter = Arc::clone(&counter);
+                        let stalled = Arc::clone(&stalled);
                         let draw = draws.lock().unwrap_or_else(|p| p.into_inner()).f64();
                         async move {
+                            hold_if_stalled(&request, &stalled).await;
                             Ok::<_, Infallible>(
                                 forward(&upstream, request, draw < rate, &counter).await,
                             )
@@ -63,8 +72,19 @@ impl ConflictProxy {
         Ok(Self {
             addr,
             injected,
+            lease_stall,
             task,
         })
+    }
+
+    /// Holds every Lease request for `stall` from now (a stalled connection to the API server).
+    pub(crate) fn stall_leases_for(&self, stall: Duration) {
+        self.lease_stall.store(true, Ordering::Relaxed);
+        let stalled = Arc::clone(&self.lease_stall);
+        tokio::spawn(async move {
+            tokio::time::sleep(stall).await;
+            stalled.store(false, Ordering::Relaxed);
+        });
     }
 
     /// A kubeconfig (no credentials: the proxy adds them) for clients of the proxy.
@@ -86,6 +106,17 @@ impl ConflictProxy {
 impl Drop for ConflictProxy {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// Holds a Lease request while `stalled` is set (a minute at most).
+async fn hold_if_stalled(request: &Request<Incoming>, stalled: &AtomicBool) {
+    if !request.uri().path().contains("/leases") {
+        return;
+    }
+    let started = tokio::time::Instant::now();
+    while stalled.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -9,13 +9,16 @@
 //! What goes wrong: every cloud call fails with probability `--error-rate` (default 0.2), 5 % of
 //! creates happen but answer with an error (a lost response), a new instance shows in the cloud's
 //! lists only after up to 2 s (eventual consistency), calls take 20 ms and instances 500 ms to boot
-//! (± 20 %); a proxy ([`conflicts`]) answers `--conflict-rate` (default 0.1) of the
-//! manager's status writes with 409 Conflict; the manager is killed with SIGKILL and restarted
-//! `--kills` times (default 3) and the kube-apiserver is killed and restarted once while the
-//! cluster grows. It grows in stages (one more than there are disruptions) and each disruption
-//! happens right after the next stage was asked for, so it lands while machines are being created
-//! however fast the run is. Scaling to zero and deleting the cluster get one manager kill and one
-//! API server restart each too, while machines are going.
+//! (± 20 %); the manager runs as two replicas electing a leader, each behind a proxy
+//! ([`conflicts`]) that answers `--conflict-rate` (default 0.1) of its status writes with 409
+//! Conflict; while the cluster grows, the leading replica is killed with SIGKILL and restarted
+//! `--kills` times (default 3), the kube-apiserver is killed and restarted once, and the leader's
+//! lease requests stall for 20 s once (it must stop before its lease expires, the other replica
+//! takes over; a replica that lost its lease exits and is started again). The cluster grows in
+//! stages (one more than there are disruptions) and each disruption happens right after the next
+//! stage was asked for, so it lands while machines are being created however fast the run is.
+//! Scaling to zero and deleting the cluster get one leader kill and one API server restart each
+//! too, while machines are going.
 //!
 //! What it asserts and reports: every Machine reached Running; in no phase more instances than the
 //! cluster asks for in it, and no idempotency key ever mapped to more than one instance; after
@@ -51,6 +54,11 @@ use crate::workspace_root;
 use conflicts::ConflictProxy;
 
 const NAMESPACE: &str = "chaos";
+/// Manager replicas (leader election on).
+const REPLICAS: usize = 2;
+/// How long the leader's lease requests hang in the lease-stall disruption: longer than the
+/// lease lasts unrenewed (15 s), so that the other replica takes over.
+const LEASE_STALL: Duration = Duration::from_secs(20);
 /// The longest a new instance takes to show in the cloud's lists (eventual consistency, as EC2's).
 const LIST_LAG: Duration = Duration::from_secs(2);
 const CLUSTER: &str = "chaos";
@@ -201,31 +209,42 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
         list_lag_ms: LIST_LAG.as_millis() as u64,
     };
     step(&format!(
-        "Chaos: {n} machines; cloud errors {:.0} %, lost create responses 5 %, lists lagging up to {LIST_LAG:?} behind creates, 409 on {:.0} % of status writes, {} manager kills and 1 API server restart while growing, 1 of each while scaling to zero and while deleting; seed {}",
+        "Chaos: {n} machines, 2 manager replicas; cloud errors {:.0} %, lost create responses 5 %, lists lagging up to {LIST_LAG:?} behind creates, 409 on {:.0} % of status writes, {} leader kills, 1 API server restart and a 20 s lease stall while growing, a kill and a restart while scaling to zero and while deleting; seed {}",
         options.error_rate * 100.0,
         options.conflict_rate * 100.0,
         options.kills,
         options.seed
     ));
+    // Two replicas electing a leader, as a highly available deployment runs: a killed leader's
+    // work is taken over by the other once its lease expires.
     let manager = ManagerOptions {
         qps: 200.0,
         burst: 400,
         concurrency: 16,
-        // A killed manager comes back at once (no lease to wait out): the run measures how the
-        // controllers converge, not the lease's expiry.
-        leader_election: false,
+        leader_election: true,
+        replicas: REPLICAS,
     };
     let mut rig = Rig::start(&assets_dir, &bin_dir, &cloud, manager, NAMESPACE).await?;
     let client = rig.client.clone();
-    let proxy = ConflictProxy::start(
-        rig.management.client().await?,
-        options.conflict_rate,
-        options.seed.wrapping_add(1),
-    )
-    .await?;
-    let proxy_kubeconfig = rig.management.dir().join("chaos-proxy.kubeconfig");
-    std::fs::write(&proxy_kubeconfig, proxy.kubeconfig_yaml())?;
-    rig.manager_kubeconfig(proxy_kubeconfig);
+    // Each replica reaches the API server through a proxy of its own, so that one replica's
+    // lease requests can be stalled.
+    let mut proxies = Vec::new();
+    for replica in 0..REPLICAS {
+        let proxy = ConflictProxy::start(
+            rig.management.client().await?,
+            options.conflict_rate,
+            options.seed.wrapping_add(1 + replica as u64),
+        )
+        .await?;
+        let kubeconfig = rig
+            .management
+            .dir()
+            .join(format!("chaos-proxy-{replica}.kubeconfig"));
+        std::fs::write(&kubeconfig, proxy.kubeconfig_yaml())?;
+        rig.replica_kubeconfig(replica, kubeconfig);
+        proxies.push(proxy);
+    }
+    let proxies = Proxies(proxies);
     rig.start_manager()?;
 
     // Watch the cloud from the side, all the time.
@@ -272,7 +291,7 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
         anyhow::Ok(Faults {
             cloud_errors: cloud.faults_injected,
             lost_create_responses: cloud.create_responses_lost,
-            conflicts: proxy.injected(),
+            conflicts: proxies.injected(),
         })
     };
     let mut phases: Vec<Phase> = Vec::new();
@@ -309,17 +328,16 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
                     scale(&deployments, &deployment, grown)
                 })
                 .await?;
-                let what = plan[stage].describe();
+                let at = started.elapsed().as_secs_f64();
+                let what = plan[stage].happen(&mut rig, &proxies).await?;
                 events.push(format!(
-                    "{:>6.1}s  {what} at {running}/{n} Running (asking for {} now)",
-                    started.elapsed().as_secs_f64(),
+                    "{at:>6.1}s  {what} at {running}/{n} Running (asking for {} now)",
                     1 + grown
                 ));
                 println!(
                     "    {}",
                     events.last().map(String::as_str).unwrap_or_default()
                 );
-                plan[stage].happen(&mut rig).await?;
                 stage += 1;
                 // The disruption lands in the stage just asked for.
                 stage_events.push(events.last().cloned().unwrap_or_default());
@@ -327,6 +345,7 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
         } else if running >= n as usize {
             break;
         }
+        restarted(&mut rig, started, &mut events)?;
         if started.elapsed() > PHASE_TIMEOUT {
             bail!("only {running}/{n} machines Running after {PHASE_TIMEOUT:?}");
         }
@@ -368,18 +387,18 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
             && left <= at
         {
             teardown.remove(0);
+            let at = started_scale.elapsed().as_secs_f64();
+            let what = disruption.happen(&mut rig, &proxies).await?;
             scale_events.push(format!(
-                "{:>6.1}s  {} at {left}/{workers} workers left (scaling to zero)",
-                started_scale.elapsed().as_secs_f64(),
-                disruption.describe()
+                "{at:>6.1}s  {what} at {left}/{workers} workers left (scaling to zero)"
             ));
             println!(
                 "    {}",
                 scale_events.last().map(String::as_str).unwrap_or_default()
             );
-            disruption.happen(&mut rig).await?;
             continue;
         }
+        restarted(&mut rig, started_scale, &mut scale_events)?;
         if teardown.is_empty() && left == 0 && rig.inspect().await?.instances.len() == 1 {
             break;
         }
@@ -414,24 +433,24 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
         } else {
             "after the cluster was gone"
         };
-        delete_events.push(format!(
-            "{:>6.1}s  {} {when}",
-            started_delete.elapsed().as_secs_f64(),
-            disruption.describe()
-        ));
+        let at = started_delete.elapsed().as_secs_f64();
+        let what = disruption.happen(&mut rig, &proxies).await?;
+        delete_events.push(format!("{at:>6.1}s  {what} {when}"));
         println!(
             "    {}",
             delete_events.last().map(String::as_str).unwrap_or_default()
         );
-        disruption.happen(&mut rig).await?;
     }
-    wait_for("the cluster gone", || async {
-        Ok(Api::<Cluster>::namespaced(client.clone(), NAMESPACE)
-            .get_opt(CLUSTER)
-            .await?
-            .is_none())
-    })
-    .await?;
+    loop {
+        restarted(&mut rig, started_delete, &mut delete_events)?;
+        if clusters.get_opt(CLUSTER).await?.is_none() {
+            break;
+        }
+        if started_delete.elapsed() > PHASE_TIMEOUT {
+            bail!("the cluster still there {PHASE_TIMEOUT:?} after it was deleted");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let delete_seconds = started_delete.elapsed().as_secs_f64();
     // Anything the controllers still had to finish is given a few seconds.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -461,7 +480,7 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
         .load(Ordering::Relaxed)
         .max(final_cloud.max_created_per_tag as usize);
     let stuck: usize = left.iter().map(|(_, names)| names.len()).sum();
-    let conflicts = proxy.injected();
+    let conflicts = proxies.injected();
     let log = std::fs::read_to_string(rig.log_path()).unwrap_or_default();
     let panics = log.matches("panicked at").count();
     rig.kill_manager();
@@ -542,6 +561,8 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
         "faults": {"cloud_error_rate": options.error_rate, "lost_create_response_rate": 0.05,
                    "status_conflict_rate": options.conflict_rate,
                    "list_lag_max_ms": LIST_LAG.as_millis() as u64,
+                   "manager_replicas": REPLICAS, "lease_stalls_growing": 1,
+                   "lease_stall_seconds": LEASE_STALL.as_secs(),
                    "manager_kills_growing": options.kills, "apiserver_restarts_growing": 1,
                    "manager_kills_scaling_to_zero": 1, "apiserver_restarts_scaling_to_zero": 1,
                    "manager_kills_deleting": 1, "apiserver_restarts_deleting": 1,
@@ -619,37 +640,113 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
 /// deleted.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Disruption {
+    /// The leading manager replica is killed with SIGKILL and started again half a second later
+    /// (the other replica takes over once the lease expires).
     KillManager,
     RestartApiServer,
+    /// The leader's lease requests hang for [`LEASE_STALL`] (a stalled connection): it must stop
+    /// its controllers before the lease expires, and the other replica takes over.
+    StallLeaderLease,
 }
 
 impl Disruption {
-    fn describe(self) -> &'static str {
-        match self {
-            Self::KillManager => "manager SIGKILLed",
-            Self::RestartApiServer => "kube-apiserver killed and restarted",
-        }
-    }
-
-    /// Makes it happen: a killed manager is started again half a second later.
-    async fn happen(self, rig: &mut Rig) -> Result<()> {
-        match self {
+    /// Makes it happen; says what happened.
+    async fn happen(self, rig: &mut Rig, proxies: &Proxies) -> Result<String> {
+        let leader = rig.leader().await?;
+        let name = |replica: Option<usize>| {
+            replica.map_or_else(|| "no replica".to_string(), |r| format!("replica-{r}"))
+        };
+        Ok(match self {
             Self::KillManager => {
-                rig.kill_manager();
+                let victim = leader.unwrap_or(0);
+                rig.kill_replica(victim);
                 tokio::time::sleep(Duration::from_millis(500)).await;
-                rig.start_manager()?;
+                rig.start_replica(victim)?;
+                format!(
+                    "manager replica-{victim} SIGKILLed (leader: {})",
+                    name(leader)
+                )
             }
-            Self::RestartApiServer => rig.management.restart_api_server().await?,
-        }
-        Ok(())
+            Self::RestartApiServer => {
+                rig.management.restart_api_server().await?;
+                "kube-apiserver killed and restarted".to_string()
+            }
+            Self::StallLeaderLease => {
+                let victim = leader.unwrap_or(0);
+                proxies.stall_leases(victim, LEASE_STALL);
+                // Until the stalled leader has stopped (its manager exits) and another replica
+                // leads, so that the next disruption does not pre-empt the handover.
+                let started = Instant::now();
+                let mut stopped = None;
+                let mut successor = None;
+                while started.elapsed() < LEASE_STALL + Duration::from_secs(20) {
+                    if rig.restart_exited()?.contains(&victim) {
+                        stopped.get_or_insert(started.elapsed());
+                    }
+                    if let Some(now) = rig.leader().await?
+                        && now != victim
+                    {
+                        successor.get_or_insert((now, started.elapsed()));
+                    }
+                    if stopped.is_some() && successor.is_some() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                let stopped = stopped.map_or_else(
+                    || "did not stop".to_string(),
+                    |after| format!("stopped after {:.1} s", after.as_secs_f64()),
+                );
+                let successor = successor.map_or_else(
+                    || "no other replica took over".to_string(),
+                    |(r, after)| format!("replica-{r} led after {:.1} s", after.as_secs_f64()),
+                );
+                format!(
+                    "lease requests of replica-{victim} stalled for {LEASE_STALL:?} (leader: {}; it {stopped}, {successor})",
+                    name(leader)
+                )
+            }
+        })
     }
 }
 
-/// The disruptions in the order they happen: the first manager kill, the API server restart,
-/// then the other kills.
+/// The replicas' proxies, one per replica.
+struct Proxies(Vec<ConflictProxy>);
+
+impl Proxies {
+    fn injected(&self) -> u64 {
+        self.0.iter().map(ConflictProxy::injected).sum()
+    }
+
+    fn stall_leases(&self, replica: usize, stall: Duration) {
+        if let Some(proxy) = self.0.get(replica) {
+            proxy.stall_leases_for(stall);
+        }
+    }
+}
+
+/// Starts again the replicas that exited (a replica that lost its lease exits, as it should),
+/// noting it among `events`.
+fn restarted(rig: &mut Rig, since: Instant, events: &mut Vec<String>) -> Result<()> {
+    for replica in rig.restart_exited()? {
+        events.push(format!(
+            "{:>6.1}s  manager replica-{replica} exited (lost its lease) and was started again",
+            since.elapsed().as_secs_f64()
+        ));
+        println!(
+            "    {}",
+            events.last().map(String::as_str).unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+/// The disruptions while the cluster grows, in order: the first manager kill, the API server
+/// restart, a stall of the leader's lease requests, then the other kills.
 fn disruptions(kills: u32) -> Vec<Disruption> {
     let mut plan = vec![Disruption::KillManager; kills as usize];
     plan.insert(plan.len().min(1), Disruption::RestartApiServer);
+    plan.insert(plan.len().min(2), Disruption::StallLeaderLease);
     plan
 }
 
@@ -786,13 +883,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_api_server_restart_comes_between_the_first_two_kills() {
+    fn the_api_server_restart_and_the_lease_stall_come_between_the_first_two_kills() {
         use Disruption::*;
         assert_eq!(
             disruptions(3),
-            [KillManager, RestartApiServer, KillManager, KillManager]
+            [
+                KillManager,
+                RestartApiServer,
+                StallLeaderLease,
+                KillManager,
+                KillManager
+            ]
         );
-        assert_eq!(disruptions(0), [RestartApiServer]);
+        assert_eq!(disruptions(0), [RestartApiServer, StallLeaderLease]);
     }
 
     #[test]
