@@ -223,19 +223,15 @@ where
 }
 
 /// Prunes `memory` after a watch `event`: after a deletion, and once a (re-)list is complete,
-/// every object the store no longer holds goes — the deleted one, one deleted while the watch
-/// was down, and one whose last reconcile ended (and was remembered) after its deletion was seen.
+/// every object the store no longer holds goes — the deleted one (the store has applied the
+/// event already), one deleted while the watch was down, and one whose last reconcile ended (and
+/// was remembered) after its deletion was seen.
 fn forget_gone<K>(memory: &RetryMemory, event: &watcher::Event<K>, store: &Store<K>)
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
-    match event {
-        watcher::Event::Delete(object) => {
-            memory.forget(object);
-            retain_present(memory, store);
-        }
-        watcher::Event::InitDone => retain_present(memory, store),
-        _ => {}
+    if matches!(event, watcher::Event::Delete(_) | watcher::Event::InitDone) {
+        retain_present(memory, store);
     }
 }
 

@@ -324,14 +324,6 @@ pub(crate) struct RetryMemory {
 }
 
 impl RetryMemory {
-    /// Forgets everything about `object`.
-    pub(crate) fn forget<K: kube::Resource>(&self, object: &K) {
-        let key = object_key(object);
-        self.failures.reset(&key);
-        self.conflicts.reset(&key);
-        self.invalid.clear(&memo_key(object));
-    }
-
     /// Forgets every object of which `exists` (given its `namespace/name` key and, for the
     /// invalid-configuration memo, its UID) says it is gone.
     pub(crate) fn retain(

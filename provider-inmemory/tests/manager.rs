@@ -246,6 +246,19 @@ struct Write {
     answered: Option<tokio::time::Instant>,
 }
 
+/// Creates the ConfigMap `writes` the [`writer`]s write into.
+async fn writes_configmap(f: &Fixture) -> Api<ConfigMap> {
+    let configmaps: Api<ConfigMap> = Api::namespaced(f.env.client(), &f.ns);
+    configmaps
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "writes"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    configmaps
+}
+
 /// A controller that writes its replica's name into the ConfigMap `writes` every 50 ms (a busy
 /// reconciler), noting each write, until the manager stops it — or, if `stubborn`, until it is
 /// aborted (a reconcile that takes long to drain).
@@ -309,14 +322,7 @@ async fn elected_writer(
 #[tokio::test]
 async fn a_leader_whose_renewals_hang_stops_writing_before_another_replica_starts() {
     let f = fixture(CloudConfig::default()).await;
-    let configmaps: Api<ConfigMap> = Api::namespaced(f.env.client(), &f.ns);
-    configmaps
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(serde_json::json!({"metadata": {"name": "writes"}})).unwrap(),
-        )
-        .await
-        .unwrap();
+    let configmaps = writes_configmap(&f).await;
     // What the API server saw, in order: the writer of every version of the ConfigMap.
     let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let watching = {
@@ -395,14 +401,7 @@ async fn a_leader_whose_renewals_hang_stops_writing_before_another_replica_start
 #[tokio::test]
 async fn a_leader_draining_after_a_stop_stops_writing_once_its_lease_is_lost() {
     let f = fixture(CloudConfig::default()).await;
-    let configmaps: Api<ConfigMap> = Api::namespaced(f.env.client(), &f.ns);
-    configmaps
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(serde_json::json!({"metadata": {"name": "writes"}})).unwrap(),
-        )
-        .await
-        .unwrap();
+    writes_configmap(&f).await;
     let log = Arc::new(std::sync::Mutex::new(Vec::new()));
     let faults = capi_testing::faults::ApiFaults::default();
     let client = faults

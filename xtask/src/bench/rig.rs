@@ -76,9 +76,10 @@ impl ManagerOptions {
     /// The settings the manager ships with (`ManagerConfig::default()`,
     /// `ReconcilerOptions::default()`, leader election on as the shipped manifests have it).
     pub(crate) fn shipped() -> Self {
+        let config = capi_actuator::manager::ManagerConfig::default();
         Self {
-            qps: capi_actuator::manager::ManagerConfig::default().qps,
-            burst: capi_actuator::manager::ManagerConfig::default().burst,
+            qps: config.qps,
+            burst: config.burst,
             concurrency: capi_actuator::ReconcilerOptions::default().concurrency,
             leader_election: true,
             replicas: 1,
