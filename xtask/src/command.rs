@@ -82,3 +82,30 @@ fn describe(command: &Command) -> String {
 pub(crate) fn pause(duration: std::time::Duration) {
     std::thread::sleep(duration);
 }
+
+/// The workspace's current commit (short hash, `+dirty` when the tree has changes), or
+/// `unknown` outside a git checkout.
+pub(crate) fn git_commit() -> String {
+    let root = crate::workspace_root();
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .current_dir(&root)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    match git(&["rev-parse", "--short", "HEAD"]) {
+        Some(commit) if !commit.is_empty() => {
+            let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
+                .is_some_and(|s| !s.is_empty());
+            if dirty {
+                format!("{commit}+dirty")
+            } else {
+                commit
+            }
+        }
+        _ => "unknown".to_string(),
+    }
+}

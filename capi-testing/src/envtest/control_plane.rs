@@ -197,6 +197,12 @@ impl ControlPlane {
         &self.kubeconfig
     }
 
+    /// The process IDs of the API server and of etcd (to measure their CPU and memory); the API
+    /// server's changes when [`ControlPlane::restart_api_server`] restarts it.
+    pub fn pids(&self) -> [u32; 2] {
+        [self.apiserver.id(), self.etcd.id()]
+    }
+
     /// Where the kubeconfig is written; valid while the control plane runs.
     pub fn kubeconfig_path(&self) -> &Path {
         &self.kubeconfig_path

@@ -66,6 +66,9 @@ pub struct Component {
     pub config: &'static str,
     /// Extra environment the manager needs outside a Pod.
     pub env: &'static [(&'static str, &'static str)],
+    /// The manager's `--<kind>-concurrency` flags of the kinds a standalone stack also
+    /// reconciles ([`PeerSettings::concurrency`] sets them all).
+    pub concurrency_flags: &'static [&'static str],
 }
 
 /// The four managers of the peer, in start order.
@@ -76,6 +79,13 @@ pub const COMPONENTS: [Component; 4] = [
         package: "sigs.k8s.io/cluster-api/core",
         config: "core/config",
         env: &[],
+        concurrency_flags: &[
+            "cluster-concurrency",
+            "machine-concurrency",
+            "machineset-concurrency",
+            "machinedeployment-concurrency",
+            "machinehealthcheck-concurrency",
+        ],
     },
     Component {
         name: "capi-kubeadm-bootstrap",
@@ -83,6 +93,7 @@ pub const COMPONENTS: [Component; 4] = [
         package: "sigs.k8s.io/cluster-api/bootstrap/kubeadm",
         config: "bootstrap/kubeadm/config",
         env: &[],
+        concurrency_flags: &["kubeadmconfig-concurrency"],
     },
     Component {
         name: "capi-kubeadm-control-plane",
@@ -90,6 +101,7 @@ pub const COMPONENTS: [Component; 4] = [
         package: "sigs.k8s.io/cluster-api/controlplane/kubeadm",
         config: "controlplane/kubeadm/config",
         env: &[],
+        concurrency_flags: &["kubeadmcontrolplane-concurrency"],
     },
     Component {
         name: "capd",
@@ -98,6 +110,7 @@ pub const COMPONENTS: [Component; 4] = [
         config: "infrastructure/docker/config",
         // The in-memory backend advertises this address as each workload cluster's endpoint.
         env: &[("POD_IP", "127.0.0.1")],
+        concurrency_flags: &["devcluster-concurrency", "devmachine-concurrency"],
     },
 ];
 
@@ -111,6 +124,37 @@ pub const TEMPLATES: &str = "infrastructure/docker/templates";
 
 /// The feature gates every manager runs with.
 pub const FEATURE_GATES: &str = "ClusterTopology=true";
+
+/// How the peer's managers are tuned; `None` leaves upstream's default (shipped: QPS 100, burst
+/// 200, 10 to 100 reconciles at once depending on the kind).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PeerSettings {
+    /// Every manager's `--kube-api-qps`.
+    pub qps: Option<f64>,
+    /// Every manager's `--kube-api-burst`.
+    pub burst: Option<u32>,
+    /// Every [`Component::concurrency_flags`] flag.
+    pub concurrency: Option<u16>,
+}
+
+impl PeerSettings {
+    /// The command-line flags these settings give `component`.
+    pub fn args(&self, component: &Component) -> Vec<String> {
+        let mut args = Vec::new();
+        if let Some(qps) = self.qps {
+            args.push(format!("--kube-api-qps={qps}"));
+        }
+        if let Some(burst) = self.burst {
+            args.push(format!("--kube-api-burst={burst}"));
+        }
+        if let Some(concurrency) = self.concurrency {
+            for flag in component.concurrency_flags {
+                args.push(format!("--{flag}={concurrency}"));
+            }
+        }
+        args
+    }
+}
 
 /// Why the peer could not be provided.
 #[derive(Debug, thiserror::Error)]
@@ -288,10 +332,21 @@ impl UpstreamPeer {
         assets: &UpstreamAssets,
         components: &[Component],
     ) -> Result<Self, UpstreamError> {
+        Self::start_with(control_plane, assets, components, &PeerSettings::default()).await
+    }
+
+    /// [`UpstreamPeer::start_components`] with the managers tuned by `settings` (for a benchmark
+    /// that runs upstream at the same limits as another stack).
+    pub async fn start_with(
+        control_plane: &ControlPlane,
+        assets: &UpstreamAssets,
+        components: &[Component],
+        settings: &PeerSettings,
+    ) -> Result<Self, UpstreamError> {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match Self::start_once(control_plane, assets, components).await {
+            match Self::start_once(control_plane, assets, components, settings).await {
                 Err(UpstreamError::Envtest(EnvtestError::Exited { ref tail, .. }))
                     if attempt < 3 && tail.contains("address already in use") =>
                 {
@@ -306,6 +361,7 @@ impl UpstreamPeer {
         control_plane: &ControlPlane,
         assets: &UpstreamAssets,
         components: &[Component],
+        settings: &PeerSettings,
     ) -> Result<Self, UpstreamError> {
         // One webhook and one health port is reserved per manager of the peer.
         let components = &components[..components.len().min(COMPONENTS.len())];
@@ -347,6 +403,7 @@ impl UpstreamPeer {
                 .arg(format!("--webhook-port={}", ports[index]))
                 .arg(format!("--health-addr=127.0.0.1:{}", ports[index + health]))
                 .arg(format!("--feature-gates={FEATURE_GATES}"))
+                .args(settings.args(component))
                 .envs(component.env.iter().copied());
             managers.push(Process::spawn(&mut command, &root, component.name)?);
         }

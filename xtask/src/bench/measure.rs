@@ -13,11 +13,48 @@ use serde_json::json;
 /// `apiserver_request_total` by (verb, resource[/subresource]).
 pub(crate) type Requests = BTreeMap<(String, String), f64>;
 
-/// The API server's request counters now, from its `/metrics`.
+/// The API server's request counters now, from its `/metrics`, less those answered 409 Conflict
+/// (see [`scrape`]).
 pub(crate) async fn request_counts(client: &Client) -> Result<Requests> {
+    Ok(scrape(client).await?.requests)
+}
+
+/// The API server's request counters at one moment, 409s apart.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Scrape {
+    /// Every request not answered 409 Conflict.
+    pub(crate) requests: Requests,
+    /// Requests answered 409 Conflict: a write against a stale `resourceVersion`, or a create
+    /// of a name that exists.
+    pub(crate) conflicts: Requests,
+}
+
+impl Scrape {
+    /// The requests and conflicts made since `before`.
+    pub(crate) fn since(&self, before: &Scrape) -> Scrape {
+        Scrape {
+            requests: difference(&self.requests, &before.requests),
+            conflicts: difference(&self.conflicts, &before.conflicts),
+        }
+    }
+
+    /// Every request counted, conflicts included, the API server's own upkeep aside.
+    pub(crate) fn all_but_upkeep(&self) -> f64 {
+        self.requests
+            .iter()
+            .chain(&self.conflicts)
+            .filter(|((_, resource), _)| !is_upkeep(resource))
+            .map(|(_, v)| v)
+            .sum()
+    }
+}
+
+/// Reads `apiserver_request_total` from the API server's `/metrics`, by (verb,
+/// resource[/subresource]), with the requests answered 409 counted apart.
+pub(crate) async fn scrape(client: &Client) -> Result<Scrape> {
     let request = http::Request::get("/metrics").body(Vec::new())?;
     let text = client.request_text(request).await?;
-    let mut counts = Requests::new();
+    let mut scrape = Scrape::default();
     for line in text.lines() {
         let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
             continue;
@@ -39,10 +76,15 @@ pub(crate) async fn request_counts(client: &Client) -> Result<Requests> {
         if resource.is_empty() {
             continue;
         }
+        let counts = if label("code") == "409" {
+            &mut scrape.conflicts
+        } else {
+            &mut scrape.requests
+        };
         *counts.entry((label("verb"), resource)).or_default() +=
             value.parse::<f64>().unwrap_or(0.0);
     }
-    Ok(counts)
+    Ok(scrape)
 }
 
 /// The requests made between two readings.
@@ -141,17 +183,6 @@ pub(crate) fn requests_json(requests: &Requests) -> serde_json::Value {
         .iter()
         .map(|(k, count)| json!({"verb": k.0, "resource": k.1, "count": count}))
         .collect()
-}
-
-/// Prints the writes among `requests`, with their count per `per` (machines, clusters).
-pub(crate) fn print_writes(requests: &Requests, per: f64, unit: &str) {
-    println!("\n    writes by verb and resource:");
-    for ((verb, resource), count) in requests.iter().filter(|((v, _), _)| is_write(v)) {
-        println!(
-            "      {verb:<7} {resource:<45} {count:>8.0}  ({:.2}/{unit})",
-            count / per
-        );
-    }
 }
 
 /// Prints `rows` as a two-column table.

@@ -6,25 +6,31 @@
 //! ```text
 //! cargo xtask bench [all|one-cluster|clusters|latency]... [--machines N] [--clusters N]
 //!                   [--boot-ms MS] [--idle-seconds S] [--qps F] [--burst N] [--concurrency N]
-//!                   [--no-leader-election] [--out DIR]
+//!                   [--no-leader-election] [--stack capi-rs|upstream]... [--rounds N] [--out DIR]
 //! ```
 //!
-//! The manager runs at its shipped settings (QPS, burst, concurrency, leader election on) unless
-//! told otherwise, and every result says which settings it was taken at.
+//! Every scenario runs **side by side** ([`side_by_side`]): this workspace's stack and upstream
+//! Cluster API v1.14's ([`stack`]), one after the other on a fresh control plane each, A-B-A-B
+//! when the size allows (`--rounds`), at the same QPS, burst and reconciles at once per kind;
+//! the table gives both stacks' figures and their ratios. capi-rs's manager runs at its shipped
+//! settings (QPS, burst, concurrency, leader election on) unless told otherwise, and every result
+//! says which settings it was taken at.
 //!
 //! - `one-cluster` ([`one_cluster`]): one cluster of N machines (default 1000, up to 10 000), zero
-//!   latency; idle requests and CPU afterwards; then the floor program ([`floor`]).
-//! - `clusters` ([`clusters`]): N single-node clusters (default 1000).
+//!   latency; for capi-rs also idle requests and CPU afterwards and the floor program ([`floor`]).
+//! - `clusters` ([`clusters`]): N single-node clusters (default 1000), KubeadmControlPlane of 1.
 //! - `latency`: one cluster of N machines whose instances take `--boot-ms` (default 10 000) ± 20 %
 //!   to boot.
 //!
-//! [`rig`] starts the processes; [`measure`] reads the figures.
+//! [`rig`] starts capi-rs's processes; [`measure`] reads the figures.
 
 mod clusters;
 mod floor;
 pub(crate) mod measure;
 pub(crate) mod one_cluster;
 pub(crate) mod rig;
+mod side_by_side;
+mod stack;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -35,6 +41,20 @@ use crate::command::{run, step};
 use crate::workspace_root;
 use one_cluster::Variant;
 use rig::ManagerOptions;
+use stack::Stack;
+
+/// A stack on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum StackArg {
+    /// This workspace's controllers.
+    #[value(name = "capi-rs")]
+    CapiRs,
+    /// Upstream Cluster API v1.14 with CAPD's in-memory backend.
+    Upstream,
+}
+
+/// Rounds per stack when `--rounds` is not given: two (A-B-A-B) up to this many machines.
+const TWO_ROUNDS_UP_TO: u32 = 100;
 
 /// A scenario on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -93,6 +113,12 @@ pub(crate) struct BenchArgs {
     /// Run the manager without leader election (shipped: on).
     #[arg(long)]
     no_leader_election: bool,
+    /// Which stacks run, in this order (default: capi-rs, then upstream).
+    #[arg(long = "stack", value_enum)]
+    stacks: Vec<StackArg>,
+    /// Rounds per stack (default: 2 up to 100 machines, else 1).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10))]
+    rounds: Option<u32>,
     /// Where the JSON results go (default: benches/results).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
@@ -116,6 +142,8 @@ pub(crate) struct Options {
     boot_ms: u64,
     idle_seconds: u64,
     manager: ManagerOptions,
+    stacks: Vec<Stack>,
+    rounds: Option<u32>,
     out: PathBuf,
     assets_dir: PathBuf,
     bin_dir: PathBuf,
@@ -145,6 +173,18 @@ impl Options {
                 leader_election: !args.no_leader_election,
                 replicas: 1,
             },
+            stacks: if args.stacks.is_empty() {
+                vec![Stack::Ours, Stack::Upstream]
+            } else {
+                args.stacks
+                    .iter()
+                    .map(|s| match s {
+                        StackArg::CapiRs => Stack::Ours,
+                        StackArg::Upstream => Stack::Upstream,
+                    })
+                    .collect()
+            },
+            rounds: args.rounds,
             out: args
                 .out
                 .unwrap_or_else(|| workspace_root().join("benches/results")),
@@ -152,6 +192,12 @@ impl Options {
             bin_dir: PathBuf::new(),
             args: raw,
         }
+    }
+
+    /// Rounds per stack for a scenario of `machines` machines.
+    fn rounds_for(&self, machines: u32) -> usize {
+        self.rounds
+            .unwrap_or(if machines <= TWO_ROUNDS_UP_TO { 2 } else { 1 }) as usize
     }
 
     /// The command that reproduces this run.
@@ -171,6 +217,10 @@ pub(crate) fn run_bench(mut options: Options) -> Result<()> {
     options.assets_dir = crate::envtest::ensure()?;
     step("Building the manager and the simulated cloud (release)");
     options.bin_dir = build_release_binaries()?;
+    if options.stacks.contains(&Stack::Upstream) {
+        step("Upstream Cluster API (Go modules; cached by version)");
+        crate::upstream::install()?;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -201,26 +251,32 @@ pub(crate) fn run_bench(mut options: Options) -> Result<()> {
 
 /// One line per scenario for the summary.
 fn headline(result: &serde_json::Value) -> String {
+    let summary = &result["comparison"]["summary"];
+    let ratios = &result["comparison"]["ratios_upstream_over_capi_rs"];
     let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
-    match result["scenario"].as_str() {
-        Some("clusters") => format!(
-            "{} clusters Running in {:.1} s ({:.1}× faster than upstream's anchor), {:.1} writes/cluster",
-            result["clusters"],
-            f(&result["seconds"]),
-            f(&result["upstream_ratio"]),
-            f(&result["writes_per_cluster"])
-        ),
-        _ => format!(
-            "{} machines Running in {:.1} s, {:.1} writes/machine{}",
-            result["machines"],
-            f(&result["create"]["seconds"]),
-            f(&result["create"]["writes_per_machine"]),
-            match result["floor"]["ratio"].as_f64() {
-                Some(ratio) => format!(", {ratio:.2}× the floor"),
-                None => String::new(),
-            }
-        ),
+    let stack = |name: &str| {
+        let s = &summary[name];
+        if s.is_null() {
+            return format!("{name}: not run");
+        }
+        format!(
+            "{name}: all Running in {:.1} s, all Available in {:.1} s, {:.2} writes/machine",
+            f(&s["seconds_to_all_machines_running"]),
+            f(&s["seconds_to_all_clusters_available"]),
+            f(&s["writes_per_machine"])
+        )
+    };
+    let mut line = format!(
+        "{} machines in {} cluster(s) — {}; {}",
+        result["machines"],
+        result["clusters"],
+        stack("capi-rs"),
+        stack("upstream")
+    );
+    if let Some(ratio) = ratios["seconds_to_all_clusters_available"].as_f64() {
+        line.push_str(&format!("; upstream takes {ratio:.2}× as long"));
     }
+    line
 }
 
 /// Builds `inmemory-manager` and `inmemory-cloud` in release mode; returns where they are.

@@ -132,6 +132,11 @@ impl Process {
         measure::usage(self.0.id())
     }
 
+    /// The process ID.
+    pub(crate) fn id(&self) -> u32 {
+        self.0.id()
+    }
+
     /// Whether the process has exited on its own.
     fn exited(&mut self) -> bool {
         matches!(self.0.try_wait(), Ok(Some(_)))
@@ -158,7 +163,7 @@ pub(crate) struct Rig {
     /// watch and its metrics scrapes).
     pub(crate) client: Client,
     pub(crate) cloud: RemoteCloud,
-    _cloud_process: Process,
+    cloud_process: Process,
     cloud_url: String,
     /// The manager replicas' processes (`None`: not running).
     managers: Vec<Option<Process>>,
@@ -212,7 +217,7 @@ impl Rig {
             workload,
             client,
             cloud: RemoteCloud::new(cloud_url.clone()),
-            _cloud_process: cloud_process,
+            cloud_process,
             cloud_url,
             manager_options,
             bin_dir: bin_dir.to_path_buf(),
@@ -336,6 +341,11 @@ impl Rig {
             .flatten()
             .next()
             .context("the manager is not running")
+    }
+
+    /// The simulated cloud's process ID.
+    pub(crate) fn cloud_pid(&self) -> u32 {
+        self.cloud_process.id()
     }
 
     /// Where the manager logs.

@@ -1,0 +1,754 @@
+//! One scenario, run by both stacks ([`stack`](super::stack)) on the same machine in the same
+//! run, one after the other on a fresh control plane each — capi-rs, upstream, capi-rs,
+//! upstream… for as many rounds as asked — and compared.
+//!
+//! A round: the documents of every cluster are rendered (and capi-rs's `<cluster>-kubeconfig`
+//! Secrets written) and the stack has stopped writing (3 s without a write) before the clock
+//! starts; then the driver creates them, 32 clusters in flight,
+//! and follows Machines and Clusters with one watch each until every Machine is Running and every
+//! Cluster Available. Measured: both times; the management API server's request counters by
+//! verb and resource, 409s apart; CPU seconds and peak RSS of the controllers and of every process
+//! of the stack; a timeline (every 2 s: machines Running, clusters Available, requests so far);
+//! then every Cluster is deleted and the time until no Cluster and no Machine is left.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use futures::{StreamExt, TryStreamExt, stream};
+use kube::Api;
+use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind};
+use kube::runtime::reflector::{self, store::Writer};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::{Value, json};
+
+use super::Options;
+use super::floor::{self, Floor};
+use super::measure::{self, Scrape, Settle, is_write, scrape, total};
+use super::one_cluster::{Idle, PHASE_TIMEOUT, measure_idle};
+use super::stack::{Boot, Running, Stack, StackUsage, TEARDOWN_TIMEOUT};
+use crate::command::step;
+
+/// How many clusters the driver creates at once.
+const DRIVER_CONCURRENCY: usize = 32;
+/// How often the timeline is sampled.
+const SAMPLE_EVERY: Duration = Duration::from_secs(2);
+/// How long without a write counts as settled (the in-memory world has no periodic writes).
+const SETTLE_QUIET: Duration = Duration::from_secs(5);
+/// How long without a write counts as started.
+const STARTUP_QUIET: Duration = Duration::from_secs(3);
+/// A manager still writing this long after convergence never settles.
+const SETTLE_LIMIT: Duration = Duration::from_secs(300);
+
+/// What a scenario builds.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Shape {
+    pub(crate) clusters: u32,
+    /// Workers of each cluster (each also has one control-plane machine).
+    pub(crate) workers: u32,
+    pub(crate) boot: Boot,
+}
+
+impl Shape {
+    pub(crate) fn machines(&self) -> u32 {
+        self.clusters * (1 + self.workers)
+    }
+
+    fn cluster_name(&self, index: u32) -> String {
+        if self.clusters == 1 {
+            "scale".to_string()
+        } else {
+            format!("c{index:05}")
+        }
+    }
+}
+
+/// What capi-rs's first round measures beyond the figures both stacks get.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Extras {
+    /// The writes after convergence until quiet, and the provider status checked against the
+    /// cloud.
+    pub(crate) settle: bool,
+    /// Idle requests and CPU for this long after settling (0: not at all).
+    pub(crate) idle_seconds: u64,
+    /// The floor program after the teardown, on the same API server.
+    pub(crate) floor: bool,
+}
+
+/// One stack's figures at one point in time.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sample {
+    pub(crate) seconds: f64,
+    pub(crate) machines_running: usize,
+    pub(crate) clusters_available: usize,
+    /// Requests to the management API server since the clock started (409s included, the API
+    /// server's own upkeep not).
+    pub(crate) requests: f64,
+}
+
+/// One round of one stack.
+pub(crate) struct Round {
+    pub(crate) stack: Stack,
+    pub(crate) index: usize,
+    pub(crate) driver_seconds: f64,
+    pub(crate) running_seconds: f64,
+    pub(crate) available_seconds: f64,
+    pub(crate) create: Scrape,
+    /// CPU during the create (from the first create until converged); peak RSS at convergence.
+    pub(crate) create_usage: StackUsage,
+    pub(crate) timeline: Vec<Sample>,
+    pub(crate) settle: Option<Settle>,
+    pub(crate) idle: Option<Idle>,
+    pub(crate) teardown_seconds: f64,
+    pub(crate) teardown: Scrape,
+    /// CPU from start to the end of the teardown; peak RSS over the whole round.
+    pub(crate) total_usage: StackUsage,
+    pub(crate) floor: Option<Floor>,
+    /// capi-rs: instances the simulated cloud still held after the teardown.
+    pub(crate) instances_left: Option<usize>,
+}
+
+impl Round {
+    /// Writes (409s apart) per machine, create → all Running and Available.
+    pub(crate) fn writes_per_machine(&self, shape: &Shape) -> f64 {
+        total(&self.create.requests, true) / f64::from(shape.machines())
+    }
+
+    pub(crate) fn json(&self, shape: &Shape) -> Value {
+        let n = f64::from(shape.machines());
+        let conflicts = |s: &Scrape| s.conflicts.values().sum::<f64>();
+        json!({
+            "stack": self.stack.name(),
+            "round": self.index,
+            "driver_create_seconds": self.driver_seconds,
+            "seconds_to_all_machines_running": self.running_seconds,
+            "seconds_to_all_clusters_available": self.available_seconds,
+            "create": {
+                "writes": total(&self.create.requests, true),
+                "writes_per_machine": total(&self.create.requests, true) / n,
+                "reads": total(&self.create.requests, false),
+                "conflicts_409": conflicts(&self.create),
+                "requests": measure::requests_json(&self.create.requests),
+                "conflicts": measure::requests_json(&self.create.conflicts),
+                "usage": self.create_usage.json(),
+            },
+            "timeline": self.timeline.iter().map(|s| json!([
+                (s.seconds * 10.0).round() / 10.0, s.machines_running, s.clusters_available, s.requests
+            ])).collect::<Vec<_>>(),
+            "timeline_columns": ["seconds", "machines_running", "clusters_available", "requests"],
+            "settle": self.settle.as_ref().map(|s| json!({
+                "seconds": s.seconds, "writes": total(&s.requests, true),
+                "writes_per_machine": total(&s.requests, true) / n,
+                "requests": measure::requests_json(&s.requests)})),
+            "idle": self.idle.as_ref().map(|i| json!({
+                "seconds": i.seconds, "requests_per_second": i.requests_per_second,
+                "manager_requests_per_second": i.manager_requests_per_second,
+                "manager_cpu_percent": i.cpu_percent, "requests": measure::requests_json(&i.requests)})),
+            "teardown": {
+                "seconds": self.teardown_seconds,
+                "writes": total(&self.teardown.requests, true),
+                "reads": total(&self.teardown.requests, false),
+                "conflicts_409": conflicts(&self.teardown),
+                "requests": measure::requests_json(&self.teardown.requests),
+                "instances_left": self.instances_left,
+            },
+            "usage": self.total_usage.json(),
+            "floor": self.floor.as_ref().map(|f| json!({
+                "seconds": f.seconds, "writes": f.writes, "writes_per_machine": f.writes / n,
+                "ratio": self.running_seconds / f.seconds})),
+        })
+    }
+}
+
+/// Runs `shape` with `stacks` in turn for `rounds` rounds (capi-rs's first round with `extras`);
+/// returns the rounds in the order they ran.
+pub(crate) async fn run_rounds(
+    options: &Options,
+    scenario: &str,
+    shape: Shape,
+    extras: Extras,
+    stacks: &[Stack],
+    rounds: usize,
+) -> Result<Vec<Round>> {
+    let mut done = Vec::new();
+    for index in 1..=rounds {
+        for &stack in stacks {
+            let extras = if stack == Stack::Ours && index == 1 {
+                extras
+            } else {
+                Extras::default()
+            };
+            step(&format!(
+                "Scenario {scenario}, round {index}/{rounds}: {} — {} cluster(s) of 1 control-plane machine + {} worker(s){}",
+                stack.name(),
+                shape.clusters,
+                shape.workers,
+                if shape.boot.ms > 0 {
+                    format!(
+                        ", booting in {} ms ± {:.0} %",
+                        shape.boot.ms,
+                        shape.boot.jitter * 100.0
+                    )
+                } else {
+                    String::new()
+                }
+            ));
+            done.push(run_round(options, stack, index, shape, extras).await?);
+        }
+    }
+    Ok(done)
+}
+
+async fn run_round(
+    options: &Options,
+    stack: Stack,
+    index: usize,
+    shape: Shape,
+    extras: Extras,
+) -> Result<Round> {
+    let namespace = "bench";
+    let mut running = Running::start(stack, options, shape.boot, namespace).await?;
+    let client = running.client.clone();
+    let mut prepared = Vec::with_capacity(shape.clusters as usize);
+    for i in 0..shape.clusters {
+        prepared.push(
+            running
+                .prepare_cluster(&shape.cluster_name(i), shape.workers, shape.boot)
+                .await?,
+        );
+    }
+    let follower = Follower::start(&client, namespace);
+    // Both stacks start from quiet: upstream's core manager migrates its CRDs' stored versions at
+    // start, which is no work of the scenario's.
+    measure::wait_until_quiet(&client, STARTUP_QUIET, SETTLE_LIMIT).await?;
+
+    let before = scrape(&client).await?;
+    let usage_before = running.usage()?;
+    let started = Instant::now();
+    {
+        let running = &running;
+        stream::iter(prepared.iter())
+            .map(|objects| running.create(objects))
+            .buffer_unordered(DRIVER_CONCURRENCY)
+            .try_collect::<Vec<()>>()
+            .await?;
+    }
+    let driver_seconds = started.elapsed().as_secs_f64();
+    println!("    all objects created after {driver_seconds:.1} s");
+    let converged = follower
+        .wait(&mut running, &shape, started, &before)
+        .await?;
+    let create = scrape(&client).await?.since(&before);
+    let usage_converged = running.usage()?;
+    let create_usage = StackUsage {
+        controllers: delta(usage_converged.controllers, usage_before.controllers),
+        all: delta(usage_converged.all, usage_before.all),
+    };
+    println!(
+        "    all {} machines Running after {:.1} s, all {} clusters Available after {:.1} s; {:.2} writes/machine, controllers' CPU {:.1} s",
+        shape.machines(),
+        converged.running_seconds,
+        shape.clusters,
+        converged.available_seconds,
+        total(&create.requests, true) / f64::from(shape.machines()),
+        create_usage.controllers.cpu_seconds
+    );
+
+    let mut settle = None;
+    let mut idle = None;
+    if extras.settle {
+        step("Waiting until the manager stops writing");
+        let quiet = measure::wait_until_quiet(&client, SETTLE_QUIET, SETTLE_LIMIT).await?;
+        println!(
+            "    quiet {:.1} s after all Running ({:.0} writes meanwhile)",
+            quiet.seconds,
+            total(&quiet.requests, true)
+        );
+        settle = Some(quiet);
+        if let Some(rig) = running.rig() {
+            rig.check_provider_status(&client, namespace).await?;
+        }
+    }
+    if extras.idle_seconds > 0
+        && let Some(rig) = running.rig()
+    {
+        step(&format!(
+            "Idle for {} s after the manager went quiet",
+            extras.idle_seconds
+        ));
+        idle = Some(measure_idle(rig, extras.idle_seconds).await?);
+    }
+
+    step(&format!("Deleting {} cluster(s)", shape.clusters));
+    let teardown_before = scrape(&client).await?;
+    let teardown_started = Instant::now();
+    let clusters = dynamic(&client, namespace, "Cluster");
+    stream::iter(0..shape.clusters)
+        .map(|i| {
+            let clusters = clusters.clone();
+            let name = shape.cluster_name(i);
+            async move {
+                clusters
+                    .delete(&name, &DeleteParams::default())
+                    .await
+                    .map(|_| ())
+            }
+        })
+        .buffer_unordered(DRIVER_CONCURRENCY)
+        .try_collect::<Vec<()>>()
+        .await?;
+    follower.wait_gone(&mut running, teardown_started).await?;
+    let teardown_seconds = teardown_started.elapsed().as_secs_f64();
+    let teardown = scrape(&client).await?.since(&teardown_before);
+    let usage_end = running.usage()?;
+    let total_usage = StackUsage {
+        controllers: super::stack::Usage {
+            cpu_seconds: usage_end.controllers.cpu_seconds,
+            peak_rss_mib: usage_end.controllers.peak_rss_mib,
+        },
+        all: usage_end.all,
+    };
+    println!("    every cluster and machine gone after {teardown_seconds:.1} s");
+    drop(follower);
+
+    let mut instances_left = None;
+    let mut floor_figures = None;
+    if let Some(rig) = running.rig_mut() {
+        let left = rig.inspect().await?.instances.len();
+        instances_left = Some(left);
+        rig.kill_manager();
+        if left != 0 {
+            bail!("{left} instances left in the simulated cloud after the teardown");
+        }
+        if extras.floor {
+            floor_figures = Some(floor::run(rig, options, shape.machines()).await?);
+        }
+    }
+    Ok(Round {
+        stack,
+        index,
+        driver_seconds,
+        running_seconds: converged.running_seconds,
+        available_seconds: converged.available_seconds,
+        create,
+        create_usage: StackUsage {
+            controllers: super::stack::Usage {
+                cpu_seconds: create_usage.controllers.cpu_seconds,
+                peak_rss_mib: usage_converged.controllers.peak_rss_mib,
+            },
+            all: super::stack::Usage {
+                cpu_seconds: create_usage.all.cpu_seconds,
+                peak_rss_mib: usage_converged.all.peak_rss_mib,
+            },
+        },
+        timeline: converged.timeline,
+        settle,
+        idle,
+        teardown_seconds,
+        teardown,
+        total_usage,
+        floor: floor_figures,
+        instances_left,
+    })
+}
+
+fn delta(after: super::stack::Usage, before: super::stack::Usage) -> super::stack::Usage {
+    super::stack::Usage {
+        cpu_seconds: after.cpu_seconds - before.cpu_seconds,
+        peak_rss_mib: after.peak_rss_mib,
+    }
+}
+
+fn dynamic(client: &kube::Client, namespace: &str, kind: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", kind);
+    Api::namespaced_with(client.clone(), namespace, &ApiResource::from_gvk(&gvk))
+}
+
+/// Machines and Clusters of either stack, followed with one watch each (read as JSON: the two
+/// stacks' objects are the same kinds).
+struct Follower {
+    machines: reflector::Store<DynamicObject>,
+    clusters: reflector::Store<DynamicObject>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// When a round converged, and how it got there.
+struct Converged {
+    running_seconds: f64,
+    available_seconds: f64,
+    timeline: Vec<Sample>,
+}
+
+impl Follower {
+    fn start(client: &kube::Client, namespace: &str) -> Self {
+        let mut tasks = Vec::new();
+        let mut follow = |kind: &str| {
+            let api = dynamic(client, namespace, kind);
+            let resource =
+                ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", kind));
+            let writer = Writer::new(resource);
+            let reader = writer.as_reader();
+            tasks.push(tokio::spawn(
+                reflector::reflector(writer, watcher(api, watcher::Config::default()))
+                    .backoff(capi_actuator::retry::WatchBackoff::default())
+                    .for_each(|_| std::future::ready(())),
+            ));
+            reader
+        };
+        let machines = follow("Machine");
+        let clusters = follow("Cluster");
+        Self {
+            machines,
+            clusters,
+            tasks,
+        }
+    }
+
+    fn running(&self) -> usize {
+        self.machines
+            .state()
+            .iter()
+            .filter(|m| {
+                m.metadata.deletion_timestamp.is_none() && m.data["status"]["phase"] == "Running"
+            })
+            .count()
+    }
+
+    fn available(&self) -> usize {
+        self.clusters
+            .state()
+            .iter()
+            .filter(|c| {
+                c.metadata.deletion_timestamp.is_none()
+                    && c.data["status"]["conditions"]
+                        .as_array()
+                        .is_some_and(|all| {
+                            all.iter()
+                                .any(|c| c["type"] == "Available" && c["status"] == "True")
+                        })
+            })
+            .count()
+    }
+
+    /// Waits until every machine of `shape` is Running and every cluster Available.
+    async fn wait(
+        &self,
+        running: &mut Running,
+        shape: &Shape,
+        started: Instant,
+        before: &Scrape,
+    ) -> Result<Converged> {
+        let (want_machines, want_clusters) = (shape.machines() as usize, shape.clusters as usize);
+        let mut running_at = None;
+        let mut available_at = None;
+        let mut timeline = Vec::new();
+        let mut last_sample: Option<Instant> = None;
+        let mut last_print = Instant::now();
+        loop {
+            let (machines, clusters) = (self.running(), self.available());
+            let now = started.elapsed().as_secs_f64();
+            if machines >= want_machines && running_at.is_none() {
+                running_at = Some(now);
+            }
+            if clusters >= want_clusters && available_at.is_none() {
+                available_at = Some(now);
+            }
+            let done = running_at.is_some() && available_at.is_some();
+            if done || last_sample.is_none_or(|t| t.elapsed() >= SAMPLE_EVERY) {
+                let requests = scrape(&running.client)
+                    .await?
+                    .since(before)
+                    .all_but_upkeep();
+                timeline.push(Sample {
+                    seconds: now,
+                    machines_running: machines,
+                    clusters_available: clusters,
+                    requests,
+                });
+                last_sample = Some(Instant::now());
+                running.check()?;
+            }
+            if let (Some(running_seconds), Some(available_seconds)) = (running_at, available_at) {
+                return Ok(Converged {
+                    running_seconds,
+                    available_seconds,
+                    timeline,
+                });
+            }
+            if started.elapsed() > PHASE_TIMEOUT {
+                bail!(
+                    "{}: only {machines}/{want_machines} machines Running and {clusters}/{want_clusters} clusters Available after {PHASE_TIMEOUT:?}",
+                    running.stack.name()
+                );
+            }
+            if last_print.elapsed() > Duration::from_secs(10) {
+                println!(
+                    "    {now:>6.1}s  {machines}/{want_machines} machines Running, {clusters}/{want_clusters} clusters Available ({} machines exist)",
+                    self.machines.state().len()
+                );
+                last_print = Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until no Cluster and no Machine is left.
+    async fn wait_gone(&self, running: &mut Running, started: Instant) -> Result<()> {
+        let mut last_print = Instant::now();
+        loop {
+            let (machines, clusters) = (self.machines.state().len(), self.clusters.state().len());
+            if machines == 0 && clusters == 0 {
+                return Ok(());
+            }
+            if started.elapsed() > TEARDOWN_TIMEOUT {
+                bail!(
+                    "{}: {machines} machines and {clusters} clusters left {TEARDOWN_TIMEOUT:?} after the deletes",
+                    running.stack.name()
+                );
+            }
+            if last_print.elapsed() > Duration::from_secs(10) {
+                running.check()?;
+                println!(
+                    "    {:>6.1}s  {machines} machines and {clusters} clusters left",
+                    started.elapsed().as_secs_f64()
+                );
+                last_print = Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// The mean of each figure over one stack's rounds.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Summary {
+    pub(crate) rounds: usize,
+    pub(crate) running_seconds: f64,
+    pub(crate) available_seconds: f64,
+    pub(crate) writes_per_machine: f64,
+    pub(crate) requests_per_machine: f64,
+    pub(crate) conflicts_per_machine: f64,
+    pub(crate) controllers_cpu_seconds: f64,
+    pub(crate) all_cpu_seconds: f64,
+    pub(crate) controllers_peak_rss_mib: f64,
+    pub(crate) all_peak_rss_mib: f64,
+    pub(crate) teardown_seconds: f64,
+    pub(crate) teardown_writes_per_machine: f64,
+}
+
+impl Summary {
+    fn of(rounds: &[&Round], shape: &Shape) -> Self {
+        let n = f64::from(shape.machines());
+        let count = rounds.len().max(1) as f64;
+        let mean = |f: &dyn Fn(&Round) -> f64| rounds.iter().map(|r| f(r)).sum::<f64>() / count;
+        Self {
+            rounds: rounds.len(),
+            running_seconds: mean(&|r| r.running_seconds),
+            available_seconds: mean(&|r| r.available_seconds),
+            writes_per_machine: mean(&|r| r.writes_per_machine(shape)),
+            requests_per_machine: mean(&|r| {
+                (total(&r.create.requests, true) + total(&r.create.requests, false)) / n
+            }),
+            conflicts_per_machine: mean(&|r| r.create.conflicts.values().sum::<f64>() / n),
+            controllers_cpu_seconds: mean(&|r| r.create_usage.controllers.cpu_seconds),
+            all_cpu_seconds: mean(&|r| r.create_usage.all.cpu_seconds),
+            controllers_peak_rss_mib: mean(&|r| r.total_usage.controllers.peak_rss_mib),
+            all_peak_rss_mib: mean(&|r| r.total_usage.all.peak_rss_mib),
+            teardown_seconds: mean(&|r| r.teardown_seconds),
+            teardown_writes_per_machine: mean(&|r| total(&r.teardown.requests, true) / n),
+        }
+    }
+
+    /// The figures, each with what it means.
+    fn rows(&self) -> [(&'static str, f64, &'static str); 11] {
+        [
+            ("time to all machines Running", self.running_seconds, "s"),
+            (
+                "time to all clusters Available",
+                self.available_seconds,
+                "s",
+            ),
+            (
+                "API writes per machine (409s apart)",
+                self.writes_per_machine,
+                "",
+            ),
+            ("API requests per machine", self.requests_per_machine, ""),
+            ("409 Conflicts per machine", self.conflicts_per_machine, ""),
+            (
+                "controllers' CPU, create",
+                self.controllers_cpu_seconds,
+                "s",
+            ),
+            ("all processes' CPU, create", self.all_cpu_seconds, "s"),
+            (
+                "controllers' peak RSS",
+                self.controllers_peak_rss_mib,
+                "MiB",
+            ),
+            ("all processes' peak RSS", self.all_peak_rss_mib, "MiB"),
+            ("teardown time", self.teardown_seconds, "s"),
+            (
+                "teardown writes per machine",
+                self.teardown_writes_per_machine,
+                "",
+            ),
+        ]
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "rounds": self.rounds,
+            "seconds_to_all_machines_running": self.running_seconds,
+            "seconds_to_all_clusters_available": self.available_seconds,
+            "writes_per_machine": self.writes_per_machine,
+            "requests_per_machine": self.requests_per_machine,
+            "conflicts_per_machine": self.conflicts_per_machine,
+            "controllers_cpu_seconds": self.controllers_cpu_seconds,
+            "all_processes_cpu_seconds": self.all_cpu_seconds,
+            "controllers_peak_rss_mib": self.controllers_peak_rss_mib,
+            "all_processes_peak_rss_mib": self.all_peak_rss_mib,
+            "teardown_seconds": self.teardown_seconds,
+            "teardown_writes_per_machine": self.teardown_writes_per_machine,
+        })
+    }
+}
+
+/// The comparison of the rounds: printed as a table, returned as JSON (`summary` per stack and
+/// `ratios`, upstream's figure divided by capi-rs's: above 1, capi-rs does better).
+pub(crate) fn compare(rounds: &[Round], shape: &Shape) -> Value {
+    let of = |stack: Stack| -> Option<Summary> {
+        let mine: Vec<&Round> = rounds.iter().filter(|r| r.stack == stack).collect();
+        (!mine.is_empty()).then(|| Summary::of(&mine, shape))
+    };
+    let (ours, upstream) = (of(Stack::Ours), of(Stack::Upstream));
+    println!(
+        "\n    {:<38} {:>12} {:>12} {:>20}",
+        "figure (mean over rounds)", "capi-rs", "upstream", "upstream ÷ capi-rs"
+    );
+    let cell = |s: &Option<Summary>, i: usize| -> Option<(f64, &'static str)> {
+        s.as_ref().map(|s| {
+            let row = s.rows()[i];
+            (row.1, row.2)
+        })
+    };
+    let mut ratios = serde_json::Map::new();
+    let keys = [
+        "seconds_to_all_machines_running",
+        "seconds_to_all_clusters_available",
+        "writes_per_machine",
+        "requests_per_machine",
+        "conflicts_per_machine",
+        "controllers_cpu_seconds",
+        "all_processes_cpu_seconds",
+        "controllers_peak_rss_mib",
+        "all_processes_peak_rss_mib",
+        "teardown_seconds",
+        "teardown_writes_per_machine",
+    ];
+    for (i, key) in keys.iter().enumerate() {
+        let label = Summary::default().rows()[i].0;
+        let show = |c: Option<(f64, &str)>| match c {
+            Some((v, unit)) => format!("{v:.2} {unit}"),
+            None => "—".into(),
+        };
+        let ratio = match (cell(&ours, i), cell(&upstream, i)) {
+            (Some((a, _)), Some((b, _))) if a > 0.0 => Some(b / a),
+            _ => None,
+        };
+        if let Some(r) = ratio {
+            ratios.insert((*key).into(), json!(r));
+        }
+        println!(
+            "    {label:<38} {:>12} {:>12} {:>20}",
+            show(cell(&ours, i)),
+            show(cell(&upstream, i)),
+            ratio
+                .map(|r| format!("{r:.2}×"))
+                .unwrap_or_else(|| "—".into())
+        );
+    }
+    for round in rounds {
+        println!(
+            "    round {} {:<9} Running {:>7.1} s, Available {:>7.1} s, {:.2} writes/machine, teardown {:.1} s",
+            round.index,
+            round.stack.name(),
+            round.running_seconds,
+            round.available_seconds,
+            round.writes_per_machine(shape),
+            round.teardown_seconds
+        );
+    }
+    for stack in [Stack::Ours, Stack::Upstream] {
+        if let Some(round) = rounds.iter().find(|r| r.stack == stack) {
+            println!(
+                "\n    {}: writes by verb and resource (round {})",
+                stack.name(),
+                round.index
+            );
+            let n = f64::from(shape.machines());
+            for ((verb, resource), count) in round
+                .create
+                .requests
+                .iter()
+                .filter(|((v, _), _)| is_write(v))
+            {
+                println!(
+                    "      {verb:<7} {resource:<45} {count:>8.0}  ({:.2}/machine)",
+                    count / n
+                );
+            }
+            for ((verb, resource), count) in &round.create.conflicts {
+                println!(
+                    "      {verb:<7} {:<45} {count:>8.0}  ({:.2}/machine)",
+                    format!("{resource} → 409"),
+                    count / n
+                );
+            }
+        }
+    }
+    json!({
+        "summary": {
+            "capi-rs": ours.map(|s| s.json()),
+            "upstream": upstream.map(|s| s.json()),
+        },
+        "ratios_upstream_over_capi_rs": ratios,
+    })
+}
+
+/// What the JSON says about the run's conditions.
+pub(crate) fn conditions(options: &Options, shape: &Shape, rounds: &[Round]) -> Value {
+    let upstream = super::stack::upstream_settings(options);
+    json!({
+        "clusters": shape.clusters,
+        "workers_per_cluster": shape.workers,
+        "machines": shape.machines(),
+        "boot": {"ms": shape.boot.ms, "jitter": shape.boot.jitter},
+        "date": jiff::Timestamp::now().to_string(),
+        "command": options.command_line(),
+        "host": measure::host(),
+        "order": rounds.iter().map(|r| format!("{} {}", r.stack.name(), r.index)).collect::<Vec<_>>(),
+        "stacks": {
+            "capi-rs": Stack::Ours.describe(),
+            "upstream": Stack::Upstream.describe(),
+        },
+        "settings": {
+            "capi-rs": options.manager.json(),
+            "upstream": {
+                "qps": upstream.qps, "burst": upstream.burst,
+                "concurrency_per_kind": upstream.concurrency,
+                "leader_election": false,
+                "leader_election_note": "off: controller-runtime elects only in a Pod (it reads the namespace from the service account mount); capi-rs runs with it on, as shipped, so its figures include the lease renewals",
+            },
+        },
+        "kubernetes_version_of_the_clusters": super::stack::KUBERNETES_VERSION,
+        "what_is_counted": "requests to the management API server (apiserver_request_total, by verb and resource, 409s apart); the API server's own upkeep (endpoints, services, namespaces, flow control, leases) is not counted; capi-rs's kubeconfig Secrets are written before the clock; CPU and RSS from /proc of each process; peak RSS summed over a group's processes",
+    })
+}
