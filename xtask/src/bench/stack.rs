@@ -313,7 +313,7 @@ pub(crate) fn upstream_settings(options: &Options) -> PeerSettings {
 const UPSTREAM_COMPONENT_STARTUP: &str = "0s";
 
 /// The annotation every upstream `DevCluster` gets (see [`to_upstream`]).
-const UPSTREAM_ANNOTATION: &str = "bench.capi-rs.dev/run";
+const UPSTREAM_ANNOTATION: &str = "bench.example/run";
 
 /// The documents of cluster `name`: the built-in in-memory template as `capictl generate`
 /// renders it, 1 control-plane machine and `workers` workers; without workers, without the
