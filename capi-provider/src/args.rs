@@ -30,10 +30,11 @@ pub struct ManagerArgs {
     /// At most this many objects of each kind are reconciled at once.
     #[arg(long, value_name = "N", default_value_t = ReconcilerOptions::default().concurrency, value_parser = parse_concurrency)]
     pub concurrency: u16,
-    /// Average API requests per second of the manager's client.
+    /// Average API requests per second of each family of controllers (core, bootstrap, control
+    /// plane, this provider's), as each of upstream's managers has.
     #[arg(long, value_name = "F", default_value_t = ManagerConfig::default().qps, value_parser = parse_qps, allow_negative_numbers = true)]
     pub qps: f64,
-    /// API requests allowed at once above the average.
+    /// API requests allowed at once above the average, per family of controllers.
     #[arg(long, value_name = "N", default_value_t = ManagerConfig::default().burst, value_parser = parse_burst)]
     pub burst: u32,
     /// Run only while holding this `coordination.k8s.io/v1` Lease (several replicas, one leader).

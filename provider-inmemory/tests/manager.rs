@@ -528,3 +528,74 @@ async fn reconcile_traffic_at_the_rate_limit_does_not_delay_renewals() {
     );
     task.abort();
 }
+
+/// A family of controllers that keeps its client saturated with LISTs and counts the answers.
+struct Saturating {
+    namespace: String,
+    answered: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl capi_actuator::manager::Controllers for Saturating {
+    fn register(self, manager: &mut Manager) {
+        let client = manager.client();
+        manager.add_controller(move |shutdown| async move {
+            let api: Api<ConfigMap> = Api::namespaced(client, &self.namespace);
+            let busy = futures::future::join_all((0..8).map(|_| async {
+                loop {
+                    if api.list(&kube::api::ListParams::default()).await.is_ok() {
+                        self.answered
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            }));
+            tokio::select! {
+                _ = busy => {}
+                () = shutdown.wait() => {}
+            }
+        });
+    }
+}
+
+#[tokio::test]
+async fn each_family_of_controllers_has_a_rate_limit_of_its_own() {
+    let f = fixture(CloudConfig::default()).await;
+    let config = ManagerConfig {
+        http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        qps: 2.0,
+        burst: 1,
+        ..ManagerConfig::default()
+    };
+    let mut manager = Manager::new(f.env.control_plane().config().await.unwrap(), config)
+        .await
+        .unwrap();
+    let counters: Vec<Arc<std::sync::atomic::AtomicUsize>> =
+        (0..2).map(|_| Arc::default()).collect();
+    for answered in &counters {
+        manager.add(Saturating {
+            namespace: f.ns.clone(),
+            answered: Arc::clone(answered),
+        });
+    }
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(manager.run_until(async {
+        let _ = stopped.await;
+    }));
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let answered: Vec<usize> = counters
+        .iter()
+        .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+        .collect();
+    let _ = stop.send(());
+    task.await.unwrap().unwrap();
+    // One shared budget of 2/s (burst 1) answers at most 9 in 4 s between the two families, so
+    // one of them would get 4 or fewer; each with its own gets about 9.
+    assert!(
+        answered.iter().all(|n| *n >= 6),
+        "answers per family in 4 s at 2/s each: {answered:?}"
+    );
+    // And each stays within its own budget.
+    assert!(
+        answered.iter().all(|n| *n <= 12),
+        "answers per family in 4 s at 2/s each: {answered:?}"
+    );
+}

@@ -1,7 +1,10 @@
 //! The `Manager`: runs a provider's reconcilers the way a production operator runs them.
 //!
-//! - one client for all controllers, limited to `qps` requests per second on average with bursts of
-//!   `burst`;
+//! - a client per family of controllers (each registered with [`Manager::add`], and the
+//!   infrastructure reconcilers together), each limited to `qps` requests per second on average
+//!   with bursts of `burst` — the budget upstream gives each of its managers (core, kubeadm
+//!   bootstrap, KubeadmControlPlane, an infrastructure provider), so that one process running all
+//!   four gets what upstream's four processes get, and one busy family cannot starve another;
 //! - bounded reconcile concurrency, namespace and label-selector scoping
 //!   ([`ReconcilerOptions`]);
 //! - `/healthz`, `/readyz` (every controller's cache synced) and `/metrics` on one HTTP address;
@@ -71,9 +74,9 @@ pub trait Controllers {
 pub struct ManagerConfig {
     /// Options every reconciler gets (concurrency, scope, retries).
     pub reconciler: ReconcilerOptions,
-    /// Average API requests per second of the shared client.
+    /// Average API requests per second of each family's client ([`Manager::add`]).
     pub qps: f64,
-    /// Requests allowed at once above the average.
+    /// Requests allowed at once above the average, per family.
     pub burst: u32,
     /// Where `/healthz`, `/readyz` and `/metrics` are served. Port 0 picks a free port.
     pub http_addr: SocketAddr,
@@ -87,7 +90,8 @@ pub struct ManagerConfig {
 /// kubeadm bootstrap, KubeadmControlPlane, the Docker/in-memory provider): 100 requests per
 /// second with bursts of 200, controller-runtime's lease timings (leader election itself is
 /// switched on by the shipped manifests, `--leader-elect`), a 30 s graceful stop. One manager
-/// here may run all four families of controllers in one process, within that one budget.
+/// here may run all four families of controllers in one process; each family has that budget
+/// of its own, as each of upstream's managers has.
 impl Default for ManagerConfig {
     fn default() -> Self {
         Self {
@@ -130,7 +134,13 @@ type ControllerTask = Box<dyn FnOnce(Shutdown) -> BoxFuture<'static, ()> + Send>
 /// Runs reconcilers with a shared rate-limited client, health and metrics endpoints, leader
 /// election and graceful shutdown.
 pub struct Manager {
+    /// The client of the family being registered (outside [`Manager::add`]: the first one).
     client: Client,
+    /// Builds a client with its own rate limit for each family; `None` when the caller gave the
+    /// client ([`Manager::with_client`]): every family shares it.
+    family_clients: Option<FamilyClients>,
+    /// The client the infrastructure reconcilers share, once one is registered.
+    infrastructure_client: Option<Client>,
     lease_client: Client,
     config: ManagerConfig,
     listener: TcpListener,
@@ -160,16 +170,17 @@ impl Manager {
                 config.qps, config.burst
             )));
         }
-        // `burst` requests per window of `burst / qps` seconds: `qps` on average.
-        let window = Duration::from_secs_f64(f64::from(config.burst) / config.qps);
-        let rate_limit = tower::limit::RateLimitLayer::new(u64::from(config.burst), window);
-        let client = ClientBuilder::try_from(kube_config.clone())?
-            .with_layer(&rate_limit)
-            .build();
+        let families = FamilyClients {
+            kube_config: kube_config.clone(),
+            qps: config.qps,
+            burst: config.burst,
+        };
+        let client = families.build()?;
         // Renewals must not queue behind reconcile traffic: the lease has its own client.
         let lease_client = Client::try_from(kube_config)?;
         let mut manager = Self::with_client(client, config).await?;
         manager.use_lease_client(lease_client);
+        manager.family_clients = Some(families);
         Ok(manager)
     }
 
@@ -191,6 +202,8 @@ impl Manager {
         Ok(Self {
             lease_client: client.clone(),
             client,
+            family_clients: None,
+            infrastructure_client: None,
             config,
             listener,
             metrics: Metrics::new(),
@@ -208,9 +221,23 @@ impl Manager {
         self
     }
 
-    /// The shared client (rate limited).
+    /// The client of the family being registered (inside [`Controllers::register`]), else of
+    /// the first family; rate limited.
     pub fn client(&self) -> Client {
         self.client.clone()
+    }
+
+    /// The client the infrastructure reconcilers share: a family of their own.
+    fn infrastructure_client(&mut self) -> Result<Client, ManagerError> {
+        if let Some(client) = &self.infrastructure_client {
+            return Ok(client.clone());
+        }
+        let client = match &self.family_clients {
+            Some(families) => families.build()?,
+            None => self.client.clone(),
+        };
+        self.infrastructure_client = Some(client.clone());
+        Ok(client)
     }
 
     /// The metrics registry served at `/metrics`.
@@ -228,7 +255,7 @@ impl Manager {
         &mut self,
         actuator: Arc<dyn Actuator<M>>,
     ) -> &mut Self {
-        let reconciler: InfraMachineReconciler<M> = self.reconciler(actuator);
+        let reconciler: InfraMachineReconciler<M> = self.infrastructure_reconciler(actuator);
         self.add_controller(move |shutdown| reconciler.run(shutdown.wait()))
     }
 
@@ -237,7 +264,7 @@ impl Manager {
         &mut self,
         actuator: Arc<dyn ClusterActuator<C>>,
     ) -> &mut Self {
-        let reconciler: InfraClusterReconciler<C> = self.reconciler(actuator);
+        let reconciler: InfraClusterReconciler<C> = self.infrastructure_reconciler(actuator);
         self.add_controller(move |shutdown| reconciler.run(shutdown.wait()))
     }
 
@@ -247,14 +274,37 @@ impl Manager {
         &mut self,
         actuator: Arc<dyn MachineTemplateActuator<T>>,
     ) -> &mut Self {
-        let reconciler: InfraMachineTemplateReconciler<T> = self.reconciler(actuator);
+        let reconciler: InfraMachineTemplateReconciler<T> =
+            self.infrastructure_reconciler(actuator);
         self.add_controller(move |shutdown| reconciler.run(shutdown.wait()))
     }
 
+    /// A reconciler on the infrastructure family's client.
+    fn infrastructure_reconciler<K: kube::Resource<DynamicType = ()>, S: ?Sized>(
+        &mut self,
+        state: Arc<S>,
+    ) -> Reconciler<K, S> {
+        // Building a client from a configuration `new` already built one from cannot fail in a
+        // way it did not then; should it, the family shares the first client.
+        let client = self
+            .infrastructure_client()
+            .unwrap_or_else(|_| self.client.clone());
+        self.wire(Reconciler::new(client, state))
+    }
+
     /// Registers a family of controllers — the core controllers (`capi_controllers`), the kubeadm
-    /// bootstrap provider (`capi_bootstrap`), a vendor's own.
+    /// bootstrap provider (`capi_bootstrap`), a vendor's own — on a client of its own with the
+    /// manager's rate limit ([`ManagerConfig::qps`]): [`Manager::client`] and
+    /// [`Manager::reconciler`] give that client while it registers. (With
+    /// [`Manager::with_client`], every family shares the given client.)
     pub fn add(&mut self, controllers: impl Controllers) -> &mut Self {
+        let first = self.client.clone();
+        let own = self.family_clients.as_ref().map(FamilyClients::build);
+        if let Some(Ok(own)) = own {
+            self.client = own;
+        }
         controllers.register(self);
+        self.client = first;
         self
     }
 
@@ -407,6 +457,26 @@ impl Manager {
         } else {
             Ok(())
         }
+    }
+}
+
+/// How [`Manager::new`] builds each family's client: the same configuration, a rate limit of its
+/// own.
+#[derive(Clone)]
+struct FamilyClients {
+    kube_config: kube::Config,
+    qps: f64,
+    burst: u32,
+}
+
+impl FamilyClients {
+    fn build(&self) -> Result<Client, kube::Error> {
+        // `burst` requests per window of `burst / qps` seconds: `qps` on average.
+        let window = Duration::from_secs_f64(f64::from(self.burst) / self.qps);
+        let rate_limit = tower::limit::RateLimitLayer::new(u64::from(self.burst), window);
+        Ok(ClientBuilder::try_from(self.kube_config.clone())?
+            .with_layer(&rate_limit)
+            .build())
     }
 }
 
