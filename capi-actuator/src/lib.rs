@@ -24,7 +24,8 @@
 //!   [`Reconciler`] and [`Context`] (the watch that triggers a controller, the context of its
 //!   reconciles, how a reconcile's end becomes its next action), [`plan`] (what one reconcile
 //!   decided), [`write`](mod@write) (writes that cannot clobber someone else's change), [`predicate`] (which
-//!   changes are worth a reconcile), [`readiness`]; they register with the [`Manager`] through
+//!   changes are worth a reconcile), [`cached`] (owners and Clusters read from the controller's
+//!   own watch, not the API server), [`readiness`]; they register with the [`Manager`] through
 //!   [`Manager::add_controller`](manager::Manager::add_controller) and
 //!   [`Manager::add`](manager::Manager::add).
 //!
@@ -37,6 +38,7 @@
 //! See `capi_examples::toy` (`examples/src/toy`) for a complete provider — cluster, machine and
 //! machine template kinds, CRDs, RBAC, the three actuators and the binary — in 250 lines.
 
+pub mod cached;
 pub mod call_retry;
 pub mod cluster;
 mod instrument;

@@ -19,10 +19,10 @@ use futures::Future;
 use kube::ResourceExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 
 pub use decide::INFRA_CLUSTER_FINALIZER;
 
+use crate::cached::Cached;
 use crate::instrument::InstrumentedClusterActuator;
 use crate::plan::Next;
 use crate::reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
@@ -34,7 +34,7 @@ impl<C: InfraCluster> Reconciler<C, dyn ClusterActuator<C>> {
     /// Runs until `shutdown` completes; in-flight reconciles finish first.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
         let (trigger, reader) = self.trigger();
-        let clusters = self.api::<Cluster>();
+        let (clusters, cluster_stream) = crate::cached::cached(self.api::<Cluster>());
         let concurrency = self.concurrency();
         let context = self.into_context(|inner, metrics, controller| {
             Arc::new(InstrumentedClusterActuator {
@@ -47,7 +47,7 @@ impl<C: InfraCluster> Reconciler<C, dyn ClusterActuator<C>> {
             .trigger_backoff(crate::retry::WatchBackoff::default())
             .with_config(ControllerConfig::default().concurrency(concurrency))
             // The Cluster changes (paused, deleted, adopted): reconcile its infrastructure.
-            .watches(clusters, watcher::Config::default(), |cluster| {
+            .watches_stream(cluster_stream, |cluster| {
                 let reference = cluster.spec.infrastructure_ref.as_ref()?;
                 let ours = reference.kind == C::kind(&()) && reference.api_group == C::group(&());
                 let namespace = cluster.namespace().unwrap_or_default();
@@ -55,7 +55,7 @@ impl<C: InfraCluster> Reconciler<C, dyn ClusterActuator<C>> {
             })
             .graceful_shutdown_on(shutdown)
             .run(
-                reconcile::<C>,
+                move |infra, context| reconcile::<C>(infra, context, clusters.clone()),
                 back_off::<C, dyn ClusterActuator<C>>,
                 context,
             );
@@ -67,18 +67,20 @@ impl<C: InfraCluster> Reconciler<C, dyn ClusterActuator<C>> {
 async fn reconcile<C: InfraCluster>(
     infra: Arc<C>,
     context: Arc<Context<dyn ClusterActuator<C>>>,
+    clusters: Cached<Cluster>,
 ) -> Result<Action, ReconcileError> {
     context
-        .reconcile(infra.as_ref(), reconcile_once(&infra, &context))
+        .reconcile(infra.as_ref(), reconcile_once(&infra, &context, &clusters))
         .await
 }
 
 async fn reconcile_once<C: InfraCluster>(
     infra: &Arc<C>,
     context: &Context<dyn ClusterActuator<C>>,
+    clusters: &Cached<Cluster>,
 ) -> Result<Next, ReconcileError> {
     let invalid = context.retry.invalid_at(infra.as_ref());
-    let snapshot = observe::observe(&context.client, Arc::clone(infra), invalid).await?;
+    let snapshot = observe::observe(&context.client, clusters, Arc::clone(infra), invalid).await?;
     let plan = decide::decide(context.state.as_ref(), snapshot, context.retry.policy.poll).await;
     record::record(&context.client, &context.recorder, infra.as_ref(), &plan).await?;
     Ok(plan.next)

@@ -9,10 +9,13 @@ use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 
 use super::decide::Snapshot;
+use crate::cached::Cached;
 
-/// Fetches the owner `Cluster` and, during deletion, counts the machines still there.
+/// Reads the owner `Cluster` (from `clusters`) and, during deletion, counts the machines still
+/// there (from the API server: a deletion must not be decided on a cache).
 pub(crate) async fn observe<C: InfraCluster>(
     client: &Client,
+    clusters: &Cached<Cluster>,
     infra: Arc<C>,
     invalid_at_generation: Option<i64>,
 ) -> Result<Snapshot<C>, kube::Error> {
@@ -23,11 +26,10 @@ pub(crate) async fn observe<C: InfraCluster>(
         .find(|r| r.kind == "Cluster" && r.api_version.starts_with("cluster.x-k8s.io/"))
         .map(|r| (r.name.clone(), r.uid.clone()));
     let cluster = match &owner {
-        Some((name, uid)) => Api::<Cluster>::namespaced(client.clone(), &namespace)
-            .get_opt(name)
+        Some((name, uid)) => clusters
+            .get(&namespace, name)
             .await?
-            .filter(|c| c.metadata.uid.as_deref() == Some(uid.as_str()))
-            .map(Arc::new),
+            .filter(|c| c.metadata.uid.as_deref() == Some(uid.as_str())),
         None => None,
     };
     let cluster_name = owner

@@ -18,10 +18,10 @@ use capi_core::api::{Cluster, Machine};
 use capi_core::infra::InfraMachine;
 use capi_core::{Actuator, labels};
 use futures::Future;
+use kube::ResourceExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, ResourceExt};
 
 pub use decide::{Decision, INFRA_MACHINE_FINALIZER, decide_once};
 
@@ -49,8 +49,9 @@ impl<M: InfraMachine> Reconciler<M, dyn Actuator<M>> {
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
         let (trigger, reader) = self.trigger();
         let by_cluster = reader.clone();
-        let machines = self.api::<Machine>();
-        let clusters = self.api::<Cluster>();
+        let (machines, machine_stream) = crate::cached::cached(self.api::<Machine>());
+        let (clusters, cluster_stream) = crate::cached::cached(self.api::<Cluster>());
+        let owners = Arc::new(observe::Owners { machines, clusters });
         let concurrency = self.concurrency();
         let context = self.into_context(|inner, metrics, controller| {
             Arc::new(InstrumentedActuator {
@@ -63,7 +64,7 @@ impl<M: InfraMachine> Reconciler<M, dyn Actuator<M>> {
             .trigger_backoff(crate::retry::WatchBackoff::default())
             .with_config(ControllerConfig::default().concurrency(concurrency))
             // A Machine changes (bootstrap data ready, owner set): reconcile its infrastructure.
-            .watches_stream(machine_changes(machines), |machine| {
+            .watches_stream(machine_changes(machine_stream), |machine| {
                 let reference = &machine.spec.infrastructure_ref;
                 let ours = reference.kind == M::kind(&()) && reference.api_group == M::group(&());
                 let namespace = machine.namespace().unwrap_or_default();
@@ -71,7 +72,10 @@ impl<M: InfraMachine> Reconciler<M, dyn Actuator<M>> {
             })
             // A Cluster changes (infrastructure ready, paused): reconcile its machines.
             .watches_stream(
-                crate::predicate::cluster_changes(clusters),
+                cluster_stream.predicate_filter(
+                    crate::predicate::cluster_as_its_objects_see_it,
+                    Default::default(),
+                ),
                 move |cluster| {
                     let name = cluster.name_any();
                     let namespace = cluster.namespace();
@@ -87,42 +91,45 @@ impl<M: InfraMachine> Reconciler<M, dyn Actuator<M>> {
                 },
             )
             .graceful_shutdown_on(shutdown)
-            .run(reconcile::<M>, back_off::<M, dyn Actuator<M>>, context);
+            .run(
+                move |infra, context| reconcile::<M>(infra, context, Arc::clone(&owners)),
+                back_off::<M, dyn Actuator<M>>,
+                context,
+            );
         drain(results).await;
     }
 }
 
-/// The changes of `api`'s Machines that matter to their infrastructure: spec (bootstrap data
-/// name, provider ID, version), metadata and deletion — not the status the Machine controller
-/// rewrites at each step, which the infrastructure reconcile never reads.
+/// The changes of Machines that matter to their infrastructure: spec (bootstrap data name,
+/// provider ID, version), metadata and deletion — not the status the Machine controller rewrites
+/// at each step, which the infrastructure reconcile never reads.
 fn machine_changes(
-    api: Api<Machine>,
+    changes: impl futures::Stream<Item = Result<Machine, watcher::Error>> + Send + 'static,
 ) -> impl futures::Stream<Item = Result<Machine, watcher::Error>> + Send + 'static {
-    watcher(api, watcher::Config::default())
-        .backoff(crate::retry::WatchBackoff::default())
-        .touched_objects()
-        .predicate_filter(
-            crate::predicate::reconcile_relevant::<Machine>,
-            Default::default(),
-        )
+    changes.predicate_filter(
+        crate::predicate::reconcile_relevant::<Machine>,
+        Default::default(),
+    )
 }
 
 #[tracing::instrument(skip_all, fields(kind = %M::kind(&()), namespace = %infra.namespace().unwrap_or_default(), name = %infra.name_any()))]
 async fn reconcile<M: InfraMachine>(
     infra: Arc<M>,
     context: Arc<Context<dyn Actuator<M>>>,
+    owners: Arc<observe::Owners>,
 ) -> Result<Action, ReconcileError> {
     context
-        .reconcile(infra.as_ref(), reconcile_once(&infra, &context))
+        .reconcile(infra.as_ref(), reconcile_once(&infra, &context, &owners))
         .await
 }
 
 async fn reconcile_once<M: InfraMachine>(
     infra: &Arc<M>,
     context: &Context<dyn Actuator<M>>,
+    owners: &observe::Owners,
 ) -> Result<Next, ReconcileError> {
     let invalid = context.retry.invalid_at(infra.as_ref());
-    let snapshot = observe::observe(&context.client, Arc::clone(infra), invalid).await?;
+    let snapshot = observe::observe(&context.client, owners, Arc::clone(infra), invalid).await?;
     let plan = decide::decide(context.state.as_ref(), snapshot, context.retry.policy.poll).await;
     record::record(&context.client, &context.recorder, infra.as_ref(), &plan).await?;
     Ok(plan.next)

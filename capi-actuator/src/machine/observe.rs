@@ -9,6 +9,14 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client, ResourceExt};
 
 use super::decide::{BootstrapLookup, Snapshot};
+use crate::cached::Cached;
+
+/// Where a reconcile reads the owner `Machine` and its `Cluster` from: the controller's own
+/// watches, the API server for what they have not seen yet.
+pub(crate) struct Owners {
+    pub(crate) machines: Cached<Machine>,
+    pub(crate) clusters: Cached<Cluster>,
+}
 
 /// The owner reference to a Cluster API `Machine`, if any.
 pub(crate) fn machine_owner<M: InfraMachine>(infra: &M) -> Option<(String, String)> {
@@ -19,22 +27,23 @@ pub(crate) fn machine_owner<M: InfraMachine>(infra: &M) -> Option<(String, Strin
         .map(|r| (r.name.clone(), r.uid.clone()))
 }
 
-/// Fetches the owner `Machine`, its `Cluster` and (if an instance may still have to be created) the
-/// bootstrap data.
+/// Reads the owner `Machine` and its `Cluster` (from `owners`) and fetches (if an instance may
+/// still have to be created) the bootstrap data.
 pub(crate) async fn observe<M: InfraMachine>(
     client: &Client,
+    owners: &Owners,
     infra: Arc<M>,
     invalid_at_generation: Option<i64>,
 ) -> Result<Snapshot<M>, kube::Error> {
     let namespace = infra.namespace().unwrap_or_default();
     let owner = machine_owner(infra.as_ref());
     let machine = match &owner {
-        Some((name, uid)) => Api::<Machine>::namespaced(client.clone(), &namespace)
-            .get_opt(name)
+        Some((name, uid)) => owners
+            .machines
+            .get(&namespace, name)
             .await?
             // A Machine of the same name but another UID is not our owner.
-            .filter(|m| m.metadata.uid.as_deref() == Some(uid.as_str()))
-            .map(Arc::new),
+            .filter(|m| m.metadata.uid.as_deref() == Some(uid.as_str())),
         None => None,
     };
     let cluster_name = machine
@@ -42,10 +51,7 @@ pub(crate) async fn observe<M: InfraMachine>(
         .map(|m| m.spec.cluster_name.clone())
         .or_else(|| labels::cluster_name(infra.meta()).map(str::to_string));
     let cluster = match cluster_name {
-        Some(name) => Api::<Cluster>::namespaced(client.clone(), &namespace)
-            .get_opt(&name)
-            .await?
-            .map(Arc::new),
+        Some(name) => owners.clusters.get(&namespace, &name).await?,
         None => None,
     };
     let deleting = infra.meta().deletion_timestamp.is_some();

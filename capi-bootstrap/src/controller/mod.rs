@@ -30,10 +30,11 @@ use crate::render::PlanFile;
 use capi_core::api::{Cluster, Machine};
 use futures::Future;
 use kube::ResourceExt;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 
+use capi_actuator::cached::cached;
 use capi_actuator::manager::{Controllers, Manager};
 use capi_actuator::rbac::{READ, rule};
 use capi_actuator::{Context, ReconcileError, Reconciler, back_off, drain};
@@ -115,8 +116,9 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (trigger, reader) = reconciler.trigger();
-    let machines = reconciler.api::<Machine>();
-    let clusters = reconciler.api::<Cluster>();
+    let (machines, machine_stream) = cached(reconciler.api::<Machine>());
+    let (clusters, cluster_stream) = cached(reconciler.api::<Cluster>());
+    let owners = Arc::new(reconcile::Owners { machines, clusters });
     let by_cluster = reader.clone();
     let concurrency = reconciler.concurrency();
     let context = reconciler.into_context(|settings, _, _| settings);
@@ -124,7 +126,7 @@ pub async fn run(
         .trigger_backoff(capi_actuator::retry::WatchBackoff::default())
         .with_config(ControllerConfig::default().concurrency(concurrency))
         // A Machine changes (created, deleted): reconcile its config.
-        .watches(machines, watcher::Config::default(), |machine| {
+        .watches_stream(machine_stream, |machine| {
             let reference = machine.spec.bootstrap.config_ref.as_ref()?;
             let ours = reference.kind == "KubeadmConfig"
                 && reference.api_group == "bootstrap.cluster.x-k8s.io";
@@ -133,7 +135,10 @@ pub async fn run(
         })
         // A Cluster changes (infrastructure ready, control plane initialised): reconcile its configs.
         .watches_stream(
-            capi_actuator::predicate::cluster_changes(clusters),
+            cluster_stream.predicate_filter(
+                capi_actuator::predicate::cluster_as_its_objects_see_it,
+                Default::default(),
+            ),
             move |cluster| {
                 let name = cluster.name_any();
                 let namespace = cluster.namespace();
@@ -150,7 +155,7 @@ pub async fn run(
         )
         .graceful_shutdown_on(shutdown)
         .run(
-            reconcile_config,
+            move |config, context| reconcile_config(config, context, Arc::clone(&owners)),
             back_off::<KubeadmConfig, BootstrapSettings>,
             context,
         );
@@ -180,11 +185,12 @@ pub fn rbac() -> Vec<PolicyRule> {
 async fn reconcile_config(
     config: Arc<KubeadmConfig>,
     context: Arc<Context<BootstrapSettings>>,
+    owners: Arc<reconcile::Owners>,
 ) -> Result<Action, ReconcileError> {
     context
         .reconcile(
             config.as_ref(),
-            reconcile::reconcile_once(&config, &context),
+            reconcile::reconcile_once(&config, &context, &owners),
         )
         .await
 }

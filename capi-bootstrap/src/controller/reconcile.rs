@@ -21,6 +21,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
 use super::BootstrapSettings;
+use capi_actuator::cached::Cached;
 use capi_actuator::plan::{Next, Plan};
 use capi_actuator::reasons;
 use capi_actuator::write;
@@ -31,10 +32,18 @@ type BootstrapPlan = Plan<()>;
 /// The annotation on a bootstrap data Secret naming its join token's ID (not its secret).
 pub(crate) const TOKEN_ID_ANNOTATION: &str = "bootstrap.cluster.x-k8s.io/token-id";
 
+/// Where a reconcile reads the owner `Machine` and its `Cluster` from: the controller's own
+/// watches, the API server for what they have not seen yet.
+pub(crate) struct Owners {
+    pub(crate) machines: Cached<Machine>,
+    pub(crate) clusters: Cached<Cluster>,
+}
+
 /// Reconciles one config; returns what comes next.
 pub(crate) async fn reconcile_once(
     config: &Arc<KubeadmConfig>,
     context: &Context<BootstrapSettings>,
+    owners: &Owners,
 ) -> Result<Next, ReconcileError> {
     let client = &context.client;
     let namespace = config.namespace().unwrap_or_default();
@@ -45,6 +54,7 @@ pub(crate) async fn reconcile_once(
     let outcome = decide(
         config,
         context,
+        owners,
         &namespace,
         &mut plan,
         &mut data_secret_name,
@@ -91,6 +101,7 @@ impl From<kube::Error> for Failure {
 async fn decide(
     config: &Arc<KubeadmConfig>,
     context: &Context<BootstrapSettings>,
+    owners: &Owners,
     namespace: &str,
     plan: &mut BootstrapPlan,
     data_secret_name: &mut Option<String>,
@@ -110,8 +121,9 @@ async fn decide(
         );
         return Ok(());
     };
-    let Some(machine) = Api::<Machine>::namespaced(client.clone(), namespace)
-        .get_opt(&owner.name)
+    let Some(machine) = owners
+        .machines
+        .get(namespace, &owner.name)
         .await?
         .filter(|m| m.metadata.uid.as_deref() == Some(owner.uid.as_str()))
     else {
@@ -120,8 +132,9 @@ async fn decide(
             format!("waiting for Machine {:?}", owner.name),
         ));
     };
-    let Some(cluster) = Api::<Cluster>::namespaced(client.clone(), namespace)
-        .get_opt(&machine.spec.cluster_name)
+    let Some(cluster) = owners
+        .clusters
+        .get(namespace, &machine.spec.cluster_name)
         .await?
     else {
         return Err(Failure::Waiting(

@@ -27,6 +27,7 @@ pub mod status;
 use std::sync::Arc;
 use std::time::Duration;
 
+use capi_actuator::cached::{Cached, cached};
 use capi_actuator::manager::{Controllers, Manager};
 use capi_actuator::rbac::{READ, rule};
 use capi_actuator::{Context, ReconcileError, Reconciler, back_off, drain};
@@ -36,7 +37,7 @@ use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::ResourceExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 
 use crate::api::KubeadmControlPlane;
 use crate::etcd::EtcdAccess;
@@ -94,6 +95,8 @@ pub(crate) struct ControlPlaneController {
     settings: ControlPlaneSettings,
     references: References,
     workloads: WorkloadClients,
+    /// Clusters, from the controller's own watch (set when it runs).
+    clusters: std::sync::OnceLock<Cached<Cluster>>,
 }
 
 impl Controllers for KubeadmControlPlanes {
@@ -107,6 +110,7 @@ impl Controllers for KubeadmControlPlanes {
                 settings: self.settings,
                 references,
                 workloads: WorkloadClients::default(),
+                clusters: std::sync::OnceLock::new(),
             }));
         manager.add_controller(move |shutdown| run(reconciler, shutdown.wait()));
     }
@@ -118,7 +122,8 @@ async fn run(
 ) {
     let (trigger, reader) = reconciler.trigger();
     let machines = reconciler.api::<Machine>();
-    let clusters = reconciler.api::<Cluster>();
+    let (clusters, cluster_stream) = cached(reconciler.api::<Cluster>());
+    let _ = reconciler.state().clusters.set(clusters);
     let concurrency = reconciler.concurrency();
     let context = reconciler.into_context(|state, _, _| state);
     let results = Controller::for_stream(trigger, reader)
@@ -137,7 +142,10 @@ async fn run(
         })
         // A cluster changed (infrastructure ready, failure domains, paused, deleting).
         .watches_stream(
-            capi_actuator::predicate::cluster_changes(clusters),
+            cluster_stream.predicate_filter(
+                capi_actuator::predicate::cluster_as_its_objects_see_it,
+                Default::default(),
+            ),
             |cluster| {
                 let reference = cluster.spec.control_plane_ref.as_ref()?;
                 (reference.kind == "KubeadmControlPlane").then(|| {

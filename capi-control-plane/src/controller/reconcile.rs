@@ -59,9 +59,13 @@ pub(super) async fn reconcile_once(
         // The Cluster controller makes the Cluster the owner; its change triggers the next pass.
         return Ok(Next::AwaitChange);
     };
-    let cluster = Api::<Cluster>::namespaced(client.clone(), &namespace)
-        .get_opt(&cluster_name)
-        .await?;
+    let cluster = match state.clusters.get() {
+        Some(clusters) => clusters.get(&namespace, &cluster_name).await?,
+        None => Api::<Cluster>::namespaced(client.clone(), &namespace)
+            .get_opt(&cluster_name)
+            .await?
+            .map(Arc::new),
+    };
     let selector = machines::selector(kcp, &cluster_name);
     let uid = kcp.uid().unwrap_or_default();
     let mut owned: Vec<Machine> = machines_api

@@ -1,0 +1,128 @@
+//! Read-through caches: the objects a reconcile reads about (its owner `Machine`, its
+//! `Cluster`) from a store its controller's own watch fills, and from the API server only what
+//! the store has not seen yet — so that a reconcile reads nothing over the network in the common
+//! case, as controller-runtime's cached client does.
+//!
+//! The store may lag the API server by a watch event. That is safe for what the reconcilers read
+//! through it: every change of a cached object also reaches the controller through the same
+//! watch and triggers a reconcile that reads the newer copy, and decisions that must not act on
+//! a stale view (creating an instance) are guarded by the object's own finalizer, provider ID
+//! and idempotency key, never by a cached owner.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use futures::Stream;
+use k8s_openapi::NamespaceResourceScope;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+
+/// A store of `K` fed by a watch, with the API server behind it for what it does not hold.
+#[derive(Clone)]
+pub struct Cached<K: Resource<DynamicType = ()> + Clone + 'static> {
+    store: Store<K>,
+    client: Client,
+}
+
+impl<K: Resource<DynamicType = ()> + Clone + 'static> Debug for Cached<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cached")
+            .field("kind", &K::kind(&()))
+            .field("objects", &self.store.len())
+            .finish()
+    }
+}
+
+/// A cache of `api`'s objects (managed fields dropped), and the stream of changes that fills it:
+/// hand it to `Controller::watches_stream` (filtered as the controller needs), which drives it.
+/// Reads that miss the store go to `api`'s client.
+pub fn cached<K>(
+    api: Api<K>,
+) -> (
+    Cached<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let client = api.clone().into_client();
+    let changes = watcher(api, watcher::Config::default())
+        .backoff(crate::retry::WatchBackoff::default())
+        .modify(|object| object.meta_mut().managed_fields = None)
+        .reflect(writer)
+        .touched_objects();
+    (Cached { store, client }, changes)
+}
+
+impl<K> Cached<K>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    /// `namespace/name`: from the store, else (not seen yet, or gone) from the API server.
+    pub async fn get(&self, namespace: &str, name: &str) -> Result<Option<Arc<K>>, kube::Error> {
+        if let Some(found) = self.store.get(&ObjectRef::new(name).within(namespace)) {
+            return Ok(Some(found));
+        }
+        Api::<K>::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .map(|found| found.map(Arc::new))
+    }
+
+    /// The store itself (what the watch has seen).
+    pub fn store(&self) -> &Store<K> {
+        &self.store
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::watcher::Event;
+
+    #[tokio::test]
+    async fn a_stored_object_is_read_without_a_request_and_a_missing_one_is_asked_for() {
+        // A client of an address where nothing listens: a read that reaches it fails.
+        let config = kube::Config::new(
+            "http://127.0.0.1:1"
+                .parse()
+                .unwrap_or_else(|e| panic!("{e}")),
+        );
+        let client = Client::try_from(config).unwrap_or_else(|e| panic!("{e}"));
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        let object: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "a", "namespace": "ns", "uid": "u"}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        writer.apply_watcher_event(&Event::Apply(object));
+        let cached = Cached { store, client };
+        let found = cached
+            .get("ns", "a")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            found.and_then(|o| o.metadata.uid.clone()).as_deref(),
+            Some("u")
+        );
+        assert!(
+            cached.get("ns", "b").await.is_err(),
+            "an object the store does not hold is asked of the API server"
+        );
+    }
+}
