@@ -13,8 +13,8 @@ pub struct ReconcilerOptions {
     /// At most this many objects are reconciled at once. Default 16, one number for every
     /// kind: upstream ships 50–100 for its core kinds and 10 for CAPO's and CAPA's
     /// infrastructure kinds (whose clouds rate-limit); a reconcile here awaits without holding a
-    /// thread, and 16 in flight per kind already keep the manager's shared request budget
-    /// (100/s) busy, so more mostly adds requests waiting for their turn.
+    /// thread, and 16 in flight per kind already keep a family's request budget (100/s, see
+    /// `ManagerConfig::qps`) busy, so more mostly adds requests waiting for their turn.
     pub concurrency: u16,
     /// Only objects in this namespace (all namespaces when `None`).
     pub namespace: Option<String>,

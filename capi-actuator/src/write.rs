@@ -16,16 +16,30 @@ use crate::plan::{EventNote, FinalizerChange};
 /// How often a write that meets a conflict (409) is retried before the reconcile fails.
 const CONFLICT_RETRIES: u32 = 5;
 
-/// Merge-patches the object (`{"spec": …}` or `{"metadata": …}`), retrying conflicts.
+/// Merge-patches the object (`{"spec": …}` or `{"metadata": …}`), retrying conflicts — unless
+/// the patch is guarded by `metadata.resourceVersion`: a guarded patch that meets a conflict was
+/// computed from a copy that is no longer current, and sending it again cannot succeed, so the
+/// conflict is returned at once (the reconcile runs again on the newer copy).
 pub async fn patch<K>(api: &Api<K>, name: &str, patch: Value) -> Result<(), kube::Error>
 where
     K: Clone + DeserializeOwned + Debug,
 {
+    patch_returning(api, name, patch).await.map(drop)
+}
+
+/// [`patch`], returning the object as written, so that a later guarded write in the same pass
+/// starts from it.
+pub async fn patch_returning<K>(api: &Api<K>, name: &str, patch: Value) -> Result<K, kube::Error>
+where
+    K: Clone + DeserializeOwned + Debug,
+{
+    let guarded = patch.pointer("/metadata/resourceVersion").is_some();
     let patch = Patch::Merge(patch);
     let params = PatchParams::default();
-    with_conflict_retries(|| api.patch(name, &params, &patch))
-        .await
-        .map(drop)
+    if guarded {
+        return api.patch(name, &params, &patch).await;
+    }
+    with_conflict_retries(|| api.patch(name, &params, &patch)).await
 }
 
 /// Merge-patches the status subresource, retrying conflicts. A vanished object is not an error.
@@ -203,5 +217,56 @@ where
     {
         Err(kube::Error::Api(status)) if status.is_not_found() => Ok(None),
         other => other.map(Some),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// An API whose every request is answered 409 Conflict, and how many it was sent.
+    fn always_conflicting() -> (Api<ConfigMap>, Arc<AtomicU32>) {
+        let sent = Arc::new(AtomicU32::new(0));
+        let counter = Arc::clone(&sent);
+        let service = tower::service_fn(move |_: http::Request<kube::client::Body>| {
+            counter.fetch_add(1, Ordering::Relaxed);
+            let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                              "message": "the object has been modified", "reason": "Conflict",
+                              "code": 409});
+            async move {
+                http::Response::builder()
+                    .status(409)
+                    .body(kube::client::Body::from(body.to_string().into_bytes()))
+            }
+        });
+        let client = kube::Client::new(service, "default");
+        (Api::namespaced(client, "default"), sent)
+    }
+
+    #[tokio::test]
+    async fn a_guarded_patch_that_meets_a_conflict_is_sent_once() {
+        let (api, sent) = always_conflicting();
+        let guarded = json!({"metadata": {"resourceVersion": "7", "labels": {"a": "b"}}});
+        let result = patch(&api, "c", guarded).await;
+        assert!(
+            matches!(&result, Err(kube::Error::Api(status)) if status.is_conflict()),
+            "{result:?}"
+        );
+        assert_eq!(
+            sent.load(Ordering::Relaxed),
+            1,
+            "a doomed write was sent again"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unguarded_patch_that_meets_a_conflict_is_retried() {
+        let (api, sent) = always_conflicting();
+        let result = patch(&api, "c", json!({"metadata": {"labels": {"a": "b"}}})).await;
+        assert!(result.is_err());
+        assert_eq!(sent.load(Ordering::Relaxed), CONFLICT_RETRIES);
     }
 }

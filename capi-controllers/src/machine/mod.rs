@@ -198,8 +198,11 @@ async fn reconcile_once(
         r
     });
     let mut next = Next::AwaitChange;
-    let (bootstrap, bootstrap_data) =
+    let (bootstrap, bootstrap_data, written) =
         observe_bootstrap(&api, machine, &namespace, owner.clone(), deps).await?;
+    // The status below is guarded by the version it was computed from: after the spec patch
+    // above, that is the patched object's, not the (now stale) one this pass started from.
+    let current_machine = written.as_ref().unwrap_or(machine.as_ref());
     let infra = observe_infrastructure(machine, &namespace, owner, deps).await?;
     if let Some(provider_id) = &infra.provider_id
         && machine.spec.provider_id.as_deref() != Some(provider_id.as_str())
@@ -256,7 +259,7 @@ async fn reconcile_once(
     let (desired, available_in) = status::desired(&current, &facts, Time(jiff::Timestamp::now()));
     if desired != current {
         let value = serde_json::to_value(&desired).map_err(kube::Error::SerdeError)?;
-        write::patch_status_guarded(&api, machine.as_ref(), value).await?;
+        write::patch_status_guarded(&api, current_machine, value).await?;
     }
     if let Some(wait) = available_in {
         next = Next::Requeue(wait);
@@ -264,8 +267,8 @@ async fn reconcile_once(
     Ok(next)
 }
 
-/// Puts the finalizer, the cluster-name label and the Cluster owner reference on the Machine
-/// (one guarded patch); returns whether it wrote.
+/// Puts the finalizer, the cluster-name label and (on a machine nothing controls) the Cluster
+/// owner reference on the Machine (one guarded patch); returns whether it wrote.
 async fn ensure_metadata(
     api: &Api<Machine>,
     machine: &Machine,
@@ -277,7 +280,7 @@ async fn ensure_metadata(
         .any(|f| f == labels::MACHINE_FINALIZER);
     let labelled = labels::cluster_name(&machine.metadata) == Some(cluster.name_any().as_str());
     let cluster_uid = cluster.uid().unwrap_or_default();
-    let owned = ownership::is_owned_by(&machine.metadata, &cluster_uid);
+    let owned = !needs_cluster_owner(machine, &cluster_uid);
     if has_finalizer && labelled && owned {
         return Ok(false);
     }
@@ -301,15 +304,27 @@ async fn ensure_metadata(
     Ok(true)
 }
 
-/// The `BootstrapConfigReady` step, and whether `spec.bootstrap.dataSecretName` is set (copying
-/// it from the config's status when the config has one).
+/// Whether the Cluster must be added as the machine's owner: as upstream, the Cluster adopts only
+/// a stand-alone machine; one a MachineSet or a control plane controls is the Cluster's through
+/// its controller (and patching it would be a write per machine for nothing).
+fn needs_cluster_owner(machine: &Machine, cluster_uid: &str) -> bool {
+    let controlled = machine
+        .owner_references()
+        .iter()
+        .any(|r| r.controller == Some(true));
+    !controlled && !ownership::is_owned_by(&machine.metadata, cluster_uid)
+}
+
+/// The `BootstrapConfigReady` step, whether `spec.bootstrap.dataSecretName` is set (copying
+/// it from the config's status when the config has one), and the Machine as written when this
+/// copied it.
 async fn observe_bootstrap(
     api: &Api<Machine>,
     machine: &Machine,
     namespace: &str,
     owner: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
     deps: &MachineController,
-) -> Result<(Step, bool), ReconcileError> {
+) -> Result<(Step, bool, Option<Machine>), ReconcileError> {
     if machine.spec.bootstrap.data_secret_name.is_some() {
         // Ensure the config (if any) is owned even when the data is already known.
         if let (Some(reference), Some(owner)) = (&machine.spec.bootstrap.config_ref, owner)
@@ -325,7 +340,7 @@ async fn observe_bootstrap(
             )
             .await?;
         }
-        return Ok((Step::done(reasons::BOOTSTRAP_DATA_READY), true));
+        return Ok((Step::done(reasons::BOOTSTRAP_DATA_READY), true, None));
     }
     let Some(reference) = &machine.spec.bootstrap.config_ref else {
         return Ok((
@@ -334,6 +349,7 @@ async fn observe_bootstrap(
                 "spec.bootstrap needs a configRef or a dataSecretName",
             ),
             false,
+            None,
         ));
     };
     let config = match deps.references.get(reference, namespace).await {
@@ -342,6 +358,7 @@ async fn observe_bootstrap(
             return Ok((
                 Step::waiting(reasons::REFERENCE_KIND_UNKNOWN, error.to_string()),
                 false,
+                None,
             ));
         }
         Err(error) => return Err(error.into()),
@@ -353,6 +370,7 @@ async fn observe_bootstrap(
                 format!("waiting for {} {:?}", reference.kind, reference.name),
             ),
             false,
+            None,
         ));
     };
     if let Some(owner) = owner
@@ -372,14 +390,19 @@ async fn observe_bootstrap(
                 "took ownership of the config",
             ),
             false,
+            None,
         ));
     }
     let secret = config.data["status"]["dataSecretName"].as_str();
     match secret {
         Some(name) if initialization_flag(&config, "dataSecretCreated") || !name.is_empty() => {
             let patch = json!({"spec": {"bootstrap": {"dataSecretName": name}}});
-            write::patch(api, &machine.name_any(), patch).await?;
-            Ok((Step::done(reasons::BOOTSTRAP_DATA_READY), true))
+            let written = write::patch_returning(api, &machine.name_any(), patch).await?;
+            Ok((
+                Step::done(reasons::BOOTSTRAP_DATA_READY),
+                true,
+                Some(written),
+            ))
         }
         _ => Ok((
             Step::waiting(
@@ -390,6 +413,7 @@ async fn observe_bootstrap(
                 ),
             ),
             false,
+            None,
         )),
     }
 }
@@ -594,5 +618,41 @@ fn up_to_date(
             reasons::NEEDS_ROLLOUT,
             format!("MachineDeployment {name}'s template changed; the machine is to be replaced"),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine(owners: serde_json::Value) -> Machine {
+        serde_json::from_value(json!({
+            "metadata": {"name": "m", "namespace": "ns", "ownerReferences": owners},
+            "spec": {"clusterName": "c", "bootstrap": {}, "infrastructureRef": {
+                "apiGroup": "infrastructure.capi-rs.dev", "kind": "InMemoryMachine", "name": "m"}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn owner(kind: &str, uid: &str, controller: bool) -> serde_json::Value {
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": kind, "name": "o", "uid": uid,
+               "controller": controller})
+    }
+
+    #[test]
+    fn only_a_stand_alone_machine_is_adopted_by_its_cluster() {
+        assert!(needs_cluster_owner(&machine(json!([])), "cluster-uid"));
+        assert!(!needs_cluster_owner(
+            &machine(json!([owner("KubeadmControlPlane", "kcp-uid", true)])),
+            "cluster-uid"
+        ));
+        assert!(!needs_cluster_owner(
+            &machine(json!([owner("Cluster", "cluster-uid", false)])),
+            "cluster-uid"
+        ));
+        assert!(needs_cluster_owner(
+            &machine(json!([owner("MachineSet", "set-uid", false)])),
+            "cluster-uid"
+        ));
     }
 }

@@ -40,5 +40,12 @@ pub(crate) async fn run(options: &Options) -> Result<serde_json::Value> {
     result["comparison"] = comparison;
     result["rounds"] = rounds.iter().map(|r| r.json(&shape)).collect();
     measure::write_result(&options.out, &format!("clusters-{n}.json"), &result)?;
+    super::chart::draw(
+        &options.out.join(format!("clusters-{n}.svg")),
+        &format!(
+            "{n} single-node clusters (KubeadmControlPlane of 1): capi-rs and upstream Cluster API v1.14"
+        ),
+        &result,
+    )?;
     Ok(result)
 }

@@ -22,8 +22,10 @@
 //! - `latency`: one cluster of N machines whose instances take `--boot-ms` (default 10 000) ± 20 %
 //!   to boot.
 //!
-//! [`rig`] starts capi-rs's processes; [`measure`] reads the figures.
+//! [`rig`] starts capi-rs's processes; [`measure`] reads the figures; [`chart`] draws each
+//! result as an SVG beside its JSON.
 
+mod chart;
 mod clusters;
 mod floor;
 pub(crate) mod measure;

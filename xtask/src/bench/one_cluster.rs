@@ -143,6 +143,13 @@ pub(crate) async fn run(options: &Options, variant: Variant) -> Result<serde_jso
         &format!("{scenario}-{machines}.json"),
         &result,
     )?;
+    super::chart::draw(
+        &options.out.join(format!("{scenario}-{machines}.svg")),
+        &format!(
+            "{scenario}: one cluster of {machines} machines, capi-rs and upstream Cluster API v1.14"
+        ),
+        &result,
+    )?;
     Ok(result)
 }
 
