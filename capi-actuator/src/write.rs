@@ -220,6 +220,82 @@ where
     }
 }
 
+/// The versions this controller's own writes replaced, so that a reconcile of a copy its cache
+/// still holds from before such a write does not write from it again — that write would meet a
+/// 409 (guarded) or undo the newer one (unguarded). Keyed by UID; an object's record goes as soon
+/// as a version not replaced by our writes is seen, or when the caller forgets the object: at
+/// most one record (of a few versions) per live object.
+#[derive(Debug, Default)]
+pub struct OwnWrites {
+    replaced: std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>,
+}
+
+/// The versions remembered per object: a reconcile writes at most a few times in a row.
+const REPLACED_KEPT: usize = 4;
+
+impl OwnWrites {
+    /// Records that a write made from `object` succeeded: its version is now out of date (as are
+    /// those earlier writes of ours replaced, until a newer version is seen).
+    pub fn wrote<K: Resource>(&self, object: &K) {
+        if let (Some(uid), Some(version)) = (&object.meta().uid, &object.meta().resource_version) {
+            let mut replaced = self.lock();
+            let versions = replaced.entry(uid.clone()).or_default();
+            if !versions.contains(version) {
+                if versions.len() == REPLACED_KEPT {
+                    versions.remove(0);
+                }
+                versions.push(version.clone());
+            }
+        }
+    }
+
+    /// Whether `object` is a copy one of this controller's own writes already replaced: the cache
+    /// has not caught up yet (look again in a moment, the newer version is on its way). Any other
+    /// copy clears the record.
+    pub fn is_stale<K: Resource>(&self, object: &K) -> bool {
+        let Some(uid) = &object.meta().uid else {
+            return false;
+        };
+        let mut replaced = self.lock();
+        let Some(versions) = replaced.get(uid) else {
+            return false;
+        };
+        if object
+            .meta()
+            .resource_version
+            .as_ref()
+            .is_some_and(|v| versions.contains(v))
+        {
+            return true;
+        }
+        replaced.remove(uid);
+        false
+    }
+
+    /// Drops what is known of `object` (it is being deleted).
+    pub fn forget<K: Resource>(&self, object: &K) {
+        if let Some(uid) = &object.meta().uid {
+            self.lock().remove(uid);
+        }
+    }
+
+    /// How many objects have a record.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no object has a record.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Vec<String>>> {
+        self.replaced
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,6 +336,37 @@ mod tests {
             1,
             "a doomed write was sent again"
         );
+    }
+
+    fn config_map(uid: &str, version: &str) -> ConfigMap {
+        serde_json::from_value(
+            json!({"metadata": {"name": "c", "uid": uid, "resourceVersion": version}}),
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_copy_an_own_write_replaced_is_stale_until_a_newer_one_is_seen() {
+        let own = OwnWrites::default();
+        assert!(!own.is_stale(&config_map("u", "7")));
+        own.wrote(&config_map("u", "7"));
+        assert!(
+            own.is_stale(&config_map("u", "7")),
+            "the copy the write was made from"
+        );
+        assert!(!own.is_stale(&config_map("other", "7")));
+        assert!(!own.is_stale(&config_map("u", "9")), "the cache caught up");
+        assert!(own.is_empty(), "the record went with it");
+        assert!(!own.is_stale(&config_map("u", "7")));
+        own.wrote(&config_map("u", "9"));
+        own.forget(&config_map("u", "9"));
+        assert!(own.is_empty());
+        // Two writes in a row: both copies they were made from are stale.
+        own.wrote(&config_map("u", "10"));
+        own.wrote(&config_map("u", "11"));
+        assert!(own.is_stale(&config_map("u", "10")));
+        assert!(own.is_stale(&config_map("u", "11")));
+        assert!(!own.is_stale(&config_map("u", "12")));
     }
 
     #[tokio::test]

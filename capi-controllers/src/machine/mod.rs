@@ -32,6 +32,10 @@ use capi_actuator::reasons;
 use capi_actuator::write;
 use capi_actuator::{Context, ReconcileError, Reconciler, back_off, drain};
 
+/// How soon a Machine whose cached copy predates this controller's own last write is looked at
+/// again.
+const OWN_WRITE_CATCH_UP: Duration = Duration::from_millis(250);
+
 /// What the Machine controller works with besides the client.
 pub(crate) struct MachineController {
     references: References,
@@ -40,6 +44,8 @@ pub(crate) struct MachineController {
     node_changes: Mutex<Option<mpsc::UnboundedReceiver<NodeChange>>>,
     clusters: OnceLock<Store<Cluster>>,
     deployments: OnceLock<Store<MachineDeployment>>,
+    /// The Machine versions this controller's own writes replaced (see [`write::OwnWrites`]).
+    own_writes: write::OwnWrites,
     settings: CoreSettings,
 }
 
@@ -60,6 +66,7 @@ impl MachineController {
             node_changes: Mutex::new(Some(node_changes)),
             clusters: OnceLock::new(),
             deployments: OnceLock::new(),
+            own_writes: write::OwnWrites::default(),
             settings,
         }
     }
@@ -170,7 +177,14 @@ async fn reconcile_once(
         None => None,
     };
     if machine.meta().deletion_timestamp.is_some() {
+        deps.own_writes.forget(machine.as_ref());
         return deletion::delete(machine, cluster.as_deref(), context).await;
+    }
+    if deps.own_writes.is_stale(machine.as_ref()) {
+        // Our own last write replaced this copy and the cache has not caught up: writing from it
+        // would meet a 409. Look again in a moment (the newer version is on its way; a status
+        // change alone may not trigger a reconcile, so the requeue does).
+        return Ok(Next::Requeue(OWN_WRITE_CATCH_UP));
     }
     let Some(cluster) = cluster else {
         return Ok(Next::Requeue(deps.settings.poll));
@@ -190,6 +204,7 @@ async fn reconcile_once(
     }
     if ensure_metadata(&api, machine, &cluster).await? {
         // The watch brings the updated object back.
+        deps.own_writes.wrote(machine.as_ref());
         return Ok(Next::AwaitChange);
     }
 
@@ -210,6 +225,8 @@ async fn reconcile_once(
         // Recorded before anything else: the node is found by it.
         let patch = json!({"spec": {"providerID": provider_id}});
         write::patch(&api, &machine.name_any(), patch).await?;
+        deps.own_writes.wrote(machine.as_ref());
+        deps.own_writes.wrote(current_machine);
         return Ok(Next::AwaitChange);
     }
     let (node_name, node) = match &machine.spec.provider_id {
@@ -260,6 +277,10 @@ async fn reconcile_once(
     if desired != current {
         let value = serde_json::to_value(&desired).map_err(kube::Error::SerdeError)?;
         write::patch_status_guarded(&api, current_machine, value).await?;
+        deps.own_writes.wrote(current_machine);
+    }
+    if written.is_some() {
+        deps.own_writes.wrote(machine.as_ref());
     }
     if let Some(wait) = available_in {
         next = Next::Requeue(wait);
