@@ -1,11 +1,24 @@
-//! The **floor**: the least any controller must write to bring N machines from nothing to Running,
-//! written by a minimal kube client with the manager's own limits (the same QPS/burst token bucket,
-//! as many workers as the manager's concurrency), against the same API server in the same run.
+//! The **floor**: the least any correct controller must write to bring N machines from nothing
+//! to Running under the contract, written by a minimal kube client at the manager's own limits,
+//! against the same API server in the same run.
 //!
-//! Per machine, in causal order: create the `Machine`, its `KubeadmConfig`, its `InMemoryMachine`
-//! and the bootstrap data `Secret` (4 creates); then the status of the `KubeadmConfig` (data ready),
-//! the `InMemoryMachine` (provisioned) and the `Machine` (Running) (3 status merge patches). The
-//! manager's time divided by this one says what the SDK's machinery costs on top of the API
+//! Per machine, in causal order, each write by the client of the family of controllers that makes
+//! it (each family has its own rate limit, as in the manager: `ManagerConfig::qps` per family):
+//!
+//! - core: create the `Machine` (finalizer, labels and owner already set, as a MachineSet creates
+//!   it), its `KubeadmConfig` and its `InMemoryMachine` (3 creates);
+//! - bootstrap: create the bootstrap data `Secret`, then the `KubeadmConfig` status (data ready)
+//!   (2);
+//! - core: the `Machine`'s `spec.bootstrap.dataSecretName` (1);
+//! - infrastructure: the `InMemoryMachine`'s finalizer (before any instance may exist), its
+//!   `spec.providerID`, then its status (provisioned, addresses, `Ready`) (3);
+//! - core: the `Machine`'s `spec.providerID`, then its status (Running, node reference,
+//!   conditions) (2).
+//!
+//! That is 11 writes per machine; no events (the contract asks for none). Like a controller, the
+//! floor holds a watch on each of the four kinds for its whole run (the API server serves them
+//! while it writes). Nothing is read back: every write is made from what the floor wrote before.
+//! The manager's time divided by this one says what the SDK's machinery costs on top of the API
 //! server's own.
 
 use std::sync::Arc;
@@ -15,9 +28,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use capi_bootstrap::api::KubeadmConfig;
 use capi_core::api::Machine;
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::client::ClientBuilder;
+use kube::runtime::watcher;
 use kube::{Api, Client};
 use provider_inmemory::api::InMemoryMachine;
 use serde::de::DeserializeOwned;
@@ -29,6 +44,8 @@ use super::rig::{Rig, create};
 use crate::command::step;
 
 const NAMESPACE: &str = "floor";
+/// The writes of one machine.
+pub(crate) const WRITES_PER_MACHINE: u32 = 11;
 
 /// What the floor program took.
 pub(crate) struct Floor {
@@ -37,11 +54,19 @@ pub(crate) struct Floor {
     pub(crate) writes: f64,
 }
 
+/// One client per family of controllers, each with the manager's rate limit.
+#[derive(Clone)]
+struct Families {
+    core: Client,
+    bootstrap: Client,
+    infrastructure: Client,
+}
+
 /// Runs the floor program for `machines` machines (the manager must not be running: it would
 /// reconcile these objects).
 pub(crate) async fn run(rig: &Rig, options: &Options, machines: u32) -> Result<Floor> {
     step(&format!(
-        "Floor program: the same unavoidable writes for {machines} machines (4 creates + 3 status writes each), {} workers, qps {} burst {}",
+        "Floor program: the writes the contract requires for {machines} machines ({WRITES_PER_MACHINE} each), {} workers, qps {} burst {} per family, with watches",
         options.manager.concurrency, options.manager.qps, options.manager.burst
     ));
     let admin = rig.client.clone();
@@ -49,11 +74,27 @@ pub(crate) async fn run(rig: &Rig, options: &Options, machines: u32) -> Result<F
     Api::<Namespace>::all(admin.clone())
         .create(&PostParams::default(), &ns)
         .await?;
-    let window = Duration::from_secs_f64(f64::from(options.manager.burst) / options.manager.qps);
-    let rate_limit = tower::limit::RateLimitLayer::new(u64::from(options.manager.burst), window);
-    let client = ClientBuilder::try_from(rig.management.config().await?)?
-        .with_layer(&rate_limit)
-        .build();
+    let config = rig.management.config().await?;
+    let family = || -> Result<Client> {
+        let window =
+            Duration::from_secs_f64(f64::from(options.manager.burst) / options.manager.qps);
+        let rate_limit =
+            tower::limit::RateLimitLayer::new(u64::from(options.manager.burst), window);
+        Ok(ClientBuilder::try_from(config.clone())?
+            .with_layer(&rate_limit)
+            .build())
+    };
+    let families = Families {
+        core: family()?,
+        bootstrap: family()?,
+        infrastructure: family()?,
+    };
+    let watches = vec![
+        watch::<Machine>(&families.core),
+        watch::<KubeadmConfig>(&families.bootstrap),
+        watch::<InMemoryMachine>(&families.infrastructure),
+        watch::<Secret>(&families.bootstrap),
+    ];
     // Bootstrap data of a realistic size (a rendered cloud-config is a few KiB).
     let user_data = "#cloud-config\n".to_string() + &"# kubeadm join …\n".repeat(200);
 
@@ -62,7 +103,7 @@ pub(crate) async fn run(rig: &Rig, options: &Options, machines: u32) -> Result<F
     let next = Arc::new(AtomicU32::new(0));
     let workers: Vec<_> = (0..options.manager.concurrency)
         .map(|_| {
-            let client = client.clone();
+            let families = families.clone();
             let next = Arc::clone(&next);
             let user_data = user_data.clone();
             tokio::spawn(async move {
@@ -71,7 +112,7 @@ pub(crate) async fn run(rig: &Rig, options: &Options, machines: u32) -> Result<F
                     if i >= machines {
                         return Ok::<_, anyhow::Error>(());
                     }
-                    one_machine(&client, i, &user_data).await?;
+                    one_machine(&families, i, &user_data).await?;
                 }
             })
         })
@@ -81,22 +122,41 @@ pub(crate) async fn run(rig: &Rig, options: &Options, machines: u32) -> Result<F
     }
     let seconds = started.elapsed().as_secs_f64();
     let requests = difference(&request_counts(&admin).await?, &before);
+    for watch in watches {
+        watch.abort();
+    }
     let writes = total(&requests, true);
     println!("    {machines} machines written in {seconds:.1}s ({writes:.0} writes)");
     Ok(Floor { seconds, writes })
 }
 
-/// The seven writes of one machine.
-async fn one_machine(client: &Client, i: u32, user_data: &str) -> Result<()> {
+/// A watch of `K` in the floor's namespace, drained until aborted.
+fn watch<K>(client: &Client) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), NAMESPACE);
+    tokio::spawn(watcher(api, watcher::Config::default()).for_each(|_| std::future::ready(())))
+}
+
+/// The writes of one machine.
+async fn one_machine(families: &Families, i: u32, user_data: &str) -> Result<()> {
     let name = format!("floor-{i}");
     let cluster = "floor";
     let labels = json!({"cluster.x-k8s.io/cluster-name": cluster});
+    let provider_id = format!("inmemory:///floor/{name}");
+    let core = &families.core;
     create::<Machine>(
-        client,
+        core,
         NAMESPACE,
         json!({
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-            "metadata": {"name": name, "labels": labels},
+            "metadata": {"name": name, "labels": labels, "finalizers": ["machine.cluster.x-k8s.io"]},
             "spec": {"clusterName": cluster, "version": "v1.33.0",
                      "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": name}},
                      "infrastructureRef": {"apiGroup": "infrastructure.capi-rs.dev", "kind": "InMemoryMachine", "name": name}}
@@ -104,7 +164,7 @@ async fn one_machine(client: &Client, i: u32, user_data: &str) -> Result<()> {
     )
     .await?;
     create::<KubeadmConfig>(
-        client,
+        core,
         NAMESPACE,
         json!({
             "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfig",
@@ -113,7 +173,7 @@ async fn one_machine(client: &Client, i: u32, user_data: &str) -> Result<()> {
     )
     .await?;
     create::<InMemoryMachine>(
-        client,
+        core,
         NAMESPACE,
         json!({
             "apiVersion": "infrastructure.capi-rs.dev/v1alpha1", "kind": "InMemoryMachine",
@@ -122,7 +182,7 @@ async fn one_machine(client: &Client, i: u32, user_data: &str) -> Result<()> {
     )
     .await?;
     create::<Secret>(
-        client,
+        &families.bootstrap,
         NAMESPACE,
         json!({
             "apiVersion": "v1", "kind": "Secret",
@@ -133,25 +193,62 @@ async fn one_machine(client: &Client, i: u32, user_data: &str) -> Result<()> {
     )
     .await?;
     patch_status::<KubeadmConfig>(
-        client,
+        &families.bootstrap,
         &name,
         json!({"status": {"dataSecretName": name, "initialization": {"dataSecretCreated": true}}}),
     )
     .await?;
+    patch::<Machine>(
+        core,
+        &name,
+        json!({"spec": {"bootstrap": {"dataSecretName": name}}}),
+    )
+    .await?;
+    let infrastructure = &families.infrastructure;
+    patch::<InMemoryMachine>(
+        infrastructure,
+        &name,
+        json!({"metadata": {"finalizers": ["inmemorymachine.infrastructure.capi-rs.dev"]}}),
+    )
+    .await?;
+    patch::<InMemoryMachine>(
+        infrastructure,
+        &name,
+        json!({"spec": {"providerID": provider_id}}),
+    )
+    .await?;
     patch_status::<InMemoryMachine>(
-        client,
+        infrastructure,
         &name,
         json!({"status": {"initialization": {"provisioned": true},
-                          "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}}),
+                          "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+                          "conditions": [{"type": "Ready", "status": "True", "reason": "Ready",
+                                          "message": "", "lastTransitionTime": "2026-11-25T00:00:00Z"}]}}),
     )
     .await?;
+    patch::<Machine>(core, &name, json!({"spec": {"providerID": provider_id}})).await?;
     patch_status::<Machine>(
-        client,
+        core,
         &name,
-        json!({"status": {"phase": "Running", "observedGeneration": 1,
-                          "initialization": {"bootstrapDataSecretCreated": true, "infrastructureProvisioned": true}}}),
+        json!({"status": {"phase": "Running", "observedGeneration": 1, "nodeRef": {"name": name},
+                          "initialization": {"bootstrapDataSecretCreated": true, "infrastructureProvisioned": true},
+                          "conditions": [{"type": "Ready", "status": "True", "reason": "Ready",
+                                          "message": "", "lastTransitionTime": "2026-11-25T00:00:00Z"}]}}),
     )
     .await?;
+    Ok(())
+}
+
+async fn patch<K>(client: &Client, name: &str, patch: serde_json::Value) -> Result<()>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    Api::<K>::namespaced(client.clone(), NAMESPACE)
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
     Ok(())
 }
 
