@@ -46,6 +46,12 @@ pub(crate) struct ClusterController {
     reference_changes: Mutex<Option<mpsc::UnboundedReceiver<Arc<DynamicObject>>>>,
     workloads: Arc<WorkloadClusters>,
     machines: OnceLock<Store<Machine>>,
+    /// A deleting cluster's objects, from watches: each pass of a deletion reads these instead
+    /// of listing every object of the namespace (one authoritative list per kind comes last,
+    /// before the finalizer goes).
+    deployments: OnceLock<Store<MachineDeployment>>,
+    sets: OnceLock<Store<MachineSet>>,
+    health_checks: OnceLock<Store<MachineHealthCheck>>,
     settings: CoreSettings,
 }
 
@@ -62,6 +68,9 @@ impl ClusterController {
             reference_changes: Mutex::new(Some(reference_changes)),
             workloads,
             machines: OnceLock::new(),
+            deployments: OnceLock::new(),
+            sets: OnceLock::new(),
+            health_checks: OnceLock::new(),
             settings,
         }
     }
@@ -75,6 +84,12 @@ pub(crate) async fn run(
     let (trigger, clusters) = reconciler.trigger();
     let (machines, machine_changes) = cache(reconciler.api::<Machine>());
     let _ = reconciler.state().machines.set(machines);
+    let (deployments, deployment_changes) = cache(reconciler.api::<MachineDeployment>());
+    let _ = reconciler.state().deployments.set(deployments);
+    let (sets, set_changes) = cache(reconciler.api::<MachineSet>());
+    let _ = reconciler.state().sets.set(sets);
+    let (health_checks, health_check_changes) = cache(reconciler.api::<MachineHealthCheck>());
+    let _ = reconciler.state().health_checks.set(health_checks);
     // A referenced object changed: the clusters that own it, and those that name it (a control
     // plane created after its cluster is not owned yet — the cluster takes ownership when it
     // sees it).
@@ -113,6 +128,15 @@ pub(crate) async fn run(
             let namespace = machine.namespace().unwrap_or_default();
             Some(ObjectRef::new(&machine.spec.cluster_name).within(&namespace))
         })
+        // A deployment, set or health check going away: its deleting cluster looks again at
+        // once (their other changes are none of the cluster's business).
+        .watches_stream(deployment_changes, |d| {
+            leaving(&d.metadata, &d.spec.cluster_name)
+        })
+        .watches_stream(set_changes, |s| leaving(&s.metadata, &s.spec.cluster_name))
+        .watches_stream(health_check_changes, |h| {
+            leaving(&h.metadata, &h.spec.cluster_name)
+        })
         .reconcile_on(owners)
         .graceful_shutdown_on(shutdown)
         .run(
@@ -121,6 +145,15 @@ pub(crate) async fn run(
             context,
         );
     drain(results).await;
+}
+
+/// The cluster of an object being deleted (or gone), for the cluster's deletion to go on.
+fn leaving(
+    metadata: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    cluster: &str,
+) -> Option<ObjectRef<Cluster>> {
+    metadata.deletion_timestamp.as_ref()?;
+    Some(ObjectRef::new(cluster).within(metadata.namespace.as_deref().unwrap_or_default()))
 }
 
 #[tracing::instrument(skip_all, fields(namespace = %cluster.namespace().unwrap_or_default(), name = %cluster.name_any()))]
@@ -454,18 +487,34 @@ async fn delete(
     status.phase = Some(ClusterPhase::Deleting);
 
     let mut left = Vec::new();
-    let deployments =
-        delete_all::<MachineDeployment>(client, namespace, &name, |d| &d.spec.cluster_name).await?;
-    let sets = delete_all::<MachineSet>(client, namespace, &name, |s| &s.spec.cluster_name).await?;
-    delete_all::<MachineHealthCheck>(client, namespace, &name, |h| &h.spec.cluster_name).await?;
+    let of_cluster = Seen {
+        client,
+        namespace,
+        cluster: &name,
+    };
+    let deployments = of_cluster
+        .delete_all(&deps.deployments, |d: &MachineDeployment| {
+            &d.spec.cluster_name
+        })
+        .await?;
+    let sets = of_cluster
+        .delete_all(&deps.sets, |s: &MachineSet| &s.spec.cluster_name)
+        .await?;
+    of_cluster
+        .delete_all(&deps.health_checks, |h: &MachineHealthCheck| {
+            &h.spec.cluster_name
+        })
+        .await?;
     // Machines of sets go with their sets; the others now — except a control plane provider's,
     // which it deletes itself once it is deleted (after the workers, as upstream).
     let ours = |m: &Machine| cluster.spec.control_plane_ref.is_none() || !m.is_control_plane();
     let machines = if deployments + sets == 0 {
-        delete_all_where::<Machine>(client, namespace, &name, |m| &m.spec.cluster_name, ours)
+        of_cluster
+            .delete_all_where(&deps.machines, |m: &Machine| &m.spec.cluster_name, ours)
             .await?
     } else {
-        list_of_cluster::<Machine>(client, namespace, &name, |m| &m.spec.cluster_name)
+        of_cluster
+            .objects(&deps.machines, |m: &Machine| &m.spec.cluster_name)
             .await?
             .iter()
             .filter(|m| ours(m))
@@ -512,6 +561,25 @@ async fn delete(
             .await?;
         return Ok(Next::Requeue(deps.settings.poll));
     }
+    // The caches said nothing is left: make sure, from the API server, before letting go.
+    let remaining =
+        list_of_cluster::<MachineDeployment>(client, namespace, &name, |d| &d.spec.cluster_name)
+            .await?
+            .len()
+            + list_of_cluster::<MachineSet>(client, namespace, &name, |s| &s.spec.cluster_name)
+                .await?
+                .len()
+            + list_of_cluster::<MachineHealthCheck>(client, namespace, &name, |h| {
+                &h.spec.cluster_name
+            })
+            .await?
+            .len()
+            + list_of_cluster::<Machine>(client, namespace, &name, |m| &m.spec.cluster_name)
+                .await?
+                .len();
+    if remaining > 0 {
+        return Ok(Next::Requeue(deps.settings.poll));
+    }
     // What the cluster owns in the management cluster (PKI, kubeconfig, locks): deleted here, so
     // that nothing is left even without a garbage collector.
     let uid = cluster.uid().unwrap_or_default();
@@ -550,49 +618,89 @@ where
         .collect())
 }
 
-/// Requests deletion of every object of the cluster; returns how many are left.
-async fn delete_all<K>(
-    client: &kube::Client,
-    namespace: &str,
-    cluster: &str,
-    cluster_of: impl Fn(&K) -> &String,
-) -> Result<usize, kube::Error>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
-{
-    delete_all_where(client, namespace, cluster, cluster_of, |_| true).await
+/// Where a deletion pass reads a cluster's objects: the controller's caches once they hold a
+/// full list, the API server (a list of the namespace) before that.
+struct Seen<'a> {
+    client: &'a kube::Client,
+    namespace: &'a str,
+    cluster: &'a str,
 }
 
-/// [`delete_all`] of the objects `which` selects.
-async fn delete_all_where<K>(
-    client: &kube::Client,
-    namespace: &str,
-    cluster: &str,
-    cluster_of: impl Fn(&K) -> &String,
-    which: impl Fn(&K) -> bool,
-) -> Result<usize, kube::Error>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
-{
-    let api: Api<K> = Api::namespaced(client.clone(), namespace);
-    let objects: Vec<K> = list_of_cluster(client, namespace, cluster, cluster_of)
-        .await?
-        .into_iter()
-        .filter(|o| which(o))
-        .collect();
-    for object in objects
-        .iter()
-        .filter(|o| o.meta().deletion_timestamp.is_none())
+impl Seen<'_> {
+    /// The objects of the cluster.
+    async fn objects<K>(
+        &self,
+        cache: &OnceLock<Store<K>>,
+        cluster_of: impl Fn(&K) -> &String,
+    ) -> Result<Vec<Arc<K>>, kube::Error>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
     {
-        write::delete(&api, &object.name_any()).await?;
+        match synced(cache) {
+            Some(store) => Ok(store
+                .state()
+                .into_iter()
+                .filter(|o| {
+                    o.namespace().as_deref() == Some(self.namespace)
+                        && cluster_of(o) == self.cluster
+                })
+                .collect()),
+            None => Ok(
+                list_of_cluster(self.client, self.namespace, self.cluster, cluster_of)
+                    .await?
+                    .into_iter()
+                    .map(Arc::new)
+                    .collect(),
+            ),
+        }
     }
-    Ok(objects.len())
+
+    /// Requests deletion of every object of the cluster; returns how many are left.
+    async fn delete_all<K>(
+        &self,
+        cache: &OnceLock<Store<K>>,
+        cluster_of: impl Fn(&K) -> &String,
+    ) -> Result<usize, kube::Error>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+    {
+        self.delete_all_where(cache, cluster_of, |_| true).await
+    }
+
+    /// [`Seen::delete_all`] of the objects `which` selects.
+    async fn delete_all_where<K>(
+        &self,
+        cache: &OnceLock<Store<K>>,
+        cluster_of: impl Fn(&K) -> &String,
+        which: impl Fn(&K) -> bool,
+    ) -> Result<usize, kube::Error>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let api: Api<K> = Api::namespaced(self.client.clone(), self.namespace);
+        let objects: Vec<Arc<K>> = self
+            .objects(cache, cluster_of)
+            .await?
+            .into_iter()
+            .filter(|o| which(o))
+            .collect();
+        for object in objects
+            .iter()
+            .filter(|o| o.meta().deletion_timestamp.is_none())
+        {
+            write::delete(&api, &object.name_any()).await?;
+        }
+        Ok(objects.len())
+    }
 }
 
 /// Deletes the objects of kind `K` in `namespace` owned by the object with this UID.

@@ -58,6 +58,9 @@ pub struct Inspection {
     /// Creates so far that happened but answered with a failure.
     #[serde(default)]
     pub create_responses_lost: u64,
+    /// Calls of the cloud's API so far over HTTP (inspections and fault settings aside).
+    #[serde(default)]
+    pub api_calls: u64,
 }
 
 impl SimulatedCloud {
@@ -71,6 +74,7 @@ impl SimulatedCloud {
             max_created_per_tag: self.max_created_per_tag(),
             faults_injected,
             create_responses_lost,
+            api_calls: self.api_calls(),
         }
     }
 }
@@ -139,6 +143,9 @@ async fn route(cloud: &SimulatedCloud, request: Request<Incoming>) -> Response<F
         Err(error) => return bad_request(&format!("cannot read the body: {error}")),
     };
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    if !matches!(segments.as_slice(), ["v1", "inspect"] | ["v1", "faults"]) {
+        cloud.count_call();
+    }
     match (&method, segments.as_slice()) {
         (&Method::POST, ["v1", "instances"]) => {
             match serde_json::from_slice::<InstanceRequest>(&body) {

@@ -202,6 +202,7 @@ pub struct SimulatedCloud {
     rng: Mutex<fastrand::Rng>,
     faults_injected: std::sync::atomic::AtomicU64,
     responses_lost: std::sync::atomic::AtomicU64,
+    api_calls: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for SimulatedCloud {
@@ -232,7 +233,19 @@ impl SimulatedCloud {
             rng: Mutex::new(rng),
             faults_injected: Default::default(),
             responses_lost: Default::default(),
+            api_calls: Default::default(),
         }
+    }
+
+    /// Counts one call of the cloud's API (what a provider asks, not a test's inspection).
+    pub(crate) fn count_call(&self) {
+        self.api_calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Calls of the cloud's API so far (over HTTP, [`crate::cloud::CloudServer`]).
+    pub fn api_calls(&self) -> u64 {
+        self.api_calls.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A draw in `[0, 1)` from the cloud's generator.

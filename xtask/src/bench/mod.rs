@@ -17,7 +17,8 @@
 //! says which settings it was taken at.
 //!
 //! - `one-cluster` ([`one_cluster`]): one cluster of N machines (default 1000, up to 10 000), zero
-//!   latency; for capi-rs also idle requests and CPU afterwards and the floor program ([`floor`]).
+//!   latency; for capi-rs also idle requests (management and workload API servers, cloud) and CPU
+//!   over two resync periods afterwards, and the floor program ([`floor`]).
 //! - `clusters` ([`clusters`]): N single-node clusters (default 1000), KubeadmControlPlane of 1.
 //! - `latency`: one cluster of N machines whose instances take `--boot-ms` (default 10 000) ± 20 %
 //!   to boot.
@@ -100,8 +101,10 @@ pub(crate) struct BenchArgs {
     /// How long an instance takes to boot in the latency scenario (± 20 %).
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
     boot_ms: u64,
-    /// How long idle requests and CPU are measured after the one-cluster build (0: not at all).
-    #[arg(long, value_name = "S", default_value_t = 120)]
+    /// How long idle requests and CPU are measured after the one-cluster build (0: not at all;
+    /// default: two resync periods at their longest jitter, so that every object's resync falls
+    /// in the window twice).
+    #[arg(long, value_name = "S", default_value_t = two_resync_periods())]
     idle_seconds: u64,
     /// The manager's average API requests per second (default: the shipped one).
     #[arg(long, default_value_t = ManagerOptions::shipped().qps, value_parser = positive_number)]
@@ -124,6 +127,12 @@ pub(crate) struct BenchArgs {
     /// Where the JSON results go (default: benches/results).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+}
+
+/// Two of the reconcilers' resync periods, each at its longest jitter, in whole seconds.
+fn two_resync_periods() -> u64 {
+    let policy = capi_actuator::retry::RetryPolicy::default();
+    (2.0 * policy.resync.as_secs_f64() * (1.0 + policy.jitter)).ceil() as u64
 }
 
 /// A positive, finite number.

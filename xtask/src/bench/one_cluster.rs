@@ -94,8 +94,13 @@ pub(crate) async fn run(options: &Options, variant: Variant) -> Result<serde_jso
             rows.push((
                 "capi-rs: idle requests per second".into(),
                 format!(
-                    "{:.2} over {} s ({:.2} without the API server's own upkeep)",
-                    idle.requests_per_second, idle.seconds, idle.manager_requests_per_second
+                    "{:.3} over {} s: management {:.3} (its own upkeep aside), workload {:.3}, cloud {:.3}; {:.3} per 1000 machines",
+                    idle.all_per_second(),
+                    idle.seconds,
+                    idle.manager_requests_per_second,
+                    idle.workload_requests_per_second,
+                    idle.cloud_calls_per_second,
+                    idle.all_per_second() * 1000.0 / n
                 ),
             ));
             rows.push((
@@ -156,33 +161,59 @@ pub(crate) async fn run(options: &Options, variant: Variant) -> Result<serde_jso
 /// Requests and manager CPU while nothing changes.
 pub(crate) struct Idle {
     pub(crate) seconds: u64,
-    /// Every request the API server counted for a resource (non-resource paths such as our own
-    /// `/metrics` scrape are not counted).
+    /// Every request the management API server counted for a resource (non-resource paths such
+    /// as our own `/metrics` scrape are not counted).
     pub(crate) requests_per_second: f64,
     /// Less the API server's own upkeep ([`measure::is_upkeep`]): what the manager asked.
     pub(crate) manager_requests_per_second: f64,
+    /// Requests to the workload API server (the simulated clusters' nodes and pods), its own
+    /// upkeep aside: the manager's, and the simulated kubelets' own passes (an upper bound of
+    /// the manager's).
+    pub(crate) workload_requests_per_second: f64,
+    /// Calls of the simulated cloud's API (all the manager's).
+    pub(crate) cloud_calls_per_second: f64,
     pub(crate) cpu_percent: f64,
     pub(crate) requests: Requests,
 }
 
-/// Watches the management API server's request counters and the manager's CPU for `seconds`.
+impl Idle {
+    /// Management, workload and cloud requests per second together.
+    pub(crate) fn all_per_second(&self) -> f64 {
+        self.manager_requests_per_second
+            + self.workload_requests_per_second
+            + self.cloud_calls_per_second
+    }
+}
+
+/// Watches the management and workload API servers' request counters, the cloud's calls and the
+/// manager's CPU for `seconds`.
 pub(crate) async fn measure_idle(rig: &Rig, seconds: u64) -> Result<Idle> {
+    let workload = rig.workload.client().await?;
+    let upkeep = |requests: &Requests| -> f64 {
+        requests
+            .iter()
+            .filter(|((_, resource), _)| measure::is_upkeep(resource))
+            .map(|(_, v)| v)
+            .sum()
+    };
+    let all = |requests: &Requests| total(requests, false) + total(requests, true);
     let before = request_counts(&rig.client).await?;
+    let workload_before = request_counts(&workload).await?;
+    let cloud_before = rig.inspect().await?.api_calls;
     let (_, cpu_start) = rig.manager()?.usage()?;
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     let requests = difference(&request_counts(&rig.client).await?, &before);
+    let workload_requests = difference(&request_counts(&workload).await?, &workload_before);
+    let cloud_calls = rig.inspect().await?.api_calls.saturating_sub(cloud_before);
     let (_, cpu_end) = rig.manager()?.usage()?;
     let span = seconds.max(1) as f64;
-    let count = total(&requests, false) + total(&requests, true);
-    let upkeep: f64 = requests
-        .iter()
-        .filter(|((_, resource), _)| measure::is_upkeep(resource))
-        .map(|(_, v)| v)
-        .sum();
+    let count = all(&requests);
     Ok(Idle {
         seconds,
         requests_per_second: count / span,
-        manager_requests_per_second: (count - upkeep) / span,
+        manager_requests_per_second: (count - upkeep(&requests)) / span,
+        workload_requests_per_second: (all(&workload_requests) - upkeep(&workload_requests)) / span,
+        cloud_calls_per_second: cloud_calls as f64 / span,
         cpu_percent: (cpu_end - cpu_start) / span * 100.0,
         requests,
     })

@@ -142,6 +142,10 @@ impl Round {
             "idle": self.idle.as_ref().map(|i| json!({
                 "seconds": i.seconds, "requests_per_second": i.requests_per_second,
                 "manager_requests_per_second": i.manager_requests_per_second,
+                "workload_requests_per_second": i.workload_requests_per_second,
+                "cloud_calls_per_second": i.cloud_calls_per_second,
+                "all_requests_per_second": i.all_per_second(),
+                "all_requests_per_second_per_1000_machines": i.all_per_second() * 1000.0 / n,
                 "manager_cpu_percent": i.cpu_percent, "requests": measure::requests_json(&i.requests)})),
             "teardown": {
                 "seconds": self.teardown_seconds,
