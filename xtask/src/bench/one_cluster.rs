@@ -3,7 +3,7 @@
 //! template — a KubeadmControlPlane of 1 and N − 1 workers in a MachineDeployment, kubeadm
 //! bootstrap, a MachineHealthCheck — built by capi-rs's stack and by upstream's. capi-rs's first
 //! round also measures the writes after convergence until quiet, idle requests and CPU, and (with
-//! zero latency) then runs the floor program ([`floor`]) on the same API server; with latency
+//! zero latency) then runs the floor program ([`floor`](super::floor)) on the same API server; with latency
 //! (boot time ± jitter, the same for both stacks) the report says what bounded the run.
 
 use std::collections::HashMap;
