@@ -550,12 +550,13 @@ async fn unhealthy_control_plane_machines_are_remediated_one_at_a_time_never_at_
             .status
             .as_ref()
             .and_then(|s| condition::get(&s.conditions, "Remediating").cloned());
+        // The machine's condition and the control plane's are two writes: wait for both.
         if let (Some((reason, message)), Some(remediating)) =
-            (owner_remediated(&machine), remediating)
+            (owner_remediated(&machine), &remediating)
             && reason == "CannotBeRemediated"
+            && remediating.status == "True"
         {
             assert!(message.contains("quorum"), "{message}");
-            assert_eq!(remediating.status, "True");
             assert!(
                 remediating.message.contains("quorum"),
                 "{}",
@@ -565,8 +566,9 @@ async fn unhealthy_control_plane_machines_are_remediated_one_at_a_time_never_at_
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "no refusal: {:?}",
-            owner_remediated(&machine)
+            "no refusal: {:?}, Remediating {:?}",
+            owner_remediated(&machine),
+            remediating
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
