@@ -372,20 +372,8 @@ impl Rig {
         namespace: &str,
         machines: u32,
     ) -> Result<Vec<kube::api::DynamicObject>> {
-        let inputs = capi_cli::generate::Inputs {
-            cluster_name: name.into(),
-            namespace: Some(namespace.into()),
-            kubernetes_version: Some("v1.33.0".into()),
-            control_plane_machine_count: Some(1),
-            worker_machine_count: Some(machines - 1),
-            ..Default::default()
-        };
-        let yaml = capi_cli::generate::render(
-            capi_cli::generate::built_in("inmemory", None)?,
-            &inputs,
-            |_| None,
-        )?;
-        let objects = capi_testing::manifest::parse(&yaml)?;
+        let objects =
+            super::stack::generated_cluster_of_version(name, namespace, machines - 1, "v1.33.0")?;
         Api::namespaced(self.client.clone(), namespace)
             .create(&PostParams::default(), &self.workload_kubeconfig(name)?)
             .await?;

@@ -303,14 +303,7 @@ async fn run_round(
     follower.wait_gone(&mut running, teardown_started).await?;
     let teardown_seconds = teardown_started.elapsed().as_secs_f64();
     let teardown = scrape(&client).await?.since(&teardown_before);
-    let usage_end = running.usage()?;
-    let total_usage = StackUsage {
-        controllers: super::stack::Usage {
-            cpu_seconds: usage_end.controllers.cpu_seconds,
-            peak_rss_mib: usage_end.controllers.peak_rss_mib,
-        },
-        all: usage_end.all,
-    };
+    let total_usage = running.usage()?;
     println!("    every cluster and machine gone after {teardown_seconds:.1} s");
     drop(follower);
 
@@ -334,16 +327,7 @@ async fn run_round(
         running_seconds: converged.running_seconds,
         available_seconds: converged.available_seconds,
         create,
-        create_usage: StackUsage {
-            controllers: super::stack::Usage {
-                cpu_seconds: create_usage.controllers.cpu_seconds,
-                peak_rss_mib: usage_converged.controllers.peak_rss_mib,
-            },
-            all: super::stack::Usage {
-                cpu_seconds: create_usage.all.cpu_seconds,
-                peak_rss_mib: usage_converged.all.peak_rss_mib,
-            },
-        },
+        create_usage,
         timeline: converged.timeline,
         settle,
         idle,

@@ -323,10 +323,20 @@ pub(crate) fn generated_cluster(
     namespace: &str,
     workers: u32,
 ) -> Result<Vec<DynamicObject>> {
+    generated_cluster_of_version(name, namespace, workers, KUBERNETES_VERSION)
+}
+
+/// [`generated_cluster`] asking for Kubernetes `version`.
+pub(crate) fn generated_cluster_of_version(
+    name: &str,
+    namespace: &str,
+    workers: u32,
+    version: &str,
+) -> Result<Vec<DynamicObject>> {
     let inputs = capi_cli::generate::Inputs {
         cluster_name: name.into(),
         namespace: Some(namespace.into()),
-        kubernetes_version: Some(KUBERNETES_VERSION.into()),
+        kubernetes_version: Some(version.into()),
         control_plane_machine_count: Some(1),
         worker_machine_count: Some(workers),
         ..Default::default()
