@@ -46,6 +46,7 @@ pub mod machine;
 pub mod manager;
 pub mod metrics;
 mod options;
+pub mod pace;
 pub mod plan;
 pub mod predicate;
 pub mod rbac;

@@ -66,6 +66,19 @@ pub struct Plan<R> {
     generation: Option<i64>,
 }
 
+impl Next {
+    /// This outcome, made due within `wait` at the latest: waiting for a change (or the resync)
+    /// becomes a requeue after `wait`, a requeue keeps the sooner of the two. An invalid
+    /// configuration or a failure, which are not requeues, are kept as they are.
+    pub fn due_within(self, wait: Duration) -> Self {
+        match self {
+            Self::AwaitChange | Self::Resync => Self::Requeue(wait),
+            Self::Requeue(after) => Self::Requeue(after.min(wait)),
+            other @ (Self::InvalidConfiguration | Self::Failed(_)) => other,
+        }
+    }
+}
+
 impl<R: Default> Plan<R> {
     /// An empty plan for an object at `generation` (stamped on every condition as
     /// `observedGeneration`): nothing to record, finalizer kept, wait for a change.
@@ -93,6 +106,11 @@ impl<R: Default> Plan<R> {
                 .message(message)
                 .observed_generation(self.generation),
         );
+    }
+
+    /// The generation the plan was decided at (stamped on its conditions).
+    pub fn generation(&self) -> Option<i64> {
+        self.generation
     }
 
     /// Sets one of the provider's own conditions, stamped with this plan's generation unless it

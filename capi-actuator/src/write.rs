@@ -152,14 +152,23 @@ where
     }
 }
 
+/// The most an event's note may hold (`events.k8s.io/v1` refuses longer ones).
+const EVENT_NOTE_LIMIT: usize = 1024;
+
 /// Publishes events, best effort: a user-facing nicety must not fail the reconcile.
+///
+/// Notes of the same reason and type are published as **one** event whose note lists them (in
+/// order, cut at the API's 1 KiB with the number left out): the recorder keys an event by
+/// object, reason and type, not by note, so a second note of the same reason would only bump
+/// the first one's count — one write per note, and every note after the first lost (a
+/// MachineSet creating 100 machines said "created machine a" a hundred times).
 pub async fn publish<K: Resource<DynamicType = ()>>(
     recorder: &Recorder,
     object: &K,
     events: &[EventNote],
 ) {
     let reference = object.object_ref(&());
-    for note in events {
+    for note in fold_events(events) {
         let event = Event {
             type_: if note.warning {
                 EventType::Warning
@@ -167,7 +176,7 @@ pub async fn publish<K: Resource<DynamicType = ()>>(
                 EventType::Normal
             },
             reason: note.reason.to_string(),
-            note: Some(note.note.clone()),
+            note: Some(note.note),
             action: "Reconcile".to_string(),
             secondary: None,
         };
@@ -175,6 +184,45 @@ pub async fn publish<K: Resource<DynamicType = ()>>(
             tracing::debug!(%error, reason = note.reason, "could not publish an event");
         }
     }
+}
+
+/// One note per reason and type, in the order each first appears; see [`publish`].
+fn fold_events(events: &[EventNote]) -> Vec<EventNote> {
+    let mut folded: Vec<(EventNote, usize)> = Vec::new();
+    for event in events {
+        let same = folded
+            .iter_mut()
+            .find(|(f, _)| f.reason == event.reason && f.warning == event.warning);
+        match same {
+            None => folded.push((event.clone(), 0)),
+            Some((first, left_out)) => {
+                let fits = first.note.len() + 2 + event.note.len() <= EVENT_NOTE_LIMIT - 32;
+                if *left_out == 0 && fits {
+                    first.note.push_str("; ");
+                    first.note.push_str(&event.note);
+                } else {
+                    *left_out += 1;
+                }
+            }
+        }
+    }
+    folded
+        .into_iter()
+        .map(|(mut event, left_out)| {
+            if left_out > 0 {
+                event.note.push_str(&format!("; and {left_out} more"));
+            }
+            if event.note.len() > EVENT_NOTE_LIMIT {
+                let mut end = EVENT_NOTE_LIMIT - 3;
+                while !event.note.is_char_boundary(end) {
+                    end -= 1;
+                }
+                event.note.truncate(end);
+                event.note.push('…');
+            }
+            event
+        })
+        .collect()
 }
 
 async fn with_conflict_retries<T, F, Fut>(mut write: F) -> Result<T, kube::Error>
@@ -336,6 +384,62 @@ mod tests {
             1,
             "a doomed write was sent again"
         );
+    }
+
+    fn note(reason: &'static str, warning: bool, text: &str) -> EventNote {
+        EventNote {
+            warning,
+            reason,
+            note: text.to_string(),
+        }
+    }
+
+    #[test]
+    fn notes_of_one_reason_become_one_event_that_names_them_all() {
+        let folded = fold_events(&[
+            note("SuccessfulCreate", false, "created machine a"),
+            note("SuccessfulDelete", false, "deleted machine x"),
+            note("SuccessfulCreate", false, "created machine b"),
+            note("SuccessfulCreate", true, "could not create machine c"),
+        ]);
+        assert_eq!(
+            folded,
+            vec![
+                note(
+                    "SuccessfulCreate",
+                    false,
+                    "created machine a; created machine b"
+                ),
+                note("SuccessfulDelete", false, "deleted machine x"),
+                note("SuccessfulCreate", true, "could not create machine c"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_folded_note_stays_within_the_apis_limit_and_counts_what_it_left_out() {
+        let many: Vec<EventNote> = (0..1000)
+            .map(|i| {
+                note(
+                    "SuccessfulCreate",
+                    false,
+                    &format!("created machine m-{i:04}"),
+                )
+            })
+            .collect();
+        let folded = fold_events(&many);
+        assert_eq!(folded.len(), 1);
+        let text = &folded[0].note;
+        assert!(text.len() <= EVENT_NOTE_LIMIT, "{} bytes", text.len());
+        assert!(text.starts_with("created machine m-0000; created machine m-0001"));
+        let kept = text.matches("created machine").count();
+        assert!(
+            text.ends_with(&format!("; and {} more", 1000 - kept)),
+            "{text}"
+        );
+        let long = fold_events(&[note("Failed", true, &"é".repeat(2000))]);
+        assert!(long[0].note.len() <= EVENT_NOTE_LIMIT);
+        assert!(long[0].note.ends_with('…'));
     }
 
     fn config_map(uid: &str, version: &str) -> ConfigMap {

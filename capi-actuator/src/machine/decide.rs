@@ -215,7 +215,10 @@ pub(crate) async fn decide<M: InfraMachine>(
     };
     if !has_finalizer {
         // Persisted before anything is created, so that a deletion can never skip the cloud.
+        // Only the finalizer: the pass its write triggers writes the status, once, with all it
+        // finds (a `Paused`-only status now would be a write for nothing).
         plan.finalizer = FinalizerChange::Add;
+        plan.conditions.clear();
         return plan;
     }
     if !cluster.infrastructure_provisioned() {
@@ -332,6 +335,14 @@ pub(crate) async fn decide<M: InfraMachine>(
                     false,
                     reasons::INSTANCE_CREATED,
                     format!("created instance {}", instance.provider_id),
+                );
+                // Made from this spec just now: up to date by construction (said now, not by
+                // another status write on the next pass).
+                plan.condition(
+                    condition::UP_TO_DATE,
+                    ConditionStatus::True,
+                    reasons::UP_TO_DATE,
+                    "",
                 );
                 plan.instance(instance, poll)
             }

@@ -23,17 +23,22 @@ pub(crate) async fn record<M: InfraMachine>(
 
     // The provider ID, before anything else: once it is stored, no later pass can lose track of
     // the instance. A conflict is retried here and never answered by another create.
+    let mut generation = infra.meta().generation;
     if let Some(provider_id) = &plan.record.provider_id
         && infra.provider_id() != Some(provider_id.as_str())
     {
-        write::patch(&api, &name, json!({"spec": {"providerID": provider_id}})).await?;
+        let patch = json!({"spec": {"providerID": provider_id}});
+        // A spec change: the generation moves on, and the status written below observes the
+        // new one (else the next pass would write it again only to say so).
+        let written = write::patch_returning(&api, &name, patch).await?;
+        generation = written.meta().generation;
     }
     write::change_finalizer(&api, infra, plan.finalizer, INFRA_MACHINE_FINALIZER).await?;
     // Status, only when it changed: an unchanged pass writes nothing and so triggers nothing.
     // (Not for an object whose finalizer just went: it is about to disappear.)
     if plan.finalizer != FinalizerChange::Remove {
         let current = infra.infra_status().cloned().unwrap_or_default();
-        let desired = desired_status(&current, plan);
+        let desired = desired_status(&current, plan, generation);
         let stored = serde_json::to_value(infra)
             .ok()
             .and_then(|o| o.get("status").cloned())
@@ -57,10 +62,20 @@ pub(crate) async fn record<M: InfraMachine>(
 }
 
 /// The status after applying the plan to `current`; timestamps of unchanged conditions are kept.
-pub(crate) fn desired_status(current: &InfraMachineStatus, plan: &Plan) -> InfraMachineStatus {
+/// Conditions the plan stamped with the generation it was decided at observe `generation`, the
+/// object's generation once the plan's own spec write (the provider ID) is in.
+pub(crate) fn desired_status(
+    current: &InfraMachineStatus,
+    plan: &Plan,
+    generation: Option<i64>,
+) -> InfraMachineStatus {
     let mut desired = current.clone();
     for wanted in &plan.conditions {
-        condition::set(&mut desired.conditions, wanted.clone());
+        let mut wanted = wanted.clone();
+        if wanted.observed_generation == plan.generation() {
+            wanted.observed_generation = generation;
+        }
+        condition::set(&mut desired.conditions, wanted);
     }
     if let Some(addresses) = &plan.record.addresses {
         desired.addresses = addresses.clone();

@@ -199,6 +199,10 @@ async fn finalizer_is_added_before_anything_is_created() {
     let plan = decide(&untouched(), snapshot(infra), POLL).await;
     assert_eq!(plan.finalizer, FinalizerChange::Add);
     assert!(plan.record.provider_id.is_none());
+    assert!(
+        plan.conditions.is_empty(),
+        "the finalizer's pass writes no status: the pass it triggers does, once"
+    );
 }
 
 #[tokio::test]
@@ -261,6 +265,24 @@ async fn creates_once_when_nothing_exists_and_records_everything() {
             .any(|e| e.reason == reasons::INSTANCE_CREATED && !e.warning)
     );
     assert!(matches!(plan.next, Next::Resync));
+    assert!(
+        plan.conditions
+            .iter()
+            .any(|c| c.type_ == condition::UP_TO_DATE && c.status == ConditionStatus::True),
+        "made from its spec just now: up to date without another pass"
+    );
+    // The provider ID's spec write moves the generation on: the status written after it
+    // observes the new one (else the next pass writes it again just to say so).
+    let written = plan.generation().map(|g| g + 1);
+    let status = super::record::desired_status(&InfraMachineStatus::default(), &plan, written);
+    assert!(
+        status
+            .conditions
+            .iter()
+            .all(|c| c.observed_generation == written),
+        "{:?}",
+        status.conditions
+    );
 }
 
 #[tokio::test]
@@ -526,7 +548,7 @@ fn unchanged_plan_means_unchanged_status() {
         .observed_generation(Some(1)),
     ];
     assert_eq!(
-        desired_status(&current, &plan),
+        desired_status(&current, &plan, plan.generation()),
         current,
         "a converged pass must not write"
     );
@@ -583,7 +605,8 @@ async fn the_providers_status_failure_domain_and_conditions_are_recorded_ready_s
     let plan = decide(&actuator, snapshot(infra()), POLL).await;
     assert_eq!(plan.record.failure_domain.as_deref(), Some("zone-b"));
     assert_eq!(plan.record.provider_status.fields()["instanceID"], "i-3");
-    let status = super::record::desired_status(&InfraMachineStatus::default(), &plan);
+    let status =
+        super::record::desired_status(&InfraMachineStatus::default(), &plan, plan.generation());
     assert_eq!(status.failure_domain.as_deref(), Some("zone-b"));
     assert!(condition::is_true(&status.conditions, "VolumeAttached"));
     assert_eq!(

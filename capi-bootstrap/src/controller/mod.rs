@@ -118,7 +118,11 @@ pub async fn run(
     let (trigger, reader) = reconciler.trigger();
     let (machines, machine_stream) = cached(reconciler.api::<Machine>());
     let (clusters, cluster_stream) = cached(reconciler.api::<Cluster>());
-    let owners = Arc::new(reconcile::Owners { machines, clusters });
+    let owners = Arc::new(reconcile::Owners {
+        machines,
+        clusters,
+        own_writes: capi_actuator::write::OwnWrites::default(),
+    });
     let by_cluster = reader.clone();
     let concurrency = reconciler.concurrency();
     let context = reconciler.into_context(|settings, _, _| settings);

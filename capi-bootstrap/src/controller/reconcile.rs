@@ -37,7 +37,14 @@ pub(crate) const TOKEN_ID_ANNOTATION: &str = "bootstrap.cluster.x-k8s.io/token-i
 pub(crate) struct Owners {
     pub(crate) machines: Cached<Machine>,
     pub(crate) clusters: Cached<Cluster>,
+    /// The config versions this controller's own status writes replaced: a pass over such a
+    /// copy waits for the newer one instead of writing the same status again.
+    pub(crate) own_writes: write::OwnWrites,
 }
+
+/// How soon a config whose cached copy predates this controller's own last write is looked at
+/// again.
+const OWN_WRITE_CATCH_UP: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Reconciles one config; returns what comes next.
 pub(crate) async fn reconcile_once(
@@ -46,6 +53,12 @@ pub(crate) async fn reconcile_once(
     owners: &Owners,
 ) -> Result<Next, ReconcileError> {
     let client = &context.client;
+    if config.meta().deletion_timestamp.is_some() {
+        owners.own_writes.forget(config.as_ref());
+    } else if owners.own_writes.is_stale(config.as_ref()) {
+        // Computed from this copy, the status would repeat (or undo) the one just written.
+        return Ok(Next::Requeue(OWN_WRITE_CATCH_UP));
+    }
     let namespace = config.namespace().unwrap_or_default();
     let poll = context.retry.policy.poll;
     let mut plan = BootstrapPlan::new(config.metadata.generation);
@@ -78,7 +91,9 @@ pub(crate) async fn reconcile_once(
         }
         Err(Failure::Api(error)) => return Err(ReconcileError::Kube(error)),
     };
-    write_status(client, config, &plan, data_secret_name).await?;
+    if write_status(client, config, &plan, data_secret_name).await? {
+        owners.own_writes.wrote(config.as_ref());
+    }
     write::publish(&context.recorder, config.as_ref(), &plan.events).await;
     Ok(next)
 }
@@ -354,16 +369,16 @@ async fn decide(
         Err(kube::Error::Api(status)) if status.is_already_exists() => {}
         Err(error) => return Err(error.into()),
     }
-    let what = match role {
-        Role::Init { .. } => "kubeadm init",
-        Role::JoinControlPlane { .. } => "kubeadm join --control-plane",
-        Role::JoinWorker { .. } => "kubeadm join",
-    };
-    plan.event(
-        false,
-        reasons::DATA_SECRET_CREATED,
-        format!("rendered {what} bootstrap data into Secret {name}"),
-    );
+    if matches!(role, Role::Init { .. }) {
+        // Once per cluster, the machine that creates it. A joining machine's data is said by its
+        // status (`dataSecretName`) alone: an event per machine is a write per machine that
+        // tells nothing the status does not (upstream's bootstrap provider publishes none).
+        plan.event(
+            false,
+            reasons::DATA_SECRET_CREATED,
+            format!("rendered kubeadm init bootstrap data into Secret {name}"),
+        );
+    }
     plan.condition(
         condition::READY,
         ConditionStatus::True,
@@ -486,7 +501,7 @@ async fn write_status(
     config: &KubeadmConfig,
     plan: &BootstrapPlan,
     data_secret_name: Option<String>,
-) -> Result<(), kube::Error> {
+) -> Result<bool, kube::Error> {
     let current = config.status.clone().unwrap_or_default();
     let mut desired: KubeadmConfigStatus = current.clone();
     for wanted in &plan.conditions {
@@ -500,7 +515,7 @@ async fn write_status(
     }
     desired.observed_generation = config.metadata.generation;
     if desired == current {
-        return Ok(());
+        return Ok(false);
     }
     let api: Api<KubeadmConfig> =
         Api::namespaced(client.clone(), &config.namespace().unwrap_or_default());
@@ -510,5 +525,6 @@ async fn write_status(
         "observedGeneration": desired.observed_generation,
         "conditions": desired.conditions,
     });
-    write::patch_status(&api, &config.name_any(), status).await
+    write::patch_status(&api, &config.name_any(), status).await?;
+    Ok(true)
 }

@@ -32,6 +32,7 @@ use tokio::sync::mpsc;
 use crate::references::{ReferenceError, References, initialization_flag};
 use crate::workload::WorkloadClusters;
 use crate::{CoreSettings, cache, ownership, receiver_stream, synced, take};
+use capi_actuator::pace::{self, StatusPacer};
 use capi_actuator::plan::{FinalizerChange, Next};
 use capi_actuator::reasons;
 use capi_actuator::write;
@@ -52,6 +53,8 @@ pub(crate) struct ClusterController {
     deployments: OnceLock<Store<MachineDeployment>>,
     sets: OnceLock<Store<MachineSet>>,
     health_checks: OnceLock<Store<MachineHealthCheck>>,
+    /// Spaces this summary's status writes (see [`capi_actuator::pace`]).
+    pacer: StatusPacer,
     settings: CoreSettings,
 }
 
@@ -71,6 +74,7 @@ impl ClusterController {
             deployments: OnceLock::new(),
             sets: OnceLock::new(),
             health_checks: OnceLock::new(),
+            pacer: StatusPacer::default(),
             settings,
         }
     }
@@ -457,13 +461,20 @@ async fn reconcile_once(
     });
     status.workers = Some(summary(false));
     status.observed_generation = generation;
-    write::patch_status_if_changed(&api, &cluster.name_any(), cluster.status.as_ref(), &status)
-        .await?;
-    Ok(if infra_provisioned {
+    let next = if infra_provisioned {
         Next::AwaitChange
     } else {
         Next::Requeue(deps.settings.poll)
-    })
+    };
+    Ok(pace::patch_status(
+        &deps.pacer,
+        &api,
+        cluster,
+        cluster.status.as_ref(),
+        &status,
+        next,
+    )
+    .await?)
 }
 
 /// `spec.controlPlaneEndpoint` of an infrastructure cluster or control plane, if it has one.

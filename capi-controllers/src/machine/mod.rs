@@ -27,6 +27,7 @@ use crate::workload::{NodeChange, WorkloadClusters};
 use crate::{
     CoreSettings, cache, cluster_cache, find_cluster, of_cluster, ownership, receiver_stream, take,
 };
+use capi_actuator::pace::StatusPacer;
 use capi_actuator::plan::Next;
 use capi_actuator::reasons;
 use capi_actuator::write;
@@ -46,6 +47,8 @@ pub(crate) struct MachineController {
     deployments: OnceLock<Store<MachineDeployment>>,
     /// The Machine versions this controller's own writes replaced (see [`write::OwnWrites`]).
     own_writes: write::OwnWrites,
+    /// Spaces the status writes of each machine (see [`capi_actuator::pace`]).
+    pacer: StatusPacer,
     settings: CoreSettings,
 }
 
@@ -67,6 +70,7 @@ impl MachineController {
             clusters: OnceLock::new(),
             deployments: OnceLock::new(),
             own_writes: write::OwnWrites::default(),
+            pacer: StatusPacer::default(),
             settings,
         }
     }
@@ -257,6 +261,12 @@ async fn reconcile_once(
         ),
         None => up_to_date(machine, deps.deployments.get(), &namespace),
     };
+    if awaiting_references_of_its_creator(machine, &bootstrap, &infra.step) {
+        // Its creator (a MachineSet, a control plane) creates them right after the Machine;
+        // their watch brings the machine back. A status saying "not found" now would be a
+        // write (and a race with the next one) for a few milliseconds' truth.
+        return Ok(Next::Requeue(REFERENCE_GRACE));
+    }
     let facts = Facts {
         up_to_date,
         generation: machine.metadata.generation,
@@ -274,18 +284,55 @@ async fn reconcile_once(
     };
     let current = machine.status.clone().unwrap_or_default();
     let (desired, available_in) = status::desired(&current, &facts, Time(jiff::Timestamp::now()));
+    if let Some(wait) = available_in {
+        next = Next::Requeue(wait);
+    }
     if desired != current {
-        let value = serde_json::to_value(&desired).map_err(kube::Error::SerdeError)?;
-        write::patch_status_guarded(&api, current_machine, value).await?;
-        deps.own_writes.wrote(current_machine);
+        match deps.pacer.wait(machine.as_ref()) {
+            // Written a moment ago: this change goes with the next ones, at the interval's end
+            // (steps that follow each other closely — data, instance, node — are one write).
+            Some(wait) => next = next.due_within(wait),
+            None => {
+                let value = serde_json::to_value(&desired).map_err(kube::Error::SerdeError)?;
+                write::patch_status_guarded(&api, current_machine, value).await?;
+                deps.own_writes.wrote(current_machine);
+                deps.pacer.wrote(machine.as_ref());
+            }
+        }
     }
     if written.is_some() {
         deps.own_writes.wrote(machine.as_ref());
     }
-    if let Some(wait) = available_in {
-        next = Next::Requeue(wait);
-    }
     Ok(next)
+}
+
+/// How long after its creation a controlled Machine's missing references are taken for ones its
+/// creator is still creating (and how soon it looks again).
+const REFERENCE_GRACE: Duration = Duration::from_secs(2);
+
+/// Whether the machine is fresh from a controller that creates its bootstrap config and
+/// infrastructure machine after it, has no status yet, and misses one of them: nothing worth a
+/// status write yet. Past [`REFERENCE_GRACE`], a missing reference is reported as usual.
+fn awaiting_references_of_its_creator(machine: &Machine, bootstrap: &Step, infra: &Step) -> bool {
+    let missing = [bootstrap, infra]
+        .iter()
+        .any(|s| s.reason == reasons::REFERENCE_NOT_FOUND);
+    let controlled = machine
+        .owner_references()
+        .iter()
+        .any(|r| r.controller == Some(true));
+    let fresh = machine
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .and_then(|t| Duration::try_from(jiff::Timestamp::now().duration_since(t.0)).ok())
+        .is_some_and(|age| age < REFERENCE_GRACE);
+    let no_status = machine.status.as_ref().is_none_or(|s| {
+        s.conditions
+            .iter()
+            .all(|c| c.type_ == condition::HEALTH_CHECK_SUCCEEDED)
+    });
+    missing && controlled && fresh && no_status
 }
 
 /// Puts the finalizer, the cluster-name label and (on a machine nothing controls) the Cluster
@@ -658,6 +705,45 @@ mod tests {
     fn owner(kind: &str, uid: &str, controller: bool) -> serde_json::Value {
         json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": kind, "name": "o", "uid": uid,
                "controller": controller})
+    }
+
+    #[test]
+    fn a_fresh_controlled_machine_waits_quietly_for_the_references_its_creator_makes() {
+        let missing = Step::waiting(reasons::REFERENCE_NOT_FOUND, "waiting for X");
+        let found = Step::waiting(reasons::WAITING_FOR_BOOTSTRAP_DATA, "waiting");
+        let now = Time(jiff::Timestamp::now());
+        let mut fresh = machine(json!([owner("MachineSet", "set-uid", true)]));
+        fresh.metadata.creation_timestamp = Some(now.clone());
+        assert!(awaiting_references_of_its_creator(&fresh, &missing, &found));
+        assert!(awaiting_references_of_its_creator(&fresh, &found, &missing));
+        assert!(
+            !awaiting_references_of_its_creator(&fresh, &found, &found),
+            "nothing missing: its status is written"
+        );
+        let mut stand_alone = machine(json!([]));
+        stand_alone.metadata.creation_timestamp = Some(now);
+        assert!(
+            !awaiting_references_of_its_creator(&stand_alone, &missing, &found),
+            "no controller creates a stand-alone machine's references: say they are missing"
+        );
+        let mut old = fresh.clone();
+        old.metadata.creation_timestamp = Some(Time(
+            jiff::Timestamp::now() - jiff::SignedDuration::from_secs(30),
+        ));
+        assert!(
+            !awaiting_references_of_its_creator(&old, &missing, &found),
+            "past the grace, a missing reference is reported"
+        );
+        let mut reported = fresh;
+        let status: capi_core::api::MachineStatus = serde_json::from_value(json!({"conditions": [
+            {"type": "Ready", "status": "False", "reason": "R", "message": "",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}))
+        .unwrap_or_else(|e| panic!("{e}"));
+        reported.status = Some(status);
+        assert!(
+            !awaiting_references_of_its_creator(&reported, &missing, &found),
+            "a machine with a status keeps it current"
+        );
     }
 
     #[test]

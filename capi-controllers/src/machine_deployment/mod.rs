@@ -32,6 +32,7 @@ use crate::{
     CoreSettings, cache, cluster_cache, find_cluster, of_cluster, ownership, replicas, selector,
     synced,
 };
+use capi_actuator::pace::{self, StatusPacer};
 use capi_actuator::plan::{EventNote, FinalizerChange, Next};
 use capi_actuator::reasons;
 use capi_actuator::write;
@@ -46,6 +47,8 @@ pub const TEMPLATE_HASH_LABEL: &str = "machine-template-hash";
 pub(crate) struct DeploymentController {
     sets: OnceLock<Store<MachineSet>>,
     clusters: OnceLock<Store<Cluster>>,
+    /// Spaces this summary's status writes (see [`capi_actuator::pace`]).
+    pacer: StatusPacer,
     settings: CoreSettings,
 }
 
@@ -54,6 +57,7 @@ impl DeploymentController {
         Self {
             sets: OnceLock::new(),
             clusters: OnceLock::new(),
+            pacer: StatusPacer::default(),
             settings,
         }
     }
@@ -434,11 +438,13 @@ async fn reconcile_once(
         desired,
         available_floor,
     );
-    write::patch_status_if_changed(
+    let next = pace::patch_status(
+        &deps.pacer,
         &api,
-        &deployment.name_any(),
+        deployment,
         deployment.status.as_ref(),
         &status,
+        next,
     )
     .await?;
     write::publish(&context.recorder, deployment, &events).await;

@@ -304,6 +304,13 @@ async fn reconcile_once(
         let machine_generation = machine.metadata.generation;
         let changed = match verdict {
             Verdict::Healthy { .. } => {
+                let generation = verdict_generation(
+                    &conditions,
+                    ConditionStatus::True,
+                    reasons::HEALTHY,
+                    "",
+                    machine_generation,
+                );
                 let mut changed = condition::set(
                     &mut conditions,
                     DesiredCondition::new(
@@ -311,17 +318,24 @@ async fn reconcile_once(
                         ConditionStatus::True,
                         reasons::HEALTHY,
                     )
-                    .observed_generation(machine_generation),
+                    .observed_generation(generation),
                 );
                 changed |= condition::remove(&mut conditions, OWNER_REMEDIATED);
                 changed
             }
             Verdict::Unhealthy { reason, message } => {
+                let generation = verdict_generation(
+                    &conditions,
+                    ConditionStatus::False,
+                    reason,
+                    message,
+                    machine_generation,
+                );
                 let mut changed = condition::set(
                     &mut conditions,
                     DesiredCondition::new(HEALTH_CHECK_SUCCEEDED, ConditionStatus::False, *reason)
                         .message(message.clone())
-                        .observed_generation(machine_generation),
+                        .observed_generation(generation),
                 );
                 // The owner says in `OwnerRemediated` what it does about the machine (deferred,
                 // refused, deleting): once it is False, it is the owner's to write.
@@ -380,4 +394,72 @@ async fn reconcile_once(
         Some(after) => Next::Requeue(after + Duration::from_secs(1)),
         None => Next::Resync,
     })
+}
+
+/// The generation `HealthCheckSucceeded` is stamped with: a verdict that has not changed keeps
+/// the generation it was given. A machine's health does not follow its spec, and restamping the
+/// verdict on every spec write (the bootstrap data's name, the provider ID) would be a status
+/// write per spec change, each racing the Machine controller's own.
+fn verdict_generation(
+    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    status: ConditionStatus,
+    reason: &str,
+    message: &str,
+    machine_generation: Option<i64>,
+) -> Option<i64> {
+    match condition::get(conditions, HEALTH_CHECK_SUCCEEDED) {
+        Some(c) if c.status == status.as_str() && c.reason == reason && c.message == message => {
+            c.observed_generation
+        }
+        _ => machine_generation,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unchanged_verdict_keeps_its_generation_and_a_new_one_takes_the_machines() {
+        let mut conditions = Vec::new();
+        condition::set(
+            &mut conditions,
+            DesiredCondition::new(
+                HEALTH_CHECK_SUCCEEDED,
+                ConditionStatus::True,
+                reasons::HEALTHY,
+            )
+            .observed_generation(Some(1)),
+        );
+        let same = verdict_generation(
+            &conditions,
+            ConditionStatus::True,
+            reasons::HEALTHY,
+            "",
+            Some(3),
+        );
+        assert_eq!(same, Some(1), "a spec write alone is no new verdict");
+        let mut unchanged = conditions.clone();
+        assert!(!condition::set(
+            &mut unchanged,
+            DesiredCondition::new(
+                HEALTH_CHECK_SUCCEEDED,
+                ConditionStatus::True,
+                reasons::HEALTHY
+            )
+            .observed_generation(same),
+        ));
+        let changed = verdict_generation(
+            &conditions,
+            ConditionStatus::False,
+            reasons::NODE_NOT_READY,
+            "node not ready for 5m",
+            Some(3),
+        );
+        assert_eq!(changed, Some(3));
+        assert_eq!(
+            verdict_generation(&[], ConditionStatus::True, reasons::HEALTHY, "", Some(2)),
+            Some(2)
+        );
+    }
 }

@@ -33,6 +33,7 @@ use crate::{
     CoreSettings, cache, cluster_cache, find_cluster, of_cluster, ownership, replicas, selector,
     synced,
 };
+use capi_actuator::pace::{self, StatusPacer};
 use capi_actuator::plan::{EventNote, FinalizerChange, Next};
 use capi_actuator::reasons;
 use capi_actuator::write;
@@ -47,6 +48,8 @@ pub(crate) struct MachineSetController {
     expectations: Expectations,
     machines: OnceLock<Store<Machine>>,
     clusters: OnceLock<Store<Cluster>>,
+    /// Spaces this summary's status writes (see [`capi_actuator::pace`]).
+    pacer: StatusPacer,
     settings: CoreSettings,
 }
 
@@ -63,6 +66,7 @@ impl MachineSetController {
             expectations: Expectations::default(),
             machines: OnceLock::new(),
             clusters: OnceLock::new(),
+            pacer: StatusPacer::default(),
             settings,
         }
     }
@@ -365,7 +369,8 @@ async fn reconcile_once(
     status.up_to_date_replicas = Some(count(&|m| machine_condition(m, condition::UP_TO_DATE)));
     status.selector = Some(selector::to_string(&set.spec.selector));
     status.observed_generation = set.metadata.generation;
-    write::patch_status_if_changed(&sets, &set.name_any(), set.status.as_ref(), &status).await?;
+    let next =
+        pace::patch_status(&deps.pacer, &sets, set, set.status.as_ref(), &status, next).await?;
     write::publish(&context.recorder, set, &events).await;
     Ok(next)
 }
