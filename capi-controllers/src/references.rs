@@ -253,29 +253,66 @@ impl References {
 
     /// Requests deletion of the referenced object; returns whether it still exists (it may be
     /// held by finalizers). An unknown kind counts as gone: nothing of it can exist.
+    ///
+    /// Read from the kind's cache once it is filled: an object it shows deleting costs no
+    /// request (its watch reports when it goes), one it shows alive one DELETE. An object the
+    /// cache does not hold is looked up on the API server when `confirm` is [`Confirm::Absence`]
+    /// — the authoritative answer before a caller takes "gone" for true — and taken for gone
+    /// with [`Confirm::Nothing`] (a caller that confirms later, once, when everything it waits
+    /// for looks gone).
     pub async fn delete(
         &self,
         reference: &ContractVersionedObjectReference,
         namespace: &str,
+        confirm: Confirm,
     ) -> Result<bool, ReferenceError> {
-        let api = match self.api(reference, namespace).await {
-            Ok(api) => api,
+        let watched = match self.watched(&reference.api_group, &reference.kind).await {
+            Ok(watched) => watched,
             Err(ReferenceError::UnknownKind { .. }) => return Ok(false),
             Err(error) => return Err(error),
         };
-        match api.get_opt(&reference.name).await? {
-            None => Ok(false),
-            Some(object) if object.metadata.deletion_timestamp.is_some() => Ok(true),
-            Some(_) => match api
-                .delete(&reference.name, &DeleteParams::background())
-                .await
-            {
-                Ok(_) => Ok(api.get_opt(&reference.name).await?.is_some()),
-                Err(kube::Error::Api(status)) if status.is_not_found() => Ok(false),
-                Err(error) => Err(error.into()),
+        let api = self.api(reference, namespace).await?;
+        let cached = watched
+            .synced
+            .load(Ordering::Acquire)
+            .then(|| {
+                let key = ObjectRef::new_with(&reference.name, watched.resource.clone())
+                    .within(namespace);
+                watched.store.get(&key)
+            })
+            .flatten();
+        let synced = watched.synced.load(Ordering::Acquire);
+        let deleting = match cached {
+            Some(object) => object.metadata.deletion_timestamp.is_some(),
+            None if synced && confirm == Confirm::Nothing => return Ok(false),
+            None => match api.get_metadata_opt(&reference.name).await? {
+                None => return Ok(false),
+                Some(object) => object.metadata.deletion_timestamp.is_some(),
             },
+        };
+        if deleting {
+            return Ok(true);
+        }
+        match api
+            .delete(&reference.name, &DeleteParams::background())
+            .await
+        {
+            // Left: the object as it is now, held by its finalizers; right: deleted outright.
+            Ok(outcome) => Ok(outcome.is_left()),
+            Err(kube::Error::Api(status)) if status.is_not_found() => Ok(false),
+            Err(error) => Err(error.into()),
         }
     }
+}
+
+/// Whether [`References::delete`] confirms on the API server that an object its cache does not
+/// hold is gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Confirm {
+    /// Ask the API server.
+    Absence,
+    /// Trust the (filled) cache.
+    Nothing,
 }
 
 /// Annotation upstream puts on objects cloned from templates: the template's name.

@@ -20,6 +20,7 @@
 //! # }
 //! ```
 
+mod memo;
 mod reconcile;
 
 use std::sync::Arc;
@@ -118,11 +119,8 @@ pub async fn run(
     let (trigger, reader) = reconciler.trigger();
     let (machines, machine_stream) = cached(reconciler.api::<Machine>());
     let (clusters, cluster_stream) = cached(reconciler.api::<Cluster>());
-    let owners = Arc::new(reconcile::Owners {
-        machines,
-        clusters,
-        own_writes: capi_actuator::write::OwnWrites::default(),
-    });
+    let token_refresh = reconciler.state().token_refresh;
+    let owners = Arc::new(reconcile::Owners::new(machines, clusters, token_refresh));
     let by_cluster = reader.clone();
     let concurrency = reconciler.concurrency();
     let context = reconciler.into_context(|settings, _, _| settings);

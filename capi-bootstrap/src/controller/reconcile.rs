@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::memo::Memo;
 use crate::api::{Format, KubeadmConfig, KubeadmConfigStatus};
 use crate::cluster_pki::EnsureError;
 use crate::init_lock::{InitLock, LockState};
@@ -40,7 +41,37 @@ pub(crate) struct Owners {
     /// The config versions this controller's own status writes replaced: a pass over such a
     /// copy waits for the newer one instead of writing the same status again.
     pub(crate) own_writes: write::OwnWrites,
+    /// Each cluster's PKI (by cluster UID), read once a minute rather than on every render: four
+    /// Secret reads per machine otherwise.
+    pub(crate) pki: Memo<ClusterPki>,
+    /// A client of each workload cluster (by cluster UID), built from its kubeconfig Secret.
+    pub(crate) workloads: Memo<Client>,
+    /// The configs (by UID) whose join token was extended or created lately: a config's every
+    /// reconcile does not extend its token again, nor read its data Secret for the token's ID.
+    pub(crate) extended_tokens: Memo<()>,
 }
+
+impl Owners {
+    /// What a reconcile reads from `machines` and `clusters`, with nothing remembered yet; join
+    /// tokens are extended at most every half `token_refresh`.
+    pub(crate) fn new(
+        machines: Cached<Machine>,
+        clusters: Cached<Cluster>,
+        token_refresh: std::time::Duration,
+    ) -> Self {
+        Self {
+            machines,
+            clusters,
+            own_writes: write::OwnWrites::default(),
+            pki: Memo::new(CLUSTER_FACTS_KEPT),
+            workloads: Memo::new(CLUSTER_FACTS_KEPT),
+            extended_tokens: Memo::new(token_refresh / 2),
+        }
+    }
+}
+
+/// How long a cluster's PKI and workload client are used before they are read again.
+const CLUSTER_FACTS_KEPT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How soon a config whose cached copy predates this controller's own last write is looked at
 /// again.
@@ -96,6 +127,13 @@ pub(crate) async fn reconcile_once(
     }
     write::publish(&context.recorder, config.as_ref(), &plan.events).await;
     Ok(next)
+}
+
+/// A config's rendered data: recorded in its status, or found as its Secret (a render that
+/// did not get as far as the status).
+enum DataSecret {
+    Recorded(String),
+    Found(Secret),
 }
 
 enum Failure {
@@ -168,10 +206,30 @@ async fn decide(
         return Ok(());
     }
 
-    // Data is rendered once: a machine may already have booted from it.
+    // Data is rendered once: a machine may already have booted from it. A config whose status
+    // records its data is done (as upstream, the status is trusted: no Secret read per pass);
+    // one without is looked up in case a render got as far as the Secret but not the status.
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let name = config.name_any();
-    let existing = secrets.get_opt(&name).await?;
+    let joined = machine
+        .status
+        .as_ref()
+        .is_some_and(|s| s.node_ref.is_some());
+    let config_uid = config.uid().unwrap_or_default();
+    let recorded = config
+        .status
+        .as_ref()
+        .filter(|s| {
+            s.initialization
+                .as_ref()
+                .and_then(|i| i.data_secret_created)
+                .unwrap_or(false)
+        })
+        .and_then(|s| s.data_secret_name.clone());
+    let existing = match recorded {
+        Some(recorded) => Some(DataSecret::Recorded(recorded)),
+        None => secrets.get_opt(&name).await?.map(DataSecret::Found),
+    };
     if existing.is_none() && machine.metadata.deletion_timestamp.is_some() {
         // Data rendered now could outlive the machine's deletion, which removes it.
         plan.condition(
@@ -183,25 +241,35 @@ async fn decide(
         return Ok(());
     }
     if let Some(existing) = existing {
-        *data_secret_name = Some(name);
         plan.condition(
             condition::READY,
             ConditionStatus::True,
             reasons::DATA_SECRET_AVAILABLE,
             "",
         );
-        let token_id = existing.annotations().get(TOKEN_ID_ANNOTATION).cloned();
-        let joined = machine
-            .status
-            .as_ref()
-            .is_some_and(|s| s.node_ref.is_some());
-        if let (Some(token_id), false) = (token_id, joined) {
-            // Keep the token valid until the machine has joined.
-            let settings = &context.state;
-            refresh_join_token(&secrets, &cluster.name_any(), &token_id, settings.token_ttl)
-                .await?;
+        let settings = &context.state;
+        if !joined {
+            // Keep the token valid until the machine has joined (its ID is on the data Secret).
+            if owners.extended_tokens.get(&config_uid).is_none() {
+                let secret = match &existing {
+                    DataSecret::Found(secret) => Some(secret.clone()),
+                    DataSecret::Recorded(recorded) => secrets.get_opt(recorded).await?,
+                };
+                let token_id = secret
+                    .as_ref()
+                    .and_then(|s| s.annotations().get(TOKEN_ID_ANNOTATION).cloned());
+                if let Some(token_id) = token_id {
+                    refresh_join_token(owners, &secrets, &cluster, &token_id, settings.token_ttl)
+                        .await?;
+                    owners.extended_tokens.put(config_uid, ());
+                }
+            }
             plan.next = Next::Requeue(settings.token_refresh);
         }
+        *data_secret_name = Some(match existing {
+            DataSecret::Recorded(recorded) => recorded,
+            DataSecret::Found(_) => name,
+        });
         return Ok(());
     }
 
@@ -230,7 +298,13 @@ async fn decide(
 
     let cluster_name = cluster.name_any();
     let server = format!("https://{}:{}", endpoint.host, endpoint.port);
-    let pki = ensure_pki(&secrets, &cluster, &server).await?;
+    let pki_key = format!("{}/{server}", cluster.uid().unwrap_or_default());
+    let pki = match owners.pki.get(&pki_key) {
+        Some(pki) => pki,
+        None => owners
+            .pki
+            .put(pki_key, ensure_pki(&secrets, &cluster, &server).await?),
+    };
 
     let initialized = cluster
         .status
@@ -264,7 +338,7 @@ async fn decide(
         return Ok(());
     } else {
         let token = token()?;
-        create_join_token(&secrets, &cluster_name, &token, context.state.token_ttl).await?;
+        create_join_token(owners, &secrets, &cluster, &token, context.state.token_ttl).await?;
         let ca_cert_hashes = vec![pki.ca.cert_hash()];
         if control_plane {
             Role::JoinControlPlane {
@@ -365,7 +439,8 @@ async fn decide(
         plan.next = Next::Requeue(context.state.token_refresh);
     }
     match secrets.create(&PostParams::default(), &secret).await {
-        Ok(_) => {}
+        // A join token was created with the data: valid for its whole TTL from now.
+        Ok(_) => drop(owners.extended_tokens.put(config_uid, ())),
         Err(kube::Error::Api(status)) if status.is_already_exists() => {}
         Err(error) => return Err(error.into()),
     }
@@ -430,8 +505,22 @@ async fn ensure_pki(
         })
 }
 
-/// A client of the workload cluster, from the `<cluster>-kubeconfig` Secret.
-async fn workload_client(secrets: &Api<Secret>, cluster: &str) -> Result<Client, Failure> {
+/// A client of the workload cluster, from the `<cluster>-kubeconfig` Secret (built once a
+/// minute, see [`Owners::workloads`]).
+async fn workload_client(
+    owners: &Owners,
+    secrets: &Api<Secret>,
+    cluster: &Cluster,
+) -> Result<Client, Failure> {
+    let key = cluster.uid().unwrap_or_default();
+    if let Some(client) = owners.workloads.get(&key) {
+        return Ok(Client::clone(&client));
+    }
+    let client = build_workload_client(secrets, &cluster.name_any()).await?;
+    Ok(Client::clone(&owners.workloads.put(key, client)))
+}
+
+async fn build_workload_client(secrets: &Api<Secret>, cluster: &str) -> Result<Client, Failure> {
     let waiting =
         |message: String| Failure::Waiting(reasons::WAITING_FOR_WORKLOAD_CLUSTER, message);
     let kubeconfig = secrets
@@ -451,48 +540,55 @@ async fn workload_client(secrets: &Api<Secret>, cluster: &str) -> Result<Client,
 
 /// Creates the bootstrap-token Secret in the workload cluster.
 async fn create_join_token(
+    owners: &Owners,
     secrets: &Api<Secret>,
-    cluster: &str,
+    cluster: &Cluster,
     token: &str,
     ttl: std::time::Duration,
 ) -> Result<(), Failure> {
     let waiting =
         |message: String| Failure::Waiting(reasons::WAITING_FOR_WORKLOAD_CLUSTER, message);
-    let workload = workload_client(secrets, cluster).await?;
+    let workload = workload_client(owners, secrets, cluster).await?;
     let secret = tokens::token_secret(token, ttl, jiff::Timestamp::now())
         .ok_or_else(|| waiting("invalid token".into()))?;
-    Api::<Secret>::namespaced(workload, tokens::NAMESPACE)
+    let created = Api::<Secret>::namespaced(workload, tokens::NAMESPACE)
         .create(&PostParams::default(), &secret)
-        .await
-        .map_err(|e| {
-            waiting(format!(
-                "creating the bootstrap token in the workload cluster: {e}"
-            ))
-        })?;
+        .await;
+    if let Err(e) = created {
+        // The next attempt builds its client afresh (the kubeconfig may have changed).
+        owners.workloads.remove(&cluster.uid().unwrap_or_default());
+        return Err(waiting(format!(
+            "creating the bootstrap token in the workload cluster: {e}"
+        )));
+    }
     Ok(())
 }
 
 /// Moves the expiration of token `id` in the workload cluster to `ttl` from now.
 async fn refresh_join_token(
+    owners: &Owners,
     secrets: &Api<Secret>,
-    cluster: &str,
+    cluster: &Cluster,
     id: &str,
     ttl: std::time::Duration,
 ) -> Result<(), Failure> {
     let waiting =
         |message: String| Failure::Waiting(reasons::WAITING_FOR_WORKLOAD_CLUSTER, message);
-    let workload = workload_client(secrets, cluster).await?;
+    let workload = workload_client(owners, secrets, cluster).await?;
     let expiration = tokens::expiration(ttl, jiff::Timestamp::now())
         .ok_or_else(|| waiting("token TTL out of range".into()))?;
     let patch = json!({"data": {"expiration": ByteString(expiration.into_bytes())}});
-    Api::<Secret>::namespaced(workload, tokens::NAMESPACE)
+    let extended = Api::<Secret>::namespaced(workload, tokens::NAMESPACE)
         .patch(
             &format!("bootstrap-token-{id}"),
             &kube::api::PatchParams::default(),
             &kube::api::Patch::Merge(&patch),
         )
-        .await
-        .map_err(|e| waiting(format!("refreshing the bootstrap token: {e}")))?;
+        .await;
+    if let Err(e) = extended {
+        owners.workloads.remove(&cluster.uid().unwrap_or_default());
+        return Err(waiting(format!("refreshing the bootstrap token: {e}")));
+    }
     Ok(())
 }
 

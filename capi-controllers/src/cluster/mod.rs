@@ -29,7 +29,7 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::references::{ReferenceError, References, initialization_flag};
+use crate::references::{Confirm, ReferenceError, References, initialization_flag};
 use crate::workload::WorkloadClusters;
 use crate::{CoreSettings, cache, ownership, receiver_stream, synced, take};
 use capi_actuator::pace::{self, StatusPacer};
@@ -552,7 +552,11 @@ async fn delete(
         if !left.is_empty() {
             break;
         }
-        if deps.references.delete(reference, namespace).await? {
+        if deps
+            .references
+            .delete(reference, namespace, Confirm::Absence)
+            .await?
+        {
             left.push(format!("{} {:?}", reference.kind, reference.name));
         }
     }
@@ -568,9 +572,16 @@ async fn delete(
             .message(message)
             .observed_generation(cluster.metadata.generation),
         );
-        write::patch_status_if_changed(&api, &cluster.name_any(), cluster.status.as_ref(), &status)
-            .await?;
-        return Ok(Next::Requeue(deps.settings.poll));
+        // Paced: the count of what is left changes with every machine that goes.
+        return Ok(pace::patch_status(
+            &deps.pacer,
+            &api,
+            cluster,
+            cluster.status.as_ref(),
+            &status,
+            Next::Requeue(deps.settings.poll),
+        )
+        .await?);
     }
     // The caches said nothing is left: make sure, from the API server, before letting go.
     let remaining =

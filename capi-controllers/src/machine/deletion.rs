@@ -14,6 +14,7 @@ use serde_json::json;
 
 use super::MachineController;
 use super::drain::{DrainStatus, drain};
+use crate::references::Confirm;
 use capi_actuator::plan::{EventNote, FinalizerChange, Next};
 use capi_actuator::reasons;
 use capi_actuator::write;
@@ -135,17 +136,24 @@ pub(super) async fn delete(
         return Ok(next);
     }
 
-    // The infrastructure and bootstrap objects, and wait until they are gone.
+    // The infrastructure and bootstrap objects, and wait until they are gone: as the caches see
+    // it on every pass, confirmed by the API server once, when the caches say both went.
+    let mut references = vec![&machine.spec.infrastructure_ref];
+    references.extend(&machine.spec.bootstrap.config_ref);
     let mut left = Vec::new();
-    let infra = &machine.spec.infrastructure_ref;
-    if deps.references.delete(infra, &namespace).await? {
-        left.push(format!("{} {:?}", infra.kind, infra.name));
-    }
-    if let Some(config) = &machine.spec.bootstrap.config_ref {
-        if deps.references.delete(config, &namespace).await? {
-            left.push(format!("{} {:?}", config.kind, config.name));
+    for confirm in [Confirm::Nothing, Confirm::Absence] {
+        for reference in &references {
+            if deps
+                .references
+                .delete(reference, &namespace, confirm)
+                .await?
+            {
+                left.push(format!("{} {:?}", reference.kind, reference.name));
+            }
         }
-        delete_bootstrap_secret(machine, &namespace, context).await?;
+        if !left.is_empty() {
+            break;
+        }
     }
     if !left.is_empty() {
         let message = format!("waiting for {} to be deleted", left.join(" and "));
@@ -159,6 +167,9 @@ pub(super) async fn delete(
         }
         return Ok(Next::Requeue(deps.settings.poll));
     }
+
+    // Once its config is gone (no new data can be rendered into it), the data Secret.
+    delete_bootstrap_secret(machine, &namespace, context).await?;
 
     // The node, unless the whole cluster is going.
     if let Some(node) = &node_name
