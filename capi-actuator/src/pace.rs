@@ -131,11 +131,11 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_write_after_the_interval_goes_at_once() {
+    #[tokio::test]
+    async fn a_write_after_the_interval_goes_at_once() {
         let pacer = StatusPacer::new(Duration::from_millis(1));
         pacer.wrote(&object("a"));
-        std::thread::sleep(Duration::from_millis(5));
+        tokio::time::sleep(Duration::from_millis(5)).await;
         assert_eq!(pacer.wait(&object("a")), None);
         let zero = StatusPacer::new(Duration::ZERO);
         zero.wrote(&object("a"));
@@ -216,13 +216,13 @@ mod tests {
         );
     }
 
-    #[test]
-    fn records_older_than_the_interval_are_dropped_as_it_grows() {
+    #[tokio::test]
+    async fn records_older_than_the_interval_are_dropped_as_it_grows() {
         let pacer = StatusPacer::new(Duration::from_millis(1));
         for i in 0..PRUNE_ABOVE {
             pacer.wrote(&object(&i.to_string()));
         }
-        std::thread::sleep(Duration::from_millis(5));
+        tokio::time::sleep(Duration::from_millis(5)).await;
         pacer.wrote(&object("last"));
         assert_eq!(pacer.lock().len(), 1);
     }

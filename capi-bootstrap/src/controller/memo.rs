@@ -67,8 +67,8 @@ impl<T> Memo<T> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_value_is_kept_for_its_time_and_no_longer() {
+    #[tokio::test]
+    async fn a_value_is_kept_for_its_time_and_no_longer() {
         let memo = Memo::new(Duration::from_secs(60));
         assert!(memo.get("a").is_none());
         memo.put("a".into(), 1);
@@ -78,17 +78,17 @@ mod tests {
         assert!(memo.get("a").is_none());
         let short = Memo::new(Duration::from_millis(1));
         short.put("a".into(), 1);
-        std::thread::sleep(Duration::from_millis(5));
+        tokio::time::sleep(Duration::from_millis(5)).await;
         assert!(short.get("a").is_none(), "expired");
     }
 
-    #[test]
-    fn expired_entries_are_dropped_as_it_grows() {
+    #[tokio::test]
+    async fn expired_entries_are_dropped_as_it_grows() {
         let memo = Memo::new(Duration::from_millis(1));
         for i in 0..PRUNE_ABOVE {
             memo.put(i.to_string(), ());
         }
-        std::thread::sleep(Duration::from_millis(5));
+        tokio::time::sleep(Duration::from_millis(5)).await;
         memo.put("last".into(), ());
         assert_eq!(memo.lock().len(), 1);
     }

@@ -133,7 +133,7 @@ pub(crate) async fn reconcile_once(
 /// did not get as far as the status).
 enum DataSecret {
     Recorded(String),
-    Found(Secret),
+    Found(Box<Secret>),
 }
 
 enum Failure {
@@ -228,7 +228,10 @@ async fn decide(
         .and_then(|s| s.data_secret_name.clone());
     let existing = match recorded {
         Some(recorded) => Some(DataSecret::Recorded(recorded)),
-        None => secrets.get_opt(&name).await?.map(DataSecret::Found),
+        None => secrets
+            .get_opt(&name)
+            .await?
+            .map(|s| DataSecret::Found(Box::new(s))),
     };
     if existing.is_none() && machine.metadata.deletion_timestamp.is_some() {
         // Data rendered now could outlive the machine's deletion, which removes it.
@@ -252,7 +255,7 @@ async fn decide(
             // Keep the token valid until the machine has joined (its ID is on the data Secret).
             if owners.extended_tokens.get(&config_uid).is_none() {
                 let secret = match &existing {
-                    DataSecret::Found(secret) => Some(secret.clone()),
+                    DataSecret::Found(secret) => Some(Secret::clone(secret)),
                     DataSecret::Recorded(recorded) => secrets.get_opt(recorded).await?,
                 };
                 let token_id = secret
