@@ -20,8 +20,8 @@ use crate::write;
 /// counts by at most this long.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 
-/// When each object's status was last written, to space the writes `interval` apart. Holds only
-/// the objects written within the last interval (older records are dropped as it grows).
+/// When each object's status was last written, to space the writes `interval` apart. Bounded:
+/// once it holds 256 records, each write drops those older than the interval.
 #[derive(Debug)]
 pub struct StatusPacer {
     interval: Duration,

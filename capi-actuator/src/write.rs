@@ -157,11 +157,13 @@ const EVENT_NOTE_LIMIT: usize = 1024;
 
 /// Publishes events, best effort: a user-facing nicety must not fail the reconcile.
 ///
-/// Notes of the same reason and type are published as **one** event whose note lists them (in
-/// order, cut at the API's 1 KiB with the number left out): the recorder keys an event by
-/// object, reason and type, not by note, so a second note of the same reason would only bump
-/// the first one's count — one write per note, and every note after the first lost (a
-/// MachineSet creating 100 machines said "created machine a" a hundred times).
+/// Notes of the same reason and type in one call are published as **one** event whose note
+/// lists them (in order, cut at the API's 1 KiB with the number left out): the recorder keys an
+/// event by object, reason and type, not by note, so a second note of the same reason would only
+/// bump the first one's count — one write per note, and every note after the first lost (a
+/// MachineSet creating 100 machines said "created machine a" a hundred times). Across calls the
+/// recorder still does that for a few minutes (a later call's note of the same reason becomes a
+/// count on the earlier event).
 pub async fn publish<K: Resource<DynamicType = ()>>(
     recorder: &Recorder,
     object: &K,
@@ -272,7 +274,8 @@ where
 /// still holds from before such a write does not write from it again — that write would meet a
 /// 409 (guarded) or undo the newer one (unguarded). Keyed by UID; an object's record goes as soon
 /// as a version not replaced by our writes is seen, or when the caller forgets the object: at
-/// most one record (of a few versions) per live object.
+/// most one record (of a few versions) per object, and never more than 4096 records (past that,
+/// all are dropped).
 #[derive(Debug, Default)]
 pub struct OwnWrites {
     replaced: std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>,
@@ -281,12 +284,20 @@ pub struct OwnWrites {
 /// The versions remembered per object: a reconcile writes at most a few times in a row.
 const REPLACED_KEPT: usize = 4;
 
+/// Objects past which every record is dropped: records of objects deleted before a newer
+/// version was seen (a kind without a finalizer, whose deletion no reconcile sees) would
+/// otherwise stay. Losing a record costs at most one redundant write or a 409.
+const OBJECTS_KEPT: usize = 4096;
+
 impl OwnWrites {
     /// Records that a write made from `object` succeeded: its version is now out of date (as are
     /// those earlier writes of ours replaced, until a newer version is seen).
     pub fn wrote<K: Resource>(&self, object: &K) {
         if let (Some(uid), Some(version)) = (&object.meta().uid, &object.meta().resource_version) {
             let mut replaced = self.lock();
+            if replaced.len() >= OBJECTS_KEPT && !replaced.contains_key(uid) {
+                replaced.clear();
+            }
             let versions = replaced.entry(uid.clone()).or_default();
             if !versions.contains(version) {
                 if versions.len() == REPLACED_KEPT {
@@ -368,6 +379,19 @@ mod tests {
         });
         let client = kube::Client::new(service, "default");
         (Api::namespaced(client, "default"), sent)
+    }
+
+    #[test]
+    fn own_write_records_are_bounded() {
+        let own = OwnWrites::default();
+        for i in 0..OBJECTS_KEPT {
+            own.wrote(&config_map(&i.to_string(), "1"));
+        }
+        assert_eq!(own.len(), OBJECTS_KEPT);
+        own.wrote(&config_map("0", "2"));
+        assert_eq!(own.len(), OBJECTS_KEPT, "a known object adds no record");
+        own.wrote(&config_map("one more", "1"));
+        assert_eq!(own.len(), 1, "past the bound, the old records go");
     }
 
     #[tokio::test]

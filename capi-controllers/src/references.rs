@@ -297,7 +297,8 @@ impl References {
             .delete(&reference.name, &DeleteParams::background())
             .await
         {
-            // Left: the object as it is now, held by its finalizers; right: deleted outright.
+            // Left: the object as it is now (held by finalizers, or deleted gracefully): still
+            // there for now, its watch says when it goes; right: deleted outright.
             Ok(outcome) => Ok(outcome.is_left()),
             Err(kube::Error::Api(status)) if status.is_not_found() => Ok(false),
             Err(error) => Err(error.into()),

@@ -94,6 +94,10 @@ pub struct NodeRegistrar {
     nodes: Api<Node>,
     hosts: Arc<dyn Hosts>,
     registered: BTreeSet<String>,
+    /// The workload cluster's pods, from a watch started on the first pass that needs it: a
+    /// pass reads them here instead of listing them (a pass every 200 ms was five requests a
+    /// second to an idle workload API server).
+    pods: Option<PodWatch>,
     #[cfg(feature = "real-etcd")]
     kubelets: Option<Kubelets>,
 }
@@ -103,6 +107,33 @@ pub struct NodeRegistrar {
 struct Kubelets {
     targets: Arc<dyn crate::kubelet::PortForwardTargets>,
     running: std::collections::BTreeMap<String, crate::kubelet::Kubelet>,
+}
+
+/// A watch of every pod of the workload cluster and what it has seen; stopped when dropped.
+struct PodWatch {
+    store: kube::runtime::reflector::Store<Pod>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for PodWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl PodWatch {
+    fn start(api: Api<Pod>) -> Self {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, reflector, watcher};
+        let (store, writer) = reflector::store();
+        let task = tokio::spawn(
+            watcher(api, watcher::Config::default())
+                .default_backoff()
+                .reflect(writer)
+                .for_each(|_| std::future::ready(())),
+        );
+        Self { store, task }
+    }
 }
 
 impl std::fmt::Debug for NodeRegistrar {
@@ -121,6 +152,7 @@ impl NodeRegistrar {
             nodes: Api::all(client),
             hosts,
             registered: BTreeSet::new(),
+            pods: None,
             #[cfg(feature = "real-etcd")]
             kubelets: None,
         }
@@ -437,12 +469,16 @@ impl NodeRegistrar {
 
     /// Deletes at once the terminating pods bound to this registrar's nodes, as their kubelet
     /// would after stopping their containers.
-    async fn finish_terminating_pods(&self) -> Result<(), kube::Error> {
+    async fn finish_terminating_pods(&mut self) -> Result<(), kube::Error> {
         if self.registered.is_empty() {
             return Ok(());
         }
-        let pods: Api<Pod> = Api::all(self.nodes.clone().into_client());
-        for pod in pods.list(&ListParams::default()).await? {
+        let client = self.nodes.clone().into_client();
+        let watch = self
+            .pods
+            .get_or_insert_with(|| PodWatch::start(Api::all(client)));
+        // Until the watch has listed them, nothing is known to be terminating: the next pass.
+        for pod in watch.store.state() {
             let on_our_node = pod
                 .spec
                 .as_ref()

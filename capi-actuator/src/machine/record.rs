@@ -31,7 +31,12 @@ pub(crate) async fn record<M: InfraMachine>(
         // A spec change: the generation moves on, and the status written below observes the
         // new one (else the next pass would write it again only to say so).
         let written = write::patch_returning(&api, &name, patch).await?;
-        generation = written.meta().generation;
+        // Only the step this patch made: a spec someone else changed meanwhile was not decided
+        // on, and its generation is observed by the pass it triggers, not claimed here.
+        let next = generation.map(|g| g + 1);
+        if written.meta().generation == next {
+            generation = next;
+        }
     }
     write::change_finalizer(&api, infra, plan.finalizer, INFRA_MACHINE_FINALIZER).await?;
     // Status, only when it changed: an unchanged pass writes nothing and so triggers nothing.

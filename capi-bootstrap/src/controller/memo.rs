@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Values kept for `ttl` after they were put, by key. Holds only what was put within the last
-/// `ttl` once it grows (expired entries are dropped as new ones come).
+/// Values kept for `ttl` after they were put, by key. Bounded: once it holds 256 entries, each
+/// `put` drops the expired ones.
 #[derive(Debug)]
 pub(crate) struct Memo<T> {
     ttl: Duration,

@@ -266,8 +266,12 @@ async fn decide(
                         .await?;
                     owners.extended_tokens.put(config_uid, ());
                 }
+                plan.next = Next::Requeue(settings.token_refresh);
+            } else {
+                // Extended less than half a period ago: the pass after the memo expires extends
+                // it, so extensions stay about one `token_refresh` apart at most.
+                plan.next = Next::Requeue(settings.token_refresh / 2);
             }
-            plan.next = Next::Requeue(settings.token_refresh);
         }
         *data_secret_name = Some(match existing {
             DataSecret::Recorded(recorded) => recorded,

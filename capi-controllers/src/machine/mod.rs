@@ -265,6 +265,9 @@ async fn reconcile_once(
         // Its creator (a MachineSet, a control plane) creates them right after the Machine;
         // their watch brings the machine back. A status saying "not found" now would be a
         // write (and a race with the next one) for a few milliseconds' truth.
+        if written.is_some() {
+            deps.own_writes.wrote(machine.as_ref());
+        }
         return Ok(Next::Requeue(REFERENCE_GRACE));
     }
     let facts = Facts {
