@@ -90,6 +90,11 @@ pub struct InMemoryMachineStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 32))]
     pub instance_state: Option<String>,
+    /// The flavor the instance runs with in the simulated cloud (a `spec.flavor` that differs
+    /// cannot be applied in place).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub flavor: Option<String>,
 }
 
 impl InfraMachine for InMemoryMachine {
