@@ -35,6 +35,14 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Debug for Cached<K> {
     }
 }
 
+impl<K: Resource<DynamicType = ()> + Clone + 'static> Cached<K> {
+    /// A cache over `store` (filled by someone else's watch, e.g. an
+    /// [`Informer`](crate::informer::Informer)); reads that miss it go to `client`.
+    pub fn new(store: Store<K>, client: Client) -> Self {
+        Self { store, client }
+    }
+}
+
 /// A cache of `api`'s objects (managed fields dropped), and the stream of changes that fills it:
 /// hand it to `Controller::watches_stream` (filtered as the controller needs), which drives it.
 /// Reads that miss the store go to `api`'s client.

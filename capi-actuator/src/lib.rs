@@ -12,6 +12,7 @@
 //!   after the cluster's machines are gone;
 //! - [`template`]: the machine template reconciler — `status.capacity` and `status.nodeInfo` from
 //!   a [`capi_core::MachineTemplateActuator`], for the cluster autoscaler's scale from zero;
+//! - [`informer`]: one watch and store per kind shared by every controller of a manager;
 //! - [`manager`]: one rate-limited client, bounded concurrency, `/healthz`, `/readyz`, `/metrics`,
 //!   Lease leader election, graceful shutdown on SIGTERM/SIGINT;
 //! - [`metrics`]: controller-runtime-compatible series plus actuator call counters and latency;
@@ -41,6 +42,7 @@
 pub mod cached;
 pub mod call_retry;
 pub mod cluster;
+pub mod informer;
 mod instrument;
 pub mod machine;
 pub mod manager;

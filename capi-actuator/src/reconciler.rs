@@ -20,11 +20,12 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::NamespaceResourceScope;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
+use crate::informer::{Informer, Informers};
 use crate::metrics::{Metrics, ReconcileResult};
 use crate::options::ReconcilerOptions;
 use crate::plan::Next;
@@ -76,6 +77,7 @@ pub struct Reconciler<K, S: ?Sized> {
     metrics: Option<Metrics>,
     readiness: Option<Readiness>,
     memory: Arc<RetryMemory>,
+    informers: Informers,
     kind: PhantomData<fn() -> K>,
 }
 
@@ -89,6 +91,7 @@ impl<K: Resource<DynamicType = ()>, S: ?Sized> Reconciler<K, S> {
             metrics: None,
             readiness: None,
             memory: Arc::default(),
+            informers: Informers::default(),
             kind: PhantomData,
         }
     }
@@ -108,6 +111,13 @@ impl<K: Resource<DynamicType = ()>, S: ?Sized> Reconciler<K, S> {
     /// Reports this controller ready in `readiness` once its cache is filled.
     pub fn readiness(mut self, readiness: Readiness) -> Self {
         self.readiness = Some(readiness);
+        self
+    }
+
+    /// Shares `informers`' watches (a manager gives every reconciler its own; a reconciler made
+    /// alone has informers of its own).
+    pub fn informers(mut self, informers: Informers) -> Self {
+        self.informers = informers;
         self
     }
 
@@ -143,6 +153,47 @@ impl<K: Resource<DynamicType = ()>, S: ?Sized> Reconciler<K, S> {
     {
         self.options.api::<T>(&self.client)
     }
+
+    /// The manager's shared watch and store of every `T` in the reconciler's namespace (managed
+    /// fields dropped; see [`crate::informer`]): what a controller watches besides its own kind.
+    pub fn informer<T>(&self) -> Informer<T>
+    where
+        T: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.informers
+            .informer(self.api::<T>(), watcher::Config::default())
+    }
+
+    /// [`cached`](crate::cached::cached) over the manager's shared watch of `T`
+    /// ([`informer`](Self::informer)): a store with the API server behind it for what it does not
+    /// hold, and this controller's stream of its changes.
+    pub fn cached<T>(
+        &self,
+    ) -> (
+        crate::cached::Cached<T>,
+        impl Stream<Item = Result<T, watcher::Error>> + Send + 'static + use<T, K, S>,
+    )
+    where
+        T: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        let informer = self.informer::<T>();
+        (
+            crate::cached::Cached::new(informer.store(), self.client.clone()),
+            informer.changes(),
+        )
+    }
 }
 
 impl<K, S: ?Sized> Reconciler<K, S>
@@ -155,10 +206,10 @@ where
         + Sync
         + 'static,
 {
-    /// The stream that triggers reconciles — the watch of `K`, reflected into the returned store,
-    /// reporting readiness after its first list, without the loop's own status writes — and the
-    /// store. The watch also prunes the per-object retry memory: a deleted object, or one a
-    /// re-list no longer finds, is forgotten.
+    /// The stream that triggers reconciles — the manager's shared watch of `K` (managed fields
+    /// dropped; [`crate::informer`]), reflected into the returned store, reporting readiness after its first list, without the loop's own
+    /// status writes — and the store. The watch also prunes the per-object retry memory: a
+    /// deleted object, or one a re-list no longer finds, is forgotten.
     pub fn trigger(
         &self,
     ) -> (
@@ -169,29 +220,29 @@ where
         if let Some(readiness) = &self.readiness {
             readiness.register(&controller);
         }
-        let (reader, writer) = reflector::store();
-        let memory = Arc::clone(&self.memory);
-        let present = reader.clone();
-        let trigger = watcher(
+        let informer = self.informers.informer(
             self.options.api::<K>(&self.client),
             self.options.watch_config(),
-        )
-        .backoff(crate::retry::WatchBackoff::default())
-        .reflect(writer)
-        .inspect(move |event| {
-            if let Ok(event) = event {
-                forget_gone(&memory, event, &present);
-            }
-        })
-        .inspect(crate::readiness::on_initial_list(
-            self.readiness.clone(),
-            controller,
-        ))
-        .applied_objects()
-        .predicate_filter(
-            crate::predicate::reconcile_relevant::<K>,
-            Default::default(),
         );
+        let reader = informer.store();
+        let memory = Arc::clone(&self.memory);
+        let present = reader.clone();
+        let trigger = informer
+            .events()
+            .inspect(move |event| {
+                if let Ok(event) = event {
+                    forget_gone(&memory, event, &present);
+                }
+            })
+            .inspect(crate::readiness::on_initial_list(
+                self.readiness.clone(),
+                controller,
+            ))
+            .applied_objects()
+            .predicate_filter(
+                crate::predicate::reconcile_relevant::<K>,
+                Default::default(),
+            );
         (trigger, reader)
     }
 
@@ -365,7 +416,7 @@ mod tests {
         state.next_action(&c, Next::InvalidConfiguration).ok();
         assert_eq!(memory.len(), 3);
 
-        let (store, mut writer) = reflector::store::<ConfigMap>();
+        let (store, mut writer) = kube::runtime::reflector::store::<ConfigMap>();
         for object in [&b, &c] {
             writer.apply_watcher_event(&watcher::Event::Apply(object.clone()));
         }

@@ -9,10 +9,11 @@ use std::fmt::Debug;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use capi_actuator::informer::Informer;
 use capi_core::api::Cluster;
 use futures::{Stream, stream};
 use k8s_openapi::NamespaceResourceScope;
-use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -51,34 +52,30 @@ where
     }
 }
 
-/// A cache of every object `api` sees, and the stream of changes that fills it (hand it to
-/// `Controller::watches_stream`, which drives it).
+/// The store of a manager's shared watch ([`Informer`]: one per kind for every controller,
+/// managed fields dropped), and this controller's stream of its changes (hand it to
+/// `Controller::watches_stream`).
 pub(crate) fn cache<K>(
-    api: Api<K>,
+    informer: Informer<K>,
 ) -> (
     Store<K>,
     impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
 )
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
 {
-    let (store, writer) = reflector::store();
-    let changes = watcher(api, watcher::Config::default())
-        .backoff(capi_actuator::retry::WatchBackoff::default())
-        .reflect(writer)
-        .touched_objects();
-    (store, changes)
+    (informer.store(), informer.changes())
 }
 
 /// [`cache`] for Clusters: the store sees every change, the stream passes on only those the
 /// cluster's objects read ([`capi_actuator::predicate::cluster_as_its_objects_see_it`]).
 pub(crate) fn cluster_cache(
-    api: Api<Cluster>,
+    informer: Informer<Cluster>,
 ) -> (
     Store<Cluster>,
     impl Stream<Item = Result<Cluster, watcher::Error>> + Send + 'static,
 ) {
-    let (store, changes) = cache(api);
+    let (store, changes) = cache(informer);
     let relevant = changes.predicate_filter(
         capi_actuator::predicate::cluster_as_its_objects_see_it,
         Default::default(),

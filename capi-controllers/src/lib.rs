@@ -84,6 +84,7 @@ use machine::MachineController;
 use machine_deployment::DeploymentController;
 use machine_health_check::HealthCheckController;
 use machine_set::MachineSetController;
+use references::ReferenceWatches;
 use workload::WorkloadClusters;
 
 /// Five random characters for the name of an object made from a template, from the alphabet
@@ -143,13 +144,17 @@ impl Controllers for CoreControllers {
         let namespace = manager.reconciler_options().namespace.clone();
         let (workloads, node_changes) = WorkloadClusters::new(client.clone());
         let workloads = Arc::new(workloads);
+        // One cache per referenced kind for the whole manager (the control plane's too).
+        let watches = manager.informers().shared::<ReferenceWatches>();
         let cluster = manager.reconciler::<Cluster, _>(Arc::new(ClusterController::new(
+            &watches,
             client.clone(),
             namespace.clone(),
             Arc::clone(&workloads),
             settings.clone(),
         )));
         let machine = manager.reconciler::<Machine, _>(Arc::new(MachineController::new(
+            &watches,
             client.clone(),
             namespace.clone(),
             Arc::clone(&workloads),
@@ -157,6 +162,7 @@ impl Controllers for CoreControllers {
             settings.clone(),
         )));
         let set = manager.reconciler::<MachineSet, _>(Arc::new(MachineSetController::new(
+            &watches,
             client,
             namespace,
             settings.clone(),

@@ -57,22 +57,39 @@ impl From<ReferenceError> for capi_actuator::ReconcileError {
     }
 }
 
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 struct Watched {
     resource: ApiResource,
     store: Store<DynamicObject>,
     synced: Arc<AtomicBool>,
 }
 
-/// Referenced objects of kinds known at run time; see the module documentation.
-pub struct References {
-    client: Client,
-    namespace: Option<String>,
-    kinds: Mutex<HashMap<(String, String), Arc<Watched>>>,
-    changes: mpsc::UnboundedSender<Arc<DynamicObject>>,
+/// The watches of referenced kinds, shared by every [`References`] made from them: one watch and
+/// one store per kind (and namespace) for all the controllers of a manager, each change passed to
+/// every handle's receiver. The watches stop when the last handle is dropped.
+#[derive(Default)]
+pub struct ReferenceWatches {
+    kinds: Mutex<HashMap<WatchKey, Arc<Watched>>>,
+    subscribers: Arc<Mutex<Vec<mpsc::UnboundedSender<Arc<DynamicObject>>>>>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
-impl Drop for References {
+/// Namespace (none: all), API group, kind.
+type WatchKey = (Option<String>, String, String);
+
+impl std::fmt::Debug for ReferenceWatches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kinds = lock(&self.kinds).len();
+        f.debug_struct("ReferenceWatches")
+            .field("kinds", &kinds)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for ReferenceWatches {
     fn drop(&mut self) {
         for task in self
             .tasks
@@ -85,10 +102,28 @@ impl Drop for References {
     }
 }
 
+/// Referenced objects of kinds known at run time; see the module documentation.
+pub struct References {
+    client: Client,
+    namespace: Option<String>,
+    watches: Arc<ReferenceWatches>,
+}
+
 impl References {
-    /// References read through `client` (within `namespace` when set); changes of watched objects
-    /// arrive on the returned receiver.
+    /// References read through `client` (within `namespace` when set), with watches of their
+    /// own; changes of watched objects arrive on the returned receiver.
     pub fn new(
+        client: Client,
+        namespace: Option<String>,
+    ) -> (Self, mpsc::UnboundedReceiver<Arc<DynamicObject>>) {
+        Self::sharing(&Arc::default(), client, namespace)
+    }
+
+    /// References read and written through `client` (within `namespace` when set) whose caches
+    /// are `watches`' — shared with every other handle made from them. Changes of any watched
+    /// kind arrive on the returned receiver (a dropped receiver is forgotten at the next change).
+    pub fn sharing(
+        watches: &Arc<ReferenceWatches>,
         client: Client,
         namespace: Option<String>,
     ) -> (Self, mpsc::UnboundedReceiver<Arc<DynamicObject>>) {
@@ -98,20 +133,19 @@ impl References {
         // entry per object however many changes it gets: the queue holds what arrives between
         // two polls, never a backlog that grows with slow reconciles.
         let (changes, receiver) = mpsc::unbounded_channel();
+        lock(&watches.subscribers).push(changes);
         let references = Self {
             client,
             namespace,
-            kinds: Mutex::new(HashMap::new()),
-            changes,
-            tasks: Mutex::new(Vec::new()),
+            watches: Arc::clone(watches),
         };
         (references, receiver)
     }
 
     /// The kind's resource, discovered once, with its cache (whose watch starts now if it had not).
     async fn watched(&self, group: &str, kind: &str) -> Result<Arc<Watched>, ReferenceError> {
-        let key = (group.to_string(), kind.to_string());
-        if let Some(found) = self.lock().get(&key) {
+        let key = (self.namespace.clone(), group.to_string(), kind.to_string());
+        if let Some(found) = lock(&self.watches.kinds).get(&key) {
             return Ok(Arc::clone(found));
         }
         let unknown = || ReferenceError::UnknownKind {
@@ -127,7 +161,7 @@ impl References {
             Err(kube::Error::Discovery(_)) => return Err(unknown()),
             Err(error) => return Err(error.into()),
         };
-        let mut kinds = self.lock();
+        let mut kinds = lock(&self.watches.kinds);
         if let Some(found) = kinds.get(&key) {
             return Ok(Arc::clone(found));
         }
@@ -137,17 +171,15 @@ impl References {
         };
         let writer = reflector::store::Writer::new(resource.clone());
         let store = writer.as_reader();
-        let changes = self.changes.clone();
-        // The receiver is gone only when the controller stopped.
+        let subscribers = Arc::clone(&self.watches.subscribers);
         // Managed fields are often the bulk of an object, and nothing reads them.
         let slim = |object: &mut DynamicObject| object.metadata.managed_fields = None;
         let (synced, task) = crate::cache::spawn_cache(api, writer, slim, move |object| {
-            let _ = changes.send(Arc::new(object));
+            let object = Arc::new(object);
+            // A receiver is gone only when its controller stopped.
+            lock(&subscribers).retain(|subscriber| subscriber.send(Arc::clone(&object)).is_ok());
         });
-        self.tasks
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(task);
+        lock(&self.watches.tasks).push(task);
         let watched = Arc::new(Watched {
             resource,
             store,
@@ -155,10 +187,6 @@ impl References {
         });
         kinds.insert(key, Arc::clone(&watched));
         Ok(watched)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<Watched>>> {
-        self.kinds.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The API of the referenced kind in `namespace`.

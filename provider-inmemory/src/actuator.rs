@@ -18,7 +18,7 @@ use crate::api::{InMemoryCluster, InMemoryMachine, InMemoryMachineTemplate};
 use crate::cloud::{
     CloudError, Compute, Instance, InstanceRequest, InstanceStatus, LoadBalancers, UserData,
 };
-use crate::etcd::etcd_cluster_key;
+use crate::listing::ClusterListings;
 
 /// The prefix of every provider ID of this provider.
 pub const PROVIDER_ID_PREFIX: &str = "inmemory:///";
@@ -34,6 +34,10 @@ const DEFAULT_ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
 /// client token, so that one not listed yet (the cloud's lists lag, up to
 /// [`MAX_LIST_LAG`](crate::cloud::MAX_LIST_LAG)) is answered with rather than made again.
 ///
+/// A machine whose status says its instance runs reads it, at its resync, from a listing of its
+/// cluster's instances shared with the cluster's other machines ([`crate::listing`]): one cloud
+/// call per cluster and listing period instead of one per machine.
+///
 /// A deletion that finds nothing of a machine that neither recorded its instance nor found one
 /// while deleting waits out the lists' lag before it says the instance is gone: one made by a
 /// create whose answer was lost may not be listed yet.
@@ -47,6 +51,8 @@ pub struct InMemoryActuator {
     list_lag: Duration,
     /// Per idempotency key of a machine being deleted, what its deletion has seen.
     deletions: Arc<std::sync::Mutex<std::collections::HashMap<String, Sighting>>>,
+    /// The clusters' instance listings running machines' resyncs read.
+    listings: Arc<ClusterListings>,
 }
 
 impl InMemoryActuator {
@@ -64,7 +70,16 @@ impl InMemoryActuator {
             retry: CallRetry::default(),
             list_lag: crate::cloud::MAX_LIST_LAG,
             deletions: Arc::default(),
+            listings: Arc::default(),
         }
+    }
+
+    /// Lets one listing of a cluster's instances answer its running machines' resyncs for `ttl`
+    /// (default [`DEFAULT_LISTING_TTL`](crate::listing::DEFAULT_LISTING_TTL); zero: every resync
+    /// lists its cluster). See [`crate::listing`].
+    pub fn with_listing_ttl(mut self, ttl: Duration) -> Self {
+        self.listings = Arc::new(ClusterListings::new(ttl));
+        self
     }
 
     /// Trusts the cloud's lists to show a new instance within `lag` (default
@@ -119,6 +134,27 @@ impl InMemoryActuator {
             }
         }
     }
+}
+
+/// The cloud's key of the machine's cluster ([`cluster_key`](crate::cloud::cluster_key)).
+fn machine_cluster(scope: &MachineScope<InMemoryMachine>) -> String {
+    crate::cloud::cluster_key(
+        &kube::ResourceExt::namespace(scope.machine.as_ref()).unwrap_or_default(),
+        &scope.machine.spec.cluster_name,
+    )
+}
+
+/// The machine's cluster key when its status says its instance runs: a resync, which a listing
+/// may answer. A machine still booting, failed or not yet reported asks for its instance alone.
+fn steady_cluster(scope: &MachineScope<InMemoryMachine>) -> Option<String> {
+    let running = format!("{:?}", InstanceStatus::Active);
+    let state = scope
+        .infra_machine
+        .status
+        .as_ref()?
+        .instance_state
+        .as_deref()?;
+    (state == running).then(|| machine_cluster(scope))
 }
 
 /// The provider ID of an instance.
@@ -231,6 +267,17 @@ impl InMemoryActuator {
             .as_deref()
             .and_then(instance_id)
         {
+            if let Some(cluster) = steady_cluster(scope) {
+                let listed = self
+                    .listings
+                    .running(&cluster, id, || {
+                        self.retried(|| self.compute.cluster_instances(&cluster))
+                    })
+                    .await?;
+                if listed.is_some() {
+                    return Ok(listed);
+                }
+            }
             return self.retried(|| self.compute.get_instance(id)).await;
         }
         let tag = scope.idempotency_key.as_str();
@@ -266,13 +313,13 @@ impl Actuator<InMemoryMachine> for InMemoryActuator {
                 .bootstrap_data
                 .as_ref()
                 .map(|d| UserData::new(String::from_utf8_lossy(d.expose()))),
-            etcd_cluster: scope.machine.is_control_plane().then(|| {
-                etcd_cluster_key(
-                    &kube::ResourceExt::namespace(scope.machine.as_ref()).unwrap_or_default(),
-                    &scope.machine.spec.cluster_name,
-                )
-            }),
+            // The etcd cluster is keyed as the cluster is.
+            etcd_cluster: scope
+                .machine
+                .is_control_plane()
+                .then(|| machine_cluster(scope)),
             client_token: Some(scope.idempotency_key.as_str().to_string()),
+            cluster: Some(machine_cluster(scope)),
         };
         // The tag makes a retry after a lost response find the first instance instead of
         // creating a second one; the client token does while lists do not show it yet.
@@ -505,7 +552,7 @@ impl ClusterActuator<InMemoryCluster> for InMemoryActuator {
 mod tests {
     use super::*;
     use crate::api::InMemoryMachineSpec;
-    use crate::cloud::{CloudConfig, Faults, SimulatedCloud};
+    use crate::cloud::{CloudConfig, Faults, Flavor, SimulatedCloud};
     use capi_core::api::{Cluster, Machine};
     use capi_core::{ActuatorErrorKind, BootstrapData, BootstrapFormat, IdempotencyKey};
 
@@ -528,6 +575,20 @@ mod tests {
                 BootstrapFormat::CloudConfig,
                 b"#cloud-config\n".to_vec(),
             )),
+        }
+    }
+
+    /// A request for a small instance under `tag`, without user data, token or cluster.
+    fn bare_request(tag: impl Into<String>) -> InstanceRequest {
+        InstanceRequest {
+            tag: tag.into(),
+            flavor: "small".into(),
+            zone: None,
+            user_data_len: 0,
+            user_data: None,
+            etcd_cluster: None,
+            client_token: None,
+            cluster: None,
         }
     }
 
@@ -691,27 +752,11 @@ mod tests {
         let scope = scope("u3", small());
         // Two instances under one tag (a cloud that ignores idempotency): both must go.
         cloud
-            .create_instance(InstanceRequest {
-                tag: scope.idempotency_key.to_string(),
-                flavor: "small".into(),
-                zone: None,
-                user_data_len: 0,
-                user_data: None,
-                etcd_cluster: None,
-                client_token: None,
-            })
+            .create_instance(bare_request(scope.idempotency_key.to_string()))
             .await
             .unwrap();
         cloud
-            .create_instance(InstanceRequest {
-                tag: scope.idempotency_key.to_string(),
-                flavor: "small".into(),
-                zone: None,
-                user_data_len: 0,
-                user_data: None,
-                etcd_cluster: None,
-                client_token: None,
-            })
+            .create_instance(bare_request(scope.idempotency_key.to_string()))
             .await
             .unwrap();
         let first = Actuator::delete(&actuator, &scope).await.unwrap_err();
@@ -753,6 +798,152 @@ mod tests {
             .unwrap();
         assert_eq!(outcome.immutable_changes.len(), 1);
         assert_eq!(outcome.immutable_changes[0].field, "spec.flavor");
+    }
+
+    /// The simulated cloud, counting reads by ID and cluster listings.
+    struct CountingCompute {
+        cloud: Arc<SimulatedCloud>,
+        gets: std::sync::atomic::AtomicUsize,
+        listings: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait]
+    impl Compute for CountingCompute {
+        async fn create_instance(&self, request: InstanceRequest) -> Result<Instance, CloudError> {
+            self.cloud.create_instance(request).await
+        }
+        async fn get_instance(&self, id: &str) -> Result<Option<Instance>, CloudError> {
+            self.gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.cloud.get_instance(id).await
+        }
+        async fn find_instances(&self, tag: &str) -> Result<Vec<Instance>, CloudError> {
+            self.cloud.find_instances(tag).await
+        }
+        async fn cluster_instances(&self, cluster: &str) -> Result<Vec<Instance>, CloudError> {
+            self.listings
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.cloud.cluster_instances(cluster).await
+        }
+        async fn delete_instance(&self, id: &str) -> Result<(), CloudError> {
+            self.cloud.delete_instance(id).await
+        }
+        async fn get_flavor(&self, name: &str) -> Result<Option<Flavor>, CloudError> {
+            self.cloud.get_flavor(name).await
+        }
+    }
+
+    fn counting() -> (Arc<CountingCompute>, InMemoryActuator) {
+        let cloud = Arc::new(SimulatedCloud::new(CloudConfig {
+            boot_time: Duration::ZERO,
+            ..CloudConfig::default()
+        }));
+        let compute = Arc::new(CountingCompute {
+            cloud: cloud.clone(),
+            gets: Default::default(),
+            listings: Default::default(),
+        });
+        let actuator = InMemoryActuator::new(compute.clone(), cloud, Duration::from_millis(10));
+        (compute, actuator)
+    }
+
+    /// Machine `uid` of cluster `ns/c`, with `instance` recorded as its provider ID and its status
+    /// in `state`.
+    fn in_cluster(
+        uid: &str,
+        instance: Option<&MachineInstance>,
+        state: Option<&str>,
+    ) -> MachineScope<InMemoryMachine> {
+        let mut scope = scope(uid, small());
+        let mut machine = (*scope.machine).clone();
+        machine.metadata.namespace = Some("ns".into());
+        machine.spec.cluster_name = "c".into();
+        scope.machine = Arc::new(machine);
+        let mut infra = (*scope.infra_machine).clone();
+        infra.spec.provider_id = instance.map(|i| i.provider_id.clone());
+        infra.status = Some(crate::api::InMemoryMachineStatus {
+            instance_state: state.map(str::to_string),
+            ..Default::default()
+        });
+        scope.infra_machine = Arc::new(infra);
+        scope
+    }
+
+    #[tokio::test]
+    async fn running_machines_resync_from_one_listing_of_their_cluster() {
+        let (compute, actuator) = counting();
+        let mut made = Vec::new();
+        for n in 0..5 {
+            let uid = format!("r{n}");
+            made.push((
+                uid.clone(),
+                actuator
+                    .create(&in_cluster(&uid, None, None))
+                    .await
+                    .unwrap(),
+            ));
+        }
+        for (uid, instance) in &made {
+            let found = actuator
+                .exists(&in_cluster(uid, Some(instance), Some("Active")))
+                .await
+                .unwrap()
+                .expect("the instance runs");
+            assert_eq!(found.provider_id, instance.provider_id);
+            assert_eq!(found.state, InstanceState::Running);
+        }
+        let count =
+            |c: &std::sync::atomic::AtomicUsize| c.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(count(&compute.listings), 1, "one listing for the cluster");
+        assert_eq!(count(&compute.gets), 0, "no read per machine");
+        // A machine not known to run yet (booting, or no status) asks for its instance alone.
+        let (uid, instance) = &made[0];
+        actuator
+            .exists(&in_cluster(uid, Some(instance), Some("Building")))
+            .await
+            .unwrap();
+        actuator
+            .exists(&in_cluster(uid, Some(instance), None))
+            .await
+            .unwrap();
+        assert_eq!(count(&compute.gets), 2);
+        assert_eq!(count(&compute.listings), 1);
+    }
+
+    #[tokio::test]
+    async fn an_instance_the_listing_does_not_show_is_asked_for_alone() {
+        let (compute, actuator) = counting();
+        // Made without a cluster (before instances carried one): no listing shows it.
+        let untagged = compute
+            .cloud
+            .create_instance(bare_request("old"))
+            .await
+            .unwrap();
+        let recorded = to_machine_instance(&untagged);
+        let found = actuator
+            .exists(&in_cluster("o1", Some(&recorded), Some("Active")))
+            .await
+            .unwrap();
+        assert_eq!(
+            found.map(|f| f.provider_id),
+            Some(recorded.provider_id.clone())
+        );
+        let count =
+            |c: &std::sync::atomic::AtomicUsize| c.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!((count(&compute.listings), count(&compute.gets)), (1, 1));
+        // Gone from the cloud: the read by ID says so; the listing never answers "missing".
+        compute.cloud.delete_instance(&untagged.id).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let after = actuator
+            .exists(&in_cluster("o1", Some(&recorded), Some("Active")))
+            .await
+            .unwrap();
+        assert!(
+            after
+                .as_ref()
+                .is_none_or(|i| i.state != InstanceState::Running),
+            "{after:?}"
+        );
+        assert_eq!(count(&compute.gets), 2);
     }
 
     #[tokio::test]

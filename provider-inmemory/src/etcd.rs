@@ -13,10 +13,9 @@ use kube::ResourceExt;
 
 use crate::cloud::{CloudError, EtcdClusters};
 
-/// The simulated etcd cluster's key for a cluster: `<namespace>.<name>` (a namespace has no
-/// dots, so the key is unambiguous).
+/// The simulated etcd cluster's key for a cluster: its [`cluster_key`](crate::cloud::cluster_key).
 pub fn etcd_cluster_key(namespace: &str, cluster: &str) -> String {
-    format!("{namespace}.{cluster}")
+    crate::cloud::cluster_key(namespace, cluster)
 }
 
 /// Reaches each cluster's simulated etcd through `cloud`.

@@ -10,7 +10,8 @@
 //! - [`api`]: the `InMemoryCluster`, `InMemoryMachine` and `InMemoryMachineTemplate` kinds.
 //! - [`actuator`]: [`actuator::InMemoryActuator`], implementing `Actuator` and `ClusterActuator`
 //!   the way a real provider would: find by provider ID or idempotency tag, create only after
-//!   looking, delete everything carrying the tag.
+//!   looking, delete everything carrying the tag; running machines' resyncs read a listing of
+//!   their cluster's instances ([`listing`]) instead of one call each.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -43,4 +44,5 @@ pub mod cloud;
 pub mod etcd;
 #[cfg(feature = "real-etcd")]
 pub mod kubelet;
+pub mod listing;
 pub mod nodes;

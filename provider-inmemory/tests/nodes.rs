@@ -24,6 +24,7 @@ async fn running_instances_become_ready_nodes_and_go_with_them() {
         user_data: None,
         etcd_cluster: None,
         client_token: None,
+        cluster: None,
     };
     let instance = cloud.create_instance(request).await.unwrap();
 

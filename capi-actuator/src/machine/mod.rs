@@ -49,8 +49,8 @@ impl<M: InfraMachine> Reconciler<M, dyn Actuator<M>> {
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
         let (trigger, reader) = self.trigger();
         let by_cluster = reader.clone();
-        let (machines, machine_stream) = crate::cached::cached(self.api::<Machine>());
-        let (clusters, cluster_stream) = crate::cached::cached(self.api::<Cluster>());
+        let (machines, machine_stream) = self.cached::<Machine>();
+        let (clusters, cluster_stream) = self.cached::<Cluster>();
         let owners = Arc::new(observe::Owners { machines, clusters });
         let concurrency = self.concurrency();
         let context = self.into_context(|inner, metrics, controller| {

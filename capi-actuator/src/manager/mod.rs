@@ -53,6 +53,7 @@ use tokio::sync::watch;
 pub use leader::LeaderElectionConfig;
 
 use crate::cluster::InfraClusterReconciler;
+use crate::informer::Informers;
 use crate::machine::InfraMachineReconciler;
 use crate::metrics::Metrics;
 use crate::options::ReconcilerOptions;
@@ -146,6 +147,8 @@ pub struct Manager {
     listener: TcpListener,
     metrics: Metrics,
     readiness: Readiness,
+    /// One watch per kind, shared by every controller of the manager.
+    informers: Informers,
     controllers: Vec<ControllerTask>,
 }
 
@@ -208,6 +211,7 @@ impl Manager {
             listener,
             metrics: Metrics::new(),
             readiness: Readiness::default(),
+            informers: Informers::default(),
             controllers: Vec::new(),
         })
     }
@@ -339,13 +343,19 @@ impl Manager {
         &self.config.reconciler
     }
 
+    /// The watches every controller of this manager shares ([`crate::informer`]); a family that
+    /// keeps caches of its own shares them through it.
+    pub fn informers(&self) -> Informers {
+        self.informers.clone()
+    }
+
     /// The readiness reported at `/readyz`; a controller that keeps its own caches registers
     /// them here.
     pub fn readiness(&self) -> Readiness {
         self.readiness.clone()
     }
 
-    /// Gives a reconciler the manager's options, metrics and readiness.
+    /// Gives a reconciler the manager's options, metrics, readiness and shared watches.
     fn wire<K: kube::Resource<DynamicType = ()>, A: ?Sized>(
         &self,
         reconciler: Reconciler<K, A>,
@@ -354,6 +364,7 @@ impl Manager {
             .options(self.config.reconciler.clone())
             .metrics(self.metrics.clone())
             .readiness(self.readiness.clone())
+            .informers(self.informers.clone())
     }
 
     /// Runs until SIGTERM or SIGINT.

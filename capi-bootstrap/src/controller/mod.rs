@@ -35,7 +35,6 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
 
-use capi_actuator::cached::cached;
 use capi_actuator::manager::{Controllers, Manager};
 use capi_actuator::rbac::{READ, rule};
 use capi_actuator::{Context, ReconcileError, Reconciler, back_off, drain};
@@ -117,8 +116,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (trigger, reader) = reconciler.trigger();
-    let (machines, machine_stream) = cached(reconciler.api::<Machine>());
-    let (clusters, cluster_stream) = cached(reconciler.api::<Cluster>());
+    let (machines, machine_stream) = reconciler.cached::<Machine>();
+    let (clusters, cluster_stream) = reconciler.cached::<Cluster>();
     let token_refresh = reconciler.state().token_refresh;
     let owners = Arc::new(reconcile::Owners::new(machines, clusters, token_refresh));
     let by_cluster = reader.clone();

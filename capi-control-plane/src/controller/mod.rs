@@ -27,17 +27,17 @@ pub mod status;
 use std::sync::Arc;
 use std::time::Duration;
 
-use capi_actuator::cached::{Cached, cached};
+use capi_actuator::cached::Cached;
 use capi_actuator::manager::{Controllers, Manager};
 use capi_actuator::rbac::{READ, rule};
 use capi_actuator::{Context, ReconcileError, Reconciler, back_off, drain};
-use capi_controllers::references::References;
+use capi_controllers::references::{ReferenceWatches, References};
 use capi_core::api::{Cluster, Machine};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::ResourceExt;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{WatchStreamExt, watcher};
 
 use crate::api::KubeadmControlPlane;
 use crate::etcd::EtcdAccess;
@@ -104,7 +104,8 @@ impl Controllers for KubeadmControlPlanes {
         let client = manager.client();
         let namespace = manager.reconciler_options().namespace.clone();
         // Changes of infrastructure machines reach the control plane through their Machines.
-        let (references, _) = References::new(client, namespace);
+        let watches = manager.informers().shared::<ReferenceWatches>();
+        let (references, _) = References::sharing(&watches, client, namespace);
         let reconciler: Reconciler<KubeadmControlPlane, ControlPlaneController> = manager
             .reconciler(Arc::new(ControlPlaneController {
                 settings: self.settings,
@@ -121,8 +122,9 @@ async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (trigger, reader) = reconciler.trigger();
-    let machines = reconciler.api::<Machine>();
-    let (clusters, cluster_stream) = cached(reconciler.api::<Cluster>());
+    // The manager's shared watch of Machines (the core controllers' too).
+    let machine_changes = reconciler.informer::<Machine>().changes();
+    let (clusters, cluster_stream) = reconciler.cached::<Cluster>();
     let _ = reconciler.state().clusters.set(clusters);
     let concurrency = reconciler.concurrency();
     let context = reconciler.into_context(|state, _, _| state);
@@ -130,7 +132,7 @@ async fn run(
         .trigger_backoff(capi_actuator::retry::WatchBackoff::default())
         .with_config(ControllerConfig::default().concurrency(concurrency))
         // A machine of a control plane changed (created, ready, deleting, gone).
-        .watches(machines, watcher::Config::default(), |machine| {
+        .watches_stream(machine_changes, |machine| {
             let owner = machine
                 .owner_references()
                 .iter()

@@ -29,7 +29,9 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::references::{Confirm, ReferenceError, References, initialization_flag};
+use crate::references::{
+    Confirm, ReferenceError, ReferenceWatches, References, initialization_flag,
+};
 use crate::workload::WorkloadClusters;
 use crate::{CoreSettings, cache, ownership, receiver_stream, synced, take};
 use capi_actuator::pace::{self, StatusPacer};
@@ -60,12 +62,13 @@ pub(crate) struct ClusterController {
 
 impl ClusterController {
     pub(crate) fn new(
+        watches: &Arc<ReferenceWatches>,
         client: kube::Client,
         namespace: Option<String>,
         workloads: Arc<WorkloadClusters>,
         settings: CoreSettings,
     ) -> Self {
-        let (references, reference_changes) = References::new(client, namespace);
+        let (references, reference_changes) = References::sharing(watches, client, namespace);
         Self {
             references,
             reference_changes: Mutex::new(Some(reference_changes)),
@@ -86,13 +89,13 @@ pub(crate) async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (trigger, clusters) = reconciler.trigger();
-    let (machines, machine_changes) = cache(reconciler.api::<Machine>());
+    let (machines, machine_changes) = cache(reconciler.informer::<Machine>());
     let _ = reconciler.state().machines.set(machines);
-    let (deployments, deployment_changes) = cache(reconciler.api::<MachineDeployment>());
+    let (deployments, deployment_changes) = cache(reconciler.informer::<MachineDeployment>());
     let _ = reconciler.state().deployments.set(deployments);
-    let (sets, set_changes) = cache(reconciler.api::<MachineSet>());
+    let (sets, set_changes) = cache(reconciler.informer::<MachineSet>());
     let _ = reconciler.state().sets.set(sets);
-    let (health_checks, health_check_changes) = cache(reconciler.api::<MachineHealthCheck>());
+    let (health_checks, health_check_changes) = cache(reconciler.informer::<MachineHealthCheck>());
     let _ = reconciler.state().health_checks.set(health_checks);
     // A referenced object changed: the clusters that own it, and those that name it (a control
     // plane created after its cluster is not owned yet — the cluster takes ownership when it

@@ -22,7 +22,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use self::status::{Facts, Step};
-use crate::references::{ReferenceError, References, initialization_flag};
+use crate::references::{ReferenceError, ReferenceWatches, References, initialization_flag};
 use crate::workload::{NodeChange, WorkloadClusters};
 use crate::{
     CoreSettings, cache, cluster_cache, find_cluster, of_cluster, ownership, receiver_stream, take,
@@ -55,13 +55,14 @@ pub(crate) struct MachineController {
 impl MachineController {
     /// The controller's dependencies; node changes of `workloads` arrive on `node_changes`.
     pub(crate) fn new(
+        watches: &Arc<ReferenceWatches>,
         client: kube::Client,
         namespace: Option<String>,
         workloads: Arc<WorkloadClusters>,
         node_changes: mpsc::UnboundedReceiver<NodeChange>,
         settings: CoreSettings,
     ) -> Self {
-        let (references, reference_changes) = References::new(client, namespace);
+        let (references, reference_changes) = References::sharing(watches, client, namespace);
         Self {
             references,
             reference_changes: Mutex::new(Some(reference_changes)),
@@ -82,9 +83,9 @@ pub(crate) async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (trigger, machines) = reconciler.trigger();
-    let (clusters, cluster_changes) = cluster_cache(reconciler.api::<Cluster>());
+    let (clusters, cluster_changes) = cluster_cache(reconciler.informer::<Cluster>());
     let _ = reconciler.state().clusters.set(clusters);
-    let (deployments, deployment_changes) = cache(reconciler.api::<MachineDeployment>());
+    let (deployments, deployment_changes) = cache(reconciler.informer::<MachineDeployment>());
     let _ = reconciler.state().deployments.set(deployments);
     let by_deployment = machines.clone();
     let reference_changes = take(&reconciler.state().reference_changes);

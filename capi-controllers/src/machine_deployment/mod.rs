@@ -69,8 +69,8 @@ pub(crate) async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (trigger, deployments) = reconciler.trigger();
-    let (sets, set_changes) = cache(reconciler.api::<MachineSet>());
-    let (clusters, cluster_changes) = cluster_cache(reconciler.api::<Cluster>());
+    let (sets, set_changes) = cache(reconciler.informer::<MachineSet>());
+    let (clusters, cluster_changes) = cluster_cache(reconciler.informer::<Cluster>());
     let _ = reconciler.state().sets.set(sets);
     let _ = reconciler.state().clusters.set(clusters);
     let concurrency = reconciler.concurrency();

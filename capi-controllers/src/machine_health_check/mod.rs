@@ -59,9 +59,9 @@ pub(crate) async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (trigger, checks) = reconciler.trigger();
-    let (machines, machine_changes) = cache(reconciler.api::<Machine>());
+    let (machines, machine_changes) = cache(reconciler.informer::<Machine>());
     let _ = reconciler.state().machines.set(machines);
-    let (clusters, cluster_changes) = cluster_cache(reconciler.api::<Cluster>());
+    let (clusters, cluster_changes) = cluster_cache(reconciler.informer::<Cluster>());
     let _ = reconciler.state().clusters.set(clusters);
     let by_cluster = checks.clone();
     let concurrency = reconciler.concurrency();

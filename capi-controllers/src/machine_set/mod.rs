@@ -28,7 +28,7 @@ use serde_json::json;
 use self::deletion_priority::{MachineFacts, select_for_deletion};
 use self::expectations::Expectations;
 use crate::machine::status::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
-use crate::references::{References, instance_of};
+use crate::references::{ReferenceWatches, References, instance_of};
 use crate::{
     CoreSettings, cache, cluster_cache, find_cluster, of_cluster, ownership, replicas, selector,
     synced,
@@ -55,12 +55,13 @@ pub(crate) struct MachineSetController {
 
 impl MachineSetController {
     pub(crate) fn new(
+        watches: &Arc<ReferenceWatches>,
         client: kube::Client,
         namespace: Option<String>,
         settings: CoreSettings,
     ) -> Self {
         // Changes of referenced objects do not concern sets: the receiver is dropped.
-        let (references, _) = References::new(client, namespace);
+        let (references, _) = References::sharing(watches, client, namespace);
         Self {
             references,
             expectations: Expectations::default(),
@@ -78,8 +79,8 @@ pub(crate) async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (trigger, sets) = reconciler.trigger();
-    let (machines, machine_changes) = cache(reconciler.api::<Machine>());
-    let (clusters, cluster_changes) = cluster_cache(reconciler.api::<Cluster>());
+    let (machines, machine_changes) = cache(reconciler.informer::<Machine>());
+    let (clusters, cluster_changes) = cluster_cache(reconciler.informer::<Cluster>());
     let _ = reconciler.state().machines.set(machines);
     let _ = reconciler.state().clusters.set(clusters);
     let concurrency = reconciler.concurrency();

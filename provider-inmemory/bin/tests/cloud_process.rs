@@ -19,6 +19,7 @@ fn request(tag: &str, flavor: &str) -> InstanceRequest {
         user_data: None,
         etcd_cluster: None,
         client_token: None,
+        cluster: None,
     }
 }
 
@@ -38,10 +39,21 @@ async fn the_cloud_process_serves_its_api_and_keeps_state_between_clients() {
         .to_string();
 
     let cloud = RemoteCloud::new(&url);
-    let created = cloud
-        .create_instance(request("capi-a b/1", "small"))
-        .await
-        .unwrap();
+    let mut in_cluster = request("capi-a b/1", "small");
+    in_cluster.cluster = Some("ns.c 1".into());
+    let created = cloud.create_instance(in_cluster).await.unwrap();
+    assert_eq!(
+        cloud
+            .cluster_instances("ns.c 1")
+            .await
+            .unwrap()
+            .iter()
+            .map(|i| &i.id)
+            .collect::<Vec<_>>(),
+        [&created.id],
+        "a cluster lists its instances"
+    );
+    assert!(cloud.cluster_instances("ns.c").await.unwrap().is_empty());
     assert_eq!(
         cloud
             .get_instance(&created.id)

@@ -22,6 +22,13 @@ pub use simulated::{CloudConfig, Faults, MAX_LIST_LAG, SimulatedCloud};
 #[cfg(feature = "real-etcd")]
 pub use etcd_processes::EtcdProcesses;
 
+/// A cluster's key in the simulated cloud: `<namespace>.<name>` (a namespace has no dots, so the
+/// key is unambiguous). Instances are tagged with it ([`InstanceRequest::cluster`]) and etcd
+/// clusters named by it.
+pub fn cluster_key(namespace: &str, cluster: &str) -> String {
+    format!("{namespace}.{cluster}")
+}
+
 /// A control-plane instance's etcd member starting or stopping with its instance, as
 /// [`SimulatedCloud::observe_etcd_members`] reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,6 +82,10 @@ pub struct Instance {
     /// It runs a control plane: kubeadm's static pods and a stacked etcd member.
     #[serde(default)]
     pub control_plane: bool,
+    /// The cluster it was created for ([`InstanceRequest::cluster`]), by which
+    /// [`Compute::cluster_instances`] lists it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
 }
 
 /// An instance size, as the cloud describes it.
@@ -126,6 +137,11 @@ pub struct InstanceRequest {
     /// `<namespace>.<cluster>`), as kubeadm's stacked etcd does on a real node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd_cluster: Option<String>,
+    /// The cluster the instance belongs to ([`cluster_key`]), a tag the cloud lists it by
+    /// ([`Compute::cluster_instances`]), as a real provider tags its instances with their
+    /// cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
     /// Makes the create idempotent: another create with the same token, while the instance it
     /// made exists, answers with that instance instead of making one (EC2's `ClientToken`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -225,6 +241,10 @@ pub trait Compute: Send + Sync {
     async fn get_instance(&self, id: &str) -> Result<Option<Instance>, CloudError>;
     /// The instances carrying this tag.
     async fn find_instances(&self, tag: &str) -> Result<Vec<Instance>, CloudError>;
+    /// Every instance created for `cluster` ([`InstanceRequest::cluster`]), in one call: what a
+    /// resync of many machines reads instead of one call per instance. Like
+    /// [`find_instances`](Self::find_instances), a list: it may lag behind creates.
+    async fn cluster_instances(&self, cluster: &str) -> Result<Vec<Instance>, CloudError>;
     /// Starts deleting the instance; deleting a missing instance is not an error.
     async fn delete_instance(&self, id: &str) -> Result<(), CloudError>;
     /// The flavor of this name, if it exists.

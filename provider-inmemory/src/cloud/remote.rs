@@ -126,6 +126,15 @@ impl Compute for RemoteCloud {
         .await
     }
 
+    async fn cluster_instances(&self, cluster: &str) -> Result<Vec<Instance>, CloudError> {
+        self.call(
+            Method::GET,
+            &format!("/v1/instances?cluster={}", encode(cluster)),
+            None,
+        )
+        .await
+    }
+
     async fn delete_instance(&self, id: &str) -> Result<(), CloudError> {
         self.send(
             Method::DELETE,

@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | `POST /v1/instances` | `InstanceRequest` | `201` `Instance` |
 //! | `GET /v1/instances?tag=T` | | `200` `[Instance]` |
+//! | `GET /v1/instances?cluster=C` | | `200` `[Instance]` |
 //! | `GET /v1/instances/ID` | | `200` `Instance`, `404` |
 //! | `DELETE /v1/instances/ID` | | `204` |
 //! | `GET /v1/flavors/NAME` | | `200` `Flavor`, `404` |
@@ -138,6 +139,7 @@ async fn route(cloud: &SimulatedCloud, request: Request<Incoming>) -> Response<F
     let method = request.method().clone();
     let path = request.uri().path().to_string();
     let tag = query_param(request.uri().query().unwrap_or_default(), "tag");
+    let cluster = query_param(request.uri().query().unwrap_or_default(), "cluster");
     let body = match request.into_body().collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(error) => return bad_request(&format!("cannot read the body: {error}")),
@@ -153,10 +155,11 @@ async fn route(cloud: &SimulatedCloud, request: Request<Incoming>) -> Response<F
                 Err(error) => bad_request(&error.to_string()),
             }
         }
-        (&Method::GET, ["v1", "instances"]) => reply(
-            StatusCode::OK,
-            cloud.find_instances(&tag.unwrap_or_default()).await,
-        ),
+        (&Method::GET, ["v1", "instances"]) => match (tag, cluster) {
+            (Some(tag), None) => reply(StatusCode::OK, cloud.find_instances(&tag).await),
+            (None, Some(cluster)) => reply(StatusCode::OK, cloud.cluster_instances(&cluster).await),
+            _ => bad_request("exactly one of the tag and cluster query parameters is required"),
+        },
         (&Method::GET, ["v1", "instances", id]) => match cloud.get_instance(id).await {
             Ok(None) => empty(StatusCode::NOT_FOUND),
             other => reply(StatusCode::OK, other),

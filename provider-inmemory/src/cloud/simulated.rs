@@ -365,6 +365,19 @@ impl SimulatedCloud {
 
     // ---- simulation ----
 
+    /// The instances a list shows now (lists lag behind creates) that `wanted` picks.
+    fn listed(&self, wanted: impl Fn(&Instance) -> bool) -> Vec<Instance> {
+        let mut state = lock(&self.state);
+        let now = Instant::now();
+        state.settle(now);
+        state
+            .instances
+            .values()
+            .filter(|s| s.listed_at <= now && wanted(&s.instance))
+            .map(|s| s.instance.clone())
+            .collect()
+    }
+
     /// Waits the call latency and decides whether `method` fails.
     async fn call(&self, method: &'static str) -> Result<CloudConfig, CloudError> {
         let config = lock(&self.config).clone();
@@ -432,6 +445,7 @@ impl Compute for SimulatedCloud {
                 },
                 status: InstanceStatus::Building,
                 control_plane: request.etcd_cluster.is_some(),
+                cluster: request.cluster,
             };
             let ready_at = now + self.jittered(config.boot_time, config.jitter);
             state.instances.insert(
@@ -490,15 +504,12 @@ impl Compute for SimulatedCloud {
 
     async fn find_instances(&self, tag: &str) -> Result<Vec<Instance>, CloudError> {
         self.call("find_instances").await?;
-        let mut state = lock(&self.state);
-        state.settle(Instant::now());
-        let now = Instant::now();
-        Ok(state
-            .instances
-            .values()
-            .filter(|s| s.instance.tag == tag && s.listed_at <= now)
-            .map(|s| s.instance.clone())
-            .collect())
+        Ok(self.listed(|instance| instance.tag == tag))
+    }
+
+    async fn cluster_instances(&self, cluster: &str) -> Result<Vec<Instance>, CloudError> {
+        self.call("cluster_instances").await?;
+        Ok(self.listed(|instance| instance.cluster.as_deref() == Some(cluster)))
     }
 
     async fn delete_instance(&self, id: &str) -> Result<(), CloudError> {
@@ -626,6 +637,7 @@ mod tests {
             user_data: None,
             etcd_cluster: None,
             client_token: None,
+            cluster: None,
         }
     }
 
@@ -706,6 +718,33 @@ mod tests {
         // Without a token a second create makes a second instance.
         cloud.create_instance(request("t0")).await.unwrap();
         assert_eq!(cloud.created_with_tag("t0"), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cluster_lists_its_own_instances_after_the_lists_lag() {
+        let cloud = SimulatedCloud::new(CloudConfig {
+            list_lag: Duration::from_secs(1),
+            seed: Some(5),
+            ..CloudConfig::default()
+        });
+        for (tag, cluster) in [("a1", "ns.a"), ("a2", "ns.a"), ("b1", "ns.b")] {
+            let mut made = request(tag);
+            made.cluster = Some(cluster.into());
+            cloud.create_instance(made).await.unwrap();
+        }
+        cloud.create_instance(request("none")).await.unwrap();
+        tokio::time::advance(MAX_LIST_LAG).await;
+        let mut listed: Vec<_> = cloud
+            .cluster_instances("ns.a")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|i| i.tag)
+            .collect();
+        listed.sort();
+        assert_eq!(listed, ["a1", "a2"]);
+        assert_eq!(cloud.cluster_instances("ns.b").await.unwrap().len(), 1);
+        assert!(cloud.cluster_instances("ns").await.unwrap().is_empty());
     }
 
     #[tokio::test]
