@@ -89,6 +89,7 @@ async fn kubelets(machines: Api<Machine>, nodes: Api<Node>) {
                     zone: None,
                     kubelet_port: None,
                     control_plane: false,
+                    cluster: None,
                 };
                 register(&nodes, &node).await.unwrap();
             }

@@ -41,6 +41,7 @@
 pub mod actuator;
 pub mod api;
 pub mod cloud;
+pub mod endpoints;
 pub mod etcd;
 #[cfg(feature = "real-etcd")]
 pub mod kubelet;

@@ -8,7 +8,9 @@
 //! Like a kubelet, it also finishes the deletion of pods on its nodes once they are terminating
 //! (an evicted pod is gone as soon as the simulated kubelet sees it), so that node drains complete.
 //!
-//! Simulated clusters may share one workload API server; nodes are told apart by provider ID.
+//! Simulated clusters may share one workload API server; nodes are told apart by provider ID, and
+//! labelled with their cluster so that each cluster's own endpoint ([`crate::endpoints`]) shows
+//! its nodes and static pods only.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -36,6 +38,9 @@ pub struct RunningHost {
     pub zone: Option<String>,
     /// It runs kubeadm's control plane (static pods, a stacked etcd member).
     pub control_plane: bool,
+    /// The cluster it belongs to, `(namespace, name)`, when known: its node and static pods are
+    /// labelled with it ([`crate::endpoints`]).
+    pub cluster: Option<(String, String)>,
 }
 
 /// Where the machines a [`NodeRegistrar`] registers come from: the [`SimulatedCloud`], or a real
@@ -63,6 +68,10 @@ impl Hosts for SimulatedCloud {
                 address: i.address,
                 zone: i.zone,
                 control_plane: i.control_plane,
+                cluster: i.cluster.as_deref().and_then(|key| {
+                    key.split_once('.')
+                        .map(|(namespace, name)| (namespace.to_string(), name.to_string()))
+                }),
             })
             .collect())
     }
@@ -243,10 +252,12 @@ impl NodeRegistrar {
                 zone: host.zone.clone(),
                 kubelet_port: self.start_kubelet(&host).await,
                 control_plane: host.control_plane,
+                cluster: host.cluster.clone(),
             };
             register(&self.nodes, &registration).await?;
             if host.control_plane {
-                start_control_plane_pods(&self.kube_system(), &host.name).await?;
+                start_control_plane_pods(&self.kube_system(), &host.name, host.cluster.as_ref())
+                    .await?;
                 if let Some(config) = self.hosts.init_cluster_configuration(&host).await {
                     upload_kubeadm_config(&self.nodes.clone().into_client(), &config).await?;
                 }
@@ -301,6 +312,11 @@ pub struct NodeRegistration {
     /// A control-plane node: labelled `node-role.kubernetes.io/control-plane` (and tainted
     /// `NoSchedule`), as `kubeadm init` and `kubeadm join --control-plane` leave it.
     pub control_plane: bool,
+    /// The cluster, `(namespace, name)`, the node is labelled with
+    /// ([`CLUSTER_NAMESPACE_LABEL`](crate::endpoints::CLUSTER_NAMESPACE_LABEL),
+    /// [`CLUSTER_NAME_LABEL`](crate::endpoints::CLUSTER_NAME_LABEL)), so that the cluster's own
+    /// endpoint ([`crate::endpoints`]) lists it.
+    pub cluster: Option<(String, String)>,
 }
 
 /// Registers `node` like a kubelet that has just started: creates the `Node` (labelled
@@ -316,6 +332,7 @@ pub async fn register(nodes: &Api<Node>, node: &NodeRegistration) -> Result<(), 
         ),
     ]
     .into();
+    labels.extend(cluster_labels(node.cluster.as_ref()));
     let mut taints = None;
     if node.control_plane {
         labels.insert(CONTROL_PLANE_NODE_LABEL.to_string(), String::new());
@@ -403,15 +420,37 @@ pub async fn upload_kubeadm_config(
     }
 }
 
+/// The labels telling which cluster a node or static pod belongs to (none when unknown).
+fn cluster_labels(cluster: Option<&(String, String)>) -> Vec<(String, String)> {
+    cluster
+        .map(|(namespace, name)| {
+            vec![
+                (
+                    crate::endpoints::CLUSTER_NAMESPACE_LABEL.to_string(),
+                    namespace.clone(),
+                ),
+                (
+                    crate::endpoints::CLUSTER_NAME_LABEL.to_string(),
+                    name.clone(),
+                ),
+            ]
+        })
+        .unwrap_or_default()
+}
+
 /// The labels of kubeadm's static pods.
 const STATIC_POD_SELECTOR: &str = "tier=control-plane";
 
 /// Runs kubeadm's control-plane static pods on `node` as its kubelet mirrors them into the API
 /// server: `kube-apiserver-<node>`, `kube-controller-manager-<node>`, `kube-scheduler-<node>` and
 /// `etcd-<node>` in `kube-system` (labels `component`, `tier=control-plane`; the
-/// `kubernetes.io/config.mirror` annotation), each `Running` and `Ready` (an existing pod is made
-/// so again). `pods` is the workload cluster's `kube-system`.
-pub async fn start_control_plane_pods(pods: &Api<Pod>, node: &str) -> Result<(), kube::Error> {
+/// `kubernetes.io/config.mirror` annotation; the `cluster`'s labels when known), each `Running`
+/// and `Ready` (an existing pod is made so again). `pods` is the workload cluster's `kube-system`.
+pub async fn start_control_plane_pods(
+    pods: &Api<Pod>,
+    node: &str,
+    cluster: Option<&(String, String)>,
+) -> Result<(), kube::Error> {
     for component in [
         "kube-apiserver",
         "kube-controller-manager",
@@ -419,10 +458,16 @@ pub async fn start_control_plane_pods(pods: &Api<Pod>, node: &str) -> Result<(),
         "etcd",
     ] {
         let name = format!("{component}-{node}");
+        let mut labels = serde_json::Map::new();
+        labels.insert("component".into(), json!(component));
+        labels.insert("tier".into(), json!("control-plane"));
+        for (key, value) in cluster_labels(cluster) {
+            labels.insert(key, json!(value));
+        }
         let pod: Pod = serde_json::from_value(json!({
             "metadata": {
                 "name": name,
-                "labels": {"component": component, "tier": "control-plane"},
+                "labels": labels,
                 "annotations": {
                     "kubernetes.io/config.mirror": format!("simulated-{component}"),
                     "kubernetes.io/config.source": "file",

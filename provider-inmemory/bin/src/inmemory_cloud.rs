@@ -5,10 +5,14 @@
 //! inmemory-cloud [--listen 127.0.0.1:0] [--boot-time-ms N] [--delete-time-ms N] [--call-latency-ms N]
 //!                [--jitter F] [--max-instances N] [--error-rate F] [--lost-create-response-rate F]
 //!                [--seed N] [--list-lag-ms N] [--workload-kubeconfig FILE]
+//!                [--workload-endpoints HOST:PORT]
 //! ```
 //!
 //! Prints `listening on http://ADDR` on the first line of standard output once it accepts requests.
-//! With `--workload-kubeconfig`, every running instance is registered as a `Node` there.
+//! With `--workload-kubeconfig`, every running instance is registered as a `Node` there; with
+//! `--workload-endpoints` too, each cluster gets its own API endpoint over that API server
+//! (`provider_inmemory::endpoints`: `http://ADDR/clusters/<namespace>/<name>`), announced on the
+//! second line as `workload endpoints on http://ADDR`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,12 +20,14 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use provider_inmemory::cloud::{CloudConfig, CloudServer, Faults, SimulatedCloud};
+use provider_inmemory::endpoints::WorkloadEndpoints;
 use provider_inmemory::nodes::NodeRegistrar;
 
 struct Args {
     listen: SocketAddr,
     config: CloudConfig,
     workload_kubeconfig: Option<String>,
+    workload_endpoints: Option<SocketAddr>,
 }
 
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Args> {
@@ -29,6 +35,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args> {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         config: CloudConfig::default(),
         workload_kubeconfig: None,
+        workload_endpoints: None,
     };
     let mut faults = Faults::default();
     while let Some(flag) = args.next() {
@@ -65,10 +72,20 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args> {
                 parsed.config.seed = Some(value()?.parse().context("--seed expects a number")?)
             }
             "--workload-kubeconfig" => parsed.workload_kubeconfig = Some(value()?),
+            "--workload-endpoints" => {
+                parsed.workload_endpoints = Some(
+                    value()?
+                        .parse()
+                        .context("--workload-endpoints expects HOST:PORT")?,
+                )
+            }
             other => bail!("unknown argument {other:?}; see the crate docs for the flags"),
         }
     }
     parsed.config.faults = faults;
+    if parsed.workload_endpoints.is_some() && parsed.workload_kubeconfig.is_none() {
+        bail!("--workload-endpoints needs --workload-kubeconfig: the API server they forward to");
+    }
     Ok(parsed)
 }
 
@@ -82,14 +99,26 @@ async fn main() -> Result<()> {
     let server = CloudServer::start(Arc::clone(&cloud), args.listen)
         .await
         .context("binding the listen address")?;
+    let mut endpoints = None;
     if let Some(path) = args.workload_kubeconfig {
         let yaml = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
         let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml)?;
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
-        let registrar = NodeRegistrar::new(kube::Client::try_from(config)?, cloud.clone());
+        let client = kube::Client::try_from(config)?;
+        if let Some(addr) = args.workload_endpoints {
+            endpoints = Some(
+                WorkloadEndpoints::start(client.clone(), addr)
+                    .await
+                    .context("binding the workload endpoints' address")?,
+            );
+        }
+        let registrar = NodeRegistrar::new(client, cloud.clone());
         tokio::spawn(registrar.run(Duration::from_millis(200)));
     }
     println!("listening on {}", server.url());
+    if let Some(endpoints) = &endpoints {
+        println!("workload endpoints on {}", endpoints.url());
+    }
     tokio::signal::ctrl_c().await?;
     Ok(())
 }

@@ -111,3 +111,23 @@ async fn the_cloud_process_serves_its_api_and_keeps_state_between_clients() {
         Err(CloudError::Unreachable { .. })
     ));
 }
+
+#[tokio::test]
+async fn workload_endpoints_without_a_workload_api_server_are_refused_clearly() {
+    let output = Command::new(env!("CARGO_BIN_EXE_inmemory-cloud"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--workload-endpoints",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--workload-endpoints needs --workload-kubeconfig"),
+        "{stderr}"
+    );
+}

@@ -76,6 +76,7 @@ async fn kubelets(session: Session, nodes: Api<Node>, tag: String) {
                 zone: server.availability_zone.clone(),
                 kubelet_port: None,
                 control_plane: false,
+                cluster: None,
             };
             if register(&nodes, &node).await.is_ok() {
                 registered.insert(server.id);

@@ -165,6 +165,8 @@ pub(crate) struct Rig {
     pub(crate) cloud: RemoteCloud,
     cloud_process: Process,
     cloud_url: String,
+    /// The simulated cloud's per-cluster API endpoints ([`provider_inmemory::endpoints`]).
+    endpoints_url: String,
     /// The manager replicas' processes (`None`: not running).
     managers: Vec<Option<Process>>,
     manager_options: ManagerOptions,
@@ -202,7 +204,7 @@ impl Rig {
             .create(&PostParams::default(), &ns)
             .await?;
 
-        let (cloud_process, cloud_url) = start_cloud(bin_dir, cloud, &workload)?;
+        let (cloud_process, cloud_url, endpoints_url) = start_cloud(bin_dir, cloud, &workload)?;
         let log_path =
             std::env::temp_dir().join(format!("capi-rs-bench-manager-{}.log", std::process::id()));
         std::fs::File::create(&log_path)?;
@@ -219,6 +221,7 @@ impl Rig {
             cloud: RemoteCloud::new(cloud_url.clone()),
             cloud_process,
             cloud_url,
+            endpoints_url,
             manager_options,
             bin_dir: bin_dir.to_path_buf(),
             log_path,
@@ -353,13 +356,16 @@ impl Rig {
         &self.log_path
     }
 
-    /// A `<cluster>-kubeconfig` Secret in `namespace` pointing at the workload API server, where
-    /// the simulated kubelets register the nodes of every cluster (told apart by provider ID).
-    pub(crate) fn workload_kubeconfig(&self, cluster: &str) -> Result<Secret> {
+    /// A `<cluster>-kubeconfig` Secret for `namespace` pointing at the cluster's own endpoint in
+    /// the simulated cloud ([`provider_inmemory::endpoints`]): the shared workload API server,
+    /// where the simulated kubelets register every cluster's nodes, seen as that cluster alone.
+    pub(crate) fn workload_kubeconfig(&self, cluster: &str, namespace: &str) -> Result<Secret> {
+        let kubeconfig =
+            provider_inmemory::endpoints::kubeconfig_yaml(&self.endpoints_url, namespace, cluster);
         Ok(serde_json::from_value(json!({
             "metadata": {"name": format!("{cluster}-kubeconfig"),
                          "labels": {"cluster.x-k8s.io/cluster-name": cluster}},
-            "stringData": {"value": self.workload.kubeconfig_yaml()},
+            "stringData": {"value": kubeconfig},
         }))?)
     }
 
@@ -375,7 +381,10 @@ impl Rig {
         let objects =
             super::stack::generated_cluster_of_version(name, namespace, machines - 1, "v1.33.0")?;
         Api::namespaced(self.client.clone(), namespace)
-            .create(&PostParams::default(), &self.workload_kubeconfig(name)?)
+            .create(
+                &PostParams::default(),
+                &self.workload_kubeconfig(name, namespace)?,
+            )
             .await?;
         Ok(objects)
     }
@@ -448,33 +457,39 @@ impl Rig {
     }
 }
 
-/// Spawns `inmemory-cloud` with its kubelets registering nodes in `workload`; returns it and its
-/// URL.
+/// Spawns `inmemory-cloud` with its kubelets registering nodes in `workload` and an endpoint per
+/// cluster over it; returns it, its URL and its endpoints' URL.
 fn start_cloud(
     bin_dir: &Path,
     options: &CloudOptions,
     workload: &ControlPlane,
-) -> Result<(Process, String)> {
+) -> Result<(Process, String, String)> {
     use std::io::BufRead;
     let mut child = Command::new(bin_dir.join("inmemory-cloud"))
         .args(["--listen", "127.0.0.1:0"])
         .args(options.args())
         .arg("--workload-kubeconfig")
         .arg(workload.kubeconfig_path())
+        .args(["--workload-endpoints", "127.0.0.1:0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .context("starting inmemory-cloud")?;
     let stdout = child.stdout.take().context("no stdout")?;
     let process = Process(child);
-    let mut first = String::new();
-    std::io::BufReader::new(stdout).read_line(&mut first)?;
-    let url = first
-        .trim()
-        .strip_prefix("listening on ")
-        .with_context(|| format!("inmemory-cloud said {first:?}"))?
-        .to_string();
-    Ok((process, url))
+    let mut lines = std::io::BufReader::new(stdout);
+    let mut announced = |prefix: &str| -> Result<String> {
+        let mut line = String::new();
+        lines.read_line(&mut line)?;
+        Ok(line
+            .trim()
+            .strip_prefix(prefix)
+            .with_context(|| format!("inmemory-cloud said {line:?}, expected {prefix:?}…"))?
+            .to_string())
+    };
+    let url = announced("listening on ")?;
+    let endpoints = announced("workload endpoints on ")?;
+    Ok((process, url, endpoints))
 }
 
 /// Creates `object` (JSON of kind `K`) in `namespace`.

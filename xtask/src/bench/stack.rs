@@ -262,7 +262,10 @@ impl Running {
         match &self.world {
             World::Ours(rig) => {
                 Api::namespaced(self.client.clone(), &self.namespace)
-                    .create(&PostParams::default(), &rig.workload_kubeconfig(name)?)
+                    .create(
+                        &PostParams::default(),
+                        &rig.workload_kubeconfig(name, &self.namespace)?,
+                    )
                     .await?;
                 Ok(objects)
             }

@@ -93,6 +93,7 @@ impl NovaHosts {
                 address: loopback_stand_in(address).to_string(),
                 zone: server.availability_zone.clone(),
                 control_plane,
+                cluster: None,
             },
             init_cluster_configuration: user_data
                 .as_ref()
