@@ -8,9 +8,10 @@
 //! no controller reads — and decodes each change once.
 //!
 //! Guarantees of a subscriber's stream ([`Informer::events`]):
-//! - it starts with a complete list: a subscriber that joins before the first list is in gets the
-//!   list as it arrives (`Init`, `InitApply`…, `InitDone`); one that joins later gets the store's
-//!   contents as such a list, then every change after it;
+//! - it starts with one complete list (`Init`, `InitApply`…, `InitDone`): the store's contents,
+//!   given at once to a subscriber that joins while no list is under way, or at the end of the
+//!   list under way (the first, or a re-list after the watch lost its place) to one that joins
+//!   during it; then every change after it;
 //! - it sees every change (`Apply`, `Delete`, re-lists) after that, in the watch's order; a change
 //!   may be seen twice around the moment it joins, never missed;
 //! - it never blocks the watch or the other subscribers (each stream has its own unbounded queue,
@@ -55,8 +56,8 @@ impl Debug for Informers {
 struct Key {
     kind: TypeId,
     url: String,
-    labels: Option<String>,
-    fields: Option<String>,
+    /// The whole watch configuration (selectors, page size, timeouts, list strategy).
+    config: String,
 }
 
 impl Informers {
@@ -79,8 +80,9 @@ impl Informers {
     }
 
     /// The informer of `api`'s objects matching `config`'s selectors: the one already running for
-    /// the same kind, URL (namespace) and selectors, else a new one whose watch starts now. The
-    /// stored objects have no managed fields. Must be called within a Tokio runtime.
+    /// the same kind, URL (namespace) and watch configuration, else a new one whose watch starts
+    /// now (through `api`'s client). The stored objects have no managed fields. Must be called
+    /// within a Tokio runtime.
     pub fn informer<K>(&self, api: Api<K>, config: watcher::Config) -> Informer<K>
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -88,8 +90,7 @@ impl Informers {
         let key = Key {
             kind: TypeId::of::<K>(),
             url: api.resource_url().to_string(),
-            labels: config.label_selector.clone(),
-            fields: config.field_selector.clone(),
+            config: format!("{config:?}"),
         };
         let mut by_key = lock(&self.by_key);
         if let Some(hub) = by_key
@@ -172,8 +173,11 @@ struct Hub<K: Resource<DynamicType = ()> + Clone + 'static> {
 }
 
 struct HubState<K> {
-    /// The first list is in: a new subscriber is given the store's contents at once.
+    /// The first list is in: a new subscriber is given the store's contents at once…
     listed: bool,
+    /// …unless a (re-)list is under way: then it waits for its end, so that what it gets is one
+    /// whole list, never the old store followed by the tail of a new list.
+    listing: bool,
     subscribers: Vec<mpsc::UnboundedSender<watcher::Event<K>>>,
     /// Subscribers that joined while the first list was under way: given the store at its end.
     waiting: Vec<mpsc::UnboundedSender<watcher::Event<K>>>,
@@ -197,6 +201,7 @@ where
             store,
             state: Mutex::new(HubState {
                 listed: false,
+                listing: false,
                 subscribers: Vec::new(),
                 waiting: Vec::new(),
             }),
@@ -234,7 +239,7 @@ where
 
     fn subscribe(&self, sender: mpsc::UnboundedSender<watcher::Event<K>>) {
         let mut state = lock(&self.state);
-        if state.listed {
+        if state.listed && !state.listing {
             self.seed(&sender);
             state.subscribers.push(sender);
         } else {
@@ -257,8 +262,12 @@ where
         state
             .subscribers
             .retain(|subscriber| subscriber.send(event.clone()).is_ok());
+        if matches!(event, watcher::Event::Init) {
+            state.listing = true;
+        }
         if matches!(event, watcher::Event::InitDone) {
             state.listed = true;
+            state.listing = false;
             let waiting = std::mem::take(&mut state.waiting);
             for subscriber in waiting {
                 self.seed(&subscriber);
@@ -394,6 +403,39 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_subscriber_joining_during_a_re_list_gets_the_new_list_whole() {
+        let (informer, mut writer) = fed();
+        feed(&informer, &mut writer, watcher::Event::Init);
+        feed(
+            &informer,
+            &mut writer,
+            watcher::Event::InitApply(map("a", "1")),
+        );
+        feed(&informer, &mut writer, watcher::Event::InitDone);
+        // The watch lost its place: a re-list, during which someone joins.
+        feed(&informer, &mut writer, watcher::Event::Init);
+        feed(
+            &informer,
+            &mut writer,
+            watcher::Event::InitApply(map("b", "1")),
+        );
+        let mut joined = Box::pin(informer.events());
+        feed(
+            &informer,
+            &mut writer,
+            watcher::Event::InitApply(map("c", "1")),
+        );
+        feed(&informer, &mut writer, watcher::Event::InitDone);
+        let mut seen = names(&drain(&mut joined).await);
+        seen[1..3].sort();
+        assert_eq!(
+            seen,
+            ["init", "list b", "list c", "done"],
+            "not the old store (a)"
+        );
+    }
+
+    #[tokio::test]
     async fn a_dropped_subscriber_is_forgotten_and_does_not_hold_the_others() {
         let (informer, mut writer) = fed();
         let kept = informer.events();
@@ -429,6 +471,11 @@ mod tests {
         let selected = informers.informer(api(), watcher::Config::default().labels("x=y"));
         assert!(!Arc::ptr_eq(&a.hub, &other_namespace.hub));
         assert!(!Arc::ptr_eq(&a.hub, &selected.hub));
+        let paged = informers.informer(api(), watcher::Config::default().page_size(10));
+        assert!(
+            !Arc::ptr_eq(&a.hub, &paged.hub),
+            "another watch configuration"
+        );
         let shared = informers.shared::<Mutex<Vec<u8>>>();
         assert!(Arc::ptr_eq(
             &shared,

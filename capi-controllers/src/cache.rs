@@ -126,15 +126,18 @@ pub(crate) fn receiver_stream<T: Send + 'static>(
 }
 
 /// Keeps `writer`'s store filled from a watch of `api` on a task of its own, each object cut down
-/// by `slim` to what the controllers read before it is stored, calling `on_change` with each
-/// object that changed. Returns the flag that turns true once the first list is in
-/// (a cache that is not yet may be missing objects; read from the API server until then) and the
-/// task (abort it to stop watching). A failed watch is retried with
+/// by `slim` to what the controllers read before it is stored, calling `on_event` with each watch
+/// event once the store has taken it (to keep an index beside the store: the events say what the
+/// store did — a first list is staged and swapped in at its end, as the store does) and
+/// `on_change` with each object that changed. Returns the flag that turns true once the first
+/// list is in (a cache that is not yet may be missing objects; read from the API server until
+/// then) and the task (abort it to stop watching). A failed watch is retried with
 /// [`WatchBackoff`](capi_actuator::retry::WatchBackoff), so the cache never stops by itself.
 pub(crate) fn spawn_cache<K>(
     api: Api<K>,
     writer: Writer<K>,
     slim: fn(&mut K),
+    on_event: impl Fn(&watcher::Event<K>) + Send + Sync + 'static,
     on_change: impl Fn(K) + Send + Sync + 'static,
 ) -> (Arc<AtomicBool>, tokio::task::JoinHandle<()>)
 where
@@ -150,8 +153,11 @@ where
             .modify(slim)
             .reflect(writer)
             .inspect(move |event| {
-                if matches!(event, Ok(watcher::Event::InitDone)) {
-                    flag.store(true, Ordering::Release);
+                if let Ok(event) = event {
+                    on_event(event);
+                    if matches!(event, watcher::Event::InitDone) {
+                        flag.store(true, Ordering::Release);
+                    }
                 }
             })
             .touched_objects()

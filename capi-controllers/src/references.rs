@@ -174,11 +174,18 @@ impl References {
         let subscribers = Arc::clone(&self.watches.subscribers);
         // Managed fields are often the bulk of an object, and nothing reads them.
         let slim = |object: &mut DynamicObject| object.metadata.managed_fields = None;
-        let (synced, task) = crate::cache::spawn_cache(api, writer, slim, move |object| {
-            let object = Arc::new(object);
-            // A receiver is gone only when its controller stopped.
-            lock(&subscribers).retain(|subscriber| subscriber.send(Arc::clone(&object)).is_ok());
-        });
+        let (synced, task) = crate::cache::spawn_cache(
+            api,
+            writer,
+            slim,
+            |_| {},
+            move |object| {
+                let object = Arc::new(object);
+                // A receiver is gone only when its controller stopped.
+                lock(&subscribers)
+                    .retain(|subscriber| subscriber.send(Arc::clone(&object)).is_ok());
+            },
+        );
         lock(&self.watches.tasks).push(task);
         let watched = Arc::new(Watched {
             resource,

@@ -268,14 +268,19 @@ impl InMemoryActuator {
             .and_then(instance_id)
         {
             if let Some(cluster) = steady_cluster(scope) {
-                let listed = self
+                match self
                     .listings
                     .running(&cluster, id, || {
                         self.retried(|| self.compute.cluster_instances(&cluster))
                     })
-                    .await?;
-                if listed.is_some() {
-                    return Ok(listed);
+                    .await
+                {
+                    Ok(Some(listed)) => return Ok(Some(listed)),
+                    Ok(None) => {}
+                    // The instance alone may still be read.
+                    Err(error) => {
+                        tracing::debug!(%cluster, %error, "listing the cluster's instances failed")
+                    }
                 }
             }
             return self.retried(|| self.compute.get_instance(id)).await;

@@ -12,11 +12,15 @@
 //! through a cluster's endpoint gets those labels added to its selector. The controllers talking
 //! to it run the same code as against a real cluster.
 //!
-//! What it does not separate: objects reached by name (a node, a ConfigMap in `kube-system`) are
-//! the shared server's — node names are instance IDs, unique across clusters; per-cluster
-//! singletons such as `kube-system/kubeadm-config` are one object for all clusters. Upgrades
-//! (port-forward, exec) are refused with 501. It authenticates nobody: it listens on loopback for
-//! tests and benchmarks.
+//! Collection deletes of nodes and pods are scoped the same way (a cluster's `delete_collection`
+//! never reaches another's pods). What it does not separate: objects reached by name (a node, a
+//! ConfigMap in `kube-system`) are the shared server's — node names are instance IDs, unique
+//! across clusters; per-cluster singletons such as `kube-system/kubeadm-config` are one object for
+//! all clusters; a node or pod created through an endpoint is not labelled with its cluster (the
+//! simulated kubelets create them directly, nothing else does here). Upgrades (port-forward,
+//! exec) are refused with 501. It authenticates nobody, so it listens on loopback only, and
+//! forwards with its own credentials: the caller's `Authorization` and impersonation headers are
+//! dropped.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -56,7 +60,18 @@ impl Drop for WorkloadEndpoints {
 impl WorkloadEndpoints {
     /// Serves every cluster's endpoint on `addr` (port 0 picks a free port), forwarding to the
     /// shared workload API server through `client`.
+    /// `client` should not retry by itself (`kube::Config::default_retry` false): a 429 (an
+    /// eviction a PodDisruptionBudget refuses) is an answer for the caller, not for the proxy.
+    /// Refuses a non-loopback `addr`: the endpoints authenticate nobody.
     pub async fn start(client: kube::Client, addr: SocketAddr) -> std::io::Result<Self> {
+        if !addr.ip().is_loopback() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "the workload endpoints authenticate nobody: {addr} is not a loopback address"
+                ),
+            ));
+        }
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let task = tokio::spawn(serve(client, listener));
@@ -130,7 +145,8 @@ fn target(method: &http::Method, path: &str, query: Option<&str>) -> Option<Targ
     let cluster = parts.next().filter(|s| !s.is_empty())?.to_string();
     let rest = format!("/{}", parts.next().unwrap_or_default());
     let selector = format!("{CLUSTER_NAMESPACE_LABEL}={namespace},{CLUSTER_NAME_LABEL}={cluster}");
-    let scoped = method == http::Method::GET && is_scoped_collection(&rest);
+    let scoped =
+        matches!(*method, http::Method::GET | http::Method::DELETE) && is_scoped_collection(&rest);
     let mut pairs: Vec<String> = query
         .unwrap_or_default()
         .split('&')
@@ -138,17 +154,18 @@ fn target(method: &http::Method, path: &str, query: Option<&str>) -> Option<Targ
         .map(str::to_string)
         .collect();
     if scoped {
-        let ours = encode(&selector);
-        match pairs
-            .iter_mut()
-            .find(|pair| pair.starts_with("labelSelector="))
-        {
-            Some(pair) if pair.len() > "labelSelector=".len() => {
-                pair.push_str(&format!("%2C{ours}"));
-            }
-            Some(pair) => *pair = format!("labelSelector={ours}"),
-            None => pairs.push(format!("labelSelector={ours}")),
-        }
+        let is_selector =
+            |pair: &String| pair == "labelSelector" || pair.starts_with("labelSelector=");
+        // Every selector the caller gave, and ours, as one (the API server reads the first).
+        let mut all: Vec<String> = pairs
+            .iter()
+            .filter(|pair| is_selector(pair))
+            .filter_map(|pair| pair.split_once('=').map(|(_, value)| value.to_string()))
+            .filter(|value| !value.is_empty())
+            .collect();
+        pairs.retain(|pair| !is_selector(pair));
+        all.push(encode(&selector));
+        pairs.push(format!("labelSelector={}", all.join("%2C")));
     }
     let path_and_query = if pairs.is_empty() {
         rest
@@ -163,13 +180,14 @@ fn target(method: &http::Method, path: &str, query: Option<&str>) -> Option<Targ
 }
 
 /// The collections a cluster holds only its own objects of: nodes, and pods (all, or one
-/// namespace's).
+/// namespace's), also under the legacy `/api/v1/watch/…` paths.
 fn is_scoped_collection(path: &str) -> bool {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    matches!(
-        segments.as_slice(),
-        ["api", "v1", "nodes"] | ["api", "v1", "pods"] | ["api", "v1", "namespaces", _, "pods"]
-    )
+    let collection = match segments.as_slice() {
+        ["api", "v1", "watch", rest @ ..] | ["api", "v1", rest @ ..] => rest,
+        _ => return false,
+    };
+    matches!(collection, ["nodes"] | ["pods"] | ["namespaces", _, "pods"])
 }
 
 /// Percent-encodes a query value (everything but unreserved characters).
@@ -216,11 +234,22 @@ async fn forward(client: &kube::Client, request: Request<Incoming>) -> Response<
         .method(parts.method)
         .uri(target.path_and_query.as_str());
     for (name, value) in &parts.headers {
-        // The shared server's own credentials and connection are the client's.
-        if !matches!(
+        // The shared server's own credentials and connection are the client's: no caller's
+        // credentials or impersonation, no hop-by-hop headers.
+        let hop_by_hop = matches!(
             *name,
-            header::HOST | header::AUTHORIZATION | header::CONNECTION | header::CONTENT_LENGTH
-        ) {
+            header::HOST
+                | header::AUTHORIZATION
+                | header::CONNECTION
+                | header::CONTENT_LENGTH
+                | header::TE
+                | header::TRAILER
+                | header::TRANSFER_ENCODING
+                | header::PROXY_AUTHORIZATION
+                | header::PROXY_AUTHENTICATE
+        ) || name.as_str() == "keep-alive";
+        let impersonating = name.as_str().starts_with("impersonate-");
+        if !hop_by_hop && !impersonating {
             upstream = upstream.header(name, value);
         }
     }
@@ -294,6 +323,40 @@ mod tests {
             all_pods.path_and_query,
             format!("/api/v1/pods?labelSelector={SELECTOR}")
         );
+        // A bare or repeated selector cannot slip past ours (the API server reads the first).
+        let bare = target(
+            &get,
+            "/clusters/ns/c1/api/v1/nodes",
+            Some("labelSelector&labelSelector=a%3Db&limit=5"),
+        )
+        .unwrap();
+        assert_eq!(
+            bare.path_and_query,
+            format!("/api/v1/nodes?limit=5&labelSelector=a%3Db%2C{SELECTOR}")
+        );
+        let legacy = target(
+            &get,
+            "/clusters/ns/c1/api/v1/watch/namespaces/kube-system/pods",
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            legacy.path_and_query,
+            format!("/api/v1/watch/namespaces/kube-system/pods?labelSelector={SELECTOR}")
+        );
+        // A collection delete reaches this cluster's pods only.
+        let delete = target(
+            &http::Method::DELETE,
+            "/clusters/ns/c1/api/v1/namespaces/kube-system/pods",
+            Some("fieldSelector=spec.nodeName%3Di-1"),
+        )
+        .unwrap();
+        assert_eq!(
+            delete.path_and_query,
+            format!(
+                "/api/v1/namespaces/kube-system/pods?fieldSelector=spec.nodeName%3Di-1&labelSelector={SELECTOR}"
+            )
+        );
     }
 
     #[test]
@@ -311,8 +374,8 @@ mod tests {
             ),
             (
                 http::Method::DELETE,
-                "/clusters/ns/c1/api/v1/namespaces/kube-system/pods",
-                "/api/v1/namespaces/kube-system/pods",
+                "/clusters/ns/c1/api/v1/namespaces/kube-system/pods/p",
+                "/api/v1/namespaces/kube-system/pods/p",
             ),
             (
                 http::Method::GET,

@@ -175,6 +175,16 @@ async fn other_paths_and_upgrades_get_clear_answers() {
     let endpoints = WorkloadEndpoints::start(shared, "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
+    let refused = WorkloadEndpoints::start(
+        workload.client().await.unwrap(),
+        "0.0.0.0:0".parse().unwrap(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        refused.to_string().contains("not a loopback address"),
+        "{refused}"
+    );
     let http = reqwest_like(&endpoints.url(), "/api/v1/nodes", None).await;
     assert!(http.starts_with("HTTP/1.1 404"), "{http}");
     let upgrade = reqwest_like(

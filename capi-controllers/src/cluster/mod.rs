@@ -111,19 +111,35 @@ pub(crate) async fn run(
                 .filter(|r| r.kind == "Cluster" && r.api_version.starts_with("cluster.x-k8s.io/"))
                 .map(|r| ObjectRef::new(&r.name).within(&namespace))
                 .collect();
-            clusters.extend(
-                referring
-                    .state()
-                    .iter()
-                    .filter(|c| c.namespace().as_deref() == Some(namespace.as_str()))
-                    .filter(|c| {
-                        [&c.spec.control_plane_ref, &c.spec.infrastructure_ref]
-                            .into_iter()
-                            .flatten()
-                            .any(|r| r.name == name)
-                    })
-                    .map(|c| ObjectRef::from_obj(c.as_ref())),
-            );
+            // The changes of every referenced kind of the manager arrive here (the watches are
+            // shared): an object another controller owns (a Machine's infrastructure machine or
+            // bootstrap config) is no cluster's reference; the others are matched by kind, group
+            // and name.
+            let owned_elsewhere = object
+                .owner_references()
+                .iter()
+                .any(|r| r.controller == Some(true) && r.kind != "Cluster");
+            let (kind, api_version) = object
+                .types
+                .as_ref()
+                .map(|t| (t.kind.clone(), t.api_version.clone()))
+                .unwrap_or_default();
+            let group = api_version.rsplit_once('/').map_or("", |(group, _)| group);
+            if !owned_elsewhere {
+                clusters.extend(
+                    referring
+                        .state()
+                        .iter()
+                        .filter(|c| c.namespace().as_deref() == Some(namespace.as_str()))
+                        .filter(|c| {
+                            [&c.spec.control_plane_ref, &c.spec.infrastructure_ref]
+                                .into_iter()
+                                .flatten()
+                                .any(|r| r.name == name && r.kind == kind && r.api_group == group)
+                        })
+                        .map(|c| ObjectRef::from_obj(c.as_ref())),
+                );
+            }
             stream::iter(clusters)
         });
     let concurrency = reconciler.concurrency();

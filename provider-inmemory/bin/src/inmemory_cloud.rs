@@ -104,15 +104,17 @@ async fn main() -> Result<()> {
         let yaml = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
         let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml)?;
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
-        let client = kube::Client::try_from(config)?;
         if let Some(addr) = args.workload_endpoints {
+            // A 429 or 503 is the caller's answer: the proxy passes it on, never retries it.
+            let mut forwarding = config.clone();
+            forwarding.default_retry = false;
             endpoints = Some(
-                WorkloadEndpoints::start(client.clone(), addr)
+                WorkloadEndpoints::start(kube::Client::try_from(forwarding)?, addr)
                     .await
                     .context("binding the workload endpoints' address")?,
             );
         }
-        let registrar = NodeRegistrar::new(client, cloud.clone());
+        let registrar = NodeRegistrar::new(kube::Client::try_from(config)?, cloud.clone());
         tokio::spawn(registrar.run(Duration::from_millis(200)));
     }
     println!("listening on {}", server.url());
