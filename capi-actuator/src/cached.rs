@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use futures::Stream;
 use k8s_openapi::NamespaceResourceScope;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
@@ -44,8 +44,10 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Cached<K> {
 }
 
 /// A cache of `api`'s objects (managed fields dropped), and the stream of changes that fills it:
-/// hand it to `Controller::watches_stream` (filtered as the controller needs), which drives it.
-/// Reads that miss the store go to `api`'s client.
+/// hand it to `Controller::watches_stream` (filtered as the controller needs). Reads that miss the
+/// store go to `api`'s client. The watch is an [`Informer`](crate::informer::Informer) of its own
+/// (a manager's controllers share theirs through `Reconciler::cached`); it starts now, so this is
+/// called within a Tokio runtime, and lasts while the stream does.
 pub fn cached<K>(
     api: Api<K>,
 ) -> (
@@ -61,14 +63,24 @@ where
         + Sync
         + 'static,
 {
-    let (store, writer) = reflector::store();
     let client = api.clone().into_client();
-    let changes = watcher(api, watcher::Config::default())
-        .backoff(crate::retry::WatchBackoff::default())
-        .modify(|object| object.meta_mut().managed_fields = None)
-        .reflect(writer)
-        .touched_objects();
-    (Cached { store, client }, changes)
+    let informer = crate::informer::Informers::default().informer(api, watcher::Config::default());
+    of_informer(&informer, client)
+}
+
+/// The cache of `informer`'s store (reads that miss it go to `client`) and a new stream of its
+/// changes.
+pub(crate) fn of_informer<K>(
+    informer: &crate::informer::Informer<K>,
+    client: Client,
+) -> (
+    Cached<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static + use<K>,
+)
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
+{
+    (Cached::new(informer.store(), client), informer.changes())
 }
 
 impl<K> Cached<K>
@@ -113,7 +125,7 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{e}")),
         );
         let client = Client::try_from(config).unwrap_or_else(|e| panic!("{e}"));
-        let (store, mut writer) = reflector::store::<ConfigMap>();
+        let (store, mut writer) = kube::runtime::reflector::store::<ConfigMap>();
         let object: ConfigMap = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "a", "namespace": "ns", "uid": "u"}
         }))

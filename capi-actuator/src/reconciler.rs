@@ -188,11 +188,7 @@ impl<K: Resource<DynamicType = ()>, S: ?Sized> Reconciler<K, S> {
             + Sync
             + 'static,
     {
-        let informer = self.informer::<T>();
-        (
-            crate::cached::Cached::new(informer.store(), self.client.clone()),
-            informer.changes(),
-        )
+        crate::cached::of_informer(&self.informer::<T>(), self.client.clone())
     }
 }
 
@@ -207,8 +203,8 @@ where
         + 'static,
 {
     /// The stream that triggers reconciles — the manager's shared watch of `K` (managed fields
-    /// dropped; [`crate::informer`]), reflected into the returned store, reporting readiness after its first list, without the loop's own
-    /// status writes — and the store. The watch also prunes the per-object retry memory: a
+    /// dropped; [`crate::informer`]), reflected into the returned store, reporting readiness after
+    /// its first list, without the loop's own status writes — and the store. The watch also prunes the per-object retry memory: a
     /// deleted object, or one a re-list no longer finds, is forgotten.
     pub fn trigger(
         &self,
