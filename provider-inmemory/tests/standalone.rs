@@ -418,16 +418,27 @@ async fn a_machine_deployment_scales_rolls_heals_and_goes_away() {
         ("clusters", "Phase", "Provisioned"),
         ("clusters", "W Available", "3"),
     ] {
-        let table = capi_testing::table::get_table(
-            &world.client(),
-            "cluster.x-k8s.io",
-            "v1beta2",
-            plural,
-            Some(&world.ns),
-        )
-        .await
-        .unwrap();
-        assert_eq!(table.cell(0, column), Some(value), "{plural} {column}");
+        // Each object's status is aggregated by its own controller from the ones below it, so
+        // the Cluster's worker counts may trail the deployment's by a reconcile.
+        let client = world.client();
+        let ns = world.ns.clone();
+        eventually(&format!("{plural} {column} = {value}"), || {
+            let client = client.clone();
+            let ns = ns.clone();
+            async move {
+                let table = capi_testing::table::get_table(
+                    &client,
+                    "cluster.x-k8s.io",
+                    "v1beta2",
+                    plural,
+                    Some(&ns),
+                )
+                .await
+                .unwrap();
+                table.cell(0, column) == Some(value)
+            }
+        })
+        .await;
     }
 
     // Every MachineSet replica change from here on, for the golden logs.
