@@ -13,7 +13,7 @@ use capi_actuator::informer::Informer;
 use capi_core::api::Cluster;
 use futures::{Stream, stream};
 use k8s_openapi::NamespaceResourceScope;
-use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -125,19 +125,18 @@ pub(crate) fn receiver_stream<T: Send + 'static>(
     }
 }
 
-/// Keeps `writer`'s store filled from a watch of `api` on a task of its own, each object cut down
-/// by `slim` to what the controllers read before it is stored, calling `on_event` with each watch
-/// event once the store has taken it (to keep an index beside the store: the events say what the
-/// store did — a first list is staged and swapped in at its end, as the store does) and
-/// `on_change` with each object that changed. Returns the flag that turns true once the first
-/// list is in (a cache that is not yet may be missing objects; read from the API server until
-/// then) and the task (abort it to stop watching). A failed watch is retried with
-/// [`WatchBackoff`](capi_actuator::retry::WatchBackoff), so the cache never stops by itself.
+/// Keeps a cache filled from a watch of `api` on a task of its own: each object is cut down by
+/// `slim` to what the controllers read, then each watch event is handed to `apply` (which keeps
+/// the cache: a kube reflector `Writer`, an index beside it — a first list is staged and swapped in
+/// at its end, as the events say) and each object that changed to `on_change`. Returns the flag
+/// that turns true once the first list is in (a cache that is not yet may be missing objects;
+/// read from the API server until then) and the task (abort it to stop watching). A failed watch
+/// is retried with [`WatchBackoff`](capi_actuator::retry::WatchBackoff), so the cache never stops
+/// by itself.
 pub(crate) fn spawn_cache<K>(
     api: Api<K>,
-    writer: Writer<K>,
     slim: fn(&mut K),
-    on_event: impl Fn(&watcher::Event<K>) + Send + Sync + 'static,
+    mut apply: impl FnMut(&watcher::Event<K>) + Send + 'static,
     on_change: impl Fn(K) + Send + Sync + 'static,
 ) -> (Arc<AtomicBool>, tokio::task::JoinHandle<()>)
 where
@@ -151,10 +150,9 @@ where
         watcher(api, watcher::Config::default())
             .backoff(capi_actuator::retry::WatchBackoff::default())
             .modify(slim)
-            .reflect(writer)
             .inspect(move |event| {
                 if let Ok(event) = event {
-                    on_event(event);
+                    apply(event);
                     if matches!(event, watcher::Event::InitDone) {
                         flag.store(true, Ordering::Release);
                     }

@@ -57,6 +57,7 @@ pub mod machine_set;
 pub mod naming;
 
 mod cache;
+mod compact_store;
 mod ownership;
 pub mod references;
 mod replicas;

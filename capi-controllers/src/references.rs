@@ -11,11 +11,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::compact_store::{CompactStore, Read};
 use capi_core::api::ContractVersionedObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery;
-use kube::runtime::reflector::{self, ObjectRef, Store};
 
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -63,7 +63,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 struct Watched {
     resource: ApiResource,
-    store: Store<DynamicObject>,
+    store: Arc<CompactStore>,
     synced: Arc<AtomicBool>,
 }
 
@@ -169,16 +169,15 @@ impl References {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
             None => Api::all_with(self.client.clone(), &resource),
         };
-        let writer = reflector::store::Writer::new(resource.clone());
-        let store = writer.as_reader();
+        let store = Arc::new(CompactStore::default());
+        let writer = Arc::clone(&store);
         let subscribers = Arc::clone(&self.watches.subscribers);
         // Managed fields are often the bulk of an object, and nothing reads them.
         let slim = |object: &mut DynamicObject| object.metadata.managed_fields = None;
         let (synced, task) = crate::cache::spawn_cache(
             api,
-            writer,
             slim,
-            |_| {},
+            move |event| writer.apply(event),
             move |object| {
                 let object = Arc::new(object);
                 // A receiver is gone only when its controller stopped.
@@ -227,9 +226,14 @@ impl References {
     ) -> Result<Option<Arc<DynamicObject>>, ReferenceError> {
         let watched = self.watched(&reference.api_group, &reference.kind).await?;
         if watched.synced.load(Ordering::Acquire) {
-            let key =
-                ObjectRef::new_with(&reference.name, watched.resource.clone()).within(namespace);
-            return Ok(watched.store.get(&key));
+            match watched.store.get(namespace, &reference.name) {
+                Read::Found(object) => return Ok(Some(object)),
+                Read::Absent => return Ok(None),
+                Read::Unreadable(error) => {
+                    tracing::warn!(kind = %reference.kind, name = %reference.name, %error,
+                        "a cached object did not parse back; reading it from the API server");
+                }
+            }
         }
         self.get_fresh(reference, namespace).await
     }
@@ -307,20 +311,12 @@ impl References {
             Err(error) => return Err(error),
         };
         let api = self.api(reference, namespace).await?;
-        let cached = watched
-            .synced
-            .load(Ordering::Acquire)
-            .then(|| {
-                let key = ObjectRef::new_with(&reference.name, watched.resource.clone())
-                    .within(namespace);
-                watched.store.get(&key)
-            })
-            .flatten();
         let synced = watched.synced.load(Ordering::Acquire);
-        let deleting = match cached {
-            Some(object) => object.metadata.deletion_timestamp.is_some(),
-            None if synced && confirm == Confirm::Nothing => return Ok(false),
-            None => match api.get_metadata_opt(&reference.name).await? {
+        let deleting = match synced.then(|| watched.store.get(namespace, &reference.name)) {
+            Some(Read::Found(object)) => object.metadata.deletion_timestamp.is_some(),
+            Some(Read::Absent) if confirm == Confirm::Nothing => return Ok(false),
+            // Not in the cache, or not readable from it: the API server says.
+            _ => match api.get_metadata_opt(&reference.name).await? {
                 None => return Ok(false),
                 Some(object) => object.metadata.deletion_timestamp.is_some(),
             },

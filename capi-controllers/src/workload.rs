@@ -261,11 +261,15 @@ impl WorkloadClusters {
         let nodes: Api<Node> = Api::all(client.clone());
         let by_provider_id = Arc::new(Mutex::new(ProviderIdIndex::default()));
         let index = Arc::clone(&by_provider_id);
+        let mut writer = writer;
         let (synced, task) = crate::cache::spawn_cache(
             nodes,
-            writer,
             slim_node,
-            move |event| lock_index(&index).apply(event),
+            // The store takes the event, then the index.
+            move |event| {
+                writer.apply_watcher_event(event);
+                lock_index(&index).apply(event);
+            },
             move |node: Node| {
                 let _ = changes.send(NodeChange {
                     namespace: namespace.clone(),

@@ -134,6 +134,31 @@ async fn reconcile_set(
         .await
 }
 
+/// Whether the API server (read fresh, metadata only, a page at a time) still has a machine of
+/// set `name` controlled by `uid`.
+async fn owned_machine_left(
+    machines: &Api<Machine>,
+    name: &str,
+    uid: &str,
+) -> Result<bool, kube::Error> {
+    let selector = format!("{}={name}", labels::MACHINE_SET_NAME);
+    let mut params = ListParams::default().labels(&selector).limit(100);
+    loop {
+        let page = machines.list_metadata(&params).await?;
+        if page
+            .items
+            .iter()
+            .any(|m| ownership::is_controlled_by(&m.metadata, uid))
+        {
+            return Ok(true);
+        }
+        match page.metadata.continue_.filter(|token| !token.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(false),
+        }
+    }
+}
+
 async fn reconcile_once(
     set: &MachineSet,
     context: &Context<MachineSetController>,
@@ -149,16 +174,26 @@ async fn reconcile_once(
         if !has_finalizer {
             return Ok(Next::AwaitChange);
         }
-        // Read fresh: the cache may not show machines created just before the deletion.
-        let selector = format!("{}={}", labels::MACHINE_SET_NAME, set.name_any());
-        let owned: Vec<Machine> = machines_api
-            .list(&ListParams::default().labels(&selector))
-            .await?
-            .items
+        // The machines from the cache (each pass of a deletion reads no more than that: a list of
+        // thousands of machines per pass is most of a manager's memory at scale); each one gone
+        // brings the set back here.
+        let Some(store) = synced(&deps.machines) else {
+            return Ok(Next::Requeue(deps.settings.poll));
+        };
+        let owned: Vec<Arc<Machine>> = store
+            .state()
             .into_iter()
-            .filter(|m| ownership::is_controlled_by(&m.metadata, &uid))
+            .filter(|m| {
+                m.namespace().as_deref() == Some(namespace.as_str())
+                    && ownership::is_controlled_by(&m.metadata, &uid)
+            })
             .collect();
         if owned.is_empty() {
+            // The cache may not show yet a machine created just before the deletion: the finalizer
+            // goes only once the API server, read fresh (metadata only), has none either.
+            if owned_machine_left(&machines_api, &set.name_any(), &uid).await? {
+                return Ok(Next::Requeue(deps.settings.poll));
+            }
             deps.expectations.forget(&uid);
             write::change_finalizer(&sets, set, FinalizerChange::Remove, MACHINE_SET_FINALIZER)
                 .await?;

@@ -18,6 +18,13 @@ use provider_inmemory::api::{InMemoryCluster, InMemoryMachine, InMemoryMachineTe
 use provider_inmemory::cloud::{Compute, EtcdClusters, LoadBalancers, RemoteCloud, SimulatedCloud};
 use provider_inmemory::etcd::SimulatedEtcdAccess;
 
+/// jemalloc rather than the system allocator: a manager's heap is many small, long-lived objects
+/// (cached Kubernetes objects) replaced at every change from several threads, where glibc's
+/// per-thread arenas keep freed memory that jemalloc returns; measured with
+/// `cargo xtask bench one-cluster` (README, Performance).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// The in-memory provider's manager.
 #[derive(Parser)]
 #[command(version, about)]
