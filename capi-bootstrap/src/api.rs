@@ -53,13 +53,13 @@ use serde::{Deserialize, Serialize};
 pub struct KubeadmConfigSpec {
     /// Cluster-wide kubeadm settings (used for the first control-plane machine).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cluster_configuration: Option<ClusterConfiguration>,
+    pub cluster_configuration: Option<Box<ClusterConfiguration>>,
     /// Settings of `kubeadm init`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub init_configuration: Option<InitConfiguration>,
+    pub init_configuration: Option<Box<InitConfiguration>>,
     /// Settings of `kubeadm join`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub join_configuration: Option<JoinConfiguration>,
+    pub join_configuration: Option<Box<JoinConfiguration>>,
     /// Files written before kubeadm runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(min = 1, max = 200))]

@@ -227,7 +227,7 @@ fn what_the_user_set_for_discovery_and_taints_wins() {
         BootstrapTokenDiscovery, Discovery, JoinConfiguration, NodeRegistration,
     };
     let spec = KubeadmConfigSpec {
-        join_configuration: Some(JoinConfiguration {
+        join_configuration: Some(Box::new(JoinConfiguration {
             node_registration: Some(NodeRegistration {
                 taints: Some(Vec::new()),
                 ..NodeRegistration::default()
@@ -241,7 +241,7 @@ fn what_the_user_set_for_discovery_and_taints_wins() {
                 ..Discovery::default()
             }),
             ..JoinConfiguration::default()
-        }),
+        })),
         ..KubeadmConfigSpec::default()
     };
     let document = kubeadm_document(&plan_for(&spec, join(), vec![]).unwrap());

@@ -33,7 +33,7 @@ fn full_spec() -> KubeadmConfigSpec {
         ..NodeRegistration::default()
     };
     KubeadmConfigSpec {
-        cluster_configuration: Some(ClusterConfiguration {
+        cluster_configuration: Some(Box::new(ClusterConfiguration {
             api_server: Some(capi_bootstrap::api::ApiServer {
                 extra_args: vec![Arg {
                     name: "cloud-config".into(),
@@ -72,8 +72,8 @@ fn full_spec() -> KubeadmConfigSpec {
             ca_certificate_validity_period_days: Some(3650),
             encryption_algorithm: Some(EncryptionAlgorithm::EcdsaP256),
             ..ClusterConfiguration::default()
-        }),
-        init_configuration: Some(InitConfiguration {
+        })),
+        init_configuration: Some(Box::new(InitConfiguration {
             node_registration: Some(kubelet.clone()),
             bootstrap_tokens: vec![BootstrapToken {
                 token: "ops001.0123456789abcdef".into(),
@@ -91,8 +91,8 @@ fn full_spec() -> KubeadmConfigSpec {
                 ..Timeouts::default()
             }),
             ..Default::default()
-        }),
-        join_configuration: Some(JoinConfiguration {
+        })),
+        join_configuration: Some(Box::new(JoinConfiguration {
             node_registration: Some(kubelet),
             ca_cert_path: Some("/etc/kubernetes/pki/ca.crt".into()),
             timeouts: Some(Timeouts {
@@ -106,7 +106,7 @@ fn full_spec() -> KubeadmConfigSpec {
                 }),
             }),
             ..Default::default()
-        }),
+        })),
         files: vec![
             File {
                 path: "/etc/kubernetes/cloud.conf".into(),

@@ -132,7 +132,12 @@ fn document(input: &RenderInput<'_>, kind: &str) -> Map<String, Value> {
 }
 
 fn init_configuration(input: &RenderInput<'_>, token: &str, v4: bool) -> Value {
-    let init = input.spec.init_configuration.clone().unwrap_or_default();
+    let init = input
+        .spec
+        .init_configuration
+        .as_deref()
+        .cloned()
+        .unwrap_or_default();
     let mut map = document(input, "InitConfiguration");
     let mut tokens = vec![json!({
         "token": token,
@@ -177,7 +182,12 @@ fn init_configuration(input: &RenderInput<'_>, token: &str, v4: bool) -> Value {
 }
 
 fn cluster_configuration(input: &RenderInput<'_>, v4: bool) -> Value {
-    let config: ClusterConfiguration = input.spec.cluster_configuration.clone().unwrap_or_default();
+    let config: ClusterConfiguration = input
+        .spec
+        .cluster_configuration
+        .as_deref()
+        .cloned()
+        .unwrap_or_default();
     let cluster = &input.cluster;
     let mut map = document(input, "ClusterConfiguration");
     map.insert("clusterName".into(), json!(cluster.name));
@@ -280,7 +290,12 @@ fn join_configuration(
     control_plane: bool,
     v4: bool,
 ) -> Value {
-    let join = input.spec.join_configuration.clone().unwrap_or_default();
+    let join = input
+        .spec
+        .join_configuration
+        .as_deref()
+        .cloned()
+        .unwrap_or_default();
     let mut map = document(input, "JoinConfiguration");
     insert_nonempty(&mut map, "caCertPath", json!(join.ca_cert_path));
     map.insert(

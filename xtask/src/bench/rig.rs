@@ -250,7 +250,8 @@ impl Rig {
     /// Starts `inmemory-manager` replica `replica` (core, bootstrap, control plane and in-memory
     /// controllers; `POD_NAME` `replica-<n>`, which starts its leader-election identity); the log of
     /// every replica is appended to one file across restarts. `CAPI_RS_BENCH_MANAGER_LOG` sets
-    /// its `RUST_LOG` (`warn`).
+    /// its `RUST_LOG` (`warn`); `CAPI_RS_BENCH_MANAGER_WRAPPER` names a program (with arguments)
+    /// to run it under, such as a heap profiler.
     pub(crate) fn start_replica(&mut self, replica: usize) -> Result<()> {
         let log = std::fs::OpenOptions::new()
             .append(true)
@@ -260,7 +261,20 @@ impl Rig {
             .manager_kubeconfigs
             .get(replica)
             .context("no such manager replica")?;
-        let child = Command::new(self.bin_dir.join("inmemory-manager"))
+        // A profiler to run the manager under (e.g. `heaptrack -o /tmp/manager`), split on
+        // whitespace: for finding where memory goes, never for figures.
+        let wrapper = std::env::var("CAPI_RS_BENCH_MANAGER_WRAPPER").unwrap_or_default();
+        let mut words = wrapper.split_whitespace();
+        let binary = self.bin_dir.join("inmemory-manager");
+        let mut command = match words.next() {
+            Some(program) => {
+                let mut command = Command::new(program);
+                command.args(words).arg(&binary);
+                command
+            }
+            None => Command::new(&binary),
+        };
+        let child = command
             .args([
                 "--cloud-url",
                 &self.cloud_url,
