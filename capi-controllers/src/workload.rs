@@ -11,9 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, Secret};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::runtime::reflector::{self, Store};
 
 use kube::{Api, Client, Config, ResourceExt};
 use tokio::sync::mpsc;
@@ -56,37 +55,93 @@ pub(crate) struct NodeChange {
 pub(crate) struct Workload {
     /// A client of the workload cluster.
     pub(crate) client: Client,
-    nodes: Store<Node>,
-    /// The cached nodes' names by provider ID (upstream's `spec.providerID` cache index): a
-    /// lookup costs one hash, not a scan of every node — at 10 000 machines the scans were most
-    /// of the manager's CPU.
-    by_provider_id: Arc<Mutex<ProviderIdIndex>>,
+    nodes: Arc<Mutex<NodeCache>>,
     synced: Arc<AtomicBool>,
 }
 
-/// Node names by provider ID, kept from the node watch's events as the store keeps its nodes: a
-/// (re-)list is staged and swapped in at its end. An entry may be stale (a node whose provider ID
-/// changed); lookups check the store.
-#[derive(Debug, Default)]
-struct ProviderIdIndex {
-    live: HashMap<String, String>,
-    staged: Option<HashMap<String, String>>,
+/// What the controllers read of a node: its name, provider ID and conditions — a few hundred
+/// bytes where a decoded `Node` is 1.5 KB before any of its images, labels, annotations, managed
+/// fields, capacity and heartbeats. Anything else is read from the API server.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct CachedNode {
+    /// `metadata.name`.
+    pub(crate) name: String,
+    /// `spec.providerID`.
+    pub(crate) provider_id: Option<String>,
+    /// `status.conditions`: type, status, since when, message (no reasons, no heartbeats).
+    pub(crate) conditions: Vec<NodeCondition>,
 }
 
-impl ProviderIdIndex {
+impl CachedNode {
+    fn of(node: &Node) -> Option<Self> {
+        let conditions = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .map(|conditions| {
+                conditions
+                    .iter()
+                    .map(|c| NodeCondition {
+                        type_: c.type_.clone(),
+                        status: c.status.clone(),
+                        last_transition_time: c.last_transition_time.clone(),
+                        message: c.message.clone(),
+                        ..NodeCondition::default()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(Self {
+            name: node.metadata.name.clone()?,
+            provider_id: node.spec.as_ref().and_then(|s| s.provider_id.clone()),
+            conditions,
+        })
+    }
+}
+
+/// The cached nodes of one cluster by name, and their names by provider ID (upstream's
+/// `spec.providerID` cache index: a lookup costs one hash, not a scan of every node — at 10 000
+/// machines the scans were most of the manager's CPU). Kept from the node watch's events: a
+/// (re-)list is staged and swapped in at its end, so a reader never sees half a list.
+#[derive(Debug, Default)]
+struct NodeCache {
+    live: Nodes,
+    staged: Option<Nodes>,
+}
+
+#[derive(Debug, Default)]
+struct Nodes {
+    by_name: HashMap<String, Arc<CachedNode>>,
+    by_provider_id: HashMap<String, String>,
+}
+
+impl Nodes {
+    fn put(&mut self, node: CachedNode) {
+        self.remove(&node.name);
+        if let Some(id) = &node.provider_id {
+            self.by_provider_id.insert(id.clone(), node.name.clone());
+        }
+        self.by_name.insert(node.name.clone(), Arc::new(node));
+    }
+
+    fn remove(&mut self, name: &str) {
+        if let Some(old) = self.by_name.remove(name)
+            && let Some(id) = &old.provider_id
+            && self.by_provider_id.get(id).is_some_and(|n| n == name)
+        {
+            self.by_provider_id.remove(id);
+        }
+    }
+}
+
+impl NodeCache {
     fn apply(&mut self, event: &kube::runtime::watcher::Event<Node>) {
         use kube::runtime::watcher::Event;
-        let entry = |node: &Node| {
-            Some((
-                node_provider_id(node)?.to_string(),
-                node.metadata.name.clone()?,
-            ))
-        };
         match event {
-            Event::Init => self.staged = Some(HashMap::new()),
+            Event::Init => self.staged = Some(Nodes::default()),
             Event::InitApply(node) => {
-                if let (Some(staged), Some((id, name))) = (self.staged.as_mut(), entry(node)) {
-                    staged.insert(id, name);
+                if let Some(cached) = CachedNode::of(node) {
+                    self.staged.get_or_insert_with(Nodes::default).put(cached);
                 }
             }
             Event::InitDone => {
@@ -95,37 +150,35 @@ impl ProviderIdIndex {
                 }
             }
             Event::Apply(node) => {
-                if let Some((id, name)) = entry(node) {
-                    self.live.insert(id, name);
+                if let Some(cached) = CachedNode::of(node) {
+                    self.live.put(cached);
                 }
             }
             Event::Delete(node) => {
-                if let Some((id, name)) = entry(node)
-                    && self.live.get(&id) == Some(&name)
-                {
-                    self.live.remove(&id);
+                if let Some(name) = &node.metadata.name {
+                    self.live.remove(name);
                 }
             }
         }
     }
 }
 
+fn lock_nodes(nodes: &Mutex<NodeCache>) -> std::sync::MutexGuard<'_, NodeCache> {
+    nodes.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 impl Workload {
     /// The node with this provider ID, from the cache; `None` also while the cache fills
     /// (see [`Workload::synced`]).
-    pub(crate) fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<Node>> {
-        let name = lock_index(&self.by_provider_id)
-            .live
-            .get(provider_id)
-            .cloned()?;
-        self.nodes
-            .get(&reflector::ObjectRef::new(&name))
-            .filter(|node| node_provider_id(node) == Some(provider_id))
+    pub(crate) fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<CachedNode>> {
+        let nodes = lock_nodes(&self.nodes);
+        let name = nodes.live.by_provider_id.get(provider_id)?;
+        nodes.live.by_name.get(name).cloned()
     }
 
     /// The node of this name, from the cache.
-    pub(crate) fn node(&self, name: &str) -> Option<Arc<Node>> {
-        self.nodes.get(&reflector::ObjectRef::new(name))
+    pub(crate) fn node(&self, name: &str) -> Option<Arc<CachedNode>> {
+        lock_nodes(&self.nodes).live.by_name.get(name).cloned()
     }
 
     /// Whether the node cache holds the cluster's nodes (a node missing from it is missing).
@@ -255,21 +308,16 @@ impl WorkloadClusters {
         namespace: &str,
         cluster: &str,
     ) -> (Workload, tokio::task::JoinHandle<()>) {
-        let (reader, writer) = reflector::store();
         let changes = self.changes.clone();
         let (namespace, cluster) = (namespace.to_string(), cluster.to_string());
-        let nodes: Api<Node> = Api::all(client.clone());
-        let by_provider_id = Arc::new(Mutex::new(ProviderIdIndex::default()));
-        let index = Arc::clone(&by_provider_id);
-        let mut writer = writer;
+        let api: Api<Node> = Api::all(client.clone());
+        let nodes = Arc::new(Mutex::new(NodeCache::default()));
+        let cache = Arc::clone(&nodes);
         let (synced, task) = crate::cache::spawn_cache(
-            nodes,
-            slim_node,
-            // The store takes the event, then the index.
-            move |event| {
-                writer.apply_watcher_event(event);
-                lock_index(&index).apply(event);
-            },
+            api,
+            // Each node is cut down as the cache takes it (`CachedNode`).
+            |_| {},
+            move |event| lock_nodes(&cache).apply(event),
             move |node: Node| {
                 let _ = changes.send(NodeChange {
                     namespace: namespace.clone(),
@@ -280,59 +328,11 @@ impl WorkloadClusters {
         );
         let workload = Workload {
             client,
-            nodes: reader,
-            by_provider_id,
+            nodes,
             synced,
         };
         (workload, task)
     }
-}
-
-fn node_provider_id(node: &Node) -> Option<&str> {
-    node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
-}
-
-fn lock_index(index: &Mutex<ProviderIdIndex>) -> std::sync::MutexGuard<'_, ProviderIdIndex> {
-    index.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// `node` cut down to what the controllers read from the cache — its name, provider ID and
-/// conditions (type, status, since when, message) — so that a cluster's node cache costs a few
-/// hundred bytes a node, not the kilobytes of images, labels, annotations, managed fields,
-/// capacity and heartbeats a kubelet reports. Anything else is read from the API server.
-fn slim_node(node: &mut Node) {
-    let metadata = std::mem::take(&mut node.metadata);
-    node.metadata = kube::api::ObjectMeta {
-        name: metadata.name,
-        uid: metadata.uid,
-        resource_version: metadata.resource_version,
-        ..kube::api::ObjectMeta::default()
-    };
-    let provider_id = node.spec.take().and_then(|s| s.provider_id);
-    node.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
-        provider_id,
-        ..Default::default()
-    });
-    let conditions = node
-        .status
-        .take()
-        .and_then(|s| s.conditions)
-        .map(|conditions| {
-            conditions
-                .into_iter()
-                .map(|c| k8s_openapi::api::core::v1::NodeCondition {
-                    type_: c.type_,
-                    status: c.status,
-                    last_transition_time: c.last_transition_time,
-                    message: c.message,
-                    ..Default::default()
-                })
-                .collect()
-        });
-    node.status = Some(k8s_openapi::api::core::v1::NodeStatus {
-        conditions,
-        ..Default::default()
-    });
 }
 
 /// A client of the workload cluster whose kubeconfig `secret` holds (key `value`), with kube's
@@ -379,19 +379,14 @@ mod tests {
     #[tokio::test]
     async fn nodes_are_found_by_provider_id_through_the_index_and_forgotten_when_gone() {
         use kube::runtime::watcher::Event;
-        let (store, mut writer) = reflector::store::<Node>();
-        let index = Arc::new(Mutex::new(ProviderIdIndex::default()));
+        let nodes = Arc::new(Mutex::new(NodeCache::default()));
         let workload = Workload {
             client: Client::try_from(Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap(),
-            nodes: store.clone(),
-            by_provider_id: Arc::clone(&index),
+            nodes: Arc::clone(&nodes),
             synced: Arc::new(AtomicBool::new(true)),
         };
-        // As `spawn_cache` does: the store takes the event, then the index.
-        let mut change = |event: Event<Node>| {
-            writer.apply_watcher_event(&event);
-            lock_index(&index).apply(&event);
-        };
+        // As `spawn_cache` does.
+        let change = |event: Event<Node>| lock_nodes(&nodes).apply(&event);
         // Nodes that exist when the cache starts come in its first list.
         change(Event::Init);
         change(Event::InitApply(node("n-1", "sim:///i-1")));
@@ -403,7 +398,8 @@ mod tests {
         assert!(workload.node_by_provider_id("sim:///i-1").is_some());
         change(Event::Apply(node("n-2", "sim:///i-2")));
         let found = workload.node_by_provider_id("sim:///i-2").unwrap();
-        assert_eq!(found.metadata.name.as_deref(), Some("n-2"));
+        assert_eq!(found.name, "n-2");
+        assert!(workload.node("n-2").is_some());
         assert!(workload.node_by_provider_id("sim:///i-3").is_none());
         // A node whose provider ID changed is not found under the old one.
         change(Event::Apply(node("n-1", "sim:///i-9")));
@@ -411,18 +407,22 @@ mod tests {
         assert!(workload.node_by_provider_id("sim:///i-9").is_some());
         change(Event::Delete(node("n-2", "sim:///i-2")));
         assert!(workload.node_by_provider_id("sim:///i-2").is_none());
-        // A re-list replaces the index as it replaces the store.
+        assert!(workload.node("n-2").is_none());
+        // A re-list replaces the index as it replaces the nodes.
         change(Event::Init);
         change(Event::InitApply(node("n-3", "sim:///i-3")));
         change(Event::InitDone);
         assert!(workload.node_by_provider_id("sim:///i-9").is_none());
+        assert!(workload.node("n-1").is_none());
         assert!(workload.node_by_provider_id("sim:///i-3").is_some());
-        assert_eq!(lock_index(&index).live.len(), 1);
+        let cache = lock_nodes(&nodes);
+        assert_eq!(cache.live.by_provider_id.len(), 1);
+        assert_eq!(cache.live.by_name.len(), 1);
     }
 
     #[test]
     fn a_cached_node_keeps_what_the_controllers_read_and_nothing_else() {
-        let mut node: Node = serde_json::from_value(serde_json::json!({
+        let node: Node = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "n-0", "uid": "u", "resourceVersion": "7",
                 "labels": {"kubernetes.io/hostname": "n-0"},
                 "annotations": {"volumes.kubernetes.io/controller-managed-attach-detach": "true"},
@@ -443,16 +443,18 @@ mod tests {
             }
         }))
         .unwrap();
-        slim_node(&mut node);
+        let cached = CachedNode::of(&node).unwrap();
+        assert_eq!(cached.name, "n-0");
+        assert_eq!(cached.provider_id.as_deref(), Some("inmemory:///i-1"));
         assert_eq!(
-            serde_json::to_value(&node).unwrap(),
-            serde_json::json!({
-                "apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": "n-0", "uid": "u", "resourceVersion": "7"},
-                "spec": {"providerID": "inmemory:///i-1"},
-                "status": {"conditions": [{"type": "Ready", "status": "False",
-                    "message": "cni not ready", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
-            })
+            serde_json::to_value(&cached.conditions).unwrap(),
+            serde_json::json!([{"type": "Ready", "status": "False",
+                "message": "cni not ready", "lastTransitionTime": "2026-01-01T00:00:00Z"}])
+        );
+        let nameless = Node::default();
+        assert!(
+            CachedNode::of(&nameless).is_none(),
+            "a node without a name is not cached"
         );
     }
 }

@@ -12,7 +12,6 @@ use capi_core::api::{Cluster, Machine, MachineAddress, MachineDeployment};
 use capi_core::condition::{self, ConditionStatus, DesiredCondition};
 use capi_core::labels;
 use futures::{StreamExt, stream};
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::DynamicObject;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
@@ -23,7 +22,7 @@ use tokio::sync::mpsc;
 
 use self::status::{Facts, Step};
 use crate::references::{ReferenceError, ReferenceWatches, References, initialization_flag};
-use crate::workload::{NodeChange, WorkloadClusters};
+use crate::workload::{CachedNode, NodeChange, WorkloadClusters};
 use crate::{
     CoreSettings, cache, cluster_cache, find_cluster, of_cluster, ownership, receiver_stream, take,
 };
@@ -612,7 +611,7 @@ async fn observe_node(
     match workload.node_by_provider_id(provider_id) {
         Some(node) => {
             let (step, _) = node_readiness(&node);
-            (Some(node.name_any()), step, false)
+            (Some(node.name.clone()), step, false)
         }
         None if workload.synced()
             && machine
@@ -641,12 +640,8 @@ async fn observe_node(
 }
 
 /// The `NodeReady` step from the node's own `Ready` condition, and that condition's status.
-fn node_readiness(node: &Node) -> (Step, Option<String>) {
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
+fn node_readiness(node: &CachedNode) -> (Step, Option<String>) {
+    let ready = node.conditions.iter().find(|c| c.type_ == "Ready");
     match ready {
         Some(c) if c.status == "True" => (Step::done(reasons::NODE_READY), Some(c.status.clone())),
         Some(c) => (

@@ -16,7 +16,6 @@ use std::time::Duration;
 use capi_core::api::{Cluster, Machine, MachineHealthCheck, MachineHealthCheckStatus};
 use capi_core::condition::{self, ConditionStatus, DesiredCondition};
 use capi_core::labels;
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -27,7 +26,7 @@ use self::verdict::{
     MachineObservation, NodeObservation, ObservedCondition, Verdict, assess, remediation_allowed,
 };
 use crate::machine::status::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
-use crate::workload::WorkloadClusters;
+use crate::workload::{CachedNode, WorkloadClusters};
 use crate::{CoreSettings, cache, cluster_cache, find_cluster, of_cluster, selector, synced};
 use capi_actuator::plan::Next;
 use capi_actuator::reasons;
@@ -118,24 +117,18 @@ fn observed(conditions: &[Condition]) -> Vec<ObservedCondition> {
         .collect()
 }
 
-fn node_conditions(node: &Node) -> Vec<ObservedCondition> {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .map(|conditions| {
-            conditions
-                .iter()
-                .map(|c| ObservedCondition {
-                    type_: c.type_.clone(),
-                    status: c.status.clone(),
-                    since: c
-                        .last_transition_time
-                        .as_ref()
-                        .map_or(0, |t| t.0.as_second()),
-                })
-                .collect()
+fn node_conditions(node: &CachedNode) -> Vec<ObservedCondition> {
+    node.conditions
+        .iter()
+        .map(|c| ObservedCondition {
+            type_: c.type_.clone(),
+            status: c.status.clone(),
+            since: c
+                .last_transition_time
+                .as_ref()
+                .map_or(0, |t| t.0.as_second()),
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 async fn reconcile_once(
