@@ -19,6 +19,10 @@
 //! - the store is updated before any subscriber sees the change, so a controller that looks an
 //!   object up in the store after a change finds it at least as new.
 //!
+//! A typed watch without selectors can also be offered, through [`DynamicViews`], to readers that
+//! know its kind only at run time (the objects Cluster API objects refer to by kind): they read the
+//! same store, seen as `DynamicObject`s, instead of keeping a second copy of every object.
+//!
 //! The watch runs on a task of its own from the first [`Informers::informer`] call until the
 //! last handle of its informer and the last subscriber's stream are dropped; a failed watch is retried with
 //! [`WatchBackoff`](crate::retry::WatchBackoff), so it never stops by itself.
@@ -29,10 +33,14 @@ use std::fmt::Debug;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use futures::{Stream, StreamExt};
-use kube::runtime::reflector::{self, Store};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DynamicObject, TypeMeta};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 /// The informers of one manager (one API server, one identity), by kind, URL and selectors.
@@ -41,6 +49,7 @@ use tokio::sync::mpsc;
 pub struct Informers {
     by_key: Arc<Mutex<HashMap<Key, Box<dyn Any + Send + Sync>>>>,
     shared: Arc<Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>>,
+    views: DynamicViews,
 }
 
 impl Debug for Informers {
@@ -101,10 +110,168 @@ impl Informers {
                 hub: Arc::clone(hub),
             };
         }
-        let hub = Hub::start(api, config);
+        let unfiltered = key.config == format!("{:?}", watcher::Config::default());
+        let hub = Hub::start(api, config, unfiltered);
         by_key.insert(key, Box::new(Arc::clone(&hub)));
         Informer { hub }
     }
+
+    /// The views of these informers' typed watches offered to readers of run-time kinds.
+    /// Holding it does not keep the informers alive.
+    pub fn dynamic_views(&self) -> DynamicViews {
+        self.views.clone()
+    }
+}
+
+/// Typed watches offered to readers that know their kind only at run time, by resource URL (the
+/// kind's group, version and plural, and the namespace watched, as `Api::resource_url` gives it).
+/// Cloning shares them.
+#[derive(Clone, Default)]
+pub struct DynamicViews {
+    by_url: Arc<Mutex<HashMap<String, DynamicView>>>,
+}
+
+impl Debug for DynamicViews {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls: Vec<String> = lock(&self.by_url).keys().cloned().collect();
+        f.debug_struct("DynamicViews").field("urls", &urls).finish()
+    }
+}
+
+impl DynamicViews {
+    /// Offers `informer`'s objects to [`get`](Self::get) under its resource URL. Only a watch
+    /// without selectors or other settings is offered (a filtered one would hide objects from
+    /// readers expecting all of them); the first offer of a URL stays.
+    pub fn offer<K>(&self, informer: &Informer<K>)
+    where
+        K: Resource<DynamicType = ()> + Clone + Debug + Serialize + Send + Sync + 'static,
+    {
+        if !informer.hub.unfiltered {
+            return;
+        }
+        lock(&self.by_url)
+            .entry(informer.hub.url.clone())
+            .or_insert_with(|| DynamicView {
+                source: Arc::new(informer.clone()),
+            });
+    }
+
+    /// The view offered for the resource URL `url`, if any.
+    pub fn get(&self, url: &str) -> Option<DynamicView> {
+        lock(&self.by_url).get(url).cloned()
+    }
+}
+
+/// A typed watch's store and changes seen as `DynamicObject`s (converted at each read: nothing
+/// is kept besides the typed store). Cloning shares it, and keeps its watch running.
+#[derive(Clone)]
+pub struct DynamicView {
+    source: Arc<dyn DynamicSource>,
+}
+
+impl Debug for DynamicView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DynamicView").finish_non_exhaustive()
+    }
+}
+
+impl DynamicView {
+    /// Whether the watch's first list is in (before, a missing object may exist).
+    pub fn listed(&self) -> bool {
+        self.source.listed()
+    }
+
+    /// The object `name` (in `namespace`, for a namespaced kind); `Some(Err(…))` when it could
+    /// not be seen as a `DynamicObject` (read it from the API server then).
+    pub fn get(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Result<DynamicObject, serde_json::Error>> {
+        self.source.get(namespace, name)
+    }
+
+    /// A new subscriber's stream of the objects the watch touches (a complete list first, then
+    /// each applied or deleted object; see the module's guarantees); an object that cannot be
+    /// seen as a `DynamicObject` is left out.
+    pub fn changes(&self) -> futures::stream::BoxStream<'static, DynamicObject> {
+        self.source.changes()
+    }
+}
+
+trait DynamicSource: Send + Sync {
+    fn listed(&self) -> bool;
+    fn get(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Result<DynamicObject, serde_json::Error>>;
+    fn changes(&self) -> futures::stream::BoxStream<'static, DynamicObject>;
+}
+
+impl<K> DynamicSource for Informer<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + Send + Sync + 'static,
+{
+    fn listed(&self) -> bool {
+        lock(&self.hub.state).listed
+    }
+
+    fn get(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Result<DynamicObject, serde_json::Error>> {
+        let reference = ObjectRef::<K>::new(name);
+        let reference = match namespace {
+            Some(namespace) => reference.within(namespace),
+            None => reference,
+        };
+        let object = self.hub.store.get(&reference)?;
+        Some(as_dynamic(object.as_ref()))
+    }
+
+    fn changes(&self) -> futures::stream::BoxStream<'static, DynamicObject> {
+        self.changes()
+            .filter_map(|object| {
+                let dynamic = object.ok().and_then(|object| match as_dynamic(&object) {
+                    Ok(dynamic) => Some(dynamic),
+                    Err(error) => {
+                        tracing::warn!(kind = %K::kind(&()), name = ?object.meta().name, %error,
+                            "a watched object could not be seen as a DynamicObject");
+                        None
+                    }
+                });
+                std::future::ready(dynamic)
+            })
+            .boxed()
+    }
+}
+
+/// `object` as a `DynamicObject`: its type, its metadata, and every other field as JSON.
+fn as_dynamic<K>(object: &K) -> Result<DynamicObject, serde_json::Error>
+where
+    K: Resource<DynamicType = ()> + Serialize,
+{
+    let Value::Object(mut fields) = serde_json::to_value(object)? else {
+        return Err(serde::ser::Error::custom(
+            "the object is not written as a JSON object",
+        ));
+    };
+    fields.remove("apiVersion");
+    fields.remove("kind");
+    let metadata = match fields.remove("metadata") {
+        Some(metadata) => serde_json::from_value(metadata)?,
+        None => ObjectMeta::default(),
+    };
+    Ok(DynamicObject {
+        types: Some(TypeMeta {
+            api_version: K::api_version(&()).into_owned(),
+            kind: K::kind(&()).into_owned(),
+        }),
+        metadata,
+        data: Value::Object(fields),
+    })
 }
 
 /// One kind's shared store and watch. Cloning shares them.
@@ -168,6 +335,10 @@ where
 
 struct Hub<K: Resource<DynamicType = ()> + Clone + 'static> {
     store: Store<K>,
+    /// The resource URL watched (kind and namespace).
+    url: String,
+    /// Watched without selectors or other settings: every object of the URL.
+    unfiltered: bool,
     state: Mutex<HubState<K>>,
     task: Mutex<Option<tokio::task::AbortHandle>>,
 }
@@ -196,9 +367,11 @@ where
     K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
 {
     /// A hub of `store`, without subscribers or a watch yet.
-    fn new(store: Store<K>) -> Arc<Self> {
+    fn new(store: Store<K>, url: String, unfiltered: bool) -> Arc<Self> {
         Arc::new(Self {
             store,
+            url,
+            unfiltered,
             state: Mutex::new(HubState {
                 listed: false,
                 listing: false,
@@ -209,12 +382,12 @@ where
         })
     }
 
-    fn start(api: Api<K>, config: watcher::Config) -> Arc<Self>
+    fn start(api: Api<K>, config: watcher::Config, unfiltered: bool) -> Arc<Self>
     where
         K: DeserializeOwned,
     {
         let (store, writer) = reflector::store();
-        let hub = Self::new(store);
+        let hub = Self::new(store, api.resource_url().to_string(), unfiltered);
         let weak: Weak<Self> = Arc::downgrade(&hub);
         let kind = K::kind(&()).to_string();
         let task = tokio::spawn(async move {
@@ -284,7 +457,6 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::api::ObjectMeta;
 
     use super::*;
 
@@ -305,7 +477,7 @@ mod tests {
         let (store, writer) = reflector::store();
         (
             Informer {
-                hub: Hub::new(store),
+                hub: Hub::new(store, "/api/v1/namespaces/ns/configmaps".into(), true),
             },
             writer,
         )
@@ -492,5 +664,62 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert!(task.is_finished());
+    }
+
+    #[tokio::test]
+    async fn a_view_serves_the_typed_store_as_dynamic_objects() {
+        use futures::FutureExt;
+        let (informer, mut writer) = fed();
+        let views = DynamicViews::default();
+        views.offer(&informer);
+        let view = views
+            .get("/api/v1/namespaces/ns/configmaps")
+            .expect("offered under its URL");
+        assert!(views.get("/api/v1/configmaps").is_none());
+        let mut changes = view.changes();
+        assert!(!view.listed(), "no list yet: a missing object may exist");
+        feed(&informer, &mut writer, watcher::Event::Init);
+        feed(
+            &informer,
+            &mut writer,
+            watcher::Event::InitApply(map("a", "1")),
+        );
+        feed(&informer, &mut writer, watcher::Event::InitDone);
+        assert!(view.listed());
+        let a = view
+            .get(Some("ns"), "a")
+            .expect("in the store")
+            .expect("seen as a DynamicObject");
+        assert_eq!(a.metadata.name.as_deref(), Some("a"));
+        let types = a.types.clone().expect("types");
+        assert_eq!(
+            (types.api_version.as_str(), types.kind.as_str()),
+            ("v1", "ConfigMap")
+        );
+        assert_eq!(a.data.pointer("/data/v"), Some(&Value::from("1")));
+        assert!(a.data.get("metadata").is_none() && a.data.get("kind").is_none());
+        assert!(view.get(Some("ns"), "b").is_none());
+        assert!(view.get(Some("other"), "a").is_none());
+        feed(&informer, &mut writer, watcher::Event::Apply(map("a", "2")));
+        let mut seen = Vec::new();
+        while let Some(Some(object)) = changes.next().now_or_never() {
+            seen.push(object.data.pointer("/data/v").cloned());
+        }
+        assert_eq!(seen, [Some(Value::from("1")), Some(Value::from("2"))]);
+    }
+
+    #[tokio::test]
+    async fn a_filtered_watch_is_not_offered() {
+        let client = kube::Client::try_from(kube::Config::new(
+            "http://127.0.0.1:9".parse().expect("a URL"),
+        ))
+        .expect("a client");
+        let informers = Informers::default();
+        let api = || Api::<ConfigMap>::namespaced(client.clone(), "ns");
+        let views = informers.dynamic_views();
+        views.offer(&informers.informer(api(), watcher::Config::default().labels("x=y")));
+        assert!(views.get("/api/v1/namespaces/ns/configmaps").is_none());
+        views.offer(&informers.informer(api(), watcher::Config::default()));
+        assert!(views.get("/api/v1/namespaces/ns/configmaps").is_some());
     }
 }

@@ -13,6 +13,7 @@
 //! - [`template`]: the machine template reconciler — `status.capacity` and `status.nodeInfo` from
 //!   a [`capi_core::MachineTemplateActuator`], for the cluster autoscaler's scale from zero;
 //! - [`informer`]: one watch and store per kind shared by every controller of a manager;
+//! - [`events`]: Events for `kubectl describe`, repeats folded into series, in bounded memory;
 //! - [`manager`]: one rate-limited client, bounded concurrency, `/healthz`, `/readyz`, `/metrics`,
 //!   Lease leader election, graceful shutdown on SIGTERM/SIGINT;
 //! - [`metrics`]: controller-runtime-compatible series plus actuator call counters and latency;
@@ -42,6 +43,7 @@
 pub mod cached;
 pub mod call_retry;
 pub mod cluster;
+pub mod events;
 pub mod informer;
 mod instrument;
 pub mod machine;

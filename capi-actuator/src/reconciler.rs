@@ -19,12 +19,12 @@ use capi_core::ActuatorError;
 use futures::{Stream, StreamExt};
 use k8s_openapi::NamespaceResourceScope;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
+use crate::events::EventRecorder;
 use crate::informer::{Informer, Informers};
 use crate::metrics::{Metrics, ReconcileResult};
 use crate::options::ReconcilerOptions;
@@ -250,16 +250,12 @@ where
         instrument: impl FnOnce(Arc<S>, Metrics, String) -> Arc<S>,
     ) -> Arc<Context<S>> {
         let controller = Self::controller_name();
-        let reporter = Reporter {
-            controller: format!("{controller}-controller"),
-            instance: None,
-        };
         let state = match &self.metrics {
             Some(metrics) => instrument(self.state, metrics.clone(), controller.clone()),
             None => self.state,
         };
         Arc::new(Context {
-            recorder: Recorder::new(self.client.clone(), reporter),
+            recorder: EventRecorder::new(self.client.clone(), format!("{controller}-controller")),
             client: self.client,
             state,
             retry: RetryState::with_memory(self.options.retry.clone(), self.memory),
@@ -314,12 +310,36 @@ where
     );
 }
 
+impl<K, S: ?Sized> Reconciler<K, S>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + serde::Serialize
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    /// Offers this controller's watch of `K` to the manager's readers of run-time kinds
+    /// ([`crate::informer::DynamicViews`]): the core controllers read the `K`s their objects
+    /// refer to from it instead of a watch and a copy of their own. Only a watch without
+    /// selectors is offered.
+    pub fn offer_as_referenced(&self) {
+        let informer = self.informers.informer(
+            self.options.api::<K>(&self.client),
+            self.options.watch_config(),
+        );
+        self.informers.dynamic_views().offer(&informer);
+    }
+}
+
 /// What a reconcile of one controller works with.
 pub struct Context<S: ?Sized> {
     /// The client (the manager's, rate limited).
     pub client: Client,
     /// Publishes events as `<kind>-controller`.
-    pub recorder: Recorder,
+    pub recorder: EventRecorder,
     /// What the reconciles share (the actuator, or the controller's caches and settings).
     pub state: Arc<S>,
     /// Per-object retry state: backoff, and the memo of configurations found invalid.

@@ -41,6 +41,7 @@ impl<T: InfraMachineTemplate> Reconciler<T, dyn MachineTemplateActuator<T>> {
     /// Runs until `shutdown` completes; in-flight reconciles finish first.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
         let (trigger, reader) = self.trigger();
+        self.offer_as_referenced();
         let concurrency = self.concurrency();
         let context = self.into_context(|inner, _, _| inner);
         let results = Controller::for_stream(trigger, reader)

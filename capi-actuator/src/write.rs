@@ -6,11 +6,11 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 use kube::api::{Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use crate::events::{EventRecorder, Occurrence};
 use crate::plan::{EventNote, FinalizerChange};
 
 /// How often a write that meets a conflict (409) is retried before the reconcile fails.
@@ -158,31 +158,27 @@ const EVENT_NOTE_LIMIT: usize = 1024;
 /// Publishes events, best effort: a user-facing nicety must not fail the reconcile.
 ///
 /// Notes of the same reason and type in one call are published as **one** event whose note
-/// lists them (in order, cut at the API's 1 KiB with the number left out): the recorder keys an
-/// event by object, reason and type, not by note, so a second note of the same reason would only
-/// bump the first one's count — one write per note, and every note after the first lost (a
-/// MachineSet creating 100 machines said "created machine a" a hundred times). Across calls the
-/// recorder still does that for a few minutes (a later call's note of the same reason becomes a
-/// count on the earlier event).
+/// lists them (in order, cut at the API's 1 KiB with the number left out): one write for a
+/// MachineSet creating 100 machines, not a hundred. Across calls, the recorder folds an event
+/// that repeats (same object, reason, type and note) within a few minutes into the earlier
+/// one's series.
 pub async fn publish<K: Resource<DynamicType = ()>>(
-    recorder: &Recorder,
+    recorder: &EventRecorder,
     object: &K,
     events: &[EventNote],
 ) {
+    if events.is_empty() {
+        return;
+    }
     let reference = object.object_ref(&());
     for note in fold_events(events) {
-        let event = Event {
-            type_: if note.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: note.reason.to_string(),
-            note: Some(note.note),
-            action: "Reconcile".to_string(),
-            secondary: None,
+        let occurrence = Occurrence {
+            warning: note.warning,
+            reason: note.reason,
+            action: "Reconcile",
+            note: &note.note,
         };
-        if let Err(error) = recorder.publish(&event, &reference).await {
+        if let Err(error) = recorder.publish(&reference, &occurrence).await {
             tracing::debug!(%error, reason = note.reason, "could not publish an event");
         }
     }

@@ -146,7 +146,7 @@ impl Controllers for CoreControllers {
         let (workloads, node_changes) = WorkloadClusters::new(client.clone());
         let workloads = Arc::new(workloads);
         // One cache per referenced kind for the whole manager (the control plane's too).
-        let watches = manager.informers().shared::<ReferenceWatches>();
+        let watches = ReferenceWatches::of(&manager.informers());
         let cluster = manager.reconciler::<Cluster, _>(Arc::new(ClusterController::new(
             &watches,
             client.clone(),

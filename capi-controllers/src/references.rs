@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::compact_store::{CompactStore, Read};
+use capi_actuator::informer::{DynamicView, DynamicViews, Informers};
 use capi_core::api::ContractVersionedObjectReference;
+use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery;
@@ -63,8 +65,44 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 struct Watched {
     resource: ApiResource,
-    store: Arc<CompactStore>,
-    synced: Arc<AtomicBool>,
+    cache: Cache,
+}
+
+/// Where a referenced kind's objects are read from.
+enum Cache {
+    /// The manager's typed watch of the kind (its controller runs in this manager), seen as
+    /// `DynamicObject`s: no second watch, no second copy.
+    Typed(DynamicView),
+    /// A watch of its own, the objects kept as JSON text.
+    Own {
+        store: Arc<CompactStore>,
+        synced: Arc<AtomicBool>,
+    },
+}
+
+impl Watched {
+    /// Whether the cache holds everything the API server had at its first list.
+    fn synced(&self) -> bool {
+        match &self.cache {
+            Cache::Typed(view) => view.listed(),
+            Cache::Own { synced, .. } => synced.load(Ordering::Acquire),
+        }
+    }
+
+    /// The object from the cache, once it is filled (`None` before).
+    fn read(&self, namespace: &str, name: &str) -> Option<Read> {
+        if !self.synced() {
+            return None;
+        }
+        Some(match &self.cache {
+            Cache::Typed(view) => match view.get(Some(namespace), name) {
+                Some(Ok(object)) => Read::Found(Arc::new(object)),
+                Some(Err(error)) => Read::Unreadable(error),
+                None => Read::Absent,
+            },
+            Cache::Own { store, .. } => store.get(namespace, name),
+        })
+    }
 }
 
 /// The watches of referenced kinds, shared by every [`References`] made from them: one watch and
@@ -72,6 +110,8 @@ struct Watched {
 /// every handle's receiver. The watches stop when the last handle is dropped.
 #[derive(Default)]
 pub struct ReferenceWatches {
+    /// The manager's typed watches offered to readers of run-time kinds.
+    views: std::sync::OnceLock<DynamicViews>,
     kinds: Mutex<HashMap<WatchKey, Arc<Watched>>>,
     subscribers: Arc<Mutex<Vec<mpsc::UnboundedSender<Arc<DynamicObject>>>>>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -79,6 +119,17 @@ pub struct ReferenceWatches {
 
 /// Namespace (none: all), API group, kind.
 type WatchKey = (Option<String>, String, String);
+
+impl ReferenceWatches {
+    /// The watches shared by every controller of the manager whose informers are `informers`;
+    /// a referenced kind that a controller of the manager watches already (offered through
+    /// [`DynamicViews`]) is read from that watch.
+    pub fn of(informers: &Informers) -> Arc<Self> {
+        let watches = informers.shared::<Self>();
+        watches.views.get_or_init(|| informers.dynamic_views());
+        watches
+    }
+}
 
 impl std::fmt::Debug for ReferenceWatches {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -169,28 +220,40 @@ impl References {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
             None => Api::all_with(self.client.clone(), &resource),
         };
-        let store = Arc::new(CompactStore::default());
-        let writer = Arc::clone(&store);
+        let offered = self
+            .watches
+            .views
+            .get()
+            .and_then(|views| views.get(api.resource_url()));
         let subscribers = Arc::clone(&self.watches.subscribers);
-        // Managed fields are often the bulk of an object, and nothing reads them.
-        let slim = |object: &mut DynamicObject| object.metadata.managed_fields = None;
-        let (synced, task) = crate::cache::spawn_cache(
-            api,
-            slim,
-            move |event| writer.apply(event),
-            move |object| {
-                let object = Arc::new(object);
-                // A receiver is gone only when its controller stopped.
-                lock(&subscribers)
-                    .retain(|subscriber| subscriber.send(Arc::clone(&object)).is_ok());
-            },
-        );
-        lock(&self.watches.tasks).push(task);
-        let watched = Arc::new(Watched {
-            resource,
-            store,
-            synced,
-        });
+        let report = move |object: DynamicObject| {
+            let object = Arc::new(object);
+            // A receiver is gone only when its controller stopped.
+            lock(&subscribers).retain(|subscriber| subscriber.send(Arc::clone(&object)).is_ok());
+        };
+        let cache = match offered {
+            Some(view) => {
+                tracing::debug!(%group, %kind, "referenced kind read from the manager's typed watch");
+                let changes = view.changes();
+                let task = tokio::spawn(changes.for_each(move |object| {
+                    report(object);
+                    std::future::ready(())
+                }));
+                lock(&self.watches.tasks).push(task);
+                Cache::Typed(view)
+            }
+            None => {
+                let store = Arc::new(CompactStore::default());
+                let writer = Arc::clone(&store);
+                // Managed fields are often the bulk of an object, and nothing reads them.
+                let slim = |object: &mut DynamicObject| object.metadata.managed_fields = None;
+                let (synced, task) =
+                    crate::cache::spawn_cache(api, slim, move |event| writer.apply(event), report);
+                lock(&self.watches.tasks).push(task);
+                Cache::Own { store, synced }
+            }
+        };
+        let watched = Arc::new(Watched { resource, cache });
         kinds.insert(key, Arc::clone(&watched));
         Ok(watched)
     }
@@ -225,15 +288,14 @@ impl References {
         namespace: &str,
     ) -> Result<Option<Arc<DynamicObject>>, ReferenceError> {
         let watched = self.watched(&reference.api_group, &reference.kind).await?;
-        if watched.synced.load(Ordering::Acquire) {
-            match watched.store.get(namespace, &reference.name) {
-                Read::Found(object) => return Ok(Some(object)),
-                Read::Absent => return Ok(None),
-                Read::Unreadable(error) => {
-                    tracing::warn!(kind = %reference.kind, name = %reference.name, %error,
-                        "a cached object did not parse back; reading it from the API server");
-                }
+        match watched.read(namespace, &reference.name) {
+            Some(Read::Found(object)) => return Ok(Some(object)),
+            Some(Read::Absent) => return Ok(None),
+            Some(Read::Unreadable(error)) => {
+                tracing::warn!(kind = %reference.kind, name = %reference.name, %error,
+                    "a cached object could not be read back; reading it from the API server");
             }
+            None => {}
         }
         self.get_fresh(reference, namespace).await
     }
@@ -254,7 +316,7 @@ impl References {
         reference: &ContractVersionedObjectReference,
     ) -> Result<bool, ReferenceError> {
         let watched = self.watched(&reference.api_group, &reference.kind).await?;
-        Ok(watched.synced.load(Ordering::Acquire))
+        Ok(watched.synced())
     }
 
     /// Merge-patches the referenced object.
@@ -311,8 +373,7 @@ impl References {
             Err(error) => return Err(error),
         };
         let api = self.api(reference, namespace).await?;
-        let synced = watched.synced.load(Ordering::Acquire);
-        let deleting = match synced.then(|| watched.store.get(namespace, &reference.name)) {
+        let deleting = match watched.read(namespace, &reference.name) {
             Some(Read::Found(object)) => object.metadata.deletion_timestamp.is_some(),
             Some(Read::Absent) if confirm == Confirm::Nothing => return Ok(false),
             // Not in the cache, or not readable from it: the API server says.
@@ -424,4 +485,125 @@ pub fn initialization_flag(object: &DynamicObject, field: &str) -> bool {
     object.data["status"]["initialization"][field]
         .as_bool()
         .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use capi_core::api::Cluster;
+    use capi_testing::TestEnv;
+    use kube::runtime::watcher;
+
+    use super::*;
+
+    fn reference(name: &str) -> ContractVersionedObjectReference {
+        ContractVersionedObjectReference {
+            api_group: "cluster.x-k8s.io".into(),
+            kind: "Cluster".into(),
+            name: name.into(),
+        }
+    }
+
+    /// The object `name`, once the references' cache holds it.
+    async fn cached(
+        references: &References,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Arc<DynamicObject>, Box<dyn std::error::Error>> {
+        for _ in 0..200 {
+            if references.synced(&reference(name)).await?
+                && let Some(found) = references.get(&reference(name), namespace).await?
+            {
+                return Ok(found);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(format!("{name} never reached the cache").into())
+    }
+
+    #[tokio::test]
+    async fn a_kind_a_controller_of_the_manager_watches_is_read_from_that_watch()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let env = TestEnv::start_with_crds(&capi_core::crd::core()).await?;
+        let ns = env.namespace().await?;
+        let client = env.client();
+        let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns);
+        let cluster: Cluster = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2",
+            "kind": "Cluster",
+            "metadata": {"name": "a", "labels": {"l": "v"}},
+            "spec": {"paused": true},
+        }))?;
+        clusters.create(&PostParams::default(), &cluster).await?;
+
+        // A manager whose Cluster controller offers its watch.
+        let informers = Informers::default();
+        let typed = informers.informer(
+            Api::<Cluster>::all(client.clone()),
+            watcher::Config::default(),
+        );
+        informers.dynamic_views().offer(&typed);
+        let (references, mut changes) =
+            References::sharing(&ReferenceWatches::of(&informers), client.clone(), None);
+        let found = cached(&references, &ns, "a").await?;
+        let watched = references.watched("cluster.x-k8s.io", "Cluster").await?;
+        assert!(
+            matches!(watched.cache, Cache::Typed(_)),
+            "read from the typed watch, not a second one"
+        );
+        assert_eq!(
+            found
+                .types
+                .as_ref()
+                .map(|t| (t.api_version.as_str(), t.kind.as_str())),
+            Some(("cluster.x-k8s.io/v1beta2", "Cluster"))
+        );
+        assert_eq!(
+            found
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("l"))
+                .map(String::as_str),
+            Some("v")
+        );
+        assert_eq!(found.data.pointer("/spec/paused"), Some(&Value::Bool(true)));
+        assert!(
+            references.get(&reference("b"), &ns).await?.is_none(),
+            "absent"
+        );
+        // Its changes reach the references' receiver.
+        clusters
+            .patch(
+                "a",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"l": "w"}}})),
+            )
+            .await?;
+        let changed = tokio::time::timeout(Duration::from_secs(10), async {
+            while let Some(object) = changes.recv().await {
+                let label = object
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("l"))
+                    .cloned();
+                if label.as_deref() == Some("w") {
+                    return Some(object);
+                }
+            }
+            None
+        })
+        .await?;
+        assert!(changed.is_some(), "the change was reported");
+
+        // A manager without that controller watches the kind itself, and reads the same.
+        let (own, _changes) = References::new(client.clone(), None);
+        let found = cached(&own, &ns, "a").await?;
+        let watched = own.watched("cluster.x-k8s.io", "Cluster").await?;
+        assert!(matches!(watched.cache, Cache::Own { .. }));
+        assert_eq!(found.data.pointer("/spec/paused"), Some(&Value::Bool(true)));
+        Ok(())
+    }
 }

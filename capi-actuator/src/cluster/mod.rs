@@ -34,6 +34,7 @@ impl<C: InfraCluster> Reconciler<C, dyn ClusterActuator<C>> {
     /// Runs until `shutdown` completes; in-flight reconciles finish first.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
         let (trigger, reader) = self.trigger();
+        self.offer_as_referenced();
         let (clusters, cluster_stream) = self.cached::<Cluster>();
         let concurrency = self.concurrency();
         let context = self.into_context(|inner, metrics, controller| {

@@ -1,9 +1,9 @@
 //! Writing a cluster [`Plan`]: the control plane endpoint, the finalizer, status (only if it
 //! changed), events.
 
+use crate::events::EventRecorder;
 use capi_core::condition;
 use capi_core::infra::{InfraCluster, InfraClusterStatus, InfraInitialization};
-use kube::runtime::events::Recorder;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
@@ -14,7 +14,7 @@ use crate::write;
 /// Writes the plan for `infra`.
 pub(crate) async fn record<C: InfraCluster>(
     client: &Client,
-    recorder: &Recorder,
+    recorder: &EventRecorder,
     infra: &C,
     plan: &Plan,
 ) -> Result<(), kube::Error> {

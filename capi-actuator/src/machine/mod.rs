@@ -48,6 +48,7 @@ impl<M: InfraMachine> Reconciler<M, dyn Actuator<M>> {
     /// Runs until `shutdown` completes; in-flight reconciles finish first.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
         let (trigger, reader) = self.trigger();
+        self.offer_as_referenced();
         let by_cluster = reader.clone();
         let (machines, machine_stream) = self.cached::<Machine>();
         let (clusters, cluster_stream) = self.cached::<Cluster>();

@@ -1,9 +1,9 @@
 //! Writing a machine [`Plan`]: provider ID first, then the finalizer (when added), then status
 //! (only if it changed), then the finalizer (when removed), then events.
 
+use crate::events::EventRecorder;
 use capi_core::condition;
 use capi_core::infra::{InfraInitialization, InfraMachine, InfraMachineStatus};
-use kube::runtime::events::Recorder;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
@@ -14,7 +14,7 @@ use crate::write;
 /// Writes the plan for `infra`.
 pub(crate) async fn record<M: InfraMachine>(
     client: &Client,
-    recorder: &Recorder,
+    recorder: &EventRecorder,
     infra: &M,
     plan: &Plan,
 ) -> Result<(), kube::Error> {

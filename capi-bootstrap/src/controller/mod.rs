@@ -116,6 +116,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (trigger, reader) = reconciler.trigger();
+    reconciler.offer_as_referenced();
     let (machines, machine_stream) = reconciler.cached::<Machine>();
     let (clusters, cluster_stream) = reconciler.cached::<Cluster>();
     let token_refresh = reconciler.state().token_refresh;

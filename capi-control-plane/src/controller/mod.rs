@@ -104,7 +104,7 @@ impl Controllers for KubeadmControlPlanes {
         let client = manager.client();
         let namespace = manager.reconciler_options().namespace.clone();
         // Changes of infrastructure machines reach the control plane through their Machines.
-        let watches = manager.informers().shared::<ReferenceWatches>();
+        let watches = ReferenceWatches::of(&manager.informers());
         let (references, _) = References::sharing(&watches, client, namespace);
         let reconciler: Reconciler<KubeadmControlPlane, ControlPlaneController> = manager
             .reconciler(Arc::new(ControlPlaneController {
@@ -122,6 +122,7 @@ async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (trigger, reader) = reconciler.trigger();
+    reconciler.offer_as_referenced();
     // The manager's shared watch of Machines (the core controllers' too).
     let machine_changes = reconciler.informer::<Machine>().changes();
     let (clusters, cluster_stream) = reconciler.cached::<Cluster>();
