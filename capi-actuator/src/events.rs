@@ -223,7 +223,7 @@ impl EventRecorder {
         let object = regarding.name.as_deref().unwrap_or(&self.controller);
         Event {
             metadata: ObjectMeta {
-                name: Some(format!("{object}.{:x}", now.as_nanosecond())),
+                name: Some(event_name(object, now)),
                 namespace: regarding.namespace.clone(),
                 ..ObjectMeta::default()
             },
@@ -245,6 +245,19 @@ impl EventRecorder {
             ..Event::default()
         }
     }
+}
+
+/// The longest object name an Event's name starts with: the name is at most 253 characters, and
+/// the dot and up to 16 hexadecimal digits follow.
+const EVENT_NAME_PREFIX_LIMIT: usize = 253 - 17;
+
+/// `<object>.<nanoseconds in hex>`, the object's name cut to fit an object name's 253 characters.
+fn event_name(object: &str, now: Timestamp) -> String {
+    let mut end = object.len().min(EVENT_NAME_PREFIX_LIMIT);
+    while !object.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}.{:x}", &object[..end], now.as_nanosecond())
 }
 
 #[cfg(test)]
@@ -318,6 +331,16 @@ mod tests {
         };
         assert_ne!(key, remembered.key(&regarding("a"), &reason));
         assert_eq!(key, remembered.key(&regarding("a"), &occurrence("made")));
+    }
+
+    #[test]
+    fn an_event_name_fits_whatever_the_object_name() {
+        let now = Timestamp::UNIX_EPOCH + SignedDuration::from_secs(1_800_000_000);
+        let long = "m".repeat(253);
+        let name = event_name(&long, now);
+        assert!(name.len() <= 253, "{}", name.len());
+        assert!(name.starts_with(&"m".repeat(EVENT_NAME_PREFIX_LIMIT)));
+        assert_eq!(event_name("a", now), format!("a.{:x}", now.as_nanosecond()));
     }
 
     #[test]

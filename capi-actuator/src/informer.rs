@@ -116,8 +116,8 @@ impl Informers {
         Informer { hub }
     }
 
-    /// The views of these informers' typed watches offered to readers of run-time kinds.
-    /// Holding it does not keep the informers alive.
+    /// The views of these informers' typed watches offered to readers of run-time kinds. A view
+    /// keeps its watch running (as these informers do anyway while they live).
     pub fn dynamic_views(&self) -> DynamicViews {
         self.views.clone()
     }
@@ -139,9 +139,12 @@ impl Debug for DynamicViews {
 }
 
 impl DynamicViews {
-    /// Offers `informer`'s objects to [`get`](Self::get) under its resource URL. Only a watch
-    /// without selectors or other settings is offered (a filtered one would hide objects from
-    /// readers expecting all of them); the first offer of a URL stays.
+    /// Offers `informer`'s objects to [`get`](Self::get) under its resource URL (so only to
+    /// readers of the same version and namespace scope). Only a watch without selectors or other
+    /// settings is offered (a filtered one would hide objects from readers expecting all of them);
+    /// the first offer of a URL stays. A view lists only when its typed watch does: an object that
+    /// the type cannot decode holds both back, the typed controller's trigger and its readers, who
+    /// then read from the API server.
     pub fn offer<K>(&self, informer: &Informer<K>)
     where
         K: Resource<DynamicType = ()> + Clone + Debug + Serialize + Send + Sync + 'static,

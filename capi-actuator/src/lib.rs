@@ -13,6 +13,7 @@
 //! - [`template`]: the machine template reconciler — `status.capacity` and `status.nodeInfo` from
 //!   a [`capi_core::MachineTemplateActuator`], for the cluster autoscaler's scale from zero;
 //! - [`informer`]: one watch and store per kind shared by every controller of a manager;
+//! - [`memo`]: values that hardly ever change, kept for a while instead of read at every pass;
 //! - [`events`]: Events for `kubectl describe`, repeats folded into series, in bounded memory;
 //! - [`manager`]: one rate-limited client, bounded concurrency, `/healthz`, `/readyz`, `/metrics`,
 //!   Lease leader election, graceful shutdown on SIGTERM/SIGINT;
@@ -48,6 +49,7 @@ pub mod informer;
 mod instrument;
 pub mod machine;
 pub mod manager;
+pub mod memo;
 pub mod metrics;
 mod options;
 pub mod pace;

@@ -1,11 +1,13 @@
 //! Clients of workload clusters for the control plane provider, reached through each cluster's
-//! `<cluster>-kubeconfig` Secret (key `value`) and built once per version of that Secret: a pass
-//! over a control plane reads the Secret (one request) but parses the kubeconfig and builds a TLS
-//! client only when the Secret changed.
+//! `<cluster>-kubeconfig` Secret (key `value`) and built once per version of that Secret: the
+//! Secret is read again at most every [`SECRET_RECHECK`] (one request), and the kubeconfig parsed
+//! and a TLS client built only when the Secret changed.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
+use std::time::Instant;
 
+use capi_controllers::SECRET_RECHECK;
 use capi_controllers::WorkloadError;
 use capi_core::api::Cluster;
 use k8s_openapi::api::core::v1::Secret;
@@ -15,7 +17,14 @@ use kube::{Api, Client, ResourceExt};
 /// resource version it was built from.
 #[derive(Default)]
 pub(crate) struct WorkloadClients {
-    clients: Mutex<HashMap<(String, String), (String, Client)>>,
+    clients: Mutex<HashMap<(String, String), Built>>,
+}
+
+/// A client, the Secret version it was built from, and when that Secret was last read.
+struct Built {
+    version: String,
+    client: Client,
+    checked: Instant,
 }
 
 impl WorkloadClients {
@@ -27,30 +36,49 @@ impl WorkloadClients {
             secret.uid().unwrap_or_default(),
             secret.resource_version().unwrap_or_default()
         );
-        if let Some((built_from, client)) = self
+        if let Some(built) = self
             .clients
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .get(&key)
-            && *built_from == version
+            .get_mut(&key)
+            && built.version == version
         {
-            return Ok(client.clone());
+            built.checked = Instant::now();
+            return Ok(built.client.clone());
         }
         let client = capi_controllers::client_from_secret(secret).await?;
         self.clients
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(key, (version, client.clone()));
+            .insert(
+                key,
+                Built {
+                    version,
+                    client: client.clone(),
+                    checked: Instant::now(),
+                },
+            );
         Ok(client)
     }
 
-    /// The client of `cluster`'s workload cluster, its kubeconfig Secret read with `management`.
+    /// The client of `cluster`'s workload cluster, its kubeconfig Secret read with `management`
+    /// unless it was read less than [`SECRET_RECHECK`] ago.
     pub(crate) async fn for_cluster(
         &self,
         management: &Client,
         cluster: &Cluster,
     ) -> Result<Client, WorkloadError> {
         let name = format!("{}-kubeconfig", cluster.name_any());
+        let namespace = cluster.namespace().unwrap_or_default();
+        if let Some(built) = self
+            .clients
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&(namespace, name.clone()))
+            && built.checked.elapsed() < SECRET_RECHECK
+        {
+            return Ok(built.client.clone());
+        }
         let secret =
             Api::<Secret>::namespaced(management.clone(), &cluster.namespace().unwrap_or_default())
                 .get_opt(&name)

@@ -106,8 +106,10 @@ impl Watched {
 }
 
 /// The watches of referenced kinds, shared by every [`References`] made from them: one watch and
-/// one store per kind (and namespace) for all the controllers of a manager, each change passed to
-/// every handle's receiver. The watches stop when the last handle is dropped.
+/// one store per kind (and namespace) for all the controllers of a manager — the manager's own
+/// typed watch of the kind when a controller of the manager offers it (decided the first time
+/// the kind is referenced), else one of their own — each change passed to every handle's
+/// receiver. Their own watches stop when the last handle is dropped.
 #[derive(Default)]
 pub struct ReferenceWatches {
     /// The manager's typed watches offered to readers of run-time kinds.
@@ -243,6 +245,8 @@ impl References {
                 Cache::Typed(view)
             }
             None => {
+                tracing::info!(%group, %kind, url = %api.resource_url(),
+                    "referenced kind watched on its own: no controller of this manager offers a watch of it");
                 let store = Arc::new(CompactStore::default());
                 let writer = Arc::clone(&store);
                 // Managed fields are often the bulk of an object, and nothing reads them.

@@ -20,7 +20,6 @@
 //! # }
 //! ```
 
-mod memo;
 mod reconcile;
 
 use std::sync::Arc;

@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use super::memo::Memo;
 use crate::api::{Format, KubeadmConfig, KubeadmConfigStatus};
 use crate::cluster_pki::EnsureError;
 use crate::init_lock::{InitLock, LockState};
@@ -11,6 +10,7 @@ use crate::pki::{ClusterPki, bootstrap_token};
 use crate::render::{self, ClusterFacts, KubernetesVersion, RenderInput, Role};
 use crate::secret::BootstrapSecret;
 use crate::tokens;
+use capi_actuator::memo::Memo;
 use capi_core::api::{Cluster, Machine};
 use capi_core::condition::{self, ConditionStatus};
 use capi_core::{BootstrapFormat, labels};

@@ -39,6 +39,8 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
 
+use capi_actuator::memo::Memo;
+
 use crate::api::KubeadmControlPlane;
 use crate::etcd::EtcdAccess;
 use crate::workload::WorkloadClients;
@@ -48,6 +50,10 @@ pub const FINALIZER: &str = "kubeadm.controlplane.cluster.x-k8s.io";
 /// The pre-terminate hook on every control-plane machine: its etcd member leaves before its
 /// infrastructure goes.
 pub const CLEANUP_HOOK: &str = "pre-terminate.delete.hook.machine.cluster.x-k8s.io/kcp-cleanup";
+
+/// How long a cluster's PKI Secrets and kubeconfig, once found complete, are not read again (a
+/// deleted kubeconfig is written again within this long).
+const PKI_RECHECK: Duration = Duration::from_secs(60);
 
 /// Settings of the control plane controller.
 #[derive(Clone)]
@@ -95,6 +101,9 @@ pub(crate) struct ControlPlaneController {
     settings: ControlPlaneSettings,
     references: References,
     workloads: WorkloadClients,
+    /// The clusters (UID and endpoint) whose PKI Secrets and kubeconfig were found complete a
+    /// moment ago: each pass would otherwise read five Secrets to learn that again.
+    pki_complete: Memo<()>,
     /// Clusters, from the controller's own watch (set when it runs).
     clusters: std::sync::OnceLock<Cached<Cluster>>,
 }
@@ -111,6 +120,7 @@ impl Controllers for KubeadmControlPlanes {
                 settings: self.settings,
                 references,
                 workloads: WorkloadClients::default(),
+                pki_complete: Memo::new(PKI_RECHECK),
                 clusters: std::sync::OnceLock::new(),
             }));
         manager.add_controller(move |shutdown| run(reconciler, shutdown.wait()));

@@ -118,8 +118,15 @@ pub(super) async fn reconcile_once(
     };
     let server = format!("https://{}:{}", endpoint.host, endpoint.port);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
-    match cluster_pki::ensure(&secrets, &cluster, &server).await {
-        Ok(_) => {}
+    let pki_key = format!("{namespace}/{}/{server}", cluster.uid().unwrap_or_default());
+    let pki = match state.pki_complete.get(&pki_key) {
+        Some(_) => Ok(()),
+        None => cluster_pki::ensure(&secrets, &cluster, &server)
+            .await
+            .map(|_| drop(state.pki_complete.put(pki_key, ()))),
+    };
+    match pki {
+        Ok(()) => {}
         Err(EnsureError::Api(error)) => return Err(error.into()),
         Err(other) => {
             report.certificates = Err(other.to_string());

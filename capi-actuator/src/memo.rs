@@ -1,15 +1,17 @@
 //! Values a reconcile would otherwise read from the API server every time although they hardly
 //! ever change — a cluster's PKI, a client of its workload cluster, when a join token was last
-//! extended — kept for a while by key.
+//! extended, that a cluster's PKI Secrets were found complete — kept for a while by key, shared by
+//! the reconciles of a controller.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Values kept for `ttl` after they were put, by key. Bounded: once it holds 256 entries, each
-/// `put` drops the expired ones.
+/// Values kept for `ttl` after they were put, by key: a value is never handed out once its `ttl`
+/// has passed. Bounded: once it holds 256 entries, each `put` drops the expired ones (so it holds
+/// at most the keys put within one `ttl`, plus 256).
 #[derive(Debug)]
-pub(crate) struct Memo<T> {
+pub struct Memo<T> {
     ttl: Duration,
     entries: Mutex<HashMap<String, (Instant, Arc<T>)>>,
 }
@@ -19,7 +21,7 @@ const PRUNE_ABOVE: usize = 256;
 
 impl<T> Memo<T> {
     /// A memo whose values are good for `ttl`.
-    pub(crate) fn new(ttl: Duration) -> Self {
+    pub fn new(ttl: Duration) -> Self {
         Self {
             ttl,
             entries: Mutex::new(HashMap::new()),
@@ -27,7 +29,7 @@ impl<T> Memo<T> {
     }
 
     /// The value put under `key` less than `ttl` ago.
-    pub(crate) fn get(&self, key: &str) -> Option<Arc<T>> {
+    pub fn get(&self, key: &str) -> Option<Arc<T>> {
         let mut entries = self.lock();
         match entries.get(key) {
             Some((at, value)) if at.elapsed() < self.ttl => Some(Arc::clone(value)),
@@ -40,7 +42,7 @@ impl<T> Memo<T> {
     }
 
     /// Keeps `value` under `key` from now on, and returns it.
-    pub(crate) fn put(&self, key: String, value: T) -> Arc<T> {
+    pub fn put(&self, key: String, value: T) -> Arc<T> {
         let value = Arc::new(value);
         let mut entries = self.lock();
         if entries.len() >= PRUNE_ABOVE {
@@ -52,7 +54,7 @@ impl<T> Memo<T> {
     }
 
     /// Forgets what is kept under `key` (it proved wrong).
-    pub(crate) fn remove(&self, key: &str) {
+    pub fn remove(&self, key: &str) {
         self.lock().remove(key);
     }
 
