@@ -194,6 +194,12 @@ impl DynamicView {
         self.source.get(namespace, name)
     }
 
+    /// Whether the store holds the object `name` (in `namespace`, for a namespaced kind); nothing
+    /// is converted.
+    pub fn contains(&self, namespace: Option<&str>, name: &str) -> bool {
+        self.source.contains(namespace, name)
+    }
+
     /// A new subscriber's stream of the objects the watch touches (a complete list first, then
     /// each applied or deleted object; see the module's guarantees); an object that cannot be
     /// seen as a `DynamicObject` is left out.
@@ -204,6 +210,7 @@ impl DynamicView {
 
 trait DynamicSource: Send + Sync {
     fn listed(&self) -> bool;
+    fn contains(&self, namespace: Option<&str>, name: &str) -> bool;
     fn get(
         &self,
         namespace: Option<&str>,
@@ -220,17 +227,16 @@ where
         lock(&self.hub.state).listed
     }
 
+    fn contains(&self, namespace: Option<&str>, name: &str) -> bool {
+        self.hub.store.get(&object_ref(namespace, name)).is_some()
+    }
+
     fn get(
         &self,
         namespace: Option<&str>,
         name: &str,
     ) -> Option<Result<DynamicObject, serde_json::Error>> {
-        let reference = ObjectRef::<K>::new(name);
-        let reference = match namespace {
-            Some(namespace) => reference.within(namespace),
-            None => reference,
-        };
-        let object = self.hub.store.get(&reference)?;
+        let object = self.hub.store.get(&object_ref(namespace, name))?;
         Some(as_dynamic(object.as_ref()))
     }
 
@@ -248,6 +254,15 @@ where
                 std::future::ready(dynamic)
             })
             .boxed()
+    }
+}
+
+/// The reference of the object `name` (in `namespace`, for a namespaced kind).
+fn object_ref<K: Resource<DynamicType = ()>>(namespace: Option<&str>, name: &str) -> ObjectRef<K> {
+    let reference = ObjectRef::<K>::new(name);
+    match namespace {
+        Some(namespace) => reference.within(namespace),
+        None => reference,
     }
 }
 
@@ -702,6 +717,7 @@ mod tests {
         assert_eq!(a.data.pointer("/data/v"), Some(&Value::from("1")));
         assert!(a.data.get("metadata").is_none() && a.data.get("kind").is_none());
         assert!(view.get(Some("ns"), "b").is_none());
+        assert!(view.contains(Some("ns"), "a") && !view.contains(Some("ns"), "b"));
         assert!(view.get(Some("other"), "a").is_none());
         feed(&informer, &mut writer, watcher::Event::Apply(map("a", "2")));
         let mut seen = Vec::new();

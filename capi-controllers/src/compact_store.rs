@@ -111,6 +111,15 @@ impl CompactStore {
         }
     }
 
+    /// Whether the store holds the object named `name` in `namespace` (nothing is parsed).
+    pub(crate) fn contains(&self, namespace: &str, name: &str) -> bool {
+        self.state
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .objects
+            .contains_key(&(namespace.to_string(), name.to_string()))
+    }
+
     /// How many objects the store holds (for tests).
     #[cfg(test)]
     fn len(&self) -> usize {

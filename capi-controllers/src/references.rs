@@ -89,6 +89,18 @@ impl Watched {
         }
     }
 
+    /// Whether the cache holds the object, once it is filled (`None` before); nothing is
+    /// converted or parsed.
+    fn holds(&self, namespace: &str, name: &str) -> Option<bool> {
+        if !self.synced() {
+            return None;
+        }
+        Some(match &self.cache {
+            Cache::Typed(view) => view.contains(Some(namespace), name),
+            Cache::Own { store, .. } => store.contains(namespace, name),
+        })
+    }
+
     /// The object from the cache, once it is filled (`None` before).
     fn read(&self, namespace: &str, name: &str) -> Option<Read> {
         if !self.synced() {
@@ -302,6 +314,20 @@ impl References {
             None => {}
         }
         self.get_fresh(reference, namespace).await
+    }
+
+    /// Whether the referenced object exists, as the cache says once it is filled (then without
+    /// reading or converting the object), else as the API server says.
+    pub async fn exists(
+        &self,
+        reference: &ContractVersionedObjectReference,
+        namespace: &str,
+    ) -> Result<bool, ReferenceError> {
+        let watched = self.watched(&reference.api_group, &reference.kind).await?;
+        match watched.holds(namespace, &reference.name) {
+            Some(held) => Ok(held),
+            None => Ok(self.get_fresh(reference, namespace).await?.is_some()),
+        }
     }
 
     /// The referenced object, read from the API server.
@@ -577,6 +603,8 @@ mod tests {
             references.get(&reference("b"), &ns).await?.is_none(),
             "absent"
         );
+        assert!(references.exists(&reference("a"), &ns).await?);
+        assert!(!references.exists(&reference("b"), &ns).await?);
         // Its changes reach the references' receiver.
         clusters
             .patch(
@@ -607,6 +635,9 @@ mod tests {
         let found = cached(&own, &ns, "a").await?;
         let watched = own.watched("cluster.x-k8s.io", "Cluster").await?;
         assert!(matches!(watched.cache, Cache::Own { .. }));
+        assert!(
+            own.exists(&reference("a"), &ns).await? && !own.exists(&reference("b"), &ns).await?
+        );
         assert_eq!(found.data.pointer("/spec/paused"), Some(&Value::Bool(true)));
         Ok(())
     }

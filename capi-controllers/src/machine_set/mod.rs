@@ -594,8 +594,9 @@ async fn complete_machine(
         return Ok(());
     }
     for (template_ref, target) in cloned_from(set, machine) {
+        // Whether the cache holds it (not the object itself: nothing to convert).
         let known = deps.references.synced(target).await?
-            && deps.references.get(target, namespace).await?.is_some();
+            && deps.references.exists(target, namespace).await?;
         if !known
             && deps
                 .references
