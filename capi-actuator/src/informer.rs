@@ -640,12 +640,17 @@ mod tests {
         assert_eq!(names(&drain(&mut kept).await), ["init", "done", "apply a"]);
     }
 
-    #[tokio::test]
-    async fn one_informer_per_kind_url_and_selector() {
-        let client = kube::Client::try_from(kube::Config::new(
+    /// A client of nothing: watches through it fail and retry, which these tests never wait for.
+    fn unreachable_client() -> kube::Client {
+        kube::Client::try_from(kube::Config::new(
             "http://127.0.0.1:9".parse().expect("a URL"),
         ))
-        .expect("a client");
+        .expect("a client")
+    }
+
+    #[tokio::test]
+    async fn one_informer_per_kind_url_and_selector() {
+        let client = unreachable_client();
         let informers = Informers::default();
         let api = || Api::<ConfigMap>::namespaced(client.clone(), "ns");
         let a = informers.informer(api(), watcher::Config::default());
@@ -729,10 +734,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_filtered_watch_is_not_offered() {
-        let client = kube::Client::try_from(kube::Config::new(
-            "http://127.0.0.1:9".parse().expect("a URL"),
-        ))
-        .expect("a client");
+        let client = unreachable_client();
         let informers = Informers::default();
         let api = || Api::<ConfigMap>::namespaced(client.clone(), "ns");
         let views = informers.dynamic_views();
