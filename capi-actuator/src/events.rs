@@ -186,8 +186,11 @@ impl EventRecorder {
         let namespace = regarding.namespace.as_deref().unwrap_or("default");
         let events: Api<Event> = Api::namespaced(self.client.clone(), namespace);
         let now = Timestamp::now();
-        let key = self.remembered().key(regarding, occurrence);
-        let step = self.remembered().step(key, now);
+        let (key, step) = {
+            let mut remembered = self.remembered();
+            let key = remembered.key(regarding, occurrence);
+            (key, remembered.step(key, now))
+        };
         if let Step::Repeat { name, count } = step {
             let patch = json!({
                 "series": EventSeries { count, last_observed_time: MicroTime(now) },

@@ -241,7 +241,8 @@ where
     }
 
     fn changes(&self) -> futures::stream::BoxStream<'static, DynamicObject> {
-        self.changes()
+        // The typed stream (the inherent method), each object seen as a `DynamicObject`.
+        Informer::changes(self)
             .filter_map(|object| {
                 let dynamic = object.ok().and_then(|object| match as_dynamic(&object) {
                     Ok(dynamic) => Some(dynamic),
