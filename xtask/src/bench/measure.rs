@@ -206,13 +206,28 @@ pub(crate) fn write_result(dir: &Path, name: &str, result: &serde_json::Value) -
 /// Peak resident memory (MiB) and CPU seconds (user + system) so far of process `pid`, from
 /// `/proc`.
 pub(crate) fn usage(pid: u32) -> Result<(f64, f64)> {
+    let (peak, _, cpu) = memory_and_cpu(pid)?;
+    Ok((peak, cpu))
+}
+
+/// Process `pid`'s resident memory now (MiB, `VmRSS`).
+pub(crate) fn resident(pid: u32) -> Result<f64> {
+    let (_, now, _) = memory_and_cpu(pid)?;
+    Ok(now)
+}
+
+/// Peak and current resident memory (MiB) and CPU seconds (user + system) of process `pid`.
+fn memory_and_cpu(pid: u32) -> Result<(f64, f64, f64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let peak_kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .context("no VmHWM in /proc/PID/status")?;
+    let kib = |field: &str| -> Result<f64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .with_context(|| format!("no {field} in /proc/{pid}/status"))
+    };
+    let (peak_kib, now_kib) = (kib("VmHWM:")?, kib("VmRSS:")?);
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
     let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
@@ -220,6 +235,7 @@ pub(crate) fn usage(pid: u32) -> Result<(f64, f64)> {
     let ticks = |i: usize| -> f64 { fields.get(i).and_then(|v| v.parse().ok()).unwrap_or(0.0) };
     Ok((
         peak_kib / 1024.0,
+        now_kib / 1024.0,
         (ticks(11) + ticks(12)) / clock_ticks_per_second(),
     ))
 }

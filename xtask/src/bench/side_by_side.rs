@@ -83,6 +83,9 @@ pub(crate) struct Sample {
     /// Requests to the management API server since the clock started (409s included, the API
     /// server's own upkeep not).
     pub(crate) requests: f64,
+    /// The controllers' resident memory at that moment (MiB; `VmRSS`, summed over the stack's
+    /// controller processes), so that a peak can be placed in the run.
+    pub(crate) controllers_rss_mib: f64,
 }
 
 /// One round of one stack.
@@ -132,9 +135,10 @@ impl Round {
                 "usage": self.create_usage.json(),
             },
             "timeline": self.timeline.iter().map(|s| json!([
-                (s.seconds * 10.0).round() / 10.0, s.machines_running, s.clusters_available, s.requests
+                (s.seconds * 10.0).round() / 10.0, s.machines_running, s.clusters_available, s.requests,
+                (s.controllers_rss_mib * 10.0).round() / 10.0
             ])).collect::<Vec<_>>(),
-            "timeline_columns": ["seconds", "machines_running", "clusters_available", "requests"],
+            "timeline_columns": ["seconds", "machines_running", "clusters_available", "requests", "controllers_rss_mib"],
             "settle": self.settle.as_ref().map(|s| json!({
                 "seconds": s.seconds, "writes": total(&s.requests, true),
                 "writes_per_machine": total(&s.requests, true) / n,
@@ -442,6 +446,7 @@ impl Follower {
             }
             let done = running_at.is_some() && available_at.is_some();
             if done || last_sample.is_none_or(|t| t.elapsed() >= SAMPLE_EVERY) {
+                running.check()?;
                 let requests = scrape(&running.client)
                     .await?
                     .since(before)
@@ -451,9 +456,9 @@ impl Follower {
                     machines_running: machines,
                     clusters_available: clusters,
                     requests,
+                    controllers_rss_mib: running.controllers_resident_mib()?,
                 });
                 last_sample = Some(Instant::now());
-                running.check()?;
             }
             if let (Some(running_seconds), Some(available_seconds)) = (running_at, available_at) {
                 return Ok(Converged {

@@ -226,6 +226,15 @@ impl Running {
         }
     }
 
+    /// The controllers' resident memory now (MiB, summed over their processes).
+    pub(crate) fn controllers_resident_mib(&self) -> Result<f64> {
+        let pids = match &self.world {
+            World::Ours(rig) => vec![rig.manager()?.id()],
+            World::Upstream(world) => world.peer.pids(),
+        };
+        pids.iter().map(|pid| measure::resident(*pid)).sum()
+    }
+
     /// The stack's CPU and memory so far.
     pub(crate) fn usage(&self) -> Result<StackUsage> {
         match &self.world {
