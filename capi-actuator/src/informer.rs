@@ -16,6 +16,10 @@
 //!   may be seen twice around the moment it joins, never missed;
 //! - it never blocks the watch or the other subscribers (each stream has its own unbounded queue,
 //!   drained by its controller), and a dropped stream is forgotten at the next change;
+//! - a queue holds shared references to the store's objects, not copies: a subscriber gets its
+//!   own copy only as it takes an object from its queue, so a slow subscriber, or a list handed to
+//!   every subscriber at start-up, costs a pointer per object and subscriber rather than a whole
+//!   object;
 //! - the store is updated before any subscriber sees the change, so a controller that looks an
 //!   object up in the store after a change finds it at least as new.
 //!
@@ -334,7 +338,7 @@ where
         let hub = Arc::clone(&self.hub);
         futures::stream::unfold((receiver, hub), |(mut receiver, hub)| async move {
             let event = receiver.recv().await?;
-            Some((Ok(event), (receiver, hub)))
+            Some((Ok(owned(event)), (receiver, hub)))
         })
     }
 
@@ -362,15 +366,18 @@ struct Hub<K: Resource<DynamicType = ()> + Clone + 'static> {
     task: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
+/// A subscriber's queue: events carry shared objects (see [`Hub::dispatch`]).
+type Subscriber<K> = mpsc::UnboundedSender<watcher::Event<Arc<K>>>;
+
 struct HubState<K> {
     /// The first list is in: a new subscriber is given the store's contents at once…
     listed: bool,
     /// …unless a (re-)list is under way: then it waits for its end, so that what it gets is one
     /// whole list, never the old store followed by the tail of a new list.
     listing: bool,
-    subscribers: Vec<mpsc::UnboundedSender<watcher::Event<K>>>,
+    subscribers: Vec<Subscriber<K>>,
     /// Subscribers that joined while the first list was under way: given the store at its end.
-    waiting: Vec<mpsc::UnboundedSender<watcher::Event<K>>>,
+    waiting: Vec<Subscriber<K>>,
 }
 
 impl<K: Resource<DynamicType = ()> + Clone + 'static> Drop for Hub<K> {
@@ -429,7 +436,7 @@ where
         hub
     }
 
-    fn subscribe(&self, sender: mpsc::UnboundedSender<watcher::Event<K>>) {
+    fn subscribe(&self, sender: Subscriber<K>) {
         let mut state = lock(&self.state);
         if state.listed && !state.listing {
             self.seed(&sender);
@@ -440,16 +447,39 @@ where
     }
 
     /// The store's contents as a complete list.
-    fn seed(&self, sender: &mpsc::UnboundedSender<watcher::Event<K>>) {
+    fn seed(&self, sender: &Subscriber<K>) {
         let _ = sender.send(watcher::Event::Init);
         for object in self.store.state() {
-            let _ = sender.send(watcher::Event::InitApply(K::clone(&object)));
+            let _ = sender.send(watcher::Event::InitApply(object));
         }
         let _ = sender.send(watcher::Event::InitDone);
     }
 
-    /// Passes `event` (already in the store) on to every live subscriber.
+    /// The store's copy of `object` when it is that very version (the store takes it before the
+    /// subscribers see it), else `object` itself, shared.
+    fn stored(&self, object: K) -> Arc<K> {
+        match self.store.get(&ObjectRef::from_obj(&object)) {
+            Some(stored)
+                if stored.meta().resource_version == object.meta().resource_version
+                    && stored.meta().uid == object.meta().uid =>
+            {
+                stored
+            }
+            _ => Arc::new(object),
+        }
+    }
+
+    /// Passes `event` (already in the store) on to every live subscriber, as one shared object:
+    /// an applied object is the store's own (the copy the store just took), any other is moved
+    /// into its one `Arc`.
     fn dispatch(&self, event: watcher::Event<K>) {
+        let event = match event {
+            watcher::Event::Apply(object) => watcher::Event::Apply(self.stored(object)),
+            watcher::Event::Delete(object) => watcher::Event::Delete(Arc::new(object)),
+            watcher::Event::InitApply(object) => watcher::Event::InitApply(Arc::new(object)),
+            watcher::Event::Init => watcher::Event::Init,
+            watcher::Event::InitDone => watcher::Event::InitDone,
+        };
         let mut state = lock(&self.state);
         state
             .subscribers
@@ -478,6 +508,19 @@ where
 fn compact<K: Resource + Clone>(object: &mut K) {
     object.meta_mut().managed_fields = None;
     *object = object.clone();
+}
+
+/// A subscriber's own copy of a queued event (no copy when it holds the last reference).
+fn owned<K: Clone>(event: watcher::Event<Arc<K>>) -> watcher::Event<K> {
+    match event {
+        watcher::Event::Apply(object) => watcher::Event::Apply(Arc::unwrap_or_clone(object)),
+        watcher::Event::Delete(object) => watcher::Event::Delete(Arc::unwrap_or_clone(object)),
+        watcher::Event::InitApply(object) => {
+            watcher::Event::InitApply(Arc::unwrap_or_clone(object))
+        }
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -550,6 +593,53 @@ mod tests {
             seen.push(event);
         }
         seen
+    }
+
+    #[test]
+    fn queued_events_share_the_stores_objects_and_a_subscriber_gets_its_own_copy() {
+        let (informer, mut writer) = fed();
+        feed(&informer, &mut writer, watcher::Event::Init);
+        feed(
+            &informer,
+            &mut writer,
+            watcher::Event::InitApply(map("a", "1")),
+        );
+        feed(&informer, &mut writer, watcher::Event::InitDone);
+        let stored = || {
+            informer
+                .store()
+                .get(&ObjectRef::new("a").within("ns"))
+                .expect("a is stored")
+        };
+        let (sender, mut queue) = mpsc::unbounded_channel();
+        informer.hub.subscribe(sender);
+        let mut queued = || {
+            let mut all = Vec::new();
+            while let Ok(event) = queue.try_recv() {
+                all.push(event);
+            }
+            all
+        };
+        // Seeded from the store: the store's own objects, not copies.
+        match &queued()[..] {
+            [
+                watcher::Event::Init,
+                watcher::Event::InitApply(listed),
+                watcher::Event::InitDone,
+            ] => assert!(Arc::ptr_eq(listed, &stored())),
+            other => panic!("unexpected seed {other:?}"),
+        }
+        feed(&informer, &mut writer, watcher::Event::Apply(map("a", "2")));
+        let applied = match queued().pop() {
+            Some(watcher::Event::Apply(applied)) => applied,
+            other => panic!("unexpected event {other:?}"),
+        };
+        assert!(Arc::ptr_eq(&applied, &stored()));
+        // Taken from the queue, it is the subscriber's own object, equal to the store's.
+        match owned(watcher::Event::Apply(Arc::clone(&applied))) {
+            watcher::Event::Apply(own) => assert_eq!(&own, stored().as_ref()),
+            other => panic!("unexpected event {other:?}"),
+        }
     }
 
     #[test]
