@@ -83,6 +83,14 @@ pub(crate) fn pause(duration: std::time::Duration) {
     std::thread::sleep(duration);
 }
 
+/// The workspace's commit when this process first asked (see [`git_commit`]): a bench captures it
+/// before it builds, so that its results name what was built even if the tree changes while it
+/// runs (a 10 000-machine run takes most of an hour).
+pub(crate) fn built_commit() -> &'static str {
+    static COMMIT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    COMMIT.get_or_init(git_commit)
+}
+
 /// The workspace's current commit (short hash, `+dirty` when the tree has changes), or
 /// `unknown` outside a git checkout.
 pub(crate) fn git_commit() -> String {

@@ -227,6 +227,7 @@ pub(crate) fn run_bench(mut options: Options) -> Result<()> {
     step("Local control plane binaries (etcd, kube-apiserver)");
     options.assets_dir = crate::envtest::ensure()?;
     step("Building the manager and the simulated cloud (release)");
+    println!("    capi-rs at commit {}", crate::command::built_commit());
     options.bin_dir = build_release_binaries()?;
     if options.stacks.contains(&Stack::Upstream) {
         step("Upstream Cluster API (Go modules; cached by version)");

@@ -58,7 +58,7 @@ impl Stack {
             Self::Ours => format!(
                 "capi-rs {} (commit {}): inmemory-manager (core, kubeadm bootstrap, KubeadmControlPlane, in-memory provider) + inmemory-cloud + a workload kube-apiserver for the simulated nodes",
                 env!("CARGO_PKG_VERSION"),
-                crate::command::git_commit()
+                crate::command::built_commit()
             ),
             Self::Upstream => format!(
                 "upstream Cluster API {CLUSTER_API_VERSION}: core, CABPK, KCP and CAPD (in-memory backend), built from Go modules"
