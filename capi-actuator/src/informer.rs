@@ -16,10 +16,11 @@
 //!   may be seen twice around the moment it joins, never missed;
 //! - it never blocks the watch or the other subscribers (each stream has its own unbounded queue,
 //!   drained by its controller), and a dropped stream is forgotten at the next change;
-//! - a queue holds shared references to the store's objects, not copies: a subscriber gets its
-//!   own copy only as it takes an object from its queue, so a slow subscriber, or a list handed to
-//!   every subscriber at start-up, costs a pointer per object and subscriber rather than a whole
-//!   object;
+//! - a queue holds shared objects, not copies — an applied object and the list a late subscriber
+//!   is given are the store's own, a deleted object or one of a re-list is shared by every queue —
+//!   and a subscriber gets its own copy only as it takes an object from its queue: a slow
+//!   subscriber, or a list handed to every subscriber at start-up, costs a pointer per object and
+//!   subscriber rather than a whole object;
 //! - the store is updated before any subscriber sees the change, so a controller that looks an
 //!   object up in the store after a change finds it at least as new.
 //!
@@ -376,7 +377,8 @@ struct HubState<K> {
     /// whole list, never the old store followed by the tail of a new list.
     listing: bool,
     subscribers: Vec<Subscriber<K>>,
-    /// Subscribers that joined while the first list was under way: given the store at its end.
+    /// Subscribers that joined while a list (the first, or a re-list) was under way: given the
+    /// store at its end.
     waiting: Vec<Subscriber<K>>,
 }
 
@@ -457,8 +459,17 @@ where
 
     /// The store's copy of `object` when it is that very version (the store takes it before the
     /// subscribers see it), else `object` itself, shared.
+    ///
+    /// The watch task applies each event to the store just before it dispatches it, and is the
+    /// store's only writer, so the lookup finds exactly this version; the check costs nothing and
+    /// keeps a surprise from handing out another version.
     fn stored(&self, object: K) -> Arc<K> {
-        match self.store.get(&ObjectRef::from_obj(&object)) {
+        let meta = object.meta();
+        let found = meta
+            .name
+            .as_deref()
+            .and_then(|name| self.store.get(&object_ref(meta.namespace.as_deref(), name)));
+        match found {
             Some(stored)
                 if stored.meta().resource_version == object.meta().resource_version
                     && stored.meta().uid == object.meta().uid =>
@@ -634,6 +645,34 @@ mod tests {
         // Taken from the queue, it is the subscriber's own object, equal to the store's.
         match owned(watcher::Event::Apply(Arc::clone(&applied))) {
             watcher::Event::Apply(own) => assert_eq!(&own, stored().as_ref()),
+            other => panic!("unexpected event {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_applied_object_the_store_does_not_hold_in_that_version_is_passed_on_as_it_came() {
+        let (informer, mut writer) = fed();
+        let versioned = |value: &str, version: &str| {
+            let mut object = map("a", value);
+            object.metadata.resource_version = Some(version.into());
+            object
+        };
+        feed(&informer, &mut writer, watcher::Event::Init);
+        feed(&informer, &mut writer, watcher::Event::InitDone);
+        feed(
+            &informer,
+            &mut writer,
+            watcher::Event::Apply(versioned("1", "1")),
+        );
+        let (sender, mut queue) = mpsc::unbounded_channel();
+        informer.hub.subscribe(sender);
+        while queue.try_recv().is_ok() {}
+        // Dispatched without reaching the store first: the store's version 1 must not stand in.
+        informer
+            .hub
+            .dispatch(watcher::Event::Apply(versioned("2", "2")));
+        match queue.try_recv() {
+            Ok(watcher::Event::Apply(passed)) => assert_eq!(passed.as_ref(), &versioned("2", "2")),
             other => panic!("unexpected event {other:?}"),
         }
     }
