@@ -572,6 +572,19 @@ mod tests {
         informer.hub.dispatch(event);
     }
 
+    /// A whole list of `objects`, fed as the watch feeds one.
+    fn list(
+        informer: &Informer<ConfigMap>,
+        writer: &mut reflector::store::Writer<ConfigMap>,
+        objects: Vec<ConfigMap>,
+    ) {
+        feed(informer, writer, watcher::Event::Init);
+        for object in objects {
+            feed(informer, writer, watcher::Event::InitApply(object));
+        }
+        feed(informer, writer, watcher::Event::InitDone);
+    }
+
     fn names(events: &[watcher::Event<ConfigMap>]) -> Vec<String> {
         events
             .iter()
@@ -605,13 +618,7 @@ mod tests {
     #[test]
     fn queued_events_share_the_stores_objects_and_a_subscriber_gets_its_own_copy() {
         let (informer, mut writer) = fed();
-        feed(&informer, &mut writer, watcher::Event::Init);
-        feed(
-            &informer,
-            &mut writer,
-            watcher::Event::InitApply(map("a", "1")),
-        );
-        feed(&informer, &mut writer, watcher::Event::InitDone);
+        list(&informer, &mut writer, vec![map("a", "1")]);
         let stored = || {
             informer
                 .store()
@@ -657,13 +664,7 @@ mod tests {
             object.metadata.resource_version = Some(version.into());
             object
         };
-        feed(&informer, &mut writer, watcher::Event::Init);
-        feed(&informer, &mut writer, watcher::Event::InitDone);
-        feed(
-            &informer,
-            &mut writer,
-            watcher::Event::Apply(versioned("1", "1")),
-        );
+        list(&informer, &mut writer, vec![versioned("1", "1")]);
         let (sender, mut queue) = mpsc::unbounded_channel();
         informer.hub.subscribe(sender);
         while queue.try_recv().is_ok() {}
@@ -741,13 +742,7 @@ mod tests {
     #[tokio::test]
     async fn a_subscriber_joining_during_a_re_list_gets_the_new_list_whole() {
         let (informer, mut writer) = fed();
-        feed(&informer, &mut writer, watcher::Event::Init);
-        feed(
-            &informer,
-            &mut writer,
-            watcher::Event::InitApply(map("a", "1")),
-        );
-        feed(&informer, &mut writer, watcher::Event::InitDone);
+        list(&informer, &mut writer, vec![map("a", "1")]);
         // The watch lost its place: a re-list, during which someone joins.
         feed(&informer, &mut writer, watcher::Event::Init);
         feed(
@@ -847,13 +842,7 @@ mod tests {
         assert!(views.get("/api/v1/configmaps").is_none());
         let mut changes = view.changes();
         assert!(!view.listed(), "no list yet: a missing object may exist");
-        feed(&informer, &mut writer, watcher::Event::Init);
-        feed(
-            &informer,
-            &mut writer,
-            watcher::Event::InitApply(map("a", "1")),
-        );
-        feed(&informer, &mut writer, watcher::Event::InitDone);
+        list(&informer, &mut writer, vec![map("a", "1")]);
         assert!(view.listed());
         let a = view
             .get(Some("ns"), "a")
