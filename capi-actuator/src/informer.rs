@@ -421,7 +421,7 @@ where
         let task = tokio::spawn(async move {
             let events = watcher(api, config)
                 .backoff(crate::retry::WatchBackoff::default())
-                .modify(compact)
+                .modify(drop_managed_fields)
                 .reflect(writer);
             futures::pin_mut!(events);
             while let Some(event) = events.next().await {
@@ -513,7 +513,7 @@ where
 /// Drops a watched object's `managedFields` before it is cached: nothing reads them, and they are
 /// often half of an object's JSON. (The store keeps its own copy, made by cloning, so every list
 /// and string in it already has exactly the room it needs.)
-fn compact<K: Resource>(object: &mut K) {
+fn drop_managed_fields<K: Resource>(object: &mut K) {
     object.meta_mut().managed_fields = None;
 }
 
@@ -682,7 +682,7 @@ mod tests {
     fn cached_objects_hold_no_managed_fields() {
         let mut object = map("a", "1");
         object.metadata.managed_fields = Some(vec![Default::default()]);
-        compact(&mut object);
+        drop_managed_fields(&mut object);
         assert_eq!(object.metadata.managed_fields, None);
         assert_eq!(object, map("a", "1"));
     }

@@ -206,28 +206,7 @@ pub(crate) fn write_result(dir: &Path, name: &str, result: &serde_json::Value) -
 /// Peak resident memory (MiB) and CPU seconds (user + system) so far of process `pid`, from
 /// `/proc`.
 pub(crate) fn usage(pid: u32) -> Result<(f64, f64)> {
-    let (peak, _, cpu) = memory_and_cpu(pid)?;
-    Ok((peak, cpu))
-}
-
-/// Process `pid`'s resident memory now (MiB, `VmRSS`).
-pub(crate) fn resident(pid: u32) -> Result<f64> {
-    let (_, now, _) = memory_and_cpu(pid)?;
-    Ok(now)
-}
-
-/// Peak and current resident memory (MiB) and CPU seconds (user + system) of process `pid`.
-fn memory_and_cpu(pid: u32) -> Result<(f64, f64, f64)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kib = |field: &str| -> Result<f64> {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(field))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .with_context(|| format!("no {field} in /proc/{pid}/status"))
-    };
-    let (peak_kib, now_kib) = (kib("VmHWM:")?, kib("VmRSS:")?);
+    let peak_kib = status_kib(pid, "VmHWM:")?;
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
     let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
@@ -235,9 +214,23 @@ fn memory_and_cpu(pid: u32) -> Result<(f64, f64, f64)> {
     let ticks = |i: usize| -> f64 { fields.get(i).and_then(|v| v.parse().ok()).unwrap_or(0.0) };
     Ok((
         peak_kib / 1024.0,
-        now_kib / 1024.0,
         (ticks(11) + ticks(12)) / clock_ticks_per_second(),
     ))
+}
+
+/// Process `pid`'s resident memory now (MiB, `VmRSS`): one read of `/proc/PID/status`.
+pub(crate) fn resident(pid: u32) -> Result<f64> {
+    Ok(status_kib(pid, "VmRSS:")? / 1024.0)
+}
+
+/// The value (KiB) of `field` (e.g. `VmHWM:`) in `/proc/PID/status`.
+fn status_kib(pid: u32, field: &str) -> Result<f64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))?
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .with_context(|| format!("no {field} in /proc/{pid}/status"))
 }
 
 fn clock_ticks_per_second() -> f64 {

@@ -226,20 +226,27 @@ impl Running {
         }
     }
 
-    /// The controllers' resident memory now (MiB, summed over their processes).
-    pub(crate) fn controllers_resident_mib(&self) -> Result<f64> {
-        let pids = match &self.world {
+    /// The controllers' processes: `inmemory-manager`, or upstream's managers.
+    fn controller_pids(&self) -> Result<Vec<u32>> {
+        Ok(match &self.world {
             World::Ours(rig) => vec![rig.manager()?.id()],
             World::Upstream(world) => world.peer.pids(),
-        };
-        pids.iter().map(|pid| measure::resident(*pid)).sum()
+        })
+    }
+
+    /// The controllers' resident memory now (MiB, summed over their processes).
+    pub(crate) fn controllers_resident_mib(&self) -> Result<f64> {
+        self.controller_pids()?
+            .iter()
+            .map(|pid| measure::resident(*pid))
+            .sum()
     }
 
     /// The stack's CPU and memory so far.
     pub(crate) fn usage(&self) -> Result<StackUsage> {
+        let controllers = self.controller_pids()?;
         match &self.world {
             World::Ours(rig) => {
-                let controllers = vec![rig.manager()?.id()];
                 let mut all = controllers.clone();
                 all.push(rig.cloud_pid());
                 all.extend(rig.workload.pids());
@@ -248,8 +255,8 @@ impl Running {
                     all: Usage::of(&all)?,
                 })
             }
-            World::Upstream(world) => {
-                let usage = Usage::of(&world.peer.pids())?;
+            World::Upstream(_) => {
+                let usage = Usage::of(&controllers)?;
                 Ok(StackUsage {
                     controllers: usage,
                     all: usage,
