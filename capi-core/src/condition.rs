@@ -40,6 +40,8 @@ pub const AVAILABLE: &str = "Available";
 pub const PAUSED: &str = "Paused";
 /// The infrastructure object reports itself provisioned.
 pub const INFRASTRUCTURE_READY: &str = "InfrastructureReady";
+/// A Cluster's control plane can be reached (its first control plane machine is up).
+pub const CONTROL_PLANE_INITIALIZED: &str = "ControlPlaneInitialized";
 /// The bootstrap config produced its data Secret.
 pub const BOOTSTRAP_CONFIG_READY: &str = "BootstrapConfigReady";
 /// The machine's node is ready.

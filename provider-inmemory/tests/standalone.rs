@@ -941,6 +941,69 @@ async fn a_health_check_assesses_every_machine_while_one_refuses_its_writes() {
     assert!(faults.injected() > 0);
 }
 
+#[tokio::test]
+async fn a_health_check_marks_no_machine_before_its_node_is_there() {
+    let world = world().await;
+    let objects = manifests(2, &[]);
+    manifest::create_all(&world.client(), &world.ns, &objects)
+        .await
+        .unwrap();
+    converged(&world, 2).await;
+    // A machine whose infrastructure machine does not exist: it never gets a node.
+    let lonely: Machine = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+        "metadata": {"name": "lonely", "labels": {"pool": "spare"}},
+        "spec": {"clusterName": "demo", "bootstrap": {"dataSecretName": "workers-bootstrap"},
+                 "infrastructureRef": {"apiGroup": "infrastructure.capi-rs.dev",
+                                       "kind": "InMemoryMachine", "name": "lonely"}}
+    }))
+    .unwrap();
+    world
+        .machines()
+        .create(&Default::default(), &lonely)
+        .await
+        .unwrap();
+    let checks: Api<MachineHealthCheck> = Api::namespaced(world.client(), &world.ns);
+    let check: MachineHealthCheck = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
+        "metadata": {"name": "all"},
+        "spec": {"clusterName": "demo",
+                 "selector": {"matchExpressions": [
+                     {"key": "pool", "operator": "In", "values": ["workers", "spare"]}]}}
+    }))
+    .unwrap();
+    checks.create(&Default::default(), &check).await.unwrap();
+    // As upstream: a machine is healthy only once its node is there; before that it is neither
+    // counted healthy nor marked either way, and it counts against `triggerIf` (unset: 100 % of
+    // the 3 machines, so 3 - 1 more may be remediated).
+    eventually(
+        "the two machines with nodes are healthy, the third is not",
+        || async {
+            checks.get("all").await.unwrap().status.is_some_and(|s| {
+                s.expected_machines == Some(3)
+                    && s.current_healthy == Some(2)
+                    && s.remediations_allowed == Some(2)
+            })
+        },
+    )
+    .await;
+    let marked = all_machines(&world)
+        .await
+        .into_iter()
+        .filter(|m| {
+            m.status.as_ref().is_some_and(|s| {
+                condition::get(&s.conditions, condition::HEALTH_CHECK_SUCCEEDED).is_some()
+            })
+        })
+        .map(|m| m.name_any())
+        .collect::<Vec<_>>();
+    assert_eq!(marked.len(), 2, "marked: {marked:?}");
+    assert!(
+        !marked.contains(&"lonely".to_string()),
+        "marked: {marked:?}"
+    );
+}
+
 /// How many reconciles `controller` has finished, from the manager's metrics.
 fn reconciles(world: &World, controller: &str) -> f64 {
     let prefix = format!("controller_runtime_reconcile_total{{controller=\"{controller}\",");

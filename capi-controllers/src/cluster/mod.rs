@@ -40,9 +40,6 @@ use capi_actuator::reasons;
 use capi_actuator::write;
 use capi_actuator::{Context, ReconcileError, Reconciler, back_off, drain};
 
-/// `ControlPlaneInitialized`.
-const CONTROL_PLANE_INITIALIZED: &str = "ControlPlaneInitialized";
-
 /// What the Cluster controller works with besides the client.
 pub(crate) struct ClusterController {
     references: References,
@@ -386,7 +383,7 @@ async fn reconcile_once(
     }
     set(
         &mut status,
-        CONTROL_PLANE_INITIALIZED,
+        condition::CONTROL_PLANE_INITIALIZED,
         if control_plane_initialized {
             ConditionStatus::True
         } else {

@@ -23,7 +23,8 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use self::verdict::{
-    MachineObservation, NodeObservation, ObservedCondition, Verdict, assess, remediation_allowed,
+    MachineObservation, NodeObservation, ObservedCondition, Remediation, Verdict, assess,
+    remediation_allowed,
 };
 use crate::machine::status::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
 use crate::workload::{CachedNode, WorkloadClusters};
@@ -195,7 +196,17 @@ async fn reconcile_once(
     let now = jiff::Timestamp::now().as_second();
     let mut recheck: Option<Duration> = None;
     let mut verdicts = Vec::new();
+    // As upstream, no machine is judged while its cluster's infrastructure is not ready (a
+    // Cluster change brings the check back).
+    let infrastructure_ready = cluster
+        .status
+        .as_ref()
+        .is_some_and(|s| condition::is_true(&s.conditions, condition::INFRASTRUCTURE_READY));
     for machine in &targets {
+        if !infrastructure_ready {
+            verdicts.push(Some(Verdict::Pending { recheck: None }));
+            continue;
+        }
         let node = match machine.status.as_ref().and_then(|s| s.node_ref.as_ref()) {
             None => NodeObservation::NotRegistered,
             Some(reference) => match &workload {
@@ -227,7 +238,7 @@ async fn reconcile_once(
             ),
         };
         let verdict = assess(check.spec.checks.as_ref(), &observation, now);
-        if let Verdict::Healthy {
+        if let Verdict::Pending {
             recheck: Some(after),
         } = &verdict
         {
@@ -236,20 +247,25 @@ async fn reconcile_once(
         verdicts.push(Some(verdict));
     }
     let total = i32::try_from(targets.len()).unwrap_or(i32::MAX);
-    let unhealthy = i32::try_from(
+    let healthy = i32::try_from(
         verdicts
             .iter()
-            .filter(|v| matches!(v, Some(Verdict::Unhealthy { .. })))
+            .filter(|v| matches!(v, Some(Verdict::Healthy)))
             .count(),
     )
     .unwrap_or(i32::MAX);
+    // As upstream, every machine not counted healthy (pending, unhealthy, not seen) counts
+    // against `triggerIf`.
+    let unhealthy = total - healthy;
     let trigger = check
         .spec
         .remediation
         .as_ref()
         .and_then(|r| r.trigger_if.as_ref());
-    let allowed = match remediation_allowed(trigger, total, unhealthy) {
-        Ok(true) => {
+    let remediation = remediation_allowed(trigger, total, unhealthy);
+    let remaining = remediation.as_ref().map_or(0, |r| r.remaining);
+    let allowed = match remediation {
+        Ok(Remediation { allowed: true, .. }) => {
             set(
                 &mut status,
                 condition::REMEDIATION_ALLOWED,
@@ -259,14 +275,14 @@ async fn reconcile_once(
             );
             true
         }
-        Ok(false) => {
+        Ok(Remediation { allowed: false, .. }) => {
             set(
                 &mut status,
                 condition::REMEDIATION_ALLOWED,
                 ConditionStatus::False,
                 reasons::TOO_MANY_UNHEALTHY,
                 format!(
-                    "{unhealthy} of {total} machines are unhealthy; remediation is stopped by spec.remediation.triggerIf"
+                    "{unhealthy} of {total} machines are not healthy; remediation is stopped by spec.remediation.triggerIf"
                 ),
             );
             false
@@ -288,7 +304,13 @@ async fn reconcile_once(
     // conflict would leave the rest unassessed, pass after pass.
     let mut conflict = None;
     for (machine, verdict) in targets.iter().zip(&verdicts) {
-        let Some(verdict) = verdict else { continue };
+        // A pending machine is not marked either way (its earlier verdict, if any, stays).
+        let Some(verdict) = verdict
+            .as_ref()
+            .filter(|v| !matches!(v, Verdict::Pending { .. }))
+        else {
+            continue;
+        };
         let mut conditions = machine
             .status
             .as_ref()
@@ -296,7 +318,8 @@ async fn reconcile_once(
             .unwrap_or_default();
         let machine_generation = machine.metadata.generation;
         let changed = match verdict {
-            Verdict::Healthy { .. } => {
+            Verdict::Pending { .. } => false,
+            Verdict::Healthy => {
                 let generation = verdict_generation(
                     &conditions,
                     ConditionStatus::True,
@@ -366,16 +389,8 @@ async fn reconcile_once(
     }
 
     status.expected_machines = Some(total);
-    status.current_healthy = Some(
-        i32::try_from(
-            verdicts
-                .iter()
-                .filter(|v| matches!(v, Some(Verdict::Healthy { .. })))
-                .count(),
-        )
-        .unwrap_or(i32::MAX),
-    );
-    status.remediations_allowed = Some(if allowed { unhealthy } else { 0 });
+    status.current_healthy = Some(healthy);
+    status.remediations_allowed = Some(remaining);
     status.targets = targets.iter().map(|m| m.name_any()).collect();
     status.observed_generation = generation;
     write::patch_status_if_changed(&api, &check.name_any(), check.status.as_ref(), &status).await?;

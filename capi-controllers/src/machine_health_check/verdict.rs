@@ -4,10 +4,13 @@
 //! - [`assess`]: a machine without a node is unhealthy once the node startup timeout has passed
 //!   since it was created; a machine whose node vanished is unhealthy at once; a node or machine
 //!   condition listed in `unhealthyNodeConditions`/`unhealthyMachineConditions` makes it unhealthy
-//!   once it has held for its timeout. Until then the answer says when to look again.
+//!   once it has held for its timeout. Until then it is pending (neither healthy nor unhealthy;
+//!   the answer says when to look again), and so is a machine without a node yet: as upstream,
+//!   only a machine whose node is there and with no timeout running is healthy.
 //! - [`remediation_allowed`]: `triggerIf.unhealthyInRange` (`[min-max]`) or
 //!   `triggerIf.unhealthyLessThanOrEqualTo` (a count, or a percentage of the checked machines,
-//!   rounded down) short-circuits remediation when too many machines are unhealthy at once.
+//!   rounded down; 100 % when unset) short-circuits remediation when too many machines are not
+//!   healthy at once, and says how many more may be remediated.
 
 use std::time::Duration;
 
@@ -53,9 +56,14 @@ pub struct MachineObservation {
 /// The verdict on one machine.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
-    /// Healthy; if `recheck` is set, something may turn unhealthy then.
-    Healthy {
-        /// When to look again, if a timeout is running.
+    /// Healthy: its node is there, and no listed condition holds (not even one whose timeout
+    /// has yet to pass).
+    Healthy,
+    /// Not judged yet: no node so far (within the node startup timeout, or with none), or a
+    /// listed condition that has not yet held for its timeout. As upstream, such a machine is
+    /// neither counted healthy nor marked either way.
+    Pending {
+        /// When it may turn unhealthy, if a timeout is running.
         recheck: Option<Duration>,
     },
     /// Unhealthy, with a reason and a message for the machine's condition.
@@ -107,6 +115,7 @@ pub fn assess(
             }
         }
     }
+    let registered = !matches!(machine.node, NodeObservation::NotRegistered);
     match &machine.node {
         NodeObservation::Missing => {
             return Verdict::Unhealthy {
@@ -158,18 +167,48 @@ pub fn assess(
             }
         }
     }
-    Verdict::Healthy { recheck }
+    if recheck.is_some() || !registered {
+        Verdict::Pending { recheck }
+    } else {
+        Verdict::Healthy
+    }
 }
 
-/// Whether remediation may proceed with `unhealthy` of `total` checked machines unhealthy.
-/// An unusable `triggerIf` is an error a user must fix (remediation is then not allowed).
+/// What `triggerIf` allows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Remediation {
+    /// Whether remediation may proceed.
+    pub allowed: bool,
+    /// How many more machines may be remediated (`status.remediationsAllowed`): the limit less
+    /// the machines not healthy, and 0 when remediation is not allowed.
+    pub remaining: i32,
+}
+
+impl Remediation {
+    fn within(allowed: bool, limit: i32, unhealthy: i32) -> Self {
+        Self {
+            allowed,
+            remaining: if allowed {
+                limit.saturating_sub(unhealthy).max(0)
+            } else {
+                0
+            },
+        }
+    }
+}
+
+/// Whether remediation may proceed with `unhealthy` of `total` checked machines not healthy
+/// (as upstream, every machine not counted healthy: unhealthy, pending or not seen), and how
+/// many more may be remediated. An unusable `triggerIf` is an error a user must fix
+/// (remediation is then not allowed).
 pub fn remediation_allowed(
     trigger: Option<&MachineHealthCheckRemediationTriggerIf>,
     total: i32,
     unhealthy: i32,
-) -> Result<bool, String> {
+) -> Result<Remediation, String> {
+    let everything = || Remediation::within(unhealthy <= total, total, unhealthy);
     let Some(trigger) = trigger else {
-        return Ok(true);
+        return Ok(everything());
     };
     if let Some(range) = &trigger.unhealthy_in_range {
         let inner = range
@@ -188,7 +227,11 @@ pub fn remediation_allowed(
         if min > max {
             return Err(format!("unhealthyInRange {range:?}: minimum above maximum"));
         }
-        return Ok((min..=max).contains(&unhealthy));
+        return Ok(Remediation::within(
+            (min..=max).contains(&unhealthy),
+            max,
+            unhealthy,
+        ));
     }
     if let Some(limit) = &trigger.unhealthy_less_than_or_equal_to {
         let limit = match limit {
@@ -209,9 +252,9 @@ pub fn remediation_allowed(
                 return Err(format!("unhealthyLessThanOrEqualTo {n} is negative"));
             }
         };
-        return Ok(unhealthy <= limit);
+        return Ok(Remediation::within(unhealthy <= limit, limit, unhealthy));
     }
-    Ok(true)
+    Ok(everything())
 }
 
 #[cfg(test)]
@@ -268,7 +311,7 @@ mod tests {
         );
         assert_eq!(
             waiting,
-            Verdict::Healthy {
+            Verdict::Pending {
                 recheck: Some(Duration::from_secs(500))
             }
         );
@@ -292,7 +335,7 @@ mod tests {
                 &machine(NodeObservation::NotRegistered),
                 10_000
             ),
-            Verdict::Healthy { recheck: None }
+            Verdict::Pending { recheck: None }
         );
     }
 
@@ -300,11 +343,12 @@ mod tests {
     fn unhealthy_node_conditions_need_their_timeout() {
         assert_eq!(
             assess(Some(&checks()), &machine(node("True", 0)), 10_000),
-            Verdict::Healthy { recheck: None }
+            Verdict::Healthy
         );
+        // A listed condition that has not held for its timeout yet: not healthy, not unhealthy.
         assert_eq!(
             assess(Some(&checks()), &machine(node("False", 1000)), 1100),
-            Verdict::Healthy {
+            Verdict::Pending {
                 recheck: Some(Duration::from_secs(200))
             }
         );
@@ -349,14 +393,30 @@ mod tests {
                 unhealthy_in_range: range.map(str::to_string),
             }
         };
-        assert_eq!(remediation_allowed(None, 10, 10), Ok(true));
+        let allowed = |remaining| {
+            Ok(Remediation {
+                allowed: true,
+                remaining,
+            })
+        };
+        let refused = Ok(Remediation {
+            allowed: false,
+            remaining: 0,
+        });
+        // Unset: 100 % of the machines.
+        assert_eq!(remediation_allowed(None, 10, 10), allowed(0));
+        assert_eq!(remediation_allowed(None, 10, 3), allowed(7));
         assert_eq!(
             remediation_allowed(Some(&trigger(Some(IntOrString::Int(2)), None)), 10, 2),
-            Ok(true)
+            allowed(0)
+        );
+        assert_eq!(
+            remediation_allowed(Some(&trigger(Some(IntOrString::Int(2)), None)), 10, 1),
+            allowed(1)
         );
         assert_eq!(
             remediation_allowed(Some(&trigger(Some(IntOrString::Int(2)), None)), 10, 3),
-            Ok(false)
+            refused
         );
         // 40 % of 6 is 2.4: rounded down to 2.
         assert_eq!(
@@ -365,15 +425,23 @@ mod tests {
                 6,
                 3
             ),
-            Ok(false)
+            refused
         );
         assert_eq!(
             remediation_allowed(Some(&trigger(None, Some("[1-3]"))), 10, 3),
-            Ok(true)
+            allowed(0)
+        );
+        assert_eq!(
+            remediation_allowed(Some(&trigger(None, Some("[1-3]"))), 10, 1),
+            allowed(2)
         );
         assert_eq!(
             remediation_allowed(Some(&trigger(None, Some("[1-3]"))), 10, 4),
-            Ok(false)
+            refused
+        );
+        assert_eq!(
+            remediation_allowed(Some(&trigger(None, Some("[1-3]"))), 10, 0),
+            refused
         );
         assert!(remediation_allowed(Some(&trigger(None, Some("[3-1]"))), 10, 2).is_err());
         assert!(
