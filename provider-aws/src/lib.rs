@@ -1,6 +1,12 @@
 //! The AWS infrastructure provider: EC2 instances, VPC networking and an ELBv2 API-server load
 //! balancer, tested against `moto_server` on loopback.
 //!
-//! **Not implemented yet.** This crate reserves its place in the workspace; it exports nothing, so
-//! nothing can be mistaken for a working provider. The heavy AWS SDK crates will stay inside this
-//! crate so that the rest of the workspace builds without them (DESIGN.md §9).
+//! **Under construction** (issue 24). What exists: the API ([`api`]: `AWSCluster`,
+//! `AWSClusterTemplate`, `AWSMachine`, `AWSMachineTemplate`, their CRDs). What does not yet: the
+//! actuators, the cloud clients, the manager binary — nothing here creates anything in AWS.
+//!
+//! The AWS SDK crates (`aws-sdk-ec2`, `aws-sdk-elasticloadbalancingv2`, `aws-config`) are behind
+//! the default feature `sdk`, so that the API types and CRDs build without them
+//! (`default-features = false`, as `xtask` and `capictl` depend on this crate).
+
+pub mod api;

@@ -5,7 +5,7 @@ use anyhow::{Context, Result, bail};
 use crate::workspace_root;
 
 /// Writes every generated CRD folder (`crds/core`, `crds/bootstrap`, `crds/control-plane`,
-/// `crds/inmemory`, `crds/openstack`) and the providers' manifests (`config/`), or with `check`
+/// `crds/inmemory`, `crds/openstack`, `crds/aws`) and the providers' manifests (`config/`), or with `check`
 /// fails if any differs from what the code generates.
 pub(crate) fn run(check: bool) -> Result<()> {
     let sets = [
@@ -14,6 +14,7 @@ pub(crate) fn run(check: bool) -> Result<()> {
         ("control-plane", capi_control_plane::api::crds()),
         ("inmemory", provider_inmemory::api::crds()),
         ("openstack", provider_openstack::api::crds()),
+        ("aws", provider_aws::api::crds()),
     ];
     for (folder, crds) in sets {
         sync_folder(folder, &capi_core::crd::render(&crds)?, check)?;

@@ -5,6 +5,8 @@
 //! - `crds [--check]`: write (or check) the generated CRD YAML in `crds/`.
 //! - `openstack <install|start|stop>`: a loopback-only OpenStack for the OpenStack provider's
 //!   integration tests (`start` prints the `clouds.yaml` variable to export).
+//! - `moto <install|start|stop>`: moto's AWS API simulator on loopback for the AWS provider's
+//!   integration tests (`start` prints the endpoint variable to export).
 //! - `upstream <install|start|stop>`: upstream Cluster API v1.14 (core, kubeadm bootstrap and
 //!   control plane, CAPD's in-memory backend) built from the Go module proxy and run as a peer on
 //!   a local control plane (`start` prints the `KUBECONFIG`).
@@ -24,6 +26,7 @@ mod crds;
 mod envtest;
 mod go;
 mod manifests;
+mod moto;
 mod openstack;
 mod quickstart;
 mod test;
@@ -57,6 +60,11 @@ enum Task {
     Openstack {
         #[command(subcommand)]
         action: openstack::Action,
+    },
+    /// moto's AWS API simulator on loopback, for the AWS provider's integration tests.
+    Moto {
+        #[command(subcommand)]
+        action: moto::Action,
     },
     /// Upstream Cluster API v1.14 (core, kubeadm bootstrap and control plane, CAPD's in-memory
     /// backend) built from the Go module proxy and run as a peer on a local control plane.
@@ -92,6 +100,7 @@ fn main() -> Result<()> {
         }
         Task::Crds { check } => crds::run(check),
         Task::Openstack { action } => openstack::command(action),
+        Task::Moto { action } => moto::command(action),
         Task::Upstream { action } => upstream::command(action),
         Task::Test => test::run_all(),
         Task::Quickstart { keep_running } => quickstart::run(keep_running),

@@ -39,6 +39,12 @@ pub(crate) fn run_all() -> Result<()> {
     step("Local OpenStack packages (Keystone, Nova, Neutron, Octavia, Glance from Debian)");
     crate::openstack::install()?;
 
+    step(&format!(
+        "moto {} (the AWS API simulator, from PyPI) in a venv for the AWS provider's tests",
+        crate::moto::VERSION
+    ));
+    crate::moto::install()?;
+
     step("Formatting (cargo fmt --check)");
     run(&mut cargo_in_root(&["fmt", "--all", "--check"]))?;
 
@@ -71,6 +77,8 @@ pub(crate) fn run_all() -> Result<()> {
 
     step("Starting the local OpenStack for the OpenStack provider's tests (about 90 s)");
     let openstack = crate::openstack::start()?;
+    step("Starting moto_server for the AWS provider's tests");
+    let moto = crate::moto::start()?;
 
     // Last, so that its summary line closes the run.
     step("Unit and integration tests (cargo nextest)");
@@ -82,7 +90,9 @@ pub(crate) fn run_all() -> Result<()> {
         "--no-fail-fast",
     ]));
     nextest.env(crate::openstack::CLOUDS_YAML_ENV, openstack.clouds_yaml());
+    nextest.env(crate::moto::ENDPOINT_ENV, moto.endpoint());
     let tests = run(&mut nextest);
+    drop(moto);
     drop(openstack);
     tests?;
 
@@ -115,7 +125,7 @@ fn ensure_protoc() -> Result<()> {
 }
 
 /// Installs Debian `packages` (as root, through sudo when needed), without recommends.
-fn apt_install(packages: &[&str]) -> Result<()> {
+pub(crate) fn apt_install(packages: &[&str]) -> Result<()> {
     run(crate::command::as_root("apt-get").args(["update", "-q"]))?;
     run(crate::command::as_root("apt-get")
         .args(["install", "-y", "-q", "--no-install-recommends"])

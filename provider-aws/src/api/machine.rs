@@ -1,0 +1,318 @@
+//! `AWSMachine` (an EC2 instance for one Machine) and `AWSMachineTemplate`.
+
+use std::collections::BTreeMap;
+
+use capi_core::api::TemplateMetadata;
+use capi_core::api::validation;
+use capi_core::infra::{
+    InfraMachine, InfraMachineStatus, InfraMachineTemplate, MachineTemplateStatus,
+};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::tags::{Tags, user_tags};
+
+/// An EC2 filter: a name (`tag:Name`, `vpc-id`, …) and the values any of which matches.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Filter {
+    /// The filter's name, as EC2 names it.
+    #[schemars(length(min = 1, max = 255))]
+    pub name: String,
+    /// The values.
+    #[schemars(length(min = 1, max = 32), inner(length(min = 1, max = 255)))]
+    pub values: Vec<String>,
+}
+
+/// Exactly one of `id` or `filters` (a CEL rule).
+fn one_of_id_or_filters(schema: &mut schemars::Schema) {
+    validation::exactly_one_of(schema, "id", "filters");
+}
+
+/// An EC2 resource (a subnet, a security group): by ID, or by filters that must match exactly
+/// one (CAPA's `AWSResourceReference`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = one_of_id_or_filters)]
+pub struct AwsResourceReference {
+    /// The resource's ID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 255))]
+    pub id: Option<String>,
+    /// Filters that must match exactly one resource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 16))]
+    pub filters: Option<Vec<Filter>>,
+}
+
+/// The AMI a machine boots (CAPA's `AMIReference`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AmiReference {
+    /// The AMI (`ami-…`); looked up by name when unset (see `imageLookupFormat`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 255), pattern(r"^ami-[0-9a-f]+$"))]
+    pub id: Option<String>,
+}
+
+/// An EBS volume type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum VolumeType {
+    /// General purpose SSD, gp2.
+    Gp2,
+    /// General purpose SSD, gp3.
+    Gp3,
+    /// Provisioned IOPS SSD, io1.
+    Io1,
+    /// Provisioned IOPS SSD, io2.
+    Io2,
+    /// Throughput optimised HDD.
+    St1,
+    /// Cold HDD.
+    Sc1,
+    /// Magnetic.
+    Standard,
+}
+
+/// The root volume (CAPA's `Volume`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Volume {
+    /// The device name (the AMI's root device when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub device_name: Option<String>,
+    /// Its size in GiB.
+    #[schemars(range(min = 8, max = 65536))]
+    pub size: i64,
+    /// Its type (the region's default when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "type")]
+    pub type_: Option<VolumeType>,
+    /// Provisioned IOPS (io1, io2, gp3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 100, max = 256000))]
+    pub iops: Option<i64>,
+    /// Throughput in MiB/s (gp3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 125, max = 2000))]
+    pub throughput: Option<i64>,
+    /// Encrypt it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encrypted: Option<bool>,
+    /// The KMS key to encrypt it with (the account's default when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    pub encryption_key: Option<String>,
+}
+
+/// Run the instance as a spot instance (CAPA's `SpotMarketOptions`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SpotMarketOptions {
+    /// The highest hourly price, in USD (the on-demand price when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 32), pattern(r"^[0-9]+(\.[0-9]+)?$"))]
+    pub max_price: Option<String>,
+}
+
+/// What an `AWSMachine` runs: an EC2 instance for one Machine. Everything but the tags and
+/// security groups is immutable (a change is reported, and applied by replacing the machine).
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "infrastructure.capi-rs.dev",
+    version = "v1alpha1",
+    kind = "AWSMachine",
+    plural = "awsmachines",
+    shortname = "awsm",
+    namespaced,
+    status = "AWSMachineStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    category = "cluster-api",
+    doc = "AWSMachine is an EC2 instance for one Machine.",
+    printcolumn(
+        name = "Cluster",
+        type_ = "string",
+        json_path = ".metadata.labels.cluster\\.x-k8s\\.io/cluster-name"
+    ),
+    printcolumn(name = "State", type_ = "string", json_path = ".status.instanceState"),
+    printcolumn(
+        name = "Provisioned",
+        type_ = "boolean",
+        json_path = ".status.initialization.provisioned"
+    ),
+    printcolumn(name = "Provider ID", type_ = "string", json_path = ".spec.providerID"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct AWSMachineSpec {
+    /// `aws:///<zone>/<instance-id>`; set by the provider.
+    #[serde(
+        rename = "providerID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(length(min = 1, max = 512))]
+    pub provider_id: Option<String>,
+    /// The AMI (looked up by the cluster's or this machine's lookup settings when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ami: Option<AmiReference>,
+    /// The AMI name format, overriding the cluster's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 255))]
+    pub image_lookup_format: Option<String>,
+    /// The account owning the AMIs, overriding the cluster's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub image_lookup_org: Option<String>,
+    /// The base OS in the AMI name, overriding the cluster's.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "imageLookupBaseOS"
+    )]
+    #[schemars(length(min = 1, max = 64))]
+    pub image_lookup_base_os: Option<String>,
+    /// The instance type (`m6i.large`).
+    #[schemars(length(min = 2, max = 64))]
+    pub instance_type: String,
+    /// Tags on the instance and its volumes (with the cluster's `additionalTags`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "user_tags")]
+    pub additional_tags: Tags,
+    /// The IAM instance profile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128))]
+    pub iam_instance_profile: Option<String>,
+    /// Give the instance a public address (the subnet's setting when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "publicIP")]
+    pub public_ip: Option<bool>,
+    /// Security groups besides the cluster's for the machine's role.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub additional_security_groups: Vec<AwsResourceReference>,
+    /// The subnet (a private subnet of the Machine's failure domain when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subnet: Option<AwsResourceReference>,
+    /// An EC2 key pair for SSH (the cluster's when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 255))]
+    pub ssh_key_name: Option<String>,
+    /// The root volume (the AMI's when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_volume: Option<Volume>,
+    /// Run it as a spot instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spot_market_options: Option<SpotMarketOptions>,
+}
+
+/// EC2's state of an instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum InstanceState {
+    /// Starting.
+    Pending,
+    /// Running.
+    Running,
+    /// Being terminated.
+    ShuttingDown,
+    /// Terminated.
+    Terminated,
+    /// Stopping.
+    Stopping,
+    /// Stopped.
+    Stopped,
+}
+
+/// The observed state of an `AWSMachine`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AWSMachineStatus {
+    /// `initialization`, `addresses`, `failureDomain`, `conditions` (infrastructure provider
+    /// contract).
+    #[serde(flatten)]
+    pub contract: InfraMachineStatus,
+    /// The instance (`i-…`).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "instanceID"
+    )]
+    pub instance_id: Option<String>,
+    /// EC2's state of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_state: Option<InstanceState>,
+    /// A spot instance, which AWS may interrupt.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interruptible: bool,
+}
+
+impl InfraMachine for AWSMachine {
+    fn provider_id(&self) -> Option<&str> {
+        self.spec.provider_id.as_deref()
+    }
+
+    fn infra_status(&self) -> Option<&InfraMachineStatus> {
+        self.status.as_ref().map(|s| &s.contract)
+    }
+}
+
+/// A template for `AWSMachine`s, used by `MachineSet`s, `MachineDeployment`s and control planes.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "infrastructure.capi-rs.dev",
+    version = "v1alpha1",
+    kind = "AWSMachineTemplate",
+    plural = "awsmachinetemplates",
+    shortname = "awsmt",
+    namespaced,
+    status = "MachineTemplateStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    category = "cluster-api",
+    doc = "AWSMachineTemplate stamps out AWSMachines.",
+    printcolumn(name = "CPU", type_ = "string", json_path = ".status.capacity.cpu"),
+    printcolumn(
+        name = "Memory",
+        type_ = "string",
+        json_path = ".status.capacity.memory"
+    ),
+    printcolumn(
+        name = "Architecture",
+        type_ = "string",
+        json_path = ".status.nodeInfo.architecture"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct AWSMachineTemplateSpec {
+    /// What each machine gets.
+    pub template: AWSMachineTemplateResource,
+}
+
+/// `AWSMachineTemplate.spec.template`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AWSMachineTemplateResource {
+    /// Labels and annotations for the machines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<TemplateMetadata>,
+    /// The spec of each machine.
+    pub spec: AWSMachineSpec,
+}
+
+impl InfraMachineTemplate for AWSMachineTemplate {
+    fn template_status(&self) -> Option<&MachineTemplateStatus> {
+        self.status.as_ref()
+    }
+}

@@ -1,0 +1,50 @@
+//! The AWS provider's kinds — `AWSCluster`, `AWSClusterTemplate`, `AWSMachine`,
+//! `AWSMachineTemplate` — in group `infrastructure.capi-rs.dev` (upstream CAPA's kinds live in
+//! `infrastructure.cluster.x-k8s.io`, so both can be installed side by side). Field names and
+//! shapes follow CAPA's `v1beta2` API where they overlap, so a CAPA manifest reads the same; what
+//! is supported is listed here, and nothing else is accepted (the schema is closed: a CAPA field
+//! this provider does not implement is refused by the API server, never silently dropped).
+//!
+//! Differences from CAPA a user may meet:
+//! - status follows the Cluster API v1beta2 contract (`status.initialization.provisioned`, not
+//!   `status.ready`), and what the provider created is reported in status only (CAPA writes the
+//!   IDs of the subnets it creates back into `spec.network.subnets`);
+//! - `controlPlaneLoadBalancer.loadBalancerType` is `nlb` (the default) or `disabled`: no classic
+//!   ELB or ALB for the API server;
+//! - `identityRef` names a `Secret` in the object's namespace (keys `AccessKeyID`,
+//!   `SecretAccessKey`, optionally `SessionToken`, as CAPA's static identity), or is absent for the
+//!   manager's own credentials (the SDK's default chain: environment, web identity, instance
+//!   profile) — CAPA's cluster-scoped identity kinds are not implemented;
+//! - no bastion, S3 bucket, IPv6, EKS lookups, Secrets Manager for user data (the bootstrap data
+//!   goes in the instance's user data, gzip-compressed when over EC2's 16 KB).
+
+mod cluster;
+mod machine;
+mod network;
+mod tags;
+
+pub use self::cluster::*;
+pub use self::machine::*;
+pub use self::network::*;
+pub use self::tags::{MAX_USER_TAGS, RESERVED_TAG_PREFIXES, Tags};
+
+/// The API group of the AWS provider's kinds.
+pub const GROUP: &str = "infrastructure.capi-rs.dev";
+/// Their version, recorded in the CRDs' contract label.
+pub const VERSION: &str = "v1alpha1";
+
+/// The provider's CRDs, labelled with the Cluster API contract version.
+pub fn crds()
+-> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
+{
+    use kube::CustomResourceExt;
+    [
+        AWSCluster::crd(),
+        AWSClusterTemplate::crd(),
+        AWSMachine::crd(),
+        AWSMachineTemplate::crd(),
+    ]
+    .into_iter()
+    .map(|crd| capi_core::crd::with_contract_version(crd, VERSION))
+    .collect()
+}

@@ -1,0 +1,156 @@
+//! What the AWS provider's integration tests share: SDK clients for the `moto_server` that
+//! `cargo xtask test` starts (its URL in `CAPI_RS_MOTO_ENDPOINT`), each test in an AWS account of
+//! its own — moto keeps its state per account (`x-moto-account-id`), so tests running side by side
+//! never see each other's resources, and nothing is ever reset.
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use aws_sdk_ec2::config::interceptors::BeforeTransmitInterceptorContextMut;
+use aws_sdk_ec2::config::{
+    BehaviorVersion, ConfigBag, Credentials, Intercept, Region, RuntimeComponents,
+};
+use aws_sdk_ec2::error::BoxError;
+
+/// The variable naming moto's endpoint.
+pub const ENDPOINT_ENV: &str = "CAPI_RS_MOTO_ENDPOINT";
+
+/// The region every test works in (EC2 and ELBv2 state are per region too).
+pub const REGION: &str = "us-east-1";
+
+/// moto's endpoint, or a failure saying how to start it.
+pub fn endpoint() -> String {
+    std::env::var(ENDPOINT_ENV).unwrap_or_else(|_| {
+        panic!(
+            "{ENDPOINT_ENV} is not set: these tests need moto_server. `cargo xtask test` starts \
+             it; alone, run `cargo xtask moto start` and export the variable it prints"
+        )
+    })
+}
+
+/// Puts every request in one moto account.
+#[derive(Debug)]
+struct Account(String);
+
+impl Intercept for Account {
+    fn name(&self) -> &'static str {
+        "moto-account"
+    }
+
+    fn modify_before_signing(
+        &self,
+        context: &mut BeforeTransmitInterceptorContextMut<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        context
+            .request_mut()
+            .headers_mut()
+            .insert("x-moto-account-id", self.0.clone());
+        Ok(())
+    }
+}
+
+/// A 12-digit account ID no other test of this run uses.
+pub fn fresh_account() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let seed = u64::try_from(nanos % 1_000_000_000).unwrap_or(0) * 1000
+        + u64::from(std::process::id() % 1000)
+        + NEXT.fetch_add(1, Ordering::Relaxed) * 1_000_000_000_000 / 7;
+    format!("{:012}", seed % 1_000_000_000_000)
+}
+
+/// EC2 and ELBv2 clients for moto, in `account`, without retries (moto answers what it does
+/// not implement with a 500, which a retry would only repeat).
+pub struct Moto {
+    pub account: String,
+    pub ec2: aws_sdk_ec2::Client,
+    pub elb: aws_sdk_elasticloadbalancingv2::Client,
+}
+
+impl Moto {
+    /// Clients in a fresh account.
+    pub fn new() -> Self {
+        Self::in_account(&fresh_account())
+    }
+
+    /// Clients in `account`.
+    pub fn in_account(account: &str) -> Self {
+        let endpoint = endpoint();
+        let credentials = Credentials::new("moto", "moto", None, None, "moto");
+        let ec2 = aws_sdk_ec2::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new(REGION))
+            .endpoint_url(&endpoint)
+            .credentials_provider(credentials.clone())
+            .retry_config(aws_sdk_ec2::config::retry::RetryConfig::disabled())
+            .interceptor(Account(account.to_string()))
+            .build();
+        let elb = aws_sdk_elasticloadbalancingv2::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new(REGION))
+            .endpoint_url(&endpoint)
+            .credentials_provider(credentials)
+            .retry_config(aws_sdk_elasticloadbalancingv2::config::retry::RetryConfig::disabled())
+            .interceptor(Account(account.to_string()))
+            .build();
+        Self {
+            account: account.to_string(),
+            ec2: aws_sdk_ec2::Client::from_conf(ec2),
+            elb: aws_sdk_elasticloadbalancingv2::Client::from_conf(elb),
+        }
+    }
+
+    /// Some AMI moto offers.
+    pub async fn any_image(&self) -> String {
+        let images = self
+            .ec2
+            .describe_images()
+            .owners("amazon")
+            .send()
+            .await
+            .unwrap();
+        images
+            .images()
+            .iter()
+            .find_map(|i| i.image_id().map(str::to_string))
+            .expect("moto offers AMIs")
+    }
+
+    /// A VPC with one subnet in each of two zones; returns the VPC and subnet IDs.
+    pub async fn network(&self) -> (String, Vec<String>) {
+        let vpc = self
+            .ec2
+            .create_vpc()
+            .cidr_block("10.0.0.0/16")
+            .send()
+            .await
+            .unwrap();
+        let vpc = vpc.vpc().and_then(|v| v.vpc_id()).unwrap().to_string();
+        let mut subnets = Vec::new();
+        for (zone, cidr) in [("us-east-1a", "10.0.0.0/24"), ("us-east-1b", "10.0.1.0/24")] {
+            let subnet = self
+                .ec2
+                .create_subnet()
+                .vpc_id(&vpc)
+                .availability_zone(zone)
+                .cidr_block(cidr)
+                .send()
+                .await
+                .unwrap();
+            subnets.push(
+                subnet
+                    .subnet()
+                    .and_then(|s| s.subnet_id())
+                    .unwrap()
+                    .to_string(),
+            );
+        }
+        (vpc, subnets)
+    }
+}
