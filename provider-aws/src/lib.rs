@@ -2,11 +2,13 @@
 //! balancer, tested against `moto_server` on loopback.
 //!
 //! **Under construction** (issue 24). What exists: the API ([`api`]: `AWSCluster`,
-//! `AWSClusterTemplate`, `AWSMachine`, `AWSMachineTemplate`, their CRDs). What does not yet: the
-//! actuators, the cloud clients, the manager binary — nothing here creates anything in AWS.
+//! `AWSClusterTemplate`, `AWSMachine`, `AWSMachineTemplate`, their CRDs) and the names and tags of
+//! everything the provider will create ([`naming`]). What does not yet: the actuators, the cloud
+//! clients, the manager binary — nothing here creates anything in AWS.
 //!
 //! The AWS SDK crates (`aws-sdk-ec2`, `aws-sdk-elasticloadbalancingv2`, `aws-config`) are behind
 //! the default feature `sdk`, so that the API types and CRDs build without them
 //! (`default-features = false`, as `xtask` and `capictl` depend on this crate).
 
 pub mod api;
+pub mod naming;
