@@ -15,6 +15,7 @@
 //! - [`informer`]: one watch and store per kind shared by every controller of a manager;
 //! - [`memo`]: values that hardly ever change, kept for a while instead of read at every pass;
 //! - [`events`]: Events for `kubectl describe`, repeats folded into series, in bounded memory;
+//! - [`redact`]: what of a cloud's error message may be shown — bounded, secrets blanked;
 //! - [`manager`]: one rate-limited client, bounded concurrency, `/healthz`, `/readyz`, `/metrics`,
 //!   Lease leader election, graceful shutdown on SIGTERM/SIGINT;
 //! - [`metrics`]: controller-runtime-compatible series plus actuator call counters and latency;
@@ -59,6 +60,7 @@ pub mod rbac;
 pub mod readiness;
 pub mod reasons;
 mod reconciler;
+pub mod redact;
 pub mod retry;
 pub mod telemetry;
 pub mod template;

@@ -2,8 +2,9 @@
 //! balancer, tested against `moto_server` on loopback.
 //!
 //! **Under construction** (issue 24). What exists: the API ([`api`]: `AWSCluster`,
-//! `AWSClusterTemplate`, `AWSMachine`, `AWSMachineTemplate`, their CRDs) and the names and tags of
-//! everything the provider will create ([`naming`]). What does not yet: the actuators, the cloud
+//! `AWSClusterTemplate`, `AWSMachine`, `AWSMachineTemplate`, their CRDs), the names and tags of
+//! everything the provider will create ([`naming`]), and what AWS's error answers mean for a
+//! reconcile and what of them the user may see ([`cloud::error`]). What does not yet: the actuators, the cloud
 //! clients, the manager binary — nothing here creates anything in AWS.
 //!
 //! The AWS SDK crates (`aws-sdk-ec2`, `aws-sdk-elasticloadbalancingv2`, `aws-config`) are behind
@@ -11,4 +12,5 @@
 //! (`default-features = false`, as `xtask` and `capictl` depend on this crate).
 
 pub mod api;
+pub mod cloud;
 pub mod naming;

@@ -30,9 +30,10 @@ use serde::de::DeserializeOwned;
 
 use capi_actuator::call_retry::CallRetry;
 
-use super::message::Redaction;
+use super::message::OpenStackRedaction;
 use super::{CloudError, CloudResult};
 use crate::credentials::{Auth, Credentials, ProjectRef, UserRef};
+use capi_actuator::redact::Redaction;
 
 /// An authenticated connection to one cloud with one set of credentials. Cheap to clone (shares the
 /// token and the HTTP connection pool).
