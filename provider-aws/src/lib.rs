@@ -4,7 +4,8 @@
 //! **Under construction** (issue 24). What exists: the API ([`api`]: `AWSCluster`,
 //! `AWSClusterTemplate`, `AWSMachine`, `AWSMachineTemplate`, their CRDs), the names and tags of
 //! everything the provider will create ([`naming`]), and what AWS's error answers mean for a
-//! reconcile and what of them the user may see ([`cloud::error`]). What does not yet: the actuators, the cloud
+//! reconcile and what of them the user may see ([`cloud::error`]), and the per-region budget of
+//! calls every reconcile shares ([`throttle`]). What does not yet: the actuators, the cloud
 //! clients, the manager binary — nothing here creates anything in AWS.
 //!
 //! The AWS SDK crates (`aws-sdk-ec2`, `aws-sdk-elasticloadbalancingv2`, `aws-config`) are behind
@@ -14,3 +15,4 @@
 pub mod api;
 pub mod cloud;
 pub mod naming;
+pub mod throttle;
