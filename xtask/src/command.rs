@@ -117,3 +117,16 @@ pub(crate) fn git_commit() -> String {
         _ => "unknown".to_string(),
     }
 }
+
+/// `n` distinct loopback ports that were free a moment ago.
+pub(crate) fn free_ports(n: usize) -> Result<Vec<u16>> {
+    let listeners = (0..n)
+        .map(|_| {
+            std::net::TcpListener::bind(("127.0.0.1", 0)).context("binding a free loopback port")
+        })
+        .collect::<Result<Vec<_>>>()?;
+    listeners
+        .iter()
+        .map(|l| Ok(l.local_addr()?.port()))
+        .collect()
+}

@@ -5,7 +5,7 @@
 //! state of tests running beside them): each test works in an AWS account of its own (moto keys
 //! its state by the account in `x-moto-account-id`).
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -84,10 +84,10 @@ impl Drop for Moto {
 /// Starts `moto_server` on a free loopback port and waits until it answers (its log goes to
 /// `<cache>/moto/server.log`).
 pub(crate) fn start() -> Result<Moto> {
-    let port = TcpListener::bind(("127.0.0.1", 0))
-        .and_then(|l| l.local_addr())
-        .context("finding a free loopback port")?
-        .port();
+    let port = crate::command::free_ports(1)?
+        .into_iter()
+        .next()
+        .context("finding a free loopback port")?;
     let dir = cache_root().join("moto");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let log_path = dir.join("server.log");

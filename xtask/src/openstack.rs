@@ -5,7 +5,6 @@
 //! private PostgreSQL, MariaDB and RabbitMQ); this module picks free loopback ports for it, runs it
 //! as root, and hands the tests the `clouds.yaml` it writes through [`CLOUDS_YAML_ENV`].
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -79,7 +78,7 @@ pub(crate) fn start() -> Result<LocalOpenStack> {
         println!("    a previous instance is in {BASE}; stopping it first");
         stop()?;
     }
-    let ports = free_ports(PORT_NAMES.len())?;
+    let ports = crate::command::free_ports(PORT_NAMES.len())?;
     let mut command = script_command("start");
     for (name, port) in PORT_NAMES.iter().zip(&ports) {
         command.env(name, port.to_string());
@@ -132,15 +131,4 @@ pub(crate) fn command(action: Action) -> Result<()> {
         }
         Action::Stop => stop(),
     }
-}
-
-/// `n` distinct loopback ports that were free a moment ago.
-fn free_ports(n: usize) -> Result<Vec<u16>> {
-    let listeners = (0..n)
-        .map(|_| TcpListener::bind(("127.0.0.1", 0)).context("binding a free loopback port"))
-        .collect::<Result<Vec<_>>>()?;
-    listeners
-        .iter()
-        .map(|l| Ok(l.local_addr()?.port()))
-        .collect()
 }

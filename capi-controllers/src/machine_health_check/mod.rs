@@ -304,13 +304,7 @@ async fn reconcile_once(
     // conflict would leave the rest unassessed, pass after pass.
     let mut conflict = None;
     for (machine, verdict) in targets.iter().zip(&verdicts) {
-        // A pending machine is not marked either way (its earlier verdict, if any, stays).
-        let Some(verdict) = verdict
-            .as_ref()
-            .filter(|v| !matches!(v, Verdict::Pending { .. }))
-        else {
-            continue;
-        };
+        let Some(verdict) = verdict else { continue };
         let mut conditions = machine
             .status
             .as_ref()
@@ -318,6 +312,7 @@ async fn reconcile_once(
             .unwrap_or_default();
         let machine_generation = machine.metadata.generation;
         let changed = match verdict {
+            // Not marked either way (its earlier verdict, if any, stays).
             Verdict::Pending { .. } => false,
             Verdict::Healthy => {
                 let generation = verdict_generation(
