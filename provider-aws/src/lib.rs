@@ -14,5 +14,9 @@
 
 pub mod api;
 pub mod cloud;
+pub mod connector;
+pub mod credentials;
+pub mod lookup;
+pub mod machine;
 pub mod naming;
 pub mod throttle;

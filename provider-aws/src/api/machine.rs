@@ -76,6 +76,21 @@ pub enum VolumeType {
     Standard,
 }
 
+impl VolumeType {
+    /// EC2's name of it (`gp3`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Gp2 => "gp2",
+            Self::Gp3 => "gp3",
+            Self::Io1 => "io1",
+            Self::Io2 => "io2",
+            Self::St1 => "st1",
+            Self::Sc1 => "sc1",
+            Self::Standard => "standard",
+        }
+    }
+}
+
 /// The root volume (CAPA's `Volume`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -228,6 +243,20 @@ pub enum InstanceState {
     Stopping,
     /// Stopped.
     Stopped,
+}
+
+impl InstanceState {
+    /// EC2's name of it (`shutting-down`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Running => "running",
+            Self::ShuttingDown => "shutting-down",
+            Self::Terminated => "terminated",
+            Self::Stopping => "stopping",
+            Self::Stopped => "stopped",
+        }
+    }
 }
 
 /// The observed state of an `AWSMachine`.

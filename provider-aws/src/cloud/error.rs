@@ -133,6 +133,9 @@ pub struct CloudError {
     pub code: Option<String>,
     /// AWS's message (or the transport's), as it came: sanitised by [`Self::message`].
     raw_message: String,
+    /// How long the region's budget asks a throttled reconcile to wait ([`THROTTLE_RETRY`]
+    /// when unset).
+    retry_after: Option<Duration>,
 }
 
 impl CloudError {
@@ -146,7 +149,20 @@ impl CloudError {
             operation: operation.into(),
             code,
             raw_message: message.into(),
+            retry_after: None,
         }
+    }
+
+    /// The same error, with the wait the region's budget asks for after a throttled answer.
+    #[must_use]
+    pub fn with_retry_after(mut self, wait: Duration) -> Self {
+        self.retry_after = Some(wait);
+        self
+    }
+
+    /// Whether EC2 or ELBv2 said the resource does not exist.
+    pub fn is_not_found(&self) -> bool {
+        self.class() == ErrorClass::NotFound
     }
 
     /// What the provider does about it.
@@ -174,9 +190,11 @@ impl CloudError {
     pub fn into_actuator_error(self, redaction: &Redaction) -> ActuatorError {
         let message = self.message(redaction);
         match self.class() {
-            ErrorClass::Throttled => {
-                ActuatorError::requeue_after(THROTTLE_RETRY, "Throttled", message)
-            }
+            ErrorClass::Throttled => ActuatorError::requeue_after(
+                self.retry_after.unwrap_or(THROTTLE_RETRY),
+                "Throttled",
+                message,
+            ),
             ErrorClass::Quota => {
                 ActuatorError::requeue_after(QUOTA_RETRY, "QuotaExceeded", message)
             }

@@ -1,4 +1,74 @@
-//! The provider's view of AWS. So far: how an AWS error answer is classified and what of it
-//! reaches the user ([`error`]). The EC2 and ELBv2 traits and their SDK adapters follow.
+//! The provider's view of AWS: narrow traits per service ([`Compute`], [`Network`],
+//! [`LoadBalancing`]; `mockall` mocks with feature `mock`), their adapters on the official SDK
+//! ([`sdk`], feature `sdk`), and what an AWS error answer means ([`error`]).
+//!
+//! The traits hold what the actuators need and nothing else, in the provider's own types, so
+//! that every branch of an actuator can be unit-tested with mocks — including what the local
+//! AWS stand-in (moto) cannot show: a replayed `ClientToken`, an instance not yet visible after
+//! its creation, throttling.
 
+pub mod compute;
 pub mod error;
+pub mod load_balancing;
+pub mod network;
+#[cfg(feature = "sdk")]
+pub mod sdk;
+
+use std::sync::Arc;
+
+use capi_actuator::redact::Redaction;
+
+#[cfg(any(test, feature = "mock"))]
+pub use compute::MockCompute;
+pub use compute::{Compute, Image, Instance, InstanceTypeInfo, RunInstance};
+pub use error::{CloudError, ErrorClass};
+pub use load_balancing::LoadBalancing;
+#[cfg(any(test, feature = "mock"))]
+pub use load_balancing::MockLoadBalancing;
+#[cfg(any(test, feature = "mock"))]
+pub use network::MockNetwork;
+pub use network::{Network, SecurityGroup, Subnet};
+
+/// The clients of one region and one set of credentials, and what of their errors must be
+/// blanked before a user sees them.
+#[derive(Clone)]
+pub struct Clients {
+    /// EC2 instances, images, instance types.
+    pub compute: Arc<dyn Compute>,
+    /// EC2 networking.
+    pub network: Arc<dyn Network>,
+    /// ELBv2.
+    pub load_balancing: Arc<dyn LoadBalancing>,
+    /// The credentials' secret values, blanked from every cloud message shown to a user.
+    pub redaction: Redaction,
+}
+
+impl Clients {
+    /// The actuator's answer to a cloud error (see [`CloudError::into_actuator_error`]),
+    /// sanitised with these clients' redaction.
+    pub fn error(&self, error: CloudError) -> capi_core::ActuatorError {
+        error.into_actuator_error(&self.redaction)
+    }
+}
+
+#[cfg(feature = "sdk")]
+impl Clients {
+    /// Clients on the SDK for one region's EC2 and ELBv2 configurations, under `budget`.
+    pub fn from_sdk(
+        ec2: aws_sdk_ec2::Config,
+        elb: aws_sdk_elasticloadbalancingv2::Config,
+        budget: crate::throttle::RegionBudget,
+        redaction: Redaction,
+    ) -> Self {
+        let ec2 = sdk::Ec2::new(aws_sdk_ec2::Client::from_conf(ec2), budget.clone());
+        Self {
+            compute: Arc::new(ec2.clone()),
+            network: Arc::new(ec2),
+            load_balancing: Arc::new(sdk::Elb::new(
+                aws_sdk_elasticloadbalancingv2::Client::from_conf(elb),
+                budget,
+            )),
+            redaction,
+        }
+    }
+}

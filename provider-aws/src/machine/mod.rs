@@ -1,0 +1,548 @@
+//! The `AWSMachine` actuator: one EC2 instance per Machine, exactly once.
+//!
+//! How a second instance is ruled out, each step covering what the one before cannot:
+//!
+//! 1. **Found before launched.** `exists` and `create` look the instance up by its provider ID,
+//!    else by the tag `capi-rs.dev/idempotency-key=capi-<Machine UID>` that `RunInstances` puts
+//!    on it at creation (`TagSpecifications`: there is no moment when it exists untagged).
+//! 2. **A replayed launch is the same launch.** `RunInstances` carries `ClientToken =` the
+//!    idempotency key: when the answer to a launch was lost and the lookup cannot see the
+//!    instance yet (EC2 is eventually consistent), the replay answers with the first instance.
+//!    A replay whose parameters changed in between (`IdempotentParameterMismatch`) looks the
+//!    instance up again and waits for it.
+//! 3. **Not yet visible is not gone** ([`visibility`]): an instance this process launched that
+//!    `DescribeInstances` does not show yet is waited for (bounded), never reported lost or
+//!    taken as deleted.
+//!
+//! The provider ID is `aws:///<zone>/<instance-id>`, what the AWS cloud provider gives the node.
+//! Control-plane instances join the API server's target group once running and leave it before
+//! they are terminated. Deletion terminates and waits, with RequeueAfter, until EC2 says
+//! `terminated`.
+
+mod launch;
+pub mod user_data;
+pub mod visibility;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use capi_core::api::{MachineAddress, MachineAddressType};
+use capi_core::{
+    Actuator, ActuatorError, ImmutableChange, InstanceState as LoopState, MachineInstance,
+    MachineScope, ProviderStatus, UpdateOutcome,
+};
+use kube::ResourceExt;
+use serde::Serialize;
+
+use crate::api::{AWSCluster, AWSMachine, Filter, InstanceState};
+use crate::cloud::{Clients, CloudError, Instance};
+use crate::connector::Connector;
+use crate::lookup::ClusterLookup;
+use crate::naming::{ClusterNaming, IDEMPOTENCY_KEY_TAG};
+
+pub use launch::{
+    DEFAULT_IMAGE_LOOKUP_BASE_OS, DEFAULT_IMAGE_LOOKUP_FORMAT, DEFAULT_IMAGE_LOOKUP_ORG,
+};
+use visibility::Visibility;
+
+/// The provider ID prefix: `aws:///<zone>/<instance-id>`.
+pub const PROVIDER_ID_PREFIX: &str = "aws:///";
+
+/// The port the API server listens on when the `Cluster` does not say.
+pub const DEFAULT_API_SERVER_PORT: u16 = 6443;
+
+/// How soon a terminating instance is looked at again.
+const TERMINATE_POLL: Duration = Duration::from_secs(5);
+
+/// The instance states a lookup by idempotency key considers: all but `terminated`.
+const LIVE_STATES: [&str; 5] = ["pending", "running", "shutting-down", "stopping", "stopped"];
+
+/// The instance ID in a provider ID (`aws:///<zone>/<id>`, or CAPA's older `aws:////<id>`).
+pub fn instance_id_of(provider_id: &str) -> Option<&str> {
+    provider_id
+        .strip_prefix("aws://")
+        .and_then(|rest| rest.rsplit('/').next())
+        .filter(|id| id.starts_with("i-"))
+}
+
+/// The provider ID of instance `id` in `zone`.
+pub fn provider_id(zone: &str, id: &str) -> String {
+    format!("{PROVIDER_ID_PREFIX}{zone}/{id}")
+}
+
+/// Reconciles `AWSMachine`s through a [`Connector`] and a way to find their `AWSCluster`.
+pub struct AwsMachineActuator {
+    pub(crate) connector: Arc<dyn Connector>,
+    pub(crate) clusters: Arc<dyn ClusterLookup>,
+    visibility: Visibility,
+    /// What `exists` found, by idempotency key, for the `update` that follows it in the same
+    /// reconcile (one `DescribeInstances` less per reconcile).
+    found: std::sync::Mutex<std::collections::HashMap<String, Instance>>,
+}
+
+/// One reconcile of one machine.
+pub(crate) struct Ctx {
+    pub(crate) clients: Clients,
+    pub(crate) cluster: AWSCluster,
+    pub(crate) infra: Arc<AWSMachine>,
+    pub(crate) naming: ClusterNaming,
+    pub(crate) namespace: String,
+    pub(crate) cluster_name: String,
+    /// The `AWSMachine`'s name.
+    pub(crate) name: String,
+    pub(crate) key: String,
+    pub(crate) control_plane: bool,
+    pub(crate) failure_domain: Option<String>,
+    pub(crate) machine_version: Option<String>,
+    pub(crate) api_server_port: u16,
+}
+
+/// What a lookup of the machine's instance found.
+enum Found {
+    /// The instance (in any state, `terminated` included when found by ID).
+    Instance(Box<Instance>),
+    /// Nothing is visible, but this process launched it less than [`visibility::GRACE`] ago.
+    NotVisibleYet(String),
+    /// Nothing.
+    Nothing,
+}
+
+/// What the provider reports of an instance in `AWSMachine.status`, beyond the contract.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct InstanceStatus<'a> {
+    #[serde(rename = "instanceID")]
+    instance_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instance_state: Option<InstanceState>,
+    interruptible: bool,
+}
+
+impl AwsMachineActuator {
+    /// An actuator using `connector` for clients and `clusters` to find `AWSCluster`s.
+    pub fn new(connector: Arc<dyn Connector>, clusters: Arc<dyn ClusterLookup>) -> Self {
+        Self {
+            connector,
+            clusters,
+            visibility: Visibility::default(),
+            found: std::sync::Mutex::default(),
+        }
+    }
+
+    async fn context(&self, scope: &MachineScope<AWSMachine>) -> Result<Ctx, ActuatorError> {
+        let infra = &scope.infra_machine;
+        let namespace = infra.namespace().unwrap_or_default();
+        let cluster_name = infra
+            .labels()
+            .get(capi_core::labels::CLUSTER_NAME)
+            .cloned()
+            .or_else(|| Some(scope.machine.spec.cluster_name.clone()).filter(|n| !n.is_empty()))
+            .ok_or_else(|| {
+                ActuatorError::invalid_configuration(
+                    "NoClusterName",
+                    format!(
+                        "AWSMachine {} has no {} label and its Machine no spec.clusterName",
+                        infra.name_any(),
+                        capi_core::labels::CLUSTER_NAME
+                    ),
+                )
+            })?;
+        let cluster = self
+            .clusters
+            .aws_cluster(
+                &namespace,
+                &cluster_name,
+                crate::lookup::infrastructure_name(&scope.cluster),
+            )
+            .await?;
+        let clients = self.connector.connect(&cluster).await?;
+        let control_plane = infra
+            .labels()
+            .contains_key(capi_core::labels::MACHINE_CONTROL_PLANE)
+            || scope
+                .machine
+                .labels()
+                .contains_key(capi_core::labels::MACHINE_CONTROL_PLANE);
+        let api_server_port = scope
+            .cluster
+            .spec
+            .cluster_network
+            .as_ref()
+            .and_then(|n| n.api_server_port)
+            .and_then(|p| u16::try_from(p).ok())
+            .unwrap_or(DEFAULT_API_SERVER_PORT);
+        Ok(Ctx {
+            clients,
+            naming: ClusterNaming::new(&namespace, &cluster_name),
+            cluster,
+            infra: Arc::clone(infra),
+            namespace,
+            cluster_name,
+            name: infra.name_any(),
+            key: scope.idempotency_key.as_str().to_string(),
+            control_plane,
+            failure_domain: scope.machine.spec.failure_domain.clone(),
+            machine_version: scope.machine.spec.version.clone(),
+            api_server_port,
+        })
+    }
+
+    /// The recorded instance ID: `spec.providerID`, else `status.instanceID`.
+    fn recorded_id(infra: &AWSMachine) -> Option<String> {
+        infra
+            .spec
+            .provider_id
+            .as_deref()
+            .and_then(instance_id_of)
+            .map(str::to_string)
+            .or_else(|| infra.status.as_ref().and_then(|s| s.instance_id.clone()))
+    }
+
+    /// The machine's instance: by recorded ID, else by idempotency key.
+    async fn find(&self, ctx: &Ctx) -> Result<Found, ActuatorError> {
+        let recorded = Self::recorded_id(&ctx.infra);
+        if let Some(id) = &recorded {
+            let found = ctx
+                .clients
+                .compute
+                .instances_by_id(std::slice::from_ref(id))
+                .await
+                .map_err(|e| ctx.clients.error(e))?;
+            if let Some(instance) = found.into_iter().next() {
+                self.visibility.seen(id);
+                return Ok(Found::Instance(Box::new(instance)));
+            }
+        }
+        if let Some(instance) = self.by_key(ctx).await? {
+            self.visibility.seen(&ctx.key);
+            return Ok(Found::Instance(Box::new(instance)));
+        }
+        let pending = recorded
+            .iter()
+            .chain(std::iter::once(&ctx.key))
+            .find(|name| self.visibility.pending(name));
+        Ok(match pending {
+            Some(name) => Found::NotVisibleYet(name.clone()),
+            None => Found::Nothing,
+        })
+    }
+
+    /// The live instance tagged with the machine's idempotency key (the oldest, should there
+    /// ever be more than one).
+    async fn by_key(&self, ctx: &Ctx) -> Result<Option<Instance>, ActuatorError> {
+        let mut found = ctx
+            .clients
+            .compute
+            .instances(&[
+                Filter {
+                    name: format!("tag:{IDEMPOTENCY_KEY_TAG}"),
+                    values: vec![ctx.key.clone()],
+                },
+                Filter {
+                    name: "instance-state-name".into(),
+                    values: LIVE_STATES.iter().map(|s| (*s).to_string()).collect(),
+                },
+            ])
+            .await
+            .map_err(|e| ctx.clients.error(e))?;
+        if found.len() > 1 {
+            tracing::warn!(
+                key = %ctx.key,
+                instances = ?found.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(),
+                "more than one instance carries this machine's idempotency key; using the oldest"
+            );
+        }
+        found.sort_by(|a, b| (a.launch_time, &a.id).cmp(&(b.launch_time, &b.id)));
+        Ok(found.into_iter().next())
+    }
+
+    /// An instance this process launched is not visible yet: look again soon.
+    fn not_visible(name: &str) -> ActuatorError {
+        ActuatorError::requeue_after(
+            visibility::RECHECK,
+            "InstanceNotVisibleYet",
+            format!("{name} was launched moments ago and EC2 does not show it yet"),
+        )
+    }
+
+    /// What the loop records of `instance`.
+    fn report(instance: &Instance) -> Result<MachineInstance, ActuatorError> {
+        let zone = instance.zone.clone().unwrap_or_default();
+        let addresses = [
+            (MachineAddressType::InternalIp, &instance.private_ip),
+            (MachineAddressType::ExternalIp, &instance.public_ip),
+            (MachineAddressType::InternalDns, &instance.private_dns),
+            (MachineAddressType::ExternalDns, &instance.public_dns),
+        ]
+        .into_iter()
+        .filter_map(|(type_, address)| {
+            address.as_ref().map(|address| MachineAddress {
+                type_,
+                address: address.clone(),
+            })
+        })
+        .collect();
+        let reason = instance
+            .state_reason
+            .as_deref()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default();
+        let state = match instance.state {
+            None | Some(InstanceState::Pending) => LoopState::Provisioning,
+            Some(InstanceState::Running) => LoopState::Running,
+            Some(InstanceState::ShuttingDown | InstanceState::Terminated) => LoopState::Failed {
+                reason: "InstanceTerminated".into(),
+                message: format!(
+                    "instance {} was terminated outside Cluster API{reason}; delete the Machine \
+                     to replace it",
+                    instance.id
+                ),
+            },
+            Some(InstanceState::Stopping | InstanceState::Stopped) => LoopState::Failed {
+                reason: "InstanceStopped".into(),
+                message: format!(
+                    "instance {} is stopped{reason}; start it, or delete the Machine to replace it",
+                    instance.id
+                ),
+            },
+        };
+        let status = ProviderStatus::from_typed(&InstanceStatus {
+            instance_id: &instance.id,
+            instance_state: instance.state,
+            interruptible: instance.spot,
+        })
+        .map_err(|e| ActuatorError::transient("ProviderStatusInvalid", e))?;
+        let mut reported = MachineInstance::new(provider_id(&zone, &instance.id), addresses, state)
+            .with_provider_status(status);
+        if !zone.is_empty() {
+            reported = reported.in_failure_domain(zone);
+        }
+        Ok(reported)
+    }
+
+    /// A launch refused with `IdempotentParameterMismatch`: the token launched an instance
+    /// with other parameters (the spec or the looked-up AMI changed between two attempts).
+    /// That instance is this machine's: found by key, or waited for.
+    async fn launched_before(&self, ctx: &Ctx) -> Result<MachineInstance, ActuatorError> {
+        match self.by_key(ctx).await? {
+            Some(instance) => Self::report(&instance),
+            None => Err(Self::not_visible(&ctx.key)),
+        }
+    }
+
+    /// Converges what may change on a running instance; returns the immutable differences.
+    async fn converge(
+        &self,
+        ctx: &Ctx,
+        instance: &Instance,
+    ) -> Result<Vec<ImmutableChange>, ActuatorError> {
+        let wanted_tags = launch::tags(ctx);
+        let missing: crate::api::Tags = wanted_tags
+            .into_iter()
+            .filter(|(k, v)| instance.tags.get(k) != Some(v))
+            .collect();
+        if !missing.is_empty() {
+            ctx.clients
+                .compute
+                .create_tags(&instance.id, &missing)
+                .await
+                .map_err(|e| ctx.clients.error(e))?;
+        }
+        let mut groups = launch::security_groups(ctx).await?;
+        let mut current = instance.security_group_ids.clone();
+        groups.sort();
+        current.sort();
+        if groups != current && !instance.is_gone() {
+            ctx.clients
+                .compute
+                .set_security_groups(&instance.id, &groups)
+                .await
+                .map_err(|e| ctx.clients.error(e))?;
+        }
+        if let Some(target_group) = launch::target_group(ctx)
+            && instance.state == Some(InstanceState::Running)
+        {
+            let registered = ctx
+                .clients
+                .load_balancing
+                .registered_instances(&target_group)
+                .await
+                .map_err(|e| ctx.clients.error(e))?;
+            if !registered.contains(&instance.id) {
+                ctx.clients
+                    .load_balancing
+                    .register_instance(&target_group, &instance.id, ctx.api_server_port)
+                    .await
+                    .map_err(|e| ctx.clients.error(e))?;
+            }
+        }
+        Ok(immutable_changes(ctx, instance))
+    }
+}
+
+fn immutable_changes(ctx: &Ctx, instance: &Instance) -> Vec<ImmutableChange> {
+    let spec = &ctx.infra.spec;
+    let mut changes = Vec::new();
+    let mut compare = |field: &str, current: Option<&str>, desired: Option<&str>| {
+        if let Some(desired) = desired
+            && current != Some(desired)
+        {
+            changes.push(ImmutableChange {
+                field: field.to_string(),
+                current: current.unwrap_or("(none)").to_string(),
+                desired: desired.to_string(),
+            });
+        }
+    };
+    compare(
+        "spec.instanceType",
+        Some(instance.instance_type.as_str()),
+        Some(spec.instance_type.as_str()),
+    );
+    compare(
+        "spec.ami.id",
+        instance.image_id.as_deref(),
+        spec.ami.as_ref().and_then(|a| a.id.as_deref()),
+    );
+    compare(
+        "spec.sshKeyName",
+        instance.key_name.as_deref(),
+        launch::key_name(ctx).as_deref(),
+    );
+    compare(
+        "spec.subnet.id",
+        instance.subnet_id.as_deref(),
+        spec.subnet.as_ref().and_then(|s| s.id.as_deref()),
+    );
+    changes
+}
+
+#[async_trait]
+impl Actuator<AWSMachine> for AwsMachineActuator {
+    async fn exists(
+        &self,
+        scope: &MachineScope<AWSMachine>,
+    ) -> Result<Option<MachineInstance>, ActuatorError> {
+        let ctx = self.context(scope).await?;
+        match self.find(&ctx).await? {
+            Found::Instance(instance) => {
+                let reported = Self::report(&instance)?;
+                self.found
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(ctx.key.clone(), *instance);
+                Ok(Some(reported))
+            }
+            // With nothing recorded, "not found" lets `create` replay the launch: its token
+            // answers with the first instance.
+            Found::NotVisibleYet(_) if Self::recorded_id(&ctx.infra).is_none() => Ok(None),
+            Found::NotVisibleYet(name) => Err(Self::not_visible(&name)),
+            Found::Nothing => Ok(None),
+        }
+    }
+
+    async fn create(
+        &self,
+        scope: &MachineScope<AWSMachine>,
+    ) -> Result<MachineInstance, ActuatorError> {
+        let Some(bootstrap) = &scope.bootstrap_data else {
+            return Err(ActuatorError::transient_message(
+                "WaitingForBootstrapData",
+                "no bootstrap data to launch the instance with yet",
+            ));
+        };
+        let ctx = self.context(scope).await?;
+        if let Some(instance) = self.by_key(&ctx).await? {
+            return Self::report(&instance);
+        }
+        let request = launch::plan(&ctx, bootstrap).await?;
+        self.visibility.launched(&ctx.key);
+        match ctx.clients.compute.run_instance(&request).await {
+            Ok(instance) => {
+                self.visibility.launched(&instance.id);
+                tracing::info!(instance = %instance.id, key = %ctx.key, "launched an instance");
+                Self::report(&instance)
+            }
+            Err(error) if error.code.as_deref() == Some("IdempotentParameterMismatch") => {
+                self.launched_before(&ctx).await
+            }
+            Err(error) if error.code.as_deref() == Some("InvalidInstanceType") => {
+                Err(launch::unknown_instance_type(&request.instance_type))
+            }
+            Err(error) => Err(ctx.clients.error(error)),
+        }
+    }
+
+    async fn update(
+        &self,
+        scope: &MachineScope<AWSMachine>,
+        _: &MachineInstance,
+    ) -> Result<UpdateOutcome, ActuatorError> {
+        let ctx = self.context(scope).await?;
+        let found = self
+            .found
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&ctx.key);
+        let found = match found {
+            Some(instance) => Found::Instance(Box::new(instance)),
+            None => self.find(&ctx).await?,
+        };
+        let instance = match found {
+            Found::Instance(instance) => *instance,
+            Found::NotVisibleYet(name) => return Err(Self::not_visible(&name)),
+            Found::Nothing => {
+                return Err(ActuatorError::transient_message(
+                    "InstanceNotFound",
+                    "the instance vanished between the lookup and the update",
+                ));
+            }
+        };
+        let immutable_changes = self.converge(&ctx, &instance).await?;
+        Ok(UpdateOutcome {
+            instance: Self::report(&instance)?,
+            immutable_changes,
+        })
+    }
+
+    async fn delete(&self, scope: &MachineScope<AWSMachine>) -> Result<(), ActuatorError> {
+        let ctx = self.context(scope).await?;
+        self.found
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&ctx.key);
+        let instance = match self.find(&ctx).await? {
+            Found::Instance(instance) => *instance,
+            // Deleting now would leave it behind once it shows up.
+            Found::NotVisibleYet(name) => return Err(Self::not_visible(&name)),
+            Found::Nothing => return Ok(()),
+        };
+        if instance.state == Some(InstanceState::Terminated) {
+            return Ok(());
+        }
+        if let Some(target_group) = launch::target_group(&ctx) {
+            ctx.clients
+                .load_balancing
+                .deregister_instance(&target_group, &instance.id, ctx.api_server_port)
+                .await
+                .map_err(|e| ctx.clients.error(e))?;
+        }
+        if instance.state != Some(InstanceState::ShuttingDown) {
+            ctx.clients
+                .compute
+                .terminate_instance(&instance.id)
+                .await
+                .map_err(|e: CloudError| ctx.clients.error(e))?;
+            tracing::info!(instance = %instance.id, "terminating the instance");
+        }
+        Err(ActuatorError::requeue_after(
+            TERMINATE_POLL,
+            "Terminating",
+            format!("waiting for instance {} to be terminated", instance.id),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests;
