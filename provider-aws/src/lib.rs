@@ -19,4 +19,5 @@ pub mod credentials;
 pub mod lookup;
 pub mod machine;
 pub mod naming;
+pub mod template;
 pub mod throttle;

@@ -196,7 +196,8 @@ async fn image(ctx: &Ctx) -> Result<Image, ActuatorError> {
     })
 }
 
-pub(super) fn unknown_instance_type(name: &str) -> ActuatorError {
+/// The invalid configuration of an instance type the region does not offer.
+pub fn unknown_instance_type(name: &str) -> ActuatorError {
     ActuatorError::invalid_configuration(
         "InstanceTypeNotFound",
         format!("instance type {name:?} (spec.instanceType) is not offered in this region"),

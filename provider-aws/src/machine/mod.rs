@@ -43,6 +43,7 @@ use crate::naming::{ClusterNaming, IDEMPOTENCY_KEY_TAG};
 
 pub use launch::{
     DEFAULT_IMAGE_LOOKUP_BASE_OS, DEFAULT_IMAGE_LOOKUP_FORMAT, DEFAULT_IMAGE_LOOKUP_ORG,
+    unknown_instance_type,
 };
 use visibility::Visibility;
 

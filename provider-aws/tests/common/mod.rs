@@ -71,6 +71,9 @@ pub struct Moto {
     pub account: String,
     pub ec2: aws_sdk_ec2::Client,
     pub elb: aws_sdk_elasticloadbalancingv2::Client,
+    /// The configurations of both, for the provider's own clients.
+    pub ec2_config: aws_sdk_ec2::Config,
+    pub elb_config: aws_sdk_elasticloadbalancingv2::Config,
 }
 
 impl Moto {
@@ -101,8 +104,10 @@ impl Moto {
             .build();
         Self {
             account: account.to_string(),
-            ec2: aws_sdk_ec2::Client::from_conf(ec2),
-            elb: aws_sdk_elasticloadbalancingv2::Client::from_conf(elb),
+            ec2: aws_sdk_ec2::Client::from_conf(ec2.clone()),
+            elb: aws_sdk_elasticloadbalancingv2::Client::from_conf(elb.clone()),
+            ec2_config: ec2,
+            elb_config: elb,
         }
     }
 
@@ -152,5 +157,43 @@ impl Moto {
             );
         }
         (vpc, subnets)
+    }
+}
+
+/// The provider's clients on this moto account, under a budget of their own.
+pub fn provider_clients(moto: &Moto) -> provider_aws::cloud::Clients {
+    provider_aws::cloud::Clients::from_sdk(
+        moto.ec2_config.clone(),
+        moto.elb_config.clone(),
+        provider_aws::throttle::RegionBudget::new(50.0, 100),
+        capi_actuator::redact::Redaction::default(),
+    )
+}
+
+/// A [`provider_aws::connector::Connector`] handing out fixed clients.
+pub struct FixedConnector(pub provider_aws::cloud::Clients);
+
+#[async_trait::async_trait]
+impl provider_aws::connector::Connector for FixedConnector {
+    async fn connect(
+        &self,
+        _: &provider_aws::api::AWSCluster,
+    ) -> Result<provider_aws::cloud::Clients, capi_core::ActuatorError> {
+        Ok(self.0.clone())
+    }
+}
+
+/// A [`provider_aws::lookup::ClusterLookup`] answering with one `AWSCluster`.
+pub struct FixedCluster(pub std::sync::Arc<std::sync::Mutex<provider_aws::api::AWSCluster>>);
+
+#[async_trait::async_trait]
+impl provider_aws::lookup::ClusterLookup for FixedCluster {
+    async fn aws_cluster(
+        &self,
+        _: &str,
+        _: &str,
+        _: Option<String>,
+    ) -> Result<provider_aws::api::AWSCluster, capi_core::ActuatorError> {
+        Ok(self.0.lock().unwrap().clone())
     }
 }
