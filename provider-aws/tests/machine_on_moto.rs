@@ -271,7 +271,7 @@ async fn a_control_plane_joins_the_target_group_when_running_and_leaves_it_on_de
             .filter_map(|d| d.target().and_then(|t| t.id()).map(str::to_string))
             .collect::<Vec<_>>()
     };
-    assert_eq!(members().await, [id.clone()]);
+    assert_eq!(members().await, std::slice::from_ref(&id));
     let tags = world.instances_of(scope.idempotency_key.as_str()).await[0]
         .tags()
         .iter()
