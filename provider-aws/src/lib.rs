@@ -14,6 +14,7 @@
 
 pub mod api;
 pub mod cloud;
+pub mod cluster;
 pub mod connector;
 pub mod credentials;
 pub mod lookup;

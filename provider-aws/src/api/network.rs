@@ -149,6 +149,21 @@ pub enum SecurityGroupProtocol {
     Esp,
 }
 
+impl SecurityGroupProtocol {
+    /// EC2's name of it (as serialised).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::All => "-1",
+            Self::IpInIp => "4",
+            Self::Tcp => "tcp",
+            Self::Udp => "udp",
+            Self::Icmp => "icmp",
+            Self::Icmpv6 => "58",
+            Self::Esp => "50",
+        }
+    }
+}
+
 /// The role of one of the security groups the provider manages (CAPA's names).
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
@@ -458,8 +473,11 @@ mod tests {
             SecurityGroupProtocol::Esp,
         ]
         .iter()
-        .filter_map(|p| serde_json::to_value(p).ok())
-        .filter_map(|v| v.as_str().map(str::to_string))
+        .filter_map(|p| {
+            let serialised = serde_json::to_value(p).ok()?;
+            assert_eq!(serialised.as_str(), Some(p.as_str()));
+            serialised.as_str().map(str::to_string)
+        })
         .collect();
         assert_eq!(names, ["-1", "4", "tcp", "58", "50"]);
     }

@@ -22,12 +22,17 @@ use capi_actuator::redact::Redaction;
 pub use compute::MockCompute;
 pub use compute::{Compute, Image, Instance, InstanceTypeInfo, RunInstance};
 pub use error::{CloudError, ErrorClass};
-pub use load_balancing::LoadBalancing;
 #[cfg(any(test, feature = "mock"))]
 pub use load_balancing::MockLoadBalancing;
+pub use load_balancing::{
+    CreateLoadBalancer, CreateTargetGroup, Listener, LoadBalancer, LoadBalancing, TargetGroup,
+};
 #[cfg(any(test, feature = "mock"))]
 pub use network::MockNetwork;
-pub use network::{Network, SecurityGroup, Subnet};
+pub use network::{
+    Address, InternetGateway, NatGateway, Network, NetworkInterface, Permission, PermissionSource,
+    Route, RouteTable, RouteTarget, SecurityGroup, Subnet, Vpc,
+};
 
 /// The clients of one region and one set of credentials, and what of their errors must be
 /// blanked before a user sees them.

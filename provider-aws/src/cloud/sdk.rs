@@ -6,6 +6,7 @@
 //! reconcile's decision (RequeueAfter or backoff), so that one budget sees every call and a
 //! throttled region is not hammered three times per call.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
@@ -16,9 +17,14 @@ use aws_sdk_elasticloadbalancingv2::types as elb;
 
 use super::compute::{Compute, Image, Instance, InstanceTypeInfo, RunInstance};
 use super::error::{CloudError, ErrorClass};
-use super::load_balancing::LoadBalancing;
-use super::network::{Network, SecurityGroup, Subnet};
-use crate::api::{Filter, InstanceState, Tags};
+use super::load_balancing::{
+    CreateLoadBalancer, CreateTargetGroup, Listener, LoadBalancer, LoadBalancing, TargetGroup,
+};
+use super::network::{
+    Address, InternetGateway, NatGateway, Network, NetworkInterface, Permission, PermissionSource,
+    Route, RouteTable, RouteTarget, SecurityGroup, Subnet, Vpc,
+};
+use crate::api::{Filter, InstanceState, LoadBalancerScheme, Tags};
 use crate::throttle::RegionBudget;
 
 /// The longest an API call may take, retries excluded (there are none), before it fails as a
@@ -452,6 +458,184 @@ impl Compute for Ec2 {
     }
 }
 
+fn subnet_of(s: &ec2::Subnet) -> Option<Subnet> {
+    Some(Subnet {
+        id: s.subnet_id()?.to_string(),
+        vpc_id: s.vpc_id().unwrap_or_default().to_string(),
+        zone: s.availability_zone().unwrap_or_default().to_string(),
+        cidr_block: s.cidr_block().unwrap_or_default().to_string(),
+        map_public_ip_on_launch: s.map_public_ip_on_launch().unwrap_or(false),
+        tags: tags_of(s.tags()),
+    })
+}
+
+/// EC2's permissions flattened to one source each.
+fn permissions_of(permissions: &[ec2::IpPermission]) -> Vec<Permission> {
+    let mut flat = Vec::new();
+    for p in permissions {
+        let protocol = p.ip_protocol().unwrap_or("-1").to_string();
+        let from_port = p.from_port().unwrap_or(-1);
+        let to_port = p.to_port().unwrap_or(-1);
+        for range in p.ip_ranges() {
+            if let Some(cidr) = range.cidr_ip() {
+                flat.push(Permission {
+                    protocol: protocol.clone(),
+                    from_port,
+                    to_port,
+                    source: PermissionSource::Cidr(cidr.to_string()),
+                    description: range.description().unwrap_or_default().to_string(),
+                });
+            }
+        }
+        for pair in p.user_id_group_pairs() {
+            if let Some(group) = pair.group_id() {
+                flat.push(Permission {
+                    protocol: protocol.clone(),
+                    from_port,
+                    to_port,
+                    source: PermissionSource::Group(group.to_string()),
+                    description: pair.description().unwrap_or_default().to_string(),
+                });
+            }
+        }
+    }
+    flat
+}
+
+fn ip_permissions(rules: &[Permission]) -> Vec<ec2::IpPermission> {
+    rules
+        .iter()
+        .map(|rule| {
+            let all = rule.protocol == "-1";
+            let builder = ec2::IpPermission::builder()
+                .ip_protocol(&rule.protocol)
+                .set_from_port((!all).then_some(rule.from_port))
+                .set_to_port((!all).then_some(rule.to_port));
+            let description = (!rule.description.is_empty()).then(|| rule.description.clone());
+            match &rule.source {
+                PermissionSource::Cidr(cidr) => builder.ip_ranges(
+                    ec2::IpRange::builder()
+                        .cidr_ip(cidr)
+                        .set_description(description)
+                        .build(),
+                ),
+                PermissionSource::Group(group) => builder.user_id_group_pairs(
+                    ec2::UserIdGroupPair::builder()
+                        .group_id(group)
+                        .set_description(description)
+                        .build(),
+                ),
+            }
+            .build()
+        })
+        .collect()
+}
+
+fn tagged(resource: ec2::ResourceType, tags: &Tags) -> ec2::TagSpecification {
+    ec2::TagSpecification::builder()
+        .resource_type(resource)
+        .set_tags(Some(ec2_tags(tags)))
+        .build()
+}
+
+fn on() -> ec2::AttributeBooleanValue {
+    ec2::AttributeBooleanValue::builder().value(true).build()
+}
+
+fn vpc_of(v: &ec2::Vpc) -> Option<Vpc> {
+    Some(Vpc {
+        id: v.vpc_id()?.to_string(),
+        cidr_block: v.cidr_block().unwrap_or_default().to_string(),
+        tags: tags_of(v.tags()),
+    })
+}
+
+fn gateway_of(g: &ec2::InternetGateway) -> Option<InternetGateway> {
+    Some(InternetGateway {
+        id: g.internet_gateway_id()?.to_string(),
+        vpc_ids: g
+            .attachments()
+            .iter()
+            .filter_map(|a| a.vpc_id().map(str::to_string))
+            .collect(),
+        tags: tags_of(g.tags()),
+    })
+}
+
+fn nat_of(n: &ec2::NatGateway) -> Option<NatGateway> {
+    Some(NatGateway {
+        id: n.nat_gateway_id()?.to_string(),
+        subnet_id: n.subnet_id().unwrap_or_default().to_string(),
+        state: n
+            .state()
+            .map(|s| s.as_str().to_string())
+            .unwrap_or_default(),
+        allocation_ids: n
+            .nat_gateway_addresses()
+            .iter()
+            .filter_map(|a| a.allocation_id().map(str::to_string))
+            .collect(),
+        public_ips: n
+            .nat_gateway_addresses()
+            .iter()
+            .filter_map(|a| a.public_ip().map(str::to_string))
+            .collect(),
+        tags: tags_of(n.tags()),
+    })
+}
+
+fn route_table_of(t: &ec2::RouteTable) -> Option<RouteTable> {
+    Some(RouteTable {
+        id: t.route_table_id()?.to_string(),
+        routes: t
+            .routes()
+            .iter()
+            .filter_map(|r| {
+                let target = match (r.gateway_id(), r.nat_gateway_id()) {
+                    (_, Some(nat)) => Some(RouteTarget::NatGateway(nat.to_string())),
+                    (Some(igw), None) if igw.starts_with("igw-") => {
+                        Some(RouteTarget::InternetGateway(igw.to_string()))
+                    }
+                    _ => None,
+                };
+                Some(Route {
+                    destination: r.destination_cidr_block()?.to_string(),
+                    target,
+                })
+            })
+            .collect(),
+        associations: t
+            .associations()
+            .iter()
+            .filter_map(|a| {
+                Some((
+                    a.route_table_association_id()?.to_string(),
+                    a.subnet_id().map(str::to_string),
+                ))
+            })
+            .collect(),
+        tags: tags_of(t.tags()),
+    })
+}
+
+fn group_of(g: &ec2::SecurityGroup) -> Option<SecurityGroup> {
+    Some(SecurityGroup {
+        id: g.group_id()?.to_string(),
+        name: g.group_name().unwrap_or_default().to_string(),
+        vpc_id: g.vpc_id().unwrap_or_default().to_string(),
+        tags: tags_of(g.tags()),
+        ingress: permissions_of(g.ip_permissions()),
+    })
+}
+
+/// `Ok` for an answer saying the resource is gone already.
+fn gone_is_done(answer: Result<(), CloudError>) -> Result<(), CloudError> {
+    match answer {
+        Err(error) if error.is_not_found() => Ok(()),
+        answer => answer,
+    }
+}
+
 #[async_trait]
 impl Network for Ec2 {
     async fn subnets(&self, filters: &[Filter]) -> Result<Vec<Subnet>, CloudError> {
@@ -464,20 +648,7 @@ impl Network for Ec2 {
                 .send(),
         )
         .await?;
-        Ok(answer
-            .subnets()
-            .iter()
-            .filter_map(|s| {
-                Some(Subnet {
-                    id: s.subnet_id()?.to_string(),
-                    vpc_id: s.vpc_id().unwrap_or_default().to_string(),
-                    zone: s.availability_zone().unwrap_or_default().to_string(),
-                    cidr_block: s.cidr_block().unwrap_or_default().to_string(),
-                    map_public_ip_on_launch: s.map_public_ip_on_launch().unwrap_or(false),
-                    tags: tags_of(s.tags()),
-                })
-            })
-            .collect())
+        Ok(answer.subnets().iter().filter_map(subnet_of).collect())
     }
 
     async fn security_groups(&self, filters: &[Filter]) -> Result<Vec<SecurityGroup>, CloudError> {
@@ -493,18 +664,610 @@ impl Network for Ec2 {
         Ok(answer
             .security_groups()
             .iter()
-            .filter_map(|g| {
-                Some(SecurityGroup {
-                    id: g.group_id()?.to_string(),
-                    name: g.group_name().unwrap_or_default().to_string(),
-                    vpc_id: g.vpc_id().unwrap_or_default().to_string(),
-                    tags: tags_of(g.tags()),
+            .filter_map(group_of)
+            .collect())
+    }
+
+    async fn availability_zones(&self) -> Result<Vec<String>, CloudError> {
+        let answer = call(
+            &self.budget,
+            "DescribeAvailabilityZones",
+            self.client
+                .describe_availability_zones()
+                .filters(
+                    ec2::Filter::builder()
+                        .name("state")
+                        .values("available")
+                        .build(),
+                )
+                .send(),
+        )
+        .await?;
+        let mut zones: Vec<String> = answer
+            .availability_zones()
+            .iter()
+            .filter(|z| z.zone_type().is_none_or(|t| t == "availability-zone"))
+            .filter_map(|z| z.zone_name().map(str::to_string))
+            .collect();
+        zones.sort();
+        Ok(zones)
+    }
+
+    async fn vpcs(&self, filters: &[Filter]) -> Result<Vec<Vpc>, CloudError> {
+        let answer = call(
+            &self.budget,
+            "DescribeVpcs",
+            self.client
+                .describe_vpcs()
+                .set_filters(Some(ec2_filters(filters)))
+                .send(),
+        )
+        .await?;
+        Ok(answer.vpcs().iter().filter_map(vpc_of).collect())
+    }
+
+    async fn create_vpc(&self, cidr_block: &str, tags: &Tags) -> Result<Vpc, CloudError> {
+        let answer = call(
+            &self.budget,
+            "CreateVpc",
+            self.client
+                .create_vpc()
+                .cidr_block(cidr_block)
+                .tag_specifications(tagged(ec2::ResourceType::Vpc, tags))
+                .send(),
+        )
+        .await?;
+        let vpc = answer
+            .vpc()
+            .and_then(vpc_of)
+            .ok_or_else(|| CloudError::new("CreateVpc", None, "EC2 answered without a VPC"))?;
+        // One attribute per call, as EC2 requires.
+        call(
+            &self.budget,
+            "ModifyVpcAttribute",
+            self.client
+                .modify_vpc_attribute()
+                .vpc_id(&vpc.id)
+                .enable_dns_support(on())
+                .send(),
+        )
+        .await?;
+        call(
+            &self.budget,
+            "ModifyVpcAttribute",
+            self.client
+                .modify_vpc_attribute()
+                .vpc_id(&vpc.id)
+                .enable_dns_hostnames(on())
+                .send(),
+        )
+        .await?;
+        Ok(vpc)
+    }
+
+    async fn delete_vpc(&self, id: &str) -> Result<(), CloudError> {
+        gone_is_done(
+            call(
+                &self.budget,
+                "DeleteVpc",
+                self.client.delete_vpc().vpc_id(id).send(),
+            )
+            .await
+            .map(drop),
+        )
+    }
+
+    async fn create_subnet(
+        &self,
+        vpc_id: &str,
+        cidr_block: &str,
+        zone: &str,
+        tags: &Tags,
+    ) -> Result<Subnet, CloudError> {
+        let answer = call(
+            &self.budget,
+            "CreateSubnet",
+            self.client
+                .create_subnet()
+                .vpc_id(vpc_id)
+                .cidr_block(cidr_block)
+                .availability_zone(zone)
+                .tag_specifications(tagged(ec2::ResourceType::Subnet, tags))
+                .send(),
+        )
+        .await?;
+        answer
+            .subnet()
+            .and_then(subnet_of)
+            .ok_or_else(|| CloudError::new("CreateSubnet", None, "EC2 answered without a subnet"))
+    }
+
+    async fn set_map_public_ip_on_launch(
+        &self,
+        subnet_id: &str,
+        enabled: bool,
+    ) -> Result<(), CloudError> {
+        call(
+            &self.budget,
+            "ModifySubnetAttribute",
+            self.client
+                .modify_subnet_attribute()
+                .subnet_id(subnet_id)
+                .map_public_ip_on_launch(
+                    ec2::AttributeBooleanValue::builder().value(enabled).build(),
+                )
+                .send(),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn delete_subnet(&self, id: &str) -> Result<(), CloudError> {
+        gone_is_done(
+            call(
+                &self.budget,
+                "DeleteSubnet",
+                self.client.delete_subnet().subnet_id(id).send(),
+            )
+            .await
+            .map(drop),
+        )
+    }
+
+    async fn internet_gateways(
+        &self,
+        filters: &[Filter],
+    ) -> Result<Vec<InternetGateway>, CloudError> {
+        let answer = call(
+            &self.budget,
+            "DescribeInternetGateways",
+            self.client
+                .describe_internet_gateways()
+                .set_filters(Some(ec2_filters(filters)))
+                .send(),
+        )
+        .await?;
+        Ok(answer
+            .internet_gateways()
+            .iter()
+            .filter_map(gateway_of)
+            .collect())
+    }
+
+    async fn create_internet_gateway(&self, tags: &Tags) -> Result<InternetGateway, CloudError> {
+        let answer = call(
+            &self.budget,
+            "CreateInternetGateway",
+            self.client
+                .create_internet_gateway()
+                .tag_specifications(tagged(ec2::ResourceType::InternetGateway, tags))
+                .send(),
+        )
+        .await?;
+        answer
+            .internet_gateway()
+            .and_then(gateway_of)
+            .ok_or_else(|| {
+                CloudError::new(
+                    "CreateInternetGateway",
+                    None,
+                    "EC2 answered without a gateway",
+                )
+            })
+    }
+
+    async fn attach_internet_gateway(&self, id: &str, vpc_id: &str) -> Result<(), CloudError> {
+        call(
+            &self.budget,
+            "AttachInternetGateway",
+            self.client
+                .attach_internet_gateway()
+                .internet_gateway_id(id)
+                .vpc_id(vpc_id)
+                .send(),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn detach_internet_gateway(&self, id: &str, vpc_id: &str) -> Result<(), CloudError> {
+        match call(
+            &self.budget,
+            "DetachInternetGateway",
+            self.client
+                .detach_internet_gateway()
+                .internet_gateway_id(id)
+                .vpc_id(vpc_id)
+                .send(),
+        )
+        .await
+        {
+            Err(error) if error.code.as_deref() == Some("Gateway.NotAttached") => Ok(()),
+            answer => gone_is_done(answer.map(drop)),
+        }
+    }
+
+    async fn delete_internet_gateway(&self, id: &str) -> Result<(), CloudError> {
+        gone_is_done(
+            call(
+                &self.budget,
+                "DeleteInternetGateway",
+                self.client
+                    .delete_internet_gateway()
+                    .internet_gateway_id(id)
+                    .send(),
+            )
+            .await
+            .map(drop),
+        )
+    }
+
+    async fn addresses(&self, filters: &[Filter]) -> Result<Vec<Address>, CloudError> {
+        let answer = call(
+            &self.budget,
+            "DescribeAddresses",
+            self.client
+                .describe_addresses()
+                .set_filters(Some(ec2_filters(filters)))
+                .send(),
+        )
+        .await?;
+        Ok(answer
+            .addresses()
+            .iter()
+            .filter_map(|a| {
+                Some(Address {
+                    allocation_id: a.allocation_id()?.to_string(),
+                    public_ip: a.public_ip().unwrap_or_default().to_string(),
+                    association_id: owned(a.association_id()),
+                    tags: tags_of(a.tags()),
                 })
             })
             .collect())
     }
-}
 
+    async fn allocate_address(&self, tags: &Tags) -> Result<Address, CloudError> {
+        let answer = call(
+            &self.budget,
+            "AllocateAddress",
+            self.client
+                .allocate_address()
+                .domain(ec2::DomainType::Vpc)
+                .tag_specifications(tagged(ec2::ResourceType::ElasticIp, tags))
+                .send(),
+        )
+        .await?;
+        Ok(Address {
+            allocation_id: answer
+                .allocation_id()
+                .ok_or_else(|| {
+                    CloudError::new(
+                        "AllocateAddress",
+                        None,
+                        "EC2 answered without an allocation",
+                    )
+                })?
+                .to_string(),
+            public_ip: answer.public_ip().unwrap_or_default().to_string(),
+            association_id: None,
+            tags: tags.clone(),
+        })
+    }
+
+    async fn release_address(&self, allocation_id: &str) -> Result<(), CloudError> {
+        match call(
+            &self.budget,
+            "ReleaseAddress",
+            self.client
+                .release_address()
+                .allocation_id(allocation_id)
+                .send(),
+        )
+        .await
+        {
+            Err(error) if error.code.as_deref() == Some("InvalidAllocationID.NotFound") => Ok(()),
+            answer => gone_is_done(answer.map(drop)),
+        }
+    }
+
+    async fn nat_gateways(&self, filters: &[Filter]) -> Result<Vec<NatGateway>, CloudError> {
+        let answer = call(
+            &self.budget,
+            "DescribeNatGateways",
+            self.client
+                .describe_nat_gateways()
+                .set_filter(Some(ec2_filters(filters)))
+                .send(),
+        )
+        .await?;
+        Ok(answer
+            .nat_gateways()
+            .iter()
+            .filter_map(nat_of)
+            .filter(|n| n.state != "deleted")
+            .collect())
+    }
+
+    async fn create_nat_gateway(
+        &self,
+        subnet_id: &str,
+        allocation_id: &str,
+        client_token: &str,
+        tags: &Tags,
+    ) -> Result<NatGateway, CloudError> {
+        let answer = call(
+            &self.budget,
+            "CreateNatGateway",
+            self.client
+                .create_nat_gateway()
+                .subnet_id(subnet_id)
+                .allocation_id(allocation_id)
+                .client_token(client_token)
+                .tag_specifications(tagged(ec2::ResourceType::Natgateway, tags))
+                .send(),
+        )
+        .await?;
+        answer.nat_gateway().and_then(nat_of).ok_or_else(|| {
+            CloudError::new("CreateNatGateway", None, "EC2 answered without a gateway")
+        })
+    }
+
+    async fn delete_nat_gateway(&self, id: &str) -> Result<(), CloudError> {
+        gone_is_done(
+            call(
+                &self.budget,
+                "DeleteNatGateway",
+                self.client.delete_nat_gateway().nat_gateway_id(id).send(),
+            )
+            .await
+            .map(drop),
+        )
+    }
+
+    async fn route_tables(&self, filters: &[Filter]) -> Result<Vec<RouteTable>, CloudError> {
+        let answer = call(
+            &self.budget,
+            "DescribeRouteTables",
+            self.client
+                .describe_route_tables()
+                .set_filters(Some(ec2_filters(filters)))
+                .send(),
+        )
+        .await?;
+        Ok(answer
+            .route_tables()
+            .iter()
+            .filter_map(route_table_of)
+            .collect())
+    }
+
+    async fn create_route_table(
+        &self,
+        vpc_id: &str,
+        tags: &Tags,
+    ) -> Result<RouteTable, CloudError> {
+        let answer = call(
+            &self.budget,
+            "CreateRouteTable",
+            self.client
+                .create_route_table()
+                .vpc_id(vpc_id)
+                .tag_specifications(tagged(ec2::ResourceType::RouteTable, tags))
+                .send(),
+        )
+        .await?;
+        answer
+            .route_table()
+            .and_then(route_table_of)
+            .ok_or_else(|| {
+                CloudError::new("CreateRouteTable", None, "EC2 answered without a table")
+            })
+    }
+
+    async fn create_route(
+        &self,
+        table_id: &str,
+        destination: &str,
+        target: &RouteTarget,
+    ) -> Result<(), CloudError> {
+        let request = self
+            .client
+            .create_route()
+            .route_table_id(table_id)
+            .destination_cidr_block(destination);
+        let request = match target {
+            RouteTarget::InternetGateway(id) => request.gateway_id(id),
+            RouteTarget::NatGateway(id) => request.nat_gateway_id(id),
+        };
+        call(&self.budget, "CreateRoute", request.send())
+            .await
+            .map(drop)
+    }
+
+    async fn associate_route_table(
+        &self,
+        table_id: &str,
+        subnet_id: &str,
+    ) -> Result<(), CloudError> {
+        call(
+            &self.budget,
+            "AssociateRouteTable",
+            self.client
+                .associate_route_table()
+                .route_table_id(table_id)
+                .subnet_id(subnet_id)
+                .send(),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn disassociate_route_table(&self, association_id: &str) -> Result<(), CloudError> {
+        gone_is_done(
+            call(
+                &self.budget,
+                "DisassociateRouteTable",
+                self.client
+                    .disassociate_route_table()
+                    .association_id(association_id)
+                    .send(),
+            )
+            .await
+            .map(drop),
+        )
+    }
+
+    async fn delete_route_table(&self, id: &str) -> Result<(), CloudError> {
+        gone_is_done(
+            call(
+                &self.budget,
+                "DeleteRouteTable",
+                self.client.delete_route_table().route_table_id(id).send(),
+            )
+            .await
+            .map(drop),
+        )
+    }
+
+    async fn create_security_group(
+        &self,
+        vpc_id: &str,
+        name: &str,
+        description: &str,
+        tags: &Tags,
+    ) -> Result<SecurityGroup, CloudError> {
+        let answer = call(
+            &self.budget,
+            "CreateSecurityGroup",
+            self.client
+                .create_security_group()
+                .vpc_id(vpc_id)
+                .group_name(name)
+                .description(description)
+                .tag_specifications(tagged(ec2::ResourceType::SecurityGroup, tags))
+                .send(),
+        )
+        .await?;
+        Ok(SecurityGroup {
+            id: answer
+                .group_id()
+                .ok_or_else(|| {
+                    CloudError::new("CreateSecurityGroup", None, "EC2 answered without a group")
+                })?
+                .to_string(),
+            name: name.to_string(),
+            vpc_id: vpc_id.to_string(),
+            tags: tags.clone(),
+            ingress: Vec::new(),
+        })
+    }
+
+    async fn authorize_ingress(
+        &self,
+        group_id: &str,
+        rules: &[Permission],
+    ) -> Result<(), CloudError> {
+        if rules.is_empty() {
+            return Ok(());
+        }
+        match call(
+            &self.budget,
+            "AuthorizeSecurityGroupIngress",
+            self.client
+                .authorize_security_group_ingress()
+                .group_id(group_id)
+                .set_ip_permissions(Some(ip_permissions(rules)))
+                .send(),
+        )
+        .await
+        {
+            // Added by an earlier attempt whose answer was lost.
+            Err(error) if error.code.as_deref() == Some("InvalidPermission.Duplicate") => Ok(()),
+            answer => answer.map(drop),
+        }
+    }
+
+    async fn revoke_ingress(&self, group_id: &str, rules: &[Permission]) -> Result<(), CloudError> {
+        if rules.is_empty() {
+            return Ok(());
+        }
+        match call(
+            &self.budget,
+            "RevokeSecurityGroupIngress",
+            self.client
+                .revoke_security_group_ingress()
+                .group_id(group_id)
+                .set_ip_permissions(Some(ip_permissions(rules)))
+                .send(),
+        )
+        .await
+        {
+            Err(error) if error.code.as_deref() == Some("InvalidPermission.NotFound") => Ok(()),
+            answer => answer.map(drop),
+        }
+    }
+
+    async fn delete_security_group(&self, id: &str) -> Result<(), CloudError> {
+        gone_is_done(
+            call(
+                &self.budget,
+                "DeleteSecurityGroup",
+                self.client.delete_security_group().group_id(id).send(),
+            )
+            .await
+            .map(drop),
+        )
+    }
+
+    async fn network_interfaces(
+        &self,
+        filters: &[Filter],
+    ) -> Result<Vec<NetworkInterface>, CloudError> {
+        let answer = call(
+            &self.budget,
+            "DescribeNetworkInterfaces",
+            self.client
+                .describe_network_interfaces()
+                .set_filters(Some(ec2_filters(filters)))
+                .send(),
+        )
+        .await?;
+        Ok(answer
+            .network_interfaces()
+            .iter()
+            .filter_map(|n| {
+                Some(NetworkInterface {
+                    id: n.network_interface_id()?.to_string(),
+                    status: n
+                        .status()
+                        .map(|s| s.as_str().to_string())
+                        .unwrap_or_default(),
+                    description: n.description().unwrap_or_default().to_string(),
+                    group_ids: n
+                        .groups()
+                        .iter()
+                        .filter_map(|g| g.group_id().map(str::to_string))
+                        .collect(),
+                })
+            })
+            .collect())
+    }
+
+    async fn delete_network_interface(&self, id: &str) -> Result<(), CloudError> {
+        gone_is_done(
+            call(
+                &self.budget,
+                "DeleteNetworkInterface",
+                self.client
+                    .delete_network_interface()
+                    .network_interface_id(id)
+                    .send(),
+            )
+            .await
+            .map(drop),
+        )
+    }
+}
 /// ELBv2 in one region, under that region's budget.
 #[derive(Clone, Debug)]
 pub struct Elb {
@@ -517,6 +1280,57 @@ impl Elb {
     pub fn new(client: aws_sdk_elasticloadbalancingv2::Client, budget: RegionBudget) -> Self {
         Self { client, budget }
     }
+}
+
+fn elb_tags(tags: &Tags) -> Vec<elb::Tag> {
+    tags.iter()
+        .map(|(key, value)| elb::Tag::builder().key(key).value(value).build())
+        .collect()
+}
+
+fn load_balancer_of(lb: &elb::LoadBalancer) -> Option<LoadBalancer> {
+    Some(LoadBalancer {
+        arn: lb.load_balancer_arn()?.to_string(),
+        name: lb.load_balancer_name().unwrap_or_default().to_string(),
+        dns_name: lb.dns_name().unwrap_or_default().to_string(),
+        state: lb
+            .state()
+            .and_then(|s| s.code())
+            .map(|c| c.as_str().to_string())
+            .unwrap_or_default(),
+        vpc_id: lb.vpc_id().unwrap_or_default().to_string(),
+        kind: lb
+            .r#type()
+            .map(|t| t.as_str().to_string())
+            .unwrap_or_default(),
+    })
+}
+
+fn target_group_of(group: &elb::TargetGroup) -> Option<TargetGroup> {
+    Some(TargetGroup {
+        arn: group.target_group_arn()?.to_string(),
+        name: group.target_group_name().unwrap_or_default().to_string(),
+        port: group
+            .port()
+            .and_then(|p| u16::try_from(p).ok())
+            .unwrap_or_default(),
+        vpc_id: group.vpc_id().unwrap_or_default().to_string(),
+    })
+}
+
+fn listener_of(listener: &elb::Listener) -> Option<Listener> {
+    Some(Listener {
+        arn: listener.listener_arn()?.to_string(),
+        port: listener
+            .port()
+            .and_then(|p| u16::try_from(p).ok())
+            .unwrap_or_default(),
+        target_group_arns: listener
+            .default_actions()
+            .iter()
+            .filter_map(|a| a.target_group_arn().map(str::to_string))
+            .collect(),
+    })
 }
 
 fn target(instance_id: &str, port: u16) -> elb::TargetDescription {
@@ -588,5 +1402,277 @@ impl LoadBalancing for Elb {
             Err(error) if error.code.as_deref() == Some("InvalidTarget") => Ok(()),
             answer => answer.map(drop),
         }
+    }
+    async fn load_balancers(&self) -> Result<Vec<LoadBalancer>, CloudError> {
+        let mut found = Vec::new();
+        let mut marker: Option<String> = None;
+        loop {
+            let page = call(
+                &self.budget,
+                "DescribeLoadBalancers",
+                self.client
+                    .describe_load_balancers()
+                    .set_marker(marker.take())
+                    .send(),
+            )
+            .await?;
+            found.extend(page.load_balancers().iter().filter_map(load_balancer_of));
+            match page.next_marker() {
+                Some(next) if !next.is_empty() => marker = Some(next.to_string()),
+                _ => return Ok(found),
+            }
+        }
+    }
+
+    async fn load_balancers_named(&self, name: &str) -> Result<Vec<LoadBalancer>, CloudError> {
+        match call(
+            &self.budget,
+            "DescribeLoadBalancers",
+            self.client.describe_load_balancers().names(name).send(),
+        )
+        .await
+        {
+            Ok(answer) => Ok(answer
+                .load_balancers()
+                .iter()
+                .filter_map(load_balancer_of)
+                .collect()),
+            Err(error) if error.is_not_found() => Ok(Vec::new()),
+            Err(error) => Err(error),
+        }
+    }
+
+    async fn tags(&self, arns: &[String]) -> Result<BTreeMap<String, Tags>, CloudError> {
+        let mut found = BTreeMap::new();
+        // At most 20 resources per call.
+        for chunk in arns.chunks(20) {
+            let answer = call(
+                &self.budget,
+                "DescribeTags",
+                self.client
+                    .describe_tags()
+                    .set_resource_arns(Some(chunk.to_vec()))
+                    .send(),
+            )
+            .await?;
+            for description in answer.tag_descriptions() {
+                if let Some(arn) = description.resource_arn() {
+                    found.insert(
+                        arn.to_string(),
+                        description
+                            .tags()
+                            .iter()
+                            .filter_map(|t| {
+                                Some((
+                                    t.key()?.to_string(),
+                                    t.value().unwrap_or_default().to_string(),
+                                ))
+                            })
+                            .collect(),
+                    );
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    async fn create_load_balancer(
+        &self,
+        request: &CreateLoadBalancer,
+    ) -> Result<LoadBalancer, CloudError> {
+        let scheme = match request.scheme {
+            LoadBalancerScheme::InternetFacing => elb::LoadBalancerSchemeEnum::InternetFacing,
+            LoadBalancerScheme::Internal => elb::LoadBalancerSchemeEnum::Internal,
+        };
+        let answer = call(
+            &self.budget,
+            "CreateLoadBalancer",
+            self.client
+                .create_load_balancer()
+                .name(&request.name)
+                .r#type(elb::LoadBalancerTypeEnum::Network)
+                .scheme(scheme)
+                .set_subnets(Some(request.subnet_ids.clone()))
+                .set_security_groups(
+                    (!request.security_group_ids.is_empty())
+                        .then(|| request.security_group_ids.clone()),
+                )
+                .set_tags(Some(elb_tags(&request.tags)))
+                .send(),
+        )
+        .await?;
+        answer
+            .load_balancers()
+            .iter()
+            .find_map(load_balancer_of)
+            .ok_or_else(|| {
+                CloudError::new(
+                    "CreateLoadBalancer",
+                    None,
+                    "ELB answered without a load balancer",
+                )
+            })
+    }
+
+    async fn set_cross_zone(&self, arn: &str, enabled: bool) -> Result<(), CloudError> {
+        call(
+            &self.budget,
+            "ModifyLoadBalancerAttributes",
+            self.client
+                .modify_load_balancer_attributes()
+                .load_balancer_arn(arn)
+                .attributes(
+                    elb::LoadBalancerAttribute::builder()
+                        .key("load_balancing.cross_zone.enabled")
+                        .value(enabled.to_string())
+                        .build(),
+                )
+                .send(),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn delete_load_balancer(&self, arn: &str) -> Result<(), CloudError> {
+        match call(
+            &self.budget,
+            "DeleteLoadBalancer",
+            self.client
+                .delete_load_balancer()
+                .load_balancer_arn(arn)
+                .send(),
+        )
+        .await
+        {
+            Err(error) if error.is_not_found() => Ok(()),
+            answer => answer.map(drop),
+        }
+    }
+
+    async fn target_groups_named(&self, name: &str) -> Result<Vec<TargetGroup>, CloudError> {
+        match call(
+            &self.budget,
+            "DescribeTargetGroups",
+            self.client.describe_target_groups().names(name).send(),
+        )
+        .await
+        {
+            Ok(answer) => Ok(answer
+                .target_groups()
+                .iter()
+                .filter_map(target_group_of)
+                .collect()),
+            Err(error) if error.is_not_found() => Ok(Vec::new()),
+            Err(error) => Err(error),
+        }
+    }
+
+    async fn create_target_group(
+        &self,
+        request: &CreateTargetGroup,
+    ) -> Result<TargetGroup, CloudError> {
+        let answer = call(
+            &self.budget,
+            "CreateTargetGroup",
+            self.client
+                .create_target_group()
+                .name(&request.name)
+                .protocol(elb::ProtocolEnum::Tcp)
+                .port(i32::from(request.port))
+                .vpc_id(&request.vpc_id)
+                .target_type(elb::TargetTypeEnum::Instance)
+                .health_check_protocol(elb::ProtocolEnum::Tcp)
+                .set_tags(Some(elb_tags(&request.tags)))
+                .send(),
+        )
+        .await?;
+        let group = answer
+            .target_groups()
+            .iter()
+            .find_map(target_group_of)
+            .ok_or_else(|| {
+                CloudError::new(
+                    "CreateTargetGroup",
+                    None,
+                    "ELB answered without a target group",
+                )
+            })?;
+        call(
+            &self.budget,
+            "ModifyTargetGroupAttributes",
+            self.client
+                .modify_target_group_attributes()
+                .target_group_arn(&group.arn)
+                .attributes(
+                    elb::TargetGroupAttribute::builder()
+                        .key("preserve_client_ip.enabled")
+                        .value(request.preserve_client_ip.to_string())
+                        .build(),
+                )
+                .send(),
+        )
+        .await?;
+        Ok(group)
+    }
+
+    async fn delete_target_group(&self, arn: &str) -> Result<(), CloudError> {
+        match call(
+            &self.budget,
+            "DeleteTargetGroup",
+            self.client
+                .delete_target_group()
+                .target_group_arn(arn)
+                .send(),
+        )
+        .await
+        {
+            Err(error) if error.is_not_found() => Ok(()),
+            answer => answer.map(drop),
+        }
+    }
+
+    async fn listeners(&self, load_balancer_arn: &str) -> Result<Vec<Listener>, CloudError> {
+        let answer = call(
+            &self.budget,
+            "DescribeListeners",
+            self.client
+                .describe_listeners()
+                .load_balancer_arn(load_balancer_arn)
+                .send(),
+        )
+        .await?;
+        Ok(answer.listeners().iter().filter_map(listener_of).collect())
+    }
+
+    async fn create_listener(
+        &self,
+        load_balancer_arn: &str,
+        port: u16,
+        target_group_arn: &str,
+    ) -> Result<Listener, CloudError> {
+        let answer = call(
+            &self.budget,
+            "CreateListener",
+            self.client
+                .create_listener()
+                .load_balancer_arn(load_balancer_arn)
+                .protocol(elb::ProtocolEnum::Tcp)
+                .port(i32::from(port))
+                .default_actions(
+                    elb::Action::builder()
+                        .r#type(elb::ActionTypeEnum::Forward)
+                        .target_group_arn(target_group_arn)
+                        .build(),
+                )
+                .send(),
+        )
+        .await?;
+        answer
+            .listeners()
+            .iter()
+            .find_map(listener_of)
+            .ok_or_else(|| {
+                CloudError::new("CreateListener", None, "ELB answered without a listener")
+            })
     }
 }
