@@ -568,7 +568,11 @@ mod tests {
             ["10.0.64.0/19", "10.0.96.0/19"]
         );
         assert_eq!(split("10.1.2.3/24", 1).unwrap(), ["10.1.2.0/24"]);
-        assert!(split("10.0.0.0/27", 2).unwrap_err().contains("/28"));
+        assert_eq!(
+            split("10.0.0.0/27", 2).unwrap(),
+            ["10.0.0.0/28", "10.0.0.16/28"]
+        );
+        assert!(split("10.0.0.0/28", 2).unwrap_err().contains("/28"));
         assert!(split("ten/8", 2).is_err());
     }
 }
