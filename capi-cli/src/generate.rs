@@ -42,6 +42,16 @@ pub const BUILT_IN: &[BuiltIn] = &[
         flavor: Some("flatcar"),
         text: include_str!("../../templates/openstack/cluster-template-flatcar.yaml"),
     },
+    BuiltIn {
+        provider: "aws",
+        flavor: None,
+        text: include_str!("../../templates/aws/cluster-template.yaml"),
+    },
+    BuiltIn {
+        provider: "aws",
+        flavor: Some("static-credentials"),
+        text: include_str!("../../templates/aws/cluster-template-static-credentials.yaml"),
+    },
 ];
 
 /// Why a cluster could not be generated.

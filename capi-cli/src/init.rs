@@ -22,7 +22,7 @@ pub use crate::apply::FIELD_MANAGER;
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
     /// No such infrastructure provider.
-    #[error("no infrastructure provider {0:?}; available: inmemory")]
+    #[error("no infrastructure provider {0:?}; available: inmemory, aws")]
     UnknownProvider(String),
     /// The manifests could not be rendered.
     #[error(transparent)]
@@ -43,8 +43,9 @@ pub enum InitError {
 
 /// Everything `init` installs for `provider`, CRDs first.
 pub fn objects(provider: &str) -> Result<Vec<DynamicObject>, InitError> {
-    let provider_crds = match provider {
-        "inmemory" => provider_inmemory::api::crds(),
+    let (provider_crds, manager) = match provider {
+        "inmemory" => (provider_inmemory::api::crds(), manifests::inmemory()),
+        "aws" => (provider_aws::api::crds(), manifests::aws()),
         other => return Err(InitError::UnknownProvider(other.to_string())),
     };
     let mut values = Vec::new();
@@ -62,7 +63,7 @@ pub fn objects(provider: &str) -> Result<Vec<DynamicObject>, InitError> {
             })?,
         );
     }
-    values.extend(manifests::inmemory().objects()?);
+    values.extend(manager.objects()?);
     values
         .into_iter()
         .map(|value| {

@@ -468,3 +468,86 @@ async fn init_leaves_another_installations_crds_unless_forced() {
         Some("capi-rs")
     );
 }
+
+/// The AWS templates, rendered from CAPA's variables, are accepted by a real API server with
+/// strict field validation (every field they set exists in the CRDs), and `init` installs the AWS
+/// provider's CRDs and manager.
+#[tokio::test]
+async fn aws_clusters_from_capas_variables_apply_to_a_real_server() {
+    let mut crds = capi_core::crd::core();
+    crds.extend(capi_bootstrap::api::crds());
+    crds.extend(capi_control_plane::api::crds());
+    crds.extend(provider_aws::api::crds());
+    let env = TestEnv::start_with_crds(&crds).await.unwrap();
+    for (name, flavor) in [("aws-a", None), ("aws-b", Some("static-credentials"))] {
+        let ns = env.namespace().await.unwrap();
+        let mut args = vec![
+            "generate",
+            "cluster",
+            name,
+            "--infrastructure",
+            "aws",
+            "--kubernetes-version",
+            "v1.33.1",
+            "--target-namespace",
+            &ns,
+        ];
+        if let Some(flavor) = flavor {
+            args.extend(["--flavor", flavor]);
+        }
+        let output = Command::new(env!("CARGO_BIN_EXE_capictl"))
+            .args(&args)
+            .env("AWS_REGION", "eu-west-1")
+            .env("AWS_SSH_KEY_NAME", "default")
+            .env("AWS_CONTROL_PLANE_MACHINE_TYPE", "t3.large")
+            .env("AWS_NODE_MACHINE_TYPE", "t3.medium")
+            .env("AWS_ACCESS_KEY_ID", "AKIAIOSFODNN7EXAMPLE")
+            .env(
+                "AWS_SECRET_ACCESS_KEY",
+                "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            )
+            .output()
+            .unwrap();
+        let yaml = stdout(&output);
+        let objects = manifest::parse(&yaml).unwrap();
+        manifest::create_all(&env.client(), &ns, &objects)
+            .await
+            .unwrap();
+        let cluster = Api::<provider_aws::api::AWSCluster>::namespaced(env.client(), &ns)
+            .get(name)
+            .await
+            .unwrap();
+        assert_eq!(cluster.spec.region, "eu-west-1");
+        let template = Api::<provider_aws::api::AWSMachineTemplate>::namespaced(env.client(), &ns)
+            .get(&format!("{name}-md-0"))
+            .await
+            .unwrap();
+        assert_eq!(template.spec.template.spec.instance_type, "t3.medium");
+        let identity = cluster.spec.identity_ref.unwrap();
+        match flavor {
+            None => {
+                assert_eq!(
+                    identity.kind,
+                    provider_aws::api::AwsIdentityKind::ControllerIdentity
+                );
+                assert!(!yaml.contains("wJalr"), "no credentials unless asked for");
+            }
+            Some(_) => {
+                assert_eq!(identity.kind, provider_aws::api::AwsIdentityKind::Secret);
+                let secret = Api::<Secret>::namespaced(env.client(), &ns)
+                    .get(&identity.name)
+                    .await
+                    .unwrap();
+                assert!(secret.data.unwrap().contains_key("SecretAccessKey"));
+            }
+        }
+    }
+
+    let init = stdout(&capictl(&["init", "--infrastructure", "aws", "--dry-run"]));
+    assert!(
+        init.contains("name: awsclusters.infrastructure.capi-rs.dev"),
+        "CRDs"
+    );
+    assert!(init.contains("name: capi-aws-manager"), "the manager");
+    assert!(init.contains("image: capi-rs/aws-manager:dev"));
+}

@@ -74,6 +74,9 @@ pub enum ProviderError {
         "--with-control-plane needs to reach each cluster's etcd, and provider {0} registered no way to (ProviderManager::etcd_access)"
     )]
     NoEtcdAccess(String),
+    /// The manifests could not be written to standard output.
+    #[error("writing the manifests to standard output: {0}")]
+    Output(#[source] std::io::Error),
     /// `--print-manifests` was given, but the provider registered none
     /// ([`ProviderManager::manifests`]).
     #[error("--print-manifests: provider {0} registered no CRDs (ProviderManager::manifests)")]
@@ -208,8 +211,16 @@ impl ProviderManager {
             if self.crds.is_empty() {
                 return Err(ProviderError::NoManifests(self.name));
             }
-            println!("{}", self.manifests_list()?);
-            return Ok(());
+            let text = self.manifests_list()?.to_string();
+            // A reader that stops early (`| head`) is not an error worth a panic.
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            return match writeln!(out, "{text}") {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                    Err(ProviderError::Output(e))
+                }
+                _ => Ok(()),
+            };
         }
         init_logging_without_bodies(self.args.log_format, &self.body_log_targets)
             .map_err(ProviderError::Logging)?;

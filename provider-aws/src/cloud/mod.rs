@@ -34,6 +34,23 @@ pub use network::{
     Route, RouteTable, RouteTarget, SecurityGroup, Subnet, Vpc,
 };
 
+/// The log targets of the AWS SDK whose TRACE events print signed requests and bodies (user
+/// data, session tokens): a manager drops them whatever `RUST_LOG` says
+/// (`capi_provider::ProviderManager::body_log_targets`).
+pub const SDK_LOG_TARGETS: &[&str] = &[
+    "aws_sigv4",
+    "aws_smithy_runtime",
+    "aws_smithy_runtime_api",
+    "aws_smithy_http_client",
+    "aws_smithy_http",
+    "aws_sdk_ec2",
+    "aws_sdk_elasticloadbalancingv2",
+    "aws_config",
+    "aws_runtime",
+    "hyper",
+    "hyper_util",
+];
+
 /// The clients of one region and one set of credentials, and what of their errors must be
 /// blanked before a user sees them.
 #[derive(Clone)]
