@@ -1,16 +1,43 @@
 //! The AWS infrastructure provider: EC2 instances, VPC networking and an ELBv2 API-server load
-//! balancer, tested against `moto_server` on loopback.
+//! balancer, on the official AWS SDK, tested against `moto_server` on loopback.
 //!
-//! **Under construction** (issue 24). What exists: the API ([`api`]: `AWSCluster`,
-//! `AWSClusterTemplate`, `AWSMachine`, `AWSMachineTemplate`, their CRDs), the names and tags of
-//! everything the provider will create ([`naming`]), and what AWS's error answers mean for a
-//! reconcile and what of them the user may see ([`cloud::error`]), and the per-region budget of
-//! calls every reconcile shares ([`throttle`]). What does not yet: the actuators, the cloud
-//! clients, the manager binary — nothing here creates anything in AWS.
+//! - [`api`]: `AWSCluster`, `AWSClusterTemplate`, `AWSMachine`, `AWSMachineTemplate` (group
+//!   `infrastructure.capi-rs.dev`, CAPA's field names, CAPA's webhook checks as CEL rules) and
+//!   their CRDs;
+//! - [`cloud`]: EC2 and ELBv2 behind narrow traits (`mockall` mocks with feature `mock`), their
+//!   SDK adapters (feature `sdk`) and what an AWS error answer means for a reconcile
+//!   ([`cloud::error`]);
+//! - [`throttle`]: one budget of calls per region shared by every reconcile;
+//! - [`credentials`] and [`connector`]: from an `AWSCluster`'s `identityRef` (a Secret of static
+//!   credentials, or the manager's own) to clients shared between reconciles;
+//! - [`naming`]: the names and tags of everything the provider makes, by which it finds it again;
+//! - [`cluster`]: the [`ClusterActuator`](capi_core::ClusterActuator) (VPC → subnets → gateways →
+//!   route tables → security groups → network load balancer, and back);
+//! - [`machine`]: the [`Actuator`](capi_core::Actuator) — exactly one instance per Machine;
+//! - [`template`]: machine template capacity from the instance type;
+//! - [`lookup`]: finding the `AWSCluster` of a machine or template.
+//!
+//! The `aws-manager` binary (package `provider-aws-bin`) runs them in a `Manager`.
+//!
+//! ```no_run
+//! # async fn demo(client: kube::Client) {
+//! use std::sync::Arc;
+//! use provider_aws::cluster::AwsClusterActuator;
+//! use provider_aws::connector::SecretConnector;
+//! use provider_aws::lookup::ApiClusterLookup;
+//! use provider_aws::machine::AwsMachineActuator;
+//!
+//! let connector = Arc::new(SecretConnector::new(client.clone()));
+//! let clusters = AwsClusterActuator::new(connector.clone());
+//! let machines = AwsMachineActuator::new(connector, Arc::new(ApiClusterLookup(client)));
+//! // Hand them to capi_actuator's Manager (add_cluster_reconciler / add_machine_reconciler).
+//! # }
+//! ```
 //!
 //! The AWS SDK crates (`aws-sdk-ec2`, `aws-sdk-elasticloadbalancingv2`, `aws-config`) are behind
 //! the default feature `sdk`, so that the API types and CRDs build without them
-//! (`default-features = false`, as `xtask` and `capictl` depend on this crate).
+//! (`default-features = false`, as `xtask` and `capictl` depend on this crate); without it the
+//! actuators exist over the traits, with no production [`connector`].
 
 pub mod api;
 pub mod cloud;

@@ -101,7 +101,7 @@ pub(crate) struct Ctx {
 
 /// What a lookup of the machine's instance found.
 enum Found {
-    /// The instance (in any state, `terminated` included when found by ID).
+    /// The instance, in any state but `terminated`.
     Instance(Box<Instance>),
     /// Nothing is visible, but this process launched it less than [`visibility::GRACE`] ago.
     NotVisibleYet(String),
@@ -212,6 +212,10 @@ impl AwsMachineActuator {
                 .map_err(|e| ctx.clients.error(e))?;
             if let Some(instance) = found.into_iter().next() {
                 self.visibility.seen(id);
+                // EC2 shows a terminated instance for a while; it is gone all the same.
+                if instance.state == Some(InstanceState::Terminated) {
+                    return Ok(Found::Nothing);
+                }
                 return Ok(Found::Instance(Box::new(instance)));
             }
         }
@@ -458,9 +462,19 @@ impl Actuator<AWSMachine> for AwsMachineActuator {
             return Self::report(&instance);
         }
         let request = launch::plan(&ctx, bootstrap).await?;
-        self.visibility.launched(&ctx.key);
-        match ctx.clients.compute.run_instance(&request).await {
+        let answer = ctx.clients.compute.run_instance(&request).await;
+        // Remembered once EC2 has the request: a launch answered, or one whose answer never came
+        // (it may have happened). A launch EC2 refused made nothing, and a call abandoned before
+        // it was answered belongs to a process that is going away.
+        if answer
+            .as_ref()
+            .is_err_and(|e| e.class() == crate::cloud::ErrorClass::Transient)
+        {
+            self.visibility.launched(&ctx.key);
+        }
+        match answer {
             Ok(instance) => {
+                self.visibility.launched(&ctx.key);
                 self.visibility.launched(&instance.id);
                 tracing::info!(instance = %instance.id, key = %ctx.key, "launched an instance");
                 Self::report(&instance)
@@ -519,9 +533,6 @@ impl Actuator<AWSMachine> for AwsMachineActuator {
             Found::NotVisibleYet(name) => return Err(Self::not_visible(&name)),
             Found::Nothing => return Ok(()),
         };
-        if instance.state == Some(InstanceState::Terminated) {
-            return Ok(());
-        }
         if let Some(target_group) = launch::target_group(&ctx) {
             ctx.clients
                 .load_balancing

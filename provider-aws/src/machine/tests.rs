@@ -217,9 +217,9 @@ async fn a_recorded_instance_is_found_by_its_id_and_reported_with_its_addresses(
 }
 
 #[tokio::test]
-async fn a_terminated_or_stopped_instance_is_reported_failed_not_replaced() {
+async fn a_terminating_or_stopped_instance_is_reported_failed_not_replaced() {
     for (state, reason) in [
-        (InstanceState::Terminated, "InstanceTerminated"),
+        (InstanceState::ShuttingDown, "InstanceTerminated"),
         (InstanceState::Stopped, "InstanceStopped"),
     ] {
         let mut compute = MockCompute::new();
@@ -237,6 +237,19 @@ async fn a_terminated_or_stopped_instance_is_reported_failed_not_replaced() {
             "{found:?}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_terminated_instance_is_gone_though_ec2_still_shows_it() {
+    let mut compute = MockCompute::new();
+    compute
+        .expect_instances_by_id()
+        .returning(|_| Ok(vec![instance("i-7", InstanceState::Terminated)]));
+    compute.expect_terminate_instance().never();
+    let actuator = actuator(compute);
+    let scope = scope_of(recorded(infra(false), "i-7"));
+    assert_eq!(actuator.exists(&scope).await.unwrap(), None);
+    actuator.delete(&scope).await.unwrap();
 }
 
 #[tokio::test]
