@@ -4,6 +4,9 @@
 //! never see each other's resources, and nothing is ever reset.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod proxy;
+pub mod world;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -84,12 +87,16 @@ impl Moto {
 
     /// Clients in `account`.
     pub fn in_account(account: &str) -> Self {
-        let endpoint = endpoint();
+        Self::at(&endpoint(), account)
+    }
+
+    /// Clients in `account` of the moto at `endpoint` (a proxy in front of it, say).
+    pub fn at(endpoint: &str, account: &str) -> Self {
         let credentials = Credentials::new("moto", "moto", None, None, "moto");
         let ec2 = aws_sdk_ec2::Config::builder()
             .behavior_version(BehaviorVersion::latest())
             .region(Region::new(REGION))
-            .endpoint_url(&endpoint)
+            .endpoint_url(endpoint)
             .credentials_provider(credentials.clone())
             .retry_config(aws_sdk_ec2::config::retry::RetryConfig::disabled())
             .interceptor(Account(account.to_string()))
@@ -97,7 +104,7 @@ impl Moto {
         let elb = aws_sdk_elasticloadbalancingv2::Config::builder()
             .behavior_version(BehaviorVersion::latest())
             .region(Region::new(REGION))
-            .endpoint_url(&endpoint)
+            .endpoint_url(endpoint)
             .credentials_provider(credentials)
             .retry_config(aws_sdk_elasticloadbalancingv2::config::retry::RetryConfig::disabled())
             .interceptor(Account(account.to_string()))
