@@ -20,9 +20,10 @@ pub fn init_logging(format: LogFormat) -> Result<(), Box<dyn std::error::Error +
     init_logging_without_bodies(format, &[])
 }
 
-/// Installs the global subscriber, with the TRACE events of `body_targets` (and of the targets
-/// under them) dropped whatever `RUST_LOG` says: cloud SDKs log whole request and response
-/// bodies at TRACE level, and those carry passwords, tokens and user data. Returns an error if
+/// Installs the global subscriber, with the DEBUG and TRACE events of `body_targets` (and of the
+/// targets under them) dropped whatever `RUST_LOG` says: cloud SDKs log whole request and response
+/// bodies at TRACE level and request settings at DEBUG level, and those carry passwords, tokens,
+/// credentials' identifiers and user data. Returns an error if
 /// a subscriber is already installed.
 pub fn init_logging_without_bodies(
     format: LogFormat,
@@ -43,14 +44,16 @@ pub fn init_logging_without_bodies(
     Ok(())
 }
 
-/// A filter that drops the TRACE events of `body_targets` and of the targets under them
-/// (`openstack_sdk` covers `openstack_sdk_core::…`), and lets everything else through; for a
-/// subscriber of one's own, as [`init_logging_without_bodies`] installs it.
+/// A filter that drops the DEBUG and TRACE events of `body_targets` and of the targets under
+/// them (`openstack_sdk` covers `openstack_sdk_core::…`), and lets everything else through; for
+/// a subscriber of one's own, as [`init_logging_without_bodies`] installs it. A cloud SDK's
+/// TRACE events print request and response bodies; its DEBUG events print the request's
+/// configuration, credentials' identifiers included (the AWS SDK's endpoint resolution does).
 pub fn without_body_traces(
     body_targets: Vec<&'static str>,
 ) -> tracing_subscriber::filter::FilterFn<impl Fn(&tracing::Metadata<'_>) -> bool> {
     tracing_subscriber::filter::filter_fn(move |meta| {
-        *meta.level() != tracing::Level::TRACE
+        *meta.level() < tracing::Level::DEBUG
             || !body_targets.iter().any(|t| meta.target().starts_with(t))
     })
 }

@@ -159,9 +159,9 @@ impl ProviderManager {
         }
     }
 
-    /// Log targets (a cloud SDK's) that write request and response bodies at TRACE level: their
-    /// TRACE events are never logged, whatever `RUST_LOG` says, since bodies carry credentials,
-    /// tokens and bootstrap data.
+    /// Log targets (a cloud SDK's) that write request and response bodies at TRACE level and
+    /// request settings at DEBUG level: their DEBUG and TRACE events are never logged, whatever
+    /// `RUST_LOG` says, since those carry credentials, tokens and bootstrap data.
     pub fn body_log_targets(mut self, targets: &[&'static str]) -> Self {
         self.body_log_targets.extend_from_slice(targets);
         self

@@ -7,8 +7,8 @@
 //! one budget (`--aws-api-rate`, `--aws-api-burst`), whatever the number of clusters. The flags
 //! every manager shares are [`capi_provider::ManagerArgs`]; `--with-bootstrap` and `--with-core`
 //! add the kubeadm bootstrap provider and the core Cluster API controllers (standalone mode).
-//! Logs never carry credentials or bootstrap data: the SDK's TRACE events, which print signed
-//! requests and bodies, are dropped whatever `RUST_LOG` says. `--help` lists all flags.
+//! Logs never carry credentials or bootstrap data: the SDK's DEBUG and TRACE events, which print
+//! the request's identity, signed requests and bodies, are dropped whatever `RUST_LOG` says. `--help` lists all flags.
 
 use std::sync::Arc;
 

@@ -35,7 +35,8 @@ pub use network::{
 };
 
 /// The log targets of the AWS SDK whose TRACE events print signed requests and bodies (user
-/// data, session tokens): a manager drops them whatever `RUST_LOG` says
+/// data, session tokens) and whose DEBUG events print the request's identity (the access key
+/// ID): a manager drops both whatever `RUST_LOG` says
 /// (`capi_provider::ProviderManager::body_log_targets`).
 pub const SDK_LOG_TARGETS: &[&str] = &[
     "aws_sigv4",

@@ -25,6 +25,9 @@ pub struct Faults {
     pub hidden_describes: usize,
     /// The next this many requests are answered `RequestLimitExceeded` without reaching moto.
     pub throttled: usize,
+    /// Every request is answered with this error code and message, as AWS answers a request
+    /// signed with refused credentials.
+    pub refuse_all: Option<(String, String)>,
     /// `RunInstances` requests moto saw.
     pub launches_forwarded: usize,
     tokens: HashMap<String, Bytes>,
@@ -101,6 +104,15 @@ async fn handle(
     let token = form_value(&body, "ClientToken");
     {
         let mut faults = faults.lock().unwrap();
+        if let Some((code, message)) = &faults.refuse_all {
+            return Ok(xml(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "<Response><Errors><Error><Code>{code}</Code><Message>{message}</Message>\
+                     </Error></Errors><RequestID>proxy</RequestID></Response>"
+                ),
+            ));
+        }
         if faults.throttled > 0 {
             faults.throttled -= 1;
             return Ok(xml(
