@@ -1,17 +1,17 @@
 //! The `AWSCluster` actuator: a cluster's network, security groups and API server load balancer,
 //! made in CAPA's order and taken down in reverse.
 //!
-//! - [`network`](self::network): the VPC (created, or an existing one by ID), a public and a
+//! - `network`: the VPC (created, or an existing one by ID), a public and a
 //!   private subnet per availability zone (planned from the VPC's range, or as the spec lists
 //!   them), the internet gateway, a NAT gateway with an elastic address per zone, a route table
 //!   per subnet;
-//! - [`security_groups`](self::security_groups): one group per role (`apiserver-lb`, `lb`,
+//! - `security_groups`: one group per role (`apiserver-lb`, `lb`,
 //!   `controlplane`, `node`, or the spec's overrides) with their ingress rules converged —
 //!   missing rules added, rules nobody asked for removed;
-//! - [`load_balancer`](self::load_balancer): a network load balancer in the public (or private)
+//! - `load_balancer`: a network load balancer in the public (or private)
 //!   subnets, a TCP target group on the API server port and a listener; its DNS name is the
 //!   cluster's endpoint;
-//! - [`teardown`](self::teardown): deletion in reverse that keeps going past individual failures,
+//! - `teardown`: deletion in reverse that keeps going past individual failures,
 //!   deals with what makes EC2 answer `DependencyViolation` (load balancers the cloud provider
 //!   made for Services, detached network interfaces, security groups referencing each other) and
 //!   reports what is still left and why.
