@@ -50,6 +50,18 @@ pub use teardown::TEARDOWN_RETRY;
 /// does not say.
 pub const DEFAULT_API_SERVER_PORT: u16 = 6443;
 
+/// The port the `Cluster`'s API server listens on (`spec.clusterNetwork.apiServerPort`, else
+/// [`DEFAULT_API_SERVER_PORT`]): the load balancer's listener and target port.
+pub fn api_server_port(cluster: &capi_core::api::Cluster) -> u16 {
+    cluster
+        .spec
+        .cluster_network
+        .as_ref()
+        .and_then(|n| n.api_server_port)
+        .and_then(|p| u16::try_from(p).ok())
+        .unwrap_or(DEFAULT_API_SERVER_PORT)
+}
+
 /// Reconciles `AWSCluster`s through a [`Connector`].
 pub struct AwsClusterActuator {
     connector: Arc<dyn Connector>,
@@ -72,14 +84,7 @@ impl AwsClusterActuator {
             .or_else(|| infra.labels().get(capi_core::labels::CLUSTER_NAME).cloned())
             .unwrap_or_else(|| infra.name_any());
         let clients = self.connector.connect(&infra).await?;
-        let api_server_port = scope
-            .cluster
-            .spec
-            .cluster_network
-            .as_ref()
-            .and_then(|n| n.api_server_port)
-            .and_then(|p| u16::try_from(p).ok())
-            .unwrap_or(DEFAULT_API_SERVER_PORT);
+        let api_server_port = api_server_port(&scope.cluster);
         Ok(Ctx {
             clients,
             naming: ClusterNaming::new(&namespace, &name),

@@ -50,9 +50,6 @@ use visibility::Visibility;
 /// The provider ID prefix: `aws:///<zone>/<instance-id>`.
 pub const PROVIDER_ID_PREFIX: &str = "aws:///";
 
-/// The port the API server listens on when the `Cluster` does not say.
-pub const DEFAULT_API_SERVER_PORT: u16 = 6443;
-
 /// How soon a terminating instance is looked at again.
 const TERMINATE_POLL: Duration = Duration::from_secs(5);
 
@@ -165,14 +162,7 @@ impl AwsMachineActuator {
                 .machine
                 .labels()
                 .contains_key(capi_core::labels::MACHINE_CONTROL_PLANE);
-        let api_server_port = scope
-            .cluster
-            .spec
-            .cluster_network
-            .as_ref()
-            .and_then(|n| n.api_server_port)
-            .and_then(|p| u16::try_from(p).ok())
-            .unwrap_or(DEFAULT_API_SERVER_PORT);
+        let api_server_port = crate::cluster::api_server_port(&scope.cluster);
         Ok(Ctx {
             clients,
             naming: ClusterNaming::new(&namespace, &cluster_name),
