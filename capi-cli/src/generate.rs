@@ -232,9 +232,11 @@ mod tests {
         for template in BUILT_IN {
             let text = render_with_placeholders(template);
             assert!(!text.contains("${"), "{text}");
+            // Cluster, infrastructure cluster, two machine templates, KubeadmControlPlane,
+            // KubeadmConfigTemplate, MachineDeployment (and a credentials Secret for some).
             let documents = text.split("\n---\n").count();
             assert!(
-                documents >= 8,
+                documents >= 7,
                 "{}: {documents} documents",
                 template.provider
             );
