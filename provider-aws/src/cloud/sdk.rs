@@ -327,16 +327,15 @@ impl Compute for Ec2 {
     }
 
     async fn terminate_instance(&self, id: &str) -> Result<(), CloudError> {
-        match call(
-            &self.budget,
-            "TerminateInstances",
-            self.client.terminate_instances().instance_ids(id).send(),
+        gone_is_done(
+            call(
+                &self.budget,
+                "TerminateInstances",
+                self.client.terminate_instances().instance_ids(id).send(),
+            )
+            .await
+            .map(drop),
         )
-        .await
-        {
-            Err(error) if error.is_not_found() => Ok(()),
-            answer => answer.map(drop),
-        }
     }
 
     async fn create_tags(&self, resource_id: &str, tags: &Tags) -> Result<(), CloudError> {
@@ -1534,19 +1533,18 @@ impl LoadBalancing for Elb {
     }
 
     async fn delete_load_balancer(&self, arn: &str) -> Result<(), CloudError> {
-        match call(
-            &self.budget,
-            "DeleteLoadBalancer",
-            self.client
-                .delete_load_balancer()
-                .load_balancer_arn(arn)
-                .send(),
+        gone_is_done(
+            call(
+                &self.budget,
+                "DeleteLoadBalancer",
+                self.client
+                    .delete_load_balancer()
+                    .load_balancer_arn(arn)
+                    .send(),
+            )
+            .await
+            .map(drop),
         )
-        .await
-        {
-            Err(error) if error.is_not_found() => Ok(()),
-            answer => answer.map(drop),
-        }
     }
 
     async fn target_groups_named(&self, name: &str) -> Result<Vec<TargetGroup>, CloudError> {
@@ -1616,19 +1614,18 @@ impl LoadBalancing for Elb {
     }
 
     async fn delete_target_group(&self, arn: &str) -> Result<(), CloudError> {
-        match call(
-            &self.budget,
-            "DeleteTargetGroup",
-            self.client
-                .delete_target_group()
-                .target_group_arn(arn)
-                .send(),
+        gone_is_done(
+            call(
+                &self.budget,
+                "DeleteTargetGroup",
+                self.client
+                    .delete_target_group()
+                    .target_group_arn(arn)
+                    .send(),
+            )
+            .await
+            .map(drop),
         )
-        .await
-        {
-            Err(error) if error.is_not_found() => Ok(()),
-            answer => answer.map(drop),
-        }
     }
 
     async fn listeners(&self, load_balancer_arn: &str) -> Result<Vec<Listener>, CloudError> {

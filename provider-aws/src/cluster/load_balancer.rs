@@ -35,32 +35,57 @@ pub(crate) fn name(ctx: &Ctx) -> String {
         .unwrap_or_else(|| ctx.naming.load_balancer())
 }
 
-/// The load balancers named `name` that are this cluster's; an error when the name is taken
-/// by something else.
-pub(crate) async fn owned_named(ctx: &Ctx, name: &str) -> Result<Vec<LoadBalancer>, ActuatorError> {
-    let lb = &ctx.clients.load_balancing;
-    let named = lb
-        .load_balancers_named(name)
-        .await
-        .map_err(|e| ctx.error(e))?;
+/// Of `named` (load balancers or target groups, by ARN), those that carry this cluster's
+/// ownership tags; `taken` when there are some and none is the cluster's.
+async fn ours<T>(
+    ctx: &Ctx,
+    named: Vec<T>,
+    arn: impl Fn(&T) -> &str,
+    taken: impl FnOnce() -> ActuatorError,
+) -> Result<Vec<T>, ActuatorError> {
     if named.is_empty() {
         return Ok(named);
     }
-    let arns: Vec<String> = named.iter().map(|l| l.arn.clone()).collect();
-    let tags = lb.tags(&arns).await.map_err(|e| ctx.error(e))?;
-    let (ours, theirs): (Vec<LoadBalancer>, Vec<LoadBalancer>) = named
+    let arns: Vec<String> = named.iter().map(|n| arn(n).to_string()).collect();
+    let tags = ctx
+        .clients
+        .load_balancing
+        .tags(&arns)
+        .await
+        .map_err(|e| ctx.error(e))?;
+    let (ours, theirs): (Vec<T>, Vec<T>) = named
         .into_iter()
-        .partition(|l| tags.get(&l.arn).is_some_and(|t| ctx.owns(t)));
+        .partition(|n| tags.get(arn(n)).is_some_and(|t| ctx.owns(t)));
     if ours.is_empty() && !theirs.is_empty() {
-        return Err(ActuatorError::invalid_configuration(
-            "LoadBalancerNameTaken",
-            format!(
-                "a load balancer named {name:?} exists and is not this cluster's; set \
-                 spec.controlPlaneLoadBalancer.name to another name"
-            ),
-        ));
+        return Err(taken());
     }
     Ok(ours)
+}
+
+/// The load balancers named `name` that are this cluster's; an error when the name is taken
+/// by something else.
+pub(crate) async fn owned_named(ctx: &Ctx, name: &str) -> Result<Vec<LoadBalancer>, ActuatorError> {
+    let named = ctx
+        .clients
+        .load_balancing
+        .load_balancers_named(name)
+        .await
+        .map_err(|e| ctx.error(e))?;
+    ours(
+        ctx,
+        named,
+        |l| &l.arn,
+        || {
+            ActuatorError::invalid_configuration(
+                "LoadBalancerNameTaken",
+                format!(
+                    "a load balancer named {name:?} exists and is not this cluster's; set \
+                 spec.controlPlaneLoadBalancer.name to another name"
+                ),
+            )
+        },
+    )
+    .await
 }
 
 /// The target groups named `name` that are this cluster's.
@@ -68,29 +93,27 @@ pub(crate) async fn owned_target_groups(
     ctx: &Ctx,
     name: &str,
 ) -> Result<Vec<TargetGroup>, ActuatorError> {
-    let lb = &ctx.clients.load_balancing;
-    let named = lb
+    let named = ctx
+        .clients
+        .load_balancing
         .target_groups_named(name)
         .await
         .map_err(|e| ctx.error(e))?;
-    if named.is_empty() {
-        return Ok(named);
-    }
-    let arns: Vec<String> = named.iter().map(|g| g.arn.clone()).collect();
-    let tags = lb.tags(&arns).await.map_err(|e| ctx.error(e))?;
-    let (ours, theirs): (Vec<TargetGroup>, Vec<TargetGroup>) = named
-        .into_iter()
-        .partition(|g| tags.get(&g.arn).is_some_and(|t| ctx.owns(t)));
-    if ours.is_empty() && !theirs.is_empty() {
-        return Err(ActuatorError::invalid_configuration(
-            "TargetGroupNameTaken",
-            format!(
-                "a target group named {name:?} exists and is not this cluster's (target group \
+    ours(
+        ctx,
+        named,
+        |g| &g.arn,
+        || {
+            ActuatorError::invalid_configuration(
+                "TargetGroupNameTaken",
+                format!(
+                    "a target group named {name:?} exists and is not this cluster's (target group \
                  names are unique per account and region)"
-            ),
-        ));
-    }
-    Ok(ours)
+                ),
+            )
+        },
+    )
+    .await
 }
 
 /// The load balancer, target group and listener; the endpoint once the load balancer is

@@ -123,19 +123,9 @@ pub(super) async fn run(ctx: &Ctx) -> Result<(), ActuatorError> {
     for vpc in &vpcs {
         security_groups(ctx, vpc, &mut left).await?;
     }
-    for vpc in &owned_vpcs {
-        routing(ctx, vpc, &mut left).await?;
-    }
     let mut held = BTreeSet::new();
     for vpc in &owned_vpcs {
-        held.extend(
-            network
-                .nat_gateways(&[filter("vpc-id", vpc)])
-                .await
-                .map_err(|e| ctx.error(e))?
-                .into_iter()
-                .flat_map(|n| n.allocation_ids),
-        );
+        held.extend(routing(ctx, vpc, &mut left).await?);
     }
     addresses(ctx, &held, &mut left).await?;
     for vpc in &owned_vpcs {
@@ -273,8 +263,13 @@ async fn security_groups(ctx: &Ctx, vpc: &str, left: &mut Left<'_>) -> Result<()
     Ok(())
 }
 
-/// Route tables, then NAT gateways and the internet gateway of a VPC the cluster made.
-async fn routing(ctx: &Ctx, vpc: &str, left: &mut Left<'_>) -> Result<(), ActuatorError> {
+/// Route tables, then NAT gateways and the internet gateway of a VPC the cluster made; returns
+/// the elastic address allocations the VPC's NAT gateways (not deleted yet) still hold.
+async fn routing(
+    ctx: &Ctx,
+    vpc: &str,
+    left: &mut Left<'_>,
+) -> Result<BTreeSet<String>, ActuatorError> {
     let network = &ctx.clients.network;
     let tables = network
         .route_tables(&ctx.owned_and(&[("vpc-id", vpc)]))
@@ -293,10 +288,14 @@ async fn routing(ctx: &Ctx, vpc: &str, left: &mut Left<'_>) -> Result<(), Actuat
             .await?;
     }
     let nats = network
-        .nat_gateways(&ctx.owned_and(&[("vpc-id", vpc)]))
+        .nat_gateways(&[filter("vpc-id", vpc)])
         .await
         .map_err(|e| ctx.error(e))?;
-    for nat in nats {
+    let held = nats
+        .iter()
+        .flat_map(|n| n.allocation_ids.iter().cloned())
+        .collect();
+    for nat in nats.into_iter().filter(|n| ctx.owns(&n.tags)) {
         if nat.state != "deleting" {
             let what = format!("NAT gateway {}", nat.id);
             if !left
@@ -328,7 +327,7 @@ async fn routing(ctx: &Ctx, vpc: &str, left: &mut Left<'_>) -> Result<(), Actuat
                 .await?;
         }
     }
-    Ok(())
+    Ok(held)
 }
 
 /// The cluster's elastic addresses, once no NAT gateway (`held`: the allocations of the VPCs'
