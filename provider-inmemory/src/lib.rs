@@ -33,6 +33,9 @@
 //!   instance and `etcd::ProcessEtcdAccess` reaches them over gRPC.
 //! - [`nodes`]: simulated kubelets registering a `Node` per running instance in a workload API
 //!   server.
+//! - `fake_hypervisor` (feature `real-etcd`): the same for the servers of a real cloud whose
+//!   hypervisor boots nothing (Nova's fake driver, moto), each booted from its own user data —
+//!   a provider's end-to-end tests run kubeadm's control plane and real etcd members this way.
 //! - `kubelet` (feature `real-etcd`): the simulated kubelets' HTTPS endpoint, through which a
 //!   workload API server forwards ports to a node's pods (SPDY/3.1, `portforward.k8s.io`), so
 //!   that upstream's KubeadmControlPlane reaches each control-plane instance's real etcd member
@@ -43,6 +46,8 @@ pub mod api;
 pub mod cloud;
 pub mod endpoints;
 pub mod etcd;
+#[cfg(feature = "real-etcd")]
+pub mod fake_hypervisor;
 #[cfg(feature = "real-etcd")]
 pub mod kubelet;
 pub mod listing;

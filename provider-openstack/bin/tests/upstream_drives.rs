@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use capi_testing::envtest::ControlPlane;
 use capi_testing::upstream::{CORE_BOOTSTRAP_CONTROL_PLANE, UpstreamAssets, UpstreamPeer};
-use common::nova_hosts::{NovaAdmin, NovaHosts};
+use common::nova_hosts::{NovaAdmin, nova_hosts};
 use common::{assert_no_secrets, clouds_yaml, cluster_manifests, leftovers, password};
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Secret};
 use kube::api::{
@@ -216,7 +216,7 @@ async fn upstreams_managers_drive_the_openstack_provider_through_a_clusters_life
         .unwrap();
     let nova = NovaAdmin::connect(&clouds_yaml).await.unwrap();
     let etcd_binary = capi_testing::envtest::Assets::locate().unwrap().etcd;
-    let (hosts, etcd) = NovaHosts::new(session.clone(), nova.clone(), names.tag(), &etcd_binary);
+    let (hosts, etcd) = nova_hosts(session.clone(), nova.clone(), names.tag(), &etcd_binary);
     let kubelets = tokio::spawn(
         NodeRegistrar::new(workload.client().await.unwrap(), Arc::new(hosts))
             .with_kubelets(etcd.port_forward_targets())

@@ -1,71 +1,55 @@
-//! The boot of the local OpenStack's servers, simulated: Nova's fake driver boots no VM, so this
-//! plays the part of what would run in each ACTIVE server of a cluster. It reads the server's
-//! user data back from Nova (what cloud-init would read from the metadata service) and, as
-//! kubeadm would on a real VM:
-//! - a control-plane server (its user data installs the etcd CA) runs a real etcd member
-//!   ([`EtcdProcesses`], fed with [`MemberEvent`]s) serving TLS from that CA, and its kubelet
-//!   mirrors kubeadm's static pods;
-//! - the server whose user data runs `kubeadm init` uploads its `ClusterConfiguration`;
-//! - every server's kubelet registers its node and serves port-forward
-//!   ([`provider_inmemory::nodes::NodeRegistrar`] with kubelets).
-//!
-//! A server's Neutron address is not an address of this machine, so its kubelet listens on a
-//! loopback stand-in with the same last three octets (`10.64.0.7` → `127.64.0.7`), which the node
-//! reports as its `InternalIP`: the workload API server reaches the kubelet there.
+//! The boot of the local OpenStack's servers, simulated: Nova's fake driver boots no VM, so a
+//! [`FakeHypervisor`] plays the part of what would run in each ACTIVE server of a cluster, from
+//! the server's user data as Nova's admin API shows it (what cloud-init would read from the
+//! metadata service) and its Neutron address.
 
-use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
-use std::sync::Mutex;
 
 use base64::Engine;
-use provider_inmemory::cloud::{EtcdProcesses, MemberEvent, UserData, boot};
-use provider_inmemory::nodes::{Hosts, RunningHost};
+use provider_inmemory::cloud::{EtcdProcesses, UserData};
+use provider_inmemory::fake_hypervisor::{BootData, CloudServers, FakeHypervisor, Server};
 use provider_openstack::cloud::{Compute, Networking, Session};
-use tokio::sync::mpsc;
 
-/// The servers tagged `tag`, as booted hosts.
-pub(crate) struct NovaHosts {
+/// The servers tagged `tag` (one cluster's), as Nova and Neutron show them.
+pub(crate) struct NovaServers {
     session: Session,
     nova: NovaAdmin,
     tag: String,
-    members: mpsc::UnboundedSender<MemberEvent>,
-    booted: Mutex<BTreeMap<String, Booted>>,
 }
 
-/// A server seen ACTIVE, and what its boot did.
-struct Booted {
-    host: RunningHost,
-    init_cluster_configuration: Option<String>,
+/// The booted servers tagged `tag` (one cluster's), and the etcd members of its control
+/// plane, run with the `etcd` binary.
+pub(crate) fn nova_hosts(
+    session: Session,
+    nova: NovaAdmin,
+    tag: String,
+    etcd: &std::path::Path,
+) -> (FakeHypervisor<NovaServers>, EtcdProcesses) {
+    let cluster = tag.clone();
+    FakeHypervisor::new(NovaServers { session, nova, tag }, cluster, etcd)
 }
 
-impl NovaHosts {
-    /// The booted servers tagged `tag` (one cluster's), and the etcd members of its control
-    /// plane, run with the `etcd` binary.
-    pub(crate) fn new(
-        session: Session,
-        nova: NovaAdmin,
-        tag: String,
-        etcd: &std::path::Path,
-    ) -> (Self, EtcdProcesses) {
-        let (members, events) = mpsc::unbounded_channel();
-        let hosts = Self {
-            session,
-            nova,
-            tag,
-            members,
-            booted: Mutex::default(),
-        };
-        (hosts, EtcdProcesses::follow(events, etcd))
+#[async_trait::async_trait]
+impl CloudServers for NovaServers {
+    async fn running(&self) -> Result<Vec<Server>, String> {
+        let servers = self
+            .session
+            .servers_tagged(&self.tag)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(servers
+            .into_iter()
+            .filter(|s| s.status == "ACTIVE")
+            .map(|s| Server {
+                provider_id: format!("openstack:///{}", s.id),
+                id: s.id,
+                name: s.name,
+                zone: s.availability_zone,
+            })
+            .collect())
     }
 
-    fn booted(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Booted>> {
-        self.booted
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Boots `server`: reads its user data, starts its etcd member if it is a control plane.
-    async fn boot(&self, server: &provider_openstack::cloud::Server) -> Result<Booted, String> {
+    async fn boot_data(&self, server: &Server) -> Result<BootData, String> {
         let ports = self
             .session
             .ports(&[("device_id".into(), server.id.clone())])
@@ -76,78 +60,10 @@ impl NovaHosts {
             .flat_map(|p| &p.fixed_ips)
             .find_map(|f| f.ip_address.parse().ok())
             .ok_or_else(|| format!("server {} has no IPv4 address yet", server.name))?;
-        let user_data = self.nova.user_data(&server.id).await?;
-        let etcd_ca = user_data.as_ref().and_then(boot::etcd_ca);
-        let control_plane = etcd_ca.is_some();
-        if control_plane {
-            let _ = self.members.send(MemberEvent::Booted {
-                cluster: self.tag.clone(),
-                instance: server.name.clone(),
-                etcd_ca,
-            });
-        }
-        Ok(Booted {
-            host: RunningHost {
-                name: server.name.clone(),
-                provider_id: format!("openstack:///{}", server.id),
-                address: loopback_stand_in(address).to_string(),
-                zone: server.availability_zone.clone(),
-                control_plane,
-                cluster: None,
-            },
-            init_cluster_configuration: user_data
-                .as_ref()
-                .and_then(boot::init_cluster_configuration),
+        Ok(BootData {
+            address,
+            user_data: self.nova.user_data(&server.id).await?,
         })
-    }
-}
-
-/// `a.b.c.d` → `127.b.c.d`.
-fn loopback_stand_in(address: Ipv4Addr) -> Ipv4Addr {
-    let [_, b, c, d] = address.octets();
-    Ipv4Addr::new(127, b, c, d)
-}
-
-#[async_trait::async_trait]
-impl Hosts for NovaHosts {
-    async fn running(&self) -> Result<Vec<RunningHost>, String> {
-        let servers = self
-            .session
-            .servers_tagged(&self.tag)
-            .await
-            .map_err(|e| e.to_string())?;
-        let active: Vec<_> = servers.iter().filter(|s| s.status == "ACTIVE").collect();
-        for server in &active {
-            if self.booted().contains_key(&server.id) {
-                continue;
-            }
-            let booted = self.boot(server).await?;
-            self.booted().insert(server.id.clone(), booted);
-        }
-        let mut booted = self.booted();
-        let gone: Vec<String> = booted
-            .keys()
-            .filter(|id| !active.iter().any(|s| &&s.id == id))
-            .cloned()
-            .collect();
-        for id in gone {
-            if let Some(left) = booted.remove(&id)
-                && left.host.control_plane
-            {
-                let _ = self.members.send(MemberEvent::Gone {
-                    cluster: self.tag.clone(),
-                    instance: left.host.name,
-                });
-            }
-        }
-        Ok(booted.values().map(|b| b.host.clone()).collect())
-    }
-
-    async fn init_cluster_configuration(&self, host: &RunningHost) -> Option<String> {
-        self.booted()
-            .values()
-            .find(|b| b.host.name == host.name)
-            .and_then(|b| b.init_cluster_configuration.clone())
     }
 }
 
