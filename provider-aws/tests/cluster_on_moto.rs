@@ -11,7 +11,6 @@ mod common;
 
 use std::sync::Arc;
 
-use aws_sdk_ec2::types::Filter;
 use capi_core::api::Cluster;
 use capi_core::{ActuatorErrorKind, ClusterActuator, ClusterScope};
 use common::{FixedConnector, Moto, provider_clients};
@@ -32,13 +31,6 @@ fn scope(spec: serde_json::Value) -> ClusterScope<AWSCluster> {
         cluster: Arc::new(cluster),
         infra_cluster: Arc::new(infra),
     }
-}
-
-fn owned() -> Filter {
-    Filter::builder()
-        .name("tag:capi-rs.dev/cluster")
-        .values("ns/demo")
-        .build()
 }
 
 /// Reconciles until the infrastructure is provisioned (a load balancer is `provisioning` when
@@ -68,62 +60,9 @@ async fn provisioned(
 
 /// How many of each kind of the cluster's resources moto holds.
 async fn census(moto: &Moto) -> Vec<(&'static str, usize)> {
-    let ec2 = &moto.ec2;
-    let vpcs = ec2.describe_vpcs().filters(owned()).send().await.unwrap();
-    let subnets = ec2
-        .describe_subnets()
-        .filters(owned())
-        .send()
+    common::census::census(&moto.ec2, &moto.elb, "ns/demo")
         .await
-        .unwrap();
-    let gateways = ec2
-        .describe_internet_gateways()
-        .filters(owned())
-        .send()
-        .await
-        .unwrap();
-    let nats = ec2
-        .describe_nat_gateways()
-        .filter(owned())
-        .send()
-        .await
-        .unwrap();
-    let live_nats = nats
-        .nat_gateways()
-        .iter()
-        .filter(|n| n.state().map(|s| s.as_str()) != Some("deleted"))
-        .count();
-    let tables = ec2
-        .describe_route_tables()
-        .filters(owned())
-        .send()
-        .await
-        .unwrap();
-    let groups = ec2
-        .describe_security_groups()
-        .filters(owned())
-        .send()
-        .await
-        .unwrap();
-    let addresses = ec2
-        .describe_addresses()
-        .filters(owned())
-        .send()
-        .await
-        .unwrap();
-    let balancers = moto.elb.describe_load_balancers().send().await.unwrap();
-    let target_groups = moto.elb.describe_target_groups().send().await.unwrap();
-    vec![
-        ("vpcs", vpcs.vpcs().len()),
-        ("subnets", subnets.subnets().len()),
-        ("internet gateways", gateways.internet_gateways().len()),
-        ("NAT gateways", live_nats),
-        ("route tables", tables.route_tables().len()),
-        ("security groups", groups.security_groups().len()),
-        ("elastic IPs", addresses.addresses().len()),
-        ("load balancers", balancers.load_balancers().len()),
-        ("target groups", target_groups.target_groups().len()),
-    ]
+        .unwrap()
 }
 
 #[tokio::test]

@@ -16,7 +16,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use aws_sdk_ec2::types::Filter;
 use capi_core::api::Cluster;
 use capi_testing::conformance::{CloudInventory, ClusterSuite, MachineSuite, Settings};
 use common::{FixedCluster, FixedConnector, Moto, provider_clients};
@@ -32,163 +31,18 @@ struct Inventory {
     moto: Moto,
 }
 
-fn owned() -> Filter {
-    Filter::builder()
-        .name("tag:capi-rs.dev/cluster")
-        .values(format!("{NAMESPACE}/{CLUSTER}"))
-        .build()
+fn cluster() -> String {
+    format!("{NAMESPACE}/{CLUSTER}")
 }
 
 #[async_trait]
 impl CloudInventory for Inventory {
     async fn instances(&self) -> Result<BTreeSet<String>, String> {
-        let answer = self
-            .moto
-            .ec2
-            .describe_instances()
-            .filters(owned())
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(answer
-            .reservations()
-            .iter()
-            .flat_map(|r| r.instances())
-            .filter(|i| i.state().and_then(|s| s.name()).map(|n| n.as_str()) != Some("terminated"))
-            .filter_map(|i| i.instance_id().map(str::to_string))
-            .collect())
+        common::census::live_instances(&self.moto.ec2, &cluster()).await
     }
 
     async fn resources(&self) -> Result<BTreeSet<String>, String> {
-        let ec2 = &self.moto.ec2;
-        let text = |e: &dyn std::fmt::Display| e.to_string();
-        let mut all: BTreeSet<String> = self
-            .instances()
-            .await?
-            .into_iter()
-            .map(|id| format!("instance/{id}"))
-            .collect();
-        let vpcs = ec2
-            .describe_vpcs()
-            .filters(owned())
-            .send()
-            .await
-            .map_err(|e| text(&e))?;
-        all.extend(
-            vpcs.vpcs()
-                .iter()
-                .filter_map(|v| v.vpc_id())
-                .map(|id| format!("vpc/{id}")),
-        );
-        let subnets = ec2
-            .describe_subnets()
-            .filters(owned())
-            .send()
-            .await
-            .map_err(|e| text(&e))?;
-        all.extend(
-            subnets
-                .subnets()
-                .iter()
-                .filter_map(|s| s.subnet_id())
-                .map(|id| format!("subnet/{id}")),
-        );
-        let gateways = ec2
-            .describe_internet_gateways()
-            .filters(owned())
-            .send()
-            .await
-            .map_err(|e| text(&e))?;
-        all.extend(
-            gateways
-                .internet_gateways()
-                .iter()
-                .filter_map(|g| g.internet_gateway_id())
-                .map(|id| format!("igw/{id}")),
-        );
-        let nats = ec2
-            .describe_nat_gateways()
-            .filter(owned())
-            .send()
-            .await
-            .map_err(|e| text(&e))?;
-        all.extend(
-            nats.nat_gateways()
-                .iter()
-                .filter(|n| n.state().map(|s| s.as_str()) != Some("deleted"))
-                .filter_map(|n| n.nat_gateway_id())
-                .map(|id| format!("nat/{id}")),
-        );
-        let tables = ec2
-            .describe_route_tables()
-            .filters(owned())
-            .send()
-            .await
-            .map_err(|e| text(&e))?;
-        all.extend(
-            tables
-                .route_tables()
-                .iter()
-                .filter_map(|t| t.route_table_id())
-                .map(|id| format!("rtb/{id}")),
-        );
-        let groups = ec2
-            .describe_security_groups()
-            .filters(owned())
-            .send()
-            .await
-            .map_err(|e| text(&e))?;
-        all.extend(
-            groups
-                .security_groups()
-                .iter()
-                .filter_map(|g| g.group_id())
-                .map(|id| format!("sg/{id}")),
-        );
-        let addresses = ec2
-            .describe_addresses()
-            .filters(owned())
-            .send()
-            .await
-            .map_err(|e| text(&e))?;
-        all.extend(
-            addresses
-                .addresses()
-                .iter()
-                .filter_map(|a| a.allocation_id())
-                .map(|id| format!("eip/{id}")),
-        );
-        // The account is the test's own: every load balancer and target group in it is the
-        // cluster's.
-        let balancers = self
-            .moto
-            .elb
-            .describe_load_balancers()
-            .send()
-            .await
-            .map_err(|e| text(&e))?;
-        all.extend(
-            balancers
-                .load_balancers()
-                .iter()
-                .filter_map(|l| l.load_balancer_arn())
-                .map(|arn| format!("lb/{arn}")),
-        );
-        let target_groups = self
-            .moto
-            .elb
-            .describe_target_groups()
-            .send()
-            .await
-            .map_err(|e| text(&e))?;
-        all.extend(
-            target_groups
-                .target_groups()
-                .iter()
-                .filter_map(|g| g.target_group_arn())
-                .map(|arn| format!("tg/{arn}")),
-        );
-        Ok(all)
+        common::census::resources(&self.moto.ec2, &self.moto.elb, &cluster()).await
     }
 }
 

@@ -4,6 +4,7 @@
 //! never see each other's resources, and nothing is ever reset.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod census;
 pub mod proxy;
 pub mod world;
 
