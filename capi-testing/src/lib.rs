@@ -14,6 +14,8 @@
 //! - [`conformance`]: the provider contract checked against a vendor's own actuators and cloud —
 //!   idempotent create under lost responses and crashes, exists that never creates, delete that
 //!   returns only when gone, nothing leaked — each failure naming the rule it breaks.
+//! - [`deployed`]: a provider's manager binary run as deployed — as its generated RBAC's
+//!   ServiceAccount, JSON debug logs in a file — for end-to-end tests.
 //! - [`crd_files`]: the checked-in CRD YAML is what the types generate; a provider's CRDs carry
 //!   the contract label.
 //! - [`golden`]: golden files, rewritten with `UPDATE_GOLDEN=1`.
@@ -40,6 +42,7 @@
 
 pub mod conformance;
 pub mod crd_files;
+pub mod deployed;
 pub mod envtest;
 pub mod faults;
 pub mod golden;

@@ -101,6 +101,13 @@ impl<S: CloudServers> FakeHypervisor<S> {
         let BootData { address, user_data } = self.servers.boot_data(server).await?;
         let etcd_ca = user_data.as_ref().and_then(boot::etcd_ca);
         let control_plane = etcd_ca.is_some();
+        tracing::info!(
+            server = %server.name,
+            %address,
+            control_plane,
+            user_data = user_data.as_ref().map_or(0, UserData::len),
+            "booted"
+        );
         if control_plane {
             let _ = self.members.send(MemberEvent::Booted {
                 cluster: self.cluster.clone(),

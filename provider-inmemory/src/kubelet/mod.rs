@@ -13,6 +13,7 @@
 //! kubeadm configures it (`--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname`).
 
 mod spdy;
+mod websocket;
 
 use std::collections::HashMap;
 use std::io;
@@ -206,6 +207,9 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     if head.method != "POST" && head.method != "GET" {
         return respond(&mut io, "405 Method Not Allowed", "method not allowed").await;
     }
+    if websocket::requested(&head) {
+        return websocket::serve(io, rest, &head, node, &namespace, &pod, targets).await;
+    }
     if !head
         .values("upgrade")
         .any(|v| v.eq_ignore_ascii_case("SPDY/3.1"))
@@ -213,7 +217,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
         return respond(
             &mut io,
             "400 Bad Request",
-            "this simulated kubelet forwards ports over SPDY/3.1 only",
+            "this simulated kubelet forwards ports over SPDY/3.1 or WebSocket only",
         )
         .await;
     }
@@ -365,7 +369,26 @@ async fn session<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
                             "{namespace}/{pod} port {}",
                             header("port").unwrap_or("(none)")
                         );
-                        tasks.spawn(forward(stream, error, target, what, received, out));
+                        tasks.spawn(forward(target, what, received, move |report| {
+                            let sent = match report {
+                                Forwarded::Data(data) => out.send(Out::Data(stream, data, false)),
+                                Forwarded::Failed(message) => {
+                                    if let Some(error) = error {
+                                        let _ =
+                                            out.send(Out::Data(error, message.into_bytes(), true));
+                                    }
+                                    out.send(Out::Data(stream, Vec::new(), true))
+                                }
+                                Forwarded::TargetClosed => {
+                                    out.send(Out::Data(stream, Vec::new(), true))
+                                }
+                                Forwarded::Finished => match error {
+                                    Some(error) => out.send(Out::Data(error, Vec::new(), true)),
+                                    None => Ok(()),
+                                },
+                            };
+                            sent.is_ok()
+                        }));
                     }
                     _ => {
                         let _ = out.send(Out::Reset(stream));
@@ -402,31 +425,39 @@ async fn session<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     Ok(())
 }
 
-/// Forwards one data stream to `target`: what the client sends goes to the target, what the
-/// target answers comes back; failures are written to the request's error stream, as a
-/// kubelet does.
-async fn forward(
-    stream: u32,
-    error: Option<u32>,
+/// What a forwarded port reports to its connection, in order: data, then either a failure or
+/// the target closing, then the end.
+pub(crate) enum Forwarded {
+    /// Bytes the target sent.
+    Data(Vec<u8>),
+    /// The target could not be reached; the port is unusable.
+    Failed(String),
+    /// The target closed its side.
+    TargetClosed,
+    /// Both directions are done.
+    Finished,
+}
+
+/// Forwards one port's data to `target`: what the client sends (`received`; `None` when it
+/// closes its side) goes to the target, what the target answers is `report`ed; failures are
+/// reported for the port's error channel, as a kubelet does. `report` answers `false` when the
+/// connection is gone.
+pub(crate) async fn forward(
     target: Option<SocketAddr>,
     what: String,
     mut received: mpsc::UnboundedReceiver<Option<Vec<u8>>>,
-    out: mpsc::UnboundedSender<Out>,
+    report: impl Fn(Forwarded) -> bool + Send,
 ) {
-    let fail = |message: String| {
-        if let Some(error) = error {
-            let _ = out.send(Out::Data(error, message.into_bytes(), true));
-        }
-        let _ = out.send(Out::Data(stream, Vec::new(), true));
-    };
     let Some(target) = target else {
-        fail(format!("no pod port {what} on this node"));
+        report(Forwarded::Failed(format!(
+            "no pod port {what} on this node"
+        )));
         return;
     };
     let tcp = match TcpStream::connect(target).await {
         Ok(tcp) => tcp,
         Err(e) => {
-            fail(format!("error forwarding {what}: {e}"));
+            report(Forwarded::Failed(format!("error forwarding {what}: {e}")));
             return;
         }
     };
@@ -439,28 +470,20 @@ async fn forward(
         }
         let _ = to_target.shutdown().await;
     };
-    let downstream = {
-        let out = out.clone();
-        async move {
-            let mut buffer = vec![0u8; CHUNK];
-            loop {
-                match from_target.read(&mut buffer).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        if out
-                            .send(Out::Data(stream, buffer[..n].to_vec(), false))
-                            .is_err()
-                        {
-                            return;
-                        }
+    let downstream = async {
+        let mut buffer = vec![0u8; CHUNK];
+        loop {
+            match from_target.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if !report(Forwarded::Data(buffer[..n].to_vec())) {
+                        return;
                     }
                 }
             }
-            let _ = out.send(Out::Data(stream, Vec::new(), true));
         }
+        report(Forwarded::TargetClosed);
     };
     tokio::join!(upstream, downstream);
-    if let Some(error) = error {
-        let _ = out.send(Out::Data(error, Vec::new(), true));
-    }
+    report(Forwarded::Finished);
 }

@@ -108,9 +108,7 @@ impl World {
 }
 
 fn tail(path: &std::path::Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
+    capi_testing::deployed::tail(path, 40)
 }
 
 /// The workers (machines of the MachineDeployment), all `Running`: (machine, the template its

@@ -9,14 +9,12 @@ pub(crate) mod nova_hosts;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use capi_testing::envtest::ControlPlane;
-use capi_testing::manifest;
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use capi_testing::{deployed, manifest};
+use kube::Client;
 use kube::api::DynamicObject;
-use kube::{Api, Client};
 use provider_openstack::cloud::{Compute, LoadBalancing, Networking, Session};
 use provider_openstack::credentials;
 use provider_openstack::naming::ClusterNames;
@@ -87,34 +85,18 @@ where
 
 /// A ServiceAccount token for the generated RBAC (`config/openstack/rbac.yaml`).
 pub(crate) async fn generated_rbac_token(client: &Client) -> String {
-    let text = std::fs::read_to_string(
+    let rbac = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/openstack/rbac.yaml"),
     )
     .unwrap();
-    let namespace: Namespace =
-        serde_json::from_value(json!({"metadata": {"name": SYSTEM_NAMESPACE}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&Default::default(), &namespace)
-        .await
-        .unwrap();
-    manifest::create_all(client, SYSTEM_NAMESPACE, &manifest::parse(&text).unwrap())
-        .await
-        .unwrap();
-    let request: k8s_openapi::api::authentication::v1::TokenRequest =
-        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
-            .unwrap();
-    Api::<ServiceAccount>::namespaced(client.clone(), SYSTEM_NAMESPACE)
-        .create_token_request(MANAGER, &Default::default(), &request)
+    deployed::service_account_token(client, &rbac, SYSTEM_NAMESPACE, MANAGER)
         .await
         .unwrap()
-        .status
-        .unwrap()
-        .token
 }
 
-/// The `openstack-manager` process, as deployed: its generated ServiceAccount (`token`) on
-/// `api_server`, JSON logs at debug level for every crate (so that anything a library logs is
-/// checked) into `log`, and `args`.
+/// The `openstack-manager` process, as deployed ([`deployed::spawn`]): its generated
+/// ServiceAccount (`token`) on `api_server`, JSON logs at debug level for every crate into
+/// `log`, and `args`.
 pub(crate) fn spawn_manager(
     api_server: &ControlPlane,
     token: &str,
@@ -122,31 +104,15 @@ pub(crate) fn spawn_manager(
     log: &Path,
     args: &[&str],
 ) -> tokio::process::Child {
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        serde_json::to_string(&json!({
-            "apiVersion": "v1", "kind": "Config", "current-context": "manager",
-            "clusters": [{"name": "local", "cluster": {
-                "server": api_server.url(),
-                "certificate-authority": api_server.dir().join("ca.crt")}}],
-            "users": [{"name": "manager", "user": {"token": token}}],
-            "contexts": [{"name": "manager", "context": {"cluster": "local", "user": "manager"}}],
-        }))
-        .unwrap(),
+    deployed::spawn(
+        Path::new(env!("CARGO_BIN_EXE_openstack-manager")),
+        api_server,
+        token,
+        dir,
+        log,
+        args,
     )
-    .unwrap();
-    let log = std::fs::File::create(log).unwrap();
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_openstack-manager"))
-        .args(["--http-addr", "127.0.0.1:0", "--log-format", "json"])
-        .args(args)
-        .env("KUBECONFIG", &kubeconfig)
-        .env("RUST_LOG", "debug")
-        .stdout(Stdio::from(log.try_clone().unwrap()))
-        .stderr(Stdio::from(log))
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap()
+    .unwrap()
 }
 
 /// The cluster `name` as `capictl generate cluster --infrastructure openstack --clouds-yaml …
