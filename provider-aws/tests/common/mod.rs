@@ -5,6 +5,7 @@
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod census;
+pub mod endpoint;
 pub mod proxy;
 pub mod world;
 
@@ -17,21 +18,7 @@ use aws_sdk_ec2::config::{
 };
 use aws_sdk_ec2::error::BoxError;
 
-/// The variable naming moto's endpoint.
-pub const ENDPOINT_ENV: &str = "CAPI_RS_MOTO_ENDPOINT";
-
-/// The region every test works in (EC2 and ELBv2 state are per region too).
-pub const REGION: &str = "us-east-1";
-
-/// moto's endpoint, or a failure saying how to start it.
-pub fn endpoint() -> String {
-    std::env::var(ENDPOINT_ENV).unwrap_or_else(|_| {
-        panic!(
-            "{ENDPOINT_ENV} is not set: these tests need moto_server. `cargo xtask test` starts \
-             it; alone, run `cargo xtask moto start` and export the variable it prints"
-        )
-    })
-}
+pub use endpoint::{REGION, endpoint};
 
 /// Puts every request in one moto account.
 #[derive(Debug)]

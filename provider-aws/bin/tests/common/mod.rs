@@ -7,26 +7,13 @@
 #[path = "../../../tests/common/census.rs"]
 pub mod census;
 pub mod ec2_servers;
+#[path = "../../../tests/common/endpoint.rs"]
+mod endpoint;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
-
-/// The variable naming moto's endpoint (`cargo xtask test` starts moto and sets it).
-pub const ENDPOINT_ENV: &str = "CAPI_RS_MOTO_ENDPOINT";
-
-/// The region of the test.
-pub const REGION: &str = "us-east-1";
-
-/// moto's endpoint, or a failure saying how to start it.
-pub fn endpoint() -> String {
-    std::env::var(ENDPOINT_ENV).unwrap_or_else(|_| {
-        panic!(
-            "{ENDPOINT_ENV} is not set: this test needs moto_server. `cargo xtask test` starts \
-             it; alone, run `cargo xtask moto start` and export the variable it prints"
-        )
-    })
-}
+pub use endpoint::{REGION, endpoint};
 
 /// Temporary credentials of a moto account no other test uses: moto maps the access key of a
 /// role it handed out to the role's account, so every request signed with them — the provider's
