@@ -6,7 +6,9 @@
 use capi_core::{ActuatorError, BootstrapData};
 
 use super::{Ctx, user_data};
-use crate::api::{AwsResourceReference, Filter, LoadBalancerType, SecurityGroupRole, Tags};
+use crate::api::{
+    AwsResourceReference, Filter, LoadBalancerType, SecurityGroupRole, SubnetStatus, Tags,
+};
 use crate::cloud::{Image, RunInstance};
 use crate::naming::{
     IDEMPOTENCY_KEY_TAG, KUBERNETES_CLUSTER_TAG_PREFIX, MACHINE_NAME_TAG, OWNED, instance_role,
@@ -241,22 +243,59 @@ async fn subnet(ctx: &Ctx) -> Result<String, ActuatorError> {
         .filter(|s| s.is_public == public)
         .find(|s| zone.is_none_or(|z| s.availability_zone == z))
         .map(|s| s.resource_id.clone())
-        .ok_or_else(|| {
-            let kind = if public { "public" } else { "private" };
-            match zone {
-                Some(zone) => ActuatorError::invalid_configuration(
-                    "NoSubnetInFailureDomain",
-                    format!(
-                        "the AWSCluster has no {kind} subnet in failure domain {zone:?} \
-                         (the Machine's spec.failureDomain); add one or choose another zone"
-                    ),
-                ),
-                None => ActuatorError::transient_message(
-                    "WaitingForSubnets",
-                    format!("the AWSCluster reports no {kind} subnet yet"),
-                ),
-            }
-        })
+        .ok_or_else(|| no_subnet(subnets, public, zone))
+}
+
+/// Why no subnet of the cluster's fits a machine (`public`: it asks for a public address; `zone`:
+/// its failure domain): the cluster reports none yet (waited for), none in the failure domain
+/// (the user's to fix), or only subnets of the other kind — with what to change.
+fn no_subnet(subnets: &[SubnetStatus], public: bool, zone: Option<&str>) -> ActuatorError {
+    if subnets.is_empty() {
+        return ActuatorError::transient_message(
+            "WaitingForSubnets",
+            "the AWSCluster reports no subnet yet",
+        );
+    }
+    let kind = if public { "public" } else { "private" };
+    let other_kind_only = subnets
+        .iter()
+        .any(|s| zone.is_none_or(|z| s.availability_zone == z));
+    let there = if zone.is_some() { " there" } else { "" };
+    let hint = match (other_kind_only, public) {
+        (false, _) => String::new(),
+        (true, false) => format!(
+            "; its subnets{there} are public: set spec.publicIP: true on the AWSMachine (or its \
+             template) to launch in one, or add a private subnet to the AWSCluster's \
+             spec.network.subnets"
+        ),
+        (true, true) => format!(
+            "; its subnets{there} are private: unset spec.publicIP on the AWSMachine (or its \
+             template), or add a public subnet to the AWSCluster's spec.network.subnets"
+        ),
+    };
+    match zone {
+        Some(zone) => ActuatorError::invalid_configuration(
+            "NoSubnetInFailureDomain",
+            format!(
+                "the AWSCluster has no {kind} subnet in failure domain {zone:?} (the Machine's \
+                 spec.failureDomain){}",
+                if hint.is_empty() {
+                    "; add one or choose another zone"
+                } else {
+                    &hint
+                }
+            ),
+        ),
+        // Retried: the AWSCluster's subnets may still change.
+        None => ActuatorError::transient_message(
+            if public {
+                "NoPublicSubnet"
+            } else {
+                "NoPrivateSubnet"
+            },
+            format!("the AWSCluster has no {kind} subnet{hint}"),
+        ),
+    }
 }
 
 /// The security groups: the cluster's for the machine's role, then `additionalSecurityGroups`.

@@ -95,6 +95,11 @@ fn clients(
 }
 
 fn actuator_with(clients: Clients) -> AwsMachineActuator {
+    actuator_in(aws_cluster(), clients)
+}
+
+/// The actuator of a machine of `cluster`.
+fn actuator_in(cluster: AWSCluster, clients: Clients) -> AwsMachineActuator {
     let mut connector = MockConnector::new();
     connector
         .expect_connect()
@@ -102,7 +107,7 @@ fn actuator_with(clients: Clients) -> AwsMachineActuator {
     let mut lookup = MockClusterLookup::new();
     lookup
         .expect_aws_cluster()
-        .returning(|_, _, _| Ok(aws_cluster()));
+        .returning(move |_, _, _| Ok(cluster.clone()));
     AwsMachineActuator::new(Arc::new(connector), Arc::new(lookup))
 }
 
@@ -580,6 +585,61 @@ async fn a_failure_domain_without_a_subnet_of_the_cluster_is_the_users_to_fix() 
     let error = actuator(compute).create(&scope).await.unwrap_err();
     assert_eq!(error.kind(), ActuatorErrorKind::InvalidConfiguration);
     assert_eq!(error.reason(), "NoSubnetInFailureDomain");
+}
+
+/// The fixture cluster with only `subnets` (JSON `SubnetStatus`es).
+fn cluster_with_subnets(subnets: serde_json::Value) -> AWSCluster {
+    let mut cluster = aws_cluster();
+    let mut status = serde_json::to_value(&cluster.status).unwrap();
+    status["networkStatus"]["subnets"] = subnets;
+    cluster.status = serde_json::from_value(status).unwrap();
+    cluster
+}
+
+fn no_launch() -> MockCompute {
+    let mut compute = MockCompute::new();
+    compute.expect_instances().returning(|_| Ok(vec![]));
+    compute.expect_run_instance().never();
+    compute
+}
+
+#[tokio::test]
+async fn a_cluster_of_public_subnets_only_tells_a_private_machine_to_ask_for_a_public_address() {
+    let public_only = cluster_with_subnets(serde_json::json!([
+        {"id": "pub-a", "resourceID": "subnet-pa", "availabilityZone": "us-east-1a", "isPublic": true},
+        {"id": "pub-b", "resourceID": "subnet-pb", "availabilityZone": "us-east-1b", "isPublic": true},
+    ]));
+    let mut scope = scope();
+    let mut machine = (*scope.machine).clone();
+    machine.spec.failure_domain = None;
+    scope.machine = Arc::new(machine);
+    let actuator = |cluster: &AWSCluster| {
+        actuator_in(
+            cluster.clone(),
+            clients(no_launch(), MockNetwork::new(), MockLoadBalancing::new()),
+        )
+    };
+    let error = actuator(&public_only).create(&scope).await.unwrap_err();
+    assert_eq!(error.kind(), ActuatorErrorKind::Transient, "{error}");
+    assert_eq!(error.reason(), "NoPrivateSubnet");
+    assert!(error.to_string().contains("spec.publicIP: true"), "{error}");
+
+    // In a failure domain, the same is the user's to fix, with the same advice.
+    let error = actuator(&public_only)
+        .create(&scope_of(infra(false)))
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ActuatorErrorKind::InvalidConfiguration);
+    assert_eq!(error.reason(), "NoSubnetInFailureDomain");
+    assert!(error.to_string().contains("spec.publicIP: true"), "{error}");
+
+    // A cluster that reports no subnet yet is waited for, failure domain or not.
+    let error = actuator(&cluster_with_subnets(serde_json::json!([])))
+        .create(&scope_of(infra(false)))
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ActuatorErrorKind::Transient);
+    assert_eq!(error.reason(), "WaitingForSubnets");
 }
 
 #[tokio::test]
