@@ -1,5 +1,8 @@
 //! The Azure infrastructure provider: virtual machines, virtual networks and load balancers over
 //! ARM REST, with long-running operations and `Retry-After` handling.
 //!
-//! **Not implemented yet.** This crate reserves its place in the workspace; it exports nothing, so
-//! nothing can be mistaken for a working provider (DESIGN.md §9).
+//! **Under construction.** What exists: [`api`], the provider's kinds (CAPZ-shaped, with CAPZ's
+//! webhook checks as schema constraints and CEL rules) and their CRDs. The actuators, the ARM
+//! client and the `azure-manager` binary are not written yet; nothing here reconciles anything.
+
+pub mod api;

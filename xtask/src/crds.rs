@@ -5,8 +5,8 @@ use anyhow::{Context, Result, bail};
 use crate::workspace_root;
 
 /// Writes every generated CRD folder (`crds/core`, `crds/bootstrap`, `crds/control-plane`,
-/// `crds/inmemory`, `crds/openstack`, `crds/aws`) and the providers' manifests (`config/`), or with `check`
-/// fails if any differs from what the code generates.
+/// `crds/inmemory`, `crds/openstack`, `crds/aws`, `crds/azure`) and the providers' manifests
+/// (`config/`), or with `check` fails if any differs from what the code generates.
 pub(crate) fn run(check: bool) -> Result<()> {
     let sets = [
         ("core", capi_core::crd::core()),
@@ -15,6 +15,7 @@ pub(crate) fn run(check: bool) -> Result<()> {
         ("inmemory", provider_inmemory::api::crds()),
         ("openstack", provider_openstack::api::crds()),
         ("aws", provider_aws::api::crds()),
+        ("azure", provider_azure::api::crds()),
     ];
     for (folder, crds) in sets {
         sync_folder(folder, &capi_core::crd::render(&crds)?, check)?;

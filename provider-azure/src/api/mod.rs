@@ -1,0 +1,52 @@
+//! The Azure provider's kinds — `AzureCluster`, `AzureClusterTemplate`, `AzureMachine`,
+//! `AzureMachineTemplate` — in group `infrastructure.capi-rs.dev` (upstream CAPZ's kinds live in
+//! `infrastructure.cluster.x-k8s.io`, so both can be installed side by side). Field names and
+//! shapes follow CAPZ's `v1beta1` API where they overlap, so a CAPZ manifest reads the same; what
+//! is supported is listed here, and nothing else is accepted (the schema is closed: a CAPZ field
+//! this provider does not implement is refused by the API server, never silently dropped).
+//! CAPZ's webhook checks are CEL rules and schema constraints here.
+//!
+//! Differences from CAPZ a user may meet:
+//! - status follows the Cluster API v1beta2 contract (`status.initialization.provisioned`, not
+//!   `status.ready`), and what the provider created is reported in status (`status.network`);
+//!   the operations in flight (`status.longRunningOperationStates`) record the URL ARM polls them
+//!   at and when they started, not an SDK's resume token;
+//! - `identityRef` names a `Secret` in the object's namespace (keys `tenantID`, `clientID`,
+//!   `clientSecret`: a service principal's client credentials), or is absent for the manager's
+//!   own credentials — CAPZ's `AzureClusterIdentity` kinds are not implemented;
+//! - one subnet per role (`control-plane`, `node`), a public API server load balancer only, no
+//!   bastion, NAT gateways, route tables, private DNS, peerings, outbound load balancers,
+//!   managed identities, extensions or IPv6; machines boot Linux images with cloud-init data.
+
+mod cluster;
+mod machine;
+mod network;
+mod operations;
+mod tags;
+
+pub use self::cluster::*;
+pub use self::machine::*;
+pub use self::network::*;
+pub use self::operations::{LongRunningOperation, OperationType};
+pub use self::tags::{MAX_USER_TAGS, RESERVED_TAG_PREFIXES, Tags};
+
+/// The API group of the Azure provider's kinds.
+pub const GROUP: &str = "infrastructure.capi-rs.dev";
+/// Their version, recorded in the CRDs' contract label.
+pub const VERSION: &str = "v1alpha1";
+
+/// The provider's CRDs, labelled with the Cluster API contract version.
+pub fn crds()
+-> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
+{
+    use kube::CustomResourceExt;
+    [
+        AzureCluster::crd(),
+        AzureClusterTemplate::crd(),
+        AzureMachine::crd(),
+        AzureMachineTemplate::crd(),
+    ]
+    .into_iter()
+    .map(|crd| capi_core::crd::with_contract_version(crd, VERSION))
+    .collect()
+}
