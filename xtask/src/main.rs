@@ -7,6 +7,9 @@
 //!   integration tests (`start` prints the `clouds.yaml` variable to export).
 //! - `moto <install|start|stop>`: moto's AWS API simulator on loopback for the AWS provider's
 //!   integration tests (`start` prints the endpoint variable to export).
+//! - `azure-models`: Azure's API models (its official Python SDKs) in a venv, which the Azure
+//!   provider's tests check every ARM request and response against (prints the variable to
+//!   export).
 //! - `upstream <install|start|stop>`: upstream Cluster API v1.14 (core, kubeadm bootstrap and
 //!   control plane, CAPD's in-memory backend) built from the Go module proxy and run as a peer on
 //!   a local control plane (`start` prints the `KUBECONFIG`).
@@ -19,6 +22,7 @@
 //!   server restart, then deleted; fails unless no instance was duplicated or leaked and nothing
 //!   was left behind (see `chaos/mod.rs`).
 
+mod azure_models;
 mod bench;
 mod chaos;
 mod command;
@@ -66,6 +70,8 @@ enum Task {
         #[command(subcommand)]
         action: moto::Action,
     },
+    /// Azure's API models (its official Python SDKs) in a venv, for the Azure provider's tests.
+    AzureModels,
     /// Upstream Cluster API v1.14 (core, kubeadm bootstrap and control plane, CAPD's in-memory
     /// backend) built from the Go module proxy and run as a peer on a local control plane.
     Upstream {
@@ -101,6 +107,11 @@ fn main() -> Result<()> {
         Task::Crds { check } => crds::run(check),
         Task::Openstack { action } => openstack::command(action),
         Task::Moto { action } => moto::command(action),
+        Task::AzureModels => {
+            let python = azure_models::install()?;
+            println!("export {}={}", azure_models::PYTHON_ENV, python.display());
+            Ok(())
+        }
         Task::Upstream { action } => upstream::command(action),
         Task::Test => test::run_all(),
         Task::Quickstart { keep_running } => quickstart::run(keep_running),

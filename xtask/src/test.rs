@@ -45,6 +45,9 @@ pub(crate) fn run_all() -> Result<()> {
     ));
     crate::moto::install()?;
 
+    step("Azure's API models (its official Python SDKs, from PyPI) for the Azure provider's tests");
+    let azure_models = crate::azure_models::install()?;
+
     step("Formatting (cargo fmt --check)");
     run(&mut cargo_in_root(&["fmt", "--all", "--check"]))?;
 
@@ -91,6 +94,7 @@ pub(crate) fn run_all() -> Result<()> {
     ]));
     nextest.env(crate::openstack::CLOUDS_YAML_ENV, openstack.clouds_yaml());
     nextest.env(crate::moto::ENDPOINT_ENV, moto.endpoint());
+    nextest.env(crate::azure_models::PYTHON_ENV, &azure_models);
     let tests = run(&mut nextest);
     drop(moto);
     drop(openstack);

@@ -1,0 +1,4 @@
+//! What the Azure provider's integration tests share.
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
+
+pub mod model_checker;
