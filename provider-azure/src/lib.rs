@@ -2,7 +2,10 @@
 //! ARM REST, with long-running operations and `Retry-After` handling.
 //!
 //! **Under construction.** What exists: [`api`], the provider's kinds (CAPZ-shaped, with CAPZ's
-//! webhook checks as schema constraints and CEL rules) and their CRDs. The actuators, the ARM
-//! client and the `azure-manager` binary are not written yet; nothing here reconciles anything.
+//! webhook checks as schema constraints and CEL rules) and their CRDs; [`arm`], the ARM
+//! resources it manages — api-versions, resource IDs and typed bodies, checked in its tests
+//! against Azure's own models. The ARM client, the actuators and the `azure-manager` binary are
+//! not written yet; nothing here reconciles anything.
 
 pub mod api;
+pub mod arm;
