@@ -16,6 +16,7 @@
 //! - [`memo`]: values that hardly ever change, kept for a while instead of read at every pass;
 //! - [`events`]: Events for `kubectl describe`, repeats folded into series, in bounded memory;
 //! - [`redact`]: what of a cloud's error message may be shown — bounded, secrets blanked;
+//! - [`secret_data`]: one credential read out of a `Secret`, errors naming the key only;
 //! - [`manager`]: one rate-limited client, bounded concurrency, `/healthz`, `/readyz`, `/metrics`,
 //!   Lease leader election, graceful shutdown on SIGTERM/SIGINT;
 //! - [`metrics`]: controller-runtime-compatible series plus actuator call counters and latency;
@@ -62,6 +63,7 @@ pub mod reasons;
 mod reconciler;
 pub mod redact;
 pub mod retry;
+pub mod secret_data;
 pub mod telemetry;
 pub mod template;
 pub mod write;

@@ -5,6 +5,7 @@
 use std::fmt;
 
 use capi_actuator::redact::Redaction;
+use capi_actuator::secret_data;
 use k8s_openapi::api::core::v1::Secret;
 
 /// The Secret key of the access key ID.
@@ -100,24 +101,7 @@ impl StaticCredentials {
 }
 
 fn value(secret: &Secret, key: &'static str) -> Result<Option<String>, CredentialsError> {
-    let raw = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(key))
-        .map(|b| b.0.clone())
-        .or_else(|| {
-            secret
-                .string_data
-                .as_ref()
-                .and_then(|d| d.get(key))
-                .map(|s| s.clone().into_bytes())
-        });
-    let Some(raw) = raw else {
-        return Ok(None);
-    };
-    let text = String::from_utf8(raw).map_err(|_| CredentialsError::NotText(key))?;
-    let text = text.trim();
-    Ok((!text.is_empty()).then(|| text.to_string()))
+    secret_data::text(secret, key).map_err(|_| CredentialsError::NotText(key))
 }
 
 #[cfg(test)]

@@ -4,8 +4,10 @@
 //! **Under construction.** What exists: [`api`], the provider's kinds (CAPZ-shaped, with CAPZ's
 //! webhook checks as schema constraints and CEL rules) and their CRDs; [`arm`], the ARM
 //! resources it manages — api-versions, resource IDs and typed bodies, checked in its tests
-//! against Azure's own models. The ARM client, the actuators and the `azure-manager` binary are
+//! against Azure's own models; [`credentials`], a service principal's client credentials from
+//! an `identityRef` Secret, never shown. The ARM client, the actuators and the `azure-manager` binary are
 //! not written yet; nothing here reconciles anything.
 
 pub mod api;
 pub mod arm;
+pub mod credentials;
