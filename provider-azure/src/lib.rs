@@ -5,9 +5,11 @@
 //! webhook checks as schema constraints and CEL rules) and their CRDs; [`arm`], the ARM
 //! resources it manages — api-versions, resource IDs and typed bodies, checked in its tests
 //! against Azure's own models; [`credentials`], a service principal's client credentials from
-//! an `identityRef` Secret, never shown. The ARM client, the actuators and the `azure-manager` binary are
+//! an `identityRef` Secret, never shown; [`token`], Resource Manager tokens from Microsoft Entra
+//! ID through `azure_identity` (its cache, the provider's TLS client, no SDK retries). The ARM client, the actuators and the `azure-manager` binary are
 //! not written yet; nothing here reconciles anything.
 
 pub mod api;
 pub mod arm;
 pub mod credentials;
+pub mod token;
