@@ -146,15 +146,15 @@ impl EntraTokens {
 /// refusal is a cause), redacted; an unreachable endpoint or a 429/5xx anywhere in the chain is
 /// an outage, anything else a refusal.
 fn classify(error: &azure_core::Error, redaction: &Redaction) -> TokenError {
-    let mut parts = vec![error.to_string()];
-    let mut outage = matches!(error.kind(), ErrorKind::Connection | ErrorKind::Io);
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(error);
-    while let Some(current) = cause {
-        let text = current.to_string();
+    let mut parts: Vec<String> = Vec::new();
+    let mut outage = false;
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(cause) = current {
+        let text = cause.to_string();
         if !parts.iter().any(|p| p.contains(&text)) {
             parts.push(text);
         }
-        if let Some(inner) = current.downcast_ref::<azure_core::Error>() {
+        if let Some(inner) = cause.downcast_ref::<azure_core::Error>() {
             outage |= match inner.kind() {
                 ErrorKind::Connection | ErrorKind::Io => true,
                 ErrorKind::HttpResponse { status, .. } => {
@@ -164,7 +164,7 @@ fn classify(error: &azure_core::Error, redaction: &Redaction) -> TokenError {
                 _ => false,
             };
         }
-        cause = current.source();
+        current = cause.source();
     }
     let message = redaction.apply(&parts.join(": "));
     if outage {

@@ -120,19 +120,21 @@ pub(super) async fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
         let (out, open) = (out.clone(), Arc::clone(&open));
         let what = format!("{namespace}/{pod} port {port}");
         tasks.spawn(forward(target, what, received, move |report| {
+            // The connection closes once every port is done (failed, or its target closed).
+            let port_done = || {
+                if open.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    let _ = out.send(Message::Close(None));
+                }
+            };
             let sent = match report {
                 Forwarded::Data(bytes) => out.send(frame(data, &bytes)),
                 Forwarded::Failed(message) => {
                     let sent = out.send(frame(error, message.as_bytes()));
-                    if open.fetch_sub(1, Ordering::AcqRel) == 1 {
-                        let _ = out.send(Message::Close(None));
-                    }
+                    port_done();
                     sent
                 }
                 Forwarded::TargetClosed => {
-                    if open.fetch_sub(1, Ordering::AcqRel) == 1 {
-                        let _ = out.send(Message::Close(None));
-                    }
+                    port_done();
                     Ok(())
                 }
                 Forwarded::Finished => Ok(()),
