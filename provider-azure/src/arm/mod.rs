@@ -9,9 +9,13 @@
 //! `azure-mgmt-network` 33.1.0, `azure-mgmt-resource` 26.0.0): a model here that disagrees with
 //! Azure's — a property ARM does not have, a read-only one sent, a wrong type — fails the tests.
 
+pub mod client;
+pub mod error;
 mod id;
 pub mod models;
 
+pub use client::{Accepted, Arm, ArmClient, Deletion, PendingOperation, Poll};
+pub use error::{ArmError, ErrorClass};
 pub use id::{ResourceId, ResourceIdError};
 
 /// A kind of ARM resource the provider manages, with the api-version it is spoken at.
