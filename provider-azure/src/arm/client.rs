@@ -362,7 +362,12 @@ impl Arm for ArmClient {
 
     async fn put(&self, id: &ResourceId, body: &Value) -> Result<Accepted, ArmError> {
         let (_, headers, body) = self
-            .send(Budget::Writes, reqwest::Method::PUT, &self.url(id), Some(body))
+            .send(
+                Budget::Writes,
+                reqwest::Method::PUT,
+                &self.url(id),
+                Some(body),
+            )
             .await?;
         Ok(Accepted {
             body,
@@ -372,7 +377,12 @@ impl Arm for ArmClient {
 
     async fn delete(&self, id: &ResourceId) -> Result<Deletion, ArmError> {
         match self
-            .send(Budget::Deletes, reqwest::Method::DELETE, &self.url(id), None)
+            .send(
+                Budget::Deletes,
+                reqwest::Method::DELETE,
+                &self.url(id),
+                None,
+            )
             .await
         {
             Ok((202, headers, _)) => Ok(match Self::pending(&headers) {

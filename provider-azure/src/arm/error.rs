@@ -107,7 +107,8 @@ impl ArmError {
         let quota = code.contains("quota")
             || code.contains("limitreached")
             || code.contains("limitexceeded")
-            || (code == "operationnotallowed" && self.message.to_ascii_lowercase().contains("quota"));
+            || (code == "operationnotallowed"
+                && self.message.to_ascii_lowercase().contains("quota"));
         match self.status {
             Some(429) => ErrorClass::Throttled(self.retry_after.unwrap_or(DEFAULT_THROTTLE_WAIT)),
             _ if quota => ErrorClass::Quota,
@@ -145,10 +146,9 @@ impl ArmError {
                     self.code, self.message
                 ),
             ),
-            ErrorClass::Invalid => ActuatorError::invalid_configuration(
-                invalid_reason(&self.code),
-                message,
-            ),
+            ErrorClass::Invalid => {
+                ActuatorError::invalid_configuration(invalid_reason(&self.code), message)
+            }
             ErrorClass::Unauthorized => ActuatorError::transient_message(
                 "AuthorizationFailed",
                 format!(
@@ -199,8 +199,8 @@ mod tests {
 
     #[test]
     fn throttling_waits_as_long_as_arm_says() {
-        let throttled = error(429, "TooManyRequests", "slow down")
-            .retry_after(Some(Duration::from_secs(17)));
+        let throttled =
+            error(429, "TooManyRequests", "slow down").retry_after(Some(Duration::from_secs(17)));
         assert_eq!(
             throttled.class(),
             ErrorClass::Throttled(Duration::from_secs(17))
@@ -227,10 +227,7 @@ mod tests {
             error(409, "Conflict", ""),
         ] {
             assert_eq!(e.class(), ErrorClass::Conflict, "{e}");
-            assert_eq!(
-                e.into_actuator("x").kind(),
-                ActuatorErrorKind::RequeueAfter
-            );
+            assert_eq!(e.into_actuator("x").kind(), ActuatorErrorKind::RequeueAfter);
         }
     }
 
@@ -244,7 +241,11 @@ mod tests {
         assert_eq!(e.class(), ErrorClass::Quota);
         let actuator = e.into_actuator("creating virtual machine m-0");
         assert_eq!(actuator.kind(), ActuatorErrorKind::Transient);
-        assert!(actuator.to_string().contains("standardDSv3Family Cores quota"));
+        assert!(
+            actuator
+                .to_string()
+                .contains("standardDSv3Family Cores quota")
+        );
         assert_eq!(
             error(400, "PublicIPCountLimitReached", "").class(),
             ErrorClass::Quota
@@ -268,7 +269,9 @@ mod tests {
     #[test]
     fn outages_and_refusals_retry() {
         assert_eq!(
-            ArmError::unanswered("connection reset").into_actuator("x").kind(),
+            ArmError::unanswered("connection reset")
+                .into_actuator("x")
+                .kind(),
             ActuatorErrorKind::Transient
         );
         assert_eq!(
