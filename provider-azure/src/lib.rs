@@ -11,5 +11,12 @@
 
 pub mod api;
 pub mod arm;
+pub mod cluster;
+pub mod connector;
 pub mod credentials;
+pub mod lookup;
+pub mod machine;
+pub mod naming;
+pub mod operations;
+pub mod resource;
 pub mod token;

@@ -14,6 +14,8 @@ pub mod error;
 mod id;
 pub mod models;
 
+#[cfg(any(test, feature = "mock"))]
+pub use client::MockArm;
 pub use client::{Accepted, Arm, ArmClient, Deletion, PendingOperation, Poll};
 pub use error::{ArmError, ErrorClass};
 pub use id::{ResourceId, ResourceIdError};
@@ -99,6 +101,21 @@ impl ResourceType {
             Self::LoadBalancer => "loadBalancers",
             Self::NetworkInterface => "networkInterfaces",
             Self::VirtualMachine => "virtualMachines",
+            Self::Disk => "disks",
+        }
+    }
+
+    /// Its name in `longRunningOperationStates` (CAPZ's service names).
+    pub fn service_name(self) -> &'static str {
+        match self {
+            Self::ResourceGroup => "group",
+            Self::VirtualNetwork => "vnet",
+            Self::Subnet => "subnets",
+            Self::NetworkSecurityGroup => "securitygroups",
+            Self::PublicIpAddress => "publicips",
+            Self::LoadBalancer => "loadbalancers",
+            Self::NetworkInterface => "interfaces",
+            Self::VirtualMachine => "virtualmachine",
             Self::Disk => "disks",
         }
     }

@@ -117,7 +117,7 @@ impl Default for Faults {
     }
 }
 
-fn take_count(list: &mut Vec<(Target, u32)>, method: &Method, kind: Option<ResourceType>) -> bool {
+fn take_count(list: &mut [(Target, u32)], method: &Method, kind: Option<ResourceType>) -> bool {
     if let Some(entry) = list
         .iter_mut()
         .find(|(t, n)| *n > 0 && t.matches(method, kind))
@@ -1195,6 +1195,10 @@ impl ArmServer {
         collect_references(&body["properties"], &mut references);
         for reference in references {
             let base = base_resource(&reference);
+            // A load balancer's rules name its own frontends, pools and probes.
+            if base == key {
+                continue;
+            }
             if world.find(&base).is_none() {
                 return Err((
                     400,
@@ -1357,17 +1361,15 @@ impl ArmServer {
                     );
                 }
             }
-            ResourceType::NetworkSecurityGroup => {
-                if world
-                    .of_kind(ResourceType::Subnet)
-                    .iter()
-                    .any(|s| World::refers(&s.body["properties"]["networkSecurityGroup"], &full))
-                {
-                    return in_use(
-                        "InUseNetworkSecurityGroupCannotBeDeleted",
-                        format!("Network security group {full} is in use by a subnet."),
-                    );
-                }
+            ResourceType::NetworkSecurityGroup
+                if world.of_kind(ResourceType::Subnet).iter().any(|s| {
+                    World::refers(&s.body["properties"]["networkSecurityGroup"], &full)
+                }) =>
+            {
+                return in_use(
+                    "InUseNetworkSecurityGroupCannotBeDeleted",
+                    format!("Network security group {full} is in use by a subnet."),
+                );
             }
             ResourceType::PublicIpAddress => {
                 let answer = world.answer(&stored);
