@@ -14,6 +14,8 @@ pub mod arm;
 pub mod cluster;
 pub mod connector;
 pub mod credentials;
+#[cfg(test)]
+mod fake_arm;
 pub mod lookup;
 pub mod machine;
 pub mod naming;

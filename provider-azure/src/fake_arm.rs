@@ -1,0 +1,129 @@
+//! A `mockall` [`MockArm`] over a small shared state, for the actuators' unit tests: resources
+//! by ID, PUTs answered in a chosen provisioning state with an operation, DELETEs that take
+//! effect at once or start an operation, and errors injected per method.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+
+use crate::arm::{Accepted, ArmError, Deletion, MockArm, PendingOperation, Poll, ResourceId};
+
+/// What the fake holds and does.
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    /// Resources by lower-cased ID.
+    pub(crate) resources: BTreeMap<String, Value>,
+    /// The state a PUT leaves its resource in (`Succeeded` when empty).
+    pub(crate) put_state: String,
+    /// Only PUTs of this kind get `put_state` (all do when `None`).
+    pub(crate) slow_kind: Option<crate::arm::ResourceType>,
+    /// Whether a DELETE starts an operation (the resource then stays, `Deleting`).
+    pub(crate) slow_delete: bool,
+    /// The answer to every poll.
+    pub(crate) poll: Option<Poll>,
+    /// Errors for the next GET / PUT / DELETE of an ID (lower-cased), or of any ("*").
+    pub(crate) errors: BTreeMap<(String, String), ArmError>,
+    /// Every call: method and resource name.
+    pub(crate) calls: Vec<(String, String)>,
+}
+
+impl State {
+    pub(crate) fn insert(&mut self, id: &ResourceId, body: Value) {
+        self.resources.insert(id.to_string().to_lowercase(), body);
+    }
+
+    pub(crate) fn get(&self, id: &ResourceId) -> Option<&Value> {
+        self.resources.get(&id.to_string().to_lowercase())
+    }
+
+    pub(crate) fn calls(&self, method: &str) -> Vec<String> {
+        self.calls
+            .iter()
+            .filter(|(m, _)| m == method)
+            .map(|(_, n)| n.clone())
+            .collect()
+    }
+
+    fn error(&mut self, method: &str, id: &ResourceId) -> Option<ArmError> {
+        let key = id.to_string().to_lowercase();
+        self.errors
+            .remove(&(method.to_string(), key))
+            .or_else(|| self.errors.remove(&(method.to_string(), "*".to_string())))
+    }
+}
+
+/// A fake and its state.
+pub(crate) fn fake() -> (MockArm, Arc<Mutex<State>>) {
+    let state = Arc::new(Mutex::new(State::default()));
+    let mut arm = MockArm::new();
+    let s = state.clone();
+    arm.expect_get().returning(move |id| {
+        let mut st = s.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        st.calls.push(("GET".into(), id.name.clone()));
+        if let Some(e) = st.error("GET", id) {
+            return Err(e);
+        }
+        Ok(st.get(id).cloned())
+    });
+    let s = state.clone();
+    arm.expect_put().returning(move |id, body| {
+        let mut st = s.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        st.calls.push(("PUT".into(), id.name.clone()));
+        if let Some(e) = st.error("PUT", id) {
+            return Err(e);
+        }
+        let mut stored = body.clone();
+        let slow = st.slow_kind.is_none_or(|k| k == id.kind);
+        let state = if st.put_state.is_empty() || !slow {
+            "Succeeded".to_string()
+        } else {
+            st.put_state.clone()
+        };
+        if !stored["properties"].is_object() {
+            stored["properties"] = json!({});
+        }
+        stored["properties"]["provisioningState"] = json!(state);
+        stored["id"] = json!(id.to_string());
+        st.insert(id, stored.clone());
+        Ok(Accepted {
+            body: stored,
+            operation: (state != "Succeeded").then(|| PendingOperation {
+                polling_url: format!("https://arm.test/operations/{}", id.name),
+                retry_after: None,
+            }),
+        })
+    });
+    let s = state.clone();
+    arm.expect_delete().returning(move |id| {
+        let mut st = s.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        st.calls.push(("DELETE".into(), id.name.clone()));
+        if let Some(e) = st.error("DELETE", id) {
+            return Err(e);
+        }
+        let key = id.to_string().to_lowercase();
+        if !st.resources.contains_key(&key) {
+            return Ok(Deletion::Gone);
+        }
+        if st.slow_delete {
+            if let Some(r) = st.resources.get_mut(&key) {
+                r["properties"]["provisioningState"] = json!("Deleting");
+            }
+            return Ok(Deletion::Started(PendingOperation {
+                polling_url: format!("https://arm.test/operations/delete-{}", id.name),
+                retry_after: None,
+            }));
+        }
+        st.resources.remove(&key);
+        Ok(Deletion::Gone)
+    });
+    let s = state.clone();
+    arm.expect_poll().returning(move |_| {
+        let st = s.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        Ok(st
+            .poll
+            .clone()
+            .unwrap_or(Poll::InProgress { retry_after: None }))
+    });
+    (arm, state)
+}
