@@ -52,6 +52,16 @@ pub const BUILT_IN: &[BuiltIn] = &[
         flavor: Some("static-credentials"),
         text: include_str!("../../templates/aws/cluster-template-static-credentials.yaml"),
     },
+    BuiltIn {
+        provider: "azure",
+        flavor: None,
+        text: include_str!("../../templates/azure/cluster-template.yaml"),
+    },
+    BuiltIn {
+        provider: "azure",
+        flavor: Some("static-credentials"),
+        text: include_str!("../../templates/azure/cluster-template-static-credentials.yaml"),
+    },
 ];
 
 /// Why a cluster could not be generated.

@@ -22,7 +22,7 @@ pub use crate::apply::FIELD_MANAGER;
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
     /// No such infrastructure provider.
-    #[error("no infrastructure provider {0:?}; available: inmemory, aws")]
+    #[error("no infrastructure provider {0:?}; available: inmemory, aws, azure")]
     UnknownProvider(String),
     /// The manifests could not be rendered.
     #[error(transparent)]
@@ -46,6 +46,7 @@ pub fn objects(provider: &str) -> Result<Vec<DynamicObject>, InitError> {
     let (provider_crds, manager) = match provider {
         "inmemory" => (provider_inmemory::api::crds(), manifests::inmemory()),
         "aws" => (provider_aws::api::crds(), manifests::aws()),
+        "azure" => (provider_azure::api::crds(), manifests::azure()),
         other => return Err(InitError::UnknownProvider(other.to_string())),
     };
     let mut values = Vec::new();

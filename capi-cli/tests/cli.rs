@@ -551,3 +551,84 @@ async fn aws_clusters_from_capas_variables_apply_to_a_real_server() {
     assert!(init.contains("name: capi-aws-manager"), "the manager");
     assert!(init.contains("image: capi-rs/aws-manager:dev"));
 }
+
+/// The Azure templates, rendered from CAPZ's variables, are accepted by a real API server with
+/// strict field validation, the credentials only in the flavor that asks for them, and `init`
+/// installs the Azure provider's CRDs and manager.
+#[tokio::test]
+async fn azure_clusters_from_capzs_variables_apply_to_a_real_server() {
+    let mut crds = capi_core::crd::core();
+    crds.extend(capi_bootstrap::api::crds());
+    crds.extend(capi_control_plane::api::crds());
+    crds.extend(provider_azure::api::crds());
+    let env = TestEnv::start_with_crds(&crds).await.unwrap();
+    const SECRET: &str = "Qx8Q~abcDEF1234567890ghijKLMNOPqrstuvWXYZ";
+    for (name, flavor) in [("azure-a", None), ("azure-b", Some("static-credentials"))] {
+        let ns = env.namespace().await.unwrap();
+        let mut args = vec![
+            "generate",
+            "cluster",
+            name,
+            "--infrastructure",
+            "azure",
+            "--kubernetes-version",
+            "v1.33.1",
+            "--target-namespace",
+            &ns,
+        ];
+        if let Some(flavor) = flavor {
+            args.extend(["--flavor", flavor]);
+        }
+        let output = Command::new(env!("CARGO_BIN_EXE_capictl"))
+            .args(&args)
+            .env("AZURE_SUBSCRIPTION_ID", "7b5e7a4c-1d2e-4f3a-9b8c-0d1e2f3a4b5c")
+            .env("AZURE_LOCATION", "westeurope")
+            .env("AZURE_CONTROL_PLANE_MACHINE_TYPE", "Standard_D2s_v3")
+            .env("AZURE_NODE_MACHINE_TYPE", "Standard_D4s_v3")
+            .env("AZURE_CLUSTER_IDENTITY_SECRET_NAME", "azure-credentials")
+            .env("AZURE_TENANT_ID", "72f988bf-86f1-41af-91ab-2d7cd011db47")
+            .env("AZURE_CLIENT_ID", "0b3c6e4a-1f2d-4c5b-8a9e-7d6c5b4a3f2e")
+            .env("AZURE_CLIENT_SECRET", SECRET)
+            .output()
+            .unwrap();
+        let yaml = stdout(&output);
+        let objects = manifest::parse(&yaml).unwrap();
+        manifest::create_all(&env.client(), &ns, &objects)
+            .await
+            .unwrap();
+        let cluster = Api::<provider_azure::api::AzureCluster>::namespaced(env.client(), &ns)
+            .get(name)
+            .await
+            .unwrap();
+        assert_eq!(cluster.spec.location, "westeurope");
+        assert_eq!(cluster.spec.resource_group.as_deref(), Some(name));
+        let template =
+            Api::<provider_azure::api::AzureMachineTemplate>::namespaced(env.client(), &ns)
+                .get(&format!("{name}-md-0"))
+                .await
+                .unwrap();
+        assert_eq!(template.spec.template.spec.vm_size, "Standard_D4s_v3");
+        let identity = cluster.spec.identity_ref.unwrap();
+        match flavor {
+            None => {
+                assert_eq!(identity.name, "azure-credentials");
+                assert!(!yaml.contains(SECRET), "no credentials unless asked for");
+            }
+            Some(_) => {
+                let secret = Api::<Secret>::namespaced(env.client(), &ns)
+                    .get(&identity.name)
+                    .await
+                    .unwrap();
+                assert!(secret.data.unwrap().contains_key("clientSecret"));
+            }
+        }
+    }
+
+    let init = stdout(&capictl(&["init", "--infrastructure", "azure", "--dry-run"]));
+    assert!(
+        init.contains("name: azureclusters.infrastructure.capi-rs.dev"),
+        "CRDs"
+    );
+    assert!(init.contains("name: capi-azure-manager"), "the manager");
+    assert!(init.contains("image: capi-rs/azure-manager:dev"));
+}
