@@ -581,7 +581,10 @@ async fn azure_clusters_from_capzs_variables_apply_to_a_real_server() {
         }
         let output = Command::new(env!("CARGO_BIN_EXE_capictl"))
             .args(&args)
-            .env("AZURE_SUBSCRIPTION_ID", "7b5e7a4c-1d2e-4f3a-9b8c-0d1e2f3a4b5c")
+            .env(
+                "AZURE_SUBSCRIPTION_ID",
+                "7b5e7a4c-1d2e-4f3a-9b8c-0d1e2f3a4b5c",
+            )
             .env("AZURE_LOCATION", "westeurope")
             .env("AZURE_CONTROL_PLANE_MACHINE_TYPE", "Standard_D2s_v3")
             .env("AZURE_NODE_MACHINE_TYPE", "Standard_D4s_v3")
@@ -624,7 +627,12 @@ async fn azure_clusters_from_capzs_variables_apply_to_a_real_server() {
         }
     }
 
-    let init = stdout(&capictl(&["init", "--infrastructure", "azure", "--dry-run"]));
+    let init = stdout(&capictl(&[
+        "init",
+        "--infrastructure",
+        "azure",
+        "--dry-run",
+    ]));
     assert!(
         init.contains("name: azureclusters.infrastructure.capi-rs.dev"),
         "CRDs"

@@ -149,6 +149,8 @@ pub struct Stored {
     pub state: String,
     /// A digest of its `customData` (a VM's).
     custom_data: Option<String>,
+    /// Its `customData` as sent (never answered; what the VM boots with).
+    custom_data_sent: Option<String>,
     /// An address ARM assigned (a NIC's private, a public IP's public one).
     address: Option<String>,
     /// A VM's unique ID.
@@ -186,6 +188,8 @@ pub struct World {
     /// Token requests answered.
     pub tokens_issued: u64,
     tokens: Vec<String>,
+    /// Every token ever issued (to check none is shown anywhere).
+    pub issued: Vec<String>,
     /// Model and protocol violations.
     pub violations: Vec<String>,
     next_address: u32,
@@ -212,6 +216,21 @@ impl World {
     /// The names of every resource left (for a census).
     pub fn census(&self) -> Vec<String> {
         self.resources.values().map(|r| r.id.clone()).collect()
+    }
+
+    /// Resource `id` as ARM answers it.
+    pub fn read(&self, id: &str) -> Option<Value> {
+        self.find(id).map(|stored| self.answer(stored))
+    }
+
+    /// What VM `id` was created with (`customData`, base64), which ARM never answers.
+    pub fn custom_data(&self, id: &str) -> Option<String> {
+        self.find(id).and_then(|vm| vm.custom_data_sent.clone())
+    }
+
+    /// The private address ARM gave NIC `id`.
+    pub fn private_address(&self, id: &str) -> Option<String> {
+        self.find(id).and_then(|nic| nic.address.clone())
     }
 
     /// Revokes every token issued (the next requests need new ones).
@@ -262,31 +281,42 @@ impl World {
         let Ok(id) = ResourceId::parse(&vm.id) else {
             return;
         };
-        let os_disk = &vm.body["properties"]["storageProfile"]["osDisk"];
-        let name = os_disk["name"]
-            .as_str()
-            .map(str::to_string)
-            .unwrap_or_else(|| format!("{}_OsDisk_1", id.name));
-        let disk_id = ResourceId::new(
-            &id.subscription,
-            &id.resource_group,
-            ResourceType::Disk,
-            &name,
-        );
-        let disk_key = disk_id.to_string().to_lowercase();
-        self.resources.entry(disk_key).or_insert_with(|| Stored {
-            id: disk_id.to_string(),
-            kind: ResourceType::Disk,
-            body: json!({
-                "location": vm.body["location"],
-                "properties": {"diskSizeGB": os_disk["diskSizeGB"].as_i64().unwrap_or(30)},
-                "tags": vm.body.get("tags").cloned().unwrap_or(json!({})),
-            }),
-            state: "Succeeded".into(),
-            custom_data: None,
-            address: None,
-            vm_id: None,
-        });
+        let storage = &vm.body["properties"]["storageProfile"];
+        let mut disks = vec![(
+            storage["osDisk"]["name"]
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("{}_OsDisk_1", id.name)),
+            storage["osDisk"]["diskSizeGB"].as_i64().unwrap_or(30),
+        )];
+        for disk in storage["dataDisks"].as_array().cloned().unwrap_or_default() {
+            if let Some(name) = disk["name"].as_str() {
+                disks.push((name.to_string(), disk["diskSizeGB"].as_i64().unwrap_or(0)));
+            }
+        }
+        for (name, size) in disks {
+            let disk_id = ResourceId::new(
+                &id.subscription,
+                &id.resource_group,
+                ResourceType::Disk,
+                &name,
+            );
+            let disk_key = disk_id.to_string().to_lowercase();
+            self.resources.entry(disk_key).or_insert_with(|| Stored {
+                id: disk_id.to_string(),
+                kind: ResourceType::Disk,
+                body: json!({
+                    "location": vm.body["location"],
+                    "properties": {"diskSizeGB": size},
+                    "tags": vm.body.get("tags").cloned().unwrap_or(json!({})),
+                }),
+                state: "Succeeded".into(),
+                custom_data: None,
+                custom_data_sent: None,
+                address: None,
+                vm_id: None,
+            });
+        }
     }
 
     /// Removes a resource and what goes with it.
@@ -568,13 +598,21 @@ impl World {
                     .into_iter()
                     .find(|vm| {
                         let disk_name = stored.id.rsplit('/').next().unwrap_or_default();
-                        let os = vm.body["properties"]["storageProfile"]["osDisk"]["name"]
+                        let storage = &vm.body["properties"]["storageProfile"];
+                        let os = storage["osDisk"]["name"]
                             .as_str()
                             .map(str::to_string)
                             .unwrap_or_else(|| {
                                 format!("{}_OsDisk_1", vm.id.rsplit('/').next().unwrap_or_default())
                             });
                         os.eq_ignore_ascii_case(disk_name)
+                            || storage["dataDisks"].as_array().is_some_and(|d| {
+                                d.iter().any(|d| {
+                                    d["name"]
+                                        .as_str()
+                                        .is_some_and(|n| n.eq_ignore_ascii_case(disk_name))
+                                })
+                            })
                     });
                 properties["diskState"] = json!(if vm.is_some() {
                     "Attached"
@@ -851,6 +889,7 @@ impl ArmServer {
             fastrand_u64()
         );
         world.tokens.push(token.clone());
+        world.issued.push(token.clone());
         respond(
             200,
             &json!({
@@ -1216,9 +1255,11 @@ impl ArmServer {
             ));
         }
         let mut custom_data = None;
+        let mut custom_data_sent = None;
         if id.kind == ResourceType::VirtualMachine {
             if let Some(data) = body["properties"]["osProfile"]["customData"].as_str() {
                 custom_data = Some(format!("{:x}", fnv(data.as_bytes())));
+                custom_data_sent = Some(data.to_string());
             }
             if let Some(existing) = &existing
                 && custom_data.is_some()
@@ -1287,7 +1328,10 @@ impl ArmServer {
                 kind: id.kind,
                 body,
                 state: state.into(),
-                custom_data: custom_data.or_else(|| existing.and_then(|e| e.custom_data)),
+                custom_data: custom_data
+                    .or_else(|| existing.as_ref().and_then(|e| e.custom_data.clone())),
+                custom_data_sent: custom_data_sent
+                    .or_else(|| existing.as_ref().and_then(|e| e.custom_data_sent.clone())),
                 address,
                 vm_id,
             },

@@ -42,7 +42,13 @@ impl ModelChecker {
                  azure-models` and export the variable it prints"
             )
         });
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/arm_models/checker.py");
+        // This crate's, or its parent's (the provider's, for the manager binary's tests).
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let script = [manifest, manifest.parent().unwrap_or(manifest)]
+            .into_iter()
+            .map(|dir| dir.join("tests/arm_models/checker.py"))
+            .find(|path| path.exists())
+            .unwrap_or_else(|| manifest.join("tests/arm_models/checker.py"));
         let mut child = Command::new(&python)
             .arg(&script)
             .stdin(Stdio::piped())
