@@ -1,13 +1,27 @@
-//! The Azure infrastructure provider: virtual machines, virtual networks and load balancers over
-//! ARM REST, with long-running operations and `Retry-After` handling.
+//! The Azure infrastructure provider: virtual machines, virtual networks and a Standard load
+//! balancer over ARM REST, with long-running operations that never block a reconcile.
 //!
-//! **Under construction.** What exists: [`api`], the provider's kinds (CAPZ-shaped, with CAPZ's
-//! webhook checks as schema constraints and CEL rules) and their CRDs; [`arm`], the ARM
-//! resources it manages — api-versions, resource IDs and typed bodies, checked in its tests
-//! against Azure's own models; [`credentials`], a service principal's client credentials from
-//! an `identityRef` Secret, never shown; [`token`], Resource Manager tokens from Microsoft Entra
-//! ID through `azure_identity` (its cache, the provider's TLS client, no SDK retries). The ARM client, the actuators and the `azure-manager` binary are
-//! not written yet; nothing here reconciles anything.
+//! - [`api`]: `AzureCluster`, `AzureClusterTemplate`, `AzureMachine`, `AzureMachineTemplate`
+//!   (group `infrastructure.capi-rs.dev`, CAPZ's field names, CAPZ's webhook checks as schema
+//!   constraints and CEL rules) and their CRDs;
+//! - [`arm`]: the ARM resources the provider manages — pinned api-versions, resource IDs and
+//!   typed bodies checked in the tests against Azure's own models — its client ([`arm::Arm`],
+//!   mockable with feature `mock`; [`arm::ArmClient`] over the provider's https client) and what
+//!   an ARM refusal means for a reconcile ([`arm::error`]);
+//! - [`credentials`], [`token`] and [`connector`]: a service principal from an `identityRef`
+//!   Secret, Resource Manager tokens from Microsoft Entra ID through `azure_identity` (its cache,
+//!   no SDK retries), one client per Secret version;
+//! - [`operations`]: long-running operations recorded in status and resumed by the next
+//!   reconcile, whichever manager runs it; [`resource`]: one resource made as wanted, or
+//!   deleted, without waiting;
+//! - [`naming`]: CAPZ's names and tags of everything the provider makes — deterministic, so a
+//!   replayed PUT is the same resource;
+//! - [`cluster`] and [`machine`]: the [`ClusterActuator`](capi_core::ClusterActuator) and the
+//!   [`Actuator`](capi_core::Actuator); [`lookup`]: a machine's `AzureCluster`.
+//!
+//! No maintained Rust management-plane SDK for Compute and Network exists, so the provider
+//! models the few resources it uses itself ([`arm`] says why and how they are checked).
+//! The `azure-manager` binary (package `provider-azure-bin`) runs the actuators in a `Manager`.
 
 pub mod api;
 pub mod arm;
