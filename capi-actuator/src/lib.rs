@@ -48,6 +48,7 @@ pub mod call_retry;
 pub mod cluster;
 pub mod events;
 pub mod informer;
+pub mod infra_cluster;
 mod instrument;
 pub mod machine;
 pub mod manager;

@@ -131,3 +131,44 @@ pub fn tail(path: &Path, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
+
+/// The last 30 warnings and errors of the JSON log at `path` (for a failure message).
+pub fn warnings(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(r#""level":"WARN""#) || l.contains(r#""level":"ERROR""#))
+        .collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
+/// The machines of `machines` split into control plane and workers, when there are exactly
+/// `control_plane` + `workers` of them and every one is `Running` with a provider ID and not
+/// being deleted; otherwise `Err` with each machine's phase.
+pub async fn running_machines(
+    machines: &kube::Api<capi_core::api::Machine>,
+    control_plane: usize,
+    workers: usize,
+) -> Result<(Vec<capi_core::api::Machine>, Vec<capi_core::api::Machine>), String> {
+    use kube::ResourceExt;
+    let all = machines
+        .list(&kube::api::ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?
+        .items;
+    let phases: Vec<String> = all
+        .iter()
+        .map(|m| format!("{}: {:?}", m.name_any(), m.phase()))
+        .collect();
+    let ready = all.iter().all(|m| {
+        m.metadata.deletion_timestamp.is_none()
+            && m.phase() == Some(capi_core::api::MachinePhase::Running)
+            && m.spec.provider_id.is_some()
+    });
+    let (planes, nodes): (Vec<_>, Vec<_>) = all.into_iter().partition(|m| m.is_control_plane());
+    if ready && planes.len() == control_plane && nodes.len() == workers {
+        Ok((planes, nodes))
+    } else {
+        Err(format!("machines: {phases:?}"))
+    }
+}

@@ -25,15 +25,10 @@ pub trait ClusterLookup: Send + Sync {
 
 /// The name of the `AzureCluster` a `Cluster`'s `infrastructureRef` names.
 pub fn infrastructure_name(cluster: &Cluster) -> Option<String> {
-    cluster
-        .spec
-        .infrastructure_ref
-        .as_ref()
-        .filter(|r| r.kind == "AzureCluster")
-        .map(|r| r.name.clone())
+    capi_actuator::infra_cluster::named::<AzureCluster>(cluster)
 }
 
-/// [`ClusterLookup`] on the management cluster.
+/// [`ClusterLookup`] on the management cluster ([`capi_actuator::infra_cluster::find`]).
 pub struct ApiClusterLookup(pub kube::Client);
 
 #[async_trait]
@@ -44,31 +39,6 @@ impl ClusterLookup for ApiClusterLookup {
         cluster: &str,
         named: Option<String>,
     ) -> Result<AzureCluster, ActuatorError> {
-        let api: kube::Api<AzureCluster> = kube::Api::namespaced(self.0.clone(), namespace);
-        let unreadable = |e| ActuatorError::transient("AzureClusterUnreadable", e);
-        if let Some(name) = named
-            && let Some(found) = api.get_opt(&name).await.map_err(unreadable)?
-        {
-            return Ok(found);
-        }
-        let labelled = api
-            .list(
-                &kube::api::ListParams::default()
-                    .labels(&format!("{}={cluster}", capi_core::labels::CLUSTER_NAME)),
-            )
-            .await
-            .map_err(unreadable)?;
-        if let Some(found) = labelled.items.into_iter().next() {
-            return Ok(found);
-        }
-        api.get_opt(cluster)
-            .await
-            .map_err(unreadable)?
-            .ok_or_else(|| {
-                ActuatorError::transient_message(
-                    "WaitingForAzureCluster",
-                    format!("no AzureCluster of cluster {namespace}/{cluster} yet"),
-                )
-            })
+        capi_actuator::infra_cluster::find(&self.0, namespace, cluster, named).await
     }
 }

@@ -63,26 +63,7 @@ impl ClusterLookup for ApiClusterLookup {
         namespace: &str,
         cluster: &str,
     ) -> Result<OpenStackCluster, ActuatorError> {
-        let api: kube::Api<OpenStackCluster> = kube::Api::namespaced(self.0.clone(), namespace);
-        let labelled = api
-            .list(
-                &kube::api::ListParams::default()
-                    .labels(&format!("{}={cluster}", capi_core::labels::CLUSTER_NAME)),
-            )
-            .await
-            .map_err(|e| ActuatorError::transient("OpenStackClusterUnreadable", e))?;
-        if let Some(found) = labelled.items.into_iter().next() {
-            return Ok(found);
-        }
-        api.get_opt(cluster)
-            .await
-            .map_err(|e| ActuatorError::transient("OpenStackClusterUnreadable", e))?
-            .ok_or_else(|| {
-                ActuatorError::transient_message(
-                    "WaitingForOpenStackCluster",
-                    format!("no OpenStackCluster of cluster {namespace}/{cluster} yet"),
-                )
-            })
+        capi_actuator::infra_cluster::find(&self.0, namespace, cluster, None).await
     }
 }
 

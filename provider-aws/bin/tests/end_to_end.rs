@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use capi_control_plane::api::KubeadmControlPlane;
-use capi_core::api::{Cluster, Machine, MachineDeployment, MachinePhase};
+use capi_core::api::{Cluster, Machine, MachineDeployment};
 use capi_testing::TestEnv;
 use capi_testing::deployed;
 use capi_testing::envtest::ControlPlane;
@@ -91,7 +91,7 @@ impl World {
                 Err(state) if started.elapsed() > WITHIN => panic!(
                     "{what}: not within {WITHIN:?}: {state}\n{}\n--- aws-manager's last warnings\n{}",
                     self.conditions().await,
-                    warnings(&self.manager_log)
+                    deployed::warnings(&self.manager_log)
                 ),
                 Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
             }
@@ -162,46 +162,6 @@ impl World {
 
     fn machines(&self) -> Api<Machine> {
         Api::namespaced(self.client.clone(), &self.namespace)
-    }
-}
-
-/// The last 30 warnings and errors of the log at `path`.
-fn warnings(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text
-        .lines()
-        .filter(|l| l.contains(r#""level":"WARN""#) || l.contains(r#""level":"ERROR""#))
-        .collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
-}
-
-/// The machines `Running` with a provider ID, split into control plane and workers; `Err`
-/// unless there are exactly `control_plane` + `workers` machines and all of them are.
-async fn running(
-    machines: &Api<Machine>,
-    control_plane: usize,
-    workers: usize,
-) -> Result<(Vec<Machine>, Vec<Machine>), String> {
-    let all = machines
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| e.to_string())?
-        .items;
-    let phases: Vec<String> = all
-        .iter()
-        .map(|m| format!("{}: {:?}", m.name_any(), m.phase()))
-        .collect();
-    let ready = all.iter().all(|m| {
-        m.metadata.deletion_timestamp.is_none()
-            && m.phase() == Some(MachinePhase::Running)
-            && m.spec.provider_id.is_some()
-    });
-    let (planes, nodes): (Vec<Machine>, Vec<Machine>) =
-        all.into_iter().partition(|m| m.is_control_plane());
-    if ready && planes.len() == control_plane && nodes.len() == workers {
-        Ok((planes, nodes))
-    } else {
-        Err(format!("machines: {phases:?}"))
     }
 }
 
@@ -398,7 +358,7 @@ async fn the_manager_builds_scales_and_tears_down_a_kubeadm_cluster_on_moto() {
     let machines = world.machines();
     let (control_plane, workers) = world
         .until("3 control-plane machines and 2 workers Running", || {
-            running(&machines, 3, 2)
+            deployed::running_machines(&machines, 3, 2)
         })
         .await;
     let kcps: Api<KubeadmControlPlane> = Api::namespaced(client.clone(), &namespace);
@@ -527,7 +487,7 @@ async fn the_manager_builds_scales_and_tears_down_a_kubeadm_cluster_on_moto() {
     .unwrap();
     let (control_plane, workers) = world
         .until("1 control-plane machine and 1 worker left", || {
-            running(&machines, 1, 1)
+            deployed::running_machines(&machines, 1, 1)
         })
         .await;
     assert!(workers.iter().all(|m| m.name_any() != doomed));
