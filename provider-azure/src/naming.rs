@@ -218,6 +218,17 @@ impl ClusterNaming {
         tags
     }
 
+    /// The `<namespace>/<name>` of another cluster of this name whose resource `tags` mark
+    /// (CAPZ's ownership tag names the cluster without its namespace).
+    pub fn claimed_by_other(&self, tags: &serde_json::Value) -> Option<String> {
+        let capz_owned = tags[format!("{CAPZ_CLUSTER_TAG_PREFIX}{}", self.name)]
+            .as_str()
+            .is_some_and(|v| v.eq_ignore_ascii_case(OWNED));
+        let cluster = tags[CLUSTER_TAG].as_str()?;
+        (capz_owned && cluster != format!("{}/{}", self.namespace, self.name))
+            .then(|| cluster.to_string())
+    }
+
     /// Whether `tags` (an ARM resource's `tags` object) mark it as this cluster's.
     pub fn owns(&self, tags: &serde_json::Value) -> bool {
         let owned = tags[format!("{CAPZ_CLUSTER_TAG_PREFIX}{}", self.name)]

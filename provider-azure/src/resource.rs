@@ -36,12 +36,19 @@ pub enum Foreign {
     /// Use it as found, never change it (a resource group or network the user brought).
     UseAsFound,
     /// Make it as wanted (a resource without tags, such as a subnet of the cluster's own
-    /// network, or one whose name only the cluster uses).
+    /// network).
     Converge,
+    /// Refuse it: a resource of that name must be the cluster's (a machine's NIC or public
+    /// IP), and another's is never taken over.
+    Refuse,
 }
 
-/// A resource's provisioning state, as ARM answered it.
+/// A resource's provisioning state, as ARM answered it: `Succeeded` when a body has none (a
+/// resource ARM makes at once), `Unknown` — in progress — when there is no body at all.
 pub fn provisioning_state(body: &Value) -> ProvisioningState {
+    if body.is_null() {
+        return ProvisioningState("Unknown".into());
+    }
     ProvisioningState(
         body["properties"]["provisioningState"]
             .as_str()
@@ -50,8 +57,10 @@ pub fn provisioning_state(body: &Value) -> ProvisioningState {
     )
 }
 
-/// Whether `current` says everything `desired` says (strings compared without case, as ARM
-/// does; arrays element by element, in order; properties ARM adds ignored).
+/// Whether `current` says everything `desired` says: strings compared without case, as ARM
+/// does; properties ARM (or anyone else) adds ignored; an array of scalars the same set; an
+/// array of objects with each wanted element in it, in any order, beside elements others added
+/// (rules the cloud provider adds to a security group, pools it adds a NIC to).
 pub fn contains(current: &Value, desired: &Value) -> bool {
     match (current, desired) {
         (Value::Object(current), Value::Object(desired)) => desired.iter().all(|(key, want)| {
@@ -61,14 +70,101 @@ pub fn contains(current: &Value, desired: &Value) -> bool {
                 .is_some_and(|(_, have)| contains(have, want))
         }),
         (Value::Array(current), Value::Array(desired)) => {
-            current.len() == desired.len()
-                && current
-                    .iter()
-                    .zip(desired)
-                    .all(|(have, want)| contains(have, want))
+            let objects = desired.iter().any(Value::is_object);
+            desired
+                .iter()
+                .all(|want| current.iter().any(|have| contains(have, want)))
+                && (objects
+                    || current
+                        .iter()
+                        .all(|have| desired.iter().any(|want| contains(have, want))))
         }
         (Value::String(have), Value::String(want)) => have.eq_ignore_ascii_case(want),
         (have, want) => have == want,
+    }
+}
+
+/// The arrays whose elements others add to, which a PUT keeps: a security group's rules (by
+/// name) and a NIC configuration's backend pools (by ID).
+const SHARED_ARRAYS: [(&str, &str); 2] = [
+    ("securityRules", "name"),
+    ("loadBalancerBackendAddressPools", "id"),
+];
+
+/// `desired`, with the elements of [`SHARED_ARRAYS`] that `current` has and `desired` does not
+/// name kept (without their read-only properties): a PUT must not delete what others added.
+pub fn keep_shared(desired: &Value, current: &Value) -> Value {
+    fn strip(value: &mut Value) {
+        if let Value::Object(map) = value {
+            map.remove("provisioningState");
+            map.remove("etag");
+            map.values_mut().for_each(strip);
+        }
+    }
+    match (desired, current) {
+        (Value::Object(want), Value::Object(have)) => Value::Object(
+            want.iter()
+                .map(|(key, value)| {
+                    let found = have.iter().find(|(k, _)| k.eq_ignore_ascii_case(key));
+                    let merged = match (SHARED_ARRAYS.iter().find(|(a, _)| a == key), value, found)
+                    {
+                        (
+                            Some((_, by)),
+                            Value::Array(wanted),
+                            Some((_, Value::Array(existing))),
+                        ) => {
+                            let mut out = wanted.clone();
+                            for element in existing {
+                                let id = element[*by].as_str().unwrap_or_default();
+                                let named = wanted.iter().any(|w| {
+                                    w[*by].as_str().is_some_and(|n| n.eq_ignore_ascii_case(id))
+                                });
+                                if !named && !id.is_empty() {
+                                    let mut kept = if *by == "id" {
+                                        serde_json::json!({"id": id})
+                                    } else {
+                                        element.clone()
+                                    };
+                                    strip(&mut kept);
+                                    out.push(kept);
+                                }
+                            }
+                            Value::Array(out)
+                        }
+                        (_, value, Some((_, existing))) => keep_shared(value, existing),
+                        (_, value, None) => value.clone(),
+                    };
+                    (key.clone(), merged)
+                })
+                .collect(),
+        ),
+        (Value::Array(want), Value::Array(have)) if want.len() == have.len() => Value::Array(
+            want.iter()
+                .zip(have)
+                .map(|(w, h)| keep_shared(w, h))
+                .collect(),
+        ),
+        (want, _) => want.clone(),
+    }
+}
+
+/// Refuses a resource another cluster of the same name (in another namespace) made.
+fn not_anothers(
+    naming: &ClusterNaming,
+    id: &ResourceId,
+    what: &str,
+    body: &Value,
+) -> Result<(), ActuatorError> {
+    match naming.claimed_by_other(&body["tags"]) {
+        Some(other) => Err(ActuatorError::transient_message(
+            "ResourceOfAnotherCluster",
+            format!(
+                "{what} {} belongs to cluster {other}, not {}/{}; give this cluster its own \
+                 spec.resourceGroup (or names)",
+                id.name, naming.namespace, naming.name
+            ),
+        )),
+        None => Ok(()),
     }
 }
 
@@ -92,7 +188,9 @@ pub async fn ensure(
         .get(id)
         .await
         .map_err(|e| e.into_actuator(&format!("reading {what} {}", id.name)))?;
+    let mut body = desired.clone();
     if let Some(current) = current {
+        not_anothers(naming, id, what, &current)?;
         let state = provisioning_state(&current);
         if state.0.eq_ignore_ascii_case("Deleting") {
             return Ok(Step::Waiting(format!(
@@ -100,12 +198,23 @@ pub async fn ensure(
                 id.name
             )));
         }
-        if foreign == Foreign::UseAsFound && !naming.owns(&current["tags"]) {
+        let ours = naming.owns(&current["tags"]);
+        if foreign == Foreign::UseAsFound && !ours {
             return Ok(if state.in_progress() {
                 waiting()
             } else {
                 Step::Ready(current)
             });
+        }
+        if foreign == Foreign::Refuse && !ours {
+            return Err(ActuatorError::transient_message(
+                "ResourceNotOwned",
+                format!(
+                    "{what} {} exists and is not cluster {}/{}'s; it is never taken over — \
+                     delete or rename it",
+                    id.name, naming.namespace, naming.name
+                ),
+            ));
         }
         if state.in_progress() {
             return Ok(waiting());
@@ -116,9 +225,10 @@ pub async fn ensure(
         if state.failed() {
             tracing::info!(resource = %id, "the last operation on it failed; putting it again");
         }
+        body = keep_shared(desired, &current);
     }
     let accepted = arm
-        .put(id, desired)
+        .put(id, &body)
         .await
         .map_err(|e| e.into_actuator(&format!("creating or updating {what} {}", id.name)))?;
     let state = provisioning_state(&accepted.body);
@@ -155,6 +265,7 @@ pub async fn remove(
     if let Some(naming) = naming
         && !naming.owns(&current["tags"])
     {
+        // Not the cluster's (perhaps a same-named cluster's in another namespace): left alone.
         return Ok(Removal::Gone);
     }
     if provisioning_state(&current)

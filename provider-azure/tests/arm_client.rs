@@ -237,7 +237,8 @@ async fn dependent_resources_cannot_be_deleted_and_references_must_exist() {
     ]}});
     let refused = client.put(&missing, &dangling).await.unwrap_err();
     assert_eq!(refused.code, "InvalidResourceReference");
-    assert_eq!(refused.class(), ErrorClass::Invalid);
+    // Retried: what it refers to may yet be made.
+    assert_eq!(refused.class(), ErrorClass::Transient);
     server.assert_clean();
 }
 
@@ -290,6 +291,61 @@ async fn only_https_and_only_issued_tokens() {
     .unwrap();
     let refused = client.get(&group()).await.unwrap_err();
     assert_eq!(refused.code, "CredentialsRefused");
+    // The token endpoint echoes what it was sent; the error must not.
+    assert!(refused.to_string().contains("AADSTS7000215"), "{refused}");
     assert!(!refused.to_string().contains("not-the-secret-at-all"));
+    server.assert_clean();
+}
+
+#[tokio::test]
+async fn an_operation_followed_by_its_location_alone_ends_as_arm_says() {
+    let (server, client) = setup().await;
+    client
+        .put(&group(), &json!({"location": "westeurope"}))
+        .await
+        .unwrap();
+    server.faults(|f| f.location_only = true);
+    let accepted = client.put(&vnet(), &vnet_body()).await.unwrap();
+    let url = accepted.operation.unwrap().polling_url;
+    assert!(url.contains("/operationResults/"), "{url}");
+    assert_eq!(
+        client.poll(&url).await.unwrap(),
+        Poll::InProgress {
+            retry_after: Some(Duration::from_secs(1))
+        }
+    );
+    assert_eq!(until_done(&client, &url).await, Poll::Succeeded);
+
+    server.faults(|f| {
+        f.fail_operation
+            .push(Target::of("PUT", ResourceType::NetworkSecurityGroup));
+    });
+    let nsg = ResourceId::new(
+        SUB,
+        "rg-demo",
+        ResourceType::NetworkSecurityGroup,
+        "demo-nsg",
+    );
+    let accepted = client
+        .put(
+            &nsg,
+            &json!({"location": "westeurope", "properties": {"securityRules": []}}),
+        )
+        .await
+        .unwrap();
+    let Poll::Failed(error) = until_done(&client, &accepted.operation.unwrap().polling_url).await
+    else {
+        panic!("the operation was to fail");
+    };
+    assert_eq!(error.code, "InternalOperationError");
+
+    let Deletion::Started(deleting) = client.delete(&vnet()).await.unwrap() else {
+        panic!("deleting");
+    };
+    assert_eq!(
+        until_done(&client, &deleting.polling_url).await,
+        Poll::Succeeded
+    );
+    assert_eq!(client.get(&vnet()).await.unwrap(), None);
     server.assert_clean();
 }

@@ -145,8 +145,9 @@ fn names(server: &ArmServer, kind: ResourceType) -> BTreeSet<String> {
         .collect()
 }
 
-/// Fails if `text` (what `source` shows a user) holds the client secret or a token.
-fn assert_nothing_secret(source: &str, text: &str, server: &ArmServer) {
+/// Fails if `text` (what `source` shows a user) holds the client secret, a token or a VM's
+/// bootstrap data (`customData`).
+fn assert_nothing_secret(source: &str, text: &str, server: &ArmServer, custom_data: &[String]) {
     assert!(
         !text.contains(SECRET),
         "{source} contains the client secret"
@@ -161,6 +162,12 @@ fn assert_nothing_secret(source: &str, text: &str, server: &ArmServer) {
         !text.contains("Bearer ey"),
         "{source} contains a bearer token"
     );
+    for data in custom_data {
+        assert!(
+            !text.contains(data.as_str()),
+            "{source} contains a VM's customData"
+        );
+    }
 }
 
 /// The cluster as `capictl generate cluster e2e --infrastructure azure --flavor
@@ -456,6 +463,21 @@ async fn the_manager_builds_and_tears_down_a_kubeadm_cluster_on_the_arm_test_ser
         "{endpoint:?}"
     );
 
+    // What the VMs booted with, to look for in what a user sees.
+    let custom_data: Vec<String> = {
+        let world = server.world.lock().unwrap();
+        world
+            .of_kind(ResourceType::VirtualMachine)
+            .iter()
+            .filter_map(|vm| world.custom_data(&vm.id))
+            .collect()
+    };
+    assert_eq!(
+        custom_data.len(),
+        5,
+        "every VM was created with its bootstrap data"
+    );
+
     // Nothing a user sees in the objects' status holds a credential or token.
     let mut shown = serde_json::to_string(&cluster.status).unwrap();
     for machine in control_plane.iter().chain(&workers) {
@@ -470,7 +492,7 @@ async fn the_manager_builds_and_tears_down_a_kubeadm_cluster_on_the_arm_test_ser
         .unwrap();
     shown.push_str(&serde_json::to_string(&azure_cluster.status).unwrap());
     shown.push_str(&serde_json::to_string(&kcps.get(&kcp_name).await.unwrap().status).unwrap());
-    assert_nothing_secret("the objects' status", &shown, &server);
+    assert_nothing_secret("the objects' status", &shown, &server, &custom_data);
 
     // Delete the cluster: nothing is left in the server.
     Api::<Cluster>::namespaced(client.clone(), &namespace)
@@ -509,6 +531,7 @@ async fn the_manager_builds_and_tears_down_a_kubeadm_cluster_on_the_arm_test_ser
         "the events",
         &serde_json::to_string(&events.items).unwrap(),
         &server,
+        &custom_data,
     );
     world.manager.start_kill().unwrap();
     let _ = world.manager.wait().await;
@@ -521,7 +544,7 @@ async fn the_manager_builds_and_tears_down_a_kubeadm_cluster_on_the_arm_test_ser
         logs.contains(&namespace) && logs.contains(r#""target":"provider_azure::machine""#),
         "the logs cover the provider's reconciles"
     );
-    assert_nothing_secret("the managers' logs", &logs, &server);
+    assert_nothing_secret("the managers' logs", &logs, &server, &custom_data);
     server.assert_clean();
     let requests = server.world.lock().unwrap().requests.len();
     println!(

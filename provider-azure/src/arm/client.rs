@@ -286,14 +286,22 @@ impl ArmClient {
             .bytes()
             .await
             .map_err(|e| ArmError::unanswered(redaction.apply(&error_chain(&e))))?;
-        let value = if bytes.is_empty() {
-            Value::Null
+        let parsed = if bytes.is_empty() {
+            Ok(Value::Null)
         } else {
-            serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+            serde_json::from_slice(&bytes)
         };
         if status >= 400 {
+            let value = parsed.unwrap_or(Value::Null);
             return Err(refusal(status, &headers, &value, &redaction));
         }
+        let value = parsed.map_err(|e| {
+            ArmError::new(
+                Some(status),
+                "InvalidResponse",
+                format!("ARM answered HTTP {status} with a body that is not JSON: {e}"),
+            )
+        })?;
         Ok((status, headers, value))
     }
 
@@ -413,6 +421,12 @@ impl Arm for ArmClient {
         {
             Ok(answer) => answer,
             Err(error) if error.status == Some(404) => return Ok(Poll::Vanished),
+            // A `Location` URL answers a failed operation with its error status. Taking any
+            // other refusal for a failure is safe: the operation is dropped and the resource's
+            // own state read again.
+            Err(error) if error.status.is_some_and(|s| s >= 400 && s != 429) => {
+                return Ok(Poll::Failed(error));
+            }
             Err(error) => return Err(error),
         };
         let wait = retry_after(&headers);

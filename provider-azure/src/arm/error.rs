@@ -109,9 +109,15 @@ impl ArmError {
             || code.contains("limitexceeded")
             || (code == "operationnotallowed"
                 && self.message.to_ascii_lowercase().contains("quota"));
+        // Something the request refers to is missing or not ready: made out of band, or not
+        // yet — retried, never a latched invalid configuration.
+        let missing = code.ends_with("notfound")
+            || code == "invalidresourcereference"
+            || code == "referencedresourcenotprovisioned";
         match self.status {
             Some(429) => ErrorClass::Throttled(self.retry_after.unwrap_or(DEFAULT_THROTTLE_WAIT)),
             _ if quota => ErrorClass::Quota,
+            Some(400 | 409 | 422) if missing => ErrorClass::Transient,
             _ if code.contains("inuse")
                 || self.code_is(&["AnotherOperationInProgress", "RetryableError", "Conflict"]) =>
             {
@@ -264,6 +270,18 @@ mod tests {
         assert_eq!(actuator.reason(), "InvalidParameter");
         assert!(actuator.to_string().contains("imageReference.sku"));
         assert_eq!(invalid_reason("bad code!"), "InvalidRequest");
+        // What the request refers to is missing: retried.
+        for code in [
+            "InvalidResourceReference",
+            "PlatformImageNotFound",
+            "ResourceGroupNotFound",
+        ] {
+            assert_eq!(
+                error(400, code, "").class(),
+                ErrorClass::Transient,
+                "{code}"
+            );
+        }
     }
 
     #[test]

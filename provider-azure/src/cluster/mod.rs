@@ -188,7 +188,8 @@ async fn reconcile_network(
             .await
             .map_err(|e| e.into_actuator("reading the virtual network's resource group"))?;
         if found.is_none() {
-            return Err(ActuatorError::invalid_configuration(
+            // Retried: creating the group does not change the AzureCluster.
+            return Err(ActuatorError::transient_message(
                 "VnetResourceGroupNotFound",
                 format!(
                     "spec.networkSpec.vnet.resourceGroup {} does not exist; create it, or leave \
@@ -212,22 +213,26 @@ async fn reconcile_network(
     )
     .await?;
     Pass::wait(&mut pass.network_waiting, &vnet);
-    let vnet_owned = vnet.ready().is_some_and(|v| ctx.naming.owns(&v["tags"]));
+    // A network being made is the cluster's; one found untagged is the user's, whose subnets
+    // (and their security groups) the provider uses as they are and never changes.
+    let vnet_owned = vnet.ready().is_none_or(|v| ctx.naming.owns(&v["tags"]));
     let mut groups = Vec::new();
-    for role in SubnetRole::ALL {
-        let id = ctx.security_group_id(role);
-        let step = ensure(
-            arm,
-            ops,
-            &ctx.naming,
-            Foreign::UseAsFound,
-            &id,
-            &ctx.security_group_body(role),
-            "network security group",
-        )
-        .await?;
-        Pass::wait(&mut pass.network_waiting, &step);
-        groups.push((role, id, step));
+    if vnet_owned {
+        for role in SubnetRole::ALL {
+            let id = ctx.security_group_id(role);
+            let step = ensure(
+                arm,
+                ops,
+                &ctx.naming,
+                Foreign::UseAsFound,
+                &id,
+                &ctx.security_group_body(role),
+                "network security group",
+            )
+            .await?;
+            Pass::wait(&mut pass.network_waiting, &step);
+            groups.push((role, id, step));
+        }
     }
     let pip_id = ctx.public_ip_id();
     let pip = ensure(
@@ -245,39 +250,71 @@ async fn reconcile_network(
     // The subnets, once their network and security group are there.
     if vnet.ready().is_some() {
         pass.status.vnet = Some(resource_status(&vnet_id));
-        for (role, group_id, group) in &groups {
-            if group.ready().is_none() {
-                pass.network_waiting.push(format!(
-                    "the {} subnet waits for its security group",
-                    role.as_str()
-                ));
-                continue;
+        if vnet_owned {
+            for (role, group_id, group) in &groups {
+                if group.ready().is_none() {
+                    pass.network_waiting.push(format!(
+                        "the {} subnet waits for its security group",
+                        role.as_str()
+                    ));
+                    continue;
+                }
+                let id = ctx.subnet_id(*role);
+                let step = ensure(
+                    arm,
+                    ops,
+                    &ctx.naming,
+                    Foreign::Converge,
+                    &id,
+                    &ctx.subnet_body(*role),
+                    "subnet",
+                )
+                .await?;
+                Pass::wait(&mut pass.network_waiting, &step);
+                if step.ready().is_some() {
+                    pass.status.subnets.push(SubnetStatus {
+                        id: id.to_string(),
+                        name: id.name.clone(),
+                        role: *role,
+                        cidr_blocks: ctx.subnet_cidrs(*role),
+                        security_group_id: Some(group_id.to_string()),
+                    });
+                }
             }
-            let id = ctx.subnet_id(*role);
-            let foreign = if vnet_owned {
-                Foreign::Converge
-            } else {
-                Foreign::UseAsFound
-            };
-            let step = ensure(
-                arm,
-                ops,
-                &ctx.naming,
-                foreign,
-                &id,
-                &ctx.subnet_body(*role),
-                "subnet",
-            )
-            .await?;
-            Pass::wait(&mut pass.network_waiting, &step);
-            if step.ready().is_some() {
-                pass.status.subnets.push(SubnetStatus {
-                    id: id.to_string(),
-                    name: id.name.clone(),
-                    role: *role,
-                    cidr_blocks: ctx.subnet_cidrs(*role),
-                    security_group_id: Some(group_id.to_string()),
-                });
+        } else {
+            for role in SubnetRole::ALL {
+                let id = ctx.subnet_id(role);
+                let found = arm
+                    .get(&id)
+                    .await
+                    .map_err(|e| e.into_actuator(&format!("reading subnet {}", id.name)))?;
+                match found {
+                    Some(subnet) => {
+                        let properties = &subnet["properties"];
+                        let mut cidrs: Vec<String> = properties["addressPrefixes"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|c| c.as_str().map(str::to_string))
+                            .collect();
+                        cidrs.extend(properties["addressPrefix"].as_str().map(str::to_string));
+                        pass.status.subnets.push(SubnetStatus {
+                            id: id.to_string(),
+                            name: id.name.clone(),
+                            role,
+                            cidr_blocks: cidrs,
+                            security_group_id: properties["networkSecurityGroup"]["id"]
+                                .as_str()
+                                .map(str::to_string),
+                        });
+                    }
+                    None => pass.network_waiting.push(format!(
+                        "subnet {} does not exist in virtual network {}, which is not this \
+                         cluster's: create it (the provider never changes a network it does not \
+                         own)",
+                        id.name, vnet_id.name
+                    )),
+                }
             }
         }
     } else {

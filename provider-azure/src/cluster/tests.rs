@@ -433,3 +433,145 @@ fn the_default_bodies_match_capz() {
     assert!(c.security_rules(SubnetRole::Node).is_empty());
     let _ = ResourceType::ALL;
 }
+
+#[tokio::test]
+async fn a_same_named_clusters_resources_in_another_namespace_are_refused() {
+    let (arm, state) = fake();
+    let other = ClusterNaming::new("other", "demo");
+    let c = ctx();
+    {
+        let mut st = lock(&state);
+        let mut group = c.group_body();
+        group["tags"] = serde_json::to_value(other.tags(
+            crate::naming::Role::Common,
+            "demo",
+            &Default::default(),
+        ))
+        .unwrap_or_default();
+        st.insert(&c.group_id(), group);
+    }
+    let error = actuator(arm)
+        .reconcile(&scope_of(azure_cluster(json!({}))))
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("another cluster's"));
+    assert_eq!(error.reason(), "ResourceOfAnotherCluster");
+    assert!(error.to_string().contains("other/demo"), "{error}");
+    assert!(lock(&state).calls("PUT").is_empty());
+}
+
+#[tokio::test]
+async fn in_a_network_it_does_not_own_it_makes_no_subnet_or_security_group_and_deletes_nothing_of_it()
+ {
+    let (arm, state) = fake();
+    let c = ctx();
+    {
+        let mut st = lock(&state);
+        st.insert(&c.group_id(), c.group_body());
+        st.insert(
+            &c.vnet_id(),
+            json!({"location": "westeurope", "tags": {}, "properties": {"addressSpace": {"addressPrefixes": ["10.0.0.0/8"]}}}),
+        );
+        st.insert(
+            &c.subnet_id(SubnetRole::ControlPlane),
+            json!({"properties": {"addressPrefix": "10.0.0.0/16"}}),
+        );
+    }
+    let actuator = actuator(arm);
+    let reported = actuator
+        .reconcile(&scope_of(azure_cluster(json!({}))))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!reported.provisioned);
+    let network = reported
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "NetworkInfrastructureReady")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        network.contains("demo-node-subnet does not exist"),
+        "{network}"
+    );
+    let puts = lock(&state).calls("PUT");
+    assert!(
+        !puts
+            .iter()
+            .any(|p| p.ends_with("-subnet") || p.ends_with("-nsg") || p == "demo-vnet"),
+        "{puts:?}"
+    );
+    assert_eq!(
+        reported.provider_status.fields()["network"]["subnets"][0]["cidrBlocks"],
+        json!(["10.0.0.0/16"])
+    );
+    // Teardown: the owned group goes whole; the user's network is never touched on its own.
+    lock(&state).slow_delete = false;
+    let _ = actuator.delete(&scope_of(azure_cluster(json!({})))).await;
+    let deleted = lock(&state).calls("DELETE");
+    assert!(
+        !deleted
+            .iter()
+            .any(|d| d == "demo-vnet" || d.ends_with("-subnet")),
+        "{deleted:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_rule_others_added_is_kept_and_does_not_make_the_group_drift() {
+    let (arm, state) = fake();
+    let c = ctx();
+    let id = c.security_group_id(SubnetRole::Node);
+    {
+        let mut st = lock(&state);
+        st.insert(&c.group_id(), c.group_body());
+        let mut nsg = c.security_group_body(SubnetRole::ControlPlane);
+        if let Some(rules) = nsg["properties"]["securityRules"].as_array_mut() {
+            rules.push(json!({"name": "k8s-azure-lb_allow_IPv4_80", "properties": {
+                "protocol": "Tcp", "access": "Allow", "priority": 500, "direction": "Inbound",
+                "provisioningState": "Succeeded"}}));
+        }
+        nsg["properties"]["provisioningState"] = json!("Succeeded");
+        st.insert(&c.security_group_id(SubnetRole::ControlPlane), nsg);
+        // The node group lacks a rule the spec wants: put, with the added one kept.
+        let mut node = c.security_group_body(SubnetRole::Node);
+        node["properties"]["securityRules"] = json!([{"name": "k8s-azure-lb_allow_IPv4_443",
+            "properties": {"protocol": "Tcp", "access": "Allow", "priority": 501,
+                           "direction": "Inbound", "provisioningState": "Succeeded"}}]);
+        st.insert(&id, node);
+    }
+    let mut cluster = azure_cluster(json!({}));
+    cluster.spec.network_spec.subnets = vec![crate::api::SubnetSpec {
+        name: "demo-node-subnet".into(),
+        role: SubnetRole::Node,
+        security_group: Some(crate::api::SecurityGroup {
+            security_rules: vec![crate::api::SecurityRule {
+                name: "allow_node_port".into(),
+                priority: Some(2300),
+                destination_ports: Some("30000-32767".into()),
+                ..crate::api::SecurityRule::default()
+            }],
+            ..crate::api::SecurityGroup::default()
+        }),
+        ..crate::api::SubnetSpec::default()
+    }];
+    let _ = actuator(arm).reconcile(&scope_of(cluster)).await;
+    let st = lock(&state);
+    let puts = st.calls("PUT");
+    assert!(
+        !puts.contains(&"demo-controlplane-nsg".to_string()),
+        "{puts:?}"
+    );
+    assert!(puts.contains(&"demo-node-nsg".to_string()), "{puts:?}");
+    let node = st.get(&id).cloned().unwrap_or_default();
+    let names: Vec<&str> = node["properties"]["securityRules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        vec!["allow_node_port", "k8s-azure-lb_allow_IPv4_443"]
+    );
+    assert!(node["properties"]["securityRules"][1]["properties"]["provisioningState"].is_null());
+}

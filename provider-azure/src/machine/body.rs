@@ -97,8 +97,9 @@ pub fn image_reference(
     }
 }
 
-/// The SSH key: the spec's (base64 of an `authorized_keys` line), else an Ed25519 key nobody
-/// holds — derived from the machine's idempotency key, so that every PUT of the VM is the same.
+/// The SSH key: the spec's (base64 of an `authorized_keys` line), else an Ed25519 public key
+/// whose private half nobody holds — derived from the machine's idempotency key, so that every
+/// PUT of the VM is the same.
 pub fn ssh_key(spec_key: Option<&str>, idempotency_key: &str) -> Result<String, ActuatorError> {
     if let Some(encoded) = spec_key.filter(|k| !k.is_empty()) {
         let decoded = base64::engine::general_purpose::STANDARD
@@ -113,9 +114,17 @@ pub fn ssh_key(spec_key: Option<&str>, idempotency_key: &str) -> Result<String, 
             })?;
         return Ok(decoded.trim().to_string());
     }
-    let point = Sha256::digest(format!("unheld-ssh-key/{idempotency_key}").as_bytes());
+    // A real Ed25519 key from a seed derived from the key (so every PUT of the VM is the same),
+    // whose private half is dropped here and never stored anywhere.
+    let seed = Sha256::digest(format!("unheld-ssh-key/{idempotency_key}").as_bytes());
+    let pair = ring::signature::Ed25519KeyPair::from_seed_unchecked(&seed).map_err(|_| {
+        ActuatorError::transient_message("SSHKeyUnavailable", "could not derive an SSH key")
+    })?;
+    let public = ring::signature::KeyPair::public_key(&pair)
+        .as_ref()
+        .to_vec();
     let mut blob = Vec::new();
-    for part in [b"ssh-ed25519".as_slice(), point.as_slice()] {
+    for part in [b"ssh-ed25519".as_slice(), public.as_slice()] {
         blob.extend_from_slice(&u32::try_from(part.len()).unwrap_or(0).to_be_bytes());
         blob.extend_from_slice(part);
     }

@@ -53,9 +53,12 @@ pub const PROVIDER_ID_PREFIX: &str = "azure://";
 /// How soon a deletion looks again.
 const DELETE_POLL: Duration = Duration::from_secs(5);
 
-/// The provider ID of the VM `id`.
+/// The provider ID of the VM `id`, as the Azure cloud provider sets it on the node: the
+/// resource group in lower case (CAPZ does the same, so that the Machine finds its Node).
 pub fn provider_id(id: &ResourceId) -> String {
-    format!("{PROVIDER_ID_PREFIX}{id}")
+    let mut lowered = id.clone();
+    lowered.resource_group = id.resource_group.to_lowercase();
+    format!("{PROVIDER_ID_PREFIX}{lowered}")
 }
 
 /// One reconcile of one machine.
@@ -300,6 +303,25 @@ impl AzureMachineActuator {
         Ok(reported)
     }
 
+    /// Refuses a VM of the machine's name that is not the cluster's: never reported, changed
+    /// or deleted as this machine's.
+    fn ours(ctx: &Ctx, vm: &Value) -> Result<(), ActuatorError> {
+        if ctx.cluster.naming.owns(&vm["tags"]) {
+            return Ok(());
+        }
+        Err(ActuatorError::transient_message(
+            "VMNotOwned",
+            format!(
+                "a virtual machine named {} exists in resource group {} and is not cluster \
+                 {}/{}'s; it is never taken over — delete or rename it",
+                ctx.names.vm,
+                ctx.cluster.resource_group,
+                ctx.cluster.naming.namespace,
+                ctx.cluster.naming.name
+            ),
+        ))
+    }
+
     /// The bootstrap data as `customData`, within Azure's limit.
     fn custom_data(scope: &MachineScope<AzureMachine>) -> Result<String, ActuatorError> {
         let Some(bootstrap) = &scope.bootstrap_data else {
@@ -351,7 +373,7 @@ impl AzureMachineActuator {
                 arm,
                 operations,
                 naming,
-                Foreign::Converge,
+                Foreign::Refuse,
                 &ctx.public_ip_id(),
                 &ctx.machine_public_ip_body(),
                 "public IP address",
@@ -369,7 +391,7 @@ impl AzureMachineActuator {
             arm,
             operations,
             naming,
-            Foreign::Converge,
+            Foreign::Refuse,
             &ctx.nic_id(),
             &ctx.nic_body(),
             "network interface",
@@ -429,6 +451,7 @@ impl Actuator<AzureMachine> for AzureMachineActuator {
         let Some(vm) = vm else {
             return Ok(None);
         };
+        Self::ours(&ctx, &vm)?;
         let reported = Self::report(&ctx, &vm, &operations).await?;
         self.found
             .lock()
@@ -494,7 +517,7 @@ impl Actuator<AzureMachine> for AzureMachineActuator {
                 arm,
                 &mut operations,
                 &ctx.cluster.naming,
-                Foreign::Converge,
+                Foreign::Refuse,
                 &ctx.nic_id(),
                 &ctx.nic_body(),
                 "network interface",
@@ -522,26 +545,42 @@ impl Actuator<AzureMachine> for AzureMachineActuator {
                 format!("waiting for {what} to be deleted"),
             )
         };
-        // The VM first; what it leaves behind once it is gone.
+        // The VM first; what it leaves behind once it is gone. Only what is the cluster's: a
+        // VM of the machine's name that is another's is left alone, and so are its disks.
+        let naming = &ctx.cluster.naming;
         let vm = ctx.vm_id();
-        match remove(arm, None, &vm)
+        let found = arm
+            .get(&vm)
             .await
-            .map_err(|e| e.into_actuator("deleting the virtual machine"))?
-        {
-            Removal::Gone => {}
-            Removal::Deleting => return Err(deleting(&format!("virtual machine {}", vm.name))),
-            Removal::Refused(error) => {
-                return Err(error.into_actuator("deleting the virtual machine"));
+            .map_err(|e| e.into_actuator("reading the virtual machine"))?;
+        let foreign = found.as_ref().is_some_and(|v| !naming.owns(&v["tags"]));
+        if foreign {
+            tracing::warn!(vm = %vm.name, "a virtual machine of this name is not the cluster's; left alone");
+        } else {
+            match remove(arm, Some(naming), &vm)
+                .await
+                .map_err(|e| e.into_actuator("deleting the virtual machine"))?
+            {
+                Removal::Gone => {}
+                Removal::Deleting => {
+                    return Err(deleting(&format!("virtual machine {}", vm.name)));
+                }
+                Removal::Refused(error) => {
+                    return Err(error.into_actuator("deleting the virtual machine"));
+                }
             }
         }
         let mut left = Vec::new();
-        let mut others = vec![ctx.nic_id()];
+        let mut others = vec![(ctx.nic_id(), Some(naming))];
         if ctx.infra.spec.allocate_public_ip {
-            others.push(ctx.public_ip_id());
+            others.push((ctx.public_ip_id(), Some(naming)));
         }
-        others.extend(ctx.disk_ids());
-        for id in others {
-            match remove(arm, None, &id).await {
+        // Disks by name: an OS disk made from the image carries no tags of its own.
+        if !foreign {
+            others.extend(ctx.disk_ids().into_iter().map(|id| (id, None)));
+        }
+        for (id, owner) in others {
+            match remove(arm, owner, &id).await {
                 Ok(Removal::Gone) => {}
                 Ok(Removal::Deleting) => left.push(format!("{} (being deleted)", id.name)),
                 Ok(Removal::Refused(error)) => left.push(format!("{} ({error})", id.name)),
@@ -551,7 +590,6 @@ impl Actuator<AzureMachine> for AzureMachineActuator {
                 Err(error) => left.push(format!("{} ({error})", id.name)),
             }
         }
-        // Only the machine's own public IP: the NIC releases it first.
         if left.is_empty() {
             tracing::info!(vm = %vm.name, "virtual machine, network interface and disks deleted");
             return Ok(());

@@ -84,6 +84,17 @@ fn lock(state: &Arc<Mutex<State>>) -> std::sync::MutexGuard<'_, State> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// `body` with the cluster's tags, as the provider makes everything.
+fn ours(mut body: serde_json::Value) -> serde_json::Value {
+    let tags = crate::naming::ClusterNaming::new("ns", "demo").tags(
+        crate::naming::Role::Node,
+        "x",
+        &Default::default(),
+    );
+    body["tags"] = serde_json::to_value(tags).unwrap_or_default();
+    body
+}
+
 fn id(kind: ResourceType, name: &str) -> ResourceId {
     ResourceId::new(SUB, "demo", kind, name)
 }
@@ -218,13 +229,17 @@ async fn a_running_vm_is_reported_with_its_addresses_and_zone() {
         let mut st = lock(&state);
         st.insert(
             &id(ResourceType::VirtualMachine, VM),
-            json!({"zones": ["2"], "properties": {"provisioningState": "Succeeded",
+            ours(
+                json!({"zones": ["2"], "properties": {"provisioningState": "Succeeded",
                    "hardwareProfile": {"vmSize": "Standard_D2s_v3"}}}),
+            ),
         );
         st.insert(
             &id(ResourceType::NetworkInterface, &format!("{VM}-nic")),
-            json!({"properties": {"ipConfigurations": [{"name": "pipConfig",
+            ours(
+                json!({"properties": {"ipConfigurations": [{"name": "pipConfig",
                    "properties": {"privateIPAddress": "10.1.0.5"}}]}}),
+            ),
         );
     }
     let actuator = actuator(arm);
@@ -280,7 +295,7 @@ async fn a_vm_whose_provisioning_failed_is_put_again() {
         let mut st = lock(&state);
         st.insert(
             &id(ResourceType::VirtualMachine, VM),
-            json!({"properties": {"provisioningState": "Failed"}}),
+            ours(json!({"properties": {"provisioningState": "Failed"}})),
         );
         st.poll = Some(Poll::Failed(ArmError::new(
             Some(200),
@@ -363,11 +378,11 @@ async fn deletion_removes_the_vm_then_whatever_it_left_behind() {
         st.slow_delete = true;
         st.insert(
             &id(ResourceType::VirtualMachine, VM),
-            json!({"properties": {"provisioningState": "Succeeded"}}),
+            ours(json!({"properties": {"provisioningState": "Succeeded"}})),
         );
         st.insert(
             &id(ResourceType::NetworkInterface, &format!("{VM}-nic")),
-            json!({"properties": {}}),
+            ours(json!({"properties": {}})),
         );
         st.insert(
             &id(ResourceType::Disk, &format!("{VM}_OSDisk")),
@@ -417,5 +432,64 @@ async fn deletion_removes_the_vm_then_whatever_it_left_behind() {
             format!("{VM}_OSDisk"),
             format!("{VM}_etcddisk")
         ]
+    );
+}
+
+#[tokio::test]
+async fn a_vm_of_the_machines_name_that_is_not_the_clusters_is_never_taken_over() {
+    let (arm, state) = fake();
+    {
+        let mut st = lock(&state);
+        st.insert(
+            &id(ResourceType::VirtualMachine, VM),
+            json!({"tags": {"owner": "someone"}, "properties": {"provisioningState": "Succeeded"}}),
+        );
+        st.insert(
+            &id(ResourceType::Disk, &format!("{VM}_OSDisk")),
+            json!({"properties": {}}),
+        );
+        st.insert(
+            &id(ResourceType::NetworkInterface, &format!("{VM}-nic")),
+            json!({"tags": {"owner": "someone"}, "properties": {}}),
+        );
+    }
+    let actuator = actuator(arm);
+    let error = actuator
+        .exists(&scope(false))
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("refused"));
+    assert_eq!(error.reason(), "VMNotOwned");
+    actuator
+        .delete(&scope(false))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        lock(&state).calls("DELETE").is_empty(),
+        "nothing of another's deleted"
+    );
+    // Nor is a NIC of the machine's name that is another's put over.
+    lock(&state).resources.remove(
+        &id(ResourceType::VirtualMachine, VM)
+            .to_string()
+            .to_lowercase(),
+    );
+    let error = actuator
+        .create(&scope(false))
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("refused"));
+    assert_eq!(error.reason(), "ResourceNotOwned");
+    assert!(lock(&state).calls("PUT").is_empty());
+}
+
+#[test]
+fn the_provider_id_has_the_resource_group_in_lower_case_as_the_cloud_provider_sets_it() {
+    let vm = ResourceId::new(SUB, "MyRG", ResourceType::VirtualMachine, "m-0");
+    assert_eq!(
+        provider_id(&vm),
+        format!(
+            "azure:///subscriptions/{SUB}/resourceGroups/myrg/providers/Microsoft.Compute/virtualMachines/m-0"
+        )
     );
 }

@@ -100,6 +100,10 @@ pub struct Faults {
     pub slow: Vec<(Target, Duration)>,
     /// Answer every request with this many writes left in the subscription's budget.
     pub remaining_writes: Option<u64>,
+    /// Operations are followed by their `Location` URL only (no `Azure-AsyncOperation`), which
+    /// answers `202` while under way, the resource (`200`) or nothing (`204`) once done, and the
+    /// operation's error status when it failed.
+    pub location_only: bool,
 }
 
 impl Default for Faults {
@@ -113,6 +117,7 @@ impl Default for Faults {
             lose_response: Vec::new(),
             slow: Vec::new(),
             remaining_writes: None,
+            location_only: false,
         }
     }
 }
@@ -204,6 +209,7 @@ impl World {
                 m == method
                     && ResourceId::parse(path).is_ok_and(|id| id.kind == kind)
                     && !path.contains("/operations/")
+                    && !path.contains("/operationResults/")
             })
             .count()
     }
@@ -872,11 +878,16 @@ impl ArmServer {
             || form.get("client_secret").map(String::as_str) != Some(SECRET)
             || form.get("grant_type").map(String::as_str) != Some("client_credentials")
         {
+            // Entra ID does not echo the secret; this server does, so that a client which
+            // failed to redact it would be caught.
+            let tried = form.get("client_secret").cloned().unwrap_or_default();
             return respond(
                 401,
                 &json!({
                     "error": "invalid_client",
-                    "error_description": "AADSTS7000215: Invalid client secret provided.",
+                    "error_description": format!(
+                        "AADSTS7000215: Invalid client secret provided ('{tried}')."
+                    ),
                 }),
                 &[],
             );
@@ -927,6 +938,9 @@ impl ArmServer {
         }
         if path.contains("/operations/") {
             return Ok(self.operation_status(path).await);
+        }
+        if path.contains("/operationResults/") {
+            return Ok(self.operation_result(path).await);
         }
         let id = match ResourceId::parse(path) {
             Ok(id) => id,
@@ -1100,11 +1114,63 @@ impl ArmServer {
             },
         );
         let url = self.operation_url(id, &op);
+        if world.faults.location_only {
+            return vec![
+                (
+                    "location",
+                    url.replace("/operations/", "/operationResults/"),
+                ),
+                ("retry-after", "1".into()),
+            ];
+        }
         vec![
             ("azure-asyncoperation", url.clone()),
             ("location", url),
             ("retry-after", "1".into()),
         ]
+    }
+
+    /// A `Location` URL: `202` while under way; the resource or `204` once done; the error's
+    /// status when failed.
+    async fn operation_result(&self, path: &str) -> Response<Full<Bytes>> {
+        let op_id = path.rsplit('/').next().unwrap_or_default().to_string();
+        let (op, body) = {
+            let mut world = self.world.lock().unwrap();
+            world.tick();
+            let op = world.operations.get(&op_id).cloned();
+            let body = op
+                .as_ref()
+                .and_then(|op| world.resources.get(&op.target))
+                .map(|stored| (stored.kind, world.answer(stored)));
+            (op, body)
+        };
+        let Some(op) = op.filter(|op| !op.vanished) else {
+            return self
+                .error(
+                    404,
+                    None,
+                    "OperationNotFound",
+                    "The operation was not found.",
+                )
+                .await;
+        };
+        match (op.ended, &op.outcome, body) {
+            (false, _, _) => respond(202, &Value::Null, &[("retry-after", "1".to_string())]),
+            (true, Outcome::Fail, body) => {
+                self.error(
+                    500,
+                    body.map(|(kind, _)| kind),
+                    "InternalOperationError",
+                    "The operation failed on the test server, as asked.",
+                )
+                .await
+            }
+            (true, Outcome::Succeed, Some((kind, body))) if !op.delete => {
+                self.answer(200, kind.model(), body, &[], "operation result")
+                    .await
+            }
+            (true, Outcome::Succeed, _) => respond(204, &Value::Null, &[]),
+        }
     }
 
     async fn operation_status(&self, path: &str) -> Response<Full<Bytes>> {
