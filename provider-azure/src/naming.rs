@@ -181,6 +181,16 @@ impl ClusterNaming {
             .unwrap_or_else(|| format!("pip-{}-apiserver", self.name))
     }
 
+    /// The node subnet's NAT gateway (CAPZ's default): `<cluster>-node-natgw`.
+    pub fn nat_gateway(&self) -> String {
+        format!("{}-node-natgw", self.name)
+    }
+
+    /// The NAT gateway's public IP: `pip-<cluster>-node-natgw`.
+    pub fn nat_gateway_ip(&self) -> String {
+        format!("pip-{}", self.nat_gateway())
+    }
+
     /// The public IP's DNS label: the spec's DNS name's first label, else
     /// `<cluster>-<6 hex digits of the cluster's namespace/name>` (unique per cluster within a
     /// location, and the same on every reconcile).

@@ -35,6 +35,8 @@ pub enum ResourceType {
     PublicIpAddress,
     /// `Microsoft.Network/loadBalancers`.
     LoadBalancer,
+    /// `Microsoft.Network/natGateways`.
+    NatGateway,
     /// `Microsoft.Network/networkInterfaces`.
     NetworkInterface,
     /// `Microsoft.Compute/virtualMachines`.
@@ -54,13 +56,14 @@ pub const RESOURCES_API_VERSION: &str = "2025-04-01";
 
 impl ResourceType {
     /// Every kind, children after their parents.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 10] = [
         Self::ResourceGroup,
         Self::VirtualNetwork,
         Self::Subnet,
         Self::NetworkSecurityGroup,
         Self::PublicIpAddress,
         Self::LoadBalancer,
+        Self::NatGateway,
         Self::NetworkInterface,
         Self::VirtualMachine,
         Self::Disk,
@@ -77,6 +80,7 @@ impl ResourceType {
             | Self::NetworkSecurityGroup
             | Self::PublicIpAddress
             | Self::LoadBalancer
+            | Self::NatGateway
             | Self::NetworkInterface => NETWORK_API_VERSION,
         }
     }
@@ -99,6 +103,7 @@ impl ResourceType {
             Self::NetworkSecurityGroup => "networkSecurityGroups",
             Self::PublicIpAddress => "publicIPAddresses",
             Self::LoadBalancer => "loadBalancers",
+            Self::NatGateway => "natGateways",
             Self::NetworkInterface => "networkInterfaces",
             Self::VirtualMachine => "virtualMachines",
             Self::Disk => "disks",
@@ -114,6 +119,7 @@ impl ResourceType {
             Self::NetworkSecurityGroup => "securitygroups",
             Self::PublicIpAddress => "publicips",
             Self::LoadBalancer => "loadbalancers",
+            Self::NatGateway => "natgateways",
             Self::NetworkInterface => "interfaces",
             Self::VirtualMachine => "virtualmachine",
             Self::Disk => "disks",
@@ -138,6 +144,7 @@ impl ResourceType {
             Self::NetworkSecurityGroup => "network:NetworkSecurityGroup",
             Self::PublicIpAddress => "network:PublicIPAddress",
             Self::LoadBalancer => "network:LoadBalancer",
+            Self::NatGateway => "network:NatGateway",
             Self::NetworkInterface => "network:NetworkInterface",
             Self::VirtualMachine => "compute:VirtualMachine",
             Self::Disk => "compute:Disk",

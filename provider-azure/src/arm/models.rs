@@ -137,6 +137,9 @@ pub struct SubnetProperties {
     /// Its network security group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_security_group: Option<SubResource>,
+    /// Its NAT gateway (its outbound path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nat_gateway: Option<SubResource>,
     /// Read-only: the IP configurations (network interfaces) in it, which keep it from being
     /// deleted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -298,6 +301,42 @@ pub struct PublicIpAddress {
     pub zones: Vec<String>,
     /// Its properties.
     pub properties: PublicIpAddressProperties,
+}
+
+/// A NAT gateway's properties.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NatGatewayProperties {
+    /// Its public IP addresses (what its traffic leaves from).
+    #[serde(default)]
+    pub public_ip_addresses: Vec<SubResource>,
+    /// Minutes an idle flow is kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_in_minutes: Option<i32>,
+    /// Read-only: the subnets using it, which keep it from being deleted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subnets: Vec<SubResource>,
+    /// Read-only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioning_state: Option<ProvisioningState>,
+}
+
+/// A NAT gateway: the outbound path of a subnet whose machines have no public IP.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NatGateway {
+    /// Read-only.
+    #[serde(flatten)]
+    pub identity: Identity,
+    /// Its location.
+    pub location: String,
+    /// Its tags.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: Tags,
+    /// `Standard`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sku: Option<Sku>,
+    /// Its properties.
+    pub properties: NatGatewayProperties,
 }
 
 /// A load balancer's frontend IP configuration's properties.

@@ -7,10 +7,10 @@ use crate::api::{SecurityRule as SpecRule, SubnetRole};
 use crate::arm::models::{
     AddressSpace, BackendAddressPoolProperties, Child, DnsSettings,
     FrontendIpConfigurationProperties, LoadBalancer, LoadBalancerProperties,
-    LoadBalancingRuleProperties, NetworkSecurityGroup, NetworkSecurityGroupProperties,
-    ProbeProperties, PublicIpAddress, PublicIpAddressProperties, ResourceGroup, SecurityRule,
-    SecurityRuleProperties, Sku, SubResource, SubnetProperties, Tags, VirtualNetwork,
-    VirtualNetworkProperties,
+    LoadBalancingRuleProperties, NatGateway, NatGatewayProperties, NetworkSecurityGroup,
+    NetworkSecurityGroupProperties, ProbeProperties, PublicIpAddress, PublicIpAddressProperties,
+    ResourceGroup, SecurityRule, SecurityRuleProperties, Sku, SubResource, SubnetProperties, Tags,
+    VirtualNetwork, VirtualNetworkProperties,
 };
 use crate::arm::{ResourceId, ResourceType};
 use crate::naming::{DEFAULT_CONTROL_PLANE_CIDR, DEFAULT_NODE_CIDR, DEFAULT_VNET_CIDR, Role};
@@ -70,6 +70,56 @@ impl Ctx {
             ResourceType::PublicIpAddress,
             &self.naming.public_ip(&self.cluster),
         )
+    }
+
+    pub(crate) fn nat_gateway_id(&self) -> ResourceId {
+        ResourceId::new(
+            &self.subscription,
+            &self.naming.vnet_resource_group(&self.cluster),
+            ResourceType::NatGateway,
+            &self.naming.nat_gateway(),
+        )
+    }
+
+    pub(crate) fn nat_gateway_ip_id(&self) -> ResourceId {
+        ResourceId::new(
+            &self.subscription,
+            &self.naming.vnet_resource_group(&self.cluster),
+            ResourceType::PublicIpAddress,
+            &self.naming.nat_gateway_ip(),
+        )
+    }
+
+    pub(crate) fn nat_gateway_ip_body(&self) -> Value {
+        json(&PublicIpAddress {
+            location: self.cluster.spec.location.clone(),
+            tags: self.tags(Role::Common, &self.naming.nat_gateway_ip()),
+            sku: Some(Sku {
+                name: "Standard".into(),
+            }),
+            properties: PublicIpAddressProperties {
+                public_ip_allocation_method: "Static".into(),
+                public_ip_address_version: "IPv4".into(),
+                ..PublicIpAddressProperties::default()
+            },
+            ..PublicIpAddress::default()
+        })
+    }
+
+    pub(crate) fn nat_gateway_body(&self) -> Value {
+        json(&NatGateway {
+            location: self.cluster.spec.location.clone(),
+            tags: self.tags(Role::Common, &self.naming.nat_gateway()),
+            sku: Some(Sku {
+                name: "Standard".into(),
+            }),
+            properties: NatGatewayProperties {
+                public_ip_addresses: vec![SubResource::to(self.nat_gateway_ip_id())],
+                idle_timeout_in_minutes: Some(DEFAULT_IDLE_TIMEOUT),
+                ..NatGatewayProperties::default()
+            },
+            ..NatGateway::default()
+        })
     }
 
     pub(crate) fn load_balancer_id(&self) -> ResourceId {
@@ -143,6 +193,10 @@ impl Ctx {
             properties: Some(SubnetProperties {
                 address_prefixes: self.subnet_cidrs(role),
                 network_security_group: Some(SubResource::to(self.security_group_id(role))),
+                // The nodes' outbound path: they have no public IP and are in no load
+                // balancer (CAPZ's default).
+                nat_gateway: (role == SubnetRole::Node)
+                    .then(|| SubResource::to(self.nat_gateway_id())),
                 ..SubnetProperties::default()
             }),
             ..crate::arm::models::Subnet::default()

@@ -1,5 +1,6 @@
 //! The `AzureCluster` actuator: a cluster's resource group, virtual network, security groups,
-//! subnets, public IP and API server load balancer, made in CAPZ's order and taken down in
+//! subnets, the nodes' NAT gateway (their outbound path, CAPZ's default), public IP and API
+//! server load balancer, made in CAPZ's order and taken down in
 //! reverse — without ever waiting on ARM.
 //!
 //! Each reconcile reads the operations recorded in status ([`crate::operations`]), then walks
@@ -217,7 +218,34 @@ async fn reconcile_network(
     // (and their security groups) the provider uses as they are and never changes.
     let vnet_owned = vnet.ready().is_none_or(|v| ctx.naming.owns(&v["tags"]));
     let mut groups = Vec::new();
+    let mut nat = Step::Waiting("the NAT gateway waits for its public IP".into());
     if vnet_owned {
+        let nat_ip_id = ctx.nat_gateway_ip_id();
+        let nat_ip = ensure(
+            arm,
+            ops,
+            &ctx.naming,
+            Foreign::UseAsFound,
+            &nat_ip_id,
+            &ctx.nat_gateway_ip_body(),
+            "public IP address",
+        )
+        .await?;
+        Pass::wait(&mut pass.network_waiting, &nat_ip);
+        if nat_ip.ready().is_some() {
+            let nat_id = ctx.nat_gateway_id();
+            nat = ensure(
+                arm,
+                ops,
+                &ctx.naming,
+                Foreign::UseAsFound,
+                &nat_id,
+                &ctx.nat_gateway_body(),
+                "NAT gateway",
+            )
+            .await?;
+            Pass::wait(&mut pass.network_waiting, &nat);
+        }
         for role in SubnetRole::ALL {
             let id = ctx.security_group_id(role);
             let step = ensure(
@@ -257,6 +285,11 @@ async fn reconcile_network(
                         "the {} subnet waits for its security group",
                         role.as_str()
                     ));
+                    continue;
+                }
+                if *role == SubnetRole::Node && nat.ready().is_none() {
+                    pass.network_waiting
+                        .push("the node subnet waits for its NAT gateway".into());
                     continue;
                 }
                 let id = ctx.subnet_id(*role);
@@ -508,6 +541,20 @@ async fn teardown(ctx: &Ctx) -> Result<(), ActuatorError> {
                     &vnet_id,
                     remove(arm, Some(&ctx.naming), &vnet_id).await,
                 )?;
+                // Free of its subnet, the NAT gateway, then its address.
+                let nat = ctx.nat_gateway_id();
+                if note(
+                    "NAT gateway",
+                    &nat,
+                    remove(arm, Some(&ctx.naming), &nat).await,
+                )? {
+                    let nat_ip = ctx.nat_gateway_ip_id();
+                    note(
+                        "public IP address",
+                        &nat_ip,
+                        remove(arm, Some(&ctx.naming), &nat_ip).await,
+                    )?;
+                }
             }
         }
         for role in SubnetRole::ALL {

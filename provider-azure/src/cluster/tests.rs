@@ -129,6 +129,7 @@ async fn the_first_pass_starts_everything_that_does_not_wait_on_something_else()
         lock(&state).calls("PUT"),
         vec![
             "demo-vnet",
+            "pip-demo-node-natgw",
             "demo-controlplane-nsg",
             "demo-node-nsg",
             "pip-demo-apiserver"
@@ -138,7 +139,7 @@ async fn the_first_pass_starts_everything_that_does_not_wait_on_something_else()
         .as_array()
         .cloned()
         .unwrap_or_default();
-    assert_eq!(operations.len(), 4);
+    assert_eq!(operations.len(), 5);
     assert!(
         reported
             .conditions
@@ -215,6 +216,21 @@ async fn a_cluster_settles_with_the_public_ips_name_as_its_endpoint() {
     assert_eq!(
         subnet["properties"]["networkSecurityGroup"]["id"],
         c.security_group_id(SubnetRole::ControlPlane).to_string()
+    );
+    // The nodes' outbound path: the NAT gateway on their subnet, none on the control plane's.
+    let node_subnet = st
+        .get(&c.subnet_id(SubnetRole::Node))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        node_subnet["properties"]["natGateway"]["id"],
+        c.nat_gateway_id().to_string()
+    );
+    assert!(subnet["properties"]["natGateway"].is_null());
+    let nat = st.get(&c.nat_gateway_id()).cloned().unwrap_or_default();
+    assert_eq!(
+        nat["properties"]["publicIpAddresses"][0]["id"],
+        c.nat_gateway_ip_id().to_string()
     );
     let nsg = st
         .get(&c.security_group_id(SubnetRole::ControlPlane))
@@ -363,6 +379,8 @@ async fn in_a_group_it_does_not_own_it_deletes_its_own_resources_and_says_what_i
             ),
             (c.public_ip_id(), c.public_ip_body()),
             (c.load_balancer_id(), c.load_balancer_body()),
+            (c.nat_gateway_ip_id(), c.nat_gateway_ip_body()),
+            (c.nat_gateway_id(), c.nat_gateway_body()),
         ] {
             st.insert(&id, body);
         }
@@ -389,6 +407,10 @@ async fn in_a_group_it_does_not_own_it_deletes_its_own_resources_and_says_what_i
         // Past the refusal: the security groups too, but not the network its subnet holds.
         assert!(deleted.contains(&"demo-node-nsg".to_string()));
         assert!(!deleted.contains(&"demo-vnet".to_string()));
+        assert!(
+            !deleted.contains(&"demo-node-natgw".to_string()),
+            "still on its subnet"
+        );
         assert!(
             !deleted.contains(&"demo".to_string()),
             "never the group it does not own"

@@ -494,7 +494,29 @@ impl World {
                     }
                 }
             }
+            ResourceType::NatGateway => {
+                let subnets: Vec<Value> = self
+                    .of_kind(ResourceType::Subnet)
+                    .into_iter()
+                    .filter(|s| Self::refers(&s.body["properties"]["natGateway"], &id))
+                    .map(|s| json!({"id": s.id}))
+                    .collect();
+                if !subnets.is_empty() {
+                    properties["subnets"] = json!(subnets);
+                }
+            }
             ResourceType::PublicIpAddress => {
+                if let Some(gateway) =
+                    self.of_kind(ResourceType::NatGateway)
+                        .into_iter()
+                        .find(|g| {
+                            g.body["properties"]["publicIpAddresses"]
+                                .as_array()
+                                .is_some_and(|ips| ips.iter().any(|ip| Self::refers(ip, &id)))
+                        })
+                {
+                    properties["natGateway"] = json!({"id": gateway.id});
+                }
                 properties["ipAddress"] = json!(stored.address);
                 if let Some(label) = properties["dnsSettings"]["domainNameLabel"].as_str() {
                     let location = body["location"].as_str().unwrap_or_default();
@@ -1481,8 +1503,23 @@ impl ArmServer {
                     format!("Network security group {full} is in use by a subnet."),
                 );
             }
+            ResourceType::NatGateway => {
+                let answer = world.answer(&stored);
+                if let Some(subnet) = answer["properties"]["subnets"][0]["id"].as_str() {
+                    return in_use(
+                        "InUseNatGatewayCannotBeDeleted",
+                        format!("NAT gateway {full} is in use by subnet {subnet}."),
+                    );
+                }
+            }
             ResourceType::PublicIpAddress => {
                 let answer = world.answer(&stored);
+                if let Some(gateway) = answer["properties"]["natGateway"]["id"].as_str() {
+                    return in_use(
+                        "PublicIPAddressCannotBeDeleted",
+                        format!("Public IP address {full} is in use by NAT gateway {gateway}."),
+                    );
+                }
                 if let Some(user) = answer["properties"]["ipConfiguration"]["id"].as_str() {
                     return in_use(
                         "PublicIPAddressCannotBeDeleted",
@@ -1515,12 +1552,12 @@ fn collect_references(value: &Value, out: &mut Vec<String>) {
         Value::Object(map) => {
             for (key, v) in map {
                 match key.as_str() {
-                    "subnet" | "networkSecurityGroup" | "publicIPAddress" => {
+                    "subnet" | "networkSecurityGroup" | "publicIPAddress" | "natGateway" => {
                         if let Some(id) = v["id"].as_str() {
                             out.push(id.to_string());
                         }
                     }
-                    "loadBalancerBackendAddressPools" => {
+                    "loadBalancerBackendAddressPools" | "publicIpAddresses" => {
                         for pool in v.as_array().cloned().unwrap_or_default() {
                             if let Some(id) = pool["id"].as_str() {
                                 out.push(id.to_string());
