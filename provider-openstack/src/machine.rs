@@ -79,21 +79,7 @@ impl OpenStackMachineActuator {
     async fn context(&self, scope: &MachineScope<OpenStackMachine>) -> Result<Ctx, ActuatorError> {
         let machine = &scope.infra_machine;
         let namespace = machine.namespace().unwrap_or_default();
-        let cluster_name = machine
-            .labels()
-            .get(capi_core::labels::CLUSTER_NAME)
-            .cloned()
-            .or_else(|| Some(scope.machine.spec.cluster_name.clone()).filter(|n| !n.is_empty()))
-            .ok_or_else(|| {
-                ActuatorError::invalid_configuration(
-                    "NoClusterName",
-                    format!(
-                        "OpenStackMachine {} has no {} label and its Machine no spec.clusterName",
-                        machine.name_any(),
-                        capi_core::labels::CLUSTER_NAME
-                    ),
-                )
-            })?;
+        let cluster_name = scope.cluster_name()?;
         let cluster = self
             .clusters
             .openstack_cluster(&namespace, &cluster_name)
@@ -102,13 +88,7 @@ impl OpenStackMachineActuator {
             .connector
             .connect(&namespace, &cluster.spec.identity_ref)
             .await?;
-        let control_plane = machine
-            .labels()
-            .contains_key(capi_core::labels::MACHINE_CONTROL_PLANE)
-            || scope
-                .machine
-                .labels()
-                .contains_key(capi_core::labels::MACHINE_CONTROL_PLANE);
+        let control_plane = scope.is_control_plane();
         Ok(Ctx {
             clients,
             names: ClusterNames::new(&namespace, &cluster_name),

@@ -32,6 +32,45 @@ pub struct MachineScope<M> {
     pub idempotency_key: IdempotencyKey,
 }
 
+impl<M: kube::Resource<DynamicType = ()>> MachineScope<M> {
+    /// The name of the machine's cluster: the infrastructure machine's
+    /// `cluster.x-k8s.io/cluster-name` label, else the `Machine`'s `spec.clusterName`; an invalid
+    /// configuration naming both when neither says.
+    pub fn cluster_name(&self) -> Result<String, super::ActuatorError> {
+        use kube::ResourceExt;
+        self.infra_machine
+            .labels()
+            .get(crate::labels::CLUSTER_NAME)
+            .cloned()
+            .filter(|n| !n.is_empty())
+            .or_else(|| Some(self.machine.spec.cluster_name.clone()).filter(|n| !n.is_empty()))
+            .ok_or_else(|| {
+                super::ActuatorError::invalid_configuration(
+                    "NoClusterName",
+                    format!(
+                        "{} {} has no {} label and its Machine no spec.clusterName",
+                        M::kind(&()),
+                        self.infra_machine.name_any(),
+                        crate::labels::CLUSTER_NAME
+                    ),
+                )
+            })
+    }
+
+    /// Whether it is a control-plane machine: the `cluster.x-k8s.io/control-plane` label on the
+    /// infrastructure machine or on the `Machine`.
+    pub fn is_control_plane(&self) -> bool {
+        use kube::ResourceExt;
+        self.infra_machine
+            .labels()
+            .contains_key(crate::labels::MACHINE_CONTROL_PLANE)
+            || self
+                .machine
+                .labels()
+                .contains_key(crate::labels::MACHINE_CONTROL_PLANE)
+    }
+}
+
 impl<M> Clone for MachineScope<M> {
     fn clone(&self) -> Self {
         Self {
@@ -240,6 +279,58 @@ impl fmt::Debug for BootstrapData {
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+
+    fn scope_with(
+        infra_labels: &[(&str, &str)],
+        machine_labels: &[(&str, &str)],
+        cluster_name: &str,
+    ) -> MachineScope<Machine> {
+        let labels = |pairs: &[(&str, &str)]| {
+            Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<BTreeMap<_, _>>(),
+            )
+        };
+        let mut infra = Machine::default();
+        infra.metadata.name = Some("infra-0".into());
+        infra.metadata.labels = labels(infra_labels);
+        let mut machine = Machine::default();
+        machine.metadata.uid = Some("uid-1".into());
+        machine.metadata.labels = labels(machine_labels);
+        machine.spec.cluster_name = cluster_name.into();
+        MachineScope {
+            cluster: Arc::new(Cluster::default()),
+            idempotency_key: IdempotencyKey::from_owner_uid("uid-1")
+                .unwrap_or_else(|| panic!("a UID")),
+            machine: Arc::new(machine),
+            infra_machine: Arc::new(infra),
+            bootstrap_data: None,
+        }
+    }
+
+    #[test]
+    fn the_cluster_name_is_the_labels_else_the_machines_else_an_error_naming_both() {
+        let labelled = scope_with(&[(crate::labels::CLUSTER_NAME, "a")], &[], "b");
+        assert_eq!(labelled.cluster_name().ok().as_deref(), Some("a"));
+        let from_machine = scope_with(&[], &[], "b");
+        assert_eq!(from_machine.cluster_name().ok().as_deref(), Some("b"));
+        let neither = scope_with(&[], &[], "").cluster_name().err();
+        let message = neither.map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            message.contains("Machine infra-0") && message.contains("spec.clusterName"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_control_plane_machine_is_labelled_so_on_either_object() {
+        let label = [(crate::labels::MACHINE_CONTROL_PLANE, "")];
+        assert!(scope_with(&label, &[], "c").is_control_plane());
+        assert!(scope_with(&[], &label, "c").is_control_plane());
+        assert!(!scope_with(&[], &[], "c").is_control_plane());
+    }
 
     fn secret(entries: &[(&str, &[u8])]) -> Secret {
         let data: BTreeMap<String, ByteString> = entries

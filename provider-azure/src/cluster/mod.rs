@@ -1,7 +1,7 @@
 //! The `AzureCluster` actuator: a cluster's resource group, virtual network, security groups,
 //! subnets, the nodes' NAT gateway (their outbound path, CAPZ's default), public IP and API
-//! server load balancer, made in CAPZ's order and taken down in
-//! reverse — without ever waiting on ARM.
+//! server load balancer, made in CAPZ's order and taken down in reverse — without ever waiting
+//! on ARM.
 //!
 //! Each reconcile reads the operations recorded in status ([`crate::operations`]), then walks
 //! the resources: what is missing is PUT, what differs (or failed) is PUT again, what ARM is

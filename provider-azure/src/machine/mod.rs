@@ -162,21 +162,7 @@ impl AzureMachineActuator {
     async fn context(&self, scope: &MachineScope<AzureMachine>) -> Result<Ctx, ActuatorError> {
         let infra = &scope.infra_machine;
         let namespace = infra.namespace().unwrap_or_default();
-        let cluster_name = infra
-            .labels()
-            .get(capi_core::labels::CLUSTER_NAME)
-            .cloned()
-            .or_else(|| Some(scope.machine.spec.cluster_name.clone()).filter(|n| !n.is_empty()))
-            .ok_or_else(|| {
-                ActuatorError::invalid_configuration(
-                    "NoClusterName",
-                    format!(
-                        "AzureMachine {} has no {} label and its Machine no spec.clusterName",
-                        infra.name_any(),
-                        capi_core::labels::CLUSTER_NAME
-                    ),
-                )
-            })?;
+        let cluster_name = scope.cluster_name()?;
         let cluster = self
             .clusters
             .azure_cluster(
@@ -186,13 +172,7 @@ impl AzureMachineActuator {
             )
             .await?;
         let arm = self.connector.connect(&cluster).await?;
-        let control_plane = infra
-            .labels()
-            .contains_key(capi_core::labels::MACHINE_CONTROL_PLANE)
-            || scope
-                .machine
-                .labels()
-                .contains_key(capi_core::labels::MACHINE_CONTROL_PLANE);
+        let control_plane = scope.is_control_plane();
         let port = crate::cluster::api_server_port(&scope.cluster);
         let zone = infra
             .spec
