@@ -91,8 +91,9 @@ const SHARED_ARRAYS: [(&str, &str); 2] = [
     ("loadBalancerBackendAddressPools", "id"),
 ];
 
-/// `desired`, with the elements of [`SHARED_ARRAYS`] that `current` has and `desired` does not
-/// name kept (without their read-only properties): a PUT must not delete what others added.
+/// `desired`, with the elements of the shared arrays (a security group's rules, a NIC's backend
+/// pools) that `current` has and `desired` does not name kept (without their read-only
+/// properties): a PUT must not delete what others added.
 pub fn keep_shared(desired: &Value, current: &Value) -> Value {
     fn strip(value: &mut Value) {
         if let Value::Object(map) = value {
