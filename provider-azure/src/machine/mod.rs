@@ -120,8 +120,16 @@ impl Ctx {
 pub struct AzureMachineActuator {
     connector: Arc<dyn Connector>,
     clusters: Arc<dyn ClusterLookup>,
-    /// What `exists` found, by idempotency key, for the `update` that follows it.
-    found: Mutex<std::collections::HashMap<String, (Value, Operations)>>,
+    /// What `exists` found, by idempotency key, for the `create` or `update` that follows it in
+    /// the same reconcile (the operations are read and the VM and NIC fetched once).
+    found: Mutex<std::collections::HashMap<String, Observed>>,
+}
+
+/// What `exists` saw of a machine.
+struct Observed {
+    vm: Option<Value>,
+    nic: Option<Value>,
+    operations: Operations,
 }
 
 /// What the provider reports in `AzureMachine.status` beyond the contract.
@@ -133,20 +141,16 @@ struct MachineStatus {
 }
 
 fn vm_state(state: &str) -> Option<VmState> {
-    serde_json::from_value(Value::String(
-        match state.to_ascii_lowercase().as_str() {
-            "creating" => "Creating",
-            "updating" => "Updating",
-            "succeeded" => "Succeeded",
-            "failed" => "Failed",
-            "canceled" => "Canceled",
-            "deleting" => "Deleting",
-            "migrating" => "Migrating",
-            _ => return None,
-        }
-        .to_string(),
-    ))
-    .ok()
+    Some(match state.to_ascii_lowercase().as_str() {
+        "creating" => VmState::Creating,
+        "updating" => VmState::Updating,
+        "succeeded" => VmState::Succeeded,
+        "failed" => VmState::Failed,
+        "canceled" => VmState::Canceled,
+        "deleting" => VmState::Deleting,
+        "migrating" => VmState::Migrating,
+        _ => return None,
+    })
 }
 
 impl AzureMachineActuator {
@@ -193,10 +197,37 @@ impl AzureMachineActuator {
         })
     }
 
-    /// What the loop records of `vm`.
+    /// The machine's NIC, if it exists.
+    async fn nic(ctx: &Ctx) -> Result<Option<Value>, ActuatorError> {
+        ctx.cluster
+            .arm
+            .get(&ctx.nic_id())
+            .await
+            .map_err(|e| e.into_actuator("reading the network interface"))
+    }
+
+    /// What `exists` saw of the machine in this reconcile, else what ARM says now.
+    async fn observed(&self, ctx: &Ctx) -> Observed {
+        let stashed = self
+            .found
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&ctx.key);
+        match stashed {
+            Some(observed) => observed,
+            None => Observed {
+                vm: None,
+                nic: None,
+                operations: Operations::resume(ctx.cluster.arm.as_ref(), &ctx.recorded()).await,
+            },
+        }
+    }
+
+    /// What the loop records of `vm`, whose NIC is `nic`.
     async fn report(
         ctx: &Ctx,
         vm: &Value,
+        nic: Option<&Value>,
         operations: &Operations,
     ) -> Result<MachineInstance, ActuatorError> {
         let state = provisioning_state(vm);
@@ -235,13 +266,7 @@ impl AzureMachineActuator {
             type_: MachineAddressType::InternalDns,
             address: ctx.names.vm.clone(),
         }];
-        if let Some(nic) = ctx
-            .cluster
-            .arm
-            .get(&ctx.nic_id())
-            .await
-            .map_err(|e| e.into_actuator("reading the network interface"))?
-        {
+        if let Some(nic) = nic {
             for conf in nic["properties"]["ipConfigurations"]
                 .as_array()
                 .into_iter()
@@ -323,13 +348,14 @@ impl AzureMachineActuator {
         Ok(base64::engine::general_purpose::STANDARD.encode(data))
     }
 
-    /// PUTs the VM (create, or again after a failure) and records its operation.
+    /// PUTs the VM with `custom_data` (create, or again after a failure) and records its
+    /// operation.
     async fn put_vm(
         ctx: &Ctx,
-        scope: &MachineScope<AzureMachine>,
+        custom_data: String,
         operations: &mut Operations,
     ) -> Result<Value, ActuatorError> {
-        let body = ctx.vm_body(Some(Self::custom_data(scope)?))?;
+        let body = ctx.vm_body(Some(custom_data))?;
         let id = ctx.vm_id();
         let accepted = ctx
             .cluster
@@ -344,8 +370,9 @@ impl AzureMachineActuator {
         Ok(accepted.body)
     }
 
-    /// Makes what the VM needs first: its public IP (if asked for) and its NIC.
-    async fn prerequisites(ctx: &Ctx, operations: &mut Operations) -> Result<(), ActuatorError> {
+    /// Makes what the VM needs first: its public IP (if asked for) and its NIC, whose body it
+    /// returns.
+    async fn prerequisites(ctx: &Ctx, operations: &mut Operations) -> Result<Value, ActuatorError> {
         let arm = ctx.cluster.arm.as_ref();
         let naming = &ctx.cluster.naming;
         if ctx.infra.spec.allocate_public_ip {
@@ -377,14 +404,14 @@ impl AzureMachineActuator {
             "network interface",
         )
         .await?;
-        if let Step::Waiting(message) = step {
-            return Err(ActuatorError::requeue_after(
+        match step {
+            Step::Ready(nic) => Ok(nic),
+            Step::Waiting(message) => Err(ActuatorError::requeue_after(
                 operations.recheck(),
                 "WaitingForNetworkInterface",
                 message,
-            ));
+            )),
         }
-        Ok(())
     }
 }
 
@@ -428,16 +455,29 @@ impl Actuator<AzureMachine> for AzureMachineActuator {
             .get(&ctx.vm_id())
             .await
             .map_err(|e| e.into_actuator("reading the virtual machine"))?;
-        let Some(vm) = vm else {
-            return Ok(None);
+        let (reported, nic) = match &vm {
+            None => (None, None),
+            Some(vm) => {
+                Self::ours(&ctx, vm)?;
+                let nic = Self::nic(&ctx).await?;
+                (
+                    Some(Self::report(&ctx, vm, nic.as_ref(), &operations).await?),
+                    nic,
+                )
+            }
         };
-        Self::ours(&ctx, &vm)?;
-        let reported = Self::report(&ctx, &vm, &operations).await?;
         self.found
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(ctx.key.clone(), (vm, operations));
-        Ok(Some(reported))
+            .insert(
+                ctx.key.clone(),
+                Observed {
+                    vm,
+                    nic,
+                    operations,
+                },
+            );
+        Ok(reported)
     }
 
     async fn create(
@@ -445,12 +485,12 @@ impl Actuator<AzureMachine> for AzureMachineActuator {
         scope: &MachineScope<AzureMachine>,
     ) -> Result<MachineInstance, ActuatorError> {
         // No bootstrap data, nothing to do: said before any request.
-        Self::custom_data(scope)?;
+        let custom_data = Self::custom_data(scope)?;
         let ctx = self.context(scope).await?;
-        let mut operations = Operations::resume(ctx.cluster.arm.as_ref(), &ctx.recorded()).await;
-        Self::prerequisites(&ctx, &mut operations).await?;
-        let vm = Self::put_vm(&ctx, scope, &mut operations).await?;
-        Self::report(&ctx, &vm, &operations).await
+        let mut operations = self.observed(&ctx).await.operations;
+        let nic = Self::prerequisites(&ctx, &mut operations).await?;
+        let vm = Self::put_vm(&ctx, custom_data, &mut operations).await?;
+        Self::report(&ctx, &vm, Some(&nic), &operations).await
     }
 
     async fn update(
@@ -459,42 +499,37 @@ impl Actuator<AzureMachine> for AzureMachineActuator {
         _: &MachineInstance,
     ) -> Result<UpdateOutcome, ActuatorError> {
         let ctx = self.context(scope).await?;
-        let found = self
-            .found
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&ctx.key);
-        let (mut vm, mut operations) = match found {
-            Some(found) => found,
-            None => {
-                let operations =
-                    Operations::resume(ctx.cluster.arm.as_ref(), &ctx.recorded()).await;
-                let vm = ctx
-                    .cluster
-                    .arm
-                    .get(&ctx.vm_id())
-                    .await
-                    .map_err(|e| e.into_actuator("reading the virtual machine"))?
-                    .ok_or_else(|| {
-                        ActuatorError::transient_message(
-                            "VMNotFound",
-                            "the virtual machine vanished between the lookup and the update",
-                        )
-                    })?;
-                (vm, operations)
-            }
+        let Observed {
+            vm,
+            mut nic,
+            mut operations,
+        } = self.observed(&ctx).await;
+        let mut vm = match vm {
+            Some(vm) => vm,
+            None => ctx
+                .cluster
+                .arm
+                .get(&ctx.vm_id())
+                .await
+                .map_err(|e| e.into_actuator("reading the virtual machine"))?
+                .ok_or_else(|| {
+                    ActuatorError::transient_message(
+                        "VMNotFound",
+                        "the virtual machine vanished between the lookup and the update",
+                    )
+                })?,
         };
         let state = provisioning_state(&vm);
         if state.failed() && !operations.in_flight(&ctx.vm_id(), OperationType::Put) {
             // ARM recovers a VM whose provisioning failed by PUTting it again.
-            Self::prerequisites(&ctx, &mut operations).await?;
-            vm = Self::put_vm(&ctx, scope, &mut operations).await?;
+            let custom_data = Self::custom_data(scope)?;
+            nic = Some(Self::prerequisites(&ctx, &mut operations).await?);
+            vm = Self::put_vm(&ctx, custom_data, &mut operations).await?;
         } else if state.succeeded() {
             // A control-plane NIC missing from the backend pool (or otherwise drifted) is
             // put right.
-            let arm = ctx.cluster.arm.as_ref();
-            ensure(
-                arm,
+            let step = ensure(
+                ctx.cluster.arm.as_ref(),
                 &mut operations,
                 &ctx.cluster.naming,
                 Foreign::Refuse,
@@ -503,10 +538,16 @@ impl Actuator<AzureMachine> for AzureMachineActuator {
                 "network interface",
             )
             .await?;
+            if let Step::Ready(body) = step {
+                nic = Some(body);
+            }
+        }
+        if nic.is_none() {
+            nic = Self::nic(&ctx).await?;
         }
         let immutable_changes = immutable_changes(&ctx, &vm);
         Ok(UpdateOutcome {
-            instance: Self::report(&ctx, &vm, &operations).await?,
+            instance: Self::report(&ctx, &vm, nic.as_ref(), &operations).await?,
             immutable_changes,
         })
     }
