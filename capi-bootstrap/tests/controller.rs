@@ -342,3 +342,161 @@ async fn one_init_then_joins_with_tokens_in_the_workload_cluster_and_no_re_rende
     );
     task.abort();
 }
+
+/// Secret GETs the API server has answered so far (its `apiserver_request_total`).
+async fn secret_gets(client: &Client) -> f64 {
+    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let metrics = client.request_text(request).await.unwrap();
+    metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("apiserver_request_total{")
+                && l.contains("resource=\"secrets\"")
+                && l.contains("verb=\"GET\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn recorded_data(configs: &Api<KubeadmConfig>, name: &str) -> Option<String> {
+    configs
+        .get(name)
+        .await
+        .unwrap()
+        .status
+        .filter(|s| condition::is_true(&s.conditions, condition::READY))?
+        .data_secret_name
+}
+
+#[tokio::test]
+async fn a_render_that_reached_its_secret_is_kept_and_a_fresh_config_reads_no_secret() {
+    let mut crds = capi_core::crd::core();
+    crds.extend(capi_bootstrap::api::crds());
+    let env = TestEnv::start_with_crds(&crds).await.unwrap();
+    let ns = env.namespace().await.unwrap();
+    let client = env.client();
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns);
+    let cluster: Cluster = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "demo"},
+        "spec": {"controlPlaneEndpoint": {"host": "10.0.0.10", "port": 6443}}
+    }))
+    .unwrap();
+    clusters
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    let patch = json!({"status": {"initialization": {"infrastructureProvisioned": true, "controlPlaneInitialized": true}}});
+    clusters
+        .patch_status("demo", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    // The workload cluster is this API server.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let kubeconfig: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "demo-kubeconfig"},
+        "data": {"value": ByteString(env.control_plane().kubeconfig_yaml().as_bytes().to_vec())}
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &kubeconfig)
+        .await
+        .unwrap();
+    // An earlier render of worker-b got as far as its Secret (and its join token), not the status.
+    let tokens: Api<Secret> = Api::namespaced(client.clone(), "kube-system");
+    let token: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "bootstrap-token-abcdef"}, "type": "bootstrap.kubernetes.io/token",
+        "stringData": {"token-id": "abcdef", "token-secret": "0123456789abcdef",
+                       "expiration": "2000-01-01T00:00:00Z", "usage-bootstrap-authentication": "true"}
+    }))
+    .unwrap();
+    tokens.create(&PostParams::default(), &token).await.unwrap();
+    let earlier: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "worker-b", "labels": {"cluster.x-k8s.io/cluster-name": "demo"},
+                     "annotations": {"bootstrap.cluster.x-k8s.io/token-id": "abcdef"}},
+        "type": "cluster.x-k8s.io/secret",
+        "stringData": {"value": "#cloud-config\n# rendered earlier\n", "format": "cloud-config"}
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &earlier)
+        .await
+        .unwrap();
+    add_machine(&client, &ns, "worker-a", false).await;
+    add_machine(&client, &ns, "worker-b", false).await;
+
+    let reconciler = KubeadmConfigReconciler::new(
+        client.clone(),
+        std::sync::Arc::new(BootstrapSettings::default()),
+    )
+    .options(
+        ReconcilerOptions::default()
+            .namespace(&ns)
+            .retry_policy(RetryPolicy {
+                poll: Duration::from_millis(200),
+                backoff_base: Duration::from_millis(50),
+                ..RetryPolicy::default()
+            }),
+    );
+    let task = tokio::spawn(capi_bootstrap::controller::run(
+        reconciler,
+        std::future::pending(),
+    ));
+    let configs: Api<KubeadmConfig> = Api::namespaced(client.clone(), &ns);
+    eventually("both configs' data recorded", || async {
+        recorded_data(&configs, "worker-a").await.is_some()
+            && recorded_data(&configs, "worker-b").await.is_some()
+    })
+    .await;
+    // worker-b's machine may have booted from the earlier data: it is kept, recorded as the
+    // config's, and its token (not a new one) kept valid.
+    assert_eq!(
+        recorded_data(&configs, "worker-b").await.as_deref(),
+        Some("worker-b")
+    );
+    assert_eq!(
+        data(&secrets, "worker-b").await.as_deref(),
+        Some("#cloud-config\n# rendered earlier\n")
+    );
+    let expiration = tokens
+        .get("bootstrap-token-abcdef")
+        .await
+        .unwrap()
+        .data
+        .unwrap()["expiration"]
+        .0
+        .clone();
+    assert_ne!(
+        String::from_utf8(expiration).unwrap(),
+        "2000-01-01T00:00:00Z",
+        "the earlier render's token is extended"
+    );
+    assert!(
+        data(&secrets, "worker-a")
+            .await
+            .unwrap()
+            .contains("kubeadm join")
+    );
+
+    // A fresh config (the cluster's PKI and workload client already at hand) is rendered without
+    // reading a Secret first: its Secret's create says whether an earlier render made it.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = secret_gets(&client).await;
+    add_machine(&client, &ns, "worker-c", false).await;
+    eventually("worker-c's data recorded", || async {
+        recorded_data(&configs, "worker-c").await.is_some()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        secret_gets(&client).await - before,
+        0.0,
+        "Secret GETs for a fresh config"
+    );
+    assert!(
+        data(&secrets, "worker-c")
+            .await
+            .unwrap()
+            .contains("kubeadm join")
+    );
+    task.abort();
+}

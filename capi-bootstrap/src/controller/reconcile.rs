@@ -207,15 +207,11 @@ async fn decide(
     }
 
     // Data is rendered once: a machine may already have booted from it. A config whose status
-    // records its data is done (as upstream, the status is trusted: no Secret read per pass);
-    // one without is looked up in case a render got as far as the Secret but not the status.
+    // records its data is done (as upstream, the status is trusted: no Secret read per pass).
+    // One without is rendered, and a render that got as far as the Secret but not the status is
+    // found by the Secret's create answering that it exists: a fresh config costs no read.
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let name = config.name_any();
-    let joined = machine
-        .status
-        .as_ref()
-        .is_some_and(|s| s.node_ref.is_some());
-    let config_uid = config.uid().unwrap_or_default();
     let recorded = config
         .status
         .as_ref()
@@ -228,10 +224,12 @@ async fn decide(
         .and_then(|s| s.data_secret_name.clone());
     let existing = match recorded {
         Some(recorded) => Some(DataSecret::Recorded(recorded)),
-        None => secrets
+        // Deleting: nothing is rendered, so only a look tells whether data exists.
+        None if machine.metadata.deletion_timestamp.is_some() => secrets
             .get_opt(&name)
             .await?
             .map(|s| DataSecret::Found(Box::new(s))),
+        None => None,
     };
     if existing.is_none() && machine.metadata.deletion_timestamp.is_some() {
         // Data rendered now could outlive the machine's deletion, which removes it.
@@ -244,40 +242,20 @@ async fn decide(
         return Ok(());
     }
     if let Some(existing) = existing {
-        plan.condition(
-            condition::READY,
-            ConditionStatus::True,
-            reasons::DATA_SECRET_AVAILABLE,
-            "",
-        );
-        let settings = &context.state;
-        if !joined {
-            // Keep the token valid until the machine has joined (its ID is on the data Secret).
-            if owners.extended_tokens.get(&config_uid).is_none() {
-                let secret = match &existing {
-                    DataSecret::Found(secret) => Some(Secret::clone(secret)),
-                    DataSecret::Recorded(recorded) => secrets.get_opt(recorded).await?,
-                };
-                let token_id = secret
-                    .as_ref()
-                    .and_then(|s| s.annotations().get(TOKEN_ID_ANNOTATION).cloned());
-                if let Some(token_id) = token_id {
-                    refresh_join_token(owners, &secrets, &cluster, &token_id, settings.token_ttl)
-                        .await?;
-                    owners.extended_tokens.put(config_uid, ());
-                }
-                plan.next = Next::Requeue(settings.token_refresh);
-            } else {
-                // Extended less than half a period ago: the pass after the memo expires extends
-                // it, so extensions stay about one `token_refresh` apart at most.
-                plan.next = Next::Requeue(settings.token_refresh / 2);
-            }
-        }
-        *data_secret_name = Some(match existing {
-            DataSecret::Recorded(recorded) => recorded,
-            DataSecret::Found(_) => name,
-        });
-        return Ok(());
+        return keep_existing(
+            &Found {
+                config,
+                machine: &machine,
+                cluster: &cluster,
+                secrets: &secrets,
+                context,
+                owners,
+            },
+            existing,
+            plan,
+            data_secret_name,
+        )
+        .await;
     }
 
     let endpoint = cluster
@@ -447,8 +425,36 @@ async fn decide(
     }
     match secrets.create(&PostParams::default(), &secret).await {
         // A join token was created with the data: valid for its whole TTL from now.
-        Ok(_) => drop(owners.extended_tokens.put(config_uid, ())),
-        Err(kube::Error::Api(status)) if status.is_already_exists() => {}
+        Ok(_) => drop(
+            owners
+                .extended_tokens
+                .put(config.uid().unwrap_or_default(), ()),
+        ),
+        Err(kube::Error::Api(status)) if status.is_already_exists() => {
+            // An earlier render got as far as the Secret: a machine may have booted from that
+            // data, so it stays, and this render (and its join token, which expires unused) is
+            // dropped. Gone again meanwhile (its machine deleted): the next pass looks afresh.
+            let Some(found) = secrets.get_opt(&name).await? else {
+                return Err(Failure::Waiting(
+                    reasons::WAITING_FOR_OWNER,
+                    format!("bootstrap data Secret {name:?} vanished while it was being read"),
+                ));
+            };
+            return keep_existing(
+                &Found {
+                    config,
+                    machine: &machine,
+                    cluster: &cluster,
+                    secrets: &secrets,
+                    context,
+                    owners,
+                },
+                DataSecret::Found(Box::new(found)),
+                plan,
+                data_secret_name,
+            )
+            .await;
+        }
         Err(error) => return Err(error.into()),
     }
     if matches!(role, Role::Init { .. }) {
@@ -469,6 +475,73 @@ async fn decide(
     );
     *data_secret_name = Some(name);
     Ok(())
+}
+
+/// Takes data rendered before — recorded in the config's status, or its Secret found — as the
+/// config's: `Ready`, and the join token it carries kept valid until the machine has joined.
+async fn keep_existing(
+    found: &Found<'_>,
+    existing: DataSecret,
+    plan: &mut BootstrapPlan,
+    data_secret_name: &mut Option<String>,
+) -> Result<(), Failure> {
+    let Found {
+        config,
+        machine,
+        cluster,
+        secrets,
+        context,
+        owners,
+    } = *found;
+    plan.condition(
+        condition::READY,
+        ConditionStatus::True,
+        reasons::DATA_SECRET_AVAILABLE,
+        "",
+    );
+    let settings = &context.state;
+    let joined = machine
+        .status
+        .as_ref()
+        .is_some_and(|s| s.node_ref.is_some());
+    if !joined {
+        // Keep the token valid until the machine has joined (its ID is on the data Secret).
+        let config_uid = config.uid().unwrap_or_default();
+        if owners.extended_tokens.get(&config_uid).is_none() {
+            let secret = match &existing {
+                DataSecret::Found(secret) => Some(Secret::clone(secret)),
+                DataSecret::Recorded(recorded) => secrets.get_opt(recorded).await?,
+            };
+            let token_id = secret
+                .as_ref()
+                .and_then(|s| s.annotations().get(TOKEN_ID_ANNOTATION).cloned());
+            if let Some(token_id) = token_id {
+                refresh_join_token(owners, secrets, cluster, &token_id, settings.token_ttl).await?;
+                owners.extended_tokens.put(config_uid, ());
+            }
+            plan.next = Next::Requeue(settings.token_refresh);
+        } else {
+            // Extended less than half a period ago: the pass after the memo expires extends
+            // it, so extensions stay about one `token_refresh` apart at most.
+            plan.next = Next::Requeue(settings.token_refresh / 2);
+        }
+    }
+    *data_secret_name = Some(match existing {
+        DataSecret::Recorded(recorded) => recorded,
+        DataSecret::Found(_) => config.name_any(),
+    });
+    Ok(())
+}
+
+/// What [`keep_existing`] needs of the pass that found the data.
+#[derive(Clone, Copy)]
+struct Found<'a> {
+    config: &'a KubeadmConfig,
+    machine: &'a Machine,
+    cluster: &'a Cluster,
+    secrets: &'a Api<Secret>,
+    context: &'a Context<BootstrapSettings>,
+    owners: &'a Owners,
 }
 
 fn token() -> Result<String, Failure> {

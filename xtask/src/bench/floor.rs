@@ -13,9 +13,15 @@
 //! - infrastructure: the `InMemoryMachine`'s finalizer (before any instance may exist), its
 //!   `spec.providerID`, then its status (provisioned, addresses, `Ready`) (3);
 //! - core: the `Machine`'s `spec.providerID`, then its status (Running, node reference,
-//!   conditions) (2).
+//!   conditions) (2);
+//! - core: the MachineHealthCheck's mark, `HealthCheckSucceeded=True`, once the machine's node
+//!   is there (1; not on the first machine, which stands for the control-plane machine). The
+//!   scenario's cluster has a MachineHealthCheck over its workers, and the
+//!   MachineHealthCheck contract has its controller mark every healthy machine it checks (upstream
+//!   v1.14 patches each one: `patchHealthyTargets`); it is a controller of its own, so the mark is
+//!   a write of its own, after the Machine controller's.
 //!
-//! That is 11 writes per machine; no events (the contract asks for none). Like a controller, the
+//! That is 12 writes per worker, 11 for the control-plane machine; no events (the contract asks for none). Like a controller, the
 //! floor holds a watch on each of the four kinds for its whole run (the API server serves them
 //! while it writes). Nothing is read back: every write is made from what the floor wrote before.
 //! The manager's time divided by this one says what the SDK's machinery costs on top of the API
@@ -44,8 +50,8 @@ use super::rig::{Rig, create};
 use crate::command::step;
 
 const NAMESPACE: &str = "floor";
-/// The writes of one machine.
-pub(crate) const WRITES_PER_MACHINE: u32 = 11;
+/// The writes of one worker (the control-plane machine has one fewer: no health check mark).
+pub(crate) const WRITES_PER_MACHINE: u32 = 12;
 
 /// What the floor program took.
 pub(crate) struct Floor {
@@ -66,7 +72,7 @@ struct Families {
 /// reconcile these objects).
 pub(crate) async fn run(rig: &Rig, options: &Options, machines: u32) -> Result<Floor> {
     step(&format!(
-        "Floor program: the writes the contract requires for {machines} machines ({WRITES_PER_MACHINE} each), {} workers, qps {} burst {} per family, with watches",
+        "Floor program: the writes the contract requires for {machines} machines ({WRITES_PER_MACHINE} per worker, one fewer for the control-plane machine), {} workers, qps {} burst {} per family, with watches",
         options.manager.concurrency, options.manager.qps, options.manager.burst
     ));
     let admin = rig.client.clone();
@@ -234,6 +240,21 @@ async fn one_machine(families: &Families, i: u32, user_data: &str) -> Result<()>
                           "initialization": {"bootstrapDataSecretCreated": true, "infrastructureProvisioned": true},
                           "conditions": [{"type": "Ready", "status": "True", "reason": "Ready",
                                           "message": "", "lastTransitionTime": "2026-11-25T00:00:00Z"}]}}),
+    )
+    .await?;
+    if i == 0 {
+        // The control-plane machine: no MachineHealthCheck of the scenario selects it.
+        return Ok(());
+    }
+    // The MachineHealthCheck's mark (a merge patch replaces the list: both conditions are sent).
+    patch_status::<Machine>(
+        core,
+        &name,
+        json!({"status": {"conditions": [
+            {"type": "Ready", "status": "True", "reason": "Ready",
+             "message": "", "lastTransitionTime": "2026-11-25T00:00:00Z"},
+            {"type": "HealthCheckSucceeded", "status": "True", "reason": "HealthCheckSucceeded",
+             "message": "", "lastTransitionTime": "2026-11-25T00:00:00Z"}]}}),
     )
     .await?;
     Ok(())
