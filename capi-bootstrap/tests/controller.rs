@@ -36,6 +36,36 @@ where
     }
 }
 
+async fn environment() -> (TestEnv, String) {
+    let mut crds = capi_core::crd::core();
+    crds.extend(capi_bootstrap::api::crds());
+    let env = TestEnv::start_with_crds(&crds).await.unwrap();
+    let ns = env.namespace().await.unwrap();
+    (env, ns)
+}
+
+/// Cluster `demo`, its infrastructure provisioned (and its control plane initialised when
+/// `initialized`), pods in 10.244.0.0/16.
+async fn demo_cluster(client: &Client, ns: &str, initialized: bool) -> Api<Cluster> {
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), ns);
+    let cluster: Cluster = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "demo"},
+        "spec": {"controlPlaneEndpoint": {"host": "10.0.0.10", "port": 6443},
+                 "clusterNetwork": {"pods": {"cidrBlocks": ["10.244.0.0/16"]}}}
+    }))
+    .unwrap();
+    clusters
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    let patch = json!({"status": {"initialization": {"infrastructureProvisioned": true, "controlPlaneInitialized": initialized}}});
+    clusters
+        .patch_status("demo", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    clusters
+}
+
 async fn add_machine(client: &Client, ns: &str, name: &str, control_plane: bool) {
     let mut labels = BTreeMap::from([(labels::CLUSTER_NAME.to_string(), "demo".to_string())]);
     if control_plane {
@@ -117,27 +147,9 @@ async fn data(secrets: &Api<Secret>, name: &str) -> Option<String> {
 
 #[tokio::test]
 async fn one_init_then_joins_with_tokens_in_the_workload_cluster_and_no_re_rendering() {
-    let mut crds = capi_core::crd::core();
-    crds.extend(capi_bootstrap::api::crds());
-    let env = TestEnv::start_with_crds(&crds).await.unwrap();
-    let ns = env.namespace().await.unwrap();
+    let (env, ns) = environment().await;
     let client = env.client();
-    let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns);
-    let cluster: Cluster = serde_json::from_value(json!({
-        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "demo"},
-        "spec": {"controlPlaneEndpoint": {"host": "10.0.0.10", "port": 6443},
-                 "clusterNetwork": {"pods": {"cidrBlocks": ["10.244.0.0/16"]}}}
-    }))
-    .unwrap();
-    clusters
-        .create(&PostParams::default(), &cluster)
-        .await
-        .unwrap();
-    let patch = json!({"status": {"initialization": {"infrastructureProvisioned": true}}});
-    clusters
-        .patch_status("demo", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    let clusters = demo_cluster(&client, &ns, false).await;
     for name in ["cp-0", "cp-1", "cp-2"] {
         add_machine(&client, &ns, name, true).await;
     }
@@ -370,26 +382,9 @@ async fn recorded_data(configs: &Api<KubeadmConfig>, name: &str) -> Option<Strin
 
 #[tokio::test]
 async fn a_render_that_reached_its_secret_is_kept_and_a_fresh_config_reads_no_secret() {
-    let mut crds = capi_core::crd::core();
-    crds.extend(capi_bootstrap::api::crds());
-    let env = TestEnv::start_with_crds(&crds).await.unwrap();
-    let ns = env.namespace().await.unwrap();
+    let (env, ns) = environment().await;
     let client = env.client();
-    let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns);
-    let cluster: Cluster = serde_json::from_value(json!({
-        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "demo"},
-        "spec": {"controlPlaneEndpoint": {"host": "10.0.0.10", "port": 6443}}
-    }))
-    .unwrap();
-    clusters
-        .create(&PostParams::default(), &cluster)
-        .await
-        .unwrap();
-    let patch = json!({"status": {"initialization": {"infrastructureProvisioned": true, "controlPlaneInitialized": true}}});
-    clusters
-        .patch_status("demo", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    demo_cluster(&client, &ns, true).await;
     // The workload cluster is this API server.
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     let kubeconfig: Secret = serde_json::from_value(json!({

@@ -212,6 +212,14 @@ async fn decide(
     // found by the Secret's create answering that it exists: a fresh config costs no read.
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let name = config.name_any();
+    let found = Found {
+        config,
+        machine: &machine,
+        cluster: &cluster,
+        secrets: &secrets,
+        context,
+        owners,
+    };
     let recorded = config
         .status
         .as_ref()
@@ -242,20 +250,7 @@ async fn decide(
         return Ok(());
     }
     if let Some(existing) = existing {
-        return keep_existing(
-            &Found {
-                config,
-                machine: &machine,
-                cluster: &cluster,
-                secrets: &secrets,
-                context,
-                owners,
-            },
-            existing,
-            plan,
-            data_secret_name,
-        )
-        .await;
+        return keep_existing(&found, existing, plan, data_secret_name).await;
     }
 
     let endpoint = cluster
@@ -434,22 +429,15 @@ async fn decide(
             // An earlier render got as far as the Secret: a machine may have booted from that
             // data, so it stays, and this render (and its join token, which expires unused) is
             // dropped. Gone again meanwhile (its machine deleted): the next pass looks afresh.
-            let Some(found) = secrets.get_opt(&name).await? else {
+            let Some(earlier) = secrets.get_opt(&name).await? else {
                 return Err(Failure::Waiting(
                     reasons::WAITING_FOR_OWNER,
                     format!("bootstrap data Secret {name:?} vanished while it was being read"),
                 ));
             };
             return keep_existing(
-                &Found {
-                    config,
-                    machine: &machine,
-                    cluster: &cluster,
-                    secrets: &secrets,
-                    context,
-                    owners,
-                },
-                DataSecret::Found(Box::new(found)),
+                &found,
+                DataSecret::Found(Box::new(earlier)),
                 plan,
                 data_secret_name,
             )
