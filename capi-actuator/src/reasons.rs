@@ -69,6 +69,9 @@ pub const WAITING_FOR_MACHINES_DELETION: &str = "WaitingForMachinesDeletion";
 pub const DATA_SECRET_AVAILABLE: &str = "DataSecretAvailable";
 /// Bootstrap data was rendered (event).
 pub const DATA_SECRET_CREATED: &str = "DataSecretCreated";
+/// A bootstrap config's data Secret name is taken by another config's Secret, or the Secret went
+/// while it was being read.
+pub const DATA_SECRET_CONFLICT: &str = "DataSecretConflict";
 /// Joining waits for `kubeadm init` on the first control-plane machine.
 pub const WAITING_FOR_CONTROL_PLANE_INITIALIZATION: &str = "WaitingForControlPlaneInitialization";
 /// The Machine has no (valid) Kubernetes version.

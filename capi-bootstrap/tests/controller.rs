@@ -4,6 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use capi_actuator::ReconcilerOptions;
@@ -58,12 +60,18 @@ async fn demo_cluster(client: &Client, ns: &str, initialized: bool) -> Api<Clust
         .create(&PostParams::default(), &cluster)
         .await
         .unwrap();
+    report_cluster(&clusters, initialized).await;
+    clusters
+}
+
+/// Reports cluster `demo`'s infrastructure provisioned and whether its control plane is
+/// initialised.
+async fn report_cluster(clusters: &Api<Cluster>, initialized: bool) {
     let patch = json!({"status": {"initialization": {"infrastructureProvisioned": true, "controlPlaneInitialized": initialized}}});
     clusters
         .patch_status("demo", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-    clusters
 }
 
 async fn add_machine(client: &Client, ns: &str, name: &str, control_plane: bool) {
@@ -247,11 +255,7 @@ async fn one_init_then_joins_with_tokens_in_the_workload_cluster_and_no_re_rende
         )
         .await
         .unwrap();
-    let patch = json!({"status": {"initialization": {"infrastructureProvisioned": true, "controlPlaneInitialized": true}}});
-    clusters
-        .patch_status("demo", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    report_cluster(&clusters, true).await;
 
     eventually("every machine's data", || async {
         let mut all = true;
@@ -287,15 +291,11 @@ async fn one_init_then_joins_with_tokens_in_the_workload_cluster_and_no_re_rende
         worker.contains("machine = worker-0"),
         "hooks see the machine"
     );
-    let tokens = Api::<Secret>::namespaced(client.clone(), "kube-system")
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|s| s.type_.as_deref() == Some("bootstrap.kubernetes.io/token"))
-        .count();
-    assert_eq!(tokens, 3, "one bootstrap token per joining machine");
+    assert_eq!(
+        join_tokens(&client).await,
+        3,
+        "one bootstrap token per joining machine"
+    );
 
     // Tokens are refreshed while the machine has not joined, and no longer after it has.
     let token_name = {
@@ -355,19 +355,57 @@ async fn one_init_then_joins_with_tokens_in_the_workload_cluster_and_no_re_rende
     task.abort();
 }
 
-/// Secret GETs the API server has answered so far (its `apiserver_request_total`).
-async fn secret_gets(client: &Client) -> f64 {
-    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
-    let metrics = client.request_text(request).await.unwrap();
-    metrics
-        .lines()
-        .filter(|l| {
-            l.starts_with("apiserver_request_total{")
-                && l.contains("resource=\"secrets\"")
-                && l.contains("verb=\"GET\"")
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+/// A client of `env` that counts its GETs of the Secret at `path` (`/api/v1/namespaces/…`).
+async fn counting_client(env: &TestEnv, path: String) -> (Client, Arc<AtomicUsize>) {
+    let count = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&count);
+    let layer =
+        tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
+            if request.method() == http::Method::GET && request.uri().path() == path {
+                seen.fetch_add(1, Ordering::SeqCst);
+            }
+            request
+        });
+    let config = env.control_plane().config().await.unwrap();
+    let client = kube::client::ClientBuilder::try_from(config)
+        .unwrap()
+        .with_layer(&layer)
+        .build();
+    (client, count)
+}
+
+/// A data Secret as an earlier render of config `name` made it, owned by that config (or by
+/// `owner_uid`), without a join token.
+async fn data_secret_of(
+    configs: &Api<KubeadmConfig>,
+    name: &str,
+    owner_uid: Option<&str>,
+) -> Secret {
+    let uid = match owner_uid {
+        Some(uid) => uid.to_string(),
+        None => configs.get(name).await.unwrap().uid().unwrap(),
+    };
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"cluster.x-k8s.io/cluster-name": "demo"},
+                     "ownerReferences": [{"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2",
+                                          "kind": "KubeadmConfig", "name": name,
+                                          "uid": uid, "controller": true}]},
+        "type": "cluster.x-k8s.io/secret",
+        "stringData": {"value": "#cloud-config\n# rendered earlier\n", "format": "cloud-config"}
+    }))
+    .unwrap()
+}
+
+/// The bootstrap tokens in the workload cluster (here: the same API server).
+async fn join_tokens(client: &Client) -> usize {
+    Api::<Secret>::namespaced(client.clone(), "kube-system")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|s| s.type_.as_deref() == Some("bootstrap.kubernetes.io/token"))
+        .count()
 }
 
 async fn recorded_data(configs: &Api<KubeadmConfig>, name: &str) -> Option<String> {
@@ -405,9 +443,16 @@ async fn a_render_that_reached_its_secret_is_kept_and_a_fresh_config_reads_no_se
     }))
     .unwrap();
     tokens.create(&PostParams::default(), &token).await.unwrap();
+    add_machine(&client, &ns, "worker-a", false).await;
+    add_machine(&client, &ns, "worker-b", false).await;
+    let configs: Api<KubeadmConfig> = Api::namespaced(client.clone(), &ns);
+    let worker_b = configs.get("worker-b").await.unwrap().uid().unwrap();
     let earlier: Secret = serde_json::from_value(json!({
         "metadata": {"name": "worker-b", "labels": {"cluster.x-k8s.io/cluster-name": "demo"},
-                     "annotations": {"bootstrap.cluster.x-k8s.io/token-id": "abcdef"}},
+                     "annotations": {"bootstrap.cluster.x-k8s.io/token-id": "abcdef"},
+                     "ownerReferences": [{"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2",
+                                          "kind": "KubeadmConfig", "name": "worker-b",
+                                          "uid": worker_b, "controller": true}]},
         "type": "cluster.x-k8s.io/secret",
         "stringData": {"value": "#cloud-config\n# rendered earlier\n", "format": "cloud-config"}
     }))
@@ -416,11 +461,33 @@ async fn a_render_that_reached_its_secret_is_kept_and_a_fresh_config_reads_no_se
         .create(&PostParams::default(), &earlier)
         .await
         .unwrap();
-    add_machine(&client, &ns, "worker-a", false).await;
-    add_machine(&client, &ns, "worker-b", false).await;
 
+    // worker-d's data was rendered earlier too, and no render could be made now (a file's Secret
+    // is gone): the earlier data is still the config's.
+    add_machine(&client, &ns, "worker-d", false).await;
+    let files = json!({"spec": {"files": [{"path": "/etc/gone", "contentFrom": {"secret": {"name": "gone", "key": "k"}}}]}});
+    configs
+        .patch("worker-d", &PatchParams::default(), &Patch::Merge(&files))
+        .await
+        .unwrap();
+    let earlier_d = data_secret_of(&configs, "worker-d", None).await;
+    secrets
+        .create(&PostParams::default(), &earlier_d)
+        .await
+        .unwrap();
+    // worker-e's name is taken by a Secret of another config (deleted, not yet collected): it
+    // is neither taken as worker-e's data nor overwritten.
+    add_machine(&client, &ns, "worker-e", false).await;
+    let foreign = data_secret_of(&configs, "worker-e", Some("0000-not-this-config")).await;
+    secrets
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
+
+    let (controller_client, worker_c_reads) =
+        counting_client(&env, format!("/api/v1/namespaces/{ns}/secrets/worker-c")).await;
     let reconciler = KubeadmConfigReconciler::new(
-        client.clone(),
+        controller_client,
         std::sync::Arc::new(BootstrapSettings::default()),
     )
     .options(
@@ -436,14 +503,37 @@ async fn a_render_that_reached_its_secret_is_kept_and_a_fresh_config_reads_no_se
         reconciler,
         std::future::pending(),
     ));
-    let configs: Api<KubeadmConfig> = Api::namespaced(client.clone(), &ns);
-    eventually("both configs' data recorded", || async {
+    eventually("the configs' data recorded", || async {
         recorded_data(&configs, "worker-a").await.is_some()
             && recorded_data(&configs, "worker-b").await.is_some()
+            && recorded_data(&configs, "worker-d").await.is_some()
     })
     .await;
+    assert_eq!(
+        data(&secrets, "worker-d").await.as_deref(),
+        Some("#cloud-config\n# rendered earlier\n")
+    );
+    eventually("worker-e's conflict reported", || async {
+        configs
+            .get("worker-e")
+            .await
+            .unwrap()
+            .status
+            .is_some_and(|s| {
+                s.data_secret_name.is_none()
+                    && s.conditions
+                        .iter()
+                        .any(|c| c.type_ == condition::READY && c.reason == "DataSecretConflict")
+            })
+    })
+    .await;
+    assert_eq!(
+        data(&secrets, "worker-e").await.as_deref(),
+        Some("#cloud-config\n# rendered earlier\n"),
+        "another config's Secret is left as it was"
+    );
     // worker-b's machine may have booted from the earlier data: it is kept, recorded as the
-    // config's, and its token (not a new one) kept valid.
+    // config's, and its token kept valid; the token of the render that was dropped is deleted.
     assert_eq!(
         recorded_data(&configs, "worker-b").await.as_deref(),
         Some("worker-b")
@@ -472,10 +562,14 @@ async fn a_render_that_reached_its_secret_is_kept_and_a_fresh_config_reads_no_se
             .contains("kubeadm join")
     );
 
-    // A fresh config (the cluster's PKI and workload client already at hand) is rendered without
-    // reading a Secret first: its Secret's create says whether an earlier render made it.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let before = secret_gets(&client).await;
+    assert_eq!(
+        join_tokens(&client).await,
+        2,
+        "the earlier render's token and worker-a's; none left of worker-b's dropped render"
+    );
+
+    // A fresh config is rendered without reading its Secret first: the Secret's create says
+    // whether an earlier render made it.
     add_machine(&client, &ns, "worker-c", false).await;
     eventually("worker-c's data recorded", || async {
         recorded_data(&configs, "worker-c").await.is_some()
@@ -483,9 +577,9 @@ async fn a_render_that_reached_its_secret_is_kept_and_a_fresh_config_reads_no_se
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
-        secret_gets(&client).await - before,
-        0.0,
-        "Secret GETs for a fresh config"
+        worker_c_reads.load(Ordering::SeqCst),
+        0,
+        "reads of a fresh config's Secret"
     );
     assert!(
         data(&secrets, "worker-c")

@@ -208,17 +208,19 @@ async fn decide(
 
     // Data is rendered once: a machine may already have booted from it. A config whose status
     // records its data is done (as upstream, the status is trusted: no Secret read per pass).
-    // One without is rendered, and a render that got as far as the Secret but not the status is
-    // found by the Secret's create answering that it exists: a fresh config costs no read.
+    // One without is rendered; data an earlier render left (it got as far as the Secret, not the
+    // status) is found by the Secret's create answering that it exists, or by one look when no
+    // data can be rendered now: a fresh config that renders costs no read.
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let name = config.name_any();
-    let found = Found {
+    let pass = Pass {
         config,
         machine: &machine,
         cluster: &cluster,
         secrets: &secrets,
         context,
         owners,
+        namespace,
+        owner_uid: &owner.uid,
     };
     let recorded = config
         .status
@@ -230,16 +232,28 @@ async fn decide(
                 .unwrap_or(false)
         })
         .and_then(|s| s.data_secret_name.clone());
-    let existing = match recorded {
-        Some(recorded) => Some(DataSecret::Recorded(recorded)),
-        // Deleting: nothing is rendered, so only a look tells whether data exists.
-        None if machine.metadata.deletion_timestamp.is_some() => secrets
-            .get_opt(&name)
-            .await?
-            .map(|s| DataSecret::Found(Box::new(s))),
-        None => None,
-    };
-    if existing.is_none() && machine.metadata.deletion_timestamp.is_some() {
+    if let Some(recorded) = recorded {
+        return keep_existing(
+            &pass,
+            DataSecret::Recorded(recorded),
+            plan,
+            data_secret_name,
+        )
+        .await;
+    }
+    // A machine being deleted gets no new data; a config whose name another config's Secret
+    // took (as its last status says) is not rendered again until that Secret is gone. Both look.
+    let conflicted = config.status.as_ref().is_some_and(|s| {
+        condition::get(&s.conditions, condition::READY)
+            .is_some_and(|c| c.reason == reasons::DATA_SECRET_CONFLICT)
+    });
+    let deleting = machine.metadata.deletion_timestamp.is_some();
+    if (deleting || conflicted)
+        && let Some(earlier) = earlier_data(&pass).await?
+    {
+        return keep_existing(&pass, earlier, plan, data_secret_name).await;
+    }
+    if deleting {
         // Data rendered now could outlive the machine's deletion, which removes it.
         plan.condition(
             condition::READY,
@@ -249,10 +263,40 @@ async fn decide(
         );
         return Ok(());
     }
-    if let Some(existing) = existing {
-        return keep_existing(&found, existing, plan, data_secret_name).await;
+    let rendered = render(&pass, plan, data_secret_name).await;
+    if data_secret_name.is_some() {
+        return rendered;
     }
+    // No data now (this render waits, or cannot be made): data an earlier render left is the
+    // config's all the same (a machine may have booted from it), whatever this one met.
+    match rendered {
+        Err(Failure::Api(error)) => Err(Failure::Api(error)),
+        other => match earlier_data(&pass).await? {
+            Some(earlier) => keep_existing(&pass, earlier, plan, data_secret_name).await,
+            None => other,
+        },
+    }
+}
 
+/// Renders a config's bootstrap data into its Secret (see [`decide`]): `data_secret_name` is set
+/// when the config has data (this render's, or an earlier one's found by the create).
+async fn render(
+    pass: &Pass<'_>,
+    plan: &mut BootstrapPlan,
+    data_secret_name: &mut Option<String>,
+) -> Result<(), Failure> {
+    let Pass {
+        config,
+        machine,
+        cluster,
+        secrets,
+        context,
+        owners,
+        namespace,
+        owner_uid,
+    } = *pass;
+    let client = &context.client;
+    let name = config.name_any();
     let endpoint = cluster
         .spec
         .control_plane_endpoint
@@ -283,7 +327,7 @@ async fn decide(
         Some(pki) => pki,
         None => owners
             .pki
-            .put(pki_key, ensure_pki(&secrets, &cluster, &server).await?),
+            .put(pki_key, ensure_pki(secrets, cluster, &server).await?),
     };
 
     let initialized = cluster
@@ -295,7 +339,7 @@ async fn decide(
     let control_plane = machine.is_control_plane();
     let role = if control_plane && !initialized {
         match InitLock::new(client.clone(), namespace, &cluster_name)
-            .try_acquire(&machine.name_any(), &owner.uid)
+            .try_acquire(&machine.name_any(), owner_uid)
             .await?
         {
             LockState::Acquired => Role::Init { token: token()? },
@@ -318,7 +362,6 @@ async fn decide(
         return Ok(());
     } else {
         let token = token()?;
-        create_join_token(owners, &secrets, &cluster, &token, context.state.token_ttl).await?;
         let ca_cert_hashes = vec![pki.ca.cert_hash()];
         if control_plane {
             Role::JoinControlPlane {
@@ -369,7 +412,7 @@ async fn decide(
     };
     for hook in &context.state.extra_files {
         let files = hook
-            .files(client, &cluster, &machine)
+            .files(client, cluster, machine)
             .await
             .map_err(|message| {
                 Failure::Waiting(
@@ -379,7 +422,7 @@ async fn decide(
             })?;
         extra_files.extend(files);
     }
-    let cluster_facts = cluster_facts(&cluster, &endpoint.host, endpoint.port);
+    let cluster_facts = cluster_facts(cluster, &endpoint.host, endpoint.port);
     let input = RenderInput {
         spec,
         role: role.clone(),
@@ -410,38 +453,48 @@ async fn decide(
     let mut secret = BootstrapSecret::new(namespace, &name, &cluster_name, format, value)
         .owned_by(owner_reference)
         .into_secret();
-    if let Role::JoinControlPlane { token, .. } | Role::JoinWorker { token, .. } = &role
-        && let Some((id, _)) = token.split_once('.')
-    {
+    let join_token = match &role {
+        Role::JoinControlPlane { token, .. } | Role::JoinWorker { token, .. } => Some(token),
+        Role::Init { .. } => None,
+    };
+    let join_token_id = join_token
+        .and_then(|t| t.split_once('.'))
+        .map(|(id, _)| id.to_string());
+    if let Some(token) = join_token {
+        // Made last, once the data is rendered: nothing before the Secret's create can leave a
+        // token no data carries.
+        create_join_token(owners, secrets, cluster, token, context.state.token_ttl).await?;
+    }
+    if let Some(id) = &join_token_id {
         // The token's ID (not its secret) is kept for refreshing it until the machine joins.
-        let annotation = (TOKEN_ID_ANNOTATION.to_string(), id.to_string());
+        let annotation = (TOKEN_ID_ANNOTATION.to_string(), id.clone());
         secret.metadata.annotations = Some(std::collections::BTreeMap::from([annotation]));
-        plan.next = Next::Requeue(context.state.token_refresh);
     }
     match secrets.create(&PostParams::default(), &secret).await {
-        // A join token was created with the data: valid for its whole TTL from now.
-        Ok(_) => drop(
-            owners
-                .extended_tokens
-                .put(config.uid().unwrap_or_default(), ()),
-        ),
+        Ok(_) => {
+            if join_token_id.is_some() {
+                // A join token was created with the data: valid for its whole TTL from now.
+                owners
+                    .extended_tokens
+                    .put(config.uid().unwrap_or_default(), ());
+                plan.next = Next::Requeue(context.state.token_refresh);
+            }
+        }
         Err(kube::Error::Api(status)) if status.is_already_exists() => {
             // An earlier render got as far as the Secret: a machine may have booted from that
-            // data, so it stays, and this render (and its join token, which expires unused) is
-            // dropped. Gone again meanwhile (its machine deleted): the next pass looks afresh.
-            let Some(earlier) = secrets.get_opt(&name).await? else {
+            // data, so it stays and this render is dropped, its join token with it.
+            if let Some(id) = &join_token_id {
+                delete_join_token(owners, secrets, cluster, id).await;
+            }
+            let Some(earlier) = earlier_data(pass).await? else {
                 return Err(Failure::Waiting(
-                    reasons::WAITING_FOR_OWNER,
-                    format!("bootstrap data Secret {name:?} vanished while it was being read"),
+                    reasons::DATA_SECRET_CONFLICT,
+                    format!(
+                        "bootstrap data Secret {name:?} was there a moment ago and is gone; rendering again"
+                    ),
                 ));
             };
-            return keep_existing(
-                &found,
-                DataSecret::Found(Box::new(earlier)),
-                plan,
-                data_secret_name,
-            )
-            .await;
+            return keep_existing(pass, earlier, plan, data_secret_name).await;
         }
         Err(error) => return Err(error.into()),
     }
@@ -468,44 +521,46 @@ async fn decide(
 /// Takes data rendered before — recorded in the config's status, or its Secret found — as the
 /// config's: `Ready`, and the join token it carries kept valid until the machine has joined.
 async fn keep_existing(
-    found: &Found<'_>,
+    pass: &Pass<'_>,
     existing: DataSecret,
     plan: &mut BootstrapPlan,
     data_secret_name: &mut Option<String>,
 ) -> Result<(), Failure> {
-    let Found {
-        config,
-        machine,
-        cluster,
-        secrets,
-        context,
-        owners,
-    } = *found;
+    // Whatever a render of this pass planned: the data is this one.
+    plan.next = Next::AwaitChange;
     plan.condition(
         condition::READY,
         ConditionStatus::True,
         reasons::DATA_SECRET_AVAILABLE,
         "",
     );
-    let settings = &context.state;
-    let joined = machine
+    let settings = &pass.context.state;
+    let joined = pass
+        .machine
         .status
         .as_ref()
         .is_some_and(|s| s.node_ref.is_some());
     if !joined {
         // Keep the token valid until the machine has joined (its ID is on the data Secret).
-        let config_uid = config.uid().unwrap_or_default();
-        if owners.extended_tokens.get(&config_uid).is_none() {
+        let config_uid = pass.config.uid().unwrap_or_default();
+        if pass.owners.extended_tokens.get(&config_uid).is_none() {
             let secret = match &existing {
                 DataSecret::Found(secret) => Some(Secret::clone(secret)),
-                DataSecret::Recorded(recorded) => secrets.get_opt(recorded).await?,
+                DataSecret::Recorded(recorded) => pass.secrets.get_opt(recorded).await?,
             };
             let token_id = secret
                 .as_ref()
                 .and_then(|s| s.annotations().get(TOKEN_ID_ANNOTATION).cloned());
             if let Some(token_id) = token_id {
-                refresh_join_token(owners, secrets, cluster, &token_id, settings.token_ttl).await?;
-                owners.extended_tokens.put(config_uid, ());
+                refresh_join_token(
+                    pass.owners,
+                    pass.secrets,
+                    pass.cluster,
+                    &token_id,
+                    settings.token_ttl,
+                )
+                .await?;
+                pass.owners.extended_tokens.put(config_uid, ());
             }
             plan.next = Next::Requeue(settings.token_refresh);
         } else {
@@ -516,20 +571,44 @@ async fn keep_existing(
     }
     *data_secret_name = Some(match existing {
         DataSecret::Recorded(recorded) => recorded,
-        DataSecret::Found(_) => config.name_any(),
+        DataSecret::Found(_) => pass.config.name_any(),
     });
     Ok(())
 }
 
-/// What [`keep_existing`] needs of the pass that found the data.
+/// What one pass over a config knows: the config, its owners, where its data goes.
 #[derive(Clone, Copy)]
-struct Found<'a> {
+struct Pass<'a> {
     config: &'a KubeadmConfig,
     machine: &'a Machine,
     cluster: &'a Cluster,
     secrets: &'a Api<Secret>,
     context: &'a Context<BootstrapSettings>,
     owners: &'a Owners,
+    namespace: &'a str,
+    /// The owning Machine's UID.
+    owner_uid: &'a str,
+}
+
+/// The config's data Secret, if an earlier render made it: one read. A Secret of that name that
+/// another config owns (one deleted and made again under the same name, its Secret not yet
+/// collected) is not this config's data: it is waited out, never taken.
+async fn earlier_data(pass: &Pass<'_>) -> Result<Option<DataSecret>, Failure> {
+    let name = pass.config.name_any();
+    let Some(secret) = pass.secrets.get_opt(&name).await? else {
+        return Ok(None);
+    };
+    let uid = pass.config.uid().unwrap_or_default();
+    let owners = secret.owner_references();
+    if !owners.is_empty() && !owners.iter().any(|o| o.uid == uid) {
+        return Err(Failure::Waiting(
+            reasons::DATA_SECRET_CONFLICT,
+            format!(
+                "Secret {name:?} belongs to another KubeadmConfig of that name; waiting for it to be deleted"
+            ),
+        ));
+    }
+    Ok(Some(DataSecret::Found(Box::new(secret))))
 }
 
 fn token() -> Result<String, Failure> {
@@ -630,6 +709,23 @@ async fn create_join_token(
         )));
     }
     Ok(())
+}
+
+/// Deletes join token `id` from the workload cluster, best effort: one this pass made for data it
+/// then did not keep. A token left behind expires at the end of its TTL all the same.
+async fn delete_join_token(owners: &Owners, secrets: &Api<Secret>, cluster: &Cluster, id: &str) {
+    let Ok(workload) = workload_client(owners, secrets, cluster).await else {
+        return;
+    };
+    let deleted = Api::<Secret>::namespaced(workload, tokens::NAMESPACE)
+        .delete(
+            &format!("bootstrap-token-{id}"),
+            &kube::api::DeleteParams::default(),
+        )
+        .await;
+    if let Err(error) = deleted {
+        tracing::debug!(%error, "could not delete an unused join token");
+    }
 }
 
 /// Moves the expiration of token `id` in the workload cluster to `ttl` from now.

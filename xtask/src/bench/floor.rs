@@ -21,9 +21,10 @@
 //!   v1.14 patches each one: `patchHealthyTargets`); it is a controller of its own, so the mark is
 //!   a write of its own, after the Machine controller's.
 //!
-//! That is 12 writes per worker, 11 for the control-plane machine; no events (the contract asks for none). Like a controller, the
-//! floor holds a watch on each of the four kinds for its whole run (the API server serves them
-//! while it writes). Nothing is read back: every write is made from what the floor wrote before.
+//! That is 12 writes per worker, 11 for the control-plane machine; no events (the contract asks
+//! for none). The floor stands for the one-cluster scenario (one control-plane machine, the rest
+//! workers of one MachineDeployment under one health check). Like a controller, the floor holds a
+//! watch on each of the four kinds for its whole run (the API server serves them while it writes). Nothing is read back: every write is made from what the floor wrote before.
 //! The manager's time divided by this one says what the SDK's machinery costs on top of the API
 //! server's own.
 
@@ -51,7 +52,7 @@ use crate::command::step;
 
 const NAMESPACE: &str = "floor";
 /// The writes of one worker (the control-plane machine has one fewer: no health check mark).
-pub(crate) const WRITES_PER_MACHINE: u32 = 12;
+pub(crate) const WRITES_PER_WORKER: u32 = 12;
 
 /// What the floor program took.
 pub(crate) struct Floor {
@@ -72,7 +73,7 @@ struct Families {
 /// reconcile these objects).
 pub(crate) async fn run(rig: &Rig, options: &Options, machines: u32) -> Result<Floor> {
     step(&format!(
-        "Floor program: the writes the contract requires for {machines} machines ({WRITES_PER_MACHINE} per worker, one fewer for the control-plane machine), {} workers, qps {} burst {} per family, with watches",
+        "Floor program: the writes the contract requires for {machines} machines ({WRITES_PER_WORKER} per worker, one fewer for the control-plane machine), {} workers, qps {} burst {} per family, with watches",
         options.manager.concurrency, options.manager.qps, options.manager.burst
     ));
     let admin = rig.client.clone();
