@@ -355,14 +355,19 @@ async fn one_init_then_joins_with_tokens_in_the_workload_cluster_and_no_re_rende
     task.abort();
 }
 
-/// A client of `env` that counts its GETs of the Secret at `path` (`/api/v1/namespaces/…`).
-async fn counting_client(env: &TestEnv, path: String) -> (Client, Arc<AtomicUsize>) {
-    let count = Arc::new(AtomicUsize::new(0));
-    let seen = Arc::clone(&count);
+/// A client of `env` that counts its requests of each (method, path) in `watched`, in order.
+async fn counting_client(
+    env: &TestEnv,
+    watched: Vec<(http::Method, String)>,
+) -> (Client, Vec<Arc<AtomicUsize>>) {
+    let counts: Vec<Arc<AtomicUsize>> = watched.iter().map(|_| Arc::default()).collect();
+    let seen = counts.clone();
     let layer =
         tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
-            if request.method() == http::Method::GET && request.uri().path() == path {
-                seen.fetch_add(1, Ordering::SeqCst);
+            for ((method, path), count) in watched.iter().zip(&seen) {
+                if request.method() == method && request.uri().path() == path {
+                    count.fetch_add(1, Ordering::SeqCst);
+                }
             }
             request
         });
@@ -371,7 +376,7 @@ async fn counting_client(env: &TestEnv, path: String) -> (Client, Arc<AtomicUsiz
         .unwrap()
         .with_layer(&layer)
         .build();
-    (client, count)
+    (client, counts)
 }
 
 /// A data Secret as an earlier render of config `name` made it, owned by that config (or by
@@ -484,8 +489,21 @@ async fn a_render_that_reached_its_secret_is_kept_and_a_fresh_config_reads_no_se
         .await
         .unwrap();
 
-    let (controller_client, worker_c_reads) =
-        counting_client(&env, format!("/api/v1/namespaces/{ns}/secrets/worker-c")).await;
+    let (controller_client, counts) = counting_client(
+        &env,
+        vec![
+            (
+                http::Method::GET,
+                format!("/api/v1/namespaces/{ns}/secrets/worker-c"),
+            ),
+            (
+                http::Method::POST,
+                format!("/api/v1/namespaces/{ns}/secrets"),
+            ),
+        ],
+    )
+    .await;
+    let (worker_c_reads, renders) = (&counts[0], &counts[1]);
     let reconciler = KubeadmConfigReconciler::new(
         controller_client,
         std::sync::Arc::new(BootstrapSettings::default()),
@@ -531,6 +549,15 @@ async fn a_render_that_reached_its_secret_is_kept_and_a_fresh_config_reads_no_se
         data(&secrets, "worker-e").await.as_deref(),
         Some("#cloud-config\n# rendered earlier\n"),
         "another config's Secret is left as it was"
+    );
+    // While the name is taken, worker-e looks (its status says why) instead of rendering again
+    // (and making a join token each time): no data Secret create over many polls.
+    let made = renders.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        renders.load(Ordering::SeqCst),
+        made,
+        "renders while a config's Secret name is taken"
     );
     // worker-b's machine may have booted from the earlier data: it is kept, recorded as the
     // config's, and its token kept valid; the token of the render that was dropped is deleted.

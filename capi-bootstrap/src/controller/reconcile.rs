@@ -486,16 +486,41 @@ async fn render(
             if let Some(id) = &join_token_id {
                 delete_join_token(owners, secrets, cluster, id).await;
             }
-            let Some(earlier) = earlier_data(pass).await? else {
-                return Err(Failure::Waiting(
-                    reasons::DATA_SECRET_CONFLICT,
-                    format!(
-                        "bootstrap data Secret {name:?} was there a moment ago and is gone; rendering again"
-                    ),
-                ));
+            let earlier = match earlier_data(pass).await {
+                Ok(Some(earlier)) => earlier,
+                Ok(None) => {
+                    return Err(Failure::Waiting(
+                        reasons::DATA_SECRET_CONFLICT,
+                        format!(
+                            "bootstrap data Secret {name:?} was there a moment ago and is gone; rendering again"
+                        ),
+                    ));
+                }
+                Err(failure) => {
+                    if matches!(role, Role::Init { .. }) {
+                        // Not this config's data, and none to be made while the name is taken:
+                        // another control-plane machine may initialise the cluster meanwhile.
+                        InitLock::new(client.clone(), namespace, &cluster_name)
+                            .release(owner_uid)
+                            .await?;
+                    }
+                    return Err(failure);
+                }
             };
             return keep_existing(pass, earlier, plan, data_secret_name).await;
         }
+        Err(kube::Error::Api(status))
+            if (400..500).contains(&status.code) && status.code != 429 =>
+        {
+            // Refused for what it is (too large, over a quota, denied by a policy): no Secret
+            // carries the token, and the next attempt makes its own.
+            if let Some(id) = &join_token_id {
+                delete_join_token(owners, secrets, cluster, id).await;
+            }
+            return Err(kube::Error::Api(status).into());
+        }
+        // Not known to have failed (a timeout, the server's error): the Secret may exist, so the
+        // token stays (the next pass's create finds out, and deletes its own if so).
         Err(error) => return Err(error.into()),
     }
     if matches!(role, Role::Init { .. }) {
@@ -526,8 +551,14 @@ async fn keep_existing(
     plan: &mut BootstrapPlan,
     data_secret_name: &mut Option<String>,
 ) -> Result<(), Failure> {
-    // Whatever a render of this pass planned: the data is this one.
+    // Whatever a render of this pass planned: the data is this one, recorded even if extending
+    // its token fails below (the next pass then finds it recorded and tries again).
     plan.next = Next::AwaitChange;
+    let (name, secret) = match existing {
+        DataSecret::Recorded(recorded) => (recorded, None),
+        DataSecret::Found(secret) => (pass.config.name_any(), Some(*secret)),
+    };
+    *data_secret_name = Some(name.clone());
     plan.condition(
         condition::READY,
         ConditionStatus::True,
@@ -544,9 +575,9 @@ async fn keep_existing(
         // Keep the token valid until the machine has joined (its ID is on the data Secret).
         let config_uid = pass.config.uid().unwrap_or_default();
         if pass.owners.extended_tokens.get(&config_uid).is_none() {
-            let secret = match &existing {
-                DataSecret::Found(secret) => Some(Secret::clone(secret)),
-                DataSecret::Recorded(recorded) => pass.secrets.get_opt(recorded).await?,
+            let secret = match secret {
+                Some(found) => Some(found),
+                None => pass.secrets.get_opt(&name).await?,
             };
             let token_id = secret
                 .as_ref()
@@ -569,10 +600,6 @@ async fn keep_existing(
             plan.next = Next::Requeue(settings.token_refresh / 2);
         }
     }
-    *data_secret_name = Some(match existing {
-        DataSecret::Recorded(recorded) => recorded,
-        DataSecret::Found(_) => pass.config.name_any(),
-    });
     Ok(())
 }
 
@@ -749,11 +776,19 @@ async fn refresh_join_token(
             &kube::api::Patch::Merge(&patch),
         )
         .await;
-    if let Err(e) = extended {
-        owners.workloads.remove(&cluster.uid().unwrap_or_default());
-        return Err(waiting(format!("refreshing the bootstrap token: {e}")));
+    match extended {
+        Ok(_) => Ok(()),
+        // Gone (expired and cleaned up, or deleted): there is nothing to extend. A machine that
+        // has not joined by now needs replacing, which its health check or a user decides.
+        Err(kube::Error::Api(status)) if status.is_not_found() => {
+            tracing::debug!(token = id, "the join token to extend is gone");
+            Ok(())
+        }
+        Err(e) => {
+            owners.workloads.remove(&cluster.uid().unwrap_or_default());
+            Err(waiting(format!("refreshing the bootstrap token: {e}")))
+        }
     }
-    Ok(())
 }
 
 async fn write_status(
