@@ -248,9 +248,8 @@ async fn decide(
             .is_some_and(|c| c.reason == reasons::DATA_SECRET_CONFLICT)
     });
     let deleting = machine.metadata.deletion_timestamp.is_some();
-    if (deleting || conflicted)
-        && let Some(earlier) = earlier_data(&pass).await?
-    {
+    let looked = deleting || conflicted;
+    if looked && let Some(earlier) = earlier_data(&pass).await? {
         return keep_existing(&pass, earlier, plan, data_secret_name).await;
     }
     if deleting {
@@ -271,6 +270,9 @@ async fn decide(
     // config's all the same (a machine may have booted from it), whatever this one met.
     match rendered {
         Err(Failure::Api(error)) => Err(Failure::Api(error)),
+        // Looked already this pass (before rendering, or when the create met the name taken).
+        Err(conflict @ Failure::Waiting(reasons::DATA_SECRET_CONFLICT, _)) => Err(conflict),
+        other if looked => other,
         other => match earlier_data(&pass).await? {
             Some(earlier) => keep_existing(&pass, earlier, plan, data_secret_name).await,
             None => other,
