@@ -234,11 +234,8 @@ where
                 self.readiness.clone(),
                 controller,
             ))
-            .applied_objects()
-            .predicate_filter(
-                crate::predicate::reconcile_relevant::<K>,
-                Default::default(),
-            );
+            .applied_objects();
+        let trigger = crate::predicate::changed(trigger, crate::predicate::reconcile_relevant::<K>);
         (trigger, reader)
     }
 

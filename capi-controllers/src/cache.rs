@@ -76,9 +76,9 @@ pub(crate) fn cluster_cache(
     impl Stream<Item = Result<Cluster, watcher::Error>> + Send + 'static,
 ) {
     let (store, changes) = cache(informer);
-    let relevant = changes.predicate_filter(
+    let relevant = capi_actuator::predicate::changed(
+        changes,
         capi_actuator::predicate::cluster_as_its_objects_see_it,
-        Default::default(),
     );
     (store, relevant)
 }

@@ -21,7 +21,7 @@ use futures::Future;
 use kube::ResourceExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 
 pub use decide::{Decision, INFRA_MACHINE_FINALIZER, decide_once};
 
@@ -73,9 +73,9 @@ impl<M: InfraMachine> Reconciler<M, dyn Actuator<M>> {
             })
             // A Cluster changes (infrastructure ready, paused): reconcile its machines.
             .watches_stream(
-                cluster_stream.predicate_filter(
+                crate::predicate::changed(
+                    cluster_stream,
                     crate::predicate::cluster_as_its_objects_see_it,
-                    Default::default(),
                 ),
                 move |cluster| {
                     let name = cluster.name_any();
@@ -107,10 +107,7 @@ impl<M: InfraMachine> Reconciler<M, dyn Actuator<M>> {
 fn machine_changes(
     changes: impl futures::Stream<Item = Result<Machine, watcher::Error>> + Send + 'static,
 ) -> impl futures::Stream<Item = Result<Machine, watcher::Error>> + Send + 'static {
-    changes.predicate_filter(
-        crate::predicate::reconcile_relevant::<Machine>,
-        Default::default(),
-    )
+    crate::predicate::changed(changes, crate::predicate::reconcile_relevant::<Machine>)
 }
 
 #[tracing::instrument(skip_all, fields(kind = %M::kind(&()), namespace = %infra.namespace().unwrap_or_default(), name = %infra.name_any()))]

@@ -30,7 +30,6 @@ use crate::render::PlanFile;
 use capi_core::api::{Cluster, Machine};
 use futures::Future;
 use kube::ResourceExt;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
 
@@ -136,9 +135,9 @@ pub async fn run(
         })
         // A Cluster changes (infrastructure ready, control plane initialised): reconcile its configs.
         .watches_stream(
-            cluster_stream.predicate_filter(
+            capi_actuator::predicate::changed(
+                cluster_stream,
                 capi_actuator::predicate::cluster_as_its_objects_see_it,
-                Default::default(),
             ),
             move |cluster| {
                 let name = cluster.name_any();

@@ -35,7 +35,6 @@ use capi_controllers::references::{ReferenceWatches, References};
 use capi_core::api::{Cluster, Machine};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::ResourceExt;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
 
@@ -155,9 +154,9 @@ async fn run(
         })
         // A cluster changed (infrastructure ready, failure domains, paused, deleting).
         .watches_stream(
-            cluster_stream.predicate_filter(
+            capi_actuator::predicate::changed(
+                cluster_stream,
                 capi_actuator::predicate::cluster_as_its_objects_see_it,
-                Default::default(),
             ),
             |cluster| {
                 let reference = cluster.spec.control_plane_ref.as_ref()?;
