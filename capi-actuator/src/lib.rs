@@ -63,6 +63,7 @@ pub mod readiness;
 pub mod reasons;
 mod reconciler;
 pub mod redact;
+mod resync;
 pub mod retry;
 pub mod secret_data;
 pub mod telemetry;

@@ -95,7 +95,7 @@ impl Seen {
 
 /// A 128-bit hash of an object's namespace, name and UID: two independent SipHashes, so that two
 /// of the objects a manager watches share one with odds of about n² / 2¹²⁹.
-fn identity(meta: &kube::api::ObjectMeta) -> (u64, u64) {
+pub(crate) fn identity(meta: &kube::api::ObjectMeta) -> (u64, u64) {
     let half = |seed: u8| {
         let mut hasher = DefaultHasher::new();
         seed.hash(&mut hasher);

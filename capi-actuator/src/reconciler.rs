@@ -204,7 +204,8 @@ where
 {
     /// The stream that triggers reconciles — the manager's shared watch of `K` (managed fields
     /// dropped; [`crate::informer`]), reflected into the returned store, reporting readiness after
-    /// its first list, without the loop's own status writes — and the store. The watch also prunes the per-object retry memory: a
+    /// its first list, without the loop's own status writes, merged with the sweep that brings back
+    /// converged objects as their resync comes due ([`crate::resync`]) — and the store. The watch also prunes the per-object retry memory: a
     /// deleted object, or one a re-list no longer finds, is forgotten.
     pub fn trigger(
         &self,
@@ -236,7 +237,13 @@ where
             ))
             .applied_objects();
         let trigger = crate::predicate::changed(trigger, crate::predicate::reconcile_relevant::<K>);
-        (trigger, reader)
+        // Converged objects come back through the sweep, not through a timer each.
+        let resyncs = crate::resync::sweep(
+            Arc::clone(&self.memory.resyncs),
+            reader.clone(),
+            self.options.retry.resync,
+        );
+        (futures::stream::select(trigger, resyncs), reader)
     }
 
     /// The context reconciles run in; `instrument` wraps the shared state when metrics are

@@ -12,6 +12,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::utils::Backoff;
 
 use crate::plan::Next;
+use crate::resync::Resyncs;
 
 /// How the loop spaces its retries. The defaults suit cloud APIs; tests shorten them.
 #[derive(Clone, Debug, PartialEq)]
@@ -291,6 +292,36 @@ mod tests {
     }
 
     #[test]
+    fn a_converged_object_is_left_to_the_sweep_when_one_runs_and_requeued_otherwise() {
+        let memory = Arc::new(RetryMemory::default());
+        let state = RetryState::with_memory(exact(), Arc::clone(&memory));
+        let object = object("uid-1", 1);
+        // No sweep: a timer of the controller's own, as before.
+        assert_eq!(
+            state.next_action(&object, Next::Resync).ok(),
+            Some(Action::requeue(Duration::from_secs(600)))
+        );
+        assert_eq!(memory.resyncs.len(), 0);
+        let (store, _writer) =
+            kube::runtime::reflector::store::<k8s_openapi::api::core::v1::ConfigMap>();
+        let _sweep =
+            crate::resync::sweep(Arc::clone(&memory.resyncs), store, Duration::from_secs(600));
+        assert_eq!(
+            state.next_action(&object, Next::Resync).ok(),
+            Some(Action::await_change())
+        );
+        assert_eq!(memory.resyncs.len(), 1, "scheduled with the sweep");
+        // Any other outcome cancels it: a requeue, or a failure's backoff.
+        state
+            .next_action(&object, Next::Requeue(Duration::from_secs(1)))
+            .ok();
+        assert_eq!(memory.resyncs.len(), 0);
+        state.next_action(&object, Next::Resync).ok();
+        state.back_off(&object, &"boom", false);
+        assert_eq!(memory.resyncs.len(), 0);
+    }
+
+    #[test]
     fn failures_count_per_object_and_reset() {
         let counts = FailureCounts::default();
         assert_eq!(counts.record_failure("a"), 1);
@@ -321,6 +352,9 @@ pub(crate) struct RetryMemory {
     failures: FailureCounts,
     conflicts: FailureCounts,
     invalid: InvalidGenerations,
+    /// When converged objects are due again, if the controller's trigger sweeps for them
+    /// ([`crate::resync`]); their entries go as they come due.
+    pub(crate) resyncs: Arc<Resyncs>,
 }
 
 impl RetryMemory {
@@ -371,10 +405,18 @@ impl RetryState {
         next: Next,
     ) -> Result<Action, ActuatorError> {
         let key = object_key(object);
+        if !matches!(next, Next::Resync) {
+            self.memory.resyncs.cancel(object.meta());
+        }
         let action = match next {
             Next::Failed(error) => return Err(error),
             Next::AwaitChange => Action::await_change(),
             Next::Requeue(delay) => Action::requeue(self.policy.jittered(delay)),
+            Next::Resync if self.memory.resyncs.swept() => {
+                let after = self.policy.jittered(self.policy.resync);
+                self.memory.resyncs.schedule(object.meta(), after);
+                Action::await_change()
+            }
             Next::Resync => Action::requeue(self.policy.jittered(self.policy.resync)),
             Next::InvalidConfiguration => {
                 if let Some(generation) = object.meta().generation {
@@ -407,6 +449,7 @@ impl RetryState {
         conflict: bool,
     ) -> Action {
         let key = object_key(object);
+        self.memory.resyncs.cancel(object.meta());
         if conflict {
             let conflicts = self.memory.conflicts.record_failure(&key);
             let delay = self.policy.conflict_backoff(conflicts);
