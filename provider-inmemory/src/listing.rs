@@ -39,7 +39,9 @@ type Slot = Arc<tokio::sync::Mutex<Option<Listing>>>;
 #[derive(Debug)]
 struct Listing {
     taken: Instant,
-    running: HashMap<String, Instance>,
+    /// The running instances, by ID (sorted; looked up by binary search): the listing itself,
+    /// without a copy of each ID as a key or a hash table's spare room.
+    running: Vec<Instance>,
 }
 
 impl ClusterListings {
@@ -76,18 +78,21 @@ impl ClusterListings {
             .as_ref()
             .is_some_and(|l| l.taken.elapsed() < self.ttl);
         if !fresh {
+            // The stale listing goes first, so that the new one never sits beside it.
+            *listing = None;
             let taken = Instant::now();
-            let instances = list().await?;
-            *listing = Some(Listing {
-                taken,
-                running: instances
-                    .into_iter()
-                    .filter(|i| i.status == InstanceStatus::Active)
-                    .map(|i| (i.id.clone(), i))
-                    .collect(),
-            });
+            let mut running = list().await?;
+            running.retain(|i| i.status == InstanceStatus::Active);
+            running.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+            running.shrink_to_fit();
+            *listing = Some(Listing { taken, running });
         }
-        Ok(listing.as_ref().and_then(|l| l.running.get(id).cloned()))
+        Ok(listing.as_ref().and_then(|l| {
+            l.running
+                .binary_search_by(|i| i.id.as_str().cmp(id))
+                .ok()
+                .and_then(|at| l.running.get(at).cloned())
+        }))
     }
 
     /// The slot of `cluster`, made on first use; making one drops the expired listings no lookup
