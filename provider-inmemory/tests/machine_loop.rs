@@ -151,6 +151,74 @@ async fn n_machines_get_exactly_n_instances_and_deletion_leaves_none() {
     task.await.unwrap();
 }
 
+/// The resync of converged machines comes from the controller's sweep, not from a timer per
+/// object: with nothing changed, provisioned machines are looked at in the cloud again once per
+/// resync period — and not before it.
+#[tokio::test]
+async fn converged_machines_are_looked_at_again_each_resync_period_with_nothing_changed() {
+    use provider_inmemory::cloud::{CloudServer, RemoteCloud};
+    const N: usize = 3;
+    let f = fixture(CloudConfig {
+        boot_time: Duration::from_millis(100),
+        ..CloudConfig::default()
+    })
+    .await;
+    let client = f.env.client();
+    add_machines(&client, &f.ns, N).await;
+    let resync = Duration::from_secs(5);
+    // Through the cloud's HTTP API, which counts the calls; no listing shared between resyncs:
+    // each resync of each machine asks the cloud itself.
+    let server = CloudServer::start(f.cloud.clone(), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let remote = Arc::new(RemoteCloud::new(server.url()));
+    let actuator = InMemoryActuator::new(remote.clone(), remote, Duration::from_millis(50))
+        .with_listing_ttl(Duration::ZERO);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let reconciler = InfraMachineReconciler::new(client.clone(), Arc::new(actuator)).options(
+        ReconcilerOptions::default()
+            .namespace(&f.ns)
+            .retry_policy(capi_actuator::retry::RetryPolicy {
+                resync,
+                jitter: 0.0,
+                ..policy()
+            })
+            .concurrency(8),
+    );
+    let task = tokio::spawn(reconciler.run(async move {
+        let _ = stopped.await;
+    }));
+    eventually("all machines provisioned", || async {
+        provisioned(&client, &f.ns).await == N
+    })
+    .await;
+    // Let the reconciles that follow the last status writes settle.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let settled = f.cloud.api_calls();
+    let versions = |list: Vec<InMemoryMachine>| {
+        list.into_iter()
+            .map(|m| m.resource_version().unwrap_or_default())
+            .collect::<Vec<_>>()
+    };
+    let infra: Api<InMemoryMachine> = Api::namespaced(client.clone(), &f.ns);
+    let before = versions(infra.list(&Default::default()).await.unwrap().items);
+    // Less than a period after the last reconciles: nothing asked.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let early = f.cloud.api_calls() - settled;
+    // Two more periods: each machine is looked at again (about twice), and no hot loop.
+    tokio::time::sleep(2 * resync).await;
+    let resynced = f.cloud.api_calls() - settled;
+    let after = versions(infra.list(&Default::default()).await.unwrap().items);
+    assert_eq!(before, after, "nothing changed the machines meanwhile");
+    assert_eq!(early, 0, "asked the cloud before the resync period");
+    assert!(
+        (N as u64..=10 * N as u64).contains(&resynced),
+        "{resynced} cloud calls for {N} machines over two resync periods"
+    );
+    let _ = stop.send(());
+    task.await.unwrap();
+}
+
 #[tokio::test]
 async fn twenty_percent_cloud_failures_still_converge_to_exactly_n() {
     const N: usize = 10;
