@@ -93,8 +93,9 @@ impl Seen {
     }
 }
 
-/// A 128-bit hash of an object's namespace, name and UID: two independent SipHashes, so that two
-/// of the objects a manager watches share one with odds of about n² / 2¹²⁹.
+/// A 128-bit hash of an object's namespace, name and UID: two SipHashes of them (the standard
+/// library's fixed keys, told apart by a leading seed byte), so that two of the objects a manager
+/// watches share one only by a coincidence of both.
 pub(crate) fn identity(meta: &kube::api::ObjectMeta) -> (u64, u64) {
     let half = |seed: u8| {
         let mut hasher = DefaultHasher::new();
@@ -219,6 +220,21 @@ mod tests {
         let c = config_map("ns", "c", "u3", 1);
         assert!(seen.changed(&c.metadata, hash, start + Duration::from_secs(25)));
         assert_eq!(seen.by_identity.len(), 1, "only c");
+    }
+
+    #[test]
+    fn the_change_filter_lets_an_entry_kept_by_an_eviction_expire_on_its_own() {
+        let mut seen = Seen::new(Duration::from_secs(10));
+        let start = seen.epoch;
+        let a = config_map("ns", "a", "u1", 1);
+        let b = config_map("ns", "b", "u2", 1);
+        let hash = reconcile_relevant(&a).unwrap_or_default();
+        assert!(seen.changed(&a.metadata, hash, start + Duration::from_secs(5)));
+        // The eviction at eleven seconds keeps `a` (seen six seconds ago)…
+        assert!(seen.changed(&b.metadata, hash, start + Duration::from_secs(11)));
+        assert_eq!(seen.by_identity.len(), 2);
+        // …and at sixteen, before the next eviction, `a` unseen for eleven seconds passes again.
+        assert!(seen.changed(&a.metadata, hash, start + Duration::from_secs(16)));
     }
 
     #[tokio::test]

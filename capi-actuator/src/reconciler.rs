@@ -362,6 +362,7 @@ impl<S: ?Sized> Context<S> {
         once: impl Future<Output = Result<Next, ReconcileError>>,
     ) -> Result<Action, ReconcileError> {
         let started = Instant::now();
+        self.retry.starting(object);
         let outcome = once.await;
         self.finish(object, started, outcome)
     }

@@ -291,34 +291,40 @@ mod tests {
         assert_eq!(state.invalid_at(&object), None);
     }
 
-    #[test]
-    fn a_converged_object_is_left_to_the_sweep_when_one_runs_and_requeued_otherwise() {
+    #[tokio::test]
+    async fn a_converged_object_is_left_to_the_sweep_while_one_runs_and_requeued_otherwise() {
+        use futures::StreamExt;
         let memory = Arc::new(RetryMemory::default());
         let state = RetryState::with_memory(exact(), Arc::clone(&memory));
         let object = object("uid-1", 1);
+        let requeued = Some(Action::requeue(Duration::from_secs(600)));
         // No sweep: a timer of the controller's own, as before.
-        assert_eq!(
-            state.next_action(&object, Next::Resync).ok(),
-            Some(Action::requeue(Duration::from_secs(600)))
-        );
-        assert_eq!(memory.resyncs.len(), 0);
+        assert_eq!(state.next_action(&object, Next::Resync).ok(), requeued);
         let (store, _writer) =
             kube::runtime::reflector::store::<k8s_openapi::api::core::v1::ConfigMap>();
-        let _sweep =
-            crate::resync::sweep(Arc::clone(&memory.resyncs), store, Duration::from_secs(600));
+        let mut sweep = Box::pin(crate::resync::sweep(
+            Arc::clone(&memory.resyncs),
+            store,
+            Duration::from_secs(600),
+        ));
+        // Made but not polled yet: still a timer.
+        assert_eq!(state.next_action(&object, Next::Resync).ok(), requeued);
+        assert_eq!(memory.resyncs.len(), 0);
+        assert!(futures::FutureExt::now_or_never(sweep.next()).is_none());
         assert_eq!(
             state.next_action(&object, Next::Resync).ok(),
             Some(Action::await_change())
         );
         assert_eq!(memory.resyncs.len(), 1, "scheduled with the sweep");
-        // Any other outcome cancels it: a requeue, or a failure's backoff.
-        state
-            .next_action(&object, Next::Requeue(Duration::from_secs(1)))
-            .ok();
+        // A reconcile that starts takes the schedule out; what it ends with decides.
+        state.starting(&object);
         assert_eq!(memory.resyncs.len(), 0);
         state.next_action(&object, Next::Resync).ok();
-        state.back_off(&object, &"boom", false);
+        assert_eq!(memory.resyncs.len(), 1);
+        // The sweep gone: timers again, and nothing left scheduled.
+        drop(sweep);
         assert_eq!(memory.resyncs.len(), 0);
+        assert_eq!(state.next_action(&object, Next::Resync).ok(), requeued);
     }
 
     #[test]
@@ -352,8 +358,9 @@ pub(crate) struct RetryMemory {
     failures: FailureCounts,
     conflicts: FailureCounts,
     invalid: InvalidGenerations,
-    /// When converged objects are due again, if the controller's trigger sweeps for them
-    /// ([`crate::resync`]); their entries go as they come due.
+    /// When converged objects are due again, while the controller's trigger sweeps for them
+    /// ([`crate::resync`]); not pruned by the watch: an entry goes when its object's next
+    /// reconcile starts, or when it comes due (whether or not the object still exists).
     pub(crate) resyncs: Arc<Resyncs>,
 }
 
@@ -397,6 +404,12 @@ impl RetryState {
             .get(&memo_key(object), self.policy.invalid_retry)
     }
 
+    /// A reconcile of `object` starts: what it ends with decides what comes next, so a resync
+    /// scheduled for it is taken out (a change and a resync then reconcile it once, not twice).
+    pub(crate) fn starting<K: kube::Resource>(&self, object: &K) {
+        self.memory.resyncs.cancel(object.meta());
+    }
+
     /// What the controller does after a reconcile that ended with `next`. A failure is returned
     /// as an error, for [`Self::back_off`]; anything else resets the failure count.
     pub(crate) fn next_action<K: kube::Resource>(
@@ -405,9 +418,6 @@ impl RetryState {
         next: Next,
     ) -> Result<Action, ActuatorError> {
         let key = object_key(object);
-        if !matches!(next, Next::Resync) {
-            self.memory.resyncs.cancel(object.meta());
-        }
         let action = match next {
             Next::Failed(error) => return Err(error),
             Next::AwaitChange => Action::await_change(),
@@ -449,7 +459,6 @@ impl RetryState {
         conflict: bool,
     ) -> Action {
         let key = object_key(object);
-        self.memory.resyncs.cancel(object.meta());
         if conflict {
             let conflicts = self.memory.conflicts.record_failure(&key);
             let delay = self.policy.conflict_backoff(conflicts);
