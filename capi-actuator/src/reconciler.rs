@@ -204,8 +204,10 @@ where
 {
     /// The stream that triggers reconciles — the manager's shared watch of `K` (managed fields
     /// dropped; [`crate::informer`]), reflected into the returned store, reporting readiness after
-    /// its first list, without the loop's own status writes, merged with the sweep that brings back
-    /// converged objects as their resync comes due ([`crate::resync`]) — and the store. The watch also prunes the per-object retry memory: a
+    /// its first list, without the loop's own status writes, merged with the sweep that brings
+    /// back converged objects as their resync comes due (an entry of a few bytes per converged
+    /// object instead of a scheduler timer each; while the stream is not polled, the reconciles
+    /// requeue with timers) — and the store. The watch also prunes the per-object retry memory: a
     /// deleted object, or one a re-list no longer finds, is forgotten.
     pub fn trigger(
         &self,
