@@ -77,7 +77,8 @@ impl Resyncs {
         self.lock().insert(identity(meta), due);
     }
 
-    /// The object of `meta` is no longer scheduled (its reconcile ended otherwise).
+    /// The object of `meta` is no longer scheduled (a reconcile of it starts, and what it ends with
+    /// decides what comes next).
     pub(crate) fn cancel(&self, meta: &ObjectMeta) {
         let mut due = self.lock();
         if !due.is_empty() {
@@ -141,13 +142,10 @@ where
         resyncs: SweepGuard(resyncs),
         store,
         ready: Vec::new(),
-        started: false,
     };
     futures::stream::unfold(state, move |mut state| async move {
-        if !state.started {
-            state.started = true;
-            state.resyncs.0.swept.store(true, Ordering::Relaxed);
-        }
+        // Polled: the sweep runs (until it is dropped, see `SweepGuard`).
+        state.resyncs.0.swept.store(true, Ordering::Relaxed);
         loop {
             // Copied only as it is handed over (the store keeps its own).
             if let Some(object) = state.ready.pop() {
@@ -174,7 +172,6 @@ struct Sweep<K: Resource<DynamicType = ()> + Clone + 'static> {
     store: Store<K>,
     /// Due objects not handed over yet.
     ready: Vec<Arc<K>>,
-    started: bool,
 }
 
 /// Marks its resyncs as no longer swept, and empties their schedule, when the sweep is dropped:
