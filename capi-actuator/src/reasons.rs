@@ -151,6 +151,11 @@ pub const REMEDIATION_ALLOWED: &str = "RemediationAllowed";
 pub const TOO_MANY_UNHEALTHY: &str = "TooManyUnhealthy";
 /// The machine passed its health checks.
 pub const HEALTHY: &str = "Healthy";
+/// A MachineHealthCheck found a machine unhealthy (event on the machine, as upstream).
+pub const MACHINE_MARKED_UNHEALTHY: &str = "MachineMarkedUnhealthy";
+/// A MachineHealthCheck found unhealthy machines but `triggerIf` stops their remediation
+/// (warning event on the check, as upstream).
+pub const REMEDIATION_RESTRICTED: &str = "RemediationRestricted";
 /// The machine waits for its owner to replace it.
 pub const WAITING_FOR_REMEDIATION: &str = "WaitingForRemediation";
 /// The machine was made from an older template of its MachineDeployment.

@@ -876,6 +876,17 @@ async fn a_health_check_stops_remediating_when_too_many_machines_are_unhealthy()
         condition::get(&conditions, "OwnerRemediated").is_none(),
         "not marked for remediation"
     );
+    // As upstream: the machine is told why, the check that it holds back.
+    eventually("the marking and the restriction are events", || async {
+        let events = event_lines(&world).await;
+        events.iter().any(|e| {
+            e.starts_with(&format!("Normal MachineMarkedUnhealthy Machine/{victim}:"))
+                && e.contains("NodeNotFound")
+        }) && events
+            .iter()
+            .any(|e| e.starts_with("Warning RemediationRestricted MachineHealthCheck/workers:"))
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
         world
@@ -886,6 +897,28 @@ async fn a_health_check_stops_remediating_when_too_many_machines_are_unhealthy()
             .is_some_and(|m| m.metadata.deletion_timestamp.is_none()),
         "the unhealthy machine is left alone"
     );
+}
+
+/// The events of the world's namespace, one line each: `type reason kind/name: note`.
+async fn event_lines(world: &World) -> Vec<String> {
+    Api::<k8s_openapi::api::events::v1::Event>::namespaced(world.client(), &world.ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|e| {
+            let regarding = e.regarding.unwrap_or_default();
+            format!(
+                "{} {} {}/{}: {}",
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                regarding.kind.unwrap_or_default(),
+                regarding.name.unwrap_or_default(),
+                e.note.unwrap_or_default()
+            )
+        })
+        .collect()
 }
 
 #[tokio::test]

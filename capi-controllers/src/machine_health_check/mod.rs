@@ -24,12 +24,12 @@ use serde_json::json;
 
 use self::verdict::{
     MachineObservation, NodeObservation, ObservedCondition, Remediation, Verdict, assess,
-    remediation_allowed,
+    node_startup_since, remediation_allowed,
 };
 use crate::machine::status::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
 use crate::workload::{CachedNode, WorkloadClusters};
 use crate::{CoreSettings, cache, cluster_cache, find_cluster, of_cluster, selector, synced};
-use capi_actuator::plan::Next;
+use capi_actuator::plan::{EventNote, Next};
 use capi_actuator::reasons;
 use capi_actuator::write;
 use capi_actuator::{Context, ReconcileError, Reconciler, back_off, drain};
@@ -198,10 +198,14 @@ async fn reconcile_once(
     let mut verdicts = Vec::new();
     // As upstream, no machine is judged while its cluster's infrastructure is not ready (a
     // Cluster change brings the check back).
-    let infrastructure_ready = cluster
+    let cluster_conditions = cluster
         .status
         .as_ref()
-        .is_some_and(|s| condition::is_true(&s.conditions, condition::INFRASTRUCTURE_READY));
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let infrastructure_ready =
+        condition::is_true(cluster_conditions, condition::INFRASTRUCTURE_READY);
+    let cluster_conditions = observed(cluster_conditions);
     for machine in &targets {
         if !infrastructure_ready {
             verdicts.push(Some(Verdict::Pending { recheck: None }));
@@ -222,20 +226,22 @@ async fn reconcile_once(
                 },
             },
         };
-        let observation = MachineObservation {
-            created: machine
-                .metadata
-                .creation_timestamp
+        let conditions = observed(
+            machine
+                .status
                 .as_ref()
-                .map_or(now, |t| t.0.as_second()),
+                .map(|s| s.conditions.as_slice())
+                .unwrap_or_default(),
+        );
+        let created = machine
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(now, |t| t.0.as_second());
+        let observation = MachineObservation {
+            node_startup_since: node_startup_since(created, &cluster_conditions, &conditions),
             node,
-            conditions: observed(
-                machine
-                    .status
-                    .as_ref()
-                    .map(|s| s.conditions.as_slice())
-                    .unwrap_or_default(),
-            ),
+            conditions,
         };
         let verdict = assess(check.spec.checks.as_ref(), &observation, now);
         if let Verdict::Pending {
@@ -246,6 +252,9 @@ async fn reconcile_once(
         }
         verdicts.push(Some(verdict));
     }
+    let unhealthy_found = verdicts
+        .iter()
+        .any(|v| matches!(v, Some(Verdict::Unhealthy { .. })));
     let total = i32::try_from(targets.len()).unwrap_or(i32::MAX);
     let healthy = i32::try_from(
         verdicts
@@ -263,6 +272,8 @@ async fn reconcile_once(
         .as_ref()
         .and_then(|r| r.trigger_if.as_ref());
     let remediation = remediation_allowed(trigger, total, unhealthy);
+    let was_restricted = condition::status(&status.conditions, condition::REMEDIATION_ALLOWED)
+        == Some(ConditionStatus::False);
     let remaining = remediation.as_ref().map_or(0, |r| r.remaining);
     let allowed = match remediation {
         Ok(Remediation { allowed: true, .. }) => {
@@ -303,6 +314,7 @@ async fn reconcile_once(
     // meanwhile) does not stop the pass: with many machines changing, stopping at the first
     // conflict would leave the rest unassessed, pass after pass.
     let mut conflict = None;
+    let mut marked = Vec::new();
     for (machine, verdict) in targets.iter().zip(&verdicts) {
         let Some(verdict) = verdict else { continue };
         let mut conditions = machine
@@ -311,6 +323,7 @@ async fn reconcile_once(
             .map(|s| s.conditions.clone())
             .unwrap_or_default();
         let machine_generation = machine.metadata.generation;
+        let mut newly_unhealthy = None;
         let changed = match verdict {
             // Not marked either way (its earlier verdict, if any, stays).
             Verdict::Pending { .. } => false,
@@ -335,6 +348,12 @@ async fn reconcile_once(
                 changed
             }
             Verdict::Unhealthy { reason, message } => {
+                let newly = condition::get(&conditions, HEALTH_CHECK_SUCCEEDED).is_none_or(|c| {
+                    c.status != ConditionStatus::False.as_str() || c.reason != *reason
+                });
+                if newly {
+                    newly_unhealthy = Some(format!("{reason}: {message}"));
+                }
                 let generation = verdict_generation(
                     &conditions,
                     ConditionStatus::False,
@@ -377,12 +396,42 @@ async fn reconcile_once(
             {
                 Err(kube::Error::Api(refusal)) if refusal.is_conflict() => {
                     conflict.get_or_insert(kube::Error::Api(refusal));
+                    continue;
                 }
                 other => drop(other?),
+            }
+            if let Some(why) = newly_unhealthy {
+                marked.push((machine, why));
             }
         }
     }
 
+    // As upstream: an event on each machine newly found unhealthy (the condition says why; so
+    // does the event, for `kubectl describe machine`), a warning on the check when unhealthy
+    // machines are left unremediated by `triggerIf` — once as it starts, not at every pass.
+    for (machine, why) in marked {
+        let note = EventNote {
+            warning: false,
+            reason: reasons::MACHINE_MARKED_UNHEALTHY,
+            note: format!(
+                "machine {} has been marked as unhealthy by MachineHealthCheck {}: {why}",
+                machine.name_any(),
+                check.name_any()
+            ),
+        };
+        write::publish(&context.recorder, machine.as_ref(), &[note]).await;
+    }
+    if !allowed && !was_restricted && unhealthy_found {
+        let message = condition::get(&status.conditions, condition::REMEDIATION_ALLOWED)
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        let note = EventNote {
+            warning: true,
+            reason: reasons::REMEDIATION_RESTRICTED,
+            note: message,
+        };
+        write::publish(&context.recorder, check, &[note]).await;
+    }
     status.expected_machines = Some(total);
     status.current_healthy = Some(healthy);
     status.remediations_allowed = Some(remaining);

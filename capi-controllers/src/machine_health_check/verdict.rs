@@ -2,7 +2,8 @@
 //! defines it. Pure functions of what was observed and the current time.
 //!
 //! - [`assess`]: a machine without a node is unhealthy once the node startup timeout has passed
-//!   since it was created; a machine whose node vanished is unhealthy at once; a node or machine
+//!   since [`node_startup_since`] (as upstream, the latest of its creation and of the moments its
+//!   cluster and its own infrastructure became ready); a machine whose node vanished is unhealthy at once; a node or machine
 //!   condition listed in `unhealthyNodeConditions`/`unhealthyMachineConditions` makes it unhealthy
 //!   once it has held for its timeout. Until then it is pending (neither healthy nor unhealthy;
 //!   the answer says when to look again), and so is a machine without a node yet: as upstream,
@@ -15,6 +16,7 @@
 use std::time::Duration;
 
 use capi_core::api::{MachineHealthCheckChecks, MachineHealthCheckRemediationTriggerIf};
+use capi_core::condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 /// The upstream default node startup timeout.
@@ -45,8 +47,9 @@ pub enum NodeObservation {
 /// What the health check needs to know about one machine.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MachineObservation {
-    /// When the machine was created (seconds since the epoch).
-    pub created: i64,
+    /// When its node startup timeout started counting (seconds since the epoch): see
+    /// [`node_startup_since`].
+    pub node_startup_since: i64,
     /// Its node.
     pub node: NodeObservation,
     /// Its own conditions.
@@ -73,6 +76,33 @@ pub enum Verdict {
         /// What is wrong.
         message: String,
     },
+}
+
+/// When a machine's node startup timeout starts counting (seconds since the epoch), as upstream:
+/// the latest of the machine's creation (`created`), the last transitions of its cluster's
+/// `ControlPlaneInitialized` and `InfrastructureReady` conditions and of its own
+/// `InfrastructureReady` condition — each only while it is `True`. So a machine is not blamed
+/// for the time it waited for its cluster or for its infrastructure (a cloud or a provider
+/// behind a rate limit): the timeout covers the node's start-up, not the queue before it.
+pub fn node_startup_since(
+    created: i64,
+    cluster: &[ObservedCondition],
+    machine: &[ObservedCondition],
+) -> i64 {
+    let ready_since = |conditions: &[ObservedCondition], type_: &str| {
+        conditions
+            .iter()
+            .find(|c| c.type_ == type_ && c.status == "True")
+            .map(|c| c.since)
+    };
+    [
+        ready_since(cluster, condition::CONTROL_PLANE_INITIALIZED),
+        ready_since(cluster, condition::INFRASTRUCTURE_READY),
+        ready_since(machine, condition::INFRASTRUCTURE_READY),
+    ]
+    .into_iter()
+    .flatten()
+    .fold(created, i64::max)
 }
 
 fn remaining(since: i64, timeout: Duration, now: i64) -> Option<Duration> {
@@ -130,7 +160,7 @@ pub fn assess(
                     Duration::from_secs(u64::try_from(s).unwrap_or(0))
                 });
             if !timeout.is_zero() {
-                match remaining(machine.created, timeout, now) {
+                match remaining(machine.node_startup_since, timeout, now) {
                     None => {
                         return Verdict::Unhealthy {
                             reason: "NodeStartupTimeout",
@@ -296,7 +326,7 @@ mod tests {
 
     fn machine(node: NodeObservation) -> MachineObservation {
         MachineObservation {
-            created: 0,
+            node_startup_since: 0,
             node,
             conditions: vec![],
         }
@@ -337,6 +367,61 @@ mod tests {
             ),
             Verdict::Pending { recheck: None }
         );
+    }
+
+    fn ready(type_: &str, status: &str, since: i64) -> ObservedCondition {
+        ObservedCondition {
+            type_: type_.into(),
+            status: status.into(),
+            since,
+        }
+    }
+
+    #[test]
+    fn node_startup_counts_from_the_latest_readiness_not_from_creation() {
+        // Created at 0; the cluster's control plane initialized at 50, its infrastructure ready
+        // at 20; the machine's own infrastructure ready at 400 (it waited in a queue).
+        let cluster = [
+            ready("ControlPlaneInitialized", "True", 50),
+            ready("InfrastructureReady", "True", 20),
+        ];
+        let machine_conditions = [ready("InfrastructureReady", "True", 400)];
+        let since = node_startup_since(0, &cluster, &machine_conditions);
+        assert_eq!(since, 400);
+        let waiting = MachineObservation {
+            node_startup_since: since,
+            node: NodeObservation::NotRegistered,
+            conditions: vec![],
+        };
+        // 700 s after creation, 300 s after its infrastructure: still within 600 s.
+        assert_eq!(
+            assess(Some(&checks()), &waiting, 700),
+            Verdict::Pending {
+                recheck: Some(Duration::from_secs(300))
+            }
+        );
+        assert!(matches!(
+            assess(Some(&checks()), &waiting, 1001),
+            Verdict::Unhealthy {
+                reason: "NodeStartupTimeout",
+                ..
+            }
+        ));
+        // Conditions that are not True do not move the start; nor does one older than creation.
+        let not_ready = [
+            ready("ControlPlaneInitialized", "False", 900),
+            ready("InfrastructureReady", "Unknown", 900),
+        ];
+        assert_eq!(
+            node_startup_since(
+                100,
+                &not_ready,
+                &[ready("InfrastructureReady", "False", 900)]
+            ),
+            100
+        );
+        assert_eq!(node_startup_since(100, &cluster, &[]), 100);
+        assert_eq!(node_startup_since(10, &cluster, &[]), 50);
     }
 
     #[test]
