@@ -1198,9 +1198,11 @@ pub struct KubeadmConfigStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "validation::conditions")]
     pub conditions: Vec<Condition>,
+    // Boxed: mostly unset, and a KubeadmConfig is held once per machine in the bootstrap
+    // controller's cache; boxed, a KubeadmConfig fits the allocator's 768-byte class, not 896.
     /// Fields of the `v1beta1` status, kept for clients of the old version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deprecated: Option<KubeadmConfigDeprecatedStatus>,
+    pub deprecated: Option<Box<KubeadmConfigDeprecatedStatus>>,
 }
 
 /// `KubeadmConfig.status.deprecated`.

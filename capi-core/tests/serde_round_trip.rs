@@ -190,10 +190,12 @@ fn machine() -> impl Strategy<Value = Machine> {
                     addresses,
                     phase,
                     certificates_expiry_date: expiry,
-                    deletion: deletion.map(|(a, b)| MachineDeletionStatus {
-                        node_drain_start_time: a,
-                        wait_for_node_volume_detach_start_time: b,
-                        ..MachineDeletionStatus::default()
+                    deletion: deletion.map(|(a, b)| {
+                        Box::new(MachineDeletionStatus {
+                            node_drain_start_time: a,
+                            wait_for_node_volume_detach_start_time: b,
+                            ..MachineDeletionStatus::default()
+                        })
                     }),
                     observed_generation,
                     conditions,

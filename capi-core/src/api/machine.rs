@@ -266,9 +266,12 @@ pub struct MachineStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_updated: Option<Time>,
 
+    // Boxed, as `deletion` and `deprecated` are: mostly unset, and a Machine is held once per
+    // machine in the controllers' cache; inline, these ~400 bytes take a Machine (896 bytes)
+    // from the allocator's 896-byte class to its 1.5-KiB one.
     /// What the node reports about its system.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_info: Option<NodeSystemInfo>,
+    pub node_info: Option<Box<NodeSystemInfo>>,
 
     /// The lifecycle phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -280,7 +283,7 @@ pub struct MachineStatus {
 
     /// Progress of the deletion steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deletion: Option<MachineDeletionStatus>,
+    pub deletion: Option<Box<MachineDeletionStatus>>,
 
     /// The latest generation observed by the controller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -294,7 +297,7 @@ pub struct MachineStatus {
 
     /// Fields of the `v1beta1` status, kept for clients of the old version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deprecated: Option<Deprecated<FailureV1Beta1Status>>,
+    pub deprecated: Option<Box<Deprecated<FailureV1Beta1Status>>>,
 }
 
 /// What a node reports about its system (`corev1.NodeSystemInfo`).
