@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, NodeCondition, Secret};
+use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use kube::{Api, Client, Config, ResourceExt};
@@ -59,17 +59,32 @@ pub(crate) struct Workload {
     synced: Arc<AtomicBool>,
 }
 
-/// What the controllers read of a node: its name, provider ID and conditions — a few hundred
-/// bytes where a decoded `Node` is 1.5 KB before any of its images, labels, annotations, managed
-/// fields, capacity and heartbeats. Anything else is read from the API server.
+/// What the controllers read of a node: its name, provider ID and conditions — about 300 bytes
+/// where a decoded `Node` is 1.5 KB before any of its images, labels, annotations, managed
+/// fields, capacity and heartbeats (a node cache holds one per machine). Anything else is read
+/// from the API server.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct CachedNode {
     /// `metadata.name`.
-    pub(crate) name: String,
+    pub(crate) name: Box<str>,
     /// `spec.providerID`.
-    pub(crate) provider_id: Option<String>,
-    /// `status.conditions`: type, status, since when, message (no reasons, no heartbeats).
-    pub(crate) conditions: Vec<NodeCondition>,
+    pub(crate) provider_id: Option<Box<str>>,
+    /// `status.conditions`, as reported.
+    pub(crate) conditions: Box<[NodeReading]>,
+}
+
+/// One of a node's conditions as the controllers read it: type, status, since when, message —
+/// no reason, no heartbeat (64 bytes, where a `NodeCondition` is 144).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct NodeReading {
+    /// `type`, e.g. `Ready`.
+    pub(crate) type_: Box<str>,
+    /// `True`, `False` or `Unknown`.
+    pub(crate) status: Box<str>,
+    /// `lastTransitionTime`, in seconds since the epoch.
+    pub(crate) since: Option<i64>,
+    /// `message`.
+    pub(crate) message: Option<Box<str>>,
 }
 
 impl CachedNode {
@@ -81,19 +96,22 @@ impl CachedNode {
             .map(|conditions| {
                 conditions
                     .iter()
-                    .map(|c| NodeCondition {
-                        type_: c.type_.clone(),
-                        status: c.status.clone(),
-                        last_transition_time: c.last_transition_time.clone(),
-                        message: c.message.clone(),
-                        ..NodeCondition::default()
+                    .map(|c| NodeReading {
+                        type_: c.type_.as_str().into(),
+                        status: c.status.as_str().into(),
+                        since: c.last_transition_time.as_ref().map(|t| t.0.as_second()),
+                        message: c.message.as_deref().map(Into::into),
                     })
                     .collect()
             })
             .unwrap_or_default();
         Some(Self {
-            name: node.metadata.name.clone()?,
-            provider_id: node.spec.as_ref().and_then(|s| s.provider_id.clone()),
+            name: node.metadata.name.as_deref()?.into(),
+            provider_id: node
+                .spec
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .map(Into::into),
             conditions,
         })
     }
@@ -109,25 +127,31 @@ struct NodeCache {
     staged: Option<Nodes>,
 }
 
+/// Both maps share each node (the provider-ID map's value is the node itself, not its name: one
+/// lookup, and no third copy of the name).
 #[derive(Debug, Default)]
 struct Nodes {
-    by_name: HashMap<String, Arc<CachedNode>>,
-    by_provider_id: HashMap<String, String>,
+    by_name: HashMap<Box<str>, Arc<CachedNode>>,
+    by_provider_id: HashMap<Box<str>, Arc<CachedNode>>,
 }
 
 impl Nodes {
     fn put(&mut self, node: CachedNode) {
         self.remove(&node.name);
+        let node = Arc::new(node);
         if let Some(id) = &node.provider_id {
-            self.by_provider_id.insert(id.clone(), node.name.clone());
+            self.by_provider_id.insert(id.clone(), Arc::clone(&node));
         }
-        self.by_name.insert(node.name.clone(), Arc::new(node));
+        self.by_name.insert(node.name.clone(), node);
     }
 
     fn remove(&mut self, name: &str) {
         if let Some(old) = self.by_name.remove(name)
             && let Some(id) = &old.provider_id
-            && self.by_provider_id.get(id).is_some_and(|n| n == name)
+            && self
+                .by_provider_id
+                .get(id)
+                .is_some_and(|n| *n.name == *name)
         {
             self.by_provider_id.remove(id);
         }
@@ -172,8 +196,7 @@ impl Workload {
     /// (see [`Workload::synced`]).
     pub(crate) fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<CachedNode>> {
         let nodes = lock_nodes(&self.nodes);
-        let name = nodes.live.by_provider_id.get(provider_id)?;
-        nodes.live.by_name.get(name).cloned()
+        nodes.live.by_provider_id.get(provider_id).cloned()
     }
 
     /// The node of this name, from the cache.
@@ -398,7 +421,7 @@ mod tests {
         assert!(workload.node_by_provider_id("sim:///i-1").is_some());
         change(Event::Apply(node("n-2", "sim:///i-2")));
         let found = workload.node_by_provider_id("sim:///i-2").unwrap();
-        assert_eq!(found.name, "n-2");
+        assert_eq!(&*found.name, "n-2");
         assert!(workload.node("n-2").is_some());
         assert!(workload.node_by_provider_id("sim:///i-3").is_none());
         // A node whose provider ID changed is not found under the old one.
@@ -444,12 +467,16 @@ mod tests {
         }))
         .unwrap();
         let cached = CachedNode::of(&node).unwrap();
-        assert_eq!(cached.name, "n-0");
+        assert_eq!(&*cached.name, "n-0");
         assert_eq!(cached.provider_id.as_deref(), Some("inmemory:///i-1"));
         assert_eq!(
-            serde_json::to_value(&cached.conditions).unwrap(),
-            serde_json::json!([{"type": "Ready", "status": "False",
-                "message": "cni not ready", "lastTransitionTime": "2026-01-01T00:00:00Z"}])
+            *cached.conditions,
+            [NodeReading {
+                type_: "Ready".into(),
+                status: "False".into(),
+                since: Some(1_767_225_600),
+                message: Some("cni not ready".into()),
+            }]
         );
         let nameless = Node::default();
         assert!(

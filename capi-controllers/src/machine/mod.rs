@@ -611,7 +611,7 @@ async fn observe_node(
     match workload.node_by_provider_id(provider_id) {
         Some(node) => {
             let (step, _) = node_readiness(&node);
-            (Some(node.name.clone()), step, false)
+            (Some(node.name.to_string()), step, false)
         }
         None if workload.synced()
             && machine
@@ -641,17 +641,19 @@ async fn observe_node(
 
 /// The `NodeReady` step from the node's own `Ready` condition, and that condition's status.
 fn node_readiness(node: &CachedNode) -> (Step, Option<String>) {
-    let ready = node.conditions.iter().find(|c| c.type_ == "Ready");
+    let ready = node.conditions.iter().find(|c| &*c.type_ == "Ready");
     match ready {
-        Some(c) if c.status == "True" => (Step::done(reasons::NODE_READY), Some(c.status.clone())),
+        Some(c) if &*c.status == "True" => {
+            (Step::done(reasons::NODE_READY), Some(c.status.to_string()))
+        }
         Some(c) => (
             Step::waiting(
                 reasons::NODE_NOT_READY,
                 c.message
-                    .clone()
-                    .unwrap_or_else(|| format!("node Ready={}", c.status)),
+                    .as_deref()
+                    .map_or_else(|| format!("node Ready={}", c.status), str::to_string),
             ),
-            Some(c.status.clone()),
+            Some(c.status.to_string()),
         ),
         None => (
             Step::unknown(

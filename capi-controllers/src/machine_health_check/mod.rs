@@ -122,12 +122,9 @@ fn node_conditions(node: &CachedNode) -> Vec<ObservedCondition> {
     node.conditions
         .iter()
         .map(|c| ObservedCondition {
-            type_: c.type_.clone(),
-            status: c.status.clone(),
-            since: c
-                .last_transition_time
-                .as_ref()
-                .map_or(0, |t| t.0.as_second()),
+            type_: c.type_.to_string(),
+            status: c.status.to_string(),
+            since: c.since.unwrap_or(0),
         })
         .collect()
 }
