@@ -151,10 +151,11 @@ pub const REMEDIATION_ALLOWED: &str = "RemediationAllowed";
 pub const TOO_MANY_UNHEALTHY: &str = "TooManyUnhealthy";
 /// The machine passed its health checks.
 pub const HEALTHY: &str = "Healthy";
-/// A MachineHealthCheck found a machine unhealthy (event on the machine, as upstream).
+/// A MachineHealthCheck handed an unhealthy machine to its owner for remediation (event on the
+/// machine; upstream's reason).
 pub const MACHINE_MARKED_UNHEALTHY: &str = "MachineMarkedUnhealthy";
 /// A MachineHealthCheck found unhealthy machines but `triggerIf` stops their remediation
-/// (warning event on the check, as upstream).
+/// (warning event on the check; upstream's reason).
 pub const REMEDIATION_RESTRICTED: &str = "RemediationRestricted";
 /// The machine waits for its owner to replace it.
 pub const WAITING_FOR_REMEDIATION: &str = "WaitingForRemediation";

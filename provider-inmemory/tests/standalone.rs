@@ -579,6 +579,7 @@ async fn a_machine_deployment_scales_rolls_heals_and_goes_away() {
     check_golden("standalone-rolling-update.log", &log);
 
     // Delete a node: the health check marks its machine and the set replaces it.
+    initialize_control_plane(&world).await;
     let checks: Api<MachineHealthCheck> = Api::namespaced(world.client(), &world.ns);
     let check: MachineHealthCheck = serde_json::from_value(json!({
         "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
@@ -659,6 +660,18 @@ async fn a_machine_deployment_scales_rolls_heals_and_goes_away() {
         world.cloud.instance_count(),
         2,
         "the unhealthy instance is gone"
+    );
+    // As upstream, the machine handed over for remediation has an event saying so, and why.
+    let events = event_lines(&world).await;
+    let marked: Vec<&String> = events
+        .iter()
+        .filter(|e| e.contains("MachineMarkedUnhealthy"))
+        .collect();
+    assert_eq!(marked.len(), 1, "{events:#?}");
+    assert!(
+        marked[0].starts_with(&format!("Normal MachineMarkedUnhealthy Machine/{victim}:"))
+            && marked[0].contains("NodeNotFound"),
+        "{marked:?}"
     );
 
     // Delete the cluster: everything goes, in the management cluster and in the cloud.
@@ -830,6 +843,7 @@ async fn a_health_check_stops_remediating_when_too_many_machines_are_unhealthy()
         .await
         .unwrap();
     converged(&world, 2).await;
+    initialize_control_plane(&world).await;
     let checks: Api<MachineHealthCheck> = Api::namespaced(world.client(), &world.ns);
     let check: MachineHealthCheck = serde_json::from_value(json!({
         "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
@@ -876,18 +890,21 @@ async fn a_health_check_stops_remediating_when_too_many_machines_are_unhealthy()
         condition::get(&conditions, "OwnerRemediated").is_none(),
         "not marked for remediation"
     );
-    // As upstream: the machine is told why, the check that it holds back.
-    eventually("the marking and the restriction are events", || async {
-        let events = event_lines(&world).await;
-        events.iter().any(|e| {
-            e.starts_with(&format!("Normal MachineMarkedUnhealthy Machine/{victim}:"))
-                && e.contains("NodeNotFound")
-        }) && events
+    // As upstream: the check warns that it holds back; the machine, not handed over for
+    // remediation, gets no `MachineMarkedUnhealthy`.
+    eventually("the restriction is an event", || async {
+        event_lines(&world)
+            .await
             .iter()
             .any(|e| e.starts_with("Warning RemediationRestricted MachineHealthCheck/workers:"))
     })
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let events = event_lines(&world).await;
+    assert!(
+        !events.iter().any(|e| e.contains("MachineMarkedUnhealthy")),
+        "{events:#?}"
+    );
     assert!(
         world
             .machines()
@@ -897,6 +914,114 @@ async fn a_health_check_stops_remediating_when_too_many_machines_are_unhealthy()
             .is_some_and(|m| m.metadata.deletion_timestamp.is_none()),
         "the unhealthy machine is left alone"
     );
+}
+
+#[tokio::test]
+async fn a_health_check_judges_no_worker_before_the_control_plane_is_initialized() {
+    let world = world().await;
+    let objects = manifests(1, &[]);
+    manifest::create_all(&world.client(), &world.ns, &objects)
+        .await
+        .unwrap();
+    converged(&world, 1).await;
+    // A worker that never gets a node (its infrastructure machine does not exist).
+    let lonely: Machine = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+        "metadata": {"name": "lonely", "labels": {"pool": "spare"}},
+        "spec": {"clusterName": "demo", "bootstrap": {"dataSecretName": "workers-bootstrap"},
+                 "infrastructureRef": {"apiGroup": "infrastructure.capi-rs.dev",
+                                       "kind": "InMemoryMachine", "name": "lonely"}}
+    }))
+    .unwrap();
+    world
+        .machines()
+        .create(&Default::default(), &lonely)
+        .await
+        .unwrap();
+    let checks: Api<MachineHealthCheck> = Api::namespaced(world.client(), &world.ns);
+    let check: MachineHealthCheck = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
+        "metadata": {"name": "spare"},
+        "spec": {"clusterName": "demo", "selector": {"matchLabels": {"pool": "spare"}},
+                 "checks": {"nodeStartupTimeoutSeconds": 1},
+                 "remediation": {"triggerIf": {"unhealthyInRange": "[0-0]"}}}
+    }))
+    .unwrap();
+    checks.create(&Default::default(), &check).await.unwrap();
+    let health = || async {
+        world
+            .machines()
+            .get("lonely")
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| condition::get(&s.conditions, condition::HEALTH_CHECK_SUCCEEDED).cloned())
+    };
+    eventually("the check has looked at the worker", || async {
+        checks
+            .get("spare")
+            .await
+            .unwrap()
+            .status
+            .is_some_and(|s| s.expected_machines == Some(1))
+    })
+    .await;
+    // Well past its 1-s start-up timeout, but its cluster has no control plane yet: as upstream,
+    // a worker is not judged then (it could not have joined).
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(health().await, None);
+    initialize_control_plane(&world).await;
+    eventually("the worker without a node is found unhealthy", || async {
+        health()
+            .await
+            .is_some_and(|c| c.status == "False" && c.reason == "NodeStartupTimeout")
+    })
+    .await;
+}
+
+/// Brings the cluster's control plane to initialized, which a MachineHealthCheck waits for before
+/// it judges any worker (upstream's rule): a control-plane machine comes up, the Cluster records
+/// `ControlPlaneInitialized` (which stays once set), and the machine goes again — the world is
+/// as before, with an initialized control plane.
+async fn initialize_control_plane(world: &World) {
+    let infra: InMemoryMachine = serde_json::from_value(json!({
+        "apiVersion": "infrastructure.capi-rs.dev/v1alpha1", "kind": "InMemoryMachine",
+        "metadata": {"name": "cp-0"}, "spec": {"flavor": "small"}
+    }))
+    .unwrap();
+    Api::<InMemoryMachine>::namespaced(world.client(), &world.ns)
+        .create(&Default::default(), &infra)
+        .await
+        .unwrap();
+    let machine: Machine = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+        "metadata": {"name": "cp-0", "labels": {"cluster.x-k8s.io/control-plane": ""}},
+        "spec": {"clusterName": "demo", "bootstrap": {"dataSecretName": "workers-bootstrap"},
+                 "infrastructureRef": {"apiGroup": "infrastructure.capi-rs.dev",
+                                       "kind": "InMemoryMachine", "name": "cp-0"}}
+    }))
+    .unwrap();
+    world
+        .machines()
+        .create(&Default::default(), &machine)
+        .await
+        .unwrap();
+    let clusters: Api<Cluster> = Api::namespaced(world.client(), &world.ns);
+    eventually("the control plane is initialized", || async {
+        clusters.get("demo").await.unwrap().status.is_some_and(|s| {
+            condition::is_true(&s.conditions, condition::CONTROL_PLANE_INITIALIZED)
+        })
+    })
+    .await;
+    world
+        .machines()
+        .delete("cp-0", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the control-plane machine is gone", || async {
+        world.machines().get_opt("cp-0").await.unwrap().is_none()
+    })
+    .await;
 }
 
 /// The events of the world's namespace, one line each: `type reason kind/name: note`.
@@ -930,6 +1055,7 @@ async fn a_health_check_assesses_every_machine_while_one_refuses_its_writes() {
         .await
         .unwrap();
     converged(&world, 3).await;
+    initialize_control_plane(&world).await;
     // Every status write to one machine meets a "newer version" from now on, as when its own
     // controller keeps writing it.
     let stubborn = running(&world).await.into_keys().next().unwrap();
@@ -982,6 +1108,7 @@ async fn a_health_check_marks_no_machine_before_its_node_is_there() {
         .await
         .unwrap();
     converged(&world, 2).await;
+    initialize_control_plane(&world).await;
     // A machine whose infrastructure machine does not exist: it never gets a node.
     let lonely: Machine = serde_json::from_value(json!({
         "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",

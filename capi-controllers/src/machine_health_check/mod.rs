@@ -4,6 +4,11 @@
 //! `RemediationAllowed=False`), and otherwise marks unhealthy machines `OwnerRemediated=False` so
 //! that their MachineSet replaces them.
 //!
+//! As upstream, no machine is judged before its cluster's infrastructure is ready, and no worker
+//! before its cluster's control plane is initialized; the events `MachineMarkedUnhealthy` (on a
+//! machine handed to its owner) and `RemediationRestricted` (on the check) are upstream's, each
+//! recorded as it happens rather than at every pass.
+//!
 //! Machine conditions are written with a guarded patch (the resource version that was read), as
 //! the Machine controller writes the same list. `status.remediationsAllowed` counts the machines
 //! this pass allowed to be remediated.
@@ -118,6 +123,34 @@ fn observed(conditions: &[Condition]) -> Vec<ObservedCondition> {
         .collect()
 }
 
+/// What the health check judges `machine` by: its conditions, its node, and when its node
+/// startup timeout started ([`node_startup_since`], from its creation — `now` if unknown — and
+/// its cluster's and its own readiness).
+fn observation(
+    machine: &Machine,
+    cluster_conditions: &[ObservedCondition],
+    node: NodeObservation,
+    now: i64,
+) -> MachineObservation {
+    let conditions = observed(
+        machine
+            .status
+            .as_ref()
+            .map(|s| s.conditions.as_slice())
+            .unwrap_or_default(),
+    );
+    let created = machine
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(now, |t| t.0.as_second());
+    MachineObservation {
+        node_startup_since: node_startup_since(created, cluster_conditions, &conditions),
+        node,
+        conditions,
+    }
+}
+
 fn node_conditions(node: &CachedNode) -> Vec<ObservedCondition> {
     node.conditions
         .iter()
@@ -193,8 +226,9 @@ async fn reconcile_once(
     let now = jiff::Timestamp::now().as_second();
     let mut recheck: Option<Duration> = None;
     let mut verdicts = Vec::new();
-    // As upstream, no machine is judged while its cluster's infrastructure is not ready (a
-    // Cluster change brings the check back).
+    // As upstream, no machine is judged while its cluster's infrastructure is not ready, nor any
+    // but a control-plane machine while its cluster's control plane is not initialized (workers
+    // cannot join before; a Cluster change brings the check back).
     let cluster_conditions = cluster
         .status
         .as_ref()
@@ -202,9 +236,11 @@ async fn reconcile_once(
         .unwrap_or_default();
     let infrastructure_ready =
         condition::is_true(cluster_conditions, condition::INFRASTRUCTURE_READY);
+    let control_plane_initialized =
+        condition::is_true(cluster_conditions, condition::CONTROL_PLANE_INITIALIZED);
     let cluster_conditions = observed(cluster_conditions);
     for machine in &targets {
-        if !infrastructure_ready {
+        if !infrastructure_ready || !(control_plane_initialized || machine.is_control_plane()) {
             verdicts.push(Some(Verdict::Pending { recheck: None }));
             continue;
         }
@@ -223,23 +259,7 @@ async fn reconcile_once(
                 },
             },
         };
-        let conditions = observed(
-            machine
-                .status
-                .as_ref()
-                .map(|s| s.conditions.as_slice())
-                .unwrap_or_default(),
-        );
-        let created = machine
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map_or(now, |t| t.0.as_second());
-        let observation = MachineObservation {
-            node_startup_since: node_startup_since(created, &cluster_conditions, &conditions),
-            node,
-            conditions,
-        };
+        let observation = observation(machine, &cluster_conditions, node, now);
         let verdict = assess(check.spec.checks.as_ref(), &observation, now);
         if let Verdict::Pending {
             recheck: Some(after),
@@ -269,9 +289,12 @@ async fn reconcile_once(
         .as_ref()
         .and_then(|r| r.trigger_if.as_ref());
     let remediation = remediation_allowed(trigger, total, unhealthy);
-    let was_restricted = condition::status(&status.conditions, condition::REMEDIATION_ALLOWED)
-        == Some(ConditionStatus::False);
+    let was_restricted = condition::get(&status.conditions, condition::REMEDIATION_ALLOWED)
+        .is_some_and(|c| {
+            c.status == ConditionStatus::False.as_str() && c.reason == reasons::TOO_MANY_UNHEALTHY
+        });
     let remaining = remediation.as_ref().map_or(0, |r| r.remaining);
+    let restricted = matches!(remediation, Ok(Remediation { allowed: false, .. }));
     let allowed = match remediation {
         Ok(Remediation { allowed: true, .. }) => {
             set(
@@ -311,7 +334,9 @@ async fn reconcile_once(
     // meanwhile) does not stop the pass: with many machines changing, stopping at the first
     // conflict would leave the rest unassessed, pass after pass.
     let mut conflict = None;
+    let mut failure = None;
     let mut marked = Vec::new();
+    let mut newly_unhealthy = 0_usize;
     for (machine, verdict) in targets.iter().zip(&verdicts) {
         let Some(verdict) = verdict else { continue };
         let mut conditions = machine
@@ -320,7 +345,9 @@ async fn reconcile_once(
             .map(|s| s.conditions.clone())
             .unwrap_or_default();
         let machine_generation = machine.metadata.generation;
-        let mut newly_unhealthy = None;
+        // Marked unhealthy by this pass (a new verdict, or one the owner is newly told to act on).
+        let mut marked_now = None;
+        let mut turned_unhealthy = false;
         let changed = match verdict {
             // Not marked either way (its earlier verdict, if any, stays).
             Verdict::Pending { .. } => false,
@@ -348,9 +375,7 @@ async fn reconcile_once(
                 let newly = condition::get(&conditions, HEALTH_CHECK_SUCCEEDED).is_none_or(|c| {
                     c.status != ConditionStatus::False.as_str() || c.reason != *reason
                 });
-                if newly {
-                    newly_unhealthy = Some(format!("{reason}: {message}"));
-                }
+                turned_unhealthy = newly;
                 let generation = verdict_generation(
                     &conditions,
                     ConditionStatus::False,
@@ -380,6 +405,9 @@ async fn reconcile_once(
                         .observed_generation(machine_generation),
                     );
                 }
+                if allowed && changed {
+                    marked_now = Some(format!("{reason}: {message}"));
+                }
                 changed
             }
         };
@@ -391,21 +419,29 @@ async fn reconcile_once(
             )
             .await
             {
+                Ok(_) => {}
                 Err(kube::Error::Api(refusal)) if refusal.is_conflict() => {
                     conflict.get_or_insert(kube::Error::Api(refusal));
                     continue;
                 }
-                other => drop(other?),
+                // Any other failure ends the pass, after the events of what was written.
+                Err(error) => {
+                    failure = Some(error);
+                    break;
+                }
             }
-            if let Some(why) = newly_unhealthy {
+            newly_unhealthy += usize::from(turned_unhealthy);
+            if let Some(why) = marked_now {
                 marked.push((machine, why));
             }
         }
     }
 
-    // As upstream: an event on each machine newly found unhealthy (the condition says why; so
-    // does the event, for `kubectl describe machine`), a warning on the check when unhealthy
-    // machines are left unremediated by `triggerIf` — once as it starts, not at every pass.
+    // Upstream's events, each recorded when it happens rather than at every pass (upstream
+    // records them at each pass and lets its recorder fold the repeats): `MachineMarkedUnhealthy`
+    // on each machine handed to its owner for remediation (only while remediation is allowed),
+    // `RemediationRestricted` on the check when `triggerIf` holds back unhealthy machines — as
+    // the restriction starts, and again whenever another machine turns unhealthy under it.
     for (machine, why) in marked {
         let note = EventNote {
             warning: false,
@@ -418,7 +454,10 @@ async fn reconcile_once(
         };
         write::publish(&context.recorder, machine.as_ref(), &[note]).await;
     }
-    if !allowed && !was_restricted && unhealthy_found {
+    if let Some(error) = failure {
+        return Err(error.into());
+    }
+    if restricted && unhealthy_found && (!was_restricted || newly_unhealthy > 0) {
         let message = condition::get(&status.conditions, condition::REMEDIATION_ALLOWED)
             .map(|c| c.message.clone())
             .unwrap_or_default();
@@ -467,6 +506,45 @@ fn verdict_generation(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_machine_is_judged_from_its_own_and_its_clusters_readiness() {
+        let machine: Machine = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "m", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"clusterName": "c", "bootstrap": {"dataSecretName": "d"},
+                     "infrastructureRef": {"apiGroup": "g", "kind": "K", "name": "m"}},
+            "status": {"conditions": [{"type": "InfrastructureReady", "status": "True",
+                "reason": "Provisioned", "message": "",
+                "lastTransitionTime": "2026-01-01T00:10:00Z"}]}
+        }))
+        .unwrap();
+        let created = 1_767_225_600;
+        let cluster = [ObservedCondition {
+            type_: condition::CONTROL_PLANE_INITIALIZED.into(),
+            status: "True".into(),
+            since: created + 60,
+        }];
+        let seen = observation(&machine, &cluster, NodeObservation::NotRegistered, 0);
+        assert_eq!(
+            seen.node_startup_since,
+            created + 600,
+            "its infrastructure, latest"
+        );
+        let seen = observation(&machine, &[], NodeObservation::NotRegistered, 0);
+        assert_eq!(seen.node_startup_since, created + 600);
+        let mut waiting = machine.clone();
+        waiting.status = None;
+        let seen = observation(&waiting, &cluster, NodeObservation::NotRegistered, 0);
+        assert_eq!(
+            seen.node_startup_since,
+            created + 60,
+            "its cluster's control plane"
+        );
+        waiting.metadata.creation_timestamp = None;
+        let seen = observation(&waiting, &[], NodeObservation::NotRegistered, 42);
+        assert_eq!(seen.node_startup_since, 42, "no creation time: from now");
+    }
 
     #[test]
     fn an_unchanged_verdict_keeps_its_generation_and_a_new_one_takes_the_machines() {

@@ -2,9 +2,9 @@
 //! defines it. Pure functions of what was observed and the current time.
 //!
 //! - [`assess`]: a machine without a node is unhealthy once the node startup timeout has passed
-//!   since [`node_startup_since`] (as upstream, the latest of its creation and of the moments its
-//!   cluster and its own infrastructure became ready); a machine whose node vanished is unhealthy at once; a node or machine
-//!   condition listed in `unhealthyNodeConditions`/`unhealthyMachineConditions` makes it unhealthy
+//!   since [`node_startup_since`] (as upstream, the latest of its creation, its cluster's control
+//!   plane initialization and infrastructure readiness, and its own infrastructure readiness); a
+//!   machine whose node vanished is unhealthy at once; a node or machine condition listed in `unhealthyNodeConditions`/`unhealthyMachineConditions` makes it unhealthy
 //!   once it has held for its timeout. Until then it is pending (neither healthy nor unhealthy;
 //!   the answer says when to look again), and so is a machine without a node yet: as upstream,
 //!   only a machine whose node is there and with no timeout running is healthy.
@@ -81,9 +81,12 @@ pub enum Verdict {
 /// When a machine's node startup timeout starts counting (seconds since the epoch), as upstream:
 /// the latest of the machine's creation (`created`), the last transitions of its cluster's
 /// `ControlPlaneInitialized` and `InfrastructureReady` conditions and of its own
-/// `InfrastructureReady` condition — each only while it is `True`. So a machine is not blamed
-/// for the time it waited for its cluster or for its infrastructure (a cloud or a provider
-/// behind a rate limit): the timeout covers the node's start-up, not the queue before it.
+/// `InfrastructureReady` condition — each only while it is `True`. So a machine whose cluster or
+/// infrastructure became ready within the timeout (a slow cloud, a provider behind a rate
+/// limit) gets the whole timeout again for its node from that moment; one whose infrastructure
+/// is still not ready when the timeout has passed since its creation is unhealthy, as upstream.
+/// (Workers are not judged at all before their cluster's control plane is initialized: the
+/// controller does not ask.)
 pub fn node_startup_since(
     created: i64,
     cluster: &[ObservedCondition],
