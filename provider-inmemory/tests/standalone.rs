@@ -924,20 +924,7 @@ async fn a_health_check_judges_no_worker_before_the_control_plane_is_initialized
         .await
         .unwrap();
     converged(&world, 1).await;
-    // A worker that never gets a node (its infrastructure machine does not exist).
-    let lonely: Machine = serde_json::from_value(json!({
-        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-        "metadata": {"name": "lonely", "labels": {"pool": "spare"}},
-        "spec": {"clusterName": "demo", "bootstrap": {"dataSecretName": "workers-bootstrap"},
-                 "infrastructureRef": {"apiGroup": "infrastructure.capi-rs.dev",
-                                       "kind": "InMemoryMachine", "name": "lonely"}}
-    }))
-    .unwrap();
-    world
-        .machines()
-        .create(&Default::default(), &lonely)
-        .await
-        .unwrap();
+    create_lonely_worker(&world).await;
     let checks: Api<MachineHealthCheck> = Api::namespaced(world.client(), &world.ns);
     let check: MachineHealthCheck = serde_json::from_value(json!({
         "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
@@ -977,6 +964,24 @@ async fn a_health_check_judges_no_worker_before_the_control_plane_is_initialized
             .is_some_and(|c| c.status == "False" && c.reason == "NodeStartupTimeout")
     })
     .await;
+}
+
+/// Creates `lonely`, a worker of pool `spare` whose infrastructure machine does not exist: it
+/// never gets a node.
+async fn create_lonely_worker(world: &World) {
+    let lonely: Machine = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+        "metadata": {"name": "lonely", "labels": {"pool": "spare"}},
+        "spec": {"clusterName": "demo", "bootstrap": {"dataSecretName": "workers-bootstrap"},
+                 "infrastructureRef": {"apiGroup": "infrastructure.capi-rs.dev",
+                                       "kind": "InMemoryMachine", "name": "lonely"}}
+    }))
+    .unwrap();
+    world
+        .machines()
+        .create(&Default::default(), &lonely)
+        .await
+        .unwrap();
 }
 
 /// Brings the cluster's control plane to initialized, which a MachineHealthCheck waits for before
@@ -1109,20 +1114,7 @@ async fn a_health_check_marks_no_machine_before_its_node_is_there() {
         .unwrap();
     converged(&world, 2).await;
     initialize_control_plane(&world).await;
-    // A machine whose infrastructure machine does not exist: it never gets a node.
-    let lonely: Machine = serde_json::from_value(json!({
-        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-        "metadata": {"name": "lonely", "labels": {"pool": "spare"}},
-        "spec": {"clusterName": "demo", "bootstrap": {"dataSecretName": "workers-bootstrap"},
-                 "infrastructureRef": {"apiGroup": "infrastructure.capi-rs.dev",
-                                       "kind": "InMemoryMachine", "name": "lonely"}}
-    }))
-    .unwrap();
-    world
-        .machines()
-        .create(&Default::default(), &lonely)
-        .await
-        .unwrap();
+    create_lonely_worker(&world).await;
     let checks: Api<MachineHealthCheck> = Api::namespaced(world.client(), &world.ns);
     let check: MachineHealthCheck = serde_json::from_value(json!({
         "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
