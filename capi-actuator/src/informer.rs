@@ -22,7 +22,11 @@
 //!   subscriber, or a list handed to every subscriber at start-up, costs a pointer per object and
 //!   subscriber rather than a whole object;
 //! - the store is updated before any subscriber sees the change, so a controller that looks an
-//!   object up in the store after a change finds it at least as new.
+//!   object up in the store after a change finds it at least as new. That holds for re-lists too:
+//!   the objects of a re-list are held back and passed on at its end, once the store holds the
+//!   new list (the store swaps a re-list in whole at its end; a controller triggered by an object
+//!   of the list before that would find the old version, or none — kube-runtime then drops the
+//!   request — and wait for the next change or its resync).
 //!
 //! A typed watch without selectors can also be offered, through [`DynamicViews`], to readers that
 //! know its kind only at run time (the objects Cluster API objects refer to by kind): they read the
@@ -377,6 +381,8 @@ struct HubState<K> {
     /// whole list, never the old store followed by the tail of a new list.
     listing: bool,
     subscribers: Vec<Subscriber<K>>,
+    /// The objects of the (re-)list under way, passed on at its end (see [`Hub::dispatch`]).
+    relist: Vec<K>,
     /// Subscribers that joined while a list (the first, or a re-list) was under way: given the
     /// store at its end.
     waiting: Vec<Subscriber<K>>,
@@ -404,6 +410,7 @@ where
                 listed: false,
                 listing: false,
                 subscribers: Vec::new(),
+                relist: Vec::new(),
                 waiting: Vec::new(),
             }),
             task: Mutex::new(None),
@@ -481,24 +488,38 @@ where
     }
 
     /// Passes `event` (already in the store) on to every live subscriber, as one shared object:
-    /// an applied object is the store's own (the copy the store just took), any other is moved
-    /// into its one `Arc`.
+    /// an applied object is the store's own (the copy the store just took), a deleted one is moved
+    /// into its one `Arc`. The objects of a (re-)list are held until its end — the store takes a
+    /// list whole at its end — and passed on then, as the store's own objects, before the end.
     fn dispatch(&self, event: watcher::Event<K>) {
-        let event = match event {
-            watcher::Event::Apply(object) => watcher::Event::Apply(self.stored(object)),
-            watcher::Event::Delete(object) => watcher::Event::Delete(Arc::new(object)),
-            watcher::Event::InitApply(object) => watcher::Event::InitApply(Arc::new(object)),
-            watcher::Event::Init => watcher::Event::Init,
-            watcher::Event::InitDone => watcher::Event::InitDone,
-        };
         let mut state = lock(&self.state);
-        state
-            .subscribers
-            .retain(|subscriber| subscriber.send(event.clone()).is_ok());
-        if matches!(event, watcher::Event::Init) {
-            state.listing = true;
+        let events = match event {
+            watcher::Event::Apply(object) => vec![watcher::Event::Apply(self.stored(object))],
+            watcher::Event::Delete(object) => vec![watcher::Event::Delete(Arc::new(object))],
+            watcher::Event::Init => {
+                state.listing = true;
+                state.relist.clear();
+                vec![watcher::Event::Init]
+            }
+            watcher::Event::InitApply(object) => {
+                state.relist.push(object);
+                Vec::new()
+            }
+            watcher::Event::InitDone => {
+                let held = std::mem::take(&mut state.relist);
+                held.into_iter()
+                    .map(|object| watcher::Event::InitApply(self.stored(object)))
+                    .chain([watcher::Event::InitDone])
+                    .collect()
+            }
+        };
+        let done = matches!(events.last(), Some(watcher::Event::InitDone));
+        for event in events {
+            state
+                .subscribers
+                .retain(|subscriber| subscriber.send(event.clone()).is_ok());
         }
-        if matches!(event, watcher::Event::InitDone) {
+        if done {
             state.listed = true;
             state.listing = false;
             let waiting = std::mem::take(&mut state.waiting);
@@ -764,6 +785,45 @@ mod tests {
             ["init", "list b", "list c", "done"],
             "not the old store (a)"
         );
+    }
+
+    #[tokio::test]
+    async fn a_re_list_reaches_subscribers_only_once_the_store_holds_it() {
+        let (informer, mut writer) = fed();
+        list(&informer, &mut writer, vec![map("a", "1")]);
+        let mut stream = Box::pin(informer.events());
+        assert_eq!(names(&drain(&mut stream).await), ["init", "list a", "done"]);
+        // The watch lost its place: a re-list with a new object and a newer `a`.
+        feed(&informer, &mut writer, watcher::Event::Init);
+        feed(
+            &informer,
+            &mut writer,
+            watcher::Event::InitApply(map("n", "1")),
+        );
+        feed(
+            &informer,
+            &mut writer,
+            watcher::Event::InitApply(map("a", "2")),
+        );
+        assert_eq!(
+            names(&drain(&mut stream).await),
+            ["init"],
+            "nothing of the list before the store has it"
+        );
+        let store = informer.store();
+        assert!(store.get(&ObjectRef::new("n").within("ns")).is_none());
+        feed(&informer, &mut writer, watcher::Event::InitDone);
+        let seen = drain(&mut stream).await;
+        assert_eq!(names(&seen), ["list n", "list a", "done"]);
+        // Each object, as it arrives, is in the store in that version.
+        for event in &seen {
+            if let watcher::Event::InitApply(object) = event {
+                let stored = store
+                    .get(&ObjectRef::from_obj(object))
+                    .expect("in the store");
+                assert_eq!(stored.data, object.data);
+            }
+        }
     }
 
     #[tokio::test]

@@ -104,6 +104,29 @@ where
     }
 }
 
+/// Hands one watch `event` to `apply`, then its objects to `on_change` — those of a (re-)list,
+/// held in `listed`, only once `apply` has had its end. Says whether the event ended a list.
+fn relay<K>(
+    event: watcher::Event<K>,
+    listed: &mut Vec<K>,
+    apply: &mut impl FnMut(&watcher::Event<K>),
+    on_change: &impl Fn(K),
+) -> bool {
+    apply(&event);
+    match event {
+        watcher::Event::Apply(object) | watcher::Event::Delete(object) => on_change(object),
+        watcher::Event::Init => listed.clear(),
+        watcher::Event::InitApply(object) => listed.push(object),
+        watcher::Event::InitDone => {
+            for object in listed.drain(..) {
+                on_change(object);
+            }
+            return true;
+        }
+    }
+    false
+}
+
 /// Takes a receiver out of its slot (once; later calls get none).
 pub(crate) fn take<T>(
     slot: &Mutex<Option<mpsc::UnboundedReceiver<T>>>,
@@ -128,7 +151,9 @@ pub(crate) fn receiver_stream<T: Send + 'static>(
 /// Keeps a cache filled from a watch of `api` on a task of its own: each object is cut down by
 /// `slim` to what the controllers read, then each watch event is handed to `apply` (which keeps
 /// the cache: a kube reflector `Writer`, an index beside it — a first list is staged and swapped in
-/// at its end, as the events say) and each object that changed to `on_change`. Returns the flag
+/// at its end, as the events say) and each object that changed to `on_change` — the objects of a
+/// (re-)list only at its end, once `apply` has the whole list (else a controller woken by one
+/// would read the cache before it holds it, and wait for the next change). Returns the flag
 /// that turns true once the first list is in (a cache that is not yet may be missing objects;
 /// read from the API server until then) and the task (abort it to stop watching). A failed watch
 /// is retried with [`WatchBackoff`](capi_actuator::retry::WatchBackoff), so the cache never stops
@@ -147,25 +172,76 @@ where
     let synced = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&synced);
     let task = tokio::spawn(async move {
+        let mut listed = Vec::new();
         watcher(api, watcher::Config::default())
             .backoff(capi_actuator::retry::WatchBackoff::default())
             .modify(slim)
-            .inspect(move |event| {
-                if let Ok(event) = event {
-                    apply(event);
-                    if matches!(event, watcher::Event::InitDone) {
-                        flag.store(true, Ordering::Release);
-                    }
-                }
-            })
-            .touched_objects()
-            .for_each(|object| {
-                if let Ok(object) = object {
-                    on_change(object);
+            .for_each(|event| {
+                if let Ok(event) = event
+                    && relay(event, &mut listed, &mut apply, &on_change)
+                {
+                    flag.store(true, Ordering::Release);
                 }
                 std::future::ready(())
             })
             .await;
     });
     (synced, task)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lists_objects_are_reported_only_once_the_cache_has_the_whole_list() {
+        let applied = Arc::new(Mutex::new(Vec::<String>::new()));
+        let reported = Arc::new(Mutex::new(Vec::<String>::new()));
+        let mut apply = {
+            let applied = Arc::clone(&applied);
+            move |event: &watcher::Event<String>| {
+                let name = match event {
+                    watcher::Event::Init => "init".to_string(),
+                    watcher::Event::InitApply(o) => format!("list {o}"),
+                    watcher::Event::InitDone => "done".to_string(),
+                    watcher::Event::Apply(o) => format!("apply {o}"),
+                    watcher::Event::Delete(o) => format!("delete {o}"),
+                };
+                applied.lock().unwrap().push(name);
+            }
+        };
+        let on_change = {
+            let reported = Arc::clone(&reported);
+            let applied = Arc::clone(&applied);
+            move |object: String| {
+                // What the cache had had when the change was reported.
+                let seen = applied.lock().unwrap().last().cloned().unwrap_or_default();
+                reported
+                    .lock()
+                    .unwrap()
+                    .push(format!("{object} after {seen}"));
+            }
+        };
+        let mut listed = Vec::new();
+        for event in [
+            watcher::Event::Apply("a".to_string()),
+            watcher::Event::Init,
+            watcher::Event::InitApply("b".to_string()),
+            watcher::Event::InitApply("c".to_string()),
+        ] {
+            assert!(!relay(event, &mut listed, &mut apply, &on_change));
+        }
+        assert_eq!(*reported.lock().unwrap(), ["a after apply a"]);
+        assert!(relay(
+            watcher::Event::InitDone,
+            &mut listed,
+            &mut apply,
+            &on_change
+        ));
+        assert_eq!(
+            *reported.lock().unwrap(),
+            ["a after apply a", "b after done", "c after done"]
+        );
+        assert!(listed.is_empty());
+    }
 }

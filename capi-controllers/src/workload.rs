@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use kube::{Api, Client, Config, ResourceExt};
@@ -115,6 +116,26 @@ impl CachedNode {
             conditions,
         })
     }
+}
+
+/// A watched node cut down to what [`CachedNode`] and the change report read (name, provider
+/// ID, conditions) before anything holds it — a re-list's nodes are held until its end.
+fn slim_node(node: &mut Node) {
+    let name = node.metadata.name.take();
+    node.metadata = ObjectMeta {
+        name,
+        ..ObjectMeta::default()
+    };
+    let provider_id = node.spec.take().and_then(|s| s.provider_id);
+    node.spec = Some(NodeSpec {
+        provider_id,
+        ..NodeSpec::default()
+    });
+    let conditions = node.status.take().and_then(|s| s.conditions);
+    node.status = Some(NodeStatus {
+        conditions,
+        ..NodeStatus::default()
+    });
 }
 
 /// The cached nodes of one cluster by name, and their names by provider ID (upstream's
@@ -338,8 +359,7 @@ impl WorkloadClusters {
         let cache = Arc::clone(&nodes);
         let (synced, task) = crate::cache::spawn_cache(
             api,
-            // Each node is cut down as the cache takes it (`CachedNode`).
-            |_| {},
+            slim_node,
             move |event| lock_nodes(&cache).apply(event),
             move |node: Node| {
                 let _ = changes.send(NodeChange {
@@ -467,6 +487,14 @@ mod tests {
         }))
         .unwrap();
         let cached = CachedNode::of(&node).unwrap();
+        let mut slimmed = node.clone();
+        slim_node(&mut slimmed);
+        assert_eq!(
+            CachedNode::of(&slimmed).as_ref(),
+            Some(&cached),
+            "slimmed first, same"
+        );
+        assert!(slimmed.status.as_ref().unwrap().images.is_none());
         assert_eq!(&*cached.name, "n-0");
         assert_eq!(cached.provider_id.as_deref(), Some("inmemory:///i-1"));
         assert_eq!(
