@@ -5,17 +5,19 @@ mod deletion;
 mod drain;
 pub(crate) mod status;
 
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use capi_core::api::{Cluster, Machine, MachineAddress, MachineDeployment};
 use capi_core::condition::{self, ConditionStatus, DesiredCondition};
 use capi_core::labels;
-use futures::{StreamExt, stream};
+use futures::{Stream, StreamExt, stream};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::DynamicObject;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -85,6 +87,7 @@ pub(crate) async fn run(
     let (clusters, cluster_changes) = cluster_cache(reconciler.informer::<Cluster>());
     let _ = reconciler.state().clusters.set(clusters);
     let (deployments, deployment_changes) = cache(reconciler.informer::<MachineDeployment>());
+    let deployment_changes = template_changes(deployment_changes);
     let _ = reconciler.state().deployments.set(deployments);
     let by_deployment = machines.clone();
     let reference_changes = take(&reconciler.state().reference_changes);
@@ -149,6 +152,21 @@ pub(crate) async fn run(
             context,
         );
     drain(results).await;
+}
+
+/// The changes of MachineDeployments that matter to their machines: a new template (what
+/// `up_to_date` compares). Not the status, which changes with every one of the deployment's
+/// machines: handing each status change to all of its machines made building N machines cost
+/// O(N²) reconciles, and a new machine waited behind them for its first (at 10 000 machines, past
+/// a health check's node start-up timeout).
+fn template_changes(
+    changes: impl Stream<Item = Result<MachineDeployment, watcher::Error>> + Send + 'static,
+) -> impl Stream<Item = Result<MachineDeployment, watcher::Error>> + Send + 'static {
+    capi_actuator::predicate::changed(changes, |deployment: &MachineDeployment| {
+        let mut hasher = std::hash::DefaultHasher::new();
+        super::machine_deployment::template_hash(&deployment.spec.template).hash(&mut hasher);
+        Some(hasher.finish())
+    })
 }
 
 #[tracing::instrument(skip_all, fields(namespace = %machine.namespace().unwrap_or_default(), name = %machine.name_any()))]
@@ -693,6 +711,34 @@ fn up_to_date(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn machines_hear_of_their_deployments_new_template_not_of_its_status() {
+        let mut deployment = MachineDeployment::default();
+        deployment.metadata.name = Some("md".into());
+        deployment.metadata.namespace = Some("ns".into());
+        deployment.metadata.uid = Some("md-uid".into());
+        deployment.spec.template.spec.version = Some("v1.33.0".into());
+        let mut counted = deployment.clone();
+        counted.status = Some(capi_core::api::MachineDeploymentStatus {
+            replicas: Some(3),
+            ..Default::default()
+        });
+        let mut scaled = counted.clone();
+        scaled.spec.replicas = Some(5);
+        let mut rolled = scaled.clone();
+        rolled.spec.template.spec.version = Some("v1.33.1".into());
+        let changes = stream::iter([deployment, counted, scaled, rolled].map(Ok));
+        let passed = futures::executor::block_on(template_changes(changes).collect::<Vec<_>>());
+        let versions: Vec<_> = passed
+            .into_iter()
+            .map(|d| d.ok().and_then(|d| d.spec.template.spec.version))
+            .collect();
+        assert_eq!(
+            versions,
+            [Some("v1.33.0".to_string()), Some("v1.33.1".to_string())]
+        );
+    }
 
     fn machine(owners: serde_json::Value) -> Machine {
         serde_json::from_value(json!({
