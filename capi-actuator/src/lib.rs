@@ -13,6 +13,7 @@
 //! - [`template`]: the machine template reconciler — `status.capacity` and `status.nodeInfo` from
 //!   a [`capi_core::MachineTemplateActuator`], for the cluster autoscaler's scale from zero;
 //! - [`informer`]: one watch and store per kind shared by every controller of a manager;
+//! - [`packed`]: cached objects kept compressed, decoded when reconciled;
 //! - [`memo`]: values that hardly ever change, kept for a while instead of read at every pass;
 //! - [`events`]: Events for `kubectl describe`, repeats folded into series, in bounded memory;
 //! - [`redact`]: what of a cloud's error message may be shown — bounded, secrets blanked;
@@ -56,6 +57,7 @@ pub mod memo;
 pub mod metrics;
 mod options;
 pub mod pace;
+pub mod packed;
 pub mod plan;
 pub mod predicate;
 pub mod rbac;

@@ -28,6 +28,7 @@ use crate::events::EventRecorder;
 use crate::informer::{Informer, Informers};
 use crate::metrics::{Metrics, ReconcileResult};
 use crate::options::ReconcilerOptions;
+use crate::packed::Packed;
 use crate::plan::Next;
 use crate::readiness::Readiness;
 use crate::retry::{RetryMemory, RetryState, split_object_key};
@@ -45,6 +46,13 @@ pub enum ReconcileError {
     /// cannot be read, a workload cluster out of reach); its message says what to fix.
     #[error("{0}")]
     Controller(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// A cached object that did not unpack fails its reconcile, which backs off.
+impl From<crate::packed::PackError> for ReconcileError {
+    fn from(error: crate::packed::PackError) -> Self {
+        Self::Controller(Box::new(error))
+    }
 }
 
 impl ReconcileError {
@@ -215,12 +223,49 @@ where
         impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
         Store<K>,
     ) {
+        self.trigger_of::<K>(crate::predicate::reconcile_relevant::<K>)
+    }
+
+    /// [`trigger`](Self::trigger) with the objects kept packed ([`crate::packed`]): the same
+    /// stream and guarantees, a store of [`Packed<K>`] — identity, predicate hash and cluster
+    /// name decoded, the rest compressed — at a fraction of the memory; a reconcile unpacks its
+    /// object. A controller uses one or the other: each is a watch and a store of its own.
+    pub fn packed_trigger(
+        &self,
+    ) -> (
+        impl Stream<Item = Result<Packed<K>, watcher::Error>> + Send + 'static,
+        Store<Packed<K>>,
+    )
+    where
+        K: serde::Serialize,
+    {
+        self.trigger_of::<Packed<K>>(Packed::relevance)
+    }
+
+    /// The trigger of a watch of `T`, `K` itself or a representation of it: changes that
+    /// `relevant` says matter, and the sweep's resyncs.
+    fn trigger_of<T>(
+        &self,
+        relevant: fn(&T) -> Option<u64>,
+    ) -> (
+        impl Stream<Item = Result<T, watcher::Error>> + Send + 'static + use<T, K, S>,
+        Store<T>,
+    )
+    where
+        T: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + Sync
+            + 'static,
+    {
         let controller = Self::controller_name();
         if let Some(readiness) = &self.readiness {
             readiness.register(&controller);
         }
         let informer = self.informers.informer(
-            self.options.api::<K>(&self.client),
+            self.options.api::<T>(&self.client),
             self.options.watch_config(),
         );
         let reader = informer.store();
@@ -238,7 +283,7 @@ where
                 controller,
             ))
             .applied_objects();
-        let trigger = crate::predicate::changed(trigger, crate::predicate::reconcile_relevant::<K>);
+        let trigger = crate::predicate::changed(trigger, relevant);
         // Converged objects come back through the sweep, not through a timer each.
         let resyncs = crate::resync::sweep(
             Arc::clone(&self.memory.resyncs),
@@ -338,6 +383,17 @@ where
         );
         self.informers.dynamic_views().offer(&informer);
     }
+
+    /// [`offer_as_referenced`](Self::offer_as_referenced) for a controller on
+    /// [`packed_trigger`](Self::packed_trigger): offers its watch of packed `K`s (each read
+    /// unpacks one).
+    pub fn offer_packed_as_referenced(&self) {
+        let informer = self.informers.informer(
+            self.options.api::<Packed<K>>(&self.client),
+            self.options.watch_config(),
+        );
+        self.informers.dynamic_views().offer(&informer);
+    }
 }
 
 /// What a reconcile of one controller works with.
@@ -377,6 +433,20 @@ impl<S: ?Sized> Context<S> {
         started: Instant,
         outcome: Result<Next, ReconcileError>,
     ) -> Result<Action, ReconcileError> {
+        // One line per reconcile at debug level, inside kube-runtime's span (the object and what
+        // triggered it): a per-object timeline when enabled (`capi_actuator::reconciler=debug,
+        // kube_runtime::controller=info`). Only the outcome's kind: an error's text is logged
+        // where it is handled.
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            match &outcome {
+                Ok(Next::Requeue(after)) => {
+                    tracing::debug!(took_ms, requeue_after = ?after, "reconciled")
+                }
+                Ok(Next::Failed(_)) | Err(_) => tracing::debug!(took_ms, "reconcile failed"),
+                Ok(next) => tracing::debug!(took_ms, ?next, "reconciled"),
+            }
+        }
         if let Some(metrics) = &self.metrics {
             let result = match &outcome {
                 Ok(next) => next.result(),

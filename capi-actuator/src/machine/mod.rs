@@ -14,9 +14,9 @@ mod record;
 
 use std::sync::Arc;
 
+use capi_core::Actuator;
 use capi_core::api::{Cluster, Machine};
 use capi_core::infra::InfraMachine;
-use capi_core::{Actuator, labels};
 use futures::Future;
 use kube::ResourceExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
@@ -26,6 +26,7 @@ use kube::runtime::watcher;
 pub use decide::{Decision, INFRA_MACHINE_FINALIZER, decide_once};
 
 use crate::instrument::InstrumentedActuator;
+use crate::packed::Packed;
 use crate::plan::Next;
 use crate::reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
 
@@ -47,8 +48,9 @@ pub type InfraMachineReconciler<M> = Reconciler<M, dyn Actuator<M>>;
 impl<M: InfraMachine> Reconciler<M, dyn Actuator<M>> {
     /// Runs until `shutdown` completes; in-flight reconciles finish first.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-        let (trigger, reader) = self.trigger();
-        self.offer_as_referenced();
+        // Packed: one cached object per machine, decoded only when reconciled.
+        let (trigger, reader) = self.packed_trigger();
+        self.offer_packed_as_referenced();
         let by_cluster = reader.clone();
         let (machines, machine_stream) = self.cached::<Machine>();
         let (clusters, cluster_stream) = self.cached::<Cluster>();
@@ -69,7 +71,7 @@ impl<M: InfraMachine> Reconciler<M, dyn Actuator<M>> {
                 let reference = &machine.spec.infrastructure_ref;
                 let ours = reference.kind == M::kind(&()) && reference.api_group == M::group(&());
                 let namespace = machine.namespace().unwrap_or_default();
-                ours.then(|| ObjectRef::<M>::new(&reference.name).within(&namespace))
+                ours.then(|| ObjectRef::<Packed<M>>::new(&reference.name).within(&namespace))
             })
             // A Cluster changes (infrastructure ready, paused): reconcile its machines.
             .watches_stream(
@@ -84,8 +86,7 @@ impl<M: InfraMachine> Reconciler<M, dyn Actuator<M>> {
                         .state()
                         .into_iter()
                         .filter(|m| {
-                            m.namespace() == namespace
-                                && labels::cluster_name(m.meta()) == Some(name.as_str())
+                            m.namespace() == namespace && m.cluster_name() == Some(name.as_str())
                         })
                         .map(|m| ObjectRef::from_obj(m.as_ref()))
                         .collect::<Vec<_>>()
@@ -94,7 +95,7 @@ impl<M: InfraMachine> Reconciler<M, dyn Actuator<M>> {
             .graceful_shutdown_on(shutdown)
             .run(
                 move |infra, context| reconcile::<M>(infra, context, Arc::clone(&owners)),
-                back_off::<M, dyn Actuator<M>>,
+                back_off::<Packed<M>, dyn Actuator<M>>,
                 context,
             );
         drain(results).await;
@@ -112,13 +113,15 @@ fn machine_changes(
 
 #[tracing::instrument(skip_all, fields(kind = %M::kind(&()), namespace = %infra.namespace().unwrap_or_default(), name = %infra.name_any()))]
 async fn reconcile<M: InfraMachine>(
-    infra: Arc<M>,
+    infra: Arc<Packed<M>>,
     context: Arc<Context<dyn Actuator<M>>>,
     owners: Arc<observe::Owners>,
 ) -> Result<Action, ReconcileError> {
-    context
-        .reconcile(infra.as_ref(), reconcile_once(&infra, &context, &owners))
-        .await
+    let once = async {
+        let infra = Arc::new(infra.unpack()?);
+        reconcile_once(&infra, &context, &owners).await
+    };
+    context.reconcile(infra.as_ref(), once).await
 }
 
 async fn reconcile_once<M: InfraMachine>(

@@ -34,6 +34,7 @@ use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
 
 use capi_actuator::manager::{Controllers, Manager};
+use capi_actuator::packed::Packed;
 use capi_actuator::rbac::{READ, rule};
 use capi_actuator::{Context, ReconcileError, Reconciler, back_off, drain};
 use k8s_openapi::api::rbac::v1::PolicyRule;
@@ -113,8 +114,9 @@ pub async fn run(
     reconciler: KubeadmConfigReconciler,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let (trigger, reader) = reconciler.trigger();
-    reconciler.offer_as_referenced();
+    // Packed: one cached config per machine, decoded only when reconciled.
+    let (trigger, reader) = reconciler.packed_trigger();
+    reconciler.offer_packed_as_referenced();
     let (machines, machine_stream) = reconciler.cached::<Machine>();
     let (clusters, cluster_stream) = reconciler.cached::<Cluster>();
     let token_refresh = reconciler.state().token_refresh;
@@ -131,7 +133,9 @@ pub async fn run(
             let ours = reference.kind == "KubeadmConfig"
                 && reference.api_group == "bootstrap.cluster.x-k8s.io";
             let namespace = machine.namespace().unwrap_or_default();
-            ours.then(|| ObjectRef::<KubeadmConfig>::new(&reference.name).within(&namespace))
+            ours.then(|| {
+                ObjectRef::<Packed<KubeadmConfig>>::new(&reference.name).within(&namespace)
+            })
         })
         // A Cluster changes (infrastructure ready, control plane initialised): reconcile its configs.
         .watches_stream(
@@ -146,8 +150,7 @@ pub async fn run(
                     .state()
                     .into_iter()
                     .filter(|c| {
-                        c.namespace() == namespace
-                            && capi_core::labels::cluster_name(&c.metadata) == Some(name.as_str())
+                        c.namespace() == namespace && c.cluster_name() == Some(name.as_str())
                     })
                     .map(|c| ObjectRef::from_obj(c.as_ref()))
                     .collect::<Vec<_>>()
@@ -156,7 +159,7 @@ pub async fn run(
         .graceful_shutdown_on(shutdown)
         .run(
             move |config, context| reconcile_config(config, context, Arc::clone(&owners)),
-            back_off::<KubeadmConfig, BootstrapSettings>,
+            back_off::<Packed<KubeadmConfig>, BootstrapSettings>,
             context,
         );
     drain(results).await;
@@ -183,14 +186,13 @@ pub fn rbac() -> Vec<PolicyRule> {
 
 #[tracing::instrument(skip_all, fields(namespace = %config.namespace().unwrap_or_default(), name = %config.name_any()))]
 async fn reconcile_config(
-    config: Arc<KubeadmConfig>,
+    config: Arc<Packed<KubeadmConfig>>,
     context: Arc<Context<BootstrapSettings>>,
     owners: Arc<reconcile::Owners>,
 ) -> Result<Action, ReconcileError> {
-    context
-        .reconcile(
-            config.as_ref(),
-            reconcile::reconcile_once(&config, &context, &owners),
-        )
-        .await
+    let once = async {
+        let config = Arc::new(config.unpack()?);
+        reconcile::reconcile_once(&config, &context, &owners).await
+    };
+    context.reconcile(config.as_ref(), once).await
 }
