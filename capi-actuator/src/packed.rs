@@ -11,11 +11,12 @@
 //! namespace, UID, resource version, generation, deletion timestamp; nothing else), the
 //! [`reconcile_relevant`](crate::predicate::reconcile_relevant) hash, the cluster-name label —
 //! and the whole object (managed fields dropped, as every cache here drops them) as its JSON text
-//! compressed with LZ4 against a dictionary: the first object of `K` this process packed, which
-//! objects of one kind resemble closely (an in-memory machine's 1.5 KB of JSON packs into ≈ 0.2
-//! KB). [`Packed::unpack`] gives the object back, field for field as it was decoded from the API
-//! server. Reading one costs a decompression and a parse, a few microseconds for objects of this
-//! size — once per reconcile.
+//! compressed with LZ4 against a dictionary: (the last 64 KiB of) the first object of `K` this
+//! process packed, which objects of one kind resemble closely (an in-memory machine's 1.5 KB of
+//! JSON packs into ≈ 0.2 KB). [`Packed::unpack`] gives the object back as `K` writes and reads
+//! itself — the object as decoded from the API server, except where `K`'s own serialization is
+//! coarser than what it accepts (k8s-openapi's `Time` writes whole seconds). Reading one costs a
+//! decompression and a parse, a few microseconds for objects of this size — once per reconcile.
 //!
 //! [`Reconciler::packed_trigger`](crate::Reconciler::packed_trigger) gives a controller its
 //! watch and store of packed objects; the infrastructure machine reconciler and the kubeadm
@@ -33,21 +34,23 @@ use kube::Resource;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// Why a packed object could not be packed or given back. Neither is expected (the text was
-/// written from a decoded object); a reconcile that meets one fails and backs off, and the object
-/// is read afresh at the watch's next event.
+/// Why a packed object could not be packed or given back. None is expected for a kind whose
+/// serialization round-trips (the text is written from a decoded object). Packing happens as the
+/// watch decodes an event, so a `Write` failure fails that event (or list) of the kind, as an
+/// object that does not decode does; a failure to give an object back fails its reconcile, which
+/// backs off and is tried again, with the same result until the object changes. The messages
+/// name the object and where serde stopped, never a field's value (the object may hold secrets).
 #[derive(Debug, thiserror::Error)]
 pub enum PackError {
     /// The object could not be written as JSON.
-    #[error("{kind} {name}: could not be written as JSON for the cache: {source}")]
+    #[error("{kind} {name}: could not be written as JSON for the cache ({what})")]
     Write {
         /// The object's kind.
         kind: String,
         /// Its namespace/name.
         name: String,
-        /// What serde reported.
-        #[source]
-        source: serde_json::Error,
+        /// What serde reported, without the values it quotes.
+        what: String,
     },
     /// The compressed text did not decompress.
     #[error("{kind} {name}: its cached copy did not decompress: {source}")]
@@ -61,16 +64,27 @@ pub enum PackError {
         source: lz4_flex::block::DecompressError,
     },
     /// The cached text did not decode as the kind.
-    #[error("{kind} {name}: its cached copy did not decode: {source}")]
+    #[error("{kind} {name}: its cached copy did not decode ({what})")]
     Decode {
         /// The object's kind.
         kind: String,
         /// Its namespace/name.
         name: String,
-        /// What serde reported.
-        #[source]
-        source: serde_json::Error,
+        /// What serde reported, without the values it quotes.
+        what: String,
     },
+}
+
+/// A serde error without its message, which may quote a value of the object: its category and
+/// where it stopped.
+fn without_values(error: &serde_json::Error) -> String {
+    format!(
+        "a {:?} error at line {} column {}",
+        error.classify(),
+        error.line(),
+        error.column()
+    )
+    .to_lowercase()
 }
 
 /// One object of `K`, compressed; see the module documentation. Its [`Resource::meta`] holds the
@@ -112,17 +126,21 @@ impl<K: Resource<DynamicType = ()>> Debug for Packed<K> {
     }
 }
 
-/// Each kind's dictionary: the first object of the kind packed in this process. Kept for the
-/// process's life (one object's text per kind); every packed object holds the one it was packed
-/// against, so which object became the dictionary never matters for correctness.
+/// Each kind's dictionary: the first object of the kind packed in this process — its last
+/// [`DICTIONARY_BYTES`], all LZ4 can refer back to. Kept for the process's life (one object's text
+/// per kind, in memory only, like the cache's objects); every packed object holds the one it was
+/// packed against, so which object became the dictionary never matters for correctness.
 static DICTIONARIES: LazyLock<Mutex<HashMap<TypeId, Arc<[u8]>>>> = LazyLock::new(Mutex::default);
+
+/// LZ4's window: the most of a dictionary a match can reach.
+const DICTIONARY_BYTES: usize = 64 * 1024;
 
 fn dictionary_for<K: 'static>(text: &[u8]) -> Arc<[u8]> {
     let mut dictionaries = DICTIONARIES.lock().unwrap_or_else(|e| e.into_inner());
     Arc::clone(
         dictionaries
             .entry(TypeId::of::<K>())
-            .or_insert_with(|| Arc::from(text)),
+            .or_insert_with(|| Arc::from(&text[text.len().saturating_sub(DICTIONARY_BYTES)..])),
     )
 }
 
@@ -142,10 +160,10 @@ where
     pub fn pack(mut object: K) -> Result<Self, PackError> {
         let meta = object.meta_mut();
         meta.managed_fields = None;
-        let text = serde_json::to_vec(&object).map_err(|source| PackError::Write {
+        let text = serde_json::to_vec(&object).map_err(|error| PackError::Write {
             kind: K::kind(&()).into_owned(),
             name: name_of(object.meta()),
-            source,
+            what: without_values(&error),
         })?;
         let relevance = crate::predicate::reconcile_relevant(&object);
         let meta = object.meta_mut();
@@ -170,13 +188,13 @@ where
         })
     }
 
-    /// The object, decoded from its packed text: every field it had when packed (managed fields
-    /// excepted).
+    /// The object, decoded from its packed text: what `K` wrote of it when it was packed (managed
+    /// fields dropped; see the module documentation).
     pub fn unpack(&self) -> Result<K, PackError> {
-        serde_json::from_slice(&self.text()?).map_err(|source| PackError::Decode {
+        serde_json::from_slice(&self.text()?).map_err(|error| PackError::Decode {
             kind: K::kind(&()).into_owned(),
             name: name_of(&self.meta),
-            source,
+            what: without_values(&error),
         })
     }
 
@@ -227,6 +245,18 @@ impl<K: Resource<DynamicType = ()>> Resource for Packed<K> {
 
     fn plural(dt: &()) -> Cow<'_, str> {
         K::plural(dt)
+    }
+
+    fn api_version(dt: &()) -> Cow<'_, str> {
+        K::api_version(dt)
+    }
+
+    fn url_path(dt: &(), namespace: Option<&str>) -> String {
+        K::url_path(dt, namespace)
+    }
+
+    fn metadata_api() -> bool {
+        K::metadata_api()
     }
 
     fn meta(&self) -> &ObjectMeta {
@@ -332,7 +362,7 @@ mod tests {
     }
 
     #[test]
-    fn objects_of_one_kind_pack_small_against_the_first() {
+    fn objects_of_one_kind_pack_small_against_their_kinds_dictionary() {
         let first = Packed::pack(machine("first-machine", "c")).unwrap();
         let text = serde_json::to_vec(&machine("another-machine", "c")).unwrap();
         let other = Packed::pack(machine("another-machine", "c")).unwrap();
@@ -356,6 +386,17 @@ mod tests {
         assert_eq!(packed.unpack().unwrap().spec.cluster_name, "c");
         let broken = r#"{"apiVersion":"cluster.x-k8s.io/v1beta2","kind":"Machine","metadata":{"name":"x"},"spec":{"clusterName":7}}"#;
         assert!(serde_json::from_str::<Packed<Machine>>(broken).is_err());
+    }
+
+    #[test]
+    fn an_object_that_does_not_decode_is_named_without_its_values() {
+        let mut packed = Packed::pack(machine("m-5", "c")).unwrap();
+        let text = br#"{"metadata":{"name":"m-5"},"spec":"s3cr3t"}"#;
+        packed.body =
+            lz4_flex::block::compress_prepend_size_with_dict(text, &packed.dictionary).into();
+        let error = packed.unpack().unwrap_err().to_string();
+        assert!(error.contains("ns/m-5"), "{error}");
+        assert!(!error.contains("s3cr3t"), "{error}");
     }
 
     #[test]

@@ -87,7 +87,7 @@ pub(crate) async fn run(
     let (clusters, cluster_changes) = cluster_cache(reconciler.informer::<Cluster>());
     let _ = reconciler.state().clusters.set(clusters);
     let (deployments, deployment_changes) = cache(reconciler.informer::<MachineDeployment>());
-    let deployment_changes = template_changes(deployment_changes);
+    let deployment_changes = template_changes(deployment_changes, deployments.clone());
     let _ = reconciler.state().deployments.set(deployments);
     let by_deployment = machines.clone();
     let reference_changes = take(&reconciler.state().reference_changes);
@@ -154,15 +154,19 @@ pub(crate) async fn run(
     drain(results).await;
 }
 
-/// The changes of MachineDeployments that matter to their machines: a new template (what
-/// `up_to_date` compares). Not the status, which changes with every one of the deployment's
-/// machines: handing each status change to all of its machines made building N machines cost
-/// O(N²) reconciles, and a new machine waited behind them for its first (at 10 000 machines, past
-/// a health check's node start-up timeout).
+/// The changes of MachineDeployments that matter to their machines (what `up_to_date` reads): a
+/// new template, and the deployment's going (`deployments`, the store the changes come from, no
+/// longer holds it). Not the status, which changes with every one of the deployment's machines:
+/// handing each status change to all of its machines made building N machines cost O(N²)
+/// reconciles, and a new machine waited behind them for its first (at 10 000 machines, past a
+/// health check's node start-up timeout).
 fn template_changes(
     changes: impl Stream<Item = Result<MachineDeployment, watcher::Error>> + Send + 'static,
+    deployments: Store<MachineDeployment>,
 ) -> impl Stream<Item = Result<MachineDeployment, watcher::Error>> + Send + 'static {
-    capi_actuator::predicate::changed(changes, |deployment: &MachineDeployment| {
+    capi_actuator::predicate::changed(changes, move |deployment: &MachineDeployment| {
+        // Gone (the store takes an event before its subscribers see it): no hash, so it passes.
+        deployments.get(&ObjectRef::from_obj(deployment))?;
         let mut hasher = std::hash::DefaultHasher::new();
         super::machine_deployment::template_hash(&deployment.spec.template).hash(&mut hasher);
         Some(hasher.finish())
@@ -728,15 +732,38 @@ mod tests {
         scaled.spec.replicas = Some(5);
         let mut rolled = scaled.clone();
         rolled.spec.template.spec.version = Some("v1.33.1".into());
-        let changes = stream::iter([deployment, counted, scaled, rolled].map(Ok));
-        let passed = futures::executor::block_on(template_changes(changes).collect::<Vec<_>>());
-        let versions: Vec<_> = passed
+        let rolled_again = rolled.clone();
+        let mut relabelled = rolled.clone();
+        relabelled.metadata.labels = Some([("team".to_string(), "a".to_string())].into());
+        // The store the changes come from: each is applied before it is passed on, and the last
+        // is the deployment's deletion (same template).
+        let (store, mut writer) = kube::runtime::reflector::store();
+        let changes = stream::iter([
+            watcher::Event::Apply(deployment),
+            watcher::Event::Apply(counted),
+            watcher::Event::Apply(scaled),
+            watcher::Event::Apply(rolled),
+            watcher::Event::Apply(relabelled),
+            watcher::Event::Delete(rolled_again),
+        ])
+        .map(move |event| {
+            writer.apply_watcher_event(&event);
+            match event {
+                watcher::Event::Apply(d) | watcher::Event::Delete(d) => Ok(d),
+                _ => unreachable!("only applies and deletions are sent"),
+            }
+        });
+        let passed =
+            futures::executor::block_on(template_changes(changes, store).collect::<Vec<_>>());
+        let seen: Vec<_> = passed
             .into_iter()
             .map(|d| d.ok().and_then(|d| d.spec.template.spec.version))
             .collect();
+        let version = |v: &str| Some(v.to_string());
         assert_eq!(
-            versions,
-            [Some("v1.33.0".to_string()), Some("v1.33.1".to_string())]
+            seen,
+            [version("v1.33.0"), version("v1.33.1"), version("v1.33.1")],
+            "the first sighting, the new template and the deletion"
         );
     }
 
