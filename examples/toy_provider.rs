@@ -22,8 +22,8 @@ async fn main() -> anyhow::Result<()> {
         .manifests(crds(), rbac())
         .run(|manager| {
             manager.add_cluster_reconciler::<ToyCluster>(toy.clone());
-            manager.add_machine_reconciler::<ToyMachine>(toy.clone());
-            manager.add_machine_template_reconciler::<ToyMachineTemplate>(toy);
+            manager.add_machine_reconciler::<ToyMachine, ToyCluster, Toy>(toy.clone());
+            manager.add_machine_template_reconciler::<ToyMachineTemplate, ToyCluster>(toy);
         })
         .await?;
     Ok(())

@@ -6,17 +6,18 @@
 
 use std::hint::black_box;
 
-use capi_actuator::machine::{INFRA_MACHINE_FINALIZER, decide_once};
+use capi_actuator::machine::{INFRA_MACHINE_FINALIZER, Observed, decide_once};
 use capi_core::api::{
     Cluster, ClusterInitializationStatus, ClusterStatus, Machine, MachineAddress,
     MachineAddressType,
 };
 use capi_core::{
-    BootstrapData, BootstrapFormat, InstanceState, MachineInstance, MockActuator, UpdateOutcome,
+    BootstrapData, BootstrapFormat, Found, InstanceState, MachineInstance, MockActuator,
+    UpdateOutcome,
 };
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use provider_inmemory::api::{InMemoryMachine, InMemoryMachineSpec};
+use provider_inmemory::api::{InMemoryCluster, InMemoryMachine, InMemoryMachineSpec};
 
 const UID: &str = "0b7e4c1a-5d2f-4e8b-9a61-3c7d2e9f1a40";
 
@@ -75,6 +76,19 @@ fn instance() -> MachineInstance {
     )
 }
 
+fn observed(
+    infra_machine: InMemoryMachine,
+    bootstrap: Option<BootstrapData>,
+) -> Observed<InMemoryMachine, InMemoryCluster> {
+    Observed {
+        infra_machine,
+        infra_cluster: InMemoryCluster::new("demo", Default::default()),
+        machine: machine(),
+        cluster: cluster(),
+        bootstrap,
+    }
+}
+
 fn bootstrap() -> BootstrapData {
     BootstrapData::new(
         BootstrapFormat::CloudConfig,
@@ -87,11 +101,13 @@ fn decisions(c: &mut Criterion) {
         .build()
         .unwrap_or_else(|e| panic!("a current-thread runtime: {e}"));
 
-    let mut steady = MockActuator::<InMemoryMachine>::new();
-    steady.expect_exists().returning(|_| Ok(Some(instance())));
+    let mut steady = MockActuator::<InMemoryMachine, InMemoryCluster>::new();
+    steady
+        .expect_exists()
+        .returning(|_| Ok(Some(Found::new(instance()))));
     steady.expect_update().returning(|_, found| {
         Ok(UpdateOutcome {
-            instance: found.clone(),
+            instance: found.reported,
             immutable_changes: Vec::new(),
         })
     });
@@ -99,41 +115,29 @@ fn decisions(c: &mut Criterion) {
         b.iter(|| {
             let decision = runtime.block_on(decide_once(
                 &steady,
-                infra(Some("inmemory:///i-0001")),
-                machine(),
-                cluster(),
-                Some(bootstrap()),
+                observed(infra(Some("inmemory:///i-0001")), Some(bootstrap())),
             ));
             black_box(decision)
         })
     });
 
-    let mut fresh = MockActuator::<InMemoryMachine>::new();
+    let mut fresh = MockActuator::<InMemoryMachine, InMemoryCluster>::new();
     fresh.expect_exists().returning(|_| Ok(None));
-    fresh.expect_create().returning(|_| Ok(instance()));
+    fresh.expect_create().returning(|_, _| Ok(instance()));
     c.bench_function("decide: first create (exists + create)", |b| {
         b.iter(|| {
             let decision = runtime.block_on(decide_once(
                 &fresh,
-                infra(None),
-                machine(),
-                cluster(),
-                Some(bootstrap()),
+                observed(infra(None), Some(bootstrap())),
             ));
             black_box(decision)
         })
     });
 
-    let untouched = MockActuator::<InMemoryMachine>::new();
+    let untouched = MockActuator::<InMemoryMachine, InMemoryCluster>::new();
     c.bench_function("decide: waiting for bootstrap data", |b| {
         b.iter(|| {
-            let decision = runtime.block_on(decide_once(
-                &untouched,
-                infra(None),
-                machine(),
-                cluster(),
-                None,
-            ));
+            let decision = runtime.block_on(decide_once(&untouched, observed(infra(None), None)));
             black_box(decision)
         })
     });

@@ -5,10 +5,11 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use capi_core::{
-    Actuator, ActuatorError, ClusterActuator, ClusterInfrastructure, ClusterScope, MachineInstance,
-    MachineScope, UpdateOutcome,
+    Actuator, ActuatorError, BootstrapData, ClusterActuator, ClusterInfrastructure, ClusterScope,
+    Found, MachineInstance, MachineScope, UpdateOutcome,
 };
 
+use crate::machine::{AnyInstance, DynActuator};
 use crate::metrics::Metrics;
 
 fn result_label<T>(result: &Result<T, ActuatorError>) -> &'static str {
@@ -18,14 +19,14 @@ fn result_label<T>(result: &Result<T, ActuatorError>) -> &'static str {
     }
 }
 
-/// An [`Actuator`] whose calls are recorded in [`Metrics`].
-pub(crate) struct InstrumentedActuator<M> {
-    pub(crate) inner: Arc<dyn Actuator<M>>,
+/// A machine actuator whose calls are recorded in [`Metrics`].
+pub(crate) struct InstrumentedActuator<M, C> {
+    pub(crate) inner: Arc<DynActuator<M, C>>,
     pub(crate) metrics: Metrics,
     pub(crate) controller: String,
 }
 
-impl<M> InstrumentedActuator<M> {
+impl<M, C> InstrumentedActuator<M, C> {
     fn record<T>(&self, method: &'static str, started: Instant, result: &Result<T, ActuatorError>) {
         self.metrics.actuator_call(
             &self.controller,
@@ -37,36 +38,44 @@ impl<M> InstrumentedActuator<M> {
 }
 
 #[async_trait]
-impl<M: Send + Sync + 'static> Actuator<M> for InstrumentedActuator<M> {
+impl<M: Send + Sync + 'static, C: Send + Sync + 'static> Actuator<M, C>
+    for InstrumentedActuator<M, C>
+{
+    type Instance = AnyInstance;
+
     async fn exists(
         &self,
-        scope: &MachineScope<M>,
-    ) -> Result<Option<MachineInstance>, ActuatorError> {
+        scope: &MachineScope<M, C>,
+    ) -> Result<Option<Found<AnyInstance>>, ActuatorError> {
         let started = Instant::now();
         let result = self.inner.exists(scope).await;
         self.record("exists", started, &result);
         result
     }
 
-    async fn create(&self, scope: &MachineScope<M>) -> Result<MachineInstance, ActuatorError> {
+    async fn create(
+        &self,
+        scope: &MachineScope<M, C>,
+        bootstrap: &BootstrapData,
+    ) -> Result<MachineInstance, ActuatorError> {
         let started = Instant::now();
-        let result = self.inner.create(scope).await;
+        let result = self.inner.create(scope, bootstrap).await;
         self.record("create", started, &result);
         result
     }
 
     async fn update(
         &self,
-        scope: &MachineScope<M>,
-        instance: &MachineInstance,
+        scope: &MachineScope<M, C>,
+        found: Found<AnyInstance>,
     ) -> Result<UpdateOutcome, ActuatorError> {
         let started = Instant::now();
-        let result = self.inner.update(scope, instance).await;
+        let result = self.inner.update(scope, found).await;
         self.record("update", started, &result);
         result
     }
 
-    async fn delete(&self, scope: &MachineScope<M>) -> Result<(), ActuatorError> {
+    async fn delete(&self, scope: &MachineScope<M, C>) -> Result<(), ActuatorError> {
         let started = Instant::now();
         let result = self.inner.delete(scope).await;
         self.record("delete", started, &result);

@@ -14,20 +14,21 @@ use std::sync::Arc;
 
 use capi_core::api::Cluster;
 use capi_core::condition::{self, ConditionStatus};
-use capi_core::infra::{InfraMachineTemplate, MachineTemplateStatus};
+use capi_core::infra::{InfraCluster, InfraMachineTemplate, MachineTemplateStatus};
 use capi_core::{MachineCapacity, MachineTemplateActuator, TemplateScope, labels};
 use futures::Future;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Map, Value, json};
 
+use crate::cached::Cached;
 use crate::plan::Next;
 use crate::reasons;
 use crate::reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
 use crate::write;
 
-/// The reconciler of one infrastructure machine template kind `T`.
-pub type InfraMachineTemplateReconciler<T> = Reconciler<T, dyn MachineTemplateActuator<T>>;
+/// The reconciler of one infrastructure machine template kind `T` of cluster kind `C`.
+pub type InfraMachineTemplateReconciler<T, C> = Reconciler<T, dyn MachineTemplateActuator<T, C>>;
 
 /// What one template reconcile records besides conditions: the actuator's answer, if it gave one.
 #[derive(Debug, Default)]
@@ -37,11 +38,22 @@ struct TemplateRecord {
 
 type Plan = crate::plan::Plan<TemplateRecord>;
 
-impl<T: InfraMachineTemplate> Reconciler<T, dyn MachineTemplateActuator<T>> {
+/// Where a template reconcile reads its `Cluster` and the provider's cluster object from: the
+/// manager's watches, the API server for what they have not seen yet.
+struct Clusters<C: InfraCluster> {
+    clusters: Cached<Cluster>,
+    infra_clusters: Cached<C>,
+}
+
+impl<T: InfraMachineTemplate, C: InfraCluster> Reconciler<T, dyn MachineTemplateActuator<T, C>> {
     /// Runs until `shutdown` completes; in-flight reconciles finish first.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
         let (trigger, reader) = self.trigger();
         self.offer_as_referenced();
+        let clusters = Arc::new(Clusters {
+            clusters: Cached::new(self.informer::<Cluster>().store(), self.client().clone()),
+            infra_clusters: Cached::new(self.informer::<C>().store(), self.client().clone()),
+        });
         let concurrency = self.concurrency();
         let context = self.into_context(|inner, _, _| inner);
         let results = Controller::for_stream(trigger, reader)
@@ -49,8 +61,10 @@ impl<T: InfraMachineTemplate> Reconciler<T, dyn MachineTemplateActuator<T>> {
             .with_config(ControllerConfig::default().concurrency(concurrency))
             .graceful_shutdown_on(shutdown)
             .run(
-                reconcile::<T>,
-                back_off::<T, dyn MachineTemplateActuator<T>>,
+                move |template, context| {
+                    reconcile::<T, C>(template, context, Arc::clone(&clusters))
+                },
+                back_off::<T, dyn MachineTemplateActuator<T, C>>,
                 context,
             );
         drain(results).await;
@@ -58,71 +72,85 @@ impl<T: InfraMachineTemplate> Reconciler<T, dyn MachineTemplateActuator<T>> {
 }
 
 #[tracing::instrument(skip_all, fields(kind = %T::kind(&()), namespace = %template.namespace().unwrap_or_default(), name = %template.name_any()))]
-async fn reconcile<T: InfraMachineTemplate>(
+async fn reconcile<T: InfraMachineTemplate, C: InfraCluster>(
     template: Arc<T>,
-    context: Arc<Context<dyn MachineTemplateActuator<T>>>,
+    context: Arc<Context<dyn MachineTemplateActuator<T, C>>>,
+    clusters: Arc<Clusters<C>>,
 ) -> Result<Action, ReconcileError> {
     context
-        .reconcile(template.as_ref(), reconcile_once(&template, &context))
+        .reconcile(
+            template.as_ref(),
+            reconcile_once(&template, &context, &clusters),
+        )
         .await
 }
 
-async fn reconcile_once<T: InfraMachineTemplate>(
+async fn reconcile_once<T: InfraMachineTemplate, C: InfraCluster>(
     template: &Arc<T>,
-    context: &Context<dyn MachineTemplateActuator<T>>,
+    context: &Context<dyn MachineTemplateActuator<T, C>>,
+    clusters: &Clusters<C>,
 ) -> Result<Next, ReconcileError> {
     if template.meta().deletion_timestamp.is_some() {
         return Ok(Next::AwaitChange);
     }
-    let cluster = owning_cluster(&context.client, template.as_ref()).await?;
-    let plan = decide(
-        context.state.as_ref(),
-        Arc::clone(template),
-        cluster,
-        context.retry.policy.poll,
-    )
-    .await;
+    let scope = observe(clusters, Arc::clone(template)).await?;
+    let plan = decide(context.state.as_ref(), scope, context.retry.policy.poll).await;
     record(&context.client, template.as_ref(), &plan).await?;
     write::publish(&context.recorder, template.as_ref(), &plan.events).await;
     Ok(plan.next)
 }
 
-/// The template's `Cluster`: named by its cluster-name label, else its `Cluster` owner.
-async fn owning_cluster<T: InfraMachineTemplate>(
-    client: &Client,
-    template: &T,
-) -> Result<Option<Arc<Cluster>>, kube::Error> {
+/// The template's scope: its `Cluster` — named by its cluster-name label, else its `Cluster`
+/// owner — and that cluster's provider object, when there are.
+async fn observe<T: InfraMachineTemplate, C: InfraCluster>(
+    clusters: &Clusters<C>,
+    template: Arc<T>,
+) -> Result<TemplateScope<T, C>, kube::Error> {
     let namespace = template.namespace().unwrap_or_default();
     let owner = template
         .owner_references()
         .iter()
         .find(|r| r.kind == "Cluster" && r.api_version.starts_with("cluster.x-k8s.io/"));
     let name = match (labels::cluster_name(template.meta()), owner) {
-        (Some(name), _) => name,
-        (None, Some(owner)) => owner.name.as_str(),
-        (None, None) => return Ok(None),
+        (Some(name), _) => Some(name.to_string()),
+        (None, Some(owner)) => Some(owner.name.clone()),
+        (None, None) => None,
     };
-    Ok(Api::<Cluster>::namespaced(client.clone(), &namespace)
-        .get_opt(name)
-        .await?
-        .map(Arc::new))
+    let Some(name) = name else {
+        return Ok(TemplateScope {
+            template,
+            cluster: None,
+            infra_cluster: None,
+        });
+    };
+    let cluster = clusters.clusters.get(&namespace, &name).await?;
+    let infra_cluster = crate::machine::infra_cluster(
+        &clusters.infra_clusters,
+        &namespace,
+        &name,
+        cluster.as_deref(),
+    )
+    .await?;
+    Ok(TemplateScope {
+        template,
+        cluster,
+        infra_cluster,
+    })
 }
 
-async fn decide<T: InfraMachineTemplate>(
-    actuator: &dyn MachineTemplateActuator<T>,
-    template: Arc<T>,
-    cluster: Option<Arc<Cluster>>,
+async fn decide<T: InfraMachineTemplate, C: Send + Sync + 'static>(
+    actuator: &dyn MachineTemplateActuator<T, C>,
+    scope: TemplateScope<T, C>,
     poll: std::time::Duration,
 ) -> Plan {
-    let mut plan = Plan::new(template.meta().generation);
-    let paused = labels::has_paused_annotation(template.meta())
-        || cluster.as_ref().is_some_and(|c| c.is_paused());
+    let mut plan = Plan::new(scope.template.meta().generation);
+    let paused = labels::has_paused_annotation(scope.template.meta())
+        || scope.cluster.as_ref().is_some_and(|c| c.is_paused());
     if plan.paused(paused) {
         // No watch reports the cluster's pause ending: look again.
         plan.next = Next::Requeue(poll);
         return plan;
     }
-    let scope = TemplateScope { template, cluster };
     match actuator.capacity(&scope).await {
         Ok(capacity) => {
             plan.record.capacity = Some(capacity);
@@ -247,16 +275,24 @@ mod tests {
         Arc::new(Template { metadata })
     }
 
+    fn scope() -> TemplateScope<Template, ()> {
+        TemplateScope {
+            template: template(),
+            cluster: None,
+            infra_cluster: None,
+        }
+    }
+
     #[tokio::test]
     async fn a_reported_capacity_replaces_the_old_one_and_sets_ready() {
-        let mut actuator = MockMachineTemplateActuator::<Template>::new();
+        let mut actuator = MockMachineTemplateActuator::<Template, ()>::new();
         actuator.expect_capacity().times(1).returning(|_| {
             Ok(MachineCapacity::default()
                 .cpus(2)
                 .memory_mib(4096)
                 .architecture(Architecture::Arm64))
         });
-        let plan = decide(&actuator, template(), None, Duration::from_secs(1)).await;
+        let plan = decide(&actuator, scope(), Duration::from_secs(1)).await;
         assert!(matches!(plan.next, Next::Resync));
         let mut current = MachineTemplateStatus::default();
         current.capacity.insert(
@@ -278,14 +314,14 @@ mod tests {
 
     #[tokio::test]
     async fn an_unknown_flavor_clears_the_capacity_and_is_looked_at_again() {
-        let mut actuator = MockMachineTemplateActuator::<Template>::new();
+        let mut actuator = MockMachineTemplateActuator::<Template, ()>::new();
         actuator.expect_capacity().times(1).returning(|_| {
             Err(ActuatorError::invalid_configuration(
                 "FlavorNotFound",
                 "flavor m1.huge does not exist",
             ))
         });
-        let plan = decide(&actuator, template(), None, Duration::from_secs(1)).await;
+        let plan = decide(&actuator, scope(), Duration::from_secs(1)).await;
         assert!(
             matches!(plan.next, Next::Resync),
             "never latched until the template changes"
@@ -313,14 +349,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_cloud_failure_keeps_the_last_capacity() {
-        let mut actuator = MockMachineTemplateActuator::<Template>::new();
+        let mut actuator = MockMachineTemplateActuator::<Template, ()>::new();
         actuator.expect_capacity().times(1).returning(|_| {
             Err(ActuatorError::transient_message(
                 "CloudAPIError",
                 "Nova answered 503",
             ))
         });
-        let plan = decide(&actuator, template(), None, Duration::from_secs(1)).await;
+        let plan = decide(&actuator, scope(), Duration::from_secs(1)).await;
         assert!(matches!(plan.next, Next::Failed(_)));
         let current = MachineTemplateStatus {
             node_info: Some(NodeInfo {
@@ -334,16 +370,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_paused_cluster_is_left_alone() {
-        let actuator = MockMachineTemplateActuator::<Template>::new();
+        let actuator = MockMachineTemplateActuator::<Template, ()>::new();
         let mut cluster = Cluster::default();
         cluster.spec.paused = Some(true);
-        let plan = decide(
-            &actuator,
-            template(),
-            Some(Arc::new(cluster)),
-            Duration::from_secs(1),
-        )
-        .await;
+        let scope = TemplateScope {
+            cluster: Some(Arc::new(cluster)),
+            ..scope()
+        };
+        let plan = decide(&actuator, scope, Duration::from_secs(1)).await;
         assert!(plan.record.capacity.is_none());
         assert!(matches!(plan.next, Next::Requeue(_)));
     }

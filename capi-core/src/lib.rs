@@ -52,7 +52,7 @@ pub mod labels;
 
 pub use actuator::{
     Actuator, ActuatorError, ActuatorErrorKind, BootstrapData, BootstrapDataError, BootstrapFormat,
-    ClusterActuator, ClusterInfrastructure, ClusterScope, IdempotencyKey, ImmutableChange,
+    ClusterActuator, ClusterInfrastructure, ClusterScope, Found, IdempotencyKey, ImmutableChange,
     InstanceState, MachineCapacity, MachineInstance, MachineScope, MachineTemplateActuator,
     MissingUid, ProviderStatus, ProviderStatusError, TemplateScope, UpdateOutcome,
 };

@@ -4,7 +4,7 @@
 //! contract field means, how to report status, and how to test — with mocks, against a real API
 //! server, and with the conformance suite. Every example on this page is compiled (and, where it
 //! needs no cluster or cloud, run) by `cargo test --doc`. The complete provider these steps add up
-//! to is `capi_examples::toy` (`examples/src/toy`, 250 lines with its binary).
+//! to is `capi_examples::toy` (`examples/src/toy` and `examples/toy_provider.rs`).
 //!
 //! ## 1. The crate
 //!
@@ -90,17 +90,22 @@
 //!
 //! Three traits, one per kind; the SDK's loop does everything else (owners, finalizers, pause,
 //! waiting for the cluster infrastructure and the bootstrap data, status writes, conditions,
-//! events, backoff). What each call must guarantee is in [`capi_core::actuator`]; in short:
+//! events, backoff). Every call receives a scope with the objects the loop read from its own
+//! watches — the `Cluster`, your `XxxCluster` (where your region, network and credentials
+//! reference live), the `Machine` and your `XxxMachine` — so an actuator talks to its cloud and
+//! to nothing else. What each call must guarantee is in [`capi_core::actuator`]; in short:
 //!
 //! - [`Actuator::exists`](capi_core::Actuator::exists) finds the instance — by `spec.providerID`
 //!   once recorded, else by the [`IdempotencyKey`](capi_core::IdempotencyKey) `create` tagged it
-//!   with — and never creates anything;
-//! - [`Actuator::create`](capi_core::Actuator::create) looks for an instance with the key first
-//!   and tags the instance with it *in the same call that creates it*, so that a retry after a
-//!   lost response or a crash finds it;
-//! - [`Actuator::update`](capi_core::Actuator::update) converges what the cloud can change in
-//!   place and reports the rest as [`ImmutableChange`](capi_core::ImmutableChange)s (the machine
-//!   then says a rollout is needed);
+//!   with — and never creates anything. It returns a [`Found`](capi_core::Found): what the loop
+//!   records, and your own record of the instance (`type Instance`: what the cloud answered);
+//! - [`Actuator::create`](capi_core::Actuator::create) receives the bootstrap data, looks for an
+//!   instance with the key first and tags the instance with it *in the same call that creates
+//!   it*, so that a retry after a lost response or a crash finds it;
+//! - [`Actuator::update`](capi_core::Actuator::update) receives what `exists` found in the same
+//!   reconcile (no second lookup, nothing to remember between calls), converges what the cloud can
+//!   change in place and reports the rest as [`ImmutableChange`](capi_core::ImmutableChange)s
+//!   (the machine then says a rollout is needed);
 //! - [`Actuator::delete`](capi_core::Actuator::delete) returns `Ok` only when the instance and
 //!   everything it owns is gone, [`ActuatorError::RequeueAfter`](capi_core::ActuatorError) while
 //!   it goes;
@@ -166,9 +171,9 @@
 //! ```no_run
 //! # use std::sync::Arc;
 //! # async fn run<M: capi_core::infra::InfraMachine, C: capi_core::infra::InfraCluster, T: capi_core::infra::InfraMachineTemplate>(
-//! #     machines: Arc<dyn capi_core::Actuator<M>>,
+//! #     machines: Arc<impl capi_core::Actuator<M, C> + 'static>,
 //! #     clusters: Arc<dyn capi_core::ClusterActuator<C>>,
-//! #     templates: Arc<dyn capi_core::MachineTemplateActuator<T>>,
+//! #     templates: Arc<dyn capi_core::MachineTemplateActuator<T, C>>,
 //! #     crds: Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>,
 //! # ) -> Result<(), capi_provider::ProviderError> {
 //! use capi_actuator::rbac;
@@ -187,8 +192,8 @@
 //!     .manifests(crds, rules)
 //!     .run(|manager| {
 //!         manager.add_cluster_reconciler::<C>(clusters);
-//!         manager.add_machine_reconciler::<M>(machines);
-//!         manager.add_machine_template_reconciler::<T>(templates);
+//!         manager.add_machine_reconciler(machines);
+//!         manager.add_machine_template_reconciler::<T, C>(templates);
 //!     })
 //!     .await
 //! # }
@@ -212,12 +217,15 @@
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 //! use std::sync::Arc;
 //! use capi_core::api::{Cluster, Machine};
-//! use capi_core::{Actuator, IdempotencyKey, InstanceState, MachineInstance, MachineScope};
+//! use capi_core::{
+//!     Actuator, BootstrapData, BootstrapFormat, IdempotencyKey, InstanceState, MachineInstance,
+//!     MachineScope,
+//! };
 //! use capi_core::MockActuator;
 //!
-//! let mut actuator = MockActuator::<()>::new();
+//! let mut actuator = MockActuator::<(), ()>::new();
 //! actuator.expect_exists().returning(|_| Ok(None));
-//! actuator.expect_create().times(1).returning(|scope| {
+//! actuator.expect_create().times(1).returning(|scope, _bootstrap| {
 //!     let id = format!("mycloud:///{}", scope.idempotency_key);
 //!     Ok(MachineInstance::new(id, vec![], InstanceState::Provisioning))
 //! });
@@ -225,13 +233,14 @@
 //! machine.metadata.uid = Some("6a1c".into());
 //! let scope = MachineScope {
 //!     cluster: Arc::new(Cluster::default()),
+//!     infra_cluster: Arc::new(()),
 //!     idempotency_key: IdempotencyKey::for_machine(&machine).unwrap(),
 //!     machine: Arc::new(machine),
 //!     infra_machine: Arc::new(()),
-//!     bootstrap_data: None,
 //! };
+//! let bootstrap = BootstrapData::new(BootstrapFormat::CloudConfig, "#cloud-config\n");
 //! assert!(actuator.exists(&scope).await.unwrap().is_none());
-//! let created = actuator.create(&scope).await.unwrap();
+//! let created = actuator.create(&scope, &bootstrap).await.unwrap();
 //! assert!(created.provider_id.starts_with("mycloud:///capi-"));
 //! # });
 //! ```
@@ -262,7 +271,7 @@
 //! # use std::collections::BTreeSet;
 //! # use std::sync::Arc;
 //! # async fn demo(
-//! #     machines: Arc<dyn capi_core::Actuator<serde_json::Value>>,
+//! #     machines: Arc<impl capi_core::Actuator<serde_json::Value, serde_json::Value> + 'static>,
 //! #     clusters: Arc<dyn capi_core::ClusterActuator<serde_json::Value>>,
 //! # ) {
 //! use capi_testing::conformance::{CloudInventory, ClusterSuite, MachineSuite};
@@ -281,8 +290,9 @@
 //!
 //! let cloud = Arc::new(MyCloud);
 //! let infra_machine = serde_json::json!({"spec": {"instanceType": "small"}});
-//! let machine_suite = MachineSuite::new(machines, cloud.clone(), infra_machine);
-//! let report = ClusterSuite::new(clusters, cloud, serde_json::json!({"spec": {}}))
+//! let infra_cluster = serde_json::json!({"spec": {"region": "eu-1"}});
+//! let machine_suite = MachineSuite::new(machines, cloud.clone(), infra_machine, infra_cluster.clone());
+//! let report = ClusterSuite::new(clusters, cloud, infra_cluster)
 //!     .run_with(|_| machine_suite.run())
 //!     .await;
 //! report.assert_conforms();

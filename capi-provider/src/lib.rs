@@ -29,12 +29,13 @@
 //! }
 //!
 //! # async fn demo<M: capi_core::infra::InfraMachine, C: capi_core::infra::InfraCluster>(
-//! #     machines: Arc<dyn capi_core::Actuator<M>>, clusters: Arc<dyn capi_core::ClusterActuator<C>>,
+//! #     machines: Arc<impl capi_core::Actuator<M, C> + 'static>,
+//! #     clusters: Arc<dyn capi_core::ClusterActuator<C>>,
 //! # ) -> Result<(), capi_provider::ProviderError> {
 //! let args = Args::parse();
 //! ProviderManager::new("my-cloud", args.manager)
 //!     .run(|manager| {
-//!         manager.add_machine_reconciler::<M>(machines);
+//!         manager.add_machine_reconciler(machines);
 //!         manager.add_cluster_reconciler::<C>(clusters);
 //!     })
 //!     .await

@@ -14,8 +14,10 @@
 //! - [`cluster`]: the [`ClusterActuator`](capi_core::ClusterActuator) (VPC → subnets → gateways →
 //!   route tables → security groups → network load balancer, and back);
 //! - [`machine`]: the [`Actuator`](capi_core::Actuator) — exactly one instance per Machine;
-//! - [`template`]: machine template capacity from the instance type;
-//! - [`lookup`]: finding the `AWSCluster` of a machine or template.
+//! - [`template`]: machine template capacity from the instance type.
+//!
+//! The actuators read nothing from the API server but an `identityRef` Secret: every call finds
+//! its `AWSCluster` in its scope, read by the loop from the manager's own watch.
 //!
 //! The `aws-manager` binary (package `provider-aws-bin`) runs them in a `Manager`.
 //!
@@ -24,13 +26,13 @@
 //! use std::sync::Arc;
 //! use provider_aws::cluster::AwsClusterActuator;
 //! use provider_aws::connector::SecretConnector;
-//! use provider_aws::lookup::ApiClusterLookup;
 //! use provider_aws::machine::AwsMachineActuator;
 //!
-//! let connector = Arc::new(SecretConnector::new(client.clone()));
+//! let connector = Arc::new(SecretConnector::new(client));
 //! let clusters = AwsClusterActuator::new(connector.clone());
-//! let machines = AwsMachineActuator::new(connector, Arc::new(ApiClusterLookup(client)));
-//! // Hand them to capi_actuator's Manager (add_cluster_reconciler / add_machine_reconciler).
+//! let machines = Arc::new(AwsMachineActuator::new(connector));
+//! // Hand them to capi_actuator's Manager (add_cluster_reconciler, add_machine_reconciler and
+//! // add_machine_template_reconciler: `machines` serves both).
 //! # }
 //! ```
 //!
@@ -44,7 +46,6 @@ pub mod cloud;
 pub mod cluster;
 pub mod connector;
 pub mod credentials;
-pub mod lookup;
 pub mod machine;
 pub mod naming;
 pub mod template;

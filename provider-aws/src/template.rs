@@ -3,46 +3,31 @@
 //! volume when the template sizes it, the architecture the instance type runs (`x86_64` →
 //! `amd64`, `arm64`), and Linux.
 //!
-//! The region and credentials are the template's cluster's (its `AWSCluster`), so a template
-//! needs the `cluster.x-k8s.io/cluster-name` label or a `Cluster` owner, as templates created by
-//! a `ClusterClass` topology have.
+//! The region and credentials are those of the template's `AWSCluster` (the scope's), so a
+//! template needs the `cluster.x-k8s.io/cluster-name` label or a `Cluster` owner, as templates
+//! created by a `ClusterClass` topology have. A template of no cluster is an invalid
+//! configuration that says so; a template whose cluster has no `AWSCluster` yet waits for it.
 
 use async_trait::async_trait;
 use capi_core::infra::Architecture;
 use capi_core::{ActuatorError, MachineCapacity, MachineTemplateActuator, TemplateScope, labels};
 use kube::ResourceExt;
 
-use crate::api::AWSMachineTemplate;
+use crate::api::{AWSCluster, AWSMachineTemplate};
 use crate::cloud::InstanceTypeInfo;
 use crate::machine::AwsMachineActuator;
 
 #[async_trait]
-impl MachineTemplateActuator<AWSMachineTemplate> for AwsMachineActuator {
+impl MachineTemplateActuator<AWSMachineTemplate, AWSCluster> for AwsMachineActuator {
     async fn capacity(
         &self,
-        scope: &TemplateScope<AWSMachineTemplate>,
+        scope: &TemplateScope<AWSMachineTemplate, AWSCluster>,
     ) -> Result<MachineCapacity, ActuatorError> {
         let template = &scope.template;
-        let namespace = template.namespace().unwrap_or_default();
-        let Some(cluster) = &scope.cluster else {
-            return Err(ActuatorError::invalid_configuration(
-                "NoCluster",
-                format!(
-                    "the template names no Cluster: label it {}=<cluster> so that AWS can be \
-                     reached in that cluster's region with its AWSCluster's identityRef",
-                    labels::CLUSTER_NAME
-                ),
-            ));
+        let Some(aws) = &scope.infra_cluster else {
+            return Err(no_aws_cluster(scope));
         };
-        let aws = self
-            .clusters
-            .aws_cluster(
-                &namespace,
-                &cluster.name_any(),
-                crate::lookup::infrastructure_name(cluster),
-            )
-            .await?;
-        let clients = self.connector.connect(&aws).await?;
+        let clients = self.connector.connect(aws).await?;
         let spec = &template.spec.template.spec;
         let info = clients
             .compute
@@ -57,6 +42,29 @@ impl MachineTemplateActuator<AWSMachineTemplate> for AwsMachineActuator {
             .unwrap_or_default();
         Ok(capacity(&info, root_gib))
     }
+}
+
+/// Why a template's capacity cannot be asked of AWS: it names no cluster (the user's to fix), or
+/// its cluster has no `AWSCluster` yet (waited for).
+fn no_aws_cluster(scope: &TemplateScope<AWSMachineTemplate, AWSCluster>) -> ActuatorError {
+    let Some(cluster) = &scope.cluster else {
+        return ActuatorError::invalid_configuration(
+            "NoCluster",
+            format!(
+                "the template names no Cluster: label it {}=<cluster> so that AWS can be reached \
+                 in that cluster's region with its AWSCluster's identityRef",
+                labels::CLUSTER_NAME
+            ),
+        );
+    };
+    ActuatorError::transient_message(
+        "WaitingForAWSCluster",
+        format!(
+            "no AWSCluster of cluster {}/{} yet",
+            scope.template.namespace().unwrap_or_default(),
+            cluster.name_any()
+        ),
+    )
 }
 
 /// A machine's capacity from its instance type and root volume size (0: the AMI's, unknown).
@@ -83,10 +91,8 @@ mod tests {
     use capi_core::api::Cluster;
 
     use super::*;
-    use crate::api::AWSCluster;
     use crate::cloud::{Clients, MockCompute, MockLoadBalancing, MockNetwork};
     use crate::connector::MockConnector;
-    use crate::lookup::MockClusterLookup;
 
     fn actuator(compute: MockCompute) -> AwsMachineActuator {
         let clients = Clients {
@@ -99,14 +105,14 @@ mod tests {
         connector
             .expect_connect()
             .returning(move |_| Ok(clients.clone()));
-        let mut clusters = MockClusterLookup::new();
-        clusters
-            .expect_aws_cluster()
-            .returning(|_, _, _| Ok(AWSCluster::default()));
-        AwsMachineActuator::new(Arc::new(connector), Arc::new(clusters))
+        AwsMachineActuator::new(Arc::new(connector))
     }
 
-    fn scope(cluster: Option<Cluster>) -> TemplateScope<AWSMachineTemplate> {
+    /// A template of `cluster`, whose `AWSCluster` is `aws`.
+    fn scope(
+        cluster: Option<Cluster>,
+        aws: Option<AWSCluster>,
+    ) -> TemplateScope<AWSMachineTemplate, AWSCluster> {
         let mut template = AWSMachineTemplate::default();
         template.spec.template.spec.instance_type = "m7g.large".into();
         template.spec.template.spec.root_volume = Some(crate::api::Volume {
@@ -116,7 +122,12 @@ mod tests {
         TemplateScope {
             template: Arc::new(template),
             cluster: cluster.map(Arc::new),
+            infra_cluster: aws.map(Arc::new),
         }
+    }
+
+    fn in_a_cluster() -> TemplateScope<AWSMachineTemplate, AWSCluster> {
+        scope(Some(Cluster::default()), Some(AWSCluster::default()))
     }
 
     #[tokio::test]
@@ -134,10 +145,7 @@ mod tests {
                     instance_storage_gb: None,
                 }))
             });
-        let got = actuator(compute)
-            .capacity(&scope(Some(Cluster::default())))
-            .await
-            .unwrap();
+        let got = actuator(compute).capacity(&in_a_cluster()).await.unwrap();
         let quantities: Vec<(&str, &str)> = got
             .capacity
             .iter()
@@ -160,15 +168,28 @@ mod tests {
         let mut compute = MockCompute::new();
         compute.expect_instance_type().returning(|_| Ok(None));
         let error = actuator(compute)
-            .capacity(&scope(Some(Cluster::default())))
+            .capacity(&in_a_cluster())
             .await
             .unwrap_err();
         assert_eq!(error.reason(), "InstanceTypeNotFound");
         let error = actuator(MockCompute::new())
-            .capacity(&scope(None))
+            .capacity(&scope(None, None))
             .await
             .unwrap_err();
         assert_eq!(error.reason(), "NoCluster");
         assert!(error.message().contains(labels::CLUSTER_NAME));
+    }
+
+    #[tokio::test]
+    async fn a_cluster_without_its_aws_cluster_is_waited_for_without_asking_aws() {
+        let mut cluster = Cluster::default();
+        cluster.metadata.name = Some("demo".into());
+        let error = actuator(MockCompute::new())
+            .capacity(&scope(Some(cluster), None))
+            .await
+            .unwrap_err();
+        assert_eq!(error.kind(), capi_core::ActuatorErrorKind::Transient);
+        assert_eq!(error.reason(), "WaitingForAWSCluster");
+        assert!(error.message().contains("demo"), "{error}");
     }
 }

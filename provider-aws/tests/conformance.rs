@@ -12,13 +12,13 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use capi_core::api::Cluster;
 use capi_testing::conformance::{CloudInventory, ClusterSuite, MachineSuite, Settings};
-use common::{FixedCluster, FixedConnector, Moto, provider_clients};
+use common::{FixedConnector, Moto, provider_clients};
 use provider_aws::api::{AWSCluster, AWSMachine};
 use provider_aws::cluster::AwsClusterActuator;
 use provider_aws::machine::AwsMachineActuator;
@@ -76,31 +76,27 @@ async fn the_aws_provider_conforms_on_moto() {
         "spec": {"instanceType": "t3.medium", "ami": {"id": image}},
     }))
     .unwrap();
-    // The machines see the AWSCluster with the status its actuator reported.
-    let seen = Arc::new(Mutex::new(infra_cluster.clone()));
-    let machines = MachineSuite::new(
-        Arc::new(AwsMachineActuator::new(
-            connector.clone(),
-            Arc::new(FixedCluster(seen.clone())),
-        )),
-        inventory.clone(),
-        infra_machine,
-    )
-    .cluster(cluster.clone())
-    .settings(settings.clone());
+    let machine_actuator = Arc::new(AwsMachineActuator::new(connector.clone()));
     let report = ClusterSuite::new(
         Arc::new(AwsClusterActuator::new(connector)),
         inventory.clone(),
-        infra_cluster,
+        infra_cluster.clone(),
     )
-    .cluster(cluster)
-    .settings(settings)
+    .cluster(cluster.clone())
+    .settings(settings.clone())
     .run_with(|reported| {
-        {
-            let mut cluster = seen.lock().unwrap();
-            let status = serde_json::Value::Object(reported.provider_status.fields().clone());
-            cluster.status = Some(serde_json::from_value(status).unwrap());
-        }
+        // The machines' AWSCluster carries the status its actuator reported.
+        let mut provisioned = infra_cluster;
+        let status = serde_json::Value::Object(reported.provider_status.fields().clone());
+        provisioned.status = Some(serde_json::from_value(status).unwrap());
+        let machines = MachineSuite::new(
+            machine_actuator,
+            inventory.clone(),
+            infra_machine,
+            provisioned,
+        )
+        .cluster(cluster)
+        .settings(settings);
         async move { machines.run().await }
     })
     .await;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use capi_core::{Actuator, ActuatorErrorKind};
 use common::proxy::FaultProxy;
-use common::world::{recorded, world};
+use common::world::{bootstrap, recorded, world};
 use common::{Moto, fresh_account};
 
 /// The "lost create response, then a restart", through the proxy: the launch reaches
@@ -37,7 +37,7 @@ async fn a_lost_launch_answer_and_a_restart_end_with_exactly_one_instance() {
     }
     let before = world.actuator();
     assert_eq!(before.exists(&scope).await.unwrap(), None);
-    let lost = before.create(&scope).await.unwrap_err();
+    let lost = before.create(&scope, &bootstrap()).await.unwrap_err();
     assert_eq!(lost.kind(), ActuatorErrorKind::Transient, "{lost}");
     assert_eq!(
         world.instances_of(&key).await.len(),
@@ -49,7 +49,7 @@ async fn a_lost_launch_answer_and_a_restart_end_with_exactly_one_instance() {
     proxy.faults.lock().unwrap().hidden_describes = 2;
     let after = world.actuator();
     assert_eq!(after.exists(&scope).await.unwrap(), None, "not visible yet");
-    let created = after.create(&scope).await.unwrap();
+    let created = after.create(&scope, &bootstrap()).await.unwrap();
     assert_eq!(
         proxy.faults.lock().unwrap().launches_forwarded,
         1,
@@ -65,7 +65,7 @@ async fn a_lost_launch_answer_and_a_restart_end_with_exactly_one_instance() {
 
     let scope = recorded(scope, &created.provider_id);
     let found = after.exists(&scope).await.unwrap().unwrap();
-    assert_eq!(found.provider_id, created.provider_id);
+    assert_eq!(found.reported.provider_id, created.provider_id);
     let _ = after.delete(&scope).await.unwrap_err();
     after.delete(&scope).await.unwrap();
     assert!(world.instances_of(&key).await.is_empty());
@@ -85,7 +85,7 @@ async fn throttled_answers_become_waits_that_grow() {
         serde_json::json!({"instanceType": "t3.large", "ami": {"id": image}}),
     );
     proxy.faults.lock().unwrap().throttled = 2;
-    let first = actuator.create(&scope).await.unwrap_err();
+    let first = actuator.create(&scope, &bootstrap()).await.unwrap_err();
     assert_eq!(first.kind(), ActuatorErrorKind::RequeueAfter, "{first}");
     assert_eq!(first.reason(), "Throttled");
     let first_wait = first.requeue_delay().unwrap();
@@ -93,14 +93,14 @@ async fn throttled_answers_become_waits_that_grow() {
         (Duration::from_secs(4)..=Duration::from_secs(6)).contains(&first_wait),
         "{first_wait:?}"
     );
-    let second = actuator.create(&scope).await.unwrap_err();
+    let second = actuator.create(&scope, &bootstrap()).await.unwrap_err();
     let second_wait = second.requeue_delay().unwrap();
     assert!(
         (Duration::from_secs(8)..=Duration::from_secs(12)).contains(&second_wait),
         "doubled: {second_wait:?}"
     );
     assert_eq!(proxy.faults.lock().unwrap().launches_forwarded, 0);
-    actuator.create(&scope).await.unwrap();
+    actuator.create(&scope, &bootstrap()).await.unwrap();
     assert_eq!(
         world
             .instances_of(scope.idempotency_key.as_str())

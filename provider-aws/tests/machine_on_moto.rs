@@ -13,7 +13,7 @@ use aws_sdk_ec2::types::InstanceAttributeName;
 use base64::Engine;
 use capi_core::{Actuator, ActuatorErrorKind, InstanceState};
 use common::Moto;
-use common::world::{BOOTSTRAP, recorded, world};
+use common::world::{BOOTSTRAP, bootstrap, recorded, world};
 use provider_aws::naming::IDEMPOTENCY_KEY_TAG;
 
 #[tokio::test]
@@ -28,7 +28,7 @@ async fn a_worker_is_launched_once_tagged_placed_and_terminated() {
                            "additionalTags": {"cost-center": "42"}}),
     );
     assert_eq!(actuator.exists(&scope).await.unwrap(), None);
-    let created = actuator.create(&scope).await.unwrap();
+    let created = actuator.create(&scope, &bootstrap()).await.unwrap();
     let id = created.provider_id.rsplit('/').next().unwrap().to_string();
     assert_eq!(created.provider_id, format!("aws:///us-east-1b/{id}"));
     assert_eq!(created.failure_domain.as_deref(), Some("us-east-1b"));
@@ -77,7 +77,7 @@ async fn a_worker_is_launched_once_tagged_placed_and_terminated() {
     );
 
     // Another attempt for the same Machine (a restart before the ID was recorded) finds it.
-    let again = world.actuator().create(&scope).await.unwrap();
+    let again = world.actuator().create(&scope, &bootstrap()).await.unwrap();
     assert_eq!(again.provider_id, created.provider_id);
     assert_eq!(
         world.instances_of(key).await.len(),
@@ -87,9 +87,9 @@ async fn a_worker_is_launched_once_tagged_placed_and_terminated() {
 
     let scope = recorded(scope, &created.provider_id);
     let found = actuator.exists(&scope).await.unwrap().unwrap();
-    assert_eq!(found.state, InstanceState::Running);
-    assert!(!found.addresses.is_empty(), "{found:?}");
-    let outcome = actuator.update(&scope, &found).await.unwrap();
+    assert_eq!(found.reported.state, InstanceState::Running);
+    assert!(!found.reported.addresses.is_empty(), "{found:?}");
+    let outcome = actuator.update(&scope, found).await.unwrap();
     assert!(
         outcome.immutable_changes.is_empty(),
         "{:?}",
@@ -112,10 +112,10 @@ async fn a_control_plane_joins_the_target_group_when_running_and_leaves_it_on_de
         "uid-cp",
         serde_json::json!({"instanceType": "t3.large", "ami": {"id": image}}),
     );
-    let created = actuator.create(&scope).await.unwrap();
+    let created = actuator.create(&scope, &bootstrap()).await.unwrap();
     let scope = recorded(scope, &created.provider_id);
     let found = actuator.exists(&scope).await.unwrap().unwrap();
-    actuator.update(&scope, &found).await.unwrap();
+    actuator.update(&scope, found).await.unwrap();
     let id = created.provider_id.rsplit('/').next().unwrap().to_string();
     let members = || async {
         world
@@ -138,8 +138,9 @@ async fn a_control_plane_joins_the_target_group_when_running_and_leaves_it_on_de
         .find(|t| t.key() == Some("sigs.k8s.io/cluster-api-provider-aws/role"))
         .and_then(|t| t.value().map(str::to_string));
     assert_eq!(tags.as_deref(), Some("control-plane"));
-    // A second update finds it registered and registers nothing.
-    actuator.update(&scope, &found).await.unwrap();
+    // A second reconcile finds it registered and registers nothing.
+    let found = actuator.exists(&scope).await.unwrap().unwrap();
+    actuator.update(&scope, found).await.unwrap();
     assert_eq!(members().await, [id]);
 
     let _ = actuator.delete(&scope).await.unwrap_err();
@@ -189,7 +190,7 @@ async fn an_ami_is_looked_up_by_capas_name_format_for_the_machines_version() {
         "uid-ami",
         serde_json::json!({"instanceType": "t3.large", "imageLookupOrg": world.moto.account}),
     );
-    let created = actuator.create(&scope).await.unwrap();
+    let created = actuator.create(&scope, &bootstrap()).await.unwrap();
     let live = world.instances_of(scope.idempotency_key.as_str()).await;
     assert_eq!(live[0].image_id(), Some(made[1].as_str()), "{created:?}");
 
@@ -199,7 +200,7 @@ async fn an_ami_is_looked_up_by_capas_name_format_for_the_machines_version() {
         serde_json::json!({"instanceType": "t3.large", "imageLookupOrg": world.moto.account,
                            "imageLookupBaseOS": "flatcar"}),
     );
-    let error = actuator.create(&missing).await.unwrap_err();
+    let error = actuator.create(&missing, &bootstrap()).await.unwrap_err();
     assert_eq!(error.kind(), ActuatorErrorKind::InvalidConfiguration);
     assert_eq!(error.reason(), "ImageNotFound");
     assert!(

@@ -17,11 +17,28 @@
 //! - [`naming`]: CAPZ's names and tags of everything the provider makes — deterministic, so a
 //!   replayed PUT is the same resource;
 //! - [`cluster`] and [`machine`]: the [`ClusterActuator`](capi_core::ClusterActuator) and the
-//!   [`Actuator`](capi_core::Actuator); [`lookup`]: a machine's `AzureCluster`.
+//!   [`Actuator`](capi_core::Actuator). Their scope carries the `AzureCluster` and the owners;
+//!   the only object they read from the API server is the `identityRef` Secret ([`connector`]).
 //!
 //! No maintained Rust management-plane SDK for Compute and Network exists, so the provider
 //! models the few resources it uses itself ([`arm`] says why and how they are checked).
-//! The `azure-manager` binary (package `provider-azure-bin`) runs the actuators in a `Manager`.
+//! The `azure-manager` binary (package `provider-azure-bin`) runs the actuators in a `Manager`:
+//!
+//! ```no_run
+//! # fn demo(client: kube::Client, http: reqwest::Client) {
+//! use std::sync::Arc;
+//!
+//! use provider_azure::cluster::AzureClusterActuator;
+//! use provider_azure::connector::SecretConnector;
+//! use provider_azure::machine::AzureMachineActuator;
+//!
+//! let connector = Arc::new(SecretConnector::new(client, http));
+//! let clusters = AzureClusterActuator::new(connector.clone());
+//! let machines = AzureMachineActuator::new(connector);
+//! // Hand them to capi_actuator's Manager: add_cluster_reconciler(Arc::new(clusters)),
+//! // add_machine_reconciler(Arc::new(machines)).
+//! # }
+//! ```
 
 pub mod api;
 pub mod arm;
@@ -30,7 +47,6 @@ pub mod connector;
 pub mod credentials;
 #[cfg(test)]
 mod fake_arm;
-pub mod lookup;
 pub mod machine;
 pub mod naming;
 pub mod operations;

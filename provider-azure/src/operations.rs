@@ -10,6 +10,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::{LongRunningOperation, OperationType};
+use crate::arm::models::ProvisioningState;
 use crate::arm::{Arm, ArmError, PendingOperation, Poll, ResourceId};
 
 /// How long an operation is followed before it is given up on (and the resource read again).
@@ -34,6 +35,12 @@ fn key(operation: &LongRunningOperation) -> (OperationType, &str, &str) {
         operation.service_name.as_str(),
         operation.name.as_str(),
     )
+}
+
+/// Whether `operation` is on resource `id`.
+fn on(operation: &LongRunningOperation, id: &ResourceId) -> bool {
+    operation.service_name == id.kind.service_name()
+        && operation.name.eq_ignore_ascii_case(&id.name)
 }
 
 fn age(operation: &LongRunningOperation) -> Duration {
@@ -89,11 +96,18 @@ impl Operations {
 
     /// Whether an operation of `type_` on `id` is still under way.
     pub fn in_flight(&self, id: &ResourceId, type_: OperationType) -> bool {
-        self.in_flight.iter().any(|o| {
-            o.type_ == type_
-                && o.service_name == id.kind.service_name()
-                && o.name.eq_ignore_ascii_case(&id.name)
-        })
+        self.in_flight.iter().any(|o| o.type_ == type_ && on(o, id))
+    }
+
+    /// Clears the PUT operation on `id` when `state`, the resource's own provisioning state read
+    /// after [`Self::resume`] polled it, has ended (succeeded or failed). The resource read later
+    /// is the later word: the operation may have ended between the poll and the read, and a
+    /// resource reported as made is never reported with its operation still under way.
+    pub fn settle(&mut self, id: &ResourceId, state: &ProvisioningState) {
+        if !state.in_progress() {
+            self.in_flight
+                .retain(|o| !(o.type_ == OperationType::Put && on(o, id)));
+        }
     }
 
     /// Records an operation ARM accepted on `id` (replacing one of the same type on it).
@@ -113,9 +127,7 @@ impl Operations {
 
     /// Forgets the operations on `id` (it was found done, or gone).
     pub fn clear(&mut self, id: &ResourceId) {
-        self.in_flight.retain(|o| {
-            !(o.service_name == id.kind.service_name() && o.name.eq_ignore_ascii_case(&id.name))
-        });
+        self.in_flight.retain(|o| !on(o, id));
     }
 
     /// The operations to record in status.
@@ -237,6 +249,34 @@ mod tests {
         )
         .await;
         assert!(ops.in_flight(&vm(), OperationType::Put));
+    }
+
+    #[test]
+    fn a_resource_read_as_made_or_failed_ends_its_operation_one_still_in_progress_keeps_it() {
+        let pending = PendingOperation {
+            polling_url: "https://arm/op/1".into(),
+            retry_after: None,
+        };
+        for (state, kept) in [
+            ("Creating", true),
+            ("Updating", true),
+            ("Deleting", true),
+            ("Succeeded", false),
+            ("Failed", false),
+            ("Canceled", false),
+        ] {
+            let mut ops = Operations::default();
+            ops.record(&vm(), OperationType::Put, &pending);
+            ops.settle(&vm(), &ProvisioningState(state.into()));
+            assert_eq!(ops.in_flight(&vm(), OperationType::Put), kept, "{state}");
+        }
+        let mut ops = Operations::default();
+        ops.record(&vm(), OperationType::Delete, &pending);
+        ops.settle(&vm(), &ProvisioningState("Succeeded".into()));
+        assert!(
+            ops.in_flight(&vm(), OperationType::Delete),
+            "only a PUT is settled"
+        );
     }
 
     #[test]

@@ -169,9 +169,31 @@ fn not_anothers(
     }
 }
 
+/// One resource as the provider wants it, for [`converge`].
+#[derive(Clone, Copy, Debug)]
+pub struct Wanted<'a> {
+    /// Its ID.
+    pub id: &'a ResourceId,
+    /// The body the provider PUTs.
+    pub body: &'a Value,
+    /// What to do when it exists and is not the cluster's.
+    pub foreign: Foreign,
+    /// What it is, in messages (`virtual network`).
+    pub what: &'a str,
+}
+
+impl Wanted<'_> {
+    fn waiting(&self) -> Step {
+        Step::Waiting(format!(
+            "{} {} is being created or updated",
+            self.what, self.id.name
+        ))
+    }
+}
+
 /// Makes `id` as `desired` says: created when missing, PUT again when it differs or its last
 /// operation failed, left alone while an operation on it is under way. `what` names the
-/// resource in messages (`virtual network`).
+/// resource in messages (`virtual network`). One GET, then [`converge`].
 pub async fn ensure(
     arm: &dyn Arm,
     operations: &mut Operations,
@@ -181,18 +203,45 @@ pub async fn ensure(
     desired: &Value,
     what: &str,
 ) -> Result<Step, ActuatorError> {
-    let waiting = || Step::Waiting(format!("{what} {} is being created or updated", id.name));
+    let wanted = Wanted {
+        id,
+        body: desired,
+        foreign,
+        what,
+    };
     if operations.in_flight(id, OperationType::Put) {
-        return Ok(waiting());
+        return Ok(wanted.waiting());
     }
     let current = arm
         .get(id)
         .await
         .map_err(|e| e.into_actuator(&format!("reading {what} {}", id.name)))?;
+    converge(arm, operations, naming, wanted, current.as_ref()).await
+}
+
+/// [`ensure`] from `current`, the resource as this reconcile already read it (`None`: it does
+/// not exist): never reads it again, and asks ARM nothing when it is as wanted or an operation
+/// on it is under way.
+pub async fn converge(
+    arm: &dyn Arm,
+    operations: &mut Operations,
+    naming: &ClusterNaming,
+    wanted: Wanted<'_>,
+    current: Option<&Value>,
+) -> Result<Step, ActuatorError> {
+    let Wanted {
+        id,
+        body: desired,
+        foreign,
+        what,
+    } = wanted;
+    if operations.in_flight(id, OperationType::Put) {
+        return Ok(wanted.waiting());
+    }
     let mut body = desired.clone();
     if let Some(current) = current {
-        not_anothers(naming, id, what, &current)?;
-        let state = provisioning_state(&current);
+        not_anothers(naming, id, what, current)?;
+        let state = provisioning_state(current);
         if state.0.eq_ignore_ascii_case("Deleting") {
             return Ok(Step::Waiting(format!(
                 "{what} {} is being deleted",
@@ -202,9 +251,9 @@ pub async fn ensure(
         let ours = naming.owns(&current["tags"]);
         if foreign == Foreign::UseAsFound && !ours {
             return Ok(if state.in_progress() {
-                waiting()
+                wanted.waiting()
             } else {
-                Step::Ready(current)
+                Step::Ready(current.clone())
             });
         }
         if foreign == Foreign::Refuse && !ours {
@@ -218,15 +267,15 @@ pub async fn ensure(
             ));
         }
         if state.in_progress() {
-            return Ok(waiting());
+            return Ok(wanted.waiting());
         }
-        if state.succeeded() && contains(&current, desired) {
-            return Ok(Step::Ready(current));
+        if state.succeeded() && contains(current, desired) {
+            return Ok(Step::Ready(current.clone()));
         }
         if state.failed() {
             tracing::info!(resource = %id, "the last operation on it failed; putting it again");
         }
-        body = keep_shared(desired, &current);
+        body = keep_shared(desired, current);
     }
     let accepted = arm
         .put(id, &body)
@@ -236,9 +285,9 @@ pub async fn ensure(
     match accepted.operation {
         Some(operation) if !state.succeeded() => {
             operations.record(id, OperationType::Put, &operation);
-            Ok(waiting())
+            Ok(wanted.waiting())
         }
-        _ if state.in_progress() => Ok(waiting()),
+        _ if state.in_progress() => Ok(wanted.waiting()),
         _ => Ok(Step::Ready(accepted.body)),
     }
 }

@@ -10,7 +10,7 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -18,7 +18,7 @@ use capi_core::api::Cluster;
 use capi_testing::conformance::{CloudInventory, ClusterSuite, MachineSuite, Settings};
 use common::arm_server::ArmServer;
 use common::model_checker::ModelChecker;
-use common::{FixedCluster, FixedConnector, arm_client};
+use common::{FixedConnector, arm_client};
 use provider_azure::api::{AzureCluster, AzureMachine};
 use provider_azure::arm::ResourceType;
 use provider_azure::cluster::AzureClusterActuator;
@@ -87,31 +87,23 @@ async fn the_azure_provider_conforms_on_the_arm_test_server() {
         },
     }))
     .unwrap();
-    let seen = Arc::new(Mutex::new(infra_cluster.clone()));
-    let machines = MachineSuite::new(
-        Arc::new(AzureMachineActuator::new(
-            connector.clone(),
-            Arc::new(FixedCluster(seen.clone())),
-        )),
-        inventory.clone(),
-        infra_machine,
-    )
-    .cluster(cluster.clone())
-    .settings(settings.clone());
+    let machines = Arc::new(AzureMachineActuator::new(connector.clone()));
     let report = ClusterSuite::new(
         Arc::new(AzureClusterActuator::new(connector)),
         inventory.clone(),
-        infra_cluster,
+        infra_cluster.clone(),
     )
-    .cluster(cluster)
-    .settings(settings)
+    .cluster(cluster.clone())
+    .settings(settings.clone())
     .run_with(|reported| {
-        {
-            let mut cluster = seen.lock().unwrap();
-            let status = serde_json::Value::Object(reported.provider_status.fields().clone());
-            cluster.status = Some(serde_json::from_value(status).unwrap());
-        }
-        async move { machines.run().await }
+        // The machines' scope holds the AzureCluster as the loop reads it: provisioned.
+        let mut provisioned = infra_cluster;
+        let status = serde_json::Value::Object(reported.provider_status.fields().clone());
+        provisioned.status = Some(serde_json::from_value(status).unwrap());
+        let suite = MachineSuite::new(machines, inventory.clone(), infra_machine, provisioned)
+            .cluster(cluster)
+            .settings(settings);
+        async move { suite.run().await }
     })
     .await;
     report.assert_conforms();

@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use capi_core::api::{Cluster, Machine};
@@ -17,7 +17,7 @@ use capi_core::{
 };
 use common::arm_server::{ArmServer, Target};
 use common::model_checker::ModelChecker;
-use common::{FixedCluster, FixedConnector, arm_client};
+use common::{FixedConnector, arm_client};
 use provider_azure::api::{AzureCluster, AzureMachine};
 use provider_azure::arm::ResourceType;
 use provider_azure::cluster::AzureClusterActuator;
@@ -29,7 +29,8 @@ const SUBSCRIPTION: &str = "7b5e7a4c-1d2e-4f3a-9b8c-0d1e2f3a4b5c";
 struct Setup {
     server: Arc<ArmServer>,
     clusters: AzureClusterActuator,
-    cluster: Arc<Mutex<AzureCluster>>,
+    /// The provisioned `AzureCluster`, with its status.
+    cluster: AzureCluster,
     connector: Arc<FixedConnector>,
 }
 
@@ -53,32 +54,6 @@ fn cluster_scope(infra: AzureCluster) -> ClusterScope<AzureCluster> {
     }
 }
 
-fn machine_scope(status: serde_json::Value) -> MachineScope<AzureMachine> {
-    let infra: AzureMachine = serde_json::from_value(json!({
-        "apiVersion": "infrastructure.capi-rs.dev/v1alpha1", "kind": "AzureMachine",
-        "metadata": {"name": "ops-md-0-abcde", "namespace": "ns",
-                     "labels": {"cluster.x-k8s.io/cluster-name": "ops"}},
-        "spec": {"vmSize": "Standard_D2s_v3", "osDisk": {"osType": "Linux"},
-                 "image": {"marketplace": {"publisher": "Canonical", "offer": "ubuntu-24_04-lts",
-                                           "sku": "server", "version": "latest"}}},
-        "status": status,
-    }))
-    .unwrap();
-    let mut machine = Machine::default();
-    machine.metadata.uid = Some("7d2f4c1a-0000-4000-8000-000000000001".into());
-    machine.spec.cluster_name = "ops".into();
-    MachineScope {
-        cluster: Arc::new(Cluster::default()),
-        idempotency_key: IdempotencyKey::for_machine(&machine).unwrap(),
-        machine: Arc::new(machine),
-        infra_machine: Arc::new(infra),
-        bootstrap_data: Some(BootstrapData::new(
-            BootstrapFormat::CloudConfig,
-            "#cloud-config\nruncmd: []\n",
-        )),
-    }
-}
-
 /// A provisioned cluster on a fresh server.
 async fn provisioned() -> Setup {
     let server = ArmServer::start(Arc::new(ModelChecker::start())).await;
@@ -97,7 +72,7 @@ async fn provisioned() -> Setup {
             return Setup {
                 server,
                 clusters,
-                cluster: Arc::new(Mutex::new(infra)),
+                cluster: infra,
                 connector,
             };
         }
@@ -106,12 +81,37 @@ async fn provisioned() -> Setup {
     panic!("the cluster was not provisioned");
 }
 
+fn bootstrap() -> BootstrapData {
+    BootstrapData::new(BootstrapFormat::CloudConfig, "#cloud-config\nruncmd: []\n")
+}
+
 impl Setup {
     fn machines(&self) -> AzureMachineActuator {
-        AzureMachineActuator::new(
-            self.connector.clone(),
-            Arc::new(FixedCluster(self.cluster.clone())),
-        )
+        AzureMachineActuator::new(self.connector.clone())
+    }
+
+    /// The machine's scope in the provisioned cluster, with `status` recorded.
+    fn machine_scope(&self, status: serde_json::Value) -> MachineScope<AzureMachine, AzureCluster> {
+        let infra: AzureMachine = serde_json::from_value(json!({
+            "apiVersion": "infrastructure.capi-rs.dev/v1alpha1", "kind": "AzureMachine",
+            "metadata": {"name": "ops-md-0-abcde", "namespace": "ns",
+                         "labels": {"cluster.x-k8s.io/cluster-name": "ops"}},
+            "spec": {"vmSize": "Standard_D2s_v3", "osDisk": {"osType": "Linux"},
+                     "image": {"marketplace": {"publisher": "Canonical", "offer": "ubuntu-24_04-lts",
+                                               "sku": "server", "version": "latest"}}},
+            "status": status,
+        }))
+        .unwrap();
+        let mut machine = Machine::default();
+        machine.metadata.uid = Some("7d2f4c1a-0000-4000-8000-000000000001".into());
+        machine.spec.cluster_name = "ops".into();
+        MachineScope {
+            cluster: Arc::new(Cluster::default()),
+            infra_cluster: Arc::new(self.cluster.clone()),
+            idempotency_key: IdempotencyKey::for_machine(&machine).unwrap(),
+            machine: Arc::new(machine),
+            infra_machine: Arc::new(infra),
+        }
     }
 
     /// `exists` then `create` or `update`, as the loop does, until the VM runs.
@@ -121,10 +121,10 @@ impl Setup {
         mut status: serde_json::Value,
     ) -> (MachineInstance, usize) {
         for pass in 1..=60 {
-            let scope = machine_scope(status.clone());
+            let scope = self.machine_scope(status.clone());
             let reported = match actuator.exists(&scope).await {
-                Ok(Some(found)) => actuator.update(&scope, &found).await.map(|o| o.instance),
-                Ok(None) => actuator.create(&scope).await,
+                Ok(Some(found)) => actuator.update(&scope, found).await.map(|o| o.instance),
+                Ok(None) => actuator.create(&scope, &bootstrap()).await,
                 Err(e) => Err(e),
             };
             match reported {
@@ -148,7 +148,10 @@ impl Setup {
         actuator: &AzureMachineActuator,
     ) -> Result<MachineInstance, ActuatorError> {
         loop {
-            match actuator.create(&machine_scope(json!({}))).await {
+            match actuator
+                .create(&self.machine_scope(json!({})), &bootstrap())
+                .await
+            {
                 Err(e) if e.reason() == "WaitingForNetworkInterface" => {
                     tokio::time::sleep(Duration::from_millis(60)).await;
                 }
@@ -189,10 +192,11 @@ async fn an_operation_recorded_by_one_manager_is_resumed_by_the_next_and_cleared
     // A restarted manager: a new actuator, only the status to go by.
     let second = setup.machines();
     let found = second
-        .exists(&machine_scope(recorded.clone()))
+        .exists(&setup.machine_scope(recorded.clone()))
         .await
         .unwrap()
-        .unwrap();
+        .unwrap()
+        .reported;
     assert_eq!(found.provider_id, created.provider_id);
     assert_eq!(
         found.provider_status.fields()["longRunningOperationStates"]
@@ -242,7 +246,7 @@ async fn throttling_and_conflicts_wait_as_arm_says_and_lose_nothing() {
     let actuator = setup.machines();
     setup.server.faults(|f| f.throttle.push((Target::any(), 1)));
     let error = actuator
-        .exists(&machine_scope(json!({})))
+        .exists(&setup.machine_scope(json!({})))
         .await
         .unwrap_err();
     assert_eq!(
@@ -263,7 +267,7 @@ async fn throttling_and_conflicts_wait_as_arm_says_and_lose_nothing() {
 
     // ARM says 2 writes are left: the next write waits instead of being refused.
     setup.server.faults(|f| f.remaining_writes = Some(2));
-    let infra = setup.cluster.lock().unwrap().clone();
+    let infra = setup.cluster.clone();
     setup
         .clusters
         .reconcile(&cluster_scope(infra.clone()))

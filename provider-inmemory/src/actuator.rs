@@ -9,9 +9,9 @@ use capi_actuator::call_retry::CallRetry;
 use capi_core::api::{ApiEndpoint, FailureDomain, MachineAddress, MachineAddressType};
 use capi_core::infra::Architecture;
 use capi_core::{
-    Actuator, ActuatorError, ClusterActuator, ClusterInfrastructure, ClusterScope, ImmutableChange,
-    InstanceState, MachineCapacity, MachineInstance, MachineScope, MachineTemplateActuator,
-    ProviderStatus, TemplateScope, UpdateOutcome,
+    Actuator, ActuatorError, BootstrapData, ClusterActuator, ClusterInfrastructure, ClusterScope,
+    Found, ImmutableChange, InstanceState, MachineCapacity, MachineInstance, MachineScope,
+    MachineTemplateActuator, ProviderStatus, TemplateScope, UpdateOutcome,
 };
 
 use crate::api::{InMemoryCluster, InMemoryMachine, InMemoryMachineTemplate};
@@ -19,6 +19,9 @@ use crate::cloud::{
     CloudError, Compute, Instance, InstanceRequest, InstanceStatus, LoadBalancers, UserData,
 };
 use crate::listing::ClusterListings;
+
+/// What every machine call of this provider is handed.
+type Scope = MachineScope<InMemoryMachine, InMemoryCluster>;
 
 /// The prefix of every provider ID of this provider.
 pub const PROVIDER_ID_PREFIX: &str = "inmemory:///";
@@ -137,7 +140,7 @@ impl InMemoryActuator {
 }
 
 /// The cloud's key of the machine's cluster ([`cluster_key`](crate::cloud::cluster_key)).
-fn machine_cluster(scope: &MachineScope<InMemoryMachine>) -> String {
+fn machine_cluster(scope: &Scope) -> String {
     crate::cloud::cluster_key(
         &kube::ResourceExt::namespace(scope.machine.as_ref()).unwrap_or_default(),
         &scope.machine.spec.cluster_name,
@@ -146,7 +149,7 @@ fn machine_cluster(scope: &MachineScope<InMemoryMachine>) -> String {
 
 /// The machine's cluster key when its status says its instance runs: a resync, which a listing
 /// may answer. A machine still booting, failed or not yet reported asks for its instance alone.
-fn steady_cluster(scope: &MachineScope<InMemoryMachine>) -> Option<String> {
+fn steady_cluster(scope: &Scope) -> Option<String> {
     let running = format!("{:?}", InstanceStatus::Active);
     let state = scope
         .infra_machine
@@ -228,10 +231,10 @@ fn cloud_error(error: CloudError) -> ActuatorError {
 
 /// The machines of a template have what its flavor has; every simulated instance runs Linux.
 #[async_trait]
-impl MachineTemplateActuator<InMemoryMachineTemplate> for InMemoryActuator {
+impl MachineTemplateActuator<InMemoryMachineTemplate, InMemoryCluster> for InMemoryActuator {
     async fn capacity(
         &self,
-        scope: &TemplateScope<InMemoryMachineTemplate>,
+        scope: &TemplateScope<InMemoryMachineTemplate, InMemoryCluster>,
     ) -> Result<MachineCapacity, ActuatorError> {
         let name = &scope.template.spec.template.spec.flavor;
         let flavor = self
@@ -256,10 +259,7 @@ impl MachineTemplateActuator<InMemoryMachineTemplate> for InMemoryActuator {
 
 impl InMemoryActuator {
     /// The oldest live instance of this machine: by recorded provider ID, else by idempotency tag.
-    async fn find(
-        &self,
-        scope: &MachineScope<InMemoryMachine>,
-    ) -> Result<Option<Instance>, ActuatorError> {
+    async fn find(&self, scope: &Scope) -> Result<Option<Instance>, ActuatorError> {
         if let Some(id) = scope
             .infra_machine
             .spec
@@ -293,31 +293,27 @@ impl InMemoryActuator {
 }
 
 #[async_trait]
-impl Actuator<InMemoryMachine> for InMemoryActuator {
-    async fn exists(
-        &self,
-        scope: &MachineScope<InMemoryMachine>,
-    ) -> Result<Option<MachineInstance>, ActuatorError> {
-        Ok(self.find(scope).await?.as_ref().map(to_machine_instance))
+impl Actuator<InMemoryMachine, InMemoryCluster> for InMemoryActuator {
+    /// The cloud's record of the instance, flavor included, for `update` to compare.
+    type Instance = Instance;
+
+    async fn exists(&self, scope: &Scope) -> Result<Option<Found<Instance>>, ActuatorError> {
+        let found = self.find(scope).await?;
+        Ok(found.map(|instance| Found::with(to_machine_instance(&instance), instance)))
     }
 
     async fn create(
         &self,
-        scope: &MachineScope<InMemoryMachine>,
+        scope: &Scope,
+        bootstrap: &BootstrapData,
     ) -> Result<MachineInstance, ActuatorError> {
         let request = InstanceRequest {
             tag: scope.idempotency_key.as_str().to_string(),
             flavor: scope.infra_machine.spec.flavor.clone(),
             zone: scope.machine.spec.failure_domain.clone(),
-            user_data_len: scope
-                .bootstrap_data
-                .as_ref()
-                .map_or(0, |d| d.expose().len()),
+            user_data_len: bootstrap.expose().len(),
             // The instance boots from it (a control plane's etcd member finds its CA there).
-            user_data: scope
-                .bootstrap_data
-                .as_ref()
-                .map(|d| UserData::new(String::from_utf8_lossy(d.expose()))),
+            user_data: Some(UserData::new(String::from_utf8_lossy(bootstrap.expose()))),
             // The etcd cluster is keyed as the cluster is.
             etcd_cluster: scope
                 .machine
@@ -337,52 +333,29 @@ impl Actuator<InMemoryMachine> for InMemoryActuator {
         Ok(to_machine_instance(&created))
     }
 
+    /// Nothing of an instance is mutable: reports a flavor other than the spec's, from the
+    /// record `exists` read, without calling the cloud.
     async fn update(
         &self,
-        scope: &MachineScope<InMemoryMachine>,
-        instance: &MachineInstance,
+        scope: &Scope,
+        found: Found<Instance>,
     ) -> Result<UpdateOutcome, ActuatorError> {
+        let desired = &scope.infra_machine.spec.flavor;
         let mut immutable_changes = Vec::new();
-        // `exists` just read the instance: its flavor came with it (one cloud call per pass, not
-        // two — a resync of 1000 machines every 600 s is 1.7 calls/s, not 3.3).
-        let reported = instance
-            .provider_status
-            .fields()
-            .get("flavor")
-            .and_then(|f| f.as_str());
-        if let Some(flavor) = reported {
-            if flavor != scope.infra_machine.spec.flavor {
-                immutable_changes.push(ImmutableChange {
-                    field: "spec.flavor".into(),
-                    current: flavor.to_string(),
-                    desired: scope.infra_machine.spec.flavor.clone(),
-                });
-            }
-            return Ok(UpdateOutcome {
-                instance: instance.clone(),
-                immutable_changes,
-            });
-        }
-        if let Some(found) = self.find(scope).await? {
-            if found.flavor != scope.infra_machine.spec.flavor {
-                immutable_changes.push(ImmutableChange {
-                    field: "spec.flavor".into(),
-                    current: found.flavor.clone(),
-                    desired: scope.infra_machine.spec.flavor.clone(),
-                });
-            }
-            return Ok(UpdateOutcome {
-                instance: to_machine_instance(&found),
-                immutable_changes,
+        if &found.instance.flavor != desired {
+            immutable_changes.push(ImmutableChange {
+                field: "spec.flavor".into(),
+                current: found.instance.flavor.clone(),
+                desired: desired.clone(),
             });
         }
         Ok(UpdateOutcome {
-            instance: instance.clone(),
+            instance: found.reported,
             immutable_changes,
         })
     }
 
-    async fn delete(&self, scope: &MachineScope<InMemoryMachine>) -> Result<(), ActuatorError> {
+    async fn delete(&self, scope: &Scope) -> Result<(), ActuatorError> {
         // Everything this machine may own: the recorded instance and anything carrying its tag
         // (a create whose response was lost), so that nothing leaks.
         let tag = scope.idempotency_key.as_str();
@@ -430,7 +403,7 @@ impl InMemoryActuator {
     /// After a deletion found nothing: the instance is gone if the machine recorded it (reads by
     /// ID do not lag) or the deletion found it before, or once nothing has been listed for the
     /// lists' lag.
-    fn gone_once_listed(&self, scope: &MachineScope<InMemoryMachine>) -> Result<(), ActuatorError> {
+    fn gone_once_listed(&self, scope: &Scope) -> Result<(), ActuatorError> {
         let tag = scope.idempotency_key.as_str();
         let sighting = self.saw(tag, Sighting::NothingSince(tokio::time::Instant::now()));
         let waited = match sighting {
@@ -568,19 +541,20 @@ mod tests {
         (cloud, actuator)
     }
 
-    fn scope(uid: &str, spec: InMemoryMachineSpec) -> MachineScope<InMemoryMachine> {
+    fn scope(uid: &str, spec: InMemoryMachineSpec) -> Scope {
         let mut machine = Machine::default();
         machine.metadata.uid = Some(uid.into());
         MachineScope {
             cluster: Arc::new(Cluster::default()),
+            infra_cluster: Arc::new(InMemoryCluster::new("c", Default::default())),
             idempotency_key: IdempotencyKey::for_machine(&machine).unwrap(),
             machine: Arc::new(machine),
             infra_machine: Arc::new(InMemoryMachine::new("m", spec)),
-            bootstrap_data: Some(BootstrapData::new(
-                BootstrapFormat::CloudConfig,
-                b"#cloud-config\n".to_vec(),
-            )),
         }
+    }
+
+    fn boot() -> BootstrapData {
+        BootstrapData::new(BootstrapFormat::CloudConfig, b"#cloud-config\n".to_vec())
     }
 
     /// A request for a small instance under `tag`, without user data, token or cluster.
@@ -611,13 +585,16 @@ mod tests {
             lost_create_response_rate: 1.0,
             ..Faults::default()
         });
-        let created = actuator.create(&scope("u0", small())).await.unwrap();
+        let created = actuator
+            .create(&scope("u0", small()), &boot())
+            .await
+            .unwrap();
         let found = actuator
             .exists(&scope("u0", small()))
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(created.provider_id, found.provider_id);
+        assert_eq!(created.provider_id, found.reported.provider_id);
         assert_eq!(cloud.instance_count(), 1);
         assert_eq!(cloud.max_created_per_tag(), 1);
     }
@@ -636,7 +613,10 @@ mod tests {
         });
         // At 50 % per call, fifty attempts all failing is out of reach: every call gets through.
         for uid in ["r1", "r2", "r3", "r4"] {
-            actuator.create(&scope(uid, small())).await.unwrap();
+            actuator
+                .create(&scope(uid, small()), &boot())
+                .await
+                .unwrap();
         }
         assert_eq!(cloud.instance_count(), 4);
         assert_eq!(cloud.max_created_per_tag(), 1);
@@ -644,7 +624,10 @@ mod tests {
             error_rate: 1.0,
             ..Faults::default()
         });
-        let error = actuator.create(&scope("r5", small())).await.unwrap_err();
+        let error = actuator
+            .create(&scope("r5", small()), &boot())
+            .await
+            .unwrap_err();
         assert_eq!(error.kind(), ActuatorErrorKind::Transient);
     }
 
@@ -658,7 +641,7 @@ mod tests {
         });
         let scope = scope("u1", small());
         assert_eq!(
-            actuator.create(&scope).await.unwrap_err().kind(),
+            actuator.create(&scope, &boot()).await.unwrap_err().kind(),
             ActuatorErrorKind::Transient
         );
         cloud.set_faults(Faults::default());
@@ -667,8 +650,8 @@ mod tests {
             .await
             .unwrap()
             .expect("found by tag");
-        let again = actuator.create(&scope).await.unwrap();
-        assert_eq!(found.provider_id, again.provider_id);
+        let again = actuator.create(&scope, &boot()).await.unwrap();
+        assert_eq!(found.reported.provider_id, again.provider_id);
         assert_eq!(cloud.instance_count(), 1);
         assert_eq!(cloud.max_created_per_tag(), 1);
     }
@@ -691,7 +674,7 @@ mod tests {
         // Made, answer lost, not listed yet (time stands still): the retry gets the same one.
         let kept = scope("u9", small());
         lose_answers(1.0);
-        actuator.create(&kept).await.unwrap_err();
+        actuator.create(&kept, &boot()).await.unwrap_err();
         lose_answers(0.0);
         assert!(
             cloud
@@ -700,7 +683,7 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
-        actuator.create(&kept).await.unwrap();
+        actuator.create(&kept, &boot()).await.unwrap();
         assert_eq!(cloud.instance_count(), 1);
         assert_eq!(cloud.max_created_per_tag(), 1);
 
@@ -708,7 +691,7 @@ mod tests {
         let doomed = scope("u10", small());
         let tag = doomed.idempotency_key.as_str().to_string();
         lose_answers(1.0);
-        actuator.create(&doomed).await.unwrap_err();
+        actuator.create(&doomed, &boot()).await.unwrap_err();
         lose_answers(0.0);
         let mut deleted = false;
         for _ in 0..20 {
@@ -732,7 +715,10 @@ mod tests {
     #[tokio::test]
     async fn exists_prefers_the_recorded_provider_id() {
         let (cloud, actuator) = setup(CloudConfig::default());
-        let created = actuator.create(&scope("u2", small())).await.unwrap();
+        let created = actuator
+            .create(&scope("u2", small()), &boot())
+            .await
+            .unwrap();
         let recorded = InMemoryMachineSpec {
             provider_id: Some(created.provider_id.clone()),
             flavor: "small".into(),
@@ -743,8 +729,8 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(found.provider_id, created.provider_id);
-        assert_eq!(found.state, InstanceState::Running);
+        assert_eq!(found.reported.provider_id, created.provider_id);
+        assert_eq!(found.reported.state, InstanceState::Running);
         assert_eq!(cloud.instance_count(), 1);
     }
 
@@ -781,26 +767,37 @@ mod tests {
             provider_id: None,
             flavor: "huge".into(),
         };
-        let error = actuator.create(&scope("u4", huge)).await.unwrap_err();
+        let error = actuator
+            .create(&scope("u4", huge), &boot())
+            .await
+            .unwrap_err();
         assert_eq!(error.kind(), ActuatorErrorKind::InvalidConfiguration);
         assert!(error.message().contains("huge"));
-        actuator.create(&scope("u5", small())).await.unwrap();
-        let error = actuator.create(&scope("u6", small())).await.unwrap_err();
+        actuator
+            .create(&scope("u5", small()), &boot())
+            .await
+            .unwrap();
+        let error = actuator
+            .create(&scope("u6", small()), &boot())
+            .await
+            .unwrap_err();
         assert_eq!(error.kind(), ActuatorErrorKind::RequeueAfter);
     }
 
     #[tokio::test]
     async fn a_changed_flavor_is_reported_not_applied() {
         let (_, actuator) = setup(CloudConfig::default());
-        let created = actuator.create(&scope("u7", small())).await.unwrap();
+        let created = actuator
+            .create(&scope("u7", small()), &boot())
+            .await
+            .unwrap();
         let resized = InMemoryMachineSpec {
             provider_id: Some(created.provider_id.clone()),
             flavor: "large".into(),
         };
-        let outcome = actuator
-            .update(&scope("u7", resized), &created)
-            .await
-            .unwrap();
+        let resized = scope("u7", resized);
+        let found = actuator.exists(&resized).await.unwrap().unwrap();
+        let outcome = actuator.update(&resized, found).await.unwrap();
         assert_eq!(outcome.immutable_changes.len(), 1);
         assert_eq!(outcome.immutable_changes[0].field, "spec.flavor");
     }
@@ -853,11 +850,7 @@ mod tests {
 
     /// Machine `uid` of cluster `ns/c`, with `instance` recorded as its provider ID and its status
     /// in `state`.
-    fn in_cluster(
-        uid: &str,
-        instance: Option<&MachineInstance>,
-        state: Option<&str>,
-    ) -> MachineScope<InMemoryMachine> {
+    fn in_cluster(uid: &str, instance: Option<&MachineInstance>, state: Option<&str>) -> Scope {
         let mut scope = scope(uid, small());
         let mut machine = (*scope.machine).clone();
         machine.metadata.namespace = Some("ns".into());
@@ -882,7 +875,7 @@ mod tests {
             made.push((
                 uid.clone(),
                 actuator
-                    .create(&in_cluster(&uid, None, None))
+                    .create(&in_cluster(&uid, None, None), &boot())
                     .await
                     .unwrap(),
             ));
@@ -893,8 +886,8 @@ mod tests {
                 .await
                 .unwrap()
                 .expect("the instance runs");
-            assert_eq!(found.provider_id, instance.provider_id);
-            assert_eq!(found.state, InstanceState::Running);
+            assert_eq!(found.reported.provider_id, instance.provider_id);
+            assert_eq!(found.reported.state, InstanceState::Running);
         }
         let count =
             |c: &std::sync::atomic::AtomicUsize| c.load(std::sync::atomic::Ordering::SeqCst);
@@ -929,7 +922,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(
-            found.map(|f| f.provider_id),
+            found.map(|f| f.reported.provider_id),
             Some(recorded.provider_id.clone())
         );
         let count =
@@ -945,7 +938,7 @@ mod tests {
         assert!(
             after
                 .as_ref()
-                .is_none_or(|i| i.state != InstanceState::Running),
+                .is_none_or(|i| i.reported.state != InstanceState::Running),
             "{after:?}"
         );
         assert_eq!(count(&compute.gets), 2);
@@ -954,17 +947,19 @@ mod tests {
     #[tokio::test]
     async fn update_judges_the_flavor_exists_reported_without_asking_the_cloud_again() {
         let (_, actuator) = setup(CloudConfig::default());
-        let created = actuator.create(&scope("u8", small())).await.unwrap();
+        let created = actuator
+            .create(&scope("u8", small()), &boot())
+            .await
+            .unwrap();
         // Another (empty) cloud: a second read would find nothing and see no change.
         let (_, elsewhere) = setup(CloudConfig::default());
         let resized = InMemoryMachineSpec {
             provider_id: Some(created.provider_id.clone()),
             flavor: "large".into(),
         };
-        let outcome = elsewhere
-            .update(&scope("u8", resized), &created)
-            .await
-            .unwrap();
+        let resized = scope("u8", resized);
+        let found = actuator.exists(&resized).await.unwrap().unwrap();
+        let outcome = elsewhere.update(&resized, found).await.unwrap();
         assert_eq!(outcome.immutable_changes.len(), 1, "{outcome:?}");
         assert_eq!(outcome.immutable_changes[0].current, "small");
         assert_eq!(outcome.instance, created);

@@ -280,7 +280,7 @@ async fn objects_the_schema_cannot_judge_end_in_conditions_a_user_can_act_on() {
         cloud.clone(),
         Duration::from_millis(50),
     ));
-    manager.add_machine_reconciler::<InMemoryMachine>(actuator.clone());
+    manager.add_machine_reconciler(actuator.clone());
     manager.add_cluster_reconciler::<InMemoryCluster>(actuator);
     manager.add(capi_bootstrap::controller::KubeadmBootstrap::default());
     manager.add(CoreControllers::new(CoreSettings {

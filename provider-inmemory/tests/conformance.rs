@@ -61,16 +61,18 @@ async fn the_in_memory_provider_conforms_through_faults_and_lost_responses() {
             flavor: "small".into(),
         },
     );
-    let machines = MachineSuite::new(actuator.clone(), inventory.clone(), infra_machine)
-        .settings(settings.clone());
-    let report = ClusterSuite::new(
-        actuator,
-        inventory,
-        InMemoryCluster::new("conformance", Default::default()),
+    let infra_cluster = InMemoryCluster::new("conformance", Default::default());
+    let machines = MachineSuite::new(
+        actuator.clone(),
+        inventory.clone(),
+        infra_machine,
+        infra_cluster.clone(),
     )
-    .settings(settings)
-    .run_with(|_| machines.run())
-    .await;
+    .settings(settings.clone());
+    let report = ClusterSuite::new(actuator, inventory, infra_cluster)
+        .settings(settings)
+        .run_with(|_| machines.run())
+        .await;
     report.assert_conforms();
     assert_eq!(
         report.notes,

@@ -32,7 +32,7 @@ use common::{TIMEOUT, manager_config, workload_kubeconfig};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use provider_inmemory::actuator::InMemoryActuator;
-use provider_inmemory::api::{InMemoryCluster, InMemoryMachine};
+use provider_inmemory::api::InMemoryCluster;
 use provider_inmemory::cloud::{CloudConfig, EtcdClusters, SimulatedCloud};
 use provider_inmemory::etcd::{SimulatedEtcdAccess, etcd_cluster_key};
 use provider_inmemory::nodes::NodeRegistrar;
@@ -270,7 +270,7 @@ async fn world(mode: EtcdMode) -> World {
         cloud.clone(),
         Duration::from_millis(50),
     ));
-    manager.add_machine_reconciler::<InMemoryMachine>(actuator.clone());
+    manager.add_machine_reconciler(actuator.clone());
     manager.add_cluster_reconciler::<InMemoryCluster>(actuator);
     manager.add(capi_bootstrap::controller::KubeadmBootstrap::default());
     manager.add(CoreControllers::new(CoreSettings {

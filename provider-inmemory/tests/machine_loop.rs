@@ -12,7 +12,7 @@ use capi_actuator::ReconcilerOptions;
 use capi_actuator::machine::InfraMachineReconciler;
 
 use capi_testing::faults::ApiFaults;
-use common::{add_machine, eventually, fixture, policy};
+use common::{add_machine, eventually, machine_fixture, policy};
 use kube::api::DeleteParams;
 use kube::{Api, Client, ResourceExt};
 use provider_inmemory::actuator::InMemoryActuator;
@@ -36,7 +36,7 @@ fn start(
 ) -> (JoinHandle<()>, oneshot::Sender<()>) {
     let actuator = InMemoryActuator::new(cloud.clone(), cloud.clone(), Duration::from_millis(50));
     let (stop, stopped) = oneshot::channel::<()>();
-    let reconciler = InfraMachineReconciler::new(client, Arc::new(actuator)).options(
+    let reconciler = InfraMachineReconciler::for_actuator(client, Arc::new(actuator)).options(
         ReconcilerOptions::default()
             .namespace(ns)
             .retry_policy(policy())
@@ -86,7 +86,7 @@ async fn delete_all_and_wait(client: &Client, ns: &str) {
 #[tokio::test]
 async fn n_machines_get_exactly_n_instances_and_deletion_leaves_none() {
     const N: usize = 10;
-    let f = fixture(CloudConfig {
+    let f = machine_fixture(CloudConfig {
         boot_time: Duration::from_millis(300),
         delete_time: Duration::from_millis(200),
         ..CloudConfig::default()
@@ -159,7 +159,7 @@ async fn n_machines_get_exactly_n_instances_and_deletion_leaves_none() {
 async fn converged_machines_are_looked_at_again_each_resync_period_with_nothing_changed() {
     use provider_inmemory::cloud::{CloudServer, RemoteCloud};
     const N: usize = 3;
-    let f = fixture(CloudConfig {
+    let f = machine_fixture(CloudConfig {
         boot_time: Duration::from_millis(100),
         ..CloudConfig::default()
     })
@@ -176,16 +176,17 @@ async fn converged_machines_are_looked_at_again_each_resync_period_with_nothing_
     let actuator = InMemoryActuator::new(remote.clone(), remote, Duration::from_millis(50))
         .with_listing_ttl(Duration::ZERO);
     let (stop, stopped) = oneshot::channel::<()>();
-    let reconciler = InfraMachineReconciler::new(client.clone(), Arc::new(actuator)).options(
-        ReconcilerOptions::default()
-            .namespace(&f.ns)
-            .retry_policy(capi_actuator::retry::RetryPolicy {
-                resync,
-                jitter: 0.0,
-                ..policy()
-            })
-            .concurrency(8),
-    );
+    let reconciler = InfraMachineReconciler::for_actuator(client.clone(), Arc::new(actuator))
+        .options(
+            ReconcilerOptions::default()
+                .namespace(&f.ns)
+                .retry_policy(capi_actuator::retry::RetryPolicy {
+                    resync,
+                    jitter: 0.0,
+                    ..policy()
+                })
+                .concurrency(8),
+        );
     let task = tokio::spawn(reconciler.run(async move {
         let _ = stopped.await;
     }));
@@ -224,7 +225,7 @@ async fn converged_machines_are_looked_at_again_each_resync_period_with_nothing_
 #[tokio::test]
 async fn twenty_percent_cloud_failures_still_converge_to_exactly_n() {
     const N: usize = 10;
-    let f = fixture(CloudConfig {
+    let f = machine_fixture(CloudConfig {
         boot_time: Duration::from_millis(200),
         faults: Faults {
             error_rate: 0.2,
@@ -253,7 +254,7 @@ async fn twenty_percent_cloud_failures_still_converge_to_exactly_n() {
 
 #[tokio::test]
 async fn a_crash_between_create_and_the_status_write_creates_no_second_instance() {
-    let f = fixture(CloudConfig::default()).await;
+    let f = machine_fixture(CloudConfig::default()).await;
     let client = f.env.client();
     add_machines(&client, &f.ns, 1).await;
 
@@ -291,7 +292,7 @@ async fn a_crash_between_create_and_the_status_write_creates_no_second_instance(
 
 #[tokio::test]
 async fn conflicts_on_the_provider_id_write_are_retried_never_answered_with_a_create() {
-    let f = fixture(CloudConfig::default()).await;
+    let f = machine_fixture(CloudConfig::default()).await;
     let faults = ApiFaults::default();
     let client = faults
         .client(f.env.control_plane().kubeconfig_yaml())
@@ -328,7 +329,7 @@ async fn conflicts_on_the_provider_id_write_are_retried_never_answered_with_a_cr
 async fn a_cloud_in_its_own_process_keeps_state_across_manager_restarts() {
     use provider_inmemory::cloud::{CloudServer, RemoteCloud};
     const N: usize = 5;
-    let f = fixture(CloudConfig {
+    let f = machine_fixture(CloudConfig {
         boot_time: Duration::from_millis(300),
         ..CloudConfig::default()
     })
@@ -346,7 +347,7 @@ async fn a_cloud_in_its_own_process_keeps_state_across_manager_restarts() {
             .namespace(&f.ns)
             .retry_policy(policy());
         tokio::spawn(
-            InfraMachineReconciler::new(client.clone(), Arc::new(actuator))
+            InfraMachineReconciler::for_actuator(client.clone(), Arc::new(actuator))
                 .options(options)
                 .run(std::future::pending()),
         )

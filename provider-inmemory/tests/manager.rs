@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use capi_actuator::ReconcilerOptions;
 use capi_actuator::manager::{LeaderElectionConfig, Manager, ManagerConfig, ManagerError};
-use common::{Fixture, add_machine, eventually, fixture, policy};
+use common::{Fixture, add_machine, eventually, machine_fixture, policy};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -75,7 +75,7 @@ async fn start_manager(
         f.cloud.clone(),
         Duration::from_millis(50),
     ));
-    manager.add_machine_reconciler::<InMemoryMachine>(actuator.clone());
+    manager.add_machine_reconciler(actuator.clone());
     manager.add_cluster_reconciler::<provider_inmemory::api::InMemoryCluster>(actuator);
     let addr = manager.http_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
@@ -87,7 +87,7 @@ async fn start_manager(
 
 #[tokio::test]
 async fn manager_serves_health_readiness_and_controller_runtime_metrics() {
-    let f = fixture(CloudConfig::default()).await;
+    let f = machine_fixture(CloudConfig::default()).await;
     let client = f.env.client();
     let (addr, task, stop) = start_manager(&f, None).await;
 
@@ -136,7 +136,7 @@ fn election(ns: &str, identity: &str) -> LeaderElectionConfig {
 
 #[tokio::test]
 async fn only_the_leader_reconciles_and_a_successor_takes_over() {
-    let f = fixture(CloudConfig::default()).await;
+    let f = machine_fixture(CloudConfig::default()).await;
     let client = f.env.client();
     let leases: Api<Lease> = Api::namespaced(client.clone(), &f.ns);
     let holder = || async {
@@ -198,7 +198,7 @@ async fn only_the_leader_reconciles_and_a_successor_takes_over() {
 
 #[tokio::test]
 async fn losing_the_lease_stops_the_controllers_and_says_so() {
-    let f = fixture(CloudConfig::default()).await;
+    let f = machine_fixture(CloudConfig::default()).await;
     let leases: Api<Lease> = Api::namespaced(f.env.client(), &f.ns);
     let (_addr, task, _stop) = start_manager(&f, Some(election(&f.ns, "replica-a"))).await;
     eventually("replica a to lead", || async {
@@ -321,7 +321,7 @@ async fn elected_writer(
 
 #[tokio::test]
 async fn a_leader_whose_renewals_hang_stops_writing_before_another_replica_starts() {
-    let f = fixture(CloudConfig::default()).await;
+    let f = machine_fixture(CloudConfig::default()).await;
     let configmaps = writes_configmap(&f).await;
     // What the API server saw, in order: the writer of every version of the ConfigMap.
     let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
@@ -400,7 +400,7 @@ async fn a_leader_whose_renewals_hang_stops_writing_before_another_replica_start
 
 #[tokio::test]
 async fn a_leader_draining_after_a_stop_stops_writing_once_its_lease_is_lost() {
-    let f = fixture(CloudConfig::default()).await;
+    let f = machine_fixture(CloudConfig::default()).await;
     writes_configmap(&f).await;
     let log = Arc::new(std::sync::Mutex::new(Vec::new()));
     let faults = capi_testing::faults::ApiFaults::default();
@@ -456,7 +456,7 @@ async fn a_leader_draining_after_a_stop_stops_writing_once_its_lease_is_lost() {
 
 #[tokio::test]
 async fn reconcile_traffic_at_the_rate_limit_does_not_delay_renewals() {
-    let f = fixture(CloudConfig::default()).await;
+    let f = machine_fixture(CloudConfig::default()).await;
     let config = ManagerConfig {
         http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         leader_election: Some(election(&f.ns, "replica-a")),
@@ -558,7 +558,7 @@ impl capi_actuator::manager::Controllers for Saturating {
 
 #[tokio::test]
 async fn each_family_of_controllers_has_a_rate_limit_of_its_own() {
-    let f = fixture(CloudConfig::default()).await;
+    let f = machine_fixture(CloudConfig::default()).await;
     let config = ManagerConfig {
         http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         qps: 2.0,

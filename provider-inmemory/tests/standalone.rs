@@ -206,8 +206,10 @@ async fn start_manager(
         cloud,
         Duration::from_millis(50),
     ));
-    manager.add_machine_reconciler::<InMemoryMachine>(actuator.clone());
-    manager.add_machine_template_reconciler::<InMemoryMachineTemplate>(actuator.clone());
+    manager.add_machine_reconciler(actuator.clone());
+    manager.add_machine_template_reconciler::<InMemoryMachineTemplate, InMemoryCluster>(
+        actuator.clone(),
+    );
     manager.add_cluster_reconciler::<InMemoryCluster>(actuator);
     manager.add(capi_bootstrap::controller::KubeadmBootstrap::default());
     manager.add(CoreControllers::new(CoreSettings {

@@ -202,7 +202,7 @@ async fn upstreams_managers_drive_the_in_memory_provider_through_a_clusters_life
         cloud.clone(),
         Duration::from_millis(200),
     ));
-    manager.add_machine_reconciler::<InMemoryMachine>(actuator.clone());
+    manager.add_machine_reconciler(actuator.clone());
     manager.add_cluster_reconciler::<InMemoryCluster>(actuator);
     let provider = tokio::spawn(async move {
         let _ = manager.run_until(std::future::pending()).await;

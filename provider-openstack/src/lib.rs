@@ -12,7 +12,9 @@
 //!   again after a crash;
 //! - [`cluster`]: the [`ClusterActuator`](capi_core::ClusterActuator) (network → subnet → router →
 //!   security groups → load balancer → floating IP, and back);
-//! - [`machine`]: the [`Actuator`](capi_core::Actuator) (ports, server, pool membership);
+//! - [`machine`]: the [`Actuator`](capi_core::Actuator) (ports, server, pool membership) and the
+//!   [`MachineTemplateActuator`](capi_core::MachineTemplateActuator) (flavor and image as
+//!   capacity, in [`template`]);
 //! - [`cloud_conf`]: the bootstrap hook adding the cloud provider's `cloud.conf` and the CA bundle
 //!   to every machine's bootstrap data.
 //!
@@ -23,12 +25,13 @@
 //! use std::sync::Arc;
 //! use provider_openstack::cluster::OpenStackClusterActuator;
 //! use provider_openstack::connector::SecretConnector;
-//! use provider_openstack::machine::{ApiClusterLookup, OpenStackMachineActuator};
+//! use provider_openstack::machine::OpenStackMachineActuator;
 //!
-//! let connector = Arc::new(SecretConnector::new(client.clone()));
+//! let connector = Arc::new(SecretConnector::new(client));
 //! let clusters = OpenStackClusterActuator::new(connector.clone());
-//! let machines = OpenStackMachineActuator::new(connector, Arc::new(ApiClusterLookup(client)));
-//! // Hand them to capi_actuator's Manager (add_cluster_reconciler / add_machine_reconciler).
+//! let machines = OpenStackMachineActuator::new(connector);
+//! // Hand them to capi_actuator's Manager (add_cluster_reconciler, add_machine_reconciler and
+//! // add_machine_template_reconciler): every call finds its OpenStackCluster in its scope.
 //! # }
 //! ```
 

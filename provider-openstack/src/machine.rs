@@ -6,7 +6,14 @@
 //! At most one server per machine: `exists` finds a server by provider ID, else by name *and* the
 //! idempotency key in its metadata, so a create retried after a crash or a lost response finds the
 //! server the first attempt made (Nova records it before answering).
+//!
+//! One reconcile of an existing machine reads its server from Nova and the server's ports from
+//! Neutron once: `exists` hands both to `update` as a [`ServerRecord`]. The cluster's settings
+//! (credentials, network, security groups, load balancer) come from the `OpenStackCluster` in the
+//! scope; the only object the actuator reads from the API server is the credentials Secret, through
+//! its [`Connector`].
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,13 +21,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use capi_core::api::{MachineAddress, MachineAddressType};
 use capi_core::{
-    Actuator, ActuatorError, ImmutableChange, InstanceState, MachineInstance, MachineScope,
-    ProviderStatus, UpdateOutcome,
+    Actuator, ActuatorError, BootstrapData, Found, ImmutableChange, InstanceState, MachineInstance,
+    MachineScope, ProviderStatus, UpdateOutcome,
 };
 use kube::ResourceExt;
 
-use crate::api::{OpenStackCluster, OpenStackMachine, PortOpts};
-use crate::cloud::{PortAddressPair, PortCreate, PortFixedIp, Server, ServerCreate};
+use crate::api::{OpenStackCluster, OpenStackMachine, OpenStackMachineSpec, PortOpts};
+use crate::cloud::{Port, PortAddressPair, PortCreate, PortFixedIp, Server, ServerCreate};
 use crate::cluster::api_server_port;
 use crate::connector::{Clients, Connector, actuator_error};
 use crate::naming::{ClusterNames, MACHINE_KEY_METADATA, machine_port, machine_port_description};
@@ -33,62 +40,41 @@ pub const PROVIDER_ID_PREFIX: &str = "openstack:///";
 const BUILD_POLL: Duration = Duration::from_secs(5);
 const DELETE_POLL: Duration = Duration::from_secs(2);
 
-/// Reconciles `OpenStackMachine`s through a [`Connector`] and a way to find their
-/// `OpenStackCluster`.
+/// Reconciles `OpenStackMachine`s in the cloud their scope's `OpenStackCluster` names, with the
+/// clients its [`Connector`] gives for that cluster's `identityRef`.
 pub struct OpenStackMachineActuator {
     pub(crate) connector: Arc<dyn Connector>,
-    pub(crate) clusters: Arc<dyn ClusterLookup>,
 }
 
-/// Finds the `OpenStackCluster` of a cluster (credentials, network, security groups, load
-/// balancer settings); mocked in unit tests.
-#[cfg_attr(any(test, feature = "mock"), mockall::automock)]
-#[async_trait]
-pub trait ClusterLookup: Send + Sync {
-    /// The `OpenStackCluster` labelled with `cluster` in `namespace`.
-    async fn openstack_cluster(
-        &self,
-        namespace: &str,
-        cluster: &str,
-    ) -> Result<OpenStackCluster, ActuatorError>;
-}
-
-/// [`ClusterLookup`] on the management cluster.
-pub struct ApiClusterLookup(pub kube::Client);
-
-#[async_trait]
-impl ClusterLookup for ApiClusterLookup {
-    async fn openstack_cluster(
-        &self,
-        namespace: &str,
-        cluster: &str,
-    ) -> Result<OpenStackCluster, ActuatorError> {
-        capi_actuator::infra_cluster::find(&self.0, namespace, cluster, None).await
-    }
+/// What [`Actuator::exists`] found of a machine's instance, handed unchanged to
+/// [`Actuator::update`] of the same reconcile: the server as Nova answered, and every port
+/// attached to it as Neutron answered.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerRecord {
+    /// The Nova server.
+    pub server: Server,
+    /// The Neutron ports whose `device_id` is the server: this provider's and any others.
+    pub ports: Vec<Port>,
 }
 
 impl OpenStackMachineActuator {
-    /// An actuator using `connector` for credentials and `clusters` to find `OpenStackCluster`s.
-    pub fn new(connector: Arc<dyn Connector>, clusters: Arc<dyn ClusterLookup>) -> Self {
-        Self {
-            connector,
-            clusters,
-        }
+    /// An actuator reaching the cloud through `connector`.
+    pub fn new(connector: Arc<dyn Connector>) -> Self {
+        Self { connector }
     }
 
-    async fn context(&self, scope: &MachineScope<OpenStackMachine>) -> Result<Ctx, ActuatorError> {
+    async fn context(
+        &self,
+        scope: &MachineScope<OpenStackMachine, OpenStackCluster>,
+    ) -> Result<Ctx, ActuatorError> {
         let machine = &scope.infra_machine;
         let namespace = machine.namespace().unwrap_or_default();
         let cluster_name = scope.cluster_name()?;
-        let cluster = self
-            .clusters
-            .openstack_cluster(&namespace, &cluster_name)
-            .await?;
+        let cluster = Arc::clone(&scope.infra_cluster);
         let clients = self
             .connector
             .connect(&namespace, &cluster.spec.identity_ref)
             .await?;
-        let control_plane = scope.is_control_plane();
         Ok(Ctx {
             clients,
             names: ClusterNames::new(&namespace, &cluster_name),
@@ -96,7 +82,7 @@ impl OpenStackMachineActuator {
             cluster,
             name: machine.name_any(),
             key: scope.idempotency_key.as_str().to_string(),
-            control_plane,
+            control_plane: scope.is_control_plane(),
         })
     }
 }
@@ -105,12 +91,81 @@ impl OpenStackMachineActuator {
 struct Ctx {
     clients: Clients,
     names: ClusterNames,
-    cluster: OpenStackCluster,
+    cluster: Arc<OpenStackCluster>,
     name: String,
     key: String,
     control_plane: bool,
     /// Where the API server listens on control-plane machines (the pool members' port).
     api_port: u16,
+}
+
+/// The ports a machine's spec asks for: its `ports`, else one port on the cluster network.
+fn wanted_ports(spec: &OpenStackMachineSpec) -> Cow<'_, [PortOpts]> {
+    if spec.ports.is_empty() {
+        Cow::Owned(vec![PortOpts::default()])
+    } else {
+        Cow::Borrowed(&spec.ports)
+    }
+}
+
+/// The allowed address pairs a port of the spec asks for, as Neutron reports them.
+fn address_pairs(opts: &PortOpts) -> Vec<PortAddressPair> {
+    opts.allowed_address_pairs
+        .iter()
+        .map(|p| PortAddressPair {
+            ip_address: p.ip_address.clone(),
+            mac_address: p.mac_address.clone(),
+        })
+        .collect()
+}
+
+/// What the loop records of `server` with `ports` attached: its provider ID, its addresses (every
+/// fixed IP of its ports, then its name), its state (Nova's fault for a server in `ERROR`), its
+/// availability zone, and its ID and Nova state for `status.instanceID` and
+/// `status.instanceState`.
+fn reported(server: &Server, ports: &[Port]) -> Result<MachineInstance, ActuatorError> {
+    let addresses = ports
+        .iter()
+        .flat_map(|p| p.fixed_ips.iter())
+        .map(|ip| MachineAddress {
+            type_: MachineAddressType::InternalIp,
+            address: ip.ip_address.clone(),
+        })
+        .chain(std::iter::once(MachineAddress {
+            type_: MachineAddressType::Hostname,
+            address: server.name.clone(),
+        }))
+        .collect();
+    let state = match server.status.as_str() {
+        "ACTIVE" => InstanceState::Running,
+        "ERROR" => InstanceState::Failed {
+            reason: "InstanceError".into(),
+            message: server
+                .fault
+                .as_ref()
+                .map(|f| f.message.clone())
+                .filter(|m| !m.is_empty())
+                .unwrap_or_else(|| "Nova reports the server in ERROR".into()),
+        },
+        _ => InstanceState::Provisioning,
+    };
+    let nova_state: Option<crate::api::InstanceState> =
+        serde_json::from_value(serde_json::Value::String(server.status.clone())).ok();
+    let provider_status = ProviderStatus::from_typed(&serde_json::json!({
+        "instanceID": server.id,
+        "instanceState": nova_state,
+    }))
+    .map_err(|e| ActuatorError::transient("ProviderStatusInvalid", e))?;
+    let mut instance = MachineInstance::new(
+        format!("{PROVIDER_ID_PREFIX}{}", server.id),
+        addresses,
+        state,
+    )
+    .with_provider_status(provider_status);
+    if let Some(zone) = server.availability_zone.clone().filter(|z| !z.is_empty()) {
+        instance = instance.in_failure_domain(zone);
+    }
+    Ok(instance)
 }
 
 impl Ctx {
@@ -144,67 +199,33 @@ impl Ctx {
         }))
     }
 
-    async fn instance(&self, server: &Server) -> Result<MachineInstance, ActuatorError> {
+    /// `server` with the ports attached to it (one Neutron call), and what the loop records of
+    /// them.
+    async fn observe(&self, server: Server) -> Result<Found<ServerRecord>, ActuatorError> {
         let ports = self
             .clients
             .network
             .ports(&[("device_id".into(), server.id.clone())])
             .await
             .map_err(|e| actuator_error("listing the server's ports", e))?;
-        let addresses = ports
+        let reported = reported(&server, &ports)?;
+        Ok(Found::with(reported, ServerRecord { server, ports }))
+    }
+
+    /// The ports among `attached` this provider made for this machine (by their description);
+    /// others (attached by hand, a CNI, a trunk) are not the spec's.
+    fn ours<'a>(&self, attached: &'a [Port]) -> Vec<&'a Port> {
+        let description = machine_port_description(&self.key);
+        attached
             .iter()
-            .flat_map(|p| p.fixed_ips.iter())
-            .map(|ip| MachineAddress {
-                type_: MachineAddressType::InternalIp,
-                address: ip.ip_address.clone(),
-            })
-            .chain(std::iter::once(MachineAddress {
-                type_: MachineAddressType::Hostname,
-                address: server.name.clone(),
-            }))
-            .collect();
-        let state = match server.status.as_str() {
-            "ACTIVE" => InstanceState::Running,
-            "ERROR" => InstanceState::Failed {
-                reason: "InstanceError".into(),
-                message: server
-                    .fault
-                    .as_ref()
-                    .map(|f| f.message.clone())
-                    .filter(|m| !m.is_empty())
-                    .unwrap_or_else(|| "Nova reports the server in ERROR".into()),
-            },
-            _ => InstanceState::Provisioning,
-        };
-        let nova_state: Option<crate::api::InstanceState> =
-            serde_json::from_value(serde_json::Value::String(server.status.clone())).ok();
-        let provider_status = ProviderStatus::from_typed(&serde_json::json!({
-            "instanceID": server.id,
-            "instanceState": nova_state,
-        }))
-        .map_err(|e| ActuatorError::transient("ProviderStatusInvalid", e))?;
-        let mut instance = MachineInstance::new(
-            format!("{PROVIDER_ID_PREFIX}{}", server.id),
-            addresses,
-            state,
-        )
-        .with_provider_status(provider_status);
-        if let Some(zone) = server.availability_zone.clone().filter(|z| !z.is_empty()) {
-            instance = instance.in_failure_domain(zone);
-        }
-        Ok(instance)
+            .filter(|p| p.description == description)
+            .collect()
     }
 
     /// The machine's ports as the spec asks (one on the cluster network by default), created or
     /// adopted; returns their IDs in order.
     async fn ensure_ports(&self, machine: &OpenStackMachine) -> Result<Vec<String>, ActuatorError> {
         let net = self.clients.network.as_ref();
-        let default_port = [PortOpts::default()];
-        let wanted: &[PortOpts] = if machine.spec.ports.is_empty() {
-            &default_port
-        } else {
-            &machine.spec.ports
-        };
         let mut groups = Vec::new();
         if self.cluster.spec.managed_security_groups.is_some() {
             let name = if self.control_plane {
@@ -231,16 +252,9 @@ impl Ctx {
         }
         let description = machine_port_description(&self.key);
         let mut ids = Vec::new();
-        for (i, opts) in wanted.iter().enumerate() {
+        for (i, opts) in wanted_ports(&machine.spec).iter().enumerate() {
             let name = machine_port(&self.name, i, opts.name_suffix.as_deref());
-            let pairs: Vec<PortAddressPair> = opts
-                .allowed_address_pairs
-                .iter()
-                .map(|p| PortAddressPair {
-                    ip_address: p.ip_address.clone(),
-                    mac_address: p.mac_address.clone(),
-                })
-                .collect();
+            let pairs = address_pairs(opts);
             let existing = net
                 .ports(&by_name(&name))
                 .await
@@ -296,18 +310,47 @@ impl Ctx {
         Ok(ids)
     }
 
-    /// What of `machine`'s spec the server cannot take without being replaced: another flavor,
-    /// another image, other ports of this provider's (by name or network; once the server is
-    /// `ACTIVE` and they are bound). Names are compared where the spec names things (an image
-    /// re-uploaded under the same name is no change), IDs where it gives IDs. What cannot be
-    /// looked up right now (a cloud error, a flavor or image gone, a filter that matches nothing)
-    /// is not compared: only a difference seen is reported, and the lookups never fail `update`.
+    /// Sets the allowed address pairs (mutable in Neutron) the spec asks for on the machine's
+    /// ports among `attached`, and on nothing else: a port the spec asks for that is not attached
+    /// is never created here (it waits for a new machine). Lists nothing; calls Neutron once per
+    /// port whose pairs differ.
+    async fn converge_address_pairs(
+        &self,
+        machine: &OpenStackMachine,
+        attached: &[Port],
+    ) -> Result<(), ActuatorError> {
+        let ours = self.ours(attached);
+        for (i, opts) in wanted_ports(&machine.spec).iter().enumerate() {
+            let name = machine_port(&self.name, i, opts.name_suffix.as_deref());
+            let pairs = address_pairs(opts);
+            if let Some(port) = ours.iter().find(|p| p.name == name)
+                && port.allowed_address_pairs != pairs
+            {
+                self.clients
+                    .network
+                    .set_allowed_address_pairs(&port.id, &pairs)
+                    .await
+                    .map_err(|e| actuator_error("updating allowed address pairs", e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// What of `machine`'s spec the server in `record` cannot take without being replaced:
+    /// another flavor, another image, other ports of this provider's (by name or network; once
+    /// the server is `ACTIVE` and they are bound). Names are compared where the spec names things
+    /// (an image re-uploaded under the same name is no change), IDs where it gives IDs. The server
+    /// and its ports are `record`'s, never read again; what the spec names is looked up, and what
+    /// cannot be looked up right now (a cloud error, a flavor or image gone, a filter that matches
+    /// nothing) is not compared: only a difference seen is reported, and the lookups never fail
+    /// `update`.
     async fn immutable_changes(
         &self,
         machine: &OpenStackMachine,
-        server: &Server,
+        record: &ServerRecord,
     ) -> Vec<ImmutableChange> {
         let spec = &machine.spec;
+        let server = &record.server;
         let mut changes = Vec::new();
         let mut change = |field: &str, current: String, desired: String| {
             if current != desired {
@@ -350,31 +393,11 @@ impl Ctx {
             // Nova binds the ports while it builds the server: compare them once it runs.
             return changes;
         }
-        let Ok(attached) = self
-            .clients
-            .network
-            .ports(&[("device_id".into(), server.id.clone())])
-            .await
-        else {
-            return changes;
-        };
-        // Only the ports this provider made: others (attached by hand, a CNI, a trunk) are not
-        // the spec's.
-        let description = machine_port_description(&self.key);
-        let ours: Vec<_> = attached
-            .iter()
-            .filter(|p| p.description == description)
-            .collect();
-        let default_port = [PortOpts::default()];
-        let wanted: &[PortOpts] = if spec.ports.is_empty() {
-            &default_port
-        } else {
-            &spec.ports
-        };
+        let ours = self.ours(&record.ports);
         let mut current: Vec<String> = ours.iter().map(|p| p.name.clone()).collect();
         current.sort();
         let mut desired = Vec::new();
-        for (i, opts) in wanted.iter().enumerate() {
+        for (i, opts) in wanted_ports(spec).iter().enumerate() {
             let name = machine_port(&self.name, i, opts.name_suffix.as_deref());
             if opts.network.is_some()
                 && let Some(port) = ours.iter().find(|p| p.name == name)
@@ -452,40 +475,63 @@ impl Ctx {
             .map_err(|e| actuator_error("listing the API server pools", e))?;
         Ok(pools.into_iter().find(|p| p.name == name).map(|p| p.id))
     }
+
+    /// Adds a control-plane machine's `instance` to the API server pool under the machine's name,
+    /// at its first internal IP, unless a member of that name is there.
+    async fn join_api_pool(&self, instance: &MachineInstance) -> Result<(), ActuatorError> {
+        let Some(pool) = self.api_pool().await? else {
+            return Ok(());
+        };
+        let octavia = &self.clients.load_balancer;
+        let members = octavia
+            .members(&pool)
+            .await
+            .map_err(|e| actuator_error("listing the API server pool members", e))?;
+        let address = instance
+            .addresses
+            .iter()
+            .find(|a| a.type_ == MachineAddressType::InternalIp)
+            .map(|a| a.address.as_str());
+        if let Some(address) = address
+            && !members.iter().any(|m| m.name == self.name)
+        {
+            octavia
+                .create_member(&pool, &self.name, address, self.api_port, None)
+                .await
+                .map_err(|e| actuator_error("adding the machine to the API server pool", e))?;
+        }
+        Ok(())
+    }
 }
 
 #[async_trait]
-impl Actuator<OpenStackMachine> for OpenStackMachineActuator {
+impl Actuator<OpenStackMachine, OpenStackCluster> for OpenStackMachineActuator {
+    type Instance = ServerRecord;
+
     async fn exists(
         &self,
-        scope: &MachineScope<OpenStackMachine>,
-    ) -> Result<Option<MachineInstance>, ActuatorError> {
+        scope: &MachineScope<OpenStackMachine, OpenStackCluster>,
+    ) -> Result<Option<Found<ServerRecord>>, ActuatorError> {
         let ctx = self.context(scope).await?;
         match ctx
             .find_server(scope.infra_machine.spec.provider_id.as_deref())
             .await?
         {
-            Some(server) => ctx.instance(&server).await.map(Some),
+            Some(server) => ctx.observe(server).await.map(Some),
             None => Ok(None),
         }
     }
 
     async fn create(
         &self,
-        scope: &MachineScope<OpenStackMachine>,
+        scope: &MachineScope<OpenStackMachine, OpenStackCluster>,
+        bootstrap: &BootstrapData,
     ) -> Result<MachineInstance, ActuatorError> {
         let ctx = self.context(scope).await?;
         // Never a second server: look again right before creating.
         if let Some(server) = ctx.find_server(None).await? {
-            return ctx.instance(&server).await;
+            return Ok(ctx.observe(server).await?.reported);
         }
-        let Some(bootstrap) = &scope.bootstrap_data else {
-            return Err(ActuatorError::requeue_after(
-                BUILD_POLL,
-                "WaitingForBootstrapData",
-                "the machine's bootstrap data is not ready",
-            ));
-        };
         let spec = &scope.infra_machine.spec;
         let compute = ctx.clients.compute.as_ref();
         let flavor = resolve::flavor(compute, spec).await?;
@@ -535,61 +581,42 @@ impl Actuator<OpenStackMachine> for OpenStackMachineActuator {
             })
             .await
             .map_err(|e| actuator_error("creating the server", e))?;
-        ctx.instance(&server).await
+        Ok(ctx.observe(server).await?.reported)
     }
 
+    /// Reports the immutable changes between the spec and the server `exists` found, and, while
+    /// the server runs, converges the allowed address pairs of its ports and joins a
+    /// control-plane machine to the API server pool. Reads neither the server nor its ports
+    /// again: they are `found`'s.
     async fn update(
         &self,
-        scope: &MachineScope<OpenStackMachine>,
-        instance: &MachineInstance,
+        scope: &MachineScope<OpenStackMachine, OpenStackCluster>,
+        found: Found<ServerRecord>,
     ) -> Result<UpdateOutcome, ActuatorError> {
         let ctx = self.context(scope).await?;
-        let server = ctx
-            .find_server(scope.infra_machine.spec.provider_id.as_deref())
-            .await?;
-        let immutable_changes = match &server {
-            Some(server) => ctx.immutable_changes(&scope.infra_machine, server).await,
-            None => Vec::new(),
-        };
-        let ports_changed = immutable_changes.iter().any(|c| c.field == "spec.ports");
-        if instance.state == InstanceState::Running {
+        let Found {
+            reported,
+            instance: record,
+        } = found;
+        let immutable_changes = ctx.immutable_changes(&scope.infra_machine, &record).await;
+        if reported.state == InstanceState::Running {
+            let ports_changed = immutable_changes.iter().any(|c| c.field == "spec.ports");
             if !ports_changed {
-                // Allowed address pairs are mutable: converge them on the existing ports (never
-                // creating the ports of an edited spec: those wait for the new machine).
-                ctx.ensure_ports(&scope.infra_machine).await?;
+                ctx.converge_address_pairs(&scope.infra_machine, &record.ports)
+                    .await?;
             }
-            if let Some(pool) = ctx.api_pool().await? {
-                let members = ctx
-                    .clients
-                    .load_balancer
-                    .members(&pool)
-                    .await
-                    .map_err(|e| actuator_error("listing the API server pool members", e))?;
-                let address = instance
-                    .addresses
-                    .iter()
-                    .find(|a| a.type_ == MachineAddressType::InternalIp)
-                    .map(|a| a.address.clone());
-                if let Some(address) = address
-                    && !members.iter().any(|m| m.name == ctx.name)
-                {
-                    ctx.clients
-                        .load_balancer
-                        .create_member(&pool, &ctx.name, &address, ctx.api_port, None)
-                        .await
-                        .map_err(|e| {
-                            actuator_error("adding the machine to the API server pool", e)
-                        })?;
-                }
-            }
+            ctx.join_api_pool(&reported).await?;
         }
         Ok(UpdateOutcome {
-            instance: instance.clone(),
+            instance: reported,
             immutable_changes,
         })
     }
 
-    async fn delete(&self, scope: &MachineScope<OpenStackMachine>) -> Result<(), ActuatorError> {
+    async fn delete(
+        &self,
+        scope: &MachineScope<OpenStackMachine, OpenStackCluster>,
+    ) -> Result<(), ActuatorError> {
         let ctx = self.context(scope).await?;
         // Leave the API server pool first, so traffic stops before the server goes.
         if let Some(pool) = ctx.api_pool().await? {
@@ -648,35 +675,74 @@ impl Actuator<OpenStackMachine> for OpenStackMachineActuator {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::cloud::{MockCompute, MockImages, MockLoadBalancing, MockNetworking, ServerFault};
-    use crate::connector::MockConnector;
-    use capi_core::IdempotencyKey;
-    use capi_core::api::{Cluster, Machine};
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
-    fn scope() -> MachineScope<OpenStackMachine> {
+    use super::*;
+    use crate::cloud::{
+        Flavor, Image, MockCompute, MockImages, MockLoadBalancing, MockNetworking, Network,
+        ServerFault, ServerFlavor,
+    };
+    use crate::connector::MockConnector;
+    use capi_core::api::{Cluster, Machine};
+    use capi_core::{BootstrapFormat, IdempotencyKey};
+
+    /// A worker `m-0` of cluster `demo` with flavor `m1` and image `img`, by name.
+    fn scope() -> MachineScope<OpenStackMachine, OpenStackCluster> {
+        scope_with(serde_json::json!({
+            "flavor": {"filter": {"name": "m1"}}, "image": {"filter": {"name": "img"}},
+        }))
+    }
+
+    fn scope_with(spec: serde_json::Value) -> MachineScope<OpenStackMachine, OpenStackCluster> {
         let infra: OpenStackMachine = serde_json::from_value(serde_json::json!({
             "apiVersion": "infrastructure.capi-rs.dev/v1alpha1", "kind": "OpenStackMachine",
             "metadata": {"name": "m-0", "namespace": "ns",
                          "labels": {"cluster.x-k8s.io/cluster-name": "demo"}},
-            "spec": {"flavor": {"filter": {"name": "m1"}}, "image": {"filter": {"name": "img"}}},
+            "spec": spec,
+        }))
+        .unwrap();
+        let infra_cluster: OpenStackCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "infrastructure.capi-rs.dev/v1alpha1", "kind": "OpenStackCluster",
+            "metadata": {"name": "demo", "namespace": "ns"},
+            "spec": {"identityRef": {"name": "c", "cloudName": "c"}},
         }))
         .unwrap();
         let mut machine = Machine::default();
         machine.metadata.uid = Some("uid-1".into());
         MachineScope {
             cluster: Arc::new(Cluster::default()),
+            infra_cluster: Arc::new(infra_cluster),
             idempotency_key: IdempotencyKey::for_machine(&machine).unwrap(),
             machine: Arc::new(machine),
             infra_machine: Arc::new(infra),
-            bootstrap_data: None,
+        }
+    }
+
+    /// `scope` with the provider ID of `server_id` recorded, as the loop does after `create`.
+    fn recorded(
+        scope: MachineScope<OpenStackMachine, OpenStackCluster>,
+        server_id: &str,
+    ) -> MachineScope<OpenStackMachine, OpenStackCluster> {
+        let mut infra = (*scope.infra_machine).clone();
+        infra.spec.provider_id = Some(format!("{PROVIDER_ID_PREFIX}{server_id}"));
+        MachineScope {
+            infra_machine: Arc::new(infra),
+            ..scope
         }
     }
 
     fn actuator(compute: MockCompute, network: MockNetworking) -> OpenStackMachineActuator {
+        actuator_over(compute, MockImages::new(), network)
+    }
+
+    fn actuator_over(
+        compute: MockCompute,
+        images: MockImages,
+        network: MockNetworking,
+    ) -> OpenStackMachineActuator {
         let clients = Clients {
             compute: Arc::new(compute),
-            images: Arc::new(MockImages::new()),
+            images: Arc::new(images),
             network: Arc::new(network),
             load_balancer: Arc::new(MockLoadBalancing::new()),
         };
@@ -684,16 +750,7 @@ mod tests {
         connector
             .expect_connect()
             .returning(move |_, _| Ok(clients.clone()));
-        let mut clusters = MockClusterLookup::new();
-        clusters.expect_openstack_cluster().returning(|_, _| {
-            Ok(serde_json::from_value(serde_json::json!({
-                "apiVersion": "infrastructure.capi-rs.dev/v1alpha1", "kind": "OpenStackCluster",
-                "metadata": {"name": "demo"},
-                "spec": {"identityRef": {"name": "c", "cloudName": "c"}},
-            }))
-            .unwrap())
-        });
-        OpenStackMachineActuator::new(Arc::new(connector), Arc::new(clusters))
+        OpenStackMachineActuator::new(Arc::new(connector))
     }
 
     fn server(key: &str, status: &str) -> Server {
@@ -707,6 +764,135 @@ mod tests {
             }),
             ..Server::default()
         }
+    }
+
+    /// The running server of `scope()`'s machine as Nova and Neutron describe it: booted with
+    /// flavor `m1` from image `img-1` (named `img`), with the machine's one port attached.
+    fn running_worker(key: &str) -> ServerRecord {
+        let server = Server {
+            fault: None,
+            flavor: Some(ServerFlavor {
+                original_name: Some("m1".into()),
+            }),
+            image_id: Some("img-1".into()),
+            ..server(key, "ACTIVE")
+        };
+        let port = Port {
+            id: "port-1".into(),
+            name: machine_port("m-0", 0, None),
+            description: machine_port_description(key),
+            device_id: server.id.clone(),
+            fixed_ips: vec![PortFixedIp {
+                subnet_id: "subnet-1".into(),
+                ip_address: "10.6.0.7".into(),
+            }],
+            ..Port::default()
+        };
+        ServerRecord {
+            server,
+            ports: vec![port],
+        }
+    }
+
+    fn image_img() -> Image {
+        Image {
+            id: "img-1".into(),
+            name: "img".into(),
+            ..Image::default()
+        }
+    }
+
+    /// Counts the calls a mocked cloud answers.
+    #[derive(Clone, Default)]
+    struct Calls(Arc<AtomicUsize>);
+
+    impl Calls {
+        fn answer<T>(&self, value: T) -> T {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            value
+        }
+
+        fn count(&self) -> usize {
+            self.0.load(Ordering::SeqCst)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_running_workers_reconcile_reads_its_server_and_ports_once() {
+        let scope = scope();
+        let running = running_worker(scope.idempotency_key.as_str());
+        let scope = recorded(scope, &running.server.id);
+        let calls = Calls::default();
+        let mut compute = MockCompute::new();
+        let answers = calls.clone();
+        let server = running.server.clone();
+        compute
+            .expect_get_server()
+            .times(1)
+            .returning(move |_| Ok(answers.answer(Some(server.clone()))));
+        let mut network = MockNetworking::new();
+        let answers = calls.clone();
+        let ports = running.ports.clone();
+        network
+            .expect_ports()
+            .times(1)
+            .returning(move |_| Ok(answers.answer(ports.clone())));
+        let mut images = MockImages::new();
+        let answers = calls.clone();
+        images
+            .expect_find_images()
+            .times(1)
+            .returning(move |_, _| Ok(answers.answer(vec![image_img()])));
+        let actuator = actuator_over(compute, images, network);
+
+        let found = actuator.exists(&scope).await.unwrap().unwrap();
+        assert_eq!(found.reported.state, InstanceState::Running);
+        assert_eq!(found.instance, running);
+        let by_exists = calls.count();
+        let outcome = actuator.update(&scope, found).await.unwrap();
+        assert_eq!(outcome.immutable_changes, vec![]);
+        assert_eq!(
+            (by_exists, calls.count() - by_exists),
+            (2, 1),
+            "exists: the server (Nova) and its ports (Neutron); update: the running image's name \
+             (Glance) and nothing exists read"
+        );
+    }
+
+    #[tokio::test]
+    async fn update_sets_address_pairs_on_the_ports_exists_found_without_listing_them() {
+        let scope = scope_with(serde_json::json!({
+            "flavor": {"filter": {"name": "m1"}}, "image": {"filter": {"name": "img"}},
+            "ports": [{"allowedAddressPairs": [{"ipAddress": "192.168.7.0/24"}]}],
+        }));
+        let running = running_worker(scope.idempotency_key.as_str());
+        let scope = recorded(scope, &running.server.id);
+        let mut network = MockNetworking::new();
+        network.expect_ports().never();
+        network
+            .expect_set_allowed_address_pairs()
+            .times(1)
+            .withf(|port, pairs| {
+                port == "port-1"
+                    && pairs
+                        == [PortAddressPair {
+                            ip_address: "192.168.7.0/24".into(),
+                            mac_address: None,
+                        }]
+            })
+            .returning(|_, _| Ok(()));
+        let mut compute = MockCompute::new();
+        compute.expect_get_server().never();
+        let mut images = MockImages::new();
+        images
+            .expect_find_images()
+            .returning(|_, _| Ok(vec![image_img()]));
+        let found = Found::with(reported(&running.server, &running.ports).unwrap(), running);
+        let outcome = actuator_over(compute, images, network)
+            .update(&scope, found)
+            .await
+            .unwrap();
+        assert_eq!(outcome.immutable_changes, vec![]);
     }
 
     #[tokio::test]
@@ -736,7 +922,8 @@ mod tests {
             .exists(&scope)
             .await
             .unwrap()
-            .unwrap();
+            .unwrap()
+            .reported;
         assert_eq!(
             found.state,
             InstanceState::Failed {
@@ -754,15 +941,62 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn create_without_bootstrap_data_waits_and_boots_nothing() {
+    async fn create_boots_the_server_with_the_bootstrap_data_it_is_given() {
+        let scope = scope();
+        let key = scope.idempotency_key.as_str().to_string();
         let mut compute = MockCompute::new();
         compute.expect_servers_named().returning(|_| Ok(vec![]));
-        compute.expect_create_server().never();
-        let error = actuator(compute, MockNetworking::new())
-            .create(&scope())
+        compute.expect_find_flavor().returning(|_| {
+            Ok(Some(Flavor {
+                id: "flavor-1".into(),
+                name: "m1".into(),
+                ..Flavor::default()
+            }))
+        });
+        compute
+            .expect_create_server()
+            .times(1)
+            .withf(|create| {
+                create.user_data == b"#cloud-config\nruncmd: [kubeadm join]\n"
+                    && create.port_ids == ["port-1"]
+                    && create.image_id == "img-1"
+            })
+            .returning(move |_| Ok(server(&key, "BUILD")));
+        let mut images = MockImages::new();
+        images
+            .expect_find_images()
+            .returning(|_, _| Ok(vec![image_img()]));
+        let mut network = MockNetworking::new();
+        network.expect_ports().returning(|_| Ok(vec![]));
+        network.expect_networks().returning(|_| {
+            Ok(vec![Network {
+                id: "net-1".into(),
+                ..Network::default()
+            }])
+        });
+        network
+            .expect_create_port()
+            .times(1)
+            .withf(|port| port.network_id == "net-1" && port.name == "m-0-0")
+            .returning(|_| {
+                Ok(Port {
+                    id: "port-1".into(),
+                    ..Port::default()
+                })
+            });
+        let bootstrap = BootstrapData::new(
+            BootstrapFormat::CloudConfig,
+            b"#cloud-config\nruncmd: [kubeadm join]\n".to_vec(),
+        );
+        let created = actuator_over(compute, images, network)
+            .create(&scope, &bootstrap)
             .await
-            .unwrap_err();
-        assert_eq!(error.reason(), "WaitingForBootstrapData");
+            .unwrap();
+        assert_eq!(created.state, InstanceState::Provisioning);
+        assert_eq!(
+            created.provider_id,
+            format!("{PROVIDER_ID_PREFIX}srv-{}", scope.idempotency_key)
+        );
     }
 
     #[tokio::test]

@@ -4,41 +4,54 @@
 //! properties (Linux when the image does not say, as nearly every Cluster API image is).
 //!
 //! The cloud is reached with the credentials of the template's cluster (its `OpenStackCluster`'s
-//! `identityRef`), so a template needs the `cluster.x-k8s.io/cluster-name` label or a `Cluster`
-//! owner, as templates created by a `ClusterClass` topology have.
+//! `identityRef`, from the scope), so a template needs the `cluster.x-k8s.io/cluster-name` label or
+//! a `Cluster` owner, as templates created by a `ClusterClass` topology have.
 
 use async_trait::async_trait;
 use capi_core::infra::Architecture;
 use capi_core::{ActuatorError, MachineCapacity, MachineTemplateActuator, TemplateScope, labels};
 use kube::ResourceExt;
 
-use crate::api::OpenStackMachineTemplate;
+use crate::api::{OpenStackCluster, OpenStackMachineTemplate};
 use crate::cloud::{Flavor, Image};
 use crate::machine::OpenStackMachineActuator;
 use crate::resolve;
 
 #[async_trait]
-impl MachineTemplateActuator<OpenStackMachineTemplate> for OpenStackMachineActuator {
+impl MachineTemplateActuator<OpenStackMachineTemplate, OpenStackCluster>
+    for OpenStackMachineActuator
+{
+    /// The template's flavor and image, looked up with the credentials of the scope's
+    /// `OpenStackCluster`. A template of no cluster is an invalid configuration that says how to
+    /// name one; a cluster whose `OpenStackCluster` does not exist yet is waited for.
     async fn capacity(
         &self,
-        scope: &TemplateScope<OpenStackMachineTemplate>,
+        scope: &TemplateScope<OpenStackMachineTemplate, OpenStackCluster>,
     ) -> Result<MachineCapacity, ActuatorError> {
         let template = &scope.template;
         let namespace = template.namespace().unwrap_or_default();
-        let Some(cluster) = &scope.cluster else {
-            return Err(ActuatorError::invalid_configuration(
-                "NoCluster",
-                format!(
-                    "the template names no Cluster: label it {}=<cluster> so that the cloud can \
-                     be reached with that cluster's OpenStackCluster identityRef",
-                    labels::CLUSTER_NAME
-                ),
-            ));
+        let openstack = match (&scope.cluster, &scope.infra_cluster) {
+            (_, Some(openstack)) => openstack,
+            (None, None) => {
+                return Err(ActuatorError::invalid_configuration(
+                    "NoCluster",
+                    format!(
+                        "the template names no Cluster: label it {}=<cluster> so that the cloud \
+                         can be reached with that cluster's OpenStackCluster identityRef",
+                        labels::CLUSTER_NAME
+                    ),
+                ));
+            }
+            (Some(cluster), None) => {
+                return Err(ActuatorError::transient_message(
+                    "WaitingForOpenStackCluster",
+                    format!(
+                        "no OpenStackCluster of cluster {namespace}/{} yet",
+                        cluster.name_any()
+                    ),
+                ));
+            }
         };
-        let openstack = self
-            .clusters
-            .openstack_cluster(&namespace, &cluster.name_any())
-            .await?;
         let clients = self
             .connector
             .connect(&namespace, &openstack.spec.identity_ref)
@@ -80,10 +93,8 @@ mod tests {
     use capi_core::api::Cluster;
 
     use super::*;
-    use crate::api::OpenStackCluster;
     use crate::cloud::{MockCompute, MockImages, MockLoadBalancing, MockNetworking};
     use crate::connector::{Clients, MockConnector};
-    use crate::machine::MockClusterLookup;
 
     fn actuator(compute: MockCompute, images: MockImages) -> OpenStackMachineActuator {
         let mut connector = MockConnector::new();
@@ -96,20 +107,20 @@ mod tests {
         connector
             .expect_connect()
             .returning(move |_, _| Ok(clients.clone()));
-        let mut clusters = MockClusterLookup::new();
-        clusters
-            .expect_openstack_cluster()
-            .returning(|_, _| Ok(OpenStackCluster::default()));
-        OpenStackMachineActuator::new(Arc::new(connector), Arc::new(clusters))
+        OpenStackMachineActuator::new(Arc::new(connector))
     }
 
-    fn scope(cluster: Option<Cluster>) -> TemplateScope<OpenStackMachineTemplate> {
+    fn scope(
+        cluster: Option<Cluster>,
+        infra_cluster: Option<OpenStackCluster>,
+    ) -> TemplateScope<OpenStackMachineTemplate, OpenStackCluster> {
         let mut template = OpenStackMachineTemplate::default();
         template.spec.template.spec.flavor.id = Some("m1.medium".into());
         template.spec.template.spec.image.id = Some("ubuntu".into());
         TemplateScope {
             template: Arc::new(template),
             cluster: cluster.map(Arc::new),
+            infra_cluster: infra_cluster.map(Arc::new),
         }
     }
 
@@ -135,7 +146,10 @@ mod tests {
             }])
         });
         let got = actuator(compute, images)
-            .capacity(&scope(Some(Cluster::default())))
+            .capacity(&scope(
+                Some(Cluster::default()),
+                Some(OpenStackCluster::default()),
+            ))
             .await
             .unwrap();
         let quantities: Vec<(&str, &str)> = got
@@ -158,10 +172,23 @@ mod tests {
     #[tokio::test]
     async fn a_template_without_a_cluster_says_how_to_name_one() {
         let error = actuator(MockCompute::new(), MockImages::new())
-            .capacity(&scope(None))
+            .capacity(&scope(None, None))
             .await
             .unwrap_err();
         assert_eq!(error.reason(), "NoCluster");
         assert!(error.message().contains(labels::CLUSTER_NAME));
+    }
+
+    #[tokio::test]
+    async fn a_cluster_without_its_openstack_cluster_yet_is_waited_for() {
+        let mut cluster = Cluster::default();
+        cluster.metadata.name = Some("demo".into());
+        let error = actuator(MockCompute::new(), MockImages::new())
+            .capacity(&scope(Some(cluster), None))
+            .await
+            .unwrap_err();
+        assert_eq!(error.kind(), capi_core::ActuatorErrorKind::Transient);
+        assert_eq!(error.reason(), "WaitingForOpenStackCluster");
+        assert!(error.message().contains("demo"), "{error}");
     }
 }

@@ -21,7 +21,7 @@ use provider_openstack::cluster::OpenStackClusterActuator;
 use provider_openstack::machine::OpenStackMachineActuator;
 use provider_openstack::naming::ClusterNames;
 
-use common::{FixedCluster, LocalConnector, session};
+use common::{LocalConnector, session};
 
 const NAMESPACE: &str = "conformance";
 const CLUSTER: &str = "gamma";
@@ -143,12 +143,10 @@ async fn the_openstack_provider_conforms_on_a_real_openstack() {
     }))
     .unwrap();
     let machines = MachineSuite::new(
-        Arc::new(OpenStackMachineActuator::new(
-            connector.clone(),
-            Arc::new(FixedCluster(infra_cluster.clone())),
-        )),
+        Arc::new(OpenStackMachineActuator::new(connector.clone())),
         inventory.clone(),
         infra_machine,
+        infra_cluster.clone(),
     )
     .cluster(cluster.clone())
     .settings(settings.clone());

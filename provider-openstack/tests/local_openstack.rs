@@ -13,16 +13,16 @@ use std::time::{Duration, Instant};
 
 use capi_core::api::{Cluster, Machine};
 use capi_core::{
-    Actuator, ActuatorError, BootstrapData, BootstrapFormat, ClusterActuator, ClusterScope,
+    Actuator, ActuatorError, BootstrapData, BootstrapFormat, ClusterActuator, ClusterScope, Found,
     IdempotencyKey, InstanceState, MachineInstance, MachineScope,
 };
 use provider_openstack::api::{OpenStackCluster, OpenStackMachine};
 use provider_openstack::cloud::{Compute, Images, LoadBalancing, Networking, PortCreate, Session};
 use provider_openstack::cluster::OpenStackClusterActuator;
-use provider_openstack::machine::OpenStackMachineActuator;
+use provider_openstack::machine::{OpenStackMachineActuator, ServerRecord};
 use provider_openstack::naming::ClusterNames;
 
-use common::{FixedCluster, LocalConnector, session};
+use common::{LocalConnector, session};
 
 #[tokio::test]
 async fn a_session_authenticates_and_reaches_every_service() {
@@ -239,12 +239,13 @@ async fn cluster_infrastructure_is_created_in_order_and_deleted_without_leftover
 }
 
 fn machine_scope(
-    namespace: &str,
+    infra_cluster: &OpenStackCluster,
     cluster: &str,
     name: &str,
     control_plane: bool,
     spec: serde_json::Value,
-) -> MachineScope<OpenStackMachine> {
+) -> MachineScope<OpenStackMachine, OpenStackCluster> {
+    let namespace = infra_cluster.metadata.namespace.as_deref().unwrap();
     let mut labels = serde_json::json!({ "cluster.x-k8s.io/cluster-name": cluster });
     if control_plane {
         labels["cluster.x-k8s.io/control-plane"] = "".into();
@@ -259,21 +260,47 @@ fn machine_scope(
     machine.metadata.uid = Some(format!("{name}-uid-{}", std::process::id()));
     MachineScope {
         cluster: Arc::new(Cluster::default()),
+        infra_cluster: Arc::new(infra_cluster.clone()),
         idempotency_key: IdempotencyKey::for_machine(&machine).unwrap(),
         machine: Arc::new(machine),
         infra_machine: Arc::new(infra),
-        bootstrap_data: Some(BootstrapData::new(
-            BootstrapFormat::CloudConfig,
-            b"#cloud-config\nruncmd: [kubeadm join]\n".to_vec(),
-        )),
     }
+}
+
+/// The bootstrap data every machine boots with.
+fn bootstrap() -> BootstrapData {
+    BootstrapData::new(
+        BootstrapFormat::CloudConfig,
+        b"#cloud-config\nruncmd: [kubeadm join]\n".to_vec(),
+    )
+}
+
+/// Calls `exists` until it finds the machine's server running (as the loop would).
+async fn until_running(
+    actuator: &OpenStackMachineActuator,
+    scope: &MachineScope<OpenStackMachine, OpenStackCluster>,
+) -> Found<ServerRecord> {
+    until_done(Duration::from_secs(120), || async {
+        let found = actuator.exists(scope).await?.unwrap();
+        match &found.reported.state {
+            InstanceState::Running => Ok(found),
+            InstanceState::Provisioning => Err(ActuatorError::requeue_after(
+                Duration::from_secs(1),
+                "Booting",
+                "BUILD",
+            )),
+            InstanceState::Failed { message, .. } => panic!("server failed: {message}"),
+        }
+    })
+    .await
+    .unwrap()
 }
 
 /// With the provider ID recorded, as the loop does after `create`.
 fn recorded(
-    scope: &MachineScope<OpenStackMachine>,
+    scope: &MachineScope<OpenStackMachine, OpenStackCluster>,
     instance: &MachineInstance,
-) -> MachineScope<OpenStackMachine> {
+) -> MachineScope<OpenStackMachine, OpenStackCluster> {
     let mut infra = (*scope.infra_machine).clone();
     infra.spec.provider_id = Some(instance.provider_id.clone());
     MachineScope {
@@ -307,7 +334,8 @@ async fn machines_boot_join_the_pool_and_leave_nothing_behind() {
     })
     .await
     .unwrap();
-    let actuator = OpenStackMachineActuator::new(connector, Arc::new(FixedCluster(infra_cluster)));
+    let actuator = OpenStackMachineActuator::new(connector);
+    let bootstrap = bootstrap();
     let spec = serde_json::json!({
         "flavor": {"filter": {"name": "m1.small"}},
         "image": {"filter": {"name": "capi-rs-test-image"}},
@@ -317,42 +345,32 @@ async fn machines_boot_join_the_pool_and_leave_nothing_behind() {
     let mut control_plane = Vec::new();
     for i in 0..3 {
         let scope = machine_scope(
-            "machine-test",
+            &infra_cluster,
             "beta",
             &format!("beta-cp-{i}"),
             true,
             spec.clone(),
         );
         assert!(actuator.exists(&scope).await.unwrap().is_none());
-        let created = actuator.create(&scope).await.unwrap();
+        let created = actuator.create(&scope, &bootstrap).await.unwrap();
         assert!(created.provider_id.starts_with("openstack:///"));
         control_plane.push(recorded(&scope, &created));
     }
     for scope in &control_plane {
-        let running = until_done(Duration::from_secs(120), || async {
-            let instance = actuator.exists(scope).await?.unwrap();
-            match instance.state {
-                InstanceState::Running => Ok(instance),
-                InstanceState::Provisioning => Err(ActuatorError::requeue_after(
-                    Duration::from_secs(1),
-                    "Booting",
-                    "BUILD",
-                )),
-                InstanceState::Failed { message, .. } => panic!("server failed: {message}"),
-            }
-        })
-        .await
-        .unwrap();
+        let running = until_running(&actuator, scope).await;
         assert!(
             running
+                .reported
                 .addresses
                 .iter()
                 .any(|a| a.address.starts_with("10.62.0.")),
             "{running:?}"
         );
-        until_done(Duration::from_secs(60), || actuator.update(scope, &running))
-            .await
-            .unwrap();
+        until_done(Duration::from_secs(60), || {
+            actuator.update(scope, running.clone())
+        })
+        .await
+        .unwrap();
     }
     let lb = &session
         .load_balancers_named(&names.load_balancer())
@@ -379,7 +397,7 @@ async fn machines_boot_join_the_pool_and_leave_nothing_behind() {
 
     // A worker with allowed address pairs (its pod CIDR routed through Neutron, no overlay).
     let worker = machine_scope(
-        "machine-test",
+        &infra_cluster,
         "beta",
         "beta-md-0",
         false,
@@ -389,10 +407,10 @@ async fn machines_boot_join_the_pool_and_leave_nothing_behind() {
             "ports": [{"allowedAddressPairs": [{"ipAddress": "192.168.7.0/24"}]}],
         }),
     );
-    let first = actuator.create(&worker).await.unwrap();
+    let first = actuator.create(&worker, &bootstrap).await.unwrap();
     // The controller crashed before recording the provider ID: the retried create finds the same
     // server instead of booting a second one.
-    let retried = actuator.create(&worker).await.unwrap();
+    let retried = actuator.create(&worker, &bootstrap).await.unwrap();
     assert_eq!(first.provider_id, retried.provider_id);
     assert_eq!(session.servers_named("beta-md-0").await.unwrap().len(), 1);
     let ports = session
@@ -413,22 +431,12 @@ async fn machines_boot_join_the_pool_and_leave_nothing_behind() {
     // Immutable changes are reported, never applied: none for the spec it was made from; another
     // flavor and one more port for an edited spec, and the new port is not created.
     let worker = recorded(&worker, &first);
-    let first = until_done(Duration::from_secs(120), || async {
-        let instance = actuator.exists(&worker).await?.unwrap();
-        match instance.state {
-            InstanceState::Running => Ok(instance),
-            _ => Err(ActuatorError::requeue_after(
-                Duration::from_secs(1),
-                "Booting",
-                "BUILD",
-            )),
-        }
+    let first = until_running(&actuator, &worker).await;
+    let unchanged = until_done(Duration::from_secs(60), || {
+        actuator.update(&worker, first.clone())
     })
     .await
     .unwrap();
-    let unchanged = until_done(Duration::from_secs(60), || actuator.update(&worker, &first))
-        .await
-        .unwrap();
     assert_eq!(unchanged.immutable_changes, vec![]);
     let mut edited = (*worker.infra_machine).clone();
     edited.spec.flavor =
@@ -441,9 +449,11 @@ async fn machines_boot_join_the_pool_and_leave_nothing_behind() {
         infra_machine: Arc::new(edited),
         ..worker.clone()
     };
-    let outcome = until_done(Duration::from_secs(60), || actuator.update(&edited, &first))
-        .await
-        .unwrap();
+    let outcome = until_done(Duration::from_secs(60), || {
+        actuator.update(&edited, first.clone())
+    })
+    .await
+    .unwrap();
     let changed: Vec<(&str, &str, &str)> = outcome
         .immutable_changes
         .iter()

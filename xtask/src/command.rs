@@ -10,6 +10,54 @@ pub(crate) fn step(message: &str) {
     println!("\n==> {message}");
 }
 
+/// Steps that are timed: each [`Phases::step`] prints its header and ends the step before it;
+/// when the phases are dropped — at the end of the run, or when a step fails — one line per step
+/// gives its seconds, so that where a run's time went is read off its own output.
+pub(crate) struct Phases {
+    started: Instant,
+    done: Vec<(String, f64)>,
+    current: Option<(String, Instant)>,
+}
+
+impl Phases {
+    /// No step yet; the total counts from now.
+    pub(crate) fn new() -> Self {
+        Self {
+            started: Instant::now(),
+            done: Vec::new(),
+            current: None,
+        }
+    }
+
+    /// Ends the current step and starts one named `name`, printing its header.
+    pub(crate) fn step(&mut self, name: &str) {
+        self.end_current();
+        step(name);
+        self.current = Some((name.to_string(), Instant::now()));
+    }
+
+    fn end_current(&mut self) {
+        if let Some((name, started)) = self.current.take() {
+            self.done.push((name, started.elapsed().as_secs_f64()));
+        }
+    }
+}
+
+impl Drop for Phases {
+    fn drop(&mut self) {
+        self.end_current();
+        println!("\n==> Time per phase");
+        for (name, seconds) in &self.done {
+            let name: String = name.chars().take(90).collect();
+            println!("    {seconds:>7.1} s  {name}");
+        }
+        println!(
+            "    {:>7.1} s  in all",
+            self.started.elapsed().as_secs_f64()
+        );
+    }
+}
+
 /// Runs `command` with inherited output; fails with the command line if it fails.
 pub(crate) fn run(command: &mut Command) -> Result<()> {
     let shown = describe(command);

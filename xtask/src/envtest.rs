@@ -24,29 +24,43 @@ use crate::go::{GoModule, Target};
 const MODULE: &str = "envtest";
 const KUBEADM_V1BETA3_MODULE: &str = "kubeadm-v1.30";
 
-/// Makes sure etcd, kube-apiserver and kubeadm are available; returns the directory holding
-/// etcd and kube-apiserver (what `KUBEBUILDER_ASSETS` should be).
+/// Makes sure etcd, kube-apiserver and both kubeadms (the bootstrap tests' validators) are
+/// available; returns the directory holding etcd and kube-apiserver (what `KUBEBUILDER_ASSETS`
+/// should be).
 pub(crate) fn ensure() -> Result<PathBuf> {
+    provision(true)
+}
+
+/// Makes sure etcd and kube-apiserver are available — what a local control plane runs, and all
+/// the quickstart, the benchmarks and the chaos run need; returns their directory.
+pub(crate) fn ensure_control_plane() -> Result<PathBuf> {
+    provision(false)
+}
+
+fn provision(with_validators: bool) -> Result<PathBuf> {
     let cached = default_assets_dir();
     let chosen = std::env::var_os(KUBEBUILDER_ASSETS)
         .filter(|d| !d.is_empty())
         .map(PathBuf::from);
+    let mut targets = Vec::new();
     // With the user's etcd and kube-apiserver, only the kubeadms (which setup-envtest does not
     // ship) are built.
-    let targets = match &chosen {
-        Some(dir) => {
-            check_user_assets(dir)?;
-            vec![kubeadm_target()]
-        }
-        None => all_targets(),
-    };
+    match &chosen {
+        Some(dir) => check_user_assets(dir)?,
+        None => targets.extend(control_plane_targets()),
+    }
+    if with_validators {
+        targets.push(kubeadm_target());
+    }
     build_missing(MODULE, KUBERNETES_VERSION, &cached, &targets)?;
-    build_missing(
-        KUBEADM_V1BETA3_MODULE,
-        KUBEADM_V1BETA3_VERSION,
-        &cached,
-        &[kubeadm_v1beta3_target()],
-    )?;
+    if with_validators {
+        build_missing(
+            KUBEADM_V1BETA3_MODULE,
+            KUBEADM_V1BETA3_VERSION,
+            &cached,
+            &[kubeadm_v1beta3_target()],
+        )?;
+    }
     let dir = chosen.unwrap_or(cached);
     Assets::in_dir(&dir)?;
     Ok(dir)
@@ -87,8 +101,8 @@ fn kubeadm_target() -> Target<'static> {
     }
 }
 
-fn all_targets() -> Vec<Target<'static>> {
-    vec![
+fn control_plane_targets() -> [Target<'static>; 2] {
+    [
         Target {
             package: "capi-rs.local/envtest/etcd",
             binary: "etcd",
@@ -97,13 +111,15 @@ fn all_targets() -> Vec<Target<'static>> {
             package: "k8s.io/kubernetes/cmd/kube-apiserver",
             binary: "kube-apiserver",
         },
-        kubeadm_target(),
     ]
 }
 
 /// Builds, from the wrapper module `module` (pinning Kubernetes `kubernetes`), those of `targets`
 /// that `dir` does not hold yet, then checks what they report.
 fn build_missing(module: &str, kubernetes: &str, dir: &Path, targets: &[Target<'_>]) -> Result<()> {
+    if targets.is_empty() {
+        return Ok(());
+    }
     let missing: Vec<&Target<'_>> = targets
         .iter()
         .filter(|t| !up_to_date(dir, t, kubernetes))

@@ -67,8 +67,11 @@ impl GoModule {
         })
     }
 
-    /// Builds `targets` into `out_dir`, each with `ldflags`, printing progress every 30 s. A binary
-    /// appears in `out_dir` only once it is complete.
+    /// Builds `targets` into `out_dir` with `ldflags`, printing progress every 30 s: in one
+    /// `go build` where their packages' names differ (the packages they share are compiled once,
+    /// and the two cores stay busy through each binary's link), one build per clash otherwise. A
+    /// binary appears under its name only once it is complete: an interrupted build leaves
+    /// nothing that looks built.
     pub(crate) fn build(
         &self,
         targets: &[Target<'_>],
@@ -76,20 +79,28 @@ impl GoModule {
         out_dir: &Path,
     ) -> Result<()> {
         ensure_toolchain()?;
-        std::fs::create_dir_all(out_dir)
-            .with_context(|| format!("creating {}", out_dir.display()))?;
-        for target in targets {
-            let partial = out_dir.join(format!("{}.partial", target.binary));
+        let staging = out_dir.join(".partial");
+        for batch in batches(targets) {
+            // What an interrupted build left, if anything.
+            let _ = std::fs::remove_dir_all(&staging);
+            std::fs::create_dir_all(&staging)
+                .with_context(|| format!("creating {}", staging.display()))?;
             let mut command = self.go();
             command
                 .args(["build", "-v", "-ldflags", ldflags, "-o"])
-                .arg(&partial)
-                .arg(target.package);
-            run_with_progress(&mut command, target.binary)?;
-            let binary = out_dir.join(target.binary);
-            std::fs::rename(&partial, &binary)
-                .with_context(|| format!("moving {} into place", binary.display()))?;
+                // A trailing slash: every package's binary goes into the directory.
+                .arg(format!("{}/", staging.display()))
+                .args(batch.iter().map(|t| t.package));
+            let names: Vec<&str> = batch.iter().map(|t| t.binary).collect();
+            run_with_progress(&mut command, &names.join(", "))?;
+            for target in batch {
+                let built = staging.join(package_binary(target.package));
+                let binary = out_dir.join(target.binary);
+                std::fs::rename(&built, &binary)
+                    .with_context(|| format!("moving {} into place", binary.display()))?;
+            }
         }
+        let _ = std::fs::remove_dir_all(&staging);
         Ok(())
     }
 
@@ -224,6 +235,28 @@ fn run_with_progress(command: &mut Command, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// `targets` in as few groups as there can be with no two packages of one group giving their
+/// binaries the same file name, in order.
+fn batches<'t, 'a>(targets: &'t [Target<'a>]) -> Vec<Vec<&'t Target<'a>>> {
+    let mut batches: Vec<Vec<&Target<'a>>> = Vec::new();
+    for target in targets {
+        let name = package_binary(target.package);
+        let free = batches
+            .iter_mut()
+            .find(|batch| batch.iter().all(|t| package_binary(t.package) != name));
+        match free {
+            Some(batch) => batch.push(target),
+            None => batches.push(vec![target]),
+        }
+    }
+    batches
+}
+
+/// The file name `go build -o <dir>/` gives a main package's binary: its path's last element.
+fn package_binary(package: &str) -> &str {
+    package.rsplit('/').next().unwrap_or(package)
+}
+
 /// The version `go_mod` (`go mod edit -json`) requires of `module`, honouring a `replace` of it:
 /// the replacement's version, or `None` for a directory replacement.
 fn required_version(go_mod: &serde_json::Value, module: &str) -> Option<String> {
@@ -243,6 +276,35 @@ fn required_version(go_mod: &serde_json::Value, module: &str) -> Option<String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn packages_whose_binaries_would_clash_are_built_apart() {
+        let target = |package| Target {
+            package,
+            binary: "x",
+        };
+        let targets = [
+            target("sigs.k8s.io/cluster-api/core"),
+            target("sigs.k8s.io/cluster-api/bootstrap/kubeadm"),
+            target("sigs.k8s.io/cluster-api/controlplane/kubeadm"),
+            target("sigs.k8s.io/cluster-api/test/infrastructure/docker"),
+        ];
+        let packages: Vec<Vec<&str>> = batches(&targets)
+            .iter()
+            .map(|batch| batch.iter().map(|t| t.package).collect())
+            .collect();
+        assert_eq!(
+            packages,
+            [
+                vec![
+                    "sigs.k8s.io/cluster-api/core",
+                    "sigs.k8s.io/cluster-api/bootstrap/kubeadm",
+                    "sigs.k8s.io/cluster-api/test/infrastructure/docker",
+                ],
+                vec!["sigs.k8s.io/cluster-api/controlplane/kubeadm"],
+            ]
+        );
+    }
 
     #[test]
     fn required_versions_come_from_require_and_replace() {

@@ -27,7 +27,7 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use provider_inmemory::actuator::InMemoryActuator;
-use provider_inmemory::api::{InMemoryCluster, InMemoryMachine, InMemoryMachineTemplate};
+use provider_inmemory::api::{InMemoryCluster, InMemoryMachineTemplate};
 use provider_inmemory::cloud::{CloudConfig, SimulatedCloud};
 use provider_inmemory::etcd::SimulatedEtcdAccess;
 use provider_inmemory::nodes::NodeRegistrar;
@@ -43,7 +43,7 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(180);
 
 pub(crate) fn run(keep_running: bool) -> Result<()> {
     step("Local control plane binaries (etcd, kube-apiserver)");
-    let assets_dir = crate::envtest::ensure()?;
+    let assets_dir = crate::envtest::ensure_control_plane()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -82,8 +82,8 @@ pub(crate) fn run(keep_running: bool) -> Result<()> {
         };
         let mut manager = Manager::new(management.config().await?, config).await?;
         let actuator = Arc::new(InMemoryActuator::new(cloud.clone(), cloud.clone(), Duration::from_millis(500)));
-        manager.add_machine_reconciler::<InMemoryMachine>(actuator.clone());
-        manager.add_machine_template_reconciler::<InMemoryMachineTemplate>(actuator.clone());
+        manager.add_machine_reconciler(actuator.clone());
+        manager.add_machine_template_reconciler::<InMemoryMachineTemplate, InMemoryCluster>(actuator.clone());
         manager.add_cluster_reconciler::<InMemoryCluster>(actuator);
         manager.add(KubeadmBootstrap::default());
         let etcd = Arc::new(SimulatedEtcdAccess::new(cloud.clone()));

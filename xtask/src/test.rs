@@ -5,56 +5,54 @@ use std::process::Command;
 use anyhow::Result;
 use capi_testing::envtest::KUBEBUILDER_ASSETS;
 
-use crate::command::{run, step, succeeds};
+use crate::command::{Phases, run, succeeds};
 use crate::workspace_root;
 
 pub(crate) fn run_all() -> Result<()> {
     let root = workspace_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let mut phases = Phases::new();
     let cargo_in_root = |args: &[&str]| {
         let mut command = Command::new(&cargo);
         command.args(args).current_dir(&root);
         command
     };
 
-    step("Tools: rustfmt, clippy, cargo-nextest");
+    phases.step("Formatting (cargo fmt --check)");
+    run(&mut cargo_in_root(&["fmt", "--all", "--check"]))?;
+
+    // Debian packages and PyPI: mostly downloads and unpacking, beside the builds below (their
+    // output interleaves with the builds' progress lines).
+    phases.step(
+        "In the background: the bootstrap validators, protoc, the local OpenStack's packages, moto \
+         and Azure's models",
+    );
+    let installs = std::thread::spawn(install_test_peers);
+
+    phases.step("Tools: rustfmt, clippy, cargo-nextest");
     ensure_tools(&cargo)?;
 
-    step("Local control plane binaries (etcd, kube-apiserver, kubeadm)");
+    phases.step("Local control plane binaries (etcd, kube-apiserver, kubeadm)");
     let assets = crate::envtest::ensure()?;
 
-    step("Upstream Cluster API peer (core, kubeadm bootstrap and control plane, CAPD in-memory)");
+    phases.step(
+        "Upstream Cluster API peer (core, kubeadm bootstrap and control plane, CAPD in-memory)",
+    );
     crate::upstream::install()?;
     let with_assets = |mut command: Command| {
         command.env(KUBEBUILDER_ASSETS, &assets);
         command
     };
 
-    step("Bootstrap validators (cloud-init, ignition-validate; kubeadm is built above)");
-    ensure_validators()?;
+    phases.step("Waiting for the background installs");
+    let azure_models = installs
+        .join()
+        .map_err(|_| anyhow::anyhow!("the background installs panicked"))??;
 
-    step("protoc for the etcd client (Debian's protobuf-compiler and libprotobuf-dev)");
-    ensure_protoc()?;
-
-    step("Local OpenStack packages (Keystone, Nova, Neutron, Octavia, Glance from Debian)");
-    crate::openstack::install()?;
-
-    step(&format!(
-        "moto {} (the AWS API simulator, from PyPI) in a venv for the AWS provider's tests",
-        crate::moto::VERSION
-    ));
-    crate::moto::install()?;
-
-    step("Azure's API models (its official Python SDKs, from PyPI) for the Azure provider's tests");
-    let azure_models = crate::azure_models::install()?;
-
-    step("Formatting (cargo fmt --check)");
-    run(&mut cargo_in_root(&["fmt", "--all", "--check"]))?;
-
-    step("Generated CRDs are up to date");
+    phases.step("Generated CRDs are up to date");
     crate::crds::run(true)?;
 
-    step("Lints (cargo clippy -D warnings)");
+    phases.step("Lints (cargo clippy -D warnings)");
     run(&mut cargo_in_root(&[
         "clippy",
         "--workspace",
@@ -65,12 +63,12 @@ pub(crate) fn run_all() -> Result<()> {
         "warnings",
     ]))?;
 
-    step("API docs build without broken links (cargo doc -D warnings)");
+    phases.step("API docs build without broken links (cargo doc -D warnings)");
     let mut doc = cargo_in_root(&["doc", "--workspace", "--no-deps", "--all-features"]);
     doc.env("RUSTDOCFLAGS", "-D warnings");
     run(&mut doc)?;
 
-    step("Doc tests");
+    phases.step("Doc tests");
     run(&mut with_assets(cargo_in_root(&[
         "test",
         "--doc",
@@ -78,13 +76,13 @@ pub(crate) fn run_all() -> Result<()> {
         "--all-features",
     ])))?;
 
-    step("Starting the local OpenStack for the OpenStack provider's tests (about 90 s)");
+    phases.step("Starting the local OpenStack for the OpenStack provider's tests (about 90 s)");
     let openstack = crate::openstack::start()?;
-    step("Starting moto_server for the AWS provider's tests");
+    phases.step("Starting moto_server for the AWS provider's tests");
     let moto = crate::moto::start()?;
 
     // Last, so that its summary line closes the run.
-    step("Unit and integration tests (cargo nextest)");
+    phases.step("Unit and integration tests (cargo nextest)");
     let mut nextest = with_assets(cargo_in_root(&[
         "nextest",
         "run",
@@ -102,6 +100,31 @@ pub(crate) fn run_all() -> Result<()> {
 
     println!("\nAll checks passed.");
     Ok(())
+}
+
+/// What the tests run against besides the local control plane and the upstream peer: the
+/// bootstrap validators, protoc, the local OpenStack's packages, moto and Azure's models (whose
+/// Python the Azure tests are pointed at, returned). Each says what it does as it goes.
+fn install_test_peers() -> Result<std::path::PathBuf> {
+    println!("    [background] bootstrap validators (cloud-init, ignition-validate)");
+    ensure_validators()?;
+    println!(
+        "    [background] protoc for the etcd client (Debian's protobuf-compiler, libprotobuf-dev)"
+    );
+    ensure_protoc()?;
+    println!(
+        "    [background] the local OpenStack's packages (Keystone, Nova, Neutron, Octavia, Glance)"
+    );
+    crate::openstack::install()?;
+    println!(
+        "    [background] moto {} (the AWS API simulator, from PyPI) in a venv",
+        crate::moto::VERSION
+    );
+    crate::moto::install()?;
+    println!("    [background] Azure's API models (its official Python SDKs, from PyPI)");
+    let models = crate::azure_models::install()?;
+    println!("    [background] done");
+    Ok(models)
 }
 
 /// The real validators the bootstrap tests run: Debian's `cloud-init` and `ignition` packages.
@@ -149,7 +172,9 @@ fn ensure_tools(cargo: &str) -> Result<()> {
         }
     }
     if !succeeds(cargo, &["nextest", "--version"]) {
-        run(Command::new(cargo).args(["install", "cargo-nextest", "--locked"]))?;
+        // A debug build: it orchestrates, the tests do the work; an optimised one takes minutes
+        // longer to build cold.
+        run(Command::new(cargo).args(["install", "cargo-nextest", "--locked", "--debug"]))?;
     }
     Ok(())
 }

@@ -148,7 +148,7 @@ fn start() -> Result<()> {
     }
     // A state file whose process is gone (a reboot, a crash) is stale.
     let _ = std::fs::remove_file(&state);
-    let assets_dir = crate::envtest::ensure()?;
+    let assets_dir = crate::envtest::ensure_control_plane()?;
     install()?;
     step("Starting a local control plane with upstream Cluster API's four managers");
     let run_dir = state.parent().context("state file has no parent")?;

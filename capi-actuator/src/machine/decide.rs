@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use capi_core::api::{Cluster, Machine, MachineAddress};
 use capi_core::condition::{self, ConditionStatus};
-use capi_core::infra::InfraMachine;
+use capi_core::infra::{InfraCluster, InfraMachine};
 use capi_core::{
     Actuator, BootstrapData, IdempotencyKey, InstanceState, MachineInstance, MachineScope,
     ProviderStatus, labels,
@@ -37,12 +37,14 @@ pub(crate) enum BootstrapLookup {
 
 /// Everything observed for one reconcile.
 #[derive(Debug)]
-pub(crate) struct Snapshot<M> {
+pub(crate) struct Snapshot<M, C> {
     pub(crate) infra: Arc<M>,
     /// The UID of the owning `Machine`, from the owner reference.
     pub(crate) owner_uid: Option<String>,
     pub(crate) machine: Option<Arc<Machine>>,
     pub(crate) cluster: Option<Arc<Cluster>>,
+    /// The provider's cluster object of the machine's cluster.
+    pub(crate) infra_cluster: Option<Arc<C>>,
     pub(crate) bootstrap: BootstrapLookup,
     /// The generation at which an invalid configuration was last reported, if any.
     pub(crate) invalid_at_generation: Option<i64>,
@@ -125,38 +127,63 @@ pub struct Decision {
     pub events: Vec<&'static str>,
 }
 
-/// Takes the decision one reconcile would take for `infra`, owned by `machine` in `cluster`, with
-/// `bootstrap` data (`None`: the Machine names no data Secret yet): the same branch, the same
-/// calls to `actuator`, but nothing is read from or written to an API server. For unit tests of
-/// an actuator through the loop and for benchmarks of the decision itself.
+/// The objects one reconcile of an infrastructure machine reads, for [`decide_once`].
+#[derive(Debug)]
+pub struct Observed<M, C> {
+    /// The provider's machine object.
+    pub infra_machine: M,
+    /// The provider's cluster object of the machine's cluster.
+    pub infra_cluster: C,
+    /// The owner `Machine`.
+    pub machine: Machine,
+    /// The machine's `Cluster`.
+    pub cluster: Cluster,
+    /// The decoded bootstrap data (`None`: the Machine names no data Secret yet).
+    pub bootstrap: Option<BootstrapData>,
+}
+
+/// Takes the decision one reconcile would take for `observed`: the same branch, the same calls to
+/// `actuator`, but nothing is read from or written to an API server. For unit tests of an
+/// actuator through the loop and for benchmarks of the decision itself.
 ///
 /// ```no_run
+/// use capi_actuator::machine::{Observed, decide_once};
 /// use capi_core::api::{Cluster, Machine};
-/// use capi_core::{Actuator, infra::InfraMachine};
+/// use capi_core::Actuator;
+/// use capi_core::infra::{InfraCluster, InfraMachine};
 ///
-/// async fn check<M: InfraMachine>(
-///     actuator: &dyn Actuator<M>,
-///     infra: M,
+/// async fn check<M: InfraMachine, C: InfraCluster>(
+///     actuator: &impl Actuator<M, C>,
+///     infra_machine: M,
+///     infra_cluster: C,
 ///     machine: Machine,
 ///     cluster: Cluster,
 /// ) {
-///     let decision =
-///         capi_actuator::machine::decide_once(actuator, infra, machine, cluster, None).await;
+///     let observed =
+///         Observed { infra_machine, infra_cluster, machine, cluster, bootstrap: None };
+///     let decision = decide_once(actuator, observed).await;
 ///     assert!(decision.provider_id.is_none()); // nothing is created without bootstrap data
 /// }
 /// ```
-pub async fn decide_once<M: InfraMachine>(
-    actuator: &dyn Actuator<M>,
-    infra: M,
-    machine: Machine,
-    cluster: Cluster,
-    bootstrap: Option<BootstrapData>,
-) -> Decision {
+pub async fn decide_once<M, C, A>(actuator: &A, observed: Observed<M, C>) -> Decision
+where
+    M: InfraMachine,
+    C: InfraCluster,
+    A: Actuator<M, C> + ?Sized,
+{
+    let Observed {
+        infra_machine,
+        infra_cluster,
+        machine,
+        cluster,
+        bootstrap,
+    } = observed;
     let snapshot = Snapshot {
-        infra: Arc::new(infra),
+        infra: Arc::new(infra_machine),
         owner_uid: machine.metadata.uid.clone(),
         machine: Some(Arc::new(machine)),
         cluster: Some(Arc::new(cluster)),
+        infra_cluster: Some(Arc::new(infra_cluster)),
         bootstrap: bootstrap.map_or(BootstrapLookup::NotSet, BootstrapLookup::Ready),
         invalid_at_generation: None,
     };
@@ -171,11 +198,12 @@ pub async fn decide_once<M: InfraMachine>(
 }
 
 /// Decides one reconcile. Calls the actuator as the contract allows and nothing else.
-pub(crate) async fn decide<M: InfraMachine>(
-    actuator: &dyn Actuator<M>,
-    snapshot: Snapshot<M>,
-    poll: Duration,
-) -> Plan {
+pub(crate) async fn decide<M, C, A>(actuator: &A, snapshot: Snapshot<M, C>, poll: Duration) -> Plan
+where
+    M: InfraMachine,
+    C: InfraCluster,
+    A: Actuator<M, C> + ?Sized,
+{
     let infra = Arc::clone(&snapshot.infra);
     let generation = infra.meta().generation;
     let mut plan = Plan::new(generation);
@@ -228,6 +256,17 @@ pub(crate) async fn decide<M: InfraMachine>(
             Next::AwaitChange,
         );
     }
+    let Some(infra_cluster) = snapshot.infra_cluster.clone() else {
+        return plan.not_ready(
+            reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE,
+            format!(
+                "waiting for the {} of Cluster {:?}",
+                C::kind(&()),
+                machine.spec.cluster_name
+            ),
+            Next::Requeue(poll),
+        );
+    };
     if snapshot.invalid_at_generation.is_some() && snapshot.invalid_at_generation == generation {
         // Already reported at this generation, recently: the condition stays as it is, and the
         // cloud is asked again when the memo expires (RetryPolicy::invalid_retry).
@@ -244,7 +283,7 @@ pub(crate) async fn decide<M: InfraMachine>(
     };
 
     let recorded_provider_id = infra.provider_id().map(str::to_string);
-    let bootstrap_data = match snapshot.bootstrap {
+    let bootstrap = match snapshot.bootstrap {
         BootstrapLookup::Ready(data) => Some(data),
         // An instance that exists needs no bootstrap data.
         _ if recorded_provider_id.is_some() => None,
@@ -266,18 +305,17 @@ pub(crate) async fn decide<M: InfraMachine>(
             return plan.not_ready(reasons::BOOTSTRAP_DATA_INVALID, message, Next::AwaitChange);
         }
     };
-    let creatable = bootstrap_data.is_some();
     let scope = MachineScope {
         cluster,
+        infra_cluster,
         machine,
         infra_machine: infra,
-        bootstrap_data,
         idempotency_key,
     };
 
     match actuator.exists(&scope).await {
         Err(error) => plan.actuator_error(error),
-        Ok(Some(found)) => match actuator.update(&scope, &found).await {
+        Ok(Some(found)) => match actuator.update(&scope, found).await {
             Err(error) => plan.actuator_error(error),
             Ok(outcome) => {
                 if outcome.immutable_changes.is_empty() {
@@ -323,39 +361,62 @@ pub(crate) async fn decide<M: InfraMachine>(
                 Next::Resync,
             )
         }
-        Ok(None) if !creatable => plan.not_ready(
-            reasons::WAITING_FOR_BOOTSTRAP_DATA,
-            "waiting for bootstrap data before creating the instance",
-            Next::AwaitChange,
-        ),
-        Ok(None) => match actuator.create(&scope).await {
-            Err(error) => plan.actuator_error(error),
-            Ok(instance) => {
-                plan.event(
-                    false,
-                    reasons::INSTANCE_CREATED,
-                    format!("created instance {}", instance.provider_id),
-                );
-                // Made from this spec just now: up to date by construction (said now, not by
-                // another status write on the next pass).
-                plan.condition(
-                    condition::UP_TO_DATE,
-                    ConditionStatus::True,
-                    reasons::UP_TO_DATE,
-                    "",
-                );
-                plan.instance(instance, poll)
-            }
+        Ok(None) => match bootstrap {
+            None => plan.not_ready(
+                reasons::WAITING_FOR_BOOTSTRAP_DATA,
+                "waiting for bootstrap data before creating the instance",
+                Next::AwaitChange,
+            ),
+            Some(bootstrap) => create(actuator, &scope, &bootstrap, plan, poll).await,
         },
     }
 }
 
-async fn decide_deletion<M: InfraMachine>(
-    actuator: &dyn Actuator<M>,
-    snapshot: Snapshot<M>,
+/// Creates the instance: `exists` found none and the bootstrap data is there.
+async fn create<M, C, A>(
+    actuator: &A,
+    scope: &MachineScope<M, C>,
+    bootstrap: &BootstrapData,
+    mut plan: Plan,
+    poll: Duration,
+) -> Plan
+where
+    M: Send + Sync + 'static,
+    C: Send + Sync + 'static,
+    A: Actuator<M, C> + ?Sized,
+{
+    match actuator.create(scope, bootstrap).await {
+        Err(error) => plan.actuator_error(error),
+        Ok(instance) => {
+            plan.event(
+                false,
+                reasons::INSTANCE_CREATED,
+                format!("created instance {}", instance.provider_id),
+            );
+            // Made from this spec just now: up to date by construction (said now, not by
+            // another status write on the next pass).
+            plan.condition(
+                condition::UP_TO_DATE,
+                ConditionStatus::True,
+                reasons::UP_TO_DATE,
+                "",
+            );
+            plan.instance(instance, poll)
+        }
+    }
+}
+
+async fn decide_deletion<M, C, A>(
+    actuator: &A,
+    snapshot: Snapshot<M, C>,
     mut plan: Plan,
     has_finalizer: bool,
-) -> Plan {
+) -> Plan
+where
+    M: InfraMachine,
+    C: InfraCluster,
+    A: Actuator<M, C> + ?Sized,
+{
     if !has_finalizer {
         return plan;
     }
@@ -375,12 +436,15 @@ async fn decide_deletion<M: InfraMachine>(
         stand_in.metadata.uid = snapshot.owner_uid.clone();
         Arc::new(stand_in)
     });
+    let Some(infra_cluster) = snapshot.infra_cluster else {
+        return deletion_without_infra_cluster::<C>(plan, snapshot.cluster.as_deref());
+    };
     let cluster = snapshot.cluster.unwrap_or_default();
     let scope = MachineScope {
         cluster,
+        infra_cluster,
         machine,
         infra_machine: snapshot.infra,
-        bootstrap_data: None,
         idempotency_key,
     };
     match actuator.delete(&scope).await {
@@ -395,4 +459,28 @@ async fn decide_deletion<M: InfraMachine>(
         }
         Err(error) => plan.deletion_error(error),
     }
+}
+
+/// A deletion whose provider's cluster object is gone: the actuator reaches the cloud through it
+/// (region, network, credentials), so it is not called. When the `Cluster` says its
+/// infrastructure was never provisioned, nothing can have been created (creation waits for it)
+/// and the finalizer goes; otherwise the loop says what it waits for, and how to end the wait,
+/// and looks again.
+fn deletion_without_infra_cluster<C: InfraCluster>(
+    mut plan: Plan,
+    cluster: Option<&Cluster>,
+) -> Plan {
+    let kind = C::kind(&());
+    if cluster.is_some_and(|c| !c.infrastructure_provisioned()) {
+        plan.finalizer = FinalizerChange::Remove;
+        return plan;
+    }
+    plan.not_ready(
+        reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE,
+        format!(
+            "the instance is deleted through the cluster's {kind}, which is gone; recreate it, or \
+             delete the instance by hand and remove the finalizer {INFRA_MACHINE_FINALIZER}"
+        ),
+        Next::Requeue(Duration::from_secs(60)),
+    )
 }

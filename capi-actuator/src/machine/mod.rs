@@ -1,6 +1,7 @@
 //! The infrastructure machine reconciler: drives an [`Actuator`] for a provider's machine kind.
 //!
-//! Per object: find the owner `Machine` and its `Cluster`; honour pause; on deletion call
+//! Per object: find the owner `Machine`, its `Cluster` and the provider's cluster object; honour
+//! pause; on deletion call
 //! `delete` until the instance is gone, then drop the finalizer; otherwise add the finalizer, wait
 //! for the cluster infrastructure and the bootstrap data, then `exists` → `update`, or `create`,
 //! and record provider ID, addresses, `initialization.provisioned` and conditions.
@@ -8,6 +9,7 @@
 //! Phases are separate functions: `observe` reads, `decide`
 //! calls the cloud and plans, `record` writes.
 
+mod actuator;
 mod decide;
 mod observe;
 mod record;
@@ -16,36 +18,50 @@ use std::sync::Arc;
 
 use capi_core::Actuator;
 use capi_core::api::{Cluster, Machine};
-use capi_core::infra::InfraMachine;
+use capi_core::infra::{InfraCluster, InfraMachine};
 use futures::Future;
 use kube::ResourceExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
-pub use decide::{Decision, INFRA_MACHINE_FINALIZER, decide_once};
+pub use actuator::{AnyInstance, DynActuator, erase};
+pub use decide::{Decision, INFRA_MACHINE_FINALIZER, Observed, decide_once};
+pub(crate) use observe::infra_cluster;
 
 use crate::instrument::InstrumentedActuator;
 use crate::packed::Packed;
 use crate::plan::Next;
 use crate::reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
 
-/// The reconciler of one infrastructure machine kind `M`.
+/// The reconciler of one infrastructure machine kind `M` of cluster kind `C`.
 ///
 /// ```no_run
 /// # use std::sync::Arc;
 /// # use capi_actuator::machine::InfraMachineReconciler;
 /// # use capi_actuator::ReconcilerOptions;
-/// # async fn demo<M: capi_core::infra::InfraMachine>(client: kube::Client, actuator: Arc<dyn capi_core::Actuator<M>>) {
-/// InfraMachineReconciler::new(client, actuator)
+/// # use capi_core::infra::{InfraCluster, InfraMachine};
+/// # async fn demo<M: InfraMachine, C: InfraCluster>(
+/// #     client: kube::Client,
+/// #     actuator: Arc<impl capi_core::Actuator<M, C> + 'static>,
+/// # ) {
+/// InfraMachineReconciler::for_actuator(client, actuator)
 ///     .options(ReconcilerOptions::default().concurrency(32))
 ///     .run(std::future::pending())
 ///     .await;
 /// # }
 /// ```
-pub type InfraMachineReconciler<M> = Reconciler<M, dyn Actuator<M>>;
+pub type InfraMachineReconciler<M, C> = Reconciler<M, DynActuator<M, C>>;
 
-impl<M: InfraMachine> Reconciler<M, dyn Actuator<M>> {
+impl<M: InfraMachine, C: InfraCluster> Reconciler<M, DynActuator<M, C>> {
+    /// A reconciler driving `actuator` (see [`Reconciler::new`] for the rest).
+    pub fn for_actuator<A: Actuator<M, C> + ?Sized + 'static>(
+        client: kube::Client,
+        actuator: Arc<A>,
+    ) -> Self {
+        Self::new(client, erase(actuator))
+    }
+
     /// Runs until `shutdown` completes; in-flight reconciles finish first.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
         // Packed: one cached object per machine, decoded only when reconciled.
@@ -54,7 +70,15 @@ impl<M: InfraMachine> Reconciler<M, dyn Actuator<M>> {
         let by_cluster = reader.clone();
         let (machines, machine_stream) = self.cached::<Machine>();
         let (clusters, cluster_stream) = self.cached::<Cluster>();
-        let owners = Arc::new(observe::Owners { machines, clusters });
+        // No stream: a change of the provider's cluster object reaches its machines at their
+        // resync; a machine waiting for it looks again by itself.
+        let infra_clusters =
+            crate::cached::Cached::new(self.informer::<C>().store(), self.client().clone());
+        let owners = Arc::new(observe::Owners {
+            machines,
+            clusters,
+            infra_clusters,
+        });
         let concurrency = self.concurrency();
         let context = self.into_context(|inner, metrics, controller| {
             Arc::new(InstrumentedActuator {
@@ -94,8 +118,8 @@ impl<M: InfraMachine> Reconciler<M, dyn Actuator<M>> {
             )
             .graceful_shutdown_on(shutdown)
             .run(
-                move |infra, context| reconcile::<M>(infra, context, Arc::clone(&owners)),
-                back_off::<Packed<M>, dyn Actuator<M>>,
+                move |infra, context| reconcile::<M, C>(infra, context, Arc::clone(&owners)),
+                back_off::<Packed<M>, DynActuator<M, C>>,
                 context,
             );
         drain(results).await;
@@ -112,10 +136,10 @@ fn machine_changes(
 }
 
 #[tracing::instrument(skip_all, fields(kind = %M::kind(&()), namespace = %infra.namespace().unwrap_or_default(), name = %infra.name_any()))]
-async fn reconcile<M: InfraMachine>(
+async fn reconcile<M: InfraMachine, C: InfraCluster>(
     infra: Arc<Packed<M>>,
-    context: Arc<Context<dyn Actuator<M>>>,
-    owners: Arc<observe::Owners>,
+    context: Arc<Context<DynActuator<M, C>>>,
+    owners: Arc<observe::Owners<C>>,
 ) -> Result<Action, ReconcileError> {
     let once = async {
         let infra = Arc::new(infra.unpack()?);
@@ -124,10 +148,10 @@ async fn reconcile<M: InfraMachine>(
     context.reconcile(infra.as_ref(), once).await
 }
 
-async fn reconcile_once<M: InfraMachine>(
+async fn reconcile_once<M: InfraMachine, C: InfraCluster>(
     infra: &Arc<M>,
-    context: &Context<dyn Actuator<M>>,
-    owners: &observe::Owners,
+    context: &Context<DynActuator<M, C>>,
+    owners: &observe::Owners<C>,
 ) -> Result<Next, ReconcileError> {
     let invalid = context.retry.invalid_at(infra.as_ref());
     let snapshot = observe::observe(&context.client, owners, Arc::clone(infra), invalid).await?;

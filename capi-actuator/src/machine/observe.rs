@@ -1,9 +1,10 @@
-//! Reading what one reconcile needs from the API server.
+//! Reading what one reconcile needs: the owners and the infrastructure cluster from the
+//! controller's own watches, the bootstrap data from the API server.
 
 use std::sync::Arc;
 
 use capi_core::api::{Cluster, Machine};
-use capi_core::infra::InfraMachine;
+use capi_core::infra::{InfraCluster, InfraMachine};
 use capi_core::{BootstrapData, labels};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client, ResourceExt};
@@ -11,11 +12,12 @@ use kube::{Api, Client, ResourceExt};
 use super::decide::{BootstrapLookup, Snapshot};
 use crate::cached::Cached;
 
-/// Where a reconcile reads the owner `Machine` and its `Cluster` from: the controller's own
-/// watches, the API server for what they have not seen yet.
-pub(crate) struct Owners {
+/// Where a reconcile reads the owner `Machine`, its `Cluster` and the provider's cluster object
+/// from: the manager's watches, the API server for what they have not seen yet.
+pub(crate) struct Owners<C: InfraCluster> {
     pub(crate) machines: Cached<Machine>,
     pub(crate) clusters: Cached<Cluster>,
+    pub(crate) infra_clusters: Cached<C>,
 }
 
 /// The owner reference to a Cluster API `Machine`, if any.
@@ -27,14 +29,14 @@ pub(crate) fn machine_owner<M: InfraMachine>(infra: &M) -> Option<(String, Strin
         .map(|r| (r.name.clone(), r.uid.clone()))
 }
 
-/// Reads the owner `Machine` and its `Cluster` (from `owners`) and fetches (if an instance may
-/// still have to be created) the bootstrap data.
-pub(crate) async fn observe<M: InfraMachine>(
+/// Reads the owner `Machine`, its `Cluster` and the provider's cluster object (from `owners`) and
+/// fetches (if an instance may still have to be created) the bootstrap data.
+pub(crate) async fn observe<M: InfraMachine, C: InfraCluster>(
     client: &Client,
-    owners: &Owners,
+    owners: &Owners<C>,
     infra: Arc<M>,
     invalid_at_generation: Option<i64>,
-) -> Result<Snapshot<M>, kube::Error> {
+) -> Result<Snapshot<M, C>, kube::Error> {
     let namespace = infra.namespace().unwrap_or_default();
     let owner = machine_owner(infra.as_ref());
     let machine = match &owner {
@@ -50,8 +52,14 @@ pub(crate) async fn observe<M: InfraMachine>(
         .as_ref()
         .map(|m| m.spec.cluster_name.clone())
         .or_else(|| labels::cluster_name(infra.meta()).map(str::to_string));
-    let cluster = match cluster_name {
-        Some(name) => owners.clusters.get(&namespace, &name).await?,
+    let cluster = match &cluster_name {
+        Some(name) => owners.clusters.get(&namespace, name).await?,
+        None => None,
+    };
+    let infra_cluster = match &cluster_name {
+        Some(name) => {
+            infra_cluster(&owners.infra_clusters, &namespace, name, cluster.as_deref()).await?
+        }
         None => None,
     };
     let deleting = infra.meta().deletion_timestamp.is_some();
@@ -77,7 +85,36 @@ pub(crate) async fn observe<M: InfraMachine>(
         owner_uid: owner.map(|(_, uid)| uid),
         machine,
         cluster,
+        infra_cluster,
         bootstrap,
         invalid_at_generation,
     })
+}
+
+/// The provider's cluster object of the `Cluster` named `cluster_name`: the one its
+/// `infrastructureRef` names (when `cluster` is known and names a `C`), else the one labelled
+/// `cluster.x-k8s.io/cluster-name=<cluster_name>`, else the one named like the cluster (during
+/// deletion the `Cluster` may be gone).
+pub(crate) async fn infra_cluster<C: InfraCluster>(
+    infra_clusters: &Cached<C>,
+    namespace: &str,
+    cluster_name: &str,
+    cluster: Option<&Cluster>,
+) -> Result<Option<Arc<C>>, kube::Error> {
+    let referenced = cluster
+        .and_then(|c| c.spec.infrastructure_ref.as_ref())
+        .filter(|r| r.kind == C::kind(&()) && r.api_group == C::group(&()));
+    if let Some(reference) = referenced
+        && let Some(found) = infra_clusters.get(namespace, &reference.name).await?
+    {
+        return Ok(Some(found));
+    }
+    let labelled = infra_clusters.store().state().into_iter().find(|c| {
+        c.namespace().as_deref() == Some(namespace)
+            && labels::cluster_name(c.meta()) == Some(cluster_name)
+    });
+    if labelled.is_some() {
+        return Ok(labelled);
+    }
+    infra_clusters.get(namespace, cluster_name).await
 }

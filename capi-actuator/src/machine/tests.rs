@@ -3,15 +3,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use capi_core::api::ApiEndpoint;
 use capi_core::api::{
     Cluster, ClusterInitializationStatus, ClusterStatus, Machine, MachineAddress,
     MachineAddressType,
 };
 use capi_core::condition::{self, ConditionStatus};
-use capi_core::infra::{InfraMachine, InfraMachineStatus};
+use capi_core::infra::{InfraCluster, InfraClusterStatus, InfraMachine, InfraMachineStatus};
 use capi_core::{
-    ActuatorError, BootstrapData, BootstrapFormat, ImmutableChange, InstanceState, MachineInstance,
-    MockActuator, UpdateOutcome,
+    ActuatorError, BootstrapData, BootstrapFormat, Found, ImmutableChange, InstanceState,
+    MachineInstance, MockActuator, UpdateOutcome,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::CustomResource;
@@ -47,6 +48,31 @@ impl InfraMachine for TestMachine {
     fn infra_status(&self) -> Option<&InfraMachineStatus> {
         self.status.as_ref()
     }
+}
+
+#[derive(CustomResource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "infrastructure.test.io",
+    version = "v1alpha1",
+    kind = "TestCluster",
+    namespaced,
+    status = "InfraClusterStatus"
+)]
+struct TestClusterSpec {}
+
+impl InfraCluster for TestCluster {
+    fn control_plane_endpoint(&self) -> Option<&ApiEndpoint> {
+        None
+    }
+    fn infra_status(&self) -> Option<&InfraClusterStatus> {
+        self.status.as_ref()
+    }
+}
+
+fn infra_cluster() -> TestCluster {
+    let mut infra_cluster = TestCluster::new("demo", TestClusterSpec {});
+    infra_cluster.metadata.namespace = Some("ns".into());
+    infra_cluster
 }
 
 const POLL: Duration = Duration::from_secs(5);
@@ -88,12 +114,13 @@ fn cluster(provisioned: bool) -> Cluster {
     cluster
 }
 
-fn snapshot(infra: TestMachine) -> Snapshot<TestMachine> {
+fn snapshot(infra: TestMachine) -> Snapshot<TestMachine, TestCluster> {
     Snapshot {
         infra: Arc::new(infra),
         owner_uid: Some(OWNER_UID.into()),
         machine: Some(Arc::new(machine())),
         cluster: Some(Arc::new(cluster(true))),
+        infra_cluster: Some(Arc::new(infra_cluster())),
         bootstrap: BootstrapLookup::Ready(BootstrapData::new(
             BootstrapFormat::CloudConfig,
             b"#cloud-config\n".to_vec(),
@@ -122,7 +149,7 @@ fn ready(plan: &Plan) -> Option<(ConditionStatus, String)> {
 }
 
 /// A mock that fails the test on any call.
-fn untouched() -> MockActuator<TestMachine> {
+fn untouched() -> MockActuator<TestMachine, TestCluster> {
     let mut actuator = MockActuator::new();
     actuator.expect_exists().never();
     actuator.expect_create().never();
@@ -245,11 +272,14 @@ async fn missing_bootstrap_data_waits_without_calling_the_cloud() {
 async fn creates_once_when_nothing_exists_and_records_everything() {
     let mut actuator = MockActuator::new();
     actuator.expect_exists().times(1).returning(|_| Ok(None));
-    actuator.expect_create().times(1).returning(|scope| {
-        assert_eq!(scope.idempotency_key.as_str(), format!("capi-{OWNER_UID}"));
-        assert!(scope.bootstrap_data.is_some());
-        Ok(running("test:///i-1"))
-    });
+    actuator
+        .expect_create()
+        .times(1)
+        .returning(|scope, bootstrap| {
+            assert_eq!(scope.idempotency_key.as_str(), format!("capi-{OWNER_UID}"));
+            assert_eq!(bootstrap.expose(), b"#cloud-config\n");
+            Ok(running("test:///i-1"))
+        });
     actuator.expect_update().never();
     let plan = decide(&actuator, snapshot(infra()), POLL).await;
     assert_eq!(plan.record.provider_id.as_deref(), Some("test:///i-1"));
@@ -289,7 +319,7 @@ async fn creates_once_when_nothing_exists_and_records_everything() {
 async fn booting_instance_is_recorded_but_not_provisioned() {
     let mut actuator = MockActuator::new();
     actuator.expect_exists().returning(|_| Ok(None));
-    actuator.expect_create().times(1).returning(|_| {
+    actuator.expect_create().times(1).returning(|_, _| {
         Ok(MachineInstance {
             state: InstanceState::Provisioning,
             ..running("test:///i-2")
@@ -307,11 +337,11 @@ async fn existing_instance_is_updated_never_created() {
     actuator
         .expect_exists()
         .times(1)
-        .returning(|_| Ok(Some(running("test:///i-1"))));
+        .returning(|_| Ok(Some(Found::new(running("test:///i-1")))));
     actuator.expect_create().never();
     actuator.expect_update().times(1).returning(|_, found| {
         Ok(UpdateOutcome {
-            instance: found.clone(),
+            instance: found.reported,
             immutable_changes: vec![ImmutableChange {
                 field: "spec.flavor".into(),
                 current: "m1.small".into(),
@@ -357,7 +387,7 @@ async fn an_instance_that_vanished_is_reported_and_never_recreated() {
 async fn requeue_after_is_not_a_failure() {
     let mut actuator = MockActuator::new();
     actuator.expect_exists().returning(|_| Ok(None));
-    actuator.expect_create().returning(|_| {
+    actuator.expect_create().returning(|_, _| {
         Err(ActuatorError::requeue_after(
             Duration::from_secs(7),
             "WaitingForQuota",
@@ -394,7 +424,7 @@ async fn transient_errors_are_failures_with_a_condition() {
 async fn invalid_configuration_waits_for_a_new_generation() {
     let mut actuator = MockActuator::new();
     actuator.expect_exists().times(1).returning(|_| Ok(None));
-    actuator.expect_create().times(1).returning(|_| {
+    actuator.expect_create().times(1).returning(|_, _| {
         Err(ActuatorError::invalid_configuration(
             "ImageNotFound",
             "image \"ubuntu-99\" does not exist",
@@ -425,7 +455,7 @@ async fn invalid_configuration_waits_for_a_new_generation() {
     actuator
         .expect_create()
         .times(1)
-        .returning(|_| Ok(running("test:///i-3")));
+        .returning(|_, _| Ok(running("test:///i-3")));
     let plan = decide(&actuator, snap, POLL).await;
     assert!(plan.record.provisioned);
 }
@@ -489,6 +519,62 @@ async fn deletion_failures_back_off_and_keep_the_finalizer() {
         assert_eq!(plan.finalizer, FinalizerChange::Keep);
         assert!(matches!(plan.next, Next::Failed(_)));
     }
+}
+
+#[tokio::test]
+async fn a_missing_infrastructure_cluster_is_waited_for_without_calling_the_cloud() {
+    let mut snap = snapshot(infra());
+    snap.infra_cluster = None;
+    let plan = decide(&untouched(), snap, POLL).await;
+    let (status, reason) = ready(&plan).unwrap();
+    assert_eq!(
+        (status, reason.as_str()),
+        (
+            ConditionStatus::False,
+            reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE
+        )
+    );
+    let message = &plan.conditions.last().unwrap().message;
+    assert!(message.contains("TestCluster"), "{message}");
+    assert!(matches!(plan.next, Next::Requeue(d) if d == POLL));
+}
+
+#[tokio::test]
+async fn deletion_without_the_infrastructure_cluster_waits_and_says_how_to_end_the_wait() {
+    let mut snap = snapshot(deleting());
+    snap.infra_cluster = None;
+    let plan = decide(&untouched(), snap, POLL).await;
+    assert_eq!(plan.finalizer, FinalizerChange::Keep);
+    let message = &plan.conditions.last().unwrap().message;
+    assert!(message.contains(INFRA_MACHINE_FINALIZER), "{message}");
+    assert!(matches!(plan.next, Next::Requeue(_)));
+
+    // A cluster whose infrastructure was never provisioned never had an instance created.
+    let mut never = snapshot(deleting());
+    never.infra_cluster = None;
+    never.cluster = Some(Arc::new(cluster(false)));
+    let plan = decide(&untouched(), never, POLL).await;
+    assert_eq!(plan.finalizer, FinalizerChange::Remove);
+}
+
+#[tokio::test]
+async fn the_actuator_sees_the_infrastructure_cluster_and_what_exists_found() {
+    let mut actuator = MockActuator::<TestMachine, TestCluster>::new();
+    actuator.expect_exists().times(1).returning(|scope| {
+        assert_eq!(scope.infra_cluster.metadata.name.as_deref(), Some("demo"));
+        Ok(Some(Found::new(running("test:///i-5"))))
+    });
+    actuator.expect_create().never();
+    actuator.expect_update().times(1).returning(|scope, found| {
+        assert_eq!(scope.infra_cluster.metadata.name.as_deref(), Some("demo"));
+        assert_eq!(found.reported.provider_id, "test:///i-5");
+        Ok(UpdateOutcome {
+            instance: found.reported,
+            immutable_changes: Vec::new(),
+        })
+    });
+    let plan = decide(&actuator, snapshot(infra()), POLL).await;
+    assert!(plan.record.provisioned);
 }
 
 #[tokio::test]
@@ -556,7 +642,14 @@ fn unchanged_plan_means_unchanged_status() {
 
 #[tokio::test]
 async fn decide_once_takes_the_loops_branch_without_an_api_server() {
-    let waiting = super::decide_once(&untouched(), infra(), machine(), cluster(true), None).await;
+    let observed = |bootstrap| super::Observed {
+        infra_machine: infra(),
+        infra_cluster: infra_cluster(),
+        machine: machine(),
+        cluster: cluster(true),
+        bootstrap,
+    };
+    let waiting = super::decide_once(&untouched(), observed(None)).await;
     assert_eq!(waiting.provider_id, None);
     assert!(
         waiting
@@ -570,10 +663,9 @@ async fn decide_once_takes_the_loops_branch_without_an_api_server() {
     actuator
         .expect_create()
         .times(1)
-        .returning(|_| Ok(running("test:///i-9")));
+        .returning(|_, _| Ok(running("test:///i-9")));
     let data = BootstrapData::new(BootstrapFormat::CloudConfig, b"#cloud-config\n".to_vec());
-    let created =
-        super::decide_once(&actuator, infra(), machine(), cluster(true), Some(data)).await;
+    let created = super::decide_once(&actuator, observed(Some(data))).await;
     assert_eq!(created.provider_id.as_deref(), Some("test:///i-9"));
     assert!(created.provisioned);
     assert!(!created.adds_finalizer);
@@ -584,7 +676,7 @@ async fn decide_once_takes_the_loops_branch_without_an_api_server() {
 async fn the_providers_status_failure_domain_and_conditions_are_recorded_ready_stays_the_loops() {
     let mut actuator = MockActuator::new();
     actuator.expect_exists().returning(|_| Ok(None));
-    actuator.expect_create().times(1).returning(|_| {
+    actuator.expect_create().times(1).returning(|_, _| {
         Ok(running("test:///i-3")
             .in_failure_domain("zone-b")
             .with_provider_status(
@@ -628,7 +720,7 @@ async fn the_providers_status_failure_domain_and_conditions_are_recorded_ready_s
 async fn a_failed_instance_carries_the_clouds_reason() {
     let mut actuator = MockActuator::new();
     actuator.expect_exists().returning(|_| Ok(None));
-    actuator.expect_create().times(1).returning(|_| {
+    actuator.expect_create().times(1).returning(|_, _| {
         Ok(MachineInstance {
             state: InstanceState::Failed {
                 reason: "OutOfCapacity".into(),

@@ -19,7 +19,8 @@
 //! ```no_run
 //! # use std::sync::Arc;
 //! # async fn demo<M: capi_core::infra::InfraMachine, C: capi_core::infra::InfraCluster>(
-//! #     machines: Arc<dyn capi_core::Actuator<M>>, clusters: Arc<dyn capi_core::ClusterActuator<C>>,
+//! #     machines: Arc<impl capi_core::Actuator<M, C> + 'static>,
+//! #     clusters: Arc<dyn capi_core::ClusterActuator<C>>,
 //! # ) -> Result<(), capi_actuator::manager::ManagerError> {
 //! use capi_actuator::manager::{LeaderElectionConfig, Manager, ManagerConfig};
 //!
@@ -254,12 +255,15 @@ impl Manager {
         self.listener.local_addr()
     }
 
-    /// Registers the reconciler of a provider's machine kind.
-    pub fn add_machine_reconciler<M: InfraMachine>(
-        &mut self,
-        actuator: Arc<dyn Actuator<M>>,
-    ) -> &mut Self {
-        let reconciler: InfraMachineReconciler<M> = self.infrastructure_reconciler(actuator);
+    /// Registers the reconciler of a provider's machine kind `M`, whose cluster kind is `C`.
+    pub fn add_machine_reconciler<M, C, A>(&mut self, actuator: Arc<A>) -> &mut Self
+    where
+        M: InfraMachine,
+        C: InfraCluster,
+        A: Actuator<M, C> + ?Sized + 'static,
+    {
+        let reconciler: InfraMachineReconciler<M, C> =
+            self.infrastructure_reconciler(crate::machine::erase(actuator));
         self.add_controller(move |shutdown| reconciler.run(shutdown.wait()))
     }
 
@@ -272,13 +276,14 @@ impl Manager {
         self.add_controller(move |shutdown| reconciler.run(shutdown.wait()))
     }
 
-    /// Registers the reconciler of a provider's machine template kind, which publishes each
-    /// template's `status.capacity` and `status.nodeInfo` from `actuator`.
-    pub fn add_machine_template_reconciler<T: InfraMachineTemplate>(
+    /// Registers the reconciler of a provider's machine template kind `T`, whose cluster kind is
+    /// `C`, which publishes each template's `status.capacity` and `status.nodeInfo` from
+    /// `actuator`.
+    pub fn add_machine_template_reconciler<T: InfraMachineTemplate, C: InfraCluster>(
         &mut self,
-        actuator: Arc<dyn MachineTemplateActuator<T>>,
+        actuator: Arc<dyn MachineTemplateActuator<T, C>>,
     ) -> &mut Self {
-        let reconciler: InfraMachineTemplateReconciler<T> =
+        let reconciler: InfraMachineTemplateReconciler<T, C> =
             self.infrastructure_reconciler(actuator);
         self.add_controller(move |shutdown| reconciler.run(shutdown.wait()))
     }

@@ -1,8 +1,18 @@
 //! The contract between the generic reconcile loop and a cloud.
 //!
-//! A provider implements [`Actuator`] for its machine kind and [`ClusterActuator`] for its cluster
-//! kind; the loop in `capi-actuator` drives them. Both traits are object safe and used as
-//! `Arc<dyn Actuator<M>>`.
+//! A provider implements [`Actuator`] for its machine kind, [`ClusterActuator`] for its cluster
+//! kind and [`MachineTemplateActuator`] for its machine template kind; the loop in
+//! `capi-actuator` drives them.
+//!
+//! # One shape for all three
+//!
+//! Every call receives a scope holding every object the loop has read for this reconcile, from
+//! the manager's own watches: the `Cluster`, the provider's infrastructure cluster object, the
+//! owner `Machine` and the provider's machine ([`MachineScope`], [`ClusterScope`],
+//! [`TemplateScope`]). An actuator talks to its cloud and to nothing else: it never reads the API
+//! server for what a scope carries, and it keeps nothing between calls — what
+//! [`Actuator::exists`] found is handed to [`Actuator::update`] as a value ([`Found`]), and
+//! [`Actuator::create`] receives the bootstrap data as a value.
 //!
 //! # Semantics every provider must honour
 //!
@@ -37,33 +47,114 @@ pub use scope::{
 pub use template::MockMachineTemplateActuator;
 pub use template::{MachineCapacity, MachineTemplateActuator, TemplateScope};
 
-/// Machine infrastructure of one cloud: creates, finds, updates and deletes instances.
+/// Machine infrastructure of one cloud: finds, creates, updates and deletes instances.
 ///
-/// `M` is the provider's machine kind (for example `OpenStackMachine`).
-#[cfg_attr(any(test, feature = "mock"), mockall::automock)]
+/// `M` is the provider's machine kind (for example `OpenStackMachine`) and `C` its cluster kind
+/// (for example `OpenStackCluster`), which every call finds in the [`MachineScope`].
+///
+/// # Guarantees the loop gives
+///
+/// - One reconcile calls `exists`, then either `update` with what `exists` found, or `create`
+///   when it found nothing; `delete` alone while the machine is being deleted. Calls for one
+///   machine never overlap.
+/// - `create` is called only with the decoded bootstrap data of the owner `Machine`, and only
+///   after the cluster infrastructure is provisioned and the loop's finalizer is stored.
+///
+/// # What `exists` hands to `update`
+///
+/// [`Self::Instance`] is the provider's own record of an instance — what its cloud answered
+/// (an EC2 `Instance`, a Nova server and its ports) — and `exists` returns it beside the
+/// contract's [`MachineInstance`] in a [`Found`]. The loop hands that value, unchanged, to the
+/// `update` of the same reconcile, so `update` neither asks the cloud again nor keeps a map of
+/// what an earlier call found. A provider that needs nothing of the kind says
+/// `type Instance = ();` and returns [`Found::new`].
+///
+/// An associated type, rather than a type-erased slot, because it keeps the provider's code
+/// typed end to end (no downcast that could fail), and mocks stay plain: `MockActuator<M, C>`
+/// has `Instance = ()`. The loop stores any actuator behind one object-safe adapter of its
+/// own, so it stays generic over `M` and `C` only.
+#[cfg_attr(any(test, feature = "mock"), mockall::automock(type Instance = ();))]
 #[async_trait]
-pub trait Actuator<M: Send + Sync + 'static>: Send + Sync {
+pub trait Actuator<M: Send + Sync + 'static, C: Send + Sync + 'static>: Send + Sync {
+    /// What `exists` learns of an instance beyond [`MachineInstance`], handed to `update`.
+    type Instance: Send + Sync + 'static;
+
     /// Finds the instance of this machine, by provider ID if known, else by idempotency key.
     /// Must not create or change anything.
     async fn exists(
         &self,
-        scope: &MachineScope<M>,
-    ) -> Result<Option<MachineInstance>, ActuatorError>;
+        scope: &MachineScope<M, C>,
+    ) -> Result<Option<Found<Self::Instance>>, ActuatorError>;
 
-    /// Creates the instance, or returns the one already created under the same idempotency key.
-    /// Called only after `exists` returned `None`, with bootstrap data present.
-    async fn create(&self, scope: &MachineScope<M>) -> Result<MachineInstance, ActuatorError>;
+    /// Creates the instance with `bootstrap` as its user data, or returns the one already
+    /// created under the same idempotency key. Called only after `exists` found nothing.
+    async fn create(
+        &self,
+        scope: &MachineScope<M, C>,
+        bootstrap: &BootstrapData,
+    ) -> Result<MachineInstance, ActuatorError>;
 
-    /// Converges mutable properties of an existing instance.
+    /// Converges mutable properties of the instance `exists` found in this reconcile.
     async fn update(
         &self,
-        scope: &MachineScope<M>,
-        instance: &MachineInstance,
+        scope: &MachineScope<M, C>,
+        found: Found<Self::Instance>,
     ) -> Result<UpdateOutcome, ActuatorError>;
 
     /// Deletes the instance and everything it owns. `Ok` means gone; in progress is
-    /// [`ActuatorError::RequeueAfter`].
-    async fn delete(&self, scope: &MachineScope<M>) -> Result<(), ActuatorError>;
+    /// [`ActuatorError::RequeueAfter`]. The loop does not call `exists` first: `delete` finds the
+    /// instance itself, by provider ID or idempotency key.
+    async fn delete(&self, scope: &MachineScope<M, C>) -> Result<(), ActuatorError>;
+}
+
+/// What [`Actuator::exists`] found: the contract's view of the instance, which the loop records,
+/// and the provider's own record of it, which the loop hands to [`Actuator::update`].
+///
+/// ```
+/// use capi_core::{Found, InstanceState, MachineInstance};
+///
+/// /// What a cloud answered about a server.
+/// struct Server {
+///     ports: Vec<String>,
+/// }
+///
+/// let reported = MachineInstance::new("fake:///4b0f", vec![], InstanceState::Running);
+/// let found = Found::with(reported, Server { ports: vec!["p-1".into()] });
+/// assert_eq!(found.instance.ports, ["p-1"]);
+/// assert_eq!(found.reported.provider_id, "fake:///4b0f");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found<I> {
+    /// What the loop records of the instance.
+    pub reported: MachineInstance,
+    /// The provider's own record of the instance.
+    pub instance: I,
+}
+
+impl Found<()> {
+    /// An instance of a provider that hands nothing to `update` beyond what the loop records.
+    pub fn new(reported: MachineInstance) -> Self {
+        Self {
+            reported,
+            instance: (),
+        }
+    }
+}
+
+impl<I> Found<I> {
+    /// An instance as the loop records it, and as the provider's cloud answered.
+    pub fn with(reported: MachineInstance, instance: I) -> Self {
+        Self { reported, instance }
+    }
+
+    /// The same instance with the provider's record mapped by `f` (for an adapter between two
+    /// actuators).
+    pub fn map<J>(self, f: impl FnOnce(I) -> J) -> Found<J> {
+        Found {
+            reported: self.reported,
+            instance: f(self.instance),
+        }
+    }
 }
 
 /// Cluster-wide infrastructure of one cloud: networks, security groups, the API server load
@@ -217,20 +308,27 @@ pub struct ClusterInfrastructure {
 /// ```
 /// use std::sync::Arc;
 /// use capi_core::api::{Cluster, Machine};
-/// use capi_core::{Actuator, IdempotencyKey, InstanceState, MachineInstance, MachineScope, MockActuator};
+/// use capi_core::{
+///     Actuator, BootstrapData, BootstrapFormat, Found, IdempotencyKey, InstanceState,
+///     MachineInstance, MachineScope, MockActuator,
+/// };
 ///
 /// /// A decision under test: create only if nothing exists yet.
-/// async fn ensure(actuator: &dyn Actuator<()>, scope: &MachineScope<()>) -> MachineInstance {
+/// async fn ensure(
+///     actuator: &MockActuator<(), ()>,
+///     scope: &MachineScope<(), ()>,
+///     bootstrap: &BootstrapData,
+/// ) -> MachineInstance {
 ///     match actuator.exists(scope).await.unwrap() {
-///         Some(found) => found,
-///         None => actuator.create(scope).await.unwrap(),
+///         Some(found) => found.reported,
+///         None => actuator.create(scope, bootstrap).await.unwrap(),
 ///     }
 /// }
 ///
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-/// let mut actuator = MockActuator::<()>::new();
+/// let mut actuator = MockActuator::<(), ()>::new();
 /// actuator.expect_exists().times(1).returning(|_| Ok(None));
-/// actuator.expect_create().times(1).returning(|scope| {
+/// actuator.expect_create().times(1).returning(|scope, _| {
 ///     Ok(MachineInstance::new(
 ///         format!("fake:///{}", scope.idempotency_key),
 ///         vec![],
@@ -242,12 +340,13 @@ pub struct ClusterInfrastructure {
 /// machine.metadata.uid = Some("0b7c".into());
 /// let scope = MachineScope {
 ///     cluster: Arc::new(Cluster::default()),
+///     infra_cluster: Arc::new(()),
 ///     idempotency_key: IdempotencyKey::for_machine(&machine).unwrap(),
 ///     machine: Arc::new(machine),
 ///     infra_machine: Arc::new(()),
-///     bootstrap_data: None,
 /// };
-/// let instance = ensure(&actuator, &scope).await;
+/// let bootstrap = BootstrapData::new(BootstrapFormat::CloudConfig, "#cloud-config\n");
+/// let instance = ensure(&actuator, &scope, &bootstrap).await;
 /// assert_eq!(instance.provider_id, "fake:///capi-0b7c");
 /// # });
 /// ```

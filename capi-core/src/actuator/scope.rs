@@ -11,28 +11,31 @@ use crate::api::{Cluster, Machine};
 
 /// Everything a machine [`Actuator`](super::Actuator) call may look at.
 ///
-/// The objects are snapshots taken at the start of the reconcile; an actuator never writes them
-/// (the loop records what the actuator returns).
+/// The objects are snapshots the loop took at the start of the reconcile from its own watches;
+/// an actuator never writes them (the loop records what the actuator returns) and never reads
+/// the API server for them.
 ///
 /// During deletion the owning `Machine` and `Cluster` may already be gone. `delete` then receives
 /// stand-ins that carry only the `Machine`'s UID (an empty `Cluster`), so it must find the instance
 /// by `spec.providerID` of the infrastructure machine or by the idempotency key — which is what the
-/// contract asks of it anyway.
+/// contract asks of it anyway. The infrastructure cluster is always the real one: the loop does
+/// not call the actuator without it.
 #[derive(Debug)]
-pub struct MachineScope<M> {
+pub struct MachineScope<M, C> {
     /// The `Cluster` the machine belongs to.
     pub cluster: Arc<Cluster>,
+    /// The provider's cluster object (for example an `OpenStackCluster`): the one the
+    /// `Cluster`'s `infrastructureRef` names, else the one labelled with the cluster's name.
+    pub infra_cluster: Arc<C>,
     /// The owning Cluster API `Machine`.
     pub machine: Arc<Machine>,
     /// The provider's machine object (for example an `OpenStackMachine`).
     pub infra_machine: Arc<M>,
-    /// The decoded bootstrap data; `None` only for `exists` and `delete`, which must not need it.
-    pub bootstrap_data: Option<BootstrapData>,
     /// The durable identity of the instance to create; see [`IdempotencyKey`].
     pub idempotency_key: IdempotencyKey,
 }
 
-impl<M: kube::Resource<DynamicType = ()>> MachineScope<M> {
+impl<M: kube::Resource<DynamicType = ()>, C> MachineScope<M, C> {
     /// The name of the machine's cluster: the infrastructure machine's
     /// `cluster.x-k8s.io/cluster-name` label, else the `Machine`'s `spec.clusterName`; an invalid
     /// configuration naming both when neither says.
@@ -71,13 +74,13 @@ impl<M: kube::Resource<DynamicType = ()>> MachineScope<M> {
     }
 }
 
-impl<M> Clone for MachineScope<M> {
+impl<M, C> Clone for MachineScope<M, C> {
     fn clone(&self) -> Self {
         Self {
             cluster: Arc::clone(&self.cluster),
+            infra_cluster: Arc::clone(&self.infra_cluster),
             machine: Arc::clone(&self.machine),
             infra_machine: Arc::clone(&self.infra_machine),
-            bootstrap_data: self.bootstrap_data.clone(),
             idempotency_key: self.idempotency_key.clone(),
         }
     }
@@ -284,7 +287,7 @@ mod tests {
         infra_labels: &[(&str, &str)],
         machine_labels: &[(&str, &str)],
         cluster_name: &str,
-    ) -> MachineScope<Machine> {
+    ) -> MachineScope<Machine, ()> {
         let labels = |pairs: &[(&str, &str)]| {
             Some(
                 pairs
@@ -302,11 +305,11 @@ mod tests {
         machine.spec.cluster_name = cluster_name.into();
         MachineScope {
             cluster: Arc::new(Cluster::default()),
+            infra_cluster: Arc::new(()),
             idempotency_key: IdempotencyKey::from_owner_uid("uid-1")
                 .unwrap_or_else(|| panic!("a UID")),
             machine: Arc::new(machine),
             infra_machine: Arc::new(infra),
-            bootstrap_data: None,
         }
     }
 

@@ -15,33 +15,42 @@ use crate::infra::{Architecture, NodeInfo};
 /// VM size and image). The SDK calls it for every template and records the answer in the
 /// template's `status.capacity` and `status.nodeInfo`.
 ///
-/// `T` is the provider's template kind (for example `OpenStackMachineTemplate`). The call must
+/// `T` is the provider's template kind (for example `OpenStackMachineTemplate`) and `C` its
+/// cluster kind (for example `OpenStackCluster`). The call must
 /// not create or change anything. An unknown flavor or image is
 /// [`ActuatorError::InvalidConfiguration`] (reported in `Ready=False`, retried when the template
 /// changes and slowly otherwise); a cloud failure is [`ActuatorError::Transient`].
 #[cfg_attr(any(test, feature = "mock"), mockall::automock)]
 #[async_trait]
-pub trait MachineTemplateActuator<T: Send + Sync + 'static>: Send + Sync {
+pub trait MachineTemplateActuator<T: Send + Sync + 'static, C: Send + Sync + 'static>:
+    Send + Sync
+{
     /// What a machine made from `scope.template` has.
-    async fn capacity(&self, scope: &TemplateScope<T>) -> Result<MachineCapacity, ActuatorError>;
+    async fn capacity(&self, scope: &TemplateScope<T, C>)
+    -> Result<MachineCapacity, ActuatorError>;
 }
 
-/// Everything a [`MachineTemplateActuator`] call may look at.
+/// Everything a [`MachineTemplateActuator`] call may look at, read by the loop from the
+/// manager's own watches.
 #[derive(Debug)]
-pub struct TemplateScope<T> {
+pub struct TemplateScope<T, C> {
     /// The provider's template.
     pub template: Arc<T>,
     /// The `Cluster` the template belongs to — named by its `cluster.x-k8s.io/cluster-name`
-    /// label, else its `Cluster` owner — when there is one: a provider that needs the cluster's
-    /// credentials finds them through it.
+    /// label, else its `Cluster` owner — when there is one.
     pub cluster: Option<Arc<Cluster>>,
+    /// The provider's cluster object of that `Cluster` (where a provider finds the cluster's
+    /// region and credentials), when there is one. A template of a ClusterClass belongs to no
+    /// cluster: then `None`, and the provider answers from what the template says alone.
+    pub infra_cluster: Option<Arc<C>>,
 }
 
-impl<T> Clone for TemplateScope<T> {
+impl<T, C> Clone for TemplateScope<T, C> {
     fn clone(&self) -> Self {
         Self {
             template: Arc::clone(&self.template),
             cluster: self.cluster.clone(),
+            infra_cluster: self.infra_cluster.clone(),
         }
     }
 }

@@ -20,16 +20,18 @@ use super::{
     Report, Settings, UPDATE_KEEPS_THE_INSTANCE,
 };
 
-/// Checks an [`Actuator`] for machines of kind `M` against the contract (see the [module
-/// docs](super)).
+/// Checks an [`Actuator`] for machines of kind `M` in clusters of kind `C` against the contract
+/// (see the [module docs](super)).
 ///
 /// Every machine the suite makes is a copy of the given infrastructure machine with its own
 /// `metadata.name` (`conformance-<check>-<n>`), the cluster-name label and, once known,
-/// `spec.providerID`, owned by a `Machine` with a fresh UID in the given cluster.
-pub struct MachineSuite<M> {
-    actuator: Arc<dyn Actuator<M>>,
+/// `spec.providerID`, owned by a `Machine` with a fresh UID in the given cluster, whose
+/// provider's cluster object is the given one.
+pub struct MachineSuite<M, C, A: ?Sized> {
+    actuator: Arc<A>,
     cloud: Arc<dyn CloudInventory>,
     infra_machine: M,
+    infra_cluster: Arc<C>,
     cluster: Cluster,
     bootstrap: BootstrapData,
     settings: Settings,
@@ -37,22 +39,27 @@ pub struct MachineSuite<M> {
 
 static MACHINES: AtomicU32 = AtomicU32::new(0);
 
-impl<M> MachineSuite<M>
+impl<M, C, A> MachineSuite<M, C, A>
 where
     M: Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
+    C: Send + Sync + 'static,
+    A: Actuator<M, C> + ?Sized,
 {
-    /// A suite for `actuator` over `cloud`, creating machines like `infra_machine`, in a
-    /// `Cluster` named `conformance` in namespace `default` until [`Self::cluster`] says otherwise.
+    /// A suite for `actuator` over `cloud`, creating machines like `infra_machine` in the cluster
+    /// whose provider's object is `infra_cluster`, a `Cluster` named `conformance` in namespace
+    /// `default` until [`Self::cluster`] says otherwise.
     pub fn new(
-        actuator: Arc<dyn Actuator<M>>,
+        actuator: Arc<A>,
         cloud: Arc<dyn CloudInventory>,
         infra_machine: M,
+        infra_cluster: C,
     ) -> Self {
         let cluster = super::default_cluster();
         Self {
             actuator,
             cloud,
             infra_machine,
+            infra_cluster: Arc::new(infra_cluster),
             cluster,
             bootstrap: BootstrapData::new(BootstrapFormat::CloudConfig, "#cloud-config\n"),
             settings: Settings::default(),
@@ -109,7 +116,7 @@ where
                 EXISTS_NEVER_CREATES,
                 format!(
                     "exists found {} for a machine nothing was created for",
-                    found.provider_id
+                    found.reported.provider_id
                 ),
             ),
             Err(error) => return report.fail(CONVERGES, format!("exists: {error}")),
@@ -124,7 +131,8 @@ where
             )
         });
 
-        let created = match settle(&self.settings, || self.actuator.create(&fresh)).await {
+        let create = || self.actuator.create(&fresh, &self.bootstrap);
+        let created = match settle(&self.settings, create).await {
             Ok(created) => created,
             Err(error) => return report.fail(CONVERGES, format!("create: {error}")),
         };
@@ -161,8 +169,19 @@ where
             });
         }
 
-        match settle(&self.settings, || self.actuator.update(&recorded, &created)).await {
-            Ok(outcome) => report.check(
+        // As the loop does: update what exists found in the same pass.
+        let exists_then_update = || async {
+            match self.actuator.exists(&recorded).await? {
+                Some(found) => self.actuator.update(&recorded, found).await.map(Some),
+                None => Ok(None),
+            }
+        };
+        match settle(&self.settings, exists_then_update).await {
+            Ok(None) => report.fail(
+                UPDATE_KEEPS_THE_INSTANCE,
+                format!("exists found nothing to update; create returned {provider_id:?}"),
+            ),
+            Ok(Some(outcome)) => report.check(
                 UPDATE_KEEPS_THE_INSTANCE,
                 outcome.instance.provider_id == provider_id && outcome.immutable_changes.is_empty(),
                 || {
@@ -193,12 +212,13 @@ where
         let Some(scope) = self.scope(report, "lost-response", None) else {
             return;
         };
-        let first = match settle(&self.settings, || self.actuator.create(&scope)).await {
+        let create = || self.actuator.create(&scope, &self.bootstrap);
+        let first = match settle(&self.settings, create).await {
             Ok(first) => first,
             Err(error) => return report.fail(CONVERGES, format!("create: {error}")),
         };
         // The answer never reached the loop: it calls create again for the same machine.
-        let second = match settle(&self.settings, || self.actuator.create(&scope)).await {
+        let second = match settle(&self.settings, create).await {
             Ok(second) => second,
             Err(error) => return report.fail(CONVERGES, format!("create, retried: {error}")),
         };
@@ -234,14 +254,23 @@ where
             };
             // Only a create that succeeded within the polls has had every await point tried.
             let finished = matches!(
-                interrupted(self.actuator.create(&scope), polls, self.settings.poll_gap).await,
+                interrupted(
+                    self.actuator.create(&scope, &self.bootstrap),
+                    polls,
+                    self.settings.poll_gap
+                )
+                .await,
                 Some(Ok(_))
             );
             tokio::time::sleep(self.settings.restart_delay).await;
             // The loop after a restart: exists first, create only if nothing is found.
             let recovered = match settle(&self.settings, || self.actuator.exists(&scope)).await {
-                Ok(Some(found)) => found,
-                Ok(None) => match settle(&self.settings, || self.actuator.create(&scope)).await {
+                Ok(Some(found)) => found.reported,
+                Ok(None) => match settle(&self.settings, || {
+                    self.actuator.create(&scope, &self.bootstrap)
+                })
+                .await
+                {
                     Ok(created) => created,
                     Err(error) => {
                         return report.fail(CONVERGES, format!("create after a crash: {error}"));
@@ -279,7 +308,7 @@ where
     async fn delete_and_check(
         &self,
         report: &mut Report,
-        scope: &MachineScope<M>,
+        scope: &MachineScope<M, C>,
         before: &BTreeSet<String>,
     ) {
         if let Err(error) = settle(&self.settings, || self.actuator.delete(scope)).await {
@@ -307,14 +336,14 @@ where
     async fn find(
         &self,
         report: &mut Report,
-        scope: &MachineScope<M>,
+        scope: &MachineScope<M, C>,
         how: &str,
         expected: bool,
     ) -> Option<String> {
         let deadline = tokio::time::Instant::now() + self.settings.deadline;
         loop {
             let found = match settle(&self.settings, || self.actuator.exists(scope)).await {
-                Ok(found) => found.map(|i| i.provider_id),
+                Ok(found) => found.map(|found| found.reported.provider_id),
                 Err(error) => {
                     report.fail(CONVERGES, format!("exists {how}: {error}"));
                     return None;
@@ -341,7 +370,7 @@ where
         report: &mut Report,
         check: &str,
         provider_id: Option<&str>,
-    ) -> Option<MachineScope<M>> {
+    ) -> Option<MachineScope<M, C>> {
         let n = MACHINES.fetch_add(1, Ordering::Relaxed);
         let name = format!("conformance-{check}-{n}");
         let namespace = self.cluster.namespace().unwrap_or_else(|| "default".into());
@@ -376,9 +405,9 @@ where
         let infra = self.infra(report, &name, &namespace, &cluster_name, provider_id)?;
         Some(MachineScope {
             cluster: Arc::new(self.cluster.clone()),
+            infra_cluster: Arc::clone(&self.infra_cluster),
             machine,
             infra_machine: Arc::new(infra),
-            bootstrap_data: Some(self.bootstrap.clone()),
             idempotency_key: key,
         })
     }
@@ -387,9 +416,9 @@ where
     fn scope_like(
         &self,
         report: &mut Report,
-        scope: &MachineScope<M>,
+        scope: &MachineScope<M, C>,
         provider_id: Option<&str>,
-    ) -> Option<MachineScope<M>> {
+    ) -> Option<MachineScope<M, C>> {
         let name = scope.machine.name_any();
         let namespace = scope.machine.namespace().unwrap_or_default();
         let infra = self.infra(

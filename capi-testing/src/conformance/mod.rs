@@ -31,13 +31,16 @@
 //!
 //! ```no_run
 //! # async fn run(
-//! #     actuator: std::sync::Arc<dyn capi_core::Actuator<serde_json::Value>>,
+//! #     actuator: std::sync::Arc<
+//! #         impl capi_core::Actuator<serde_json::Value, serde_json::Value> + 'static,
+//! #     >,
 //! #     cloud: std::sync::Arc<dyn capi_testing::conformance::CloudInventory>,
 //! # ) {
 //! use capi_testing::conformance::{MachineSuite, Settings};
 //!
 //! let infra_machine = serde_json::json!({"spec": {"flavor": "small"}});
-//! let report = MachineSuite::new(actuator, cloud, infra_machine)
+//! let infra_cluster = serde_json::json!({"spec": {"region": "eu-1"}});
+//! let report = MachineSuite::new(actuator, cloud, infra_machine, infra_cluster)
 //!     .settings(Settings::default())
 //!     .run()
 //!     .await;

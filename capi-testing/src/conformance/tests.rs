@@ -9,8 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use capi_core::api::ApiEndpoint;
 use capi_core::{
-    Actuator, ActuatorError, ClusterActuator, ClusterInfrastructure, ClusterScope, InstanceState,
-    MachineInstance, MachineScope, UpdateOutcome,
+    Actuator, ActuatorError, BootstrapData, ClusterActuator, ClusterInfrastructure, ClusterScope,
+    Found, InstanceState, MachineInstance, MachineScope, UpdateOutcome,
 };
 use serde_json::{Value, json};
 
@@ -62,7 +62,7 @@ impl Fake {
         f(&mut self.cloud.lock().unwrap())
     }
 
-    async fn find(&self, scope: &MachineScope<Value>) -> Option<MachineInstance> {
+    async fn find(&self, scope: &MachineScope<Value, Value>) -> Option<MachineInstance> {
         let by_id = scope.infra_machine["spec"]["providerID"]
             .as_str()
             .and_then(|p| p.strip_prefix("fake:///"))
@@ -80,7 +80,7 @@ impl Fake {
         .await
     }
 
-    async fn make(&self, scope: &MachineScope<Value>) -> MachineInstance {
+    async fn make(&self, scope: &MachineScope<Value, Value>) -> MachineInstance {
         if self.flaw == Flaw::Slow {
             for _ in 0..40 {
                 self.call(|_| ()).await;
@@ -112,19 +112,25 @@ impl Fake {
 }
 
 #[async_trait]
-impl Actuator<Value> for Fake {
+impl Actuator<Value, Value> for Fake {
+    type Instance = ();
+
     async fn exists(
         &self,
-        scope: &MachineScope<Value>,
-    ) -> Result<Option<MachineInstance>, ActuatorError> {
+        scope: &MachineScope<Value, Value>,
+    ) -> Result<Option<Found<()>>, ActuatorError> {
         let found = self.find(scope).await;
         if found.is_none() && self.flaw == Flaw::ExistsCreates {
-            return Ok(Some(self.make(scope).await));
+            return Ok(Some(Found::new(self.make(scope).await)));
         }
-        Ok(found)
+        Ok(found.map(Found::new))
     }
 
-    async fn create(&self, scope: &MachineScope<Value>) -> Result<MachineInstance, ActuatorError> {
+    async fn create(
+        &self,
+        scope: &MachineScope<Value, Value>,
+        _: &BootstrapData,
+    ) -> Result<MachineInstance, ActuatorError> {
         if self.flaw != Flaw::NoLookupOnCreate
             && let Some(found) = self.find(scope).await
         {
@@ -135,16 +141,16 @@ impl Actuator<Value> for Fake {
 
     async fn update(
         &self,
-        _: &MachineScope<Value>,
-        instance: &MachineInstance,
+        _: &MachineScope<Value, Value>,
+        found: Found<()>,
     ) -> Result<UpdateOutcome, ActuatorError> {
         Ok(UpdateOutcome {
-            instance: instance.clone(),
+            instance: found.reported,
             immutable_changes: vec![],
         })
     }
 
-    async fn delete(&self, scope: &MachineScope<Value>) -> Result<(), ActuatorError> {
+    async fn delete(&self, scope: &MachineScope<Value, Value>) -> Result<(), ActuatorError> {
         let Some(found) = self.find(scope).await else {
             return Ok(());
         };
@@ -251,10 +257,15 @@ fn settings() -> Settings {
 
 async fn machines(flaw: Flaw) -> Report {
     let fake = Fake::new(flaw);
-    MachineSuite::new(fake.clone(), fake, json!({"spec": {"size": "small"}}))
-        .settings(settings())
-        .run()
-        .await
+    MachineSuite::new(
+        fake.clone(),
+        fake,
+        json!({"spec": {"size": "small"}}),
+        json!({"spec": {}}),
+    )
+    .settings(settings())
+    .run()
+    .await
 }
 
 async fn clusters(flaw: Flaw) -> Report {
@@ -351,7 +362,7 @@ async fn a_create_that_tags_after_creating_survives_lost_responses_but_not_crash
 #[tokio::test]
 async fn a_create_longer_than_the_crash_points_is_noted_not_passed_silently() {
     let fake = Fake::new(Flaw::Slow);
-    let report = MachineSuite::new(fake.clone(), fake, json!({"spec": {}}))
+    let report = MachineSuite::new(fake.clone(), fake, json!({"spec": {}}), json!({"spec": {}}))
         .settings(Settings {
             crash_points: 4,
             ..settings()

@@ -8,8 +8,16 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use capi_actuator::rbac;
 use capi_core::api::{ApiEndpoint, MachineAddress, MachineAddressType};
-use capi_core::infra::*;
-use capi_core::*;
+use capi_core::crd;
+use capi_core::infra::{
+    InfraCluster, InfraClusterStatus, InfraMachine, InfraMachineStatus, InfraMachineTemplate,
+    MachineTemplateStatus,
+};
+use capi_core::{
+    Actuator, ActuatorError, BootstrapData, ClusterActuator, ClusterInfrastructure, ClusterScope,
+    Found, InstanceState, MachineCapacity, MachineInstance, MachineScope, MachineTemplateActuator,
+    TemplateScope, UpdateOutcome,
+};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{CustomResource, CustomResourceExt, ResourceExt};
@@ -86,9 +94,13 @@ impl InfraMachineTemplate for ToyMachineTemplate {
 
 /// The CRDs, with the contract label.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    let crds = [ToyCluster::crd(), ToyMachine::crd()].into_iter();
-    let crds = crds.chain([ToyMachineTemplate::crd()]);
-    crds.map(|crd| crd::with_contract_version(crd, "v1alpha1"))
+    let crds = [
+        ToyCluster::crd(),
+        ToyMachine::crd(),
+        ToyMachineTemplate::crd(),
+    ];
+    crds.into_iter()
+        .map(|crd| crd::with_contract_version(crd, "v1alpha1"))
         .collect()
 }
 
@@ -114,67 +126,98 @@ pub trait ToyApi: Send + Sync {
 /// The actuators of all three kinds, over one [`ToyApi`].
 pub struct Toy(pub Arc<dyn ToyApi>);
 
-type Outcome<T> = Result<T, ActuatorError>;
-type Scope = MachineScope<ToyMachine>;
+/// What every machine call is handed.
+type Scope = MachineScope<ToyMachine, ToyCluster>;
 
-fn cloud(message: String) -> ActuatorError {
+/// A failure of the toy cloud: retried with backoff by the loop.
+fn cloud_error(message: String) -> ActuatorError {
     ActuatorError::transient_message("ToyCloudError", message)
 }
 
-fn cpus(size: &str) -> Outcome<u64> {
-    let message = format!("spec.size {size:?} is not small or large");
-    let known = [("small", 1), ("large", 4)]
-        .into_iter()
-        .find(|(s, _)| *s == size);
-    let unknown = || ActuatorError::invalid_configuration("UnknownSize", message);
-    known.map(|(_, n)| n).ok_or_else(unknown)
+/// The CPUs of an instance size; an unknown size is a configuration the user must fix.
+fn cpus(size: &str) -> Result<u64, ActuatorError> {
+    match size {
+        "small" => Ok(1),
+        "large" => Ok(4),
+        other => Err(ActuatorError::invalid_configuration(
+            "UnknownSize",
+            format!("spec.size {other:?} is not small or large"),
+        )),
+    }
 }
 
-/// The load balancer of a cluster is tagged with its UID.
-fn lb_tag(scope: &ClusterScope<ToyCluster>) -> String {
-    format!("lb-{}", scope.cluster.uid().unwrap_or_default())
+/// The load balancer of a cluster is tagged with the `Cluster`'s UID.
+fn load_balancer_tag(scope: &ClusterScope<ToyCluster>) -> String {
+    let uid = scope.cluster.uid().unwrap_or_default();
+    format!("lb-{uid}")
 }
 
+/// What the loop records of instance `id`.
 fn instance(id: &str) -> MachineInstance {
-    let (type_, address) = (MachineAddressType::Hostname, id.to_string());
-    let addresses = vec![MachineAddress { type_, address }];
-    MachineInstance::new(format!("{PREFIX}{id}"), addresses, InstanceState::Running)
+    let address = MachineAddress {
+        type_: MachineAddressType::Hostname,
+        address: id.to_string(),
+    };
+    MachineInstance::new(
+        format!("{PREFIX}{id}"),
+        vec![address],
+        InstanceState::Running,
+    )
 }
 
 #[async_trait]
-impl Actuator<ToyMachine> for Toy {
-    async fn exists(&self, scope: &Scope) -> Outcome<Option<MachineInstance>> {
-        let key = scope.idempotency_key.as_str();
+impl Actuator<ToyMachine, ToyCluster> for Toy {
+    /// The toy cloud tells nothing beyond what the loop records.
+    type Instance = ();
+
+    async fn exists(&self, scope: &Scope) -> Result<Option<Found<()>>, ActuatorError> {
         let recorded = scope.infra_machine.provider_id();
-        // By provider ID once recorded, else by the idempotency key create tags the instance with.
+        // By provider ID once recorded, else by the idempotency key `create` tags it with.
         let id = match recorded.and_then(|p| p.strip_prefix(PREFIX)) {
-            Some(id) => self.0.get(id).await.map_err(cloud)?.then(|| id.to_string()),
-            None => self.0.find(key).await.map_err(cloud)?,
+            Some(id) => {
+                let exists = self.0.get(id).await.map_err(cloud_error)?;
+                exists.then(|| id.to_string())
+            }
+            None => {
+                let key = scope.idempotency_key.as_str();
+                self.0.find(key).await.map_err(cloud_error)?
+            }
         };
-        Ok(id.as_deref().map(instance))
+        Ok(id.map(|id| Found::new(instance(&id))))
     }
-    async fn create(&self, scope: &Scope) -> Outcome<MachineInstance> {
+
+    async fn create(
+        &self,
+        scope: &Scope,
+        _bootstrap: &BootstrapData,
+    ) -> Result<MachineInstance, ActuatorError> {
         let size = &scope.infra_machine.spec.size;
         cpus(size)?;
         // A retry after a lost response or a crash finds the first instance.
         let key = scope.idempotency_key.as_str();
-        let id = match self.0.find(key).await.map_err(cloud)? {
+        let id = match self.0.find(key).await.map_err(cloud_error)? {
             Some(id) => id,
-            None => self.0.create(key, size).await.map_err(cloud)?,
+            None => self.0.create(key, size).await.map_err(cloud_error)?,
         };
         Ok(instance(&id))
     }
-    async fn update(&self, _: &Scope, i: &MachineInstance) -> Outcome<UpdateOutcome> {
-        let (instance, immutable_changes) = (i.clone(), vec![]); // nothing is mutable
+
+    async fn update(
+        &self,
+        _scope: &Scope,
+        found: Found<()>,
+    ) -> Result<UpdateOutcome, ActuatorError> {
+        // Nothing of a toy instance can change.
         Ok(UpdateOutcome {
-            instance,
-            immutable_changes,
+            instance: found.reported,
+            immutable_changes: Vec::new(),
         })
     }
-    async fn delete(&self, scope: &Scope) -> Outcome<()> {
+
+    async fn delete(&self, scope: &Scope) -> Result<(), ActuatorError> {
         while let Some(found) = self.exists(scope).await? {
-            let id = found.provider_id.trim_start_matches(PREFIX);
-            self.0.delete(id).await.map_err(cloud)?;
+            let id = found.reported.provider_id.trim_start_matches(PREFIX);
+            self.0.delete(id).await.map_err(cloud_error)?;
         }
         Ok(())
     }
@@ -182,33 +225,47 @@ impl Actuator<ToyMachine> for Toy {
 
 #[async_trait]
 impl ClusterActuator<ToyCluster> for Toy {
-    async fn reconcile(&self, scope: &ClusterScope<ToyCluster>) -> Outcome<ClusterInfrastructure> {
-        let tag = lb_tag(scope);
-        let id = match self.0.find(&tag).await.map_err(cloud)? {
+    async fn reconcile(
+        &self,
+        scope: &ClusterScope<ToyCluster>,
+    ) -> Result<ClusterInfrastructure, ActuatorError> {
+        let tag = load_balancer_tag(scope);
+        let id = match self.0.find(&tag).await.map_err(cloud_error)? {
             Some(id) => id,
-            None => self.0.create(&tag, "lb").await.map_err(cloud)?,
+            None => self.0.create(&tag, "lb").await.map_err(cloud_error)?,
         };
-        let host = format!("{id}.toy.example");
+        let endpoint = ApiEndpoint {
+            host: format!("{id}.toy.example"),
+            port: 6443,
+        };
         Ok(ClusterInfrastructure {
-            control_plane_endpoint: Some(ApiEndpoint { host, port: 6443 }),
+            control_plane_endpoint: Some(endpoint),
             provisioned: true,
             ..ClusterInfrastructure::default()
         })
     }
-    async fn delete(&self, scope: &ClusterScope<ToyCluster>) -> Outcome<()> {
-        while let Some(id) = self.0.find(&lb_tag(scope)).await.map_err(cloud)? {
-            self.0.delete(&id).await.map_err(cloud)?;
+
+    async fn delete(&self, scope: &ClusterScope<ToyCluster>) -> Result<(), ActuatorError> {
+        let tag = load_balancer_tag(scope);
+        while let Some(id) = self.0.find(&tag).await.map_err(cloud_error)? {
+            self.0.delete(&id).await.map_err(cloud_error)?;
         }
         Ok(())
     }
 }
 
 #[async_trait]
-impl MachineTemplateActuator<ToyMachineTemplate> for Toy {
-    async fn capacity(&self, t: &TemplateScope<ToyMachineTemplate>) -> Outcome<MachineCapacity> {
-        let n = cpus(&t.template.spec.template.spec.size)?;
-        let capacity = MachineCapacity::default().cpus(n).memory_mib(n * 2048);
-        Ok(capacity.operating_system("linux"))
+impl MachineTemplateActuator<ToyMachineTemplate, ToyCluster> for Toy {
+    async fn capacity(
+        &self,
+        scope: &TemplateScope<ToyMachineTemplate, ToyCluster>,
+    ) -> Result<MachineCapacity, ActuatorError> {
+        let cpus = cpus(&scope.template.spec.template.spec.size)?;
+        let capacity = MachineCapacity::default()
+            .cpus(cpus)
+            .memory_mib(cpus * 2048)
+            .operating_system("linux");
+        Ok(capacity)
     }
 }
 

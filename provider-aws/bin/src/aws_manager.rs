@@ -19,7 +19,6 @@ use clap::Parser;
 use provider_aws::api::{AWSCluster, AWSMachine, AWSMachineTemplate};
 use provider_aws::cluster::AwsClusterActuator;
 use provider_aws::connector::SecretConnector;
-use provider_aws::lookup::ApiClusterLookup;
 use provider_aws::machine::AwsMachineActuator;
 use provider_aws::throttle::{Budgets, DEFAULT_BURST, DEFAULT_RATE};
 
@@ -57,7 +56,7 @@ async fn main() -> Result<()> {
         .body_log_targets(provider_aws::cloud::SDK_LOG_TARGETS)
         .run(move |manager| {
             let client = manager.client();
-            let mut connector = SecretConnector::new(client.clone()).with_budgets(budgets);
+            let mut connector = SecretConnector::new(client).with_budgets(budgets);
             if let Some(url) = endpoint {
                 connector = connector.with_endpoint_url(url);
             }
@@ -65,12 +64,9 @@ async fn main() -> Result<()> {
             manager.add_cluster_reconciler::<AWSCluster>(Arc::new(AwsClusterActuator::new(
                 connector.clone(),
             )));
-            let machines = Arc::new(AwsMachineActuator::new(
-                connector,
-                Arc::new(ApiClusterLookup(client)),
-            ));
-            manager.add_machine_reconciler::<AWSMachine>(machines.clone());
-            manager.add_machine_template_reconciler::<AWSMachineTemplate>(machines);
+            let machines = Arc::new(AwsMachineActuator::new(connector));
+            manager.add_machine_reconciler::<AWSMachine, AWSCluster, _>(machines.clone());
+            manager.add_machine_template_reconciler::<AWSMachineTemplate, AWSCluster>(machines);
         })
         .await?;
     Ok(())

@@ -14,6 +14,10 @@
 //!    `DescribeInstances` does not show yet is waited for (bounded), never reported lost or
 //!    taken as deleted.
 //!
+//! Every call reaches EC2 in the region and with the credentials of the scope's `AWSCluster`.
+//! `update` converges the instance `exists` found in the same reconcile (handed over in
+//! [`Found`]) and never looks it up again.
+//!
 //! The provider ID is `aws:///<zone>/<instance-id>`, what the AWS cloud provider gives the node.
 //! Control-plane instances join the API server's target group once running and leave it before
 //! they are terminated. Deletion terminates and waits, with RequeueAfter, until EC2 says
@@ -29,8 +33,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use capi_core::api::{MachineAddress, MachineAddressType};
 use capi_core::{
-    Actuator, ActuatorError, ImmutableChange, InstanceState as LoopState, MachineInstance,
-    MachineScope, ProviderStatus, UpdateOutcome,
+    Actuator, ActuatorError, BootstrapData, Found, ImmutableChange, InstanceState as LoopState,
+    MachineInstance, MachineScope, ProviderStatus, UpdateOutcome,
 };
 use kube::ResourceExt;
 use serde::Serialize;
@@ -38,7 +42,6 @@ use serde::Serialize;
 use crate::api::{AWSCluster, AWSMachine, Filter, InstanceState};
 use crate::cloud::{Clients, CloudError, Instance};
 use crate::connector::Connector;
-use crate::lookup::ClusterLookup;
 use crate::naming::{ClusterNaming, IDEMPOTENCY_KEY_TAG};
 
 pub use launch::{
@@ -69,20 +72,20 @@ pub fn provider_id(zone: &str, id: &str) -> String {
     format!("{PROVIDER_ID_PREFIX}{zone}/{id}")
 }
 
-/// Reconciles `AWSMachine`s through a [`Connector`] and a way to find their `AWSCluster`.
+/// Reconciles `AWSMachine`s in the region and with the credentials of the scope's `AWSCluster`,
+/// through a [`Connector`]. It reads nothing from the API server but what the connector reads
+/// (an `identityRef` Secret).
 pub struct AwsMachineActuator {
     pub(crate) connector: Arc<dyn Connector>,
-    pub(crate) clusters: Arc<dyn ClusterLookup>,
+    /// This process's launches, so that an instance EC2 does not show yet is waited for.
     visibility: Visibility,
-    /// What `exists` found, by idempotency key, for the `update` that follows it in the same
-    /// reconcile (one `DescribeInstances` less per reconcile).
-    found: std::sync::Mutex<std::collections::HashMap<String, Instance>>,
 }
 
-/// One reconcile of one machine.
+/// One call for one machine.
 pub(crate) struct Ctx {
     pub(crate) clients: Clients,
-    pub(crate) cluster: AWSCluster,
+    /// The machine's `AWSCluster`, as the scope holds it.
+    pub(crate) cluster: Arc<AWSCluster>,
     pub(crate) infra: Arc<AWSMachine>,
     pub(crate) naming: ClusterNaming,
     pub(crate) namespace: String,
@@ -97,7 +100,7 @@ pub(crate) struct Ctx {
 }
 
 /// What a lookup of the machine's instance found.
-enum Found {
+enum Lookup {
     /// The instance, in any state but `terminated`.
     Instance(Box<Instance>),
     /// Nothing is visible, but this process launched it less than [`visibility::GRACE`] ago.
@@ -118,35 +121,28 @@ struct InstanceStatus<'a> {
 }
 
 impl AwsMachineActuator {
-    /// An actuator using `connector` for clients and `clusters` to find `AWSCluster`s.
-    pub fn new(connector: Arc<dyn Connector>, clusters: Arc<dyn ClusterLookup>) -> Self {
+    /// An actuator using `connector` for the clients of each machine's `AWSCluster`.
+    pub fn new(connector: Arc<dyn Connector>) -> Self {
         Self {
             connector,
-            clusters,
             visibility: Visibility::default(),
-            found: std::sync::Mutex::default(),
         }
     }
 
-    async fn context(&self, scope: &MachineScope<AWSMachine>) -> Result<Ctx, ActuatorError> {
+    async fn context(
+        &self,
+        scope: &MachineScope<AWSMachine, AWSCluster>,
+    ) -> Result<Ctx, ActuatorError> {
         let infra = &scope.infra_machine;
         let namespace = infra.namespace().unwrap_or_default();
         let cluster_name = scope.cluster_name()?;
-        let cluster = self
-            .clusters
-            .aws_cluster(
-                &namespace,
-                &cluster_name,
-                crate::lookup::infrastructure_name(&scope.cluster),
-            )
-            .await?;
-        let clients = self.connector.connect(&cluster).await?;
+        let clients = self.connector.connect(&scope.infra_cluster).await?;
         let control_plane = scope.is_control_plane();
         let api_server_port = crate::cluster::api_server_port(&scope.cluster);
         Ok(Ctx {
             clients,
             naming: ClusterNaming::new(&namespace, &cluster_name),
-            cluster,
+            cluster: Arc::clone(&scope.infra_cluster),
             infra: Arc::clone(infra),
             namespace,
             cluster_name,
@@ -171,7 +167,7 @@ impl AwsMachineActuator {
     }
 
     /// The machine's instance: by recorded ID, else by idempotency key.
-    async fn find(&self, ctx: &Ctx) -> Result<Found, ActuatorError> {
+    async fn find(&self, ctx: &Ctx) -> Result<Lookup, ActuatorError> {
         let recorded = Self::recorded_id(&ctx.infra);
         if let Some(id) = &recorded {
             let found = ctx
@@ -184,22 +180,22 @@ impl AwsMachineActuator {
                 self.visibility.seen(id);
                 // EC2 shows a terminated instance for a while; it is gone all the same.
                 if instance.state == Some(InstanceState::Terminated) {
-                    return Ok(Found::Nothing);
+                    return Ok(Lookup::Nothing);
                 }
-                return Ok(Found::Instance(Box::new(instance)));
+                return Ok(Lookup::Instance(Box::new(instance)));
             }
         }
         if let Some(instance) = self.by_key(ctx).await? {
             self.visibility.seen(&ctx.key);
-            return Ok(Found::Instance(Box::new(instance)));
+            return Ok(Lookup::Instance(Box::new(instance)));
         }
         let pending = recorded
             .iter()
             .chain(std::iter::once(&ctx.key))
             .find(|name| self.visibility.pending(name));
         Ok(match pending {
-            Some(name) => Found::NotVisibleYet(name.clone()),
-            None => Found::Nothing,
+            Some(name) => Lookup::NotVisibleYet(name.clone()),
+            None => Lookup::Nothing,
         })
     }
 
@@ -394,39 +390,31 @@ fn immutable_changes(ctx: &Ctx, instance: &Instance) -> Vec<ImmutableChange> {
 }
 
 #[async_trait]
-impl Actuator<AWSMachine> for AwsMachineActuator {
+impl Actuator<AWSMachine, AWSCluster> for AwsMachineActuator {
+    /// The instance as `DescribeInstances` answered, for `update` to converge without asking
+    /// again.
+    type Instance = Box<Instance>;
+
     async fn exists(
         &self,
-        scope: &MachineScope<AWSMachine>,
-    ) -> Result<Option<MachineInstance>, ActuatorError> {
+        scope: &MachineScope<AWSMachine, AWSCluster>,
+    ) -> Result<Option<Found<Box<Instance>>>, ActuatorError> {
         let ctx = self.context(scope).await?;
         match self.find(&ctx).await? {
-            Found::Instance(instance) => {
-                let reported = Self::report(&instance)?;
-                self.found
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .insert(ctx.key.clone(), *instance);
-                Ok(Some(reported))
-            }
+            Lookup::Instance(instance) => Ok(Some(Found::with(Self::report(&instance)?, instance))),
             // With nothing recorded, "not found" lets `create` replay the launch: its token
             // answers with the first instance.
-            Found::NotVisibleYet(_) if Self::recorded_id(&ctx.infra).is_none() => Ok(None),
-            Found::NotVisibleYet(name) => Err(Self::not_visible(&name)),
-            Found::Nothing => Ok(None),
+            Lookup::NotVisibleYet(_) if Self::recorded_id(&ctx.infra).is_none() => Ok(None),
+            Lookup::NotVisibleYet(name) => Err(Self::not_visible(&name)),
+            Lookup::Nothing => Ok(None),
         }
     }
 
     async fn create(
         &self,
-        scope: &MachineScope<AWSMachine>,
+        scope: &MachineScope<AWSMachine, AWSCluster>,
+        bootstrap: &BootstrapData,
     ) -> Result<MachineInstance, ActuatorError> {
-        let Some(bootstrap) = &scope.bootstrap_data else {
-            return Err(ActuatorError::transient_message(
-                "WaitingForBootstrapData",
-                "no bootstrap data to launch the instance with yet",
-            ));
-        };
         let ctx = self.context(scope).await?;
         if let Some(instance) = self.by_key(&ctx).await? {
             return Self::report(&instance);
@@ -461,47 +449,27 @@ impl Actuator<AWSMachine> for AwsMachineActuator {
 
     async fn update(
         &self,
-        scope: &MachineScope<AWSMachine>,
-        _: &MachineInstance,
+        scope: &MachineScope<AWSMachine, AWSCluster>,
+        found: Found<Box<Instance>>,
     ) -> Result<UpdateOutcome, ActuatorError> {
         let ctx = self.context(scope).await?;
-        let found = self
-            .found
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&ctx.key);
-        let found = match found {
-            Some(instance) => Found::Instance(Box::new(instance)),
-            None => self.find(&ctx).await?,
-        };
-        let instance = match found {
-            Found::Instance(instance) => *instance,
-            Found::NotVisibleYet(name) => return Err(Self::not_visible(&name)),
-            Found::Nothing => {
-                return Err(ActuatorError::transient_message(
-                    "InstanceNotFound",
-                    "the instance vanished between the lookup and the update",
-                ));
-            }
-        };
-        let immutable_changes = self.converge(&ctx, &instance).await?;
+        let immutable_changes = self.converge(&ctx, &found.instance).await?;
         Ok(UpdateOutcome {
-            instance: Self::report(&instance)?,
+            instance: found.reported,
             immutable_changes,
         })
     }
 
-    async fn delete(&self, scope: &MachineScope<AWSMachine>) -> Result<(), ActuatorError> {
+    async fn delete(
+        &self,
+        scope: &MachineScope<AWSMachine, AWSCluster>,
+    ) -> Result<(), ActuatorError> {
         let ctx = self.context(scope).await?;
-        self.found
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&ctx.key);
         let instance = match self.find(&ctx).await? {
-            Found::Instance(instance) => *instance,
+            Lookup::Instance(instance) => *instance,
             // Deleting now would leave it behind once it shows up.
-            Found::NotVisibleYet(name) => return Err(Self::not_visible(&name)),
-            Found::Nothing => return Ok(()),
+            Lookup::NotVisibleYet(name) => return Err(Self::not_visible(&name)),
+            Lookup::Nothing => return Ok(()),
         };
         if let Some(target_group) = launch::target_group(&ctx) {
             ctx.clients

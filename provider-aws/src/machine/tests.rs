@@ -15,7 +15,6 @@ use crate::cloud::{
     Compute, Image, InstanceTypeInfo, MockCompute, MockLoadBalancing, MockNetwork, RunInstance,
 };
 use crate::connector::MockConnector;
-use crate::lookup::MockClusterLookup;
 
 const KEY: &str = "capi-uid-1";
 const TARGET_GROUP: &str = "arn:aws:elasticloadbalancing:us-east-1:1:targetgroup/demo-tg/1";
@@ -54,7 +53,16 @@ fn infra(control_plane: bool) -> AWSMachine {
     .unwrap()
 }
 
-fn scope_of(infra: AWSMachine) -> MachineScope<AWSMachine> {
+fn bootstrap() -> BootstrapData {
+    BootstrapData::new(BootstrapFormat::CloudConfig, "#cloud-config\nruncmd: []\n")
+}
+
+fn scope_of(infra: AWSMachine) -> MachineScope<AWSMachine, AWSCluster> {
+    scope_in(aws_cluster(), infra)
+}
+
+/// The scope of a machine of `cluster`.
+fn scope_in(cluster: AWSCluster, infra: AWSMachine) -> MachineScope<AWSMachine, AWSCluster> {
     let mut machine = Machine::default();
     machine.metadata.uid = Some("uid-1".into());
     machine.spec.cluster_name = "demo".into();
@@ -62,17 +70,14 @@ fn scope_of(infra: AWSMachine) -> MachineScope<AWSMachine> {
     machine.spec.version = Some("v1.33.1".into());
     MachineScope {
         cluster: Arc::new(Cluster::default()),
+        infra_cluster: Arc::new(cluster),
         idempotency_key: IdempotencyKey::for_machine(&machine).unwrap(),
         machine: Arc::new(machine),
         infra_machine: Arc::new(infra),
-        bootstrap_data: Some(BootstrapData::new(
-            BootstrapFormat::CloudConfig,
-            "#cloud-config\nruncmd: []\n",
-        )),
     }
 }
 
-fn scope() -> MachineScope<AWSMachine> {
+fn scope() -> MachineScope<AWSMachine, AWSCluster> {
     scope_of(infra(false))
 }
 
@@ -95,20 +100,11 @@ fn clients(
 }
 
 fn actuator_with(clients: Clients) -> AwsMachineActuator {
-    actuator_in(aws_cluster(), clients)
-}
-
-/// The actuator of a machine of `cluster`.
-fn actuator_in(cluster: AWSCluster, clients: Clients) -> AwsMachineActuator {
     let mut connector = MockConnector::new();
     connector
         .expect_connect()
         .returning(move |_| Ok(clients.clone()));
-    let mut lookup = MockClusterLookup::new();
-    lookup
-        .expect_aws_cluster()
-        .returning(move |_, _, _| Ok(cluster.clone()));
-    AwsMachineActuator::new(Arc::new(connector), Arc::new(lookup))
+    AwsMachineActuator::new(Arc::new(connector))
 }
 
 fn actuator(compute: MockCompute) -> AwsMachineActuator {
@@ -165,7 +161,10 @@ async fn a_launch_carries_the_key_as_client_token_and_is_tagged_at_creation() {
                 && request.image_id == "ami-0abc"
         })
         .returning(|_| Ok(instance("i-1", InstanceState::Pending)));
-    let created = actuator(compute).create(&scope()).await.unwrap();
+    let created = actuator(compute)
+        .create(&scope(), &bootstrap())
+        .await
+        .unwrap();
     assert_eq!(created.provider_id, "aws:///us-east-1b/i-1");
     assert_eq!(created.state, LoopState::Provisioning);
     assert_eq!(created.failure_domain.as_deref(), Some("us-east-1b"));
@@ -187,10 +186,10 @@ async fn an_instance_found_by_its_key_is_never_launched_again() {
         .returning(|_| Ok(vec![instance("i-1", InstanceState::Running)]));
     compute.expect_run_instance().never();
     let actuator = actuator(compute);
-    let found = actuator.exists(&scope()).await.unwrap().unwrap();
+    let found = actuator.exists(&scope()).await.unwrap().unwrap().reported;
     assert_eq!(found.provider_id, "aws:///us-east-1b/i-1");
     assert_eq!(found.state, LoopState::Running);
-    let created = actuator.create(&scope()).await.unwrap();
+    let created = actuator.create(&scope(), &bootstrap()).await.unwrap();
     assert_eq!(created.provider_id, found.provider_id);
 }
 
@@ -206,7 +205,8 @@ async fn a_recorded_instance_is_found_by_its_id_and_reported_with_its_addresses(
         .exists(&scope_of(recorded(infra(false), "i-7")))
         .await
         .unwrap()
-        .unwrap();
+        .unwrap()
+        .reported;
     let addresses: Vec<(MachineAddressType, &str)> = found
         .addresses
         .iter()
@@ -236,7 +236,8 @@ async fn a_terminating_or_stopped_instance_is_reported_failed_not_replaced() {
             .exists(&scope_of(recorded(infra(false), "i-7")))
             .await
             .unwrap()
-            .unwrap();
+            .unwrap()
+            .reported;
         assert!(
             matches!(&found.state, LoopState::Failed { reason: r, .. } if r == reason),
             "{found:?}"
@@ -386,7 +387,7 @@ async fn a_lost_launch_answer_and_a_restart_end_with_exactly_one_instance() {
     };
     let before = actuator_with(shared.clone());
     assert_eq!(before.exists(&scope()).await.unwrap(), None);
-    let lost = before.create(&scope()).await.unwrap_err();
+    let lost = before.create(&scope(), &bootstrap()).await.unwrap_err();
     assert_eq!(lost.kind(), ActuatorErrorKind::Transient, "{lost}");
     assert_eq!(
         ec2.instances.lock().unwrap().len(),
@@ -402,7 +403,7 @@ async fn a_lost_launch_answer_and_a_restart_end_with_exactly_one_instance() {
         None,
         "not visible yet"
     );
-    let created = after.create(&scope()).await.unwrap();
+    let created = after.create(&scope(), &bootstrap()).await.unwrap();
     assert_eq!(created.provider_id, "aws:///us-east-1b/i-1");
     assert_eq!(ec2.launches.load(Ordering::SeqCst), 2, "one replay");
     assert_eq!(
@@ -417,7 +418,7 @@ async fn a_lost_launch_answer_and_a_restart_end_with_exactly_one_instance() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(found.provider_id, created.provider_id);
+    assert_eq!(found.reported.provider_id, created.provider_id);
 }
 
 #[tokio::test]
@@ -439,7 +440,10 @@ async fn a_replay_with_changed_parameters_finds_the_first_instance() {
              deleted or with different parameters.",
         ))
     });
-    let created = actuator(compute).create(&scope()).await.unwrap();
+    let created = actuator(compute)
+        .create(&scope(), &bootstrap())
+        .await
+        .unwrap();
     assert_eq!(created.provider_id, "aws:///us-east-1b/i-1");
 }
 
@@ -497,7 +501,10 @@ async fn aws_errors_become_waits_or_conditions_never_latches_and_never_secrets()
                 error
             })
         });
-        let error = actuator(compute).create(&scope()).await.unwrap_err();
+        let error = actuator(compute)
+            .create(&scope(), &bootstrap())
+            .await
+            .unwrap_err();
         assert_eq!(error.kind(), kind, "{code}: {error}");
         assert_eq!(error.reason(), reason, "{code}");
         assert!(!error.to_string().contains("wJalr"), "{error}");
@@ -516,12 +523,11 @@ async fn user_data_over_ec2s_limit_is_refused_before_any_launch() {
     let mut compute = MockCompute::new();
     compute.expect_instances().returning(|_| Ok(vec![]));
     compute.expect_run_instance().never();
-    let mut scope = scope();
-    scope.bootstrap_data = Some(BootstrapData::new(
-        BootstrapFormat::Ignition,
-        "x".repeat(20_000),
-    ));
-    let error = actuator(compute).create(&scope).await.unwrap_err();
+    let too_large = BootstrapData::new(BootstrapFormat::Ignition, "x".repeat(20_000));
+    let error = actuator(compute)
+        .create(&scope(), &too_large)
+        .await
+        .unwrap_err();
     assert_eq!(error.kind(), ActuatorErrorKind::InvalidConfiguration);
     assert_eq!(error.reason(), "UserDataTooLarge");
 }
@@ -570,7 +576,10 @@ async fn without_an_ami_id_the_newest_capa_image_for_the_version_and_architectur
         .expect_run_instance()
         .withf(|r| r.image_id == "ami-new")
         .returning(|_| Ok(instance("i-1", InstanceState::Pending)));
-    actuator(compute).create(&scope_of(infra)).await.unwrap();
+    actuator(compute)
+        .create(&scope_of(infra), &bootstrap())
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -582,7 +591,10 @@ async fn a_failure_domain_without_a_subnet_of_the_cluster_is_the_users_to_fix() 
     let mut machine = (*scope.machine).clone();
     machine.spec.failure_domain = Some("us-east-1f".into());
     scope.machine = Arc::new(machine);
-    let error = actuator(compute).create(&scope).await.unwrap_err();
+    let error = actuator(compute)
+        .create(&scope, &bootstrap())
+        .await
+        .unwrap_err();
     assert_eq!(error.kind(), ActuatorErrorKind::InvalidConfiguration);
     assert_eq!(error.reason(), "NoSubnetInFailureDomain");
 }
@@ -609,24 +621,25 @@ async fn a_cluster_of_public_subnets_only_tells_a_private_machine_to_ask_for_a_p
         {"id": "pub-a", "resourceID": "subnet-pa", "availabilityZone": "us-east-1a", "isPublic": true},
         {"id": "pub-b", "resourceID": "subnet-pb", "availabilityZone": "us-east-1b", "isPublic": true},
     ]));
-    let mut scope = scope();
+    let mut scope = scope_in(public_only.clone(), infra(false));
     let mut machine = (*scope.machine).clone();
     machine.spec.failure_domain = None;
     scope.machine = Arc::new(machine);
-    let actuator = |cluster: &AWSCluster| {
-        actuator_in(
-            cluster.clone(),
-            clients(no_launch(), MockNetwork::new(), MockLoadBalancing::new()),
-        )
+    let actuator = || {
+        actuator_with(clients(
+            no_launch(),
+            MockNetwork::new(),
+            MockLoadBalancing::new(),
+        ))
     };
-    let error = actuator(&public_only).create(&scope).await.unwrap_err();
+    let error = actuator().create(&scope, &bootstrap()).await.unwrap_err();
     assert_eq!(error.kind(), ActuatorErrorKind::Transient, "{error}");
     assert_eq!(error.reason(), "NoPrivateSubnet");
     assert!(error.to_string().contains("spec.publicIP: true"), "{error}");
 
     // In a failure domain, the same is the user's to fix, with the same advice.
-    let error = actuator(&public_only)
-        .create(&scope_of(infra(false)))
+    let error = actuator()
+        .create(&scope_in(public_only, infra(false)), &bootstrap())
         .await
         .unwrap_err();
     assert_eq!(error.kind(), ActuatorErrorKind::InvalidConfiguration);
@@ -634,8 +647,9 @@ async fn a_cluster_of_public_subnets_only_tells_a_private_machine_to_ask_for_a_p
     assert!(error.to_string().contains("spec.publicIP: true"), "{error}");
 
     // A cluster that reports no subnet yet is waited for, failure domain or not.
-    let error = actuator(&cluster_with_subnets(serde_json::json!([])))
-        .create(&scope_of(infra(false)))
+    let no_subnets = scope_in(cluster_with_subnets(serde_json::json!([])), infra(false));
+    let error = actuator()
+        .create(&no_subnets, &bootstrap())
         .await
         .unwrap_err();
     assert_eq!(error.kind(), ActuatorErrorKind::Transient);
@@ -674,7 +688,7 @@ async fn update_converges_tags_groups_and_target_group_and_reports_immutable_cha
     let actuator = actuator_with(clients(compute, MockNetwork::new(), load_balancing));
     let scope = scope_of(recorded(infra(true), "i-7"));
     let found = actuator.exists(&scope).await.unwrap().unwrap();
-    let outcome = actuator.update(&scope, &found).await.unwrap();
+    let outcome = actuator.update(&scope, found).await.unwrap();
     assert_eq!(
         outcome.immutable_changes,
         [ImmutableChange {
@@ -682,6 +696,62 @@ async fn update_converges_tags_groups_and_target_group_and_reports_immutable_cha
             current: "t3.medium".into(),
             desired: "t3.large".into(),
         }]
+    );
+}
+
+/// The cloud calls of one reconcile of a running machine in its desired state, as the loop makes
+/// it: `exists`, then `update` with what `exists` found. The mocks are strict (a call not
+/// expected here fails the test) and count every call they answer.
+async fn cloud_calls_of_a_steady_reconcile(control_plane: bool) -> usize {
+    let scope = scope_of(recorded(infra(control_plane), "i-7"));
+    let mut steady = instance("i-7", InstanceState::Running);
+    let ctx = actuator(MockCompute::new()).context(&scope).await.unwrap();
+    steady.tags = launch::tags(&ctx);
+    steady.security_group_ids = launch::security_groups(&ctx).await.unwrap();
+
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut compute = MockCompute::new();
+    let counted = Arc::clone(&calls);
+    compute.expect_instances_by_id().returning(move |_| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        Ok(vec![steady.clone()])
+    });
+    let mut load_balancing = MockLoadBalancing::new();
+    let counted = Arc::clone(&calls);
+    load_balancing
+        .expect_registered_instances()
+        .returning(move |_| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok(vec!["i-7".into()])
+        });
+    let actuator = actuator_with(clients(compute, MockNetwork::new(), load_balancing));
+
+    let found = actuator.exists(&scope).await.unwrap().unwrap();
+    let outcome = actuator.update(&scope, found).await.unwrap();
+    assert_eq!(outcome.instance.state, LoopState::Running);
+    assert!(
+        outcome.immutable_changes.is_empty(),
+        "{:?}",
+        outcome.immutable_changes
+    );
+    calls.load(Ordering::SeqCst)
+}
+
+#[tokio::test]
+async fn a_steady_worker_costs_one_describe_instances_per_reconcile() {
+    assert_eq!(
+        cloud_calls_of_a_steady_reconcile(false).await,
+        1,
+        "DescribeInstances in exists; update converges what exists found without asking again"
+    );
+}
+
+#[tokio::test]
+async fn a_steady_control_plane_adds_one_target_group_read_per_reconcile() {
+    assert_eq!(
+        cloud_calls_of_a_steady_reconcile(true).await,
+        2,
+        "DescribeInstances in exists, DescribeTargetHealth in update"
     );
 }
 

@@ -177,18 +177,3 @@ impl provider_aws::connector::Connector for FixedConnector {
         Ok(self.0.clone())
     }
 }
-
-/// A [`provider_aws::lookup::ClusterLookup`] answering with one `AWSCluster`.
-pub struct FixedCluster(pub std::sync::Arc<std::sync::Mutex<provider_aws::api::AWSCluster>>);
-
-#[async_trait::async_trait]
-impl provider_aws::lookup::ClusterLookup for FixedCluster {
-    async fn aws_cluster(
-        &self,
-        _: &str,
-        _: &str,
-        _: Option<String>,
-    ) -> Result<provider_aws::api::AWSCluster, capi_core::ActuatorError> {
-        Ok(self.0.lock().unwrap().clone())
-    }
-}

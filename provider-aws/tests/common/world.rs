@@ -1,7 +1,7 @@
 //! A cluster's network in moto as the cluster actuator would report it, and machines in it: what
 //! the machine actuator's tests on moto share.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use aws_sdk_ec2::types::Filter;
 use aws_sdk_elasticloadbalancingv2::types::ProtocolEnum;
@@ -11,9 +11,14 @@ use provider_aws::api::{AWSCluster, AWSMachine};
 use provider_aws::machine::AwsMachineActuator;
 use provider_aws::naming::IDEMPOTENCY_KEY_TAG;
 
-use super::{FixedCluster, FixedConnector, Moto, provider_clients};
+use super::{FixedConnector, Moto, provider_clients};
 
 pub const BOOTSTRAP: &str = "#cloud-config\nruncmd:\n- echo hello\n";
+
+/// The bootstrap data every machine here is created with.
+pub fn bootstrap() -> BootstrapData {
+    BootstrapData::new(BootstrapFormat::CloudConfig, BOOTSTRAP)
+}
 
 /// A VPC with a private subnet in each of two zones, the cluster's security groups and an API
 /// server target group, as the cluster actuator would report them.
@@ -76,10 +81,7 @@ pub async fn world(moto: Moto) -> World {
 
 impl World {
     pub fn actuator(&self) -> AwsMachineActuator {
-        AwsMachineActuator::new(
-            Arc::new(FixedConnector(provider_clients(&self.moto))),
-            Arc::new(FixedCluster(Arc::new(Mutex::new(self.cluster.clone())))),
-        )
+        AwsMachineActuator::new(Arc::new(FixedConnector(provider_clients(&self.moto))))
     }
 
     pub fn scope(
@@ -87,7 +89,7 @@ impl World {
         name: &str,
         uid: &str,
         spec: serde_json::Value,
-    ) -> MachineScope<AWSMachine> {
+    ) -> MachineScope<AWSMachine, AWSCluster> {
         let mut labels = serde_json::json!({"cluster.x-k8s.io/cluster-name": "demo"});
         if name.contains("control-plane") {
             labels["cluster.x-k8s.io/control-plane"] = serde_json::json!("");
@@ -105,10 +107,10 @@ impl World {
         machine.spec.version = Some("v1.33.1".into());
         MachineScope {
             cluster: Arc::new(Cluster::default()),
+            infra_cluster: Arc::new(self.cluster.clone()),
             idempotency_key: IdempotencyKey::for_machine(&machine).unwrap(),
             machine: Arc::new(machine),
             infra_machine: Arc::new(infra),
-            bootstrap_data: Some(BootstrapData::new(BootstrapFormat::CloudConfig, BOOTSTRAP)),
         }
     }
 
@@ -143,9 +145,9 @@ impl World {
 }
 
 pub fn recorded(
-    mut scope: MachineScope<AWSMachine>,
+    mut scope: MachineScope<AWSMachine, AWSCluster>,
     provider_id: &str,
-) -> MachineScope<AWSMachine> {
+) -> MachineScope<AWSMachine, AWSCluster> {
     let mut infra = (*scope.infra_machine).clone();
     infra.spec.provider_id = Some(provider_id.to_string());
     scope.infra_machine = Arc::new(infra);

@@ -17,10 +17,9 @@ use anyhow::{Context, Result};
 use capi_actuator::rbac;
 use capi_provider::{ManagerArgs, ProviderManager};
 use clap::Parser;
-use provider_azure::api::{AzureCluster, AzureMachine};
+use provider_azure::api::AzureCluster;
 use provider_azure::cluster::AzureClusterActuator;
 use provider_azure::connector::{Endpoints, SecretConnector};
-use provider_azure::lookup::ApiClusterLookup;
 use provider_azure::machine::AzureMachineActuator;
 
 /// The Azure provider's manager.
@@ -73,16 +72,12 @@ async fn main() -> Result<()> {
     ProviderManager::new("Azure", args.manager)
         .manifests(provider_azure::api::crds(), rules)
         .run(move |manager| {
-            let client = manager.client();
             let connector =
-                Arc::new(SecretConnector::new(client.clone(), http).with_endpoints(endpoints));
+                Arc::new(SecretConnector::new(manager.client(), http).with_endpoints(endpoints));
             manager.add_cluster_reconciler::<AzureCluster>(Arc::new(AzureClusterActuator::new(
                 connector.clone(),
             )));
-            manager.add_machine_reconciler::<AzureMachine>(Arc::new(AzureMachineActuator::new(
-                connector,
-                Arc::new(ApiClusterLookup(client)),
-            )));
+            manager.add_machine_reconciler(Arc::new(AzureMachineActuator::new(connector)));
         })
         .await?;
     Ok(())

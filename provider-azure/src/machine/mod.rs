@@ -4,11 +4,15 @@
 //!   disk `<vm>_OSDisk` ([`crate::naming`]): every PUT is a create-or-update of that name, so a
 //!   PUT replayed after a lost answer, a failed status write or a restart is the same VM, and a
 //!   second one cannot exist. The lookup is a GET of that name — no listing, no tags to trust.
+//! - **Read once per reconcile.** `exists` reads the VM, its NIC and public IP; `update`
+//!   converges from that [`VmRecord`] and reads none of them again.
 //! - **Operations recorded, not awaited.** The VM's PUT returns at once; its operation is
 //!   recorded in `status.longRunningOperationStates` and read once per reconcile — by whichever
-//!   manager runs it — until it ends ([`crate::operations`]). A VM whose provisioning failed
-//!   is PUT again on the next reconcile; an operation that vanished or outlived its deadline is
-//!   dropped and the VM read again.
+//!   manager runs it — until it ends ([`crate::operations`]), or until the VM, read after it,
+//!   says its provisioning ended: Running is never reported with the VM's operation still
+//!   recorded. A VM whose provisioning failed is PUT again on the next reconcile (without
+//!   `customData`: ARM keeps what it was created with); an operation that vanished or outlived
+//!   its deadline is dropped and the VM read again.
 //! - The NIC is made first (in the API server's backend pool for a control-plane machine); the
 //!   VM references it with `deleteOption: Delete`, as it does its disks. **Deletion** deletes the
 //!   VM, then whatever of the NIC, the public IP and the disks ARM left behind, each checked
@@ -19,7 +23,7 @@
 
 mod body;
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -27,21 +31,22 @@ use base64::Engine;
 use capi_core::api::{MachineAddress, MachineAddressType};
 use capi_core::condition::{ConditionStatus, DesiredCondition};
 use capi_core::{
-    Actuator, ActuatorError, ImmutableChange, InstanceState, MachineInstance, MachineScope,
-    ProviderStatus, UpdateOutcome,
+    Actuator, ActuatorError, BootstrapData, Found, ImmutableChange, InstanceState, MachineInstance,
+    MachineScope, ProviderStatus, UpdateOutcome,
 };
 use kube::ResourceExt;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::api::{AzureMachine, LongRunningOperation, OperationType, VmState};
+use crate::api::{AzureCluster, AzureMachine, LongRunningOperation, OperationType, VmState};
 use crate::arm::{ResourceId, ResourceType};
 use crate::cluster::Ctx as ClusterCtx;
 use crate::connector::Connector;
-use crate::lookup::ClusterLookup;
 use crate::naming::MachineNaming;
 use crate::operations::Operations;
-use crate::resource::{Foreign, Removal, Step, ensure, provisioning_state, remove};
+use crate::resource::{
+    Foreign, Removal, Step, Wanted, converge, ensure, provisioning_state, remove,
+};
 
 pub use body::{
     ADMIN_USER, MAX_CUSTOM_DATA, REFERENCE_GALLERY, REFERENCE_IMAGE, image_reference, ssh_key,
@@ -116,19 +121,21 @@ impl Ctx {
     }
 }
 
-/// Reconciles `AzureMachine`s through a [`Connector`] and a way to find their `AzureCluster`.
+/// Reconciles `AzureMachine`s in the `AzureCluster` of their scope, through a [`Connector`].
+/// It keeps nothing between calls: what `exists` read reaches `update` as a [`VmRecord`].
 pub struct AzureMachineActuator {
     connector: Arc<dyn Connector>,
-    clusters: Arc<dyn ClusterLookup>,
-    /// What `exists` found, by idempotency key, for the `create` or `update` that follows it in
-    /// the same reconcile (the operations are read and the VM and NIC fetched once).
-    found: Mutex<std::collections::HashMap<String, Observed>>,
 }
 
-/// What `exists` saw of a machine.
-struct Observed {
-    vm: Option<Value>,
+/// What ARM answered about a machine's VM in one reconcile: the VM, its NIC and public IP (the
+/// addresses reported), and the machine's recorded operations as they stand after the VM was
+/// read. [`AzureMachineActuator`]'s `exists` makes it and its `update` converges from it,
+/// without reading any of them again.
+#[derive(Clone, Debug)]
+pub struct VmRecord {
+    vm: Value,
     nic: Option<Value>,
+    public_ip: Option<Value>,
     operations: Operations,
 }
 
@@ -154,28 +161,19 @@ fn vm_state(state: &str) -> Option<VmState> {
 }
 
 impl AzureMachineActuator {
-    /// An actuator using `connector` for ARM clients and `clusters` to find `AzureCluster`s.
-    pub fn new(connector: Arc<dyn Connector>, clusters: Arc<dyn ClusterLookup>) -> Self {
-        Self {
-            connector,
-            clusters,
-            found: Mutex::default(),
-        }
+    /// An actuator using `connector` for ARM clients.
+    pub fn new(connector: Arc<dyn Connector>) -> Self {
+        Self { connector }
     }
 
-    async fn context(&self, scope: &MachineScope<AzureMachine>) -> Result<Ctx, ActuatorError> {
+    /// The reconcile's context: the scope's `AzureCluster` and the ARM client of its identity.
+    async fn context(
+        &self,
+        scope: &MachineScope<AzureMachine, AzureCluster>,
+    ) -> Result<Ctx, ActuatorError> {
         let infra = &scope.infra_machine;
-        let namespace = infra.namespace().unwrap_or_default();
         let cluster_name = scope.cluster_name()?;
-        let cluster = self
-            .clusters
-            .azure_cluster(
-                &namespace,
-                &cluster_name,
-                crate::lookup::infrastructure_name(&scope.cluster),
-            )
-            .await?;
-        let arm = self.connector.connect(&cluster).await?;
+        let arm = self.connector.connect(&scope.infra_cluster).await?;
         let control_plane = scope.is_control_plane();
         let port = crate::cluster::api_server_port(&scope.cluster);
         let zone = infra
@@ -185,7 +183,7 @@ impl AzureMachineActuator {
             .or_else(|| scope.machine.spec.failure_domain.clone())
             .filter(|z| !z.is_empty());
         Ok(Ctx {
-            cluster: ClusterCtx::new(arm, Arc::new(cluster), &cluster_name, port),
+            cluster: ClusterCtx::new(arm, Arc::clone(&scope.infra_cluster), &cluster_name, port),
             names: MachineNaming {
                 vm: infra.name_any(),
             },
@@ -197,39 +195,50 @@ impl AzureMachineActuator {
         })
     }
 
-    /// The machine's NIC, if it exists.
-    async fn nic(ctx: &Ctx) -> Result<Option<Value>, ActuatorError> {
-        ctx.cluster
-            .arm
+    /// Reads the machine's VM — after polling the operations recorded in status, so that what
+    /// the VM says is the later word — and, when it is the cluster's, its NIC and public IP.
+    /// `None` when no VM of the machine's name exists. Never writes.
+    async fn find(ctx: &Ctx) -> Result<Option<VmRecord>, ActuatorError> {
+        let arm = ctx.cluster.arm.as_ref();
+        let mut operations = Operations::resume(arm, &ctx.recorded()).await;
+        let vm_id = ctx.vm_id();
+        let Some(vm) = arm
+            .get(&vm_id)
+            .await
+            .map_err(|e| e.into_actuator("reading the virtual machine"))?
+        else {
+            return Ok(None);
+        };
+        Self::ours(ctx, &vm)?;
+        operations.settle(&vm_id, &provisioning_state(&vm));
+        let nic = arm
             .get(&ctx.nic_id())
             .await
-            .map_err(|e| e.into_actuator("reading the network interface"))
+            .map_err(|e| e.into_actuator("reading the network interface"))?;
+        let public_ip = if ctx.infra.spec.allocate_public_ip {
+            arm.get(&ctx.public_ip_id())
+                .await
+                .map_err(|e| e.into_actuator("reading the public IP address"))?
+        } else {
+            None
+        };
+        Ok(Some(VmRecord {
+            vm,
+            nic,
+            public_ip,
+            operations,
+        }))
     }
 
-    /// What `exists` saw of the machine in this reconcile, else what ARM says now.
-    async fn observed(&self, ctx: &Ctx) -> Observed {
-        let stashed = self
-            .found
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&ctx.key);
-        match stashed {
-            Some(observed) => observed,
-            None => Observed {
-                vm: None,
-                nic: None,
-                operations: Operations::resume(ctx.cluster.arm.as_ref(), &ctx.recorded()).await,
-            },
-        }
-    }
-
-    /// What the loop records of `vm`, whose NIC is `nic`.
-    async fn report(
-        ctx: &Ctx,
-        vm: &Value,
-        nic: Option<&Value>,
-        operations: &Operations,
-    ) -> Result<MachineInstance, ActuatorError> {
+    /// What the loop records of `record`'s VM: its state, the addresses of its NIC and public
+    /// IP, and the operations still under way.
+    fn report(ctx: &Ctx, record: &VmRecord) -> Result<MachineInstance, ActuatorError> {
+        let VmRecord {
+            vm,
+            nic,
+            public_ip,
+            operations,
+        } = record;
         let state = provisioning_state(vm);
         let id = ctx.vm_id();
         let failure = operations.failure_message();
@@ -280,14 +289,9 @@ impl AzureMachineActuator {
                 }
             }
         }
-        if ctx.infra.spec.allocate_public_ip
-            && let Some(pip) = ctx
-                .cluster
-                .arm
-                .get(&ctx.public_ip_id())
-                .await
-                .map_err(|e| e.into_actuator("reading the public IP address"))?
-            && let Some(address) = pip["properties"]["ipAddress"].as_str()
+        if let Some(address) = public_ip
+            .as_ref()
+            .and_then(|pip| pip["properties"]["ipAddress"].as_str())
         {
             addresses.push(MachineAddress {
                 type_: MachineAddressType::ExternalIp,
@@ -328,13 +332,7 @@ impl AzureMachineActuator {
     }
 
     /// The bootstrap data as `customData`, within Azure's limit.
-    fn custom_data(scope: &MachineScope<AzureMachine>) -> Result<String, ActuatorError> {
-        let Some(bootstrap) = &scope.bootstrap_data else {
-            return Err(ActuatorError::transient_message(
-                "WaitingForBootstrapData",
-                "no bootstrap data to create the virtual machine with yet",
-            ));
-        };
+    fn custom_data(bootstrap: &BootstrapData) -> Result<String, ActuatorError> {
         let data = bootstrap.expose();
         if data.len() > MAX_CUSTOM_DATA {
             return Err(ActuatorError::invalid_configuration(
@@ -348,14 +346,15 @@ impl AzureMachineActuator {
         Ok(base64::engine::general_purpose::STANDARD.encode(data))
     }
 
-    /// PUTs the VM with `custom_data` (create, or again after a failure) and records its
-    /// operation.
+    /// PUTs the VM and records its operation: with `custom_data` to create it; with `None` to
+    /// put it again after a failure, when ARM keeps the `customData` it was created with (which
+    /// cannot change).
     async fn put_vm(
         ctx: &Ctx,
-        custom_data: String,
+        custom_data: Option<String>,
         operations: &mut Operations,
     ) -> Result<Value, ActuatorError> {
-        let body = ctx.vm_body(Some(custom_data))?;
+        let body = ctx.vm_body(custom_data)?;
         let id = ctx.vm_id();
         let accepted = ctx
             .cluster
@@ -370,11 +369,15 @@ impl AzureMachineActuator {
         Ok(accepted.body)
     }
 
-    /// Makes what the VM needs first: its public IP (if asked for) and its NIC, whose body it
-    /// returns.
-    async fn prerequisites(ctx: &Ctx, operations: &mut Operations) -> Result<Value, ActuatorError> {
+    /// Makes what the VM needs first: its public IP (if asked for), then its NIC. Returns their
+    /// bodies, NIC first, once both are ready; `RequeueAfter` while ARM is making either.
+    async fn prerequisites(
+        ctx: &Ctx,
+        operations: &mut Operations,
+    ) -> Result<(Value, Option<Value>), ActuatorError> {
         let arm = ctx.cluster.arm.as_ref();
         let naming = &ctx.cluster.naming;
+        let mut public_ip = None;
         if ctx.infra.spec.allocate_public_ip {
             let step = ensure(
                 arm,
@@ -386,12 +389,15 @@ impl AzureMachineActuator {
                 "public IP address",
             )
             .await?;
-            if let Step::Waiting(message) = step {
-                return Err(ActuatorError::requeue_after(
-                    operations.recheck(),
-                    "WaitingForPublicIP",
-                    message,
-                ));
+            match step {
+                Step::Ready(body) => public_ip = Some(body),
+                Step::Waiting(message) => {
+                    return Err(ActuatorError::requeue_after(
+                        operations.recheck(),
+                        "WaitingForPublicIP",
+                        message,
+                    ));
+                }
             }
         }
         let step = ensure(
@@ -405,7 +411,7 @@ impl AzureMachineActuator {
         )
         .await?;
         match step {
-            Step::Ready(nic) => Ok(nic),
+            Step::Ready(nic) => Ok((nic, public_ip)),
             Step::Waiting(message) => Err(ActuatorError::requeue_after(
                 operations.recheck(),
                 "WaitingForNetworkInterface",
@@ -442,122 +448,91 @@ fn immutable_changes(ctx: &Ctx, vm: &Value) -> Vec<ImmutableChange> {
 }
 
 #[async_trait]
-impl Actuator<AzureMachine> for AzureMachineActuator {
+impl Actuator<AzureMachine, AzureCluster> for AzureMachineActuator {
+    type Instance = VmRecord;
+
     async fn exists(
         &self,
-        scope: &MachineScope<AzureMachine>,
-    ) -> Result<Option<MachineInstance>, ActuatorError> {
+        scope: &MachineScope<AzureMachine, AzureCluster>,
+    ) -> Result<Option<Found<VmRecord>>, ActuatorError> {
         let ctx = self.context(scope).await?;
-        let operations = Operations::resume(ctx.cluster.arm.as_ref(), &ctx.recorded()).await;
-        let vm = ctx
-            .cluster
-            .arm
-            .get(&ctx.vm_id())
-            .await
-            .map_err(|e| e.into_actuator("reading the virtual machine"))?;
-        let (reported, nic) = match &vm {
-            None => (None, None),
-            Some(vm) => {
-                Self::ours(&ctx, vm)?;
-                let nic = Self::nic(&ctx).await?;
-                (
-                    Some(Self::report(&ctx, vm, nic.as_ref(), &operations).await?),
-                    nic,
-                )
-            }
+        let Some(record) = Self::find(&ctx).await? else {
+            return Ok(None);
         };
-        self.found
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(
-                ctx.key.clone(),
-                Observed {
-                    vm,
-                    nic,
-                    operations,
-                },
-            );
-        Ok(reported)
+        let reported = Self::report(&ctx, &record)?;
+        Ok(Some(Found::with(reported, record)))
     }
 
     async fn create(
         &self,
-        scope: &MachineScope<AzureMachine>,
+        scope: &MachineScope<AzureMachine, AzureCluster>,
+        bootstrap: &BootstrapData,
     ) -> Result<MachineInstance, ActuatorError> {
-        // No bootstrap data, nothing to do: said before any request.
-        let custom_data = Self::custom_data(scope)?;
+        // Bootstrap data Azure would refuse is said before any request.
+        let custom_data = Self::custom_data(bootstrap)?;
         let ctx = self.context(scope).await?;
-        let mut operations = self.observed(&ctx).await.operations;
-        let nic = Self::prerequisites(&ctx, &mut operations).await?;
-        let vm = Self::put_vm(&ctx, custom_data, &mut operations).await?;
-        Self::report(&ctx, &vm, Some(&nic), &operations).await
+        let mut operations = Operations::resume(ctx.cluster.arm.as_ref(), &ctx.recorded()).await;
+        let (nic, public_ip) = Self::prerequisites(&ctx, &mut operations).await?;
+        let vm = Self::put_vm(&ctx, Some(custom_data), &mut operations).await?;
+        Self::report(
+            &ctx,
+            &VmRecord {
+                vm,
+                nic: Some(nic),
+                public_ip,
+                operations,
+            },
+        )
     }
 
     async fn update(
         &self,
-        scope: &MachineScope<AzureMachine>,
-        _: &MachineInstance,
+        scope: &MachineScope<AzureMachine, AzureCluster>,
+        found: Found<VmRecord>,
     ) -> Result<UpdateOutcome, ActuatorError> {
         let ctx = self.context(scope).await?;
-        let Observed {
-            vm,
-            mut nic,
-            mut operations,
-        } = self.observed(&ctx).await;
-        let mut vm = match vm {
-            Some(vm) => vm,
-            None => ctx
-                .cluster
-                .arm
-                .get(&ctx.vm_id())
-                .await
-                .map_err(|e| e.into_actuator("reading the virtual machine"))?
-                .ok_or_else(|| {
-                    ActuatorError::transient_message(
-                        "VMNotFound",
-                        "the virtual machine vanished between the lookup and the update",
-                    )
-                })?,
-        };
-        let state = provisioning_state(&vm);
-        if state.failed() && !operations.in_flight(&ctx.vm_id(), OperationType::Put) {
+        let mut record = found.instance;
+        let state = provisioning_state(&record.vm);
+        let put_under_way = record
+            .operations
+            .in_flight(&ctx.vm_id(), OperationType::Put);
+        if state.failed() && !put_under_way {
             // ARM recovers a VM whose provisioning failed by PUTting it again.
-            let custom_data = Self::custom_data(scope)?;
-            nic = Some(Self::prerequisites(&ctx, &mut operations).await?);
-            vm = Self::put_vm(&ctx, custom_data, &mut operations).await?;
+            let (nic, public_ip) = Self::prerequisites(&ctx, &mut record.operations).await?;
+            record.vm = Self::put_vm(&ctx, None, &mut record.operations).await?;
+            record.nic = Some(nic);
+            record.public_ip = public_ip;
         } else if state.succeeded() {
-            // A control-plane NIC missing from the backend pool (or otherwise drifted) is
-            // put right.
-            let step = ensure(
+            // A control-plane NIC missing from the backend pool (or otherwise drifted) is put
+            // right, from the NIC `exists` read.
+            let step = converge(
                 ctx.cluster.arm.as_ref(),
-                &mut operations,
+                &mut record.operations,
                 &ctx.cluster.naming,
-                Foreign::Refuse,
-                &ctx.nic_id(),
-                &ctx.nic_body(),
-                "network interface",
+                Wanted {
+                    id: &ctx.nic_id(),
+                    body: &ctx.nic_body(),
+                    foreign: Foreign::Refuse,
+                    what: "network interface",
+                },
+                record.nic.as_ref(),
             )
             .await?;
             if let Step::Ready(body) = step {
-                nic = Some(body);
+                record.nic = Some(body);
             }
         }
-        if nic.is_none() {
-            nic = Self::nic(&ctx).await?;
-        }
-        let immutable_changes = immutable_changes(&ctx, &vm);
         Ok(UpdateOutcome {
-            instance: Self::report(&ctx, &vm, nic.as_ref(), &operations).await?,
-            immutable_changes,
+            instance: Self::report(&ctx, &record)?,
+            immutable_changes: immutable_changes(&ctx, &record.vm),
         })
     }
 
-    async fn delete(&self, scope: &MachineScope<AzureMachine>) -> Result<(), ActuatorError> {
+    async fn delete(
+        &self,
+        scope: &MachineScope<AzureMachine, AzureCluster>,
+    ) -> Result<(), ActuatorError> {
         let ctx = self.context(scope).await?;
-        self.found
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&ctx.key);
         let arm = ctx.cluster.arm.as_ref();
         let deleting = |what: &str| {
             ActuatorError::requeue_after(

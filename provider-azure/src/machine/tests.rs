@@ -11,7 +11,6 @@ use crate::api::AzureCluster;
 use crate::arm::{Arm, ArmError, MockArm, Poll};
 use crate::connector::MockConnector;
 use crate::fake_arm::{State, fake};
-use crate::lookup::MockClusterLookup;
 
 const SUB: &str = "7b5e7a4c-1d2e-4f3a-9b8c-0d1e2f3a4b5c";
 const VM: &str = "demo-control-plane-x7k2p";
@@ -41,7 +40,7 @@ fn infra(control_plane: bool, status: serde_json::Value) -> AzureMachine {
     .unwrap_or_default()
 }
 
-fn scope_of(infra: AzureMachine, bootstrap: Option<&str>) -> MachineScope<AzureMachine> {
+fn scope_of(infra: AzureMachine) -> MachineScope<AzureMachine, AzureCluster> {
     let mut machine = Machine::default();
     machine.metadata.uid = Some("uid-1".into());
     machine.spec.cluster_name = "demo".into();
@@ -51,18 +50,23 @@ fn scope_of(infra: AzureMachine, bootstrap: Option<&str>) -> MachineScope<AzureM
         IdempotencyKey::for_machine(&machine).unwrap_or_else(|_| panic!("the machine has a UID"));
     MachineScope {
         cluster: Arc::new(Cluster::default()),
+        infra_cluster: Arc::new(azure_cluster()),
         idempotency_key,
         machine: Arc::new(machine),
         infra_machine: Arc::new(infra),
-        bootstrap_data: bootstrap.map(|b| BootstrapData::new(BootstrapFormat::CloudConfig, b)),
     }
 }
 
-fn scope(control_plane: bool) -> MachineScope<AzureMachine> {
-    scope_of(
-        infra(control_plane, json!({})),
-        Some("#cloud-config\nruncmd: []\n"),
-    )
+fn scope(control_plane: bool) -> MachineScope<AzureMachine, AzureCluster> {
+    scope_of(infra(control_plane, json!({})))
+}
+
+fn bootstrap_data(value: &str) -> BootstrapData {
+    BootstrapData::new(BootstrapFormat::CloudConfig, value)
+}
+
+fn bootstrap() -> BootstrapData {
+    bootstrap_data("#cloud-config\nruncmd: []\n")
 }
 
 fn actuator(arm: MockArm) -> AzureMachineActuator {
@@ -71,11 +75,7 @@ fn actuator(arm: MockArm) -> AzureMachineActuator {
     connector
         .expect_connect()
         .returning(move |_| Ok(arm.clone()));
-    let mut lookup = MockClusterLookup::new();
-    lookup
-        .expect_azure_cluster()
-        .returning(|_, _, _| Ok(azure_cluster()));
-    AzureMachineActuator::new(Arc::new(connector), Arc::new(lookup))
+    AzureMachineActuator::new(Arc::new(connector))
 }
 
 fn lock(state: &Arc<Mutex<State>>) -> std::sync::MutexGuard<'_, State> {
@@ -100,17 +100,17 @@ fn id(kind: ResourceType, name: &str) -> ResourceId {
 }
 
 #[tokio::test]
-async fn nothing_is_asked_of_azure_before_there_is_bootstrap_data() {
+async fn nothing_is_asked_of_azure_for_bootstrap_data_it_would_refuse() {
     let mut connector = MockConnector::new();
     connector.expect_connect().never();
-    let lookup = MockClusterLookup::new();
-    let actuator = AzureMachineActuator::new(Arc::new(connector), Arc::new(lookup));
+    let actuator = AzureMachineActuator::new(Arc::new(connector));
+    let huge = bootstrap_data(&"x".repeat(MAX_CUSTOM_DATA + 1));
     let error = actuator
-        .create(&scope_of(infra(false, json!({})), None))
+        .create(&scope(false), &huge)
         .await
         .err()
-        .unwrap_or_else(|| panic!("no bootstrap data"));
-    assert_eq!(error.reason(), "WaitingForBootstrapData");
+        .unwrap_or_else(|| panic!("too large"));
+    assert_eq!(error.reason(), "BootstrapDataTooLarge");
 }
 
 #[tokio::test]
@@ -118,7 +118,7 @@ async fn a_control_plane_vm_is_made_after_its_nic_in_the_backend_pool_and_its_op
     let (arm, state) = fake();
     let actuator = actuator(arm);
     let nic = id(ResourceType::NetworkInterface, &format!("{VM}-nic"));
-    let created = actuator.create(&scope(true)).await;
+    let created = actuator.create(&scope(true), &bootstrap()).await;
     let reported = created.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         reported.provider_id,
@@ -182,7 +182,7 @@ async fn a_vm_still_being_created_is_provisioning_and_its_operation_is_kept() {
     }
     let actuator = actuator(arm);
     let reported = actuator
-        .create(&scope(false))
+        .create(&scope(false), &bootstrap())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(reported.state, capi_core::InstanceState::Provisioning);
@@ -198,10 +198,11 @@ async fn a_vm_still_being_created_is_provisioning_and_its_operation_is_kept() {
     // The next reconcile — this manager or a restarted one — reads the recorded operation.
     let status = serde_json::Value::Object(reported.provider_status.fields().clone());
     let found = actuator
-        .exists(&scope_of(infra(false, status), None))
+        .exists(&scope_of(infra(false, status)))
         .await
         .unwrap_or_else(|e| panic!("{e}"))
-        .unwrap_or_else(|| panic!("the VM exists"));
+        .unwrap_or_else(|| panic!("the VM exists"))
+        .reported;
     assert_eq!(found.state, capi_core::InstanceState::Provisioning);
     assert_eq!(
         found.provider_status.fields()["longRunningOperationStates"][0]["name"],
@@ -214,7 +215,7 @@ async fn a_nic_still_being_made_is_waited_for_before_the_vm() {
     let (arm, state) = fake();
     lock(&state).put_state = "Updating".into();
     let error = actuator(arm)
-        .create(&scope(false))
+        .create(&scope(false), &bootstrap())
         .await
         .err()
         .unwrap_or_else(|| panic!("the NIC is being made"));
@@ -248,18 +249,19 @@ async fn a_running_vm_is_reported_with_its_addresses_and_zone() {
         .await
         .unwrap_or_else(|e| panic!("{e}"))
         .unwrap_or_else(|| panic!("found"));
-    assert_eq!(found.state, capi_core::InstanceState::Running);
-    assert_eq!(found.failure_domain.as_deref(), Some("2"));
+    let reported = &found.reported;
+    assert_eq!(reported.state, capi_core::InstanceState::Running);
+    assert_eq!(reported.failure_domain.as_deref(), Some("2"));
     assert!(
-        found
+        reported
             .addresses
             .iter()
             .any(|a| a.address == "10.1.0.5" && a.type_ == MachineAddressType::InternalIp)
     );
-    assert_eq!(found.provider_status.fields()["vmState"], "Succeeded");
+    assert_eq!(reported.provider_status.fields()["vmState"], "Succeeded");
     // update: the image differs (none is recorded), so it is reported as immutable.
     let outcome = actuator
-        .update(&scope(false), &found)
+        .update(&scope(false), found)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(
@@ -273,6 +275,95 @@ async fn a_running_vm_is_reported_with_its_addresses_and_zone() {
             .immutable_changes
             .iter()
             .any(|c| c.field == "spec.vmSize")
+    );
+}
+
+#[tokio::test]
+async fn a_running_machine_is_read_once_by_exists_and_update_asks_arm_nothing() {
+    let (arm, state) = fake();
+    let actuator = actuator(arm);
+    let created = actuator
+        .create(&scope(true), &bootstrap())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(created.state, capi_core::InstanceState::Running);
+    let status = serde_json::Value::Object(created.provider_status.fields().clone());
+    let machine = scope_of(infra(true, status));
+    let start = lock(&state).calls.len();
+    let found = actuator
+        .exists(&machine)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("found"));
+    let read = lock(&state).calls.len();
+    assert_eq!(
+        lock(&state).calls[start..],
+        [
+            ("GET".to_string(), VM.to_string()),
+            ("GET".to_string(), format!("{VM}-nic"))
+        ],
+        "exists reads the VM and its NIC, once each"
+    );
+    let outcome = actuator
+        .update(&machine, found)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(outcome.instance.state, capi_core::InstanceState::Running);
+    assert!(
+        outcome.immutable_changes.is_empty(),
+        "{:?}",
+        outcome.immutable_changes
+    );
+    assert!(
+        outcome
+            .instance
+            .addresses
+            .iter()
+            .any(|a| a.type_ == MachineAddressType::InternalDns && a.address == VM)
+    );
+    let st = lock(&state);
+    assert!(
+        st.calls[read..].is_empty(),
+        "update converges from what exists read; it asked ARM {:?}",
+        &st.calls[read..]
+    );
+}
+
+#[tokio::test]
+async fn a_vm_made_between_the_poll_and_the_read_is_running_with_no_operation_recorded() {
+    let (arm, state) = fake();
+    // The recorded operation is polled first and still under way (the fake's answer); the VM,
+    // read after it, has been made meanwhile.
+    lock(&state).insert(
+        &id(ResourceType::VirtualMachine, VM),
+        ours(json!({"properties": {"provisioningState": "Succeeded",
+                    "hardwareProfile": {"vmSize": "Standard_D2s_v3"}}})),
+    );
+    let recorded = json!({"longRunningOperationStates": [{
+        "type": "PUT", "serviceName": "virtualmachine", "name": VM,
+        "pollingURL": "https://arm.test/operations/vm", "startedAt": jiff::Timestamp::now().to_string(),
+    }]});
+    let actuator = actuator(arm);
+    let machine = scope_of(infra(false, recorded));
+    let found = actuator
+        .exists(&machine)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("found"));
+    assert_eq!(found.reported.state, capi_core::InstanceState::Running);
+    assert_eq!(
+        found.reported.provider_status.fields()["longRunningOperationStates"],
+        json!([]),
+        "Running, and the operation still recorded in the same status write"
+    );
+    let outcome = actuator
+        .update(&machine, found)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(outcome.instance.state, capi_core::InstanceState::Running);
+    assert_eq!(
+        outcome.instance.provider_status.fields()["longRunningOperationStates"],
+        json!([])
     );
 }
 
@@ -308,15 +399,15 @@ async fn a_vm_whose_provisioning_failed_is_put_again() {
         "pollingURL": "https://arm.test/operations/vm", "startedAt": jiff::Timestamp::now().to_string(),
     }]});
     let actuator = actuator(arm);
-    let machine = scope_of(infra(false, recorded), Some("#cloud-config\n"));
+    let machine = scope_of(infra(false, recorded));
     let found = actuator
         .exists(&machine)
         .await
         .unwrap_or_else(|e| panic!("{e}"))
         .unwrap_or_else(|| panic!("found"));
-    assert_eq!(found.state, capi_core::InstanceState::Provisioning);
+    assert_eq!(found.reported.state, capi_core::InstanceState::Provisioning);
     assert!(
-        found.conditions.iter().any(
+        found.reported.conditions.iter().any(
             |c| c.reason == "VMProvisionFailed" && c.message.contains("OSProvisioningTimedOut")
         )
     );
@@ -326,13 +417,23 @@ async fn a_vm_whose_provisioning_failed_is_put_again() {
         st.slow_kind = Some(ResourceType::VirtualMachine);
     }
     let outcome = actuator
-        .update(&machine, &found)
+        .update(&machine, found)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(lock(&state).calls("PUT").contains(&VM.to_string()));
     assert_eq!(
         outcome.instance.state,
         capi_core::InstanceState::Provisioning
+    );
+    let put_again = lock(&state)
+        .get(&id(ResourceType::VirtualMachine, VM))
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        put_again["properties"]["osProfile"]
+            .get("customData")
+            .is_none(),
+        "put again without customData: ARM keeps what the VM was created with"
     );
 }
 
@@ -353,7 +454,7 @@ async fn quota_and_oversized_bootstrap_data_are_told_apart() {
         ),
     );
     let error = actuator(arm)
-        .create(&scope(false))
+        .create(&scope(false), &bootstrap())
         .await
         .err()
         .unwrap_or_else(|| panic!("quota"));
@@ -361,9 +462,9 @@ async fn quota_and_oversized_bootstrap_data_are_told_apart() {
     assert_eq!(error.reason(), "QuotaExceeded");
 
     let (arm, _) = fake();
-    let huge = "x".repeat(MAX_CUSTOM_DATA + 1);
+    let huge = bootstrap_data(&"x".repeat(MAX_CUSTOM_DATA + 1));
     let error = actuator(arm)
-        .create(&scope_of(infra(false, json!({})), Some(&huge)))
+        .create(&scope(false), &huge)
         .await
         .err()
         .unwrap_or_else(|| panic!("too large"));
@@ -475,7 +576,7 @@ async fn a_vm_of_the_machines_name_that_is_not_the_clusters_is_never_taken_over(
             .to_lowercase(),
     );
     let error = actuator
-        .create(&scope(false))
+        .create(&scope(false), &bootstrap())
         .await
         .err()
         .unwrap_or_else(|| panic!("refused"));

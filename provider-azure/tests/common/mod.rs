@@ -4,7 +4,7 @@
 pub mod arm_server;
 pub mod model_checker;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use capi_actuator::redact::Redaction;
 use provider_azure::api::AzureCluster;
@@ -29,20 +29,5 @@ pub struct FixedConnector(pub Arc<dyn Arm>);
 impl provider_azure::connector::Connector for FixedConnector {
     async fn connect(&self, _: &AzureCluster) -> Result<Arc<dyn Arm>, capi_core::ActuatorError> {
         Ok(self.0.clone())
-    }
-}
-
-/// A [`provider_azure::lookup::ClusterLookup`] answering with one `AzureCluster`.
-pub struct FixedCluster(pub Arc<Mutex<AzureCluster>>);
-
-#[async_trait::async_trait]
-impl provider_azure::lookup::ClusterLookup for FixedCluster {
-    async fn azure_cluster(
-        &self,
-        _: &str,
-        _: &str,
-        _: Option<String>,
-    ) -> Result<AzureCluster, capi_core::ActuatorError> {
-        Ok(self.0.lock().unwrap().clone())
     }
 }

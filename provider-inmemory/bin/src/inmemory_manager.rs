@@ -14,7 +14,7 @@ use capi_actuator::rbac;
 use capi_provider::{ManagerArgs, ProviderManager};
 use clap::Parser;
 use provider_inmemory::actuator::InMemoryActuator;
-use provider_inmemory::api::{InMemoryCluster, InMemoryMachine, InMemoryMachineTemplate};
+use provider_inmemory::api::{InMemoryCluster, InMemoryMachineTemplate};
 use provider_inmemory::cloud::{Compute, EtcdClusters, LoadBalancers, RemoteCloud, SimulatedCloud};
 use provider_inmemory::etcd::SimulatedEtcdAccess;
 
@@ -70,8 +70,10 @@ async fn main() -> Result<()> {
         .manifests(provider_inmemory::api::crds(), rules)
         .etcd_access(Arc::new(SimulatedEtcdAccess::new(etcd)))
         .run(|manager| {
-            manager.add_machine_reconciler::<InMemoryMachine>(actuator.clone());
-            manager.add_machine_template_reconciler::<InMemoryMachineTemplate>(actuator.clone());
+            manager.add_machine_reconciler(actuator.clone());
+            manager.add_machine_template_reconciler::<InMemoryMachineTemplate, InMemoryCluster>(
+                actuator.clone(),
+            );
             manager.add_cluster_reconciler::<InMemoryCluster>(actuator);
         })
         .await?;

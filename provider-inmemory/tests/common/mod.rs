@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
-use provider_inmemory::api::{InMemoryMachine, InMemoryMachineSpec};
+use provider_inmemory::api::{InMemoryCluster, InMemoryMachine, InMemoryMachineSpec};
 use provider_inmemory::cloud::{CloudConfig, SimulatedCloud};
 use serde_json::json;
 
@@ -55,6 +55,22 @@ pub(crate) async fn fixture(config: CloudConfig) -> Fixture {
         ns,
         cloud: Arc::new(SimulatedCloud::new(config)),
     }
+}
+
+/// [`fixture`] with the `InMemoryCluster` of Cluster `demo` (named and labelled like it): what a
+/// machine reconcile hands its actuator besides the machine.
+pub(crate) async fn machine_fixture(config: CloudConfig) -> Fixture {
+    let f = fixture(config).await;
+    let mut infra_cluster = InMemoryCluster::new("demo", Default::default());
+    infra_cluster.metadata.labels = Some(BTreeMap::from([(
+        labels::CLUSTER_NAME.to_string(),
+        "demo".to_string(),
+    )]));
+    Api::<InMemoryCluster>::namespaced(f.env.client(), &f.ns)
+        .create(&PostParams::default(), &infra_cluster)
+        .await
+        .unwrap();
+    f
 }
 
 pub(crate) fn policy() -> RetryPolicy {

@@ -20,7 +20,7 @@ use provider_openstack::api::{OpenStackCluster, OpenStackMachine, OpenStackMachi
 use provider_openstack::cloud_conf::CloudConfFiles;
 use provider_openstack::cluster::OpenStackClusterActuator;
 use provider_openstack::connector::SecretConnector;
-use provider_openstack::machine::{ApiClusterLookup, OpenStackMachineActuator};
+use provider_openstack::machine::OpenStackMachineActuator;
 
 /// The OpenStack provider's manager.
 #[derive(Parser)]
@@ -51,17 +51,16 @@ async fn main() -> Result<()> {
     }
     provider
         .run(|manager| {
-            let client = manager.client();
-            let connector = Arc::new(SecretConnector::new(client.clone()));
+            let connector = Arc::new(SecretConnector::new(manager.client()));
             manager.add_cluster_reconciler::<OpenStackCluster>(Arc::new(
                 OpenStackClusterActuator::new(connector.clone()),
             ));
-            let machines = Arc::new(OpenStackMachineActuator::new(
-                connector,
-                Arc::new(ApiClusterLookup(client)),
-            ));
-            manager.add_machine_reconciler::<OpenStackMachine>(machines.clone());
-            manager.add_machine_template_reconciler::<OpenStackMachineTemplate>(machines);
+            let machines = Arc::new(OpenStackMachineActuator::new(connector));
+            manager
+                .add_machine_reconciler::<OpenStackMachine, OpenStackCluster, _>(machines.clone());
+            manager.add_machine_template_reconciler::<OpenStackMachineTemplate, OpenStackCluster>(
+                machines,
+            );
         })
         .await?;
     Ok(())

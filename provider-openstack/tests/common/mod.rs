@@ -1,5 +1,5 @@
 //! What the tests against the local OpenStack share: its credentials, a session, and the
-//! connector and cluster lookup that hand them to the actuators.
+//! connector that hands them to the actuators.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -7,11 +7,10 @@ use std::collections::BTreeMap;
 use capi_core::ActuatorError;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use provider_openstack::api::{IdentityReference, OpenStackCluster};
+use provider_openstack::api::IdentityReference;
 use provider_openstack::cloud::Session;
 use provider_openstack::connector::{Clients, Connector};
 use provider_openstack::credentials;
-use provider_openstack::machine::ClusterLookup;
 
 pub const CLOUDS_YAML_ENV: &str = "CAPI_RS_OPENSTACK_CLOUDS_YAML";
 
@@ -53,15 +52,5 @@ impl Connector for LocalConnector {
         _identity: &IdentityReference,
     ) -> Result<Clients, ActuatorError> {
         Ok(Clients::from_session(self.0.clone()))
-    }
-}
-
-/// Every cluster is this `OpenStackCluster`.
-pub struct FixedCluster(pub OpenStackCluster);
-
-#[async_trait::async_trait]
-impl ClusterLookup for FixedCluster {
-    async fn openstack_cluster(&self, _: &str, _: &str) -> Result<OpenStackCluster, ActuatorError> {
-        Ok(self.0.clone())
     }
 }

@@ -4,6 +4,7 @@
 //! against the local control plane.
 //!
 //! ```text
+//! cargo xtask bench report [--check]
 //! cargo xtask bench [all|one-cluster|clusters|latency]... [--machines N] [--clusters N]
 //!                   [--boot-ms MS] [--idle-seconds S] [--qps F] [--burst N] [--concurrency N]
 //!                   [--no-leader-election] [--stack capi-rs|upstream]... [--rounds N] [--out DIR]
@@ -24,13 +25,15 @@
 //!   to boot.
 //!
 //! [`rig`] starts capi-rs's processes; [`measure`] reads the figures; [`chart`] draws each
-//! result as an SVG beside its JSON.
+//! result as an SVG beside its JSON; `report` ([`report`]) writes `benches/README.md` from the
+//! committed results (`--check`: fails when it is stale) and runs nothing.
 
 mod chart;
 mod clusters;
 mod floor;
 pub(crate) mod measure;
 pub(crate) mod one_cluster;
+pub(crate) mod report;
 pub(crate) mod rig;
 mod side_by_side;
 mod stack;
@@ -70,6 +73,9 @@ pub(crate) enum Scenario {
     Clusters,
     /// One cluster of `--machines` machines whose instances take `--boot-ms` ± 20 % to boot.
     Latency,
+    /// Runs nothing: writes benches/README.md from the committed results (`--check`: fails
+    /// when it differs instead).
+    Report,
 }
 
 impl Scenario {
@@ -82,6 +88,7 @@ impl Scenario {
             Self::OneCluster => "one-cluster",
             Self::Clusters => "clusters",
             Self::Latency => "latency",
+            Self::Report => "report",
         }
     }
 }
@@ -127,6 +134,9 @@ pub(crate) struct BenchArgs {
     /// Where the JSON results go (default: benches/results).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// With `report`: fail when benches/README.md is not what the results give, write nothing.
+    #[arg(long)]
+    check: bool,
 }
 
 /// Two of the reconcilers' resync periods, each at its longest jitter, in whole seconds.
@@ -156,6 +166,7 @@ pub(crate) struct Options {
     stacks: Vec<Stack>,
     rounds: Option<u32>,
     out: PathBuf,
+    check: bool,
     assets_dir: PathBuf,
     bin_dir: PathBuf,
     args: Vec<String>,
@@ -199,6 +210,7 @@ impl Options {
             out: args
                 .out
                 .unwrap_or_else(|| workspace_root().join("benches/results")),
+            check: args.check,
             assets_dir: PathBuf::new(),
             bin_dir: PathBuf::new(),
             args: raw,
@@ -224,8 +236,16 @@ impl Options {
 
 /// Builds what the scenarios run, then runs each in turn and prints a summary.
 pub(crate) fn run_bench(mut options: Options) -> Result<()> {
+    if options.scenarios.contains(&Scenario::Report) {
+        anyhow::ensure!(
+            options.scenarios.len() == 1,
+            "`report` runs nothing else: give it alone"
+        );
+        step("benches/README.md from benches/results");
+        return report::run(options.check);
+    }
     step("Local control plane binaries (etcd, kube-apiserver)");
-    options.assets_dir = crate::envtest::ensure()?;
+    options.assets_dir = crate::envtest::ensure_control_plane()?;
     step("Building the manager and the simulated cloud (release)");
     println!("    capi-rs at commit {}", crate::command::built_commit());
     options.bin_dir = build_release_binaries()?;
@@ -245,7 +265,7 @@ pub(crate) fn run_bench(mut options: Options) -> Result<()> {
                     one_cluster::run(&options, Variant::Latency { boot_ms }).await
                 }
                 Scenario::Clusters => clusters::run(&options).await,
-                Scenario::OneCluster | Scenario::All => {
+                Scenario::OneCluster | Scenario::All | Scenario::Report => {
                     one_cluster::run(&options, Variant::Fast).await
                 }
             }

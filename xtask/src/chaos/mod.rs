@@ -128,7 +128,7 @@ impl Options {
 /// Builds what the run needs, runs it, prints the report; fails if any guarantee did not hold.
 pub(crate) fn run_chaos(options: Options) -> Result<()> {
     step("Local control plane binaries (etcd, kube-apiserver)");
-    let assets_dir = crate::envtest::ensure()?;
+    let assets_dir = crate::envtest::ensure_control_plane()?;
     step("Building the manager and the simulated cloud (release)");
     let bin_dir = crate::bench::build_release_binaries()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
