@@ -82,7 +82,7 @@ fn observed(
 ) -> Observed<InMemoryMachine, InMemoryCluster> {
     Observed {
         infra_machine,
-        infra_cluster: InMemoryCluster::new("demo", Default::default()),
+        infra_cluster: Some(InMemoryCluster::new("demo", Default::default())),
         machine: machine(),
         cluster: cluster(),
         bootstrap,

@@ -24,6 +24,9 @@ use serde::de::DeserializeOwned;
 pub struct Cached<K: Resource<DynamicType = ()> + Clone + 'static> {
     store: Store<K>,
     client: Client,
+    /// The watch filling `store`, kept running while this cache lives (`None`: someone else
+    /// keeps it running).
+    _watch: Option<crate::informer::Informer<K>>,
 }
 
 impl<K: Resource<DynamicType = ()> + Clone + 'static> Debug for Cached<K> {
@@ -39,7 +42,27 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Cached<K> {
     /// A cache over `store` (filled by someone else's watch, e.g. an
     /// [`Informer`](crate::informer::Informer)); reads that miss it go to `client`.
     pub fn new(store: Store<K>, client: Client) -> Self {
-        Self { store, client }
+        Self {
+            store,
+            client,
+            _watch: None,
+        }
+    }
+}
+
+impl<K> Cached<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
+{
+    /// A cache over `informer`'s store that keeps its watch running while the cache lives, even
+    /// when nothing else holds the informer (a reconciler run outside a manager); reads that miss
+    /// it go to `client`.
+    pub fn of(informer: crate::informer::Informer<K>, client: Client) -> Self {
+        Self {
+            store: informer.store(),
+            client,
+            _watch: Some(informer),
+        }
     }
 }
 
@@ -131,7 +154,7 @@ mod tests {
         }))
         .unwrap_or_else(|e| panic!("{e}"));
         writer.apply_watcher_event(&Event::Apply(object));
-        let cached = Cached { store, client };
+        let cached = Cached::new(store, client);
         let found = cached
             .get("ns", "a")
             .await

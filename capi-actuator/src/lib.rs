@@ -42,14 +42,13 @@
 //! the loop ignores its own status writes, so it cannot trigger itself.
 //!
 //! See `capi_examples::toy` (`examples/src/toy`) for a complete provider — cluster, machine and
-//! machine template kinds, CRDs, RBAC, the three actuators and the binary — in 250 lines.
+//! machine template kinds, CRDs, RBAC, the three actuators and the binary.
 
 pub mod cached;
 pub mod call_retry;
 pub mod cluster;
 pub mod events;
 pub mod informer;
-pub mod infra_cluster;
 mod instrument;
 pub mod machine;
 pub mod manager;

@@ -51,8 +51,8 @@ impl<T: InfraMachineTemplate, C: InfraCluster> Reconciler<T, dyn MachineTemplate
         let (trigger, reader) = self.trigger();
         self.offer_as_referenced();
         let clusters = Arc::new(Clusters {
-            clusters: Cached::new(self.informer::<Cluster>().store(), self.client().clone()),
-            infra_clusters: Cached::new(self.informer::<C>().store(), self.client().clone()),
+            clusters: Cached::of(self.informer::<Cluster>(), self.client().clone()),
+            infra_clusters: Cached::of(self.informer::<C>(), self.client().clone()),
         });
         let concurrency = self.concurrency();
         let context = self.into_context(|inner, _, _| inner);

@@ -233,7 +233,7 @@
 //! machine.metadata.uid = Some("6a1c".into());
 //! let scope = MachineScope {
 //!     cluster: Arc::new(Cluster::default()),
-//!     infra_cluster: Arc::new(()),
+//!     infra_cluster: Some(Arc::new(())),
 //!     idempotency_key: IdempotencyKey::for_machine(&machine).unwrap(),
 //!     machine: Arc::new(machine),
 //!     infra_machine: Arc::new(()),

@@ -546,7 +546,7 @@ mod tests {
         machine.metadata.uid = Some(uid.into());
         MachineScope {
             cluster: Arc::new(Cluster::default()),
-            infra_cluster: Arc::new(InMemoryCluster::new("c", Default::default())),
+            infra_cluster: Some(Arc::new(InMemoryCluster::new("c", Default::default()))),
             idempotency_key: IdempotencyKey::for_machine(&machine).unwrap(),
             machine: Arc::new(machine),
             infra_machine: Arc::new(InMemoryMachine::new("m", spec)),

@@ -70,7 +70,7 @@ impl OpenStackMachineActuator {
         let machine = &scope.infra_machine;
         let namespace = machine.namespace().unwrap_or_default();
         let cluster_name = scope.cluster_name()?;
-        let cluster = Arc::clone(&scope.infra_cluster);
+        let cluster = Arc::clone(scope.infra_cluster()?);
         let clients = self
             .connector
             .connect(&namespace, &cluster.spec.identity_ref)
@@ -711,7 +711,7 @@ mod tests {
         machine.metadata.uid = Some("uid-1".into());
         MachineScope {
             cluster: Arc::new(Cluster::default()),
-            infra_cluster: Arc::new(infra_cluster),
+            infra_cluster: Some(Arc::new(infra_cluster)),
             idempotency_key: IdempotencyKey::for_machine(&machine).unwrap(),
             machine: Arc::new(machine),
             infra_machine: Arc::new(infra),

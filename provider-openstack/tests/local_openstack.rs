@@ -260,7 +260,7 @@ fn machine_scope(
     machine.metadata.uid = Some(format!("{name}-uid-{}", std::process::id()));
     MachineScope {
         cluster: Arc::new(Cluster::default()),
-        infra_cluster: Arc::new(infra_cluster.clone()),
+        infra_cluster: Some(Arc::new(infra_cluster.clone())),
         idempotency_key: IdempotencyKey::for_machine(&machine).unwrap(),
         machine: Arc::new(machine),
         infra_machine: Arc::new(infra),

@@ -125,7 +125,7 @@ mod tests {
         machine.metadata.uid = Some("u".into());
         let scope = MachineScope {
             cluster: Arc::new(Cluster::default()),
-            infra_cluster: Arc::new(()),
+            infra_cluster: Some(Arc::new(())),
             idempotency_key: IdempotencyKey::for_machine(&machine)
                 .unwrap_or_else(|e| panic!("{e}")),
             machine: Arc::new(machine),

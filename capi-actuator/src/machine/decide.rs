@@ -132,8 +132,8 @@ pub struct Decision {
 pub struct Observed<M, C> {
     /// The provider's machine object.
     pub infra_machine: M,
-    /// The provider's cluster object of the machine's cluster.
-    pub infra_cluster: C,
+    /// The provider's cluster object of the machine's cluster (`None`: not there, or gone).
+    pub infra_cluster: Option<C>,
     /// The owner `Machine`.
     pub machine: Machine,
     /// The machine's `Cluster`.
@@ -159,6 +159,7 @@ pub struct Observed<M, C> {
 ///     machine: Machine,
 ///     cluster: Cluster,
 /// ) {
+///     let infra_cluster = Some(infra_cluster);
 ///     let observed =
 ///         Observed { infra_machine, infra_cluster, machine, cluster, bootstrap: None };
 ///     let decision = decide_once(actuator, observed).await;
@@ -183,7 +184,7 @@ where
         owner_uid: machine.metadata.uid.clone(),
         machine: Some(Arc::new(machine)),
         cluster: Some(Arc::new(cluster)),
-        infra_cluster: Some(Arc::new(infra_cluster)),
+        infra_cluster: infra_cluster.map(Arc::new),
         bootstrap: bootstrap.map_or(BootstrapLookup::NotSet, BootstrapLookup::Ready),
         invalid_at_generation: None,
     };
@@ -257,6 +258,26 @@ where
         );
     }
     let Some(infra_cluster) = snapshot.infra_cluster.clone() else {
+        if let Some(other) = cluster
+            .spec
+            .infrastructure_ref
+            .as_ref()
+            .filter(|r| r.kind != C::kind(&()) || r.api_group != C::group(&()))
+        {
+            return plan.not_ready(
+                reasons::INVALID_CONFIGURATION,
+                format!(
+                    "Cluster {:?} names {} {:?} (group {:?}) as its infrastructure, not a {}: \
+                     this machine cannot belong to it",
+                    machine.spec.cluster_name,
+                    other.kind,
+                    other.name,
+                    other.api_group,
+                    C::kind(&())
+                ),
+                Next::AwaitChange,
+            );
+        }
         return plan.not_ready(
             reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE,
             format!(
@@ -307,7 +328,7 @@ where
     };
     let scope = MachineScope {
         cluster,
-        infra_cluster,
+        infra_cluster: Some(infra_cluster),
         machine,
         infra_machine: infra,
         idempotency_key,
@@ -436,13 +457,12 @@ where
         stand_in.metadata.uid = snapshot.owner_uid.clone();
         Arc::new(stand_in)
     });
-    let Some(infra_cluster) = snapshot.infra_cluster else {
-        return deletion_without_infra_cluster::<C>(plan, snapshot.cluster.as_deref());
-    };
     let cluster = snapshot.cluster.unwrap_or_default();
+    // Without its provider's cluster object (already gone), `delete` is called all the same: a
+    // provider that needs it says so (`MachineScope::infra_cluster`), one that does not deletes.
     let scope = MachineScope {
         cluster,
-        infra_cluster,
+        infra_cluster: snapshot.infra_cluster,
         machine,
         infra_machine: snapshot.infra,
         idempotency_key,
@@ -459,28 +479,4 @@ where
         }
         Err(error) => plan.deletion_error(error),
     }
-}
-
-/// A deletion whose provider's cluster object is gone: the actuator reaches the cloud through it
-/// (region, network, credentials), so it is not called. When the `Cluster` says its
-/// infrastructure was never provisioned, nothing can have been created (creation waits for it)
-/// and the finalizer goes; otherwise the loop says what it waits for, and how to end the wait,
-/// and looks again.
-fn deletion_without_infra_cluster<C: InfraCluster>(
-    mut plan: Plan,
-    cluster: Option<&Cluster>,
-) -> Plan {
-    let kind = C::kind(&());
-    if cluster.is_some_and(|c| !c.infrastructure_provisioned()) {
-        plan.finalizer = FinalizerChange::Remove;
-        return plan;
-    }
-    plan.not_ready(
-        reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE,
-        format!(
-            "the instance is deleted through the cluster's {kind}, which is gone; recreate it, or \
-             delete the instance by hand and remove the finalizer {INFRA_MACHINE_FINALIZER}"
-        ),
-        Next::Requeue(Duration::from_secs(60)),
-    )
 }

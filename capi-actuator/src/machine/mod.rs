@@ -72,8 +72,7 @@ impl<M: InfraMachine, C: InfraCluster> Reconciler<M, DynActuator<M, C>> {
         let (clusters, cluster_stream) = self.cached::<Cluster>();
         // No stream: a change of the provider's cluster object reaches its machines at their
         // resync; a machine waiting for it looks again by itself.
-        let infra_clusters =
-            crate::cached::Cached::new(self.informer::<C>().store(), self.client().clone());
+        let infra_clusters = crate::cached::Cached::of(self.informer::<C>(), self.client().clone());
         let owners = Arc::new(observe::Owners {
             machines,
             clusters,
@@ -161,4 +160,4 @@ async fn reconcile_once<M: InfraMachine, C: InfraCluster>(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -92,29 +92,118 @@ pub(crate) async fn observe<M: InfraMachine, C: InfraCluster>(
 }
 
 /// The provider's cluster object of the `Cluster` named `cluster_name`: the one its
-/// `infrastructureRef` names (when `cluster` is known and names a `C`), else the one labelled
-/// `cluster.x-k8s.io/cluster-name=<cluster_name>`, else the one named like the cluster (during
-/// deletion the `Cluster` may be gone).
+/// `infrastructureRef` names (when `cluster` is known), else the one labelled
+/// `cluster.x-k8s.io/cluster-name=<cluster_name>` (the first by name, should there be two), else
+/// the one named like the cluster (during deletion the `Cluster` may be gone). None when the
+/// `Cluster` names another kind: no object of this kind is its infrastructure. In the steady
+/// state it is read from the store alone.
 pub(crate) async fn infra_cluster<C: InfraCluster>(
     infra_clusters: &Cached<C>,
     namespace: &str,
     cluster_name: &str,
     cluster: Option<&Cluster>,
 ) -> Result<Option<Arc<C>>, kube::Error> {
-    let referenced = cluster
-        .and_then(|c| c.spec.infrastructure_ref.as_ref())
-        .filter(|r| r.kind == C::kind(&()) && r.api_group == C::group(&()));
-    if let Some(reference) = referenced
-        && let Some(found) = infra_clusters.get(namespace, &reference.name).await?
-    {
-        return Ok(Some(found));
+    if let Some(reference) = cluster.and_then(|c| c.spec.infrastructure_ref.as_ref()) {
+        if reference.kind != C::kind(&()) || reference.api_group != C::group(&()) {
+            return Ok(None);
+        }
+        if let Some(found) = infra_clusters.get(namespace, &reference.name).await? {
+            return Ok(Some(found));
+        }
     }
-    let labelled = infra_clusters.store().state().into_iter().find(|c| {
-        c.namespace().as_deref() == Some(namespace)
-            && labels::cluster_name(c.meta()) == Some(cluster_name)
-    });
+    let labelled = infra_clusters
+        .store()
+        .state()
+        .into_iter()
+        .filter(|c| {
+            c.namespace().as_deref() == Some(namespace)
+                && labels::cluster_name(c.meta()) == Some(cluster_name)
+        })
+        .min_by(|a, b| a.name_any().cmp(&b.name_any()));
     if labelled.is_some() {
         return Ok(labelled);
     }
     infra_clusters.get(namespace, cluster_name).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::watcher::Event;
+
+    use crate::machine::tests::{TestCluster, TestClusterSpec};
+
+    /// A cache over a store holding `objects`, whose client reaches nothing: a read that misses
+    /// the store fails.
+    fn cached(objects: Vec<TestCluster>) -> Cached<TestCluster> {
+        let config = kube::Config::new(
+            "http://127.0.0.1:1"
+                .parse()
+                .unwrap_or_else(|e| panic!("{e}")),
+        );
+        let client = Client::try_from(config).unwrap_or_else(|e| panic!("{e}"));
+        let (store, mut writer) = kube::runtime::reflector::store::<TestCluster>();
+        for object in objects {
+            writer.apply_watcher_event(&Event::Apply(object));
+        }
+        Cached::new(store, client)
+    }
+
+    fn object(namespace: &str, name: &str, cluster_label: Option<&str>) -> TestCluster {
+        let mut object = TestCluster::new(name, TestClusterSpec {});
+        object.metadata.namespace = Some(namespace.into());
+        object.metadata.labels = cluster_label.map(|c| {
+            std::collections::BTreeMap::from([(labels::CLUSTER_NAME.to_string(), c.to_string())])
+        });
+        object
+    }
+
+    fn cluster_naming(kind: &str, name: &str) -> Cluster {
+        let mut cluster = Cluster::default();
+        cluster.spec.infrastructure_ref = Some(
+            serde_json::from_value(serde_json::json!({
+                "apiGroup": "infrastructure.test.io", "kind": kind, "name": name
+            }))
+            .unwrap_or_else(|e| panic!("{e}")),
+        );
+        cluster
+    }
+
+    fn name(found: Option<Arc<TestCluster>>) -> Option<String> {
+        found.and_then(|c| c.metadata.name.clone())
+    }
+
+    #[tokio::test]
+    async fn the_referenced_object_comes_from_the_store_without_a_request() {
+        let store = cached(vec![object("ns", "infra-a", None)]);
+        let cluster = cluster_naming("TestCluster", "infra-a");
+        let found = infra_cluster(&store, "ns", "demo", Some(&cluster)).await;
+        assert_eq!(
+            name(found.unwrap_or_else(|e| panic!("{e}"))).as_deref(),
+            Some("infra-a")
+        );
+    }
+
+    #[tokio::test]
+    async fn without_a_reference_the_first_labelled_object_of_the_namespace_is_taken() {
+        let store = cached(vec![
+            object("other", "a-elsewhere", Some("demo")),
+            object("ns", "c-labelled", Some("demo")),
+            object("ns", "b-labelled", Some("demo")),
+            object("ns", "a-unrelated", Some("another")),
+        ]);
+        let found = infra_cluster(&store, "ns", "demo", None).await;
+        assert_eq!(
+            name(found.unwrap_or_else(|e| panic!("{e}"))).as_deref(),
+            Some("b-labelled")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cluster_naming_another_kind_has_none_of_this_kind_and_nothing_is_asked() {
+        let store = cached(vec![object("ns", "demo", Some("demo"))]);
+        let cluster = cluster_naming("DockerCluster", "demo");
+        let found = infra_cluster(&store, "ns", "demo", Some(&cluster)).await;
+        assert!(found.unwrap_or_else(|e| panic!("{e}")).is_none());
+    }
 }

@@ -58,7 +58,7 @@ impl InfraMachine for TestMachine {
     namespaced,
     status = "InfraClusterStatus"
 )]
-struct TestClusterSpec {}
+pub(crate) struct TestClusterSpec {}
 
 impl InfraCluster for TestCluster {
     fn control_plane_endpoint(&self) -> Option<&ApiEndpoint> {
@@ -540,33 +540,73 @@ async fn a_missing_infrastructure_cluster_is_waited_for_without_calling_the_clou
 }
 
 #[tokio::test]
-async fn deletion_without_the_infrastructure_cluster_waits_and_says_how_to_end_the_wait() {
+async fn deletion_without_the_infrastructure_cluster_asks_the_actuator_all_the_same() {
     let mut snap = snapshot(deleting());
     snap.infra_cluster = None;
-    let plan = decide(&untouched(), snap, POLL).await;
+    let mut actuator = MockActuator::<TestMachine, TestCluster>::new();
+    // As a provider that reaches its cloud through the object does.
+    actuator
+        .expect_delete()
+        .times(1)
+        .returning(|scope| scope.infra_cluster().map(|_| ()));
+    let plan = decide(&actuator, snap, POLL).await;
     assert_eq!(plan.finalizer, FinalizerChange::Keep);
-    let message = &plan.conditions.last().unwrap().message;
-    assert!(message.contains(INFRA_MACHINE_FINALIZER), "{message}");
-    assert!(matches!(plan.next, Next::Requeue(_)));
+    assert!(matches!(plan.next, Next::Requeue(d) if d == Duration::from_secs(60)));
 
-    // A cluster whose infrastructure was never provisioned never had an instance created.
-    let mut never = snapshot(deleting());
-    never.infra_cluster = None;
-    never.cluster = Some(Arc::new(cluster(false)));
-    let plan = decide(&untouched(), never, POLL).await;
+    // A provider that needs nothing of it deletes, and the finalizer goes.
+    let mut snap = snapshot(deleting());
+    snap.infra_cluster = None;
+    snap.cluster = None;
+    let mut actuator = MockActuator::<TestMachine, TestCluster>::new();
+    actuator.expect_delete().times(1).returning(|scope| {
+        assert!(scope.infra_cluster.is_none());
+        Ok(())
+    });
+    let plan = decide(&actuator, snap, POLL).await;
     assert_eq!(plan.finalizer, FinalizerChange::Remove);
+}
+
+#[tokio::test]
+async fn a_cluster_whose_infrastructure_is_another_kind_is_an_invalid_configuration() {
+    let mut snap = snapshot(infra());
+    snap.infra_cluster = None;
+    let mut other = cluster(true);
+    other.spec.infrastructure_ref = Some(
+        serde_json::from_value(serde_json::json!({
+            "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerCluster", "name": "demo"
+        }))
+        .unwrap(),
+    );
+    snap.cluster = Some(Arc::new(other));
+    let plan = decide(&untouched(), snap, POLL).await;
+    let (status, reason) = ready(&plan).unwrap();
+    assert_eq!(
+        (status, reason.as_str()),
+        (ConditionStatus::False, reasons::INVALID_CONFIGURATION)
+    );
+    let message = &plan.conditions.last().unwrap().message;
+    assert!(message.contains("DockerCluster"), "{message}");
+    assert!(matches!(plan.next, Next::AwaitChange));
 }
 
 #[tokio::test]
 async fn the_actuator_sees_the_infrastructure_cluster_and_what_exists_found() {
     let mut actuator = MockActuator::<TestMachine, TestCluster>::new();
     actuator.expect_exists().times(1).returning(|scope| {
-        assert_eq!(scope.infra_cluster.metadata.name.as_deref(), Some("demo"));
+        let name = scope
+            .infra_cluster
+            .as_ref()
+            .and_then(|c| c.metadata.name.clone());
+        assert_eq!(name.as_deref(), Some("demo"));
         Ok(Some(Found::new(running("test:///i-5"))))
     });
     actuator.expect_create().never();
     actuator.expect_update().times(1).returning(|scope, found| {
-        assert_eq!(scope.infra_cluster.metadata.name.as_deref(), Some("demo"));
+        let name = scope
+            .infra_cluster
+            .as_ref()
+            .and_then(|c| c.metadata.name.clone());
+        assert_eq!(name.as_deref(), Some("demo"));
         assert_eq!(found.reported.provider_id, "test:///i-5");
         Ok(UpdateOutcome {
             instance: found.reported,
@@ -644,7 +684,7 @@ fn unchanged_plan_means_unchanged_status() {
 async fn decide_once_takes_the_loops_branch_without_an_api_server() {
     let observed = |bootstrap| super::Observed {
         infra_machine: infra(),
-        infra_cluster: infra_cluster(),
+        infra_cluster: Some(infra_cluster()),
         machine: machine(),
         cluster: cluster(true),
         bootstrap,

@@ -10,9 +10,11 @@
 //! the manager's own watches: the `Cluster`, the provider's infrastructure cluster object, the
 //! owner `Machine` and the provider's machine ([`MachineScope`], [`ClusterScope`],
 //! [`TemplateScope`]). An actuator talks to its cloud and to nothing else: it never reads the API
-//! server for what a scope carries, and it keeps nothing between calls — what
-//! [`Actuator::exists`] found is handed to [`Actuator::update`] as a value ([`Found`]), and
-//! [`Actuator::create`] receives the bootstrap data as a value.
+//! server for what a scope carries, and nothing of one reconcile has to be kept for the next call
+//! — what [`Actuator::exists`] found is handed to [`Actuator::update`] as a value ([`Found`]),
+//! and [`Actuator::create`] receives the bootstrap data as a value. (What a provider must
+//! remember across reconciles about its cloud's eventual consistency — a launch not visible yet —
+//! is its own affair.)
 //!
 //! # Semantics every provider must honour
 //!
@@ -340,7 +342,7 @@ pub struct ClusterInfrastructure {
 /// machine.metadata.uid = Some("0b7c".into());
 /// let scope = MachineScope {
 ///     cluster: Arc::new(Cluster::default()),
-///     infra_cluster: Arc::new(()),
+///     infra_cluster: Some(Arc::new(())),
 ///     idempotency_key: IdempotencyKey::for_machine(&machine).unwrap(),
 ///     machine: Arc::new(machine),
 ///     infra_machine: Arc::new(()),

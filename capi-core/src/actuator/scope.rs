@@ -18,15 +18,18 @@ use crate::api::{Cluster, Machine};
 /// During deletion the owning `Machine` and `Cluster` may already be gone. `delete` then receives
 /// stand-ins that carry only the `Machine`'s UID (an empty `Cluster`), so it must find the instance
 /// by `spec.providerID` of the infrastructure machine or by the idempotency key — which is what the
-/// contract asks of it anyway. The infrastructure cluster is always the real one: the loop does
-/// not call the actuator without it.
+/// contract asks of it anyway.
 #[derive(Debug)]
 pub struct MachineScope<M, C> {
     /// The `Cluster` the machine belongs to.
     pub cluster: Arc<Cluster>,
     /// The provider's cluster object (for example an `OpenStackCluster`): the one the
-    /// `Cluster`'s `infrastructureRef` names, else the one labelled with the cluster's name.
-    pub infra_cluster: Arc<C>,
+    /// `Cluster`'s `infrastructureRef` names, else the one labelled with the cluster's name, else
+    /// the one named like the cluster. Always there for `exists`, `create` and `update` (the loop
+    /// waits for it); `delete` is called without it when it is already gone, so that a provider
+    /// that needs it to reach its cloud says so ([`MachineScope::infra_cluster`]) and one that
+    /// does not can still delete. Read it through [`MachineScope::infra_cluster`].
+    pub infra_cluster: Option<Arc<C>>,
     /// The owning Cluster API `Machine`.
     pub machine: Arc<Machine>,
     /// The provider's machine object (for example an `OpenStackMachine`).
@@ -74,11 +77,43 @@ impl<M: kube::Resource<DynamicType = ()>, C> MachineScope<M, C> {
     }
 }
 
+impl<M, C> MachineScope<M, C>
+where
+    M: kube::Resource<DynamicType = ()>,
+    C: kube::Resource<DynamicType = ()>,
+{
+    /// The provider's cluster object. Never an error in `exists`, `create` and `update`. In
+    /// `delete`, when the object is already gone: [`ActuatorError::RequeueAfter`] with reason
+    /// `WaitingForClusterInfrastructure` and a message saying how to end the wait — the
+    /// deletion goes on as soon as the object is back, and nothing is left behind unseen.
+    ///
+    /// [`ActuatorError::RequeueAfter`]: super::ActuatorError::RequeueAfter
+    pub fn infra_cluster(&self) -> Result<&Arc<C>, super::ActuatorError> {
+        self.infra_cluster.as_ref().ok_or_else(|| {
+            use kube::ResourceExt;
+            let kind = C::kind(&());
+            super::ActuatorError::requeue_after(
+                std::time::Duration::from_secs(60),
+                "WaitingForClusterInfrastructure",
+                format!(
+                    "the {kind} of cluster {:?} does not exist, and {} {} is deleted through it: \
+                     recreate the {kind}, or delete the instance by hand and remove the \
+                     finalizer of {}",
+                    self.machine.spec.cluster_name,
+                    M::kind(&()),
+                    self.infra_machine.name_any(),
+                    self.infra_machine.name_any()
+                ),
+            )
+        })
+    }
+}
+
 impl<M, C> Clone for MachineScope<M, C> {
     fn clone(&self) -> Self {
         Self {
             cluster: Arc::clone(&self.cluster),
-            infra_cluster: Arc::clone(&self.infra_cluster),
+            infra_cluster: self.infra_cluster.clone(),
             machine: Arc::clone(&self.machine),
             infra_machine: Arc::clone(&self.infra_machine),
             idempotency_key: self.idempotency_key.clone(),
@@ -99,7 +134,7 @@ impl<C> Clone for ClusterScope<C> {
     fn clone(&self) -> Self {
         Self {
             cluster: Arc::clone(&self.cluster),
-            infra_cluster: Arc::clone(&self.infra_cluster),
+            infra_cluster: self.infra_cluster.clone(),
         }
     }
 }
@@ -305,7 +340,7 @@ mod tests {
         machine.spec.cluster_name = cluster_name.into();
         MachineScope {
             cluster: Arc::new(Cluster::default()),
-            infra_cluster: Arc::new(()),
+            infra_cluster: None,
             idempotency_key: IdempotencyKey::from_owner_uid("uid-1")
                 .unwrap_or_else(|| panic!("a UID")),
             machine: Arc::new(machine),
@@ -325,6 +360,30 @@ mod tests {
             message.contains("Machine infra-0") && message.contains("spec.clusterName"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn a_missing_infrastructure_cluster_is_a_wait_that_says_how_to_end_it() {
+        let scope = scope_with(&[], &[], "demo");
+        let mut scope = MachineScope {
+            cluster: scope.cluster,
+            infra_cluster: None,
+            machine: scope.machine,
+            infra_machine: scope.infra_machine,
+            idempotency_key: scope.idempotency_key,
+        };
+        let error = scope
+            .infra_cluster()
+            .err()
+            .map(|e| (e.kind(), e.to_string()));
+        let (kind, message) = error.unwrap_or_else(|| panic!("an error"));
+        assert_eq!(kind, super::super::ActuatorErrorKind::RequeueAfter);
+        assert!(
+            message.contains("the Cluster of cluster \"demo\"") && message.contains("finalizer"),
+            "{message}"
+        );
+        scope.infra_cluster = Some(Arc::new(Cluster::default()));
+        assert!(scope.infra_cluster().is_ok());
     }
 
     #[test]

@@ -405,7 +405,7 @@ where
         let infra = self.infra(report, &name, &namespace, &cluster_name, provider_id)?;
         Some(MachineScope {
             cluster: Arc::new(self.cluster.clone()),
-            infra_cluster: Arc::clone(&self.infra_cluster),
+            infra_cluster: Some(Arc::clone(&self.infra_cluster)),
             machine,
             infra_machine: Arc::new(infra),
             idempotency_key: key,

@@ -23,7 +23,7 @@ async fn create_after_a_lost_response_returns_the_first_instance() {
     };
     let scope = MachineScope {
         cluster: Arc::new(Cluster::default()),
-        infra_cluster: Arc::new(ToyCluster::new("demo", Default::default())),
+        infra_cluster: Some(Arc::new(ToyCluster::new("demo", Default::default()))),
         idempotency_key: IdempotencyKey::for_machine(&machine).unwrap(),
         machine: Arc::new(machine),
         infra_machine: Arc::new(ToyMachine::new("worker-0", spec)),

@@ -136,13 +136,14 @@ impl AwsMachineActuator {
         let infra = &scope.infra_machine;
         let namespace = infra.namespace().unwrap_or_default();
         let cluster_name = scope.cluster_name()?;
-        let clients = self.connector.connect(&scope.infra_cluster).await?;
+        let cluster = Arc::clone(scope.infra_cluster()?);
+        let clients = self.connector.connect(&cluster).await?;
         let control_plane = scope.is_control_plane();
         let api_server_port = crate::cluster::api_server_port(&scope.cluster);
         Ok(Ctx {
             clients,
             naming: ClusterNaming::new(&namespace, &cluster_name),
-            cluster: Arc::clone(&scope.infra_cluster),
+            cluster,
             infra: Arc::clone(infra),
             namespace,
             cluster_name,

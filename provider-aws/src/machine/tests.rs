@@ -70,7 +70,7 @@ fn scope_in(cluster: AWSCluster, infra: AWSMachine) -> MachineScope<AWSMachine, 
     machine.spec.version = Some("v1.33.1".into());
     MachineScope {
         cluster: Arc::new(Cluster::default()),
-        infra_cluster: Arc::new(cluster),
+        infra_cluster: Some(Arc::new(cluster)),
         idempotency_key: IdempotencyKey::for_machine(&machine).unwrap(),
         machine: Arc::new(machine),
         infra_machine: Arc::new(infra),

@@ -107,7 +107,7 @@ impl World {
         machine.spec.version = Some("v1.33.1".into());
         MachineScope {
             cluster: Arc::new(Cluster::default()),
-            infra_cluster: Arc::new(self.cluster.clone()),
+            infra_cluster: Some(Arc::new(self.cluster.clone())),
             idempotency_key: IdempotencyKey::for_machine(&machine).unwrap(),
             machine: Arc::new(machine),
             infra_machine: Arc::new(infra),

@@ -173,7 +173,8 @@ impl AzureMachineActuator {
     ) -> Result<Ctx, ActuatorError> {
         let infra = &scope.infra_machine;
         let cluster_name = scope.cluster_name()?;
-        let arm = self.connector.connect(&scope.infra_cluster).await?;
+        let infra_cluster = Arc::clone(scope.infra_cluster()?);
+        let arm = self.connector.connect(&infra_cluster).await?;
         let control_plane = scope.is_control_plane();
         let port = crate::cluster::api_server_port(&scope.cluster);
         let zone = infra
@@ -183,7 +184,7 @@ impl AzureMachineActuator {
             .or_else(|| scope.machine.spec.failure_domain.clone())
             .filter(|z| !z.is_empty());
         Ok(Ctx {
-            cluster: ClusterCtx::new(arm, Arc::clone(&scope.infra_cluster), &cluster_name, port),
+            cluster: ClusterCtx::new(arm, infra_cluster, &cluster_name, port),
             names: MachineNaming {
                 vm: infra.name_any(),
             },

@@ -50,7 +50,7 @@ fn scope_of(infra: AzureMachine) -> MachineScope<AzureMachine, AzureCluster> {
         IdempotencyKey::for_machine(&machine).unwrap_or_else(|_| panic!("the machine has a UID"));
     MachineScope {
         cluster: Arc::new(Cluster::default()),
-        infra_cluster: Arc::new(azure_cluster()),
+        infra_cluster: Some(Arc::new(azure_cluster())),
         idempotency_key,
         machine: Arc::new(machine),
         infra_machine: Arc::new(infra),
