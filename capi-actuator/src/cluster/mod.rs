@@ -88,4 +88,4 @@ async fn reconcile_once<C: InfraCluster>(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

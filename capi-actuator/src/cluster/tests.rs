@@ -25,7 +25,7 @@ use crate::reasons;
     status = "InfraClusterStatus"
 )]
 #[serde(rename_all = "camelCase")]
-struct TestClusterSpec {
+pub(crate) struct TestClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     control_plane_endpoint: Option<ApiEndpoint>,
 }

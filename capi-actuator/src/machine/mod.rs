@@ -160,4 +160,4 @@ async fn reconcile_once<M: InfraMachine, C: InfraCluster>(
 }
 
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;

@@ -131,7 +131,7 @@ mod tests {
     use super::*;
     use kube::runtime::watcher::Event;
 
-    use crate::machine::tests::{TestCluster, TestClusterSpec};
+    use crate::cluster::tests::{TestCluster, TestClusterSpec};
 
     /// A cache over a store holding `objects`, whose client reaches nothing: a read that misses
     /// the store fails.
@@ -150,7 +150,7 @@ mod tests {
     }
 
     fn object(namespace: &str, name: &str, cluster_label: Option<&str>) -> TestCluster {
-        let mut object = TestCluster::new(name, TestClusterSpec {});
+        let mut object = TestCluster::new(name, TestClusterSpec::default());
         object.metadata.namespace = Some(namespace.into());
         object.metadata.labels = cluster_label.map(|c| {
             std::collections::BTreeMap::from([(labels::CLUSTER_NAME.to_string(), c.to_string())])

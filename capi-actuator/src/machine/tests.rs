@@ -3,13 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use capi_core::api::ApiEndpoint;
 use capi_core::api::{
     Cluster, ClusterInitializationStatus, ClusterStatus, Machine, MachineAddress,
     MachineAddressType,
 };
 use capi_core::condition::{self, ConditionStatus};
-use capi_core::infra::{InfraCluster, InfraClusterStatus, InfraMachine, InfraMachineStatus};
+use capi_core::infra::{InfraMachine, InfraMachineStatus};
 use capi_core::{
     ActuatorError, BootstrapData, BootstrapFormat, Found, ImmutableChange, InstanceState,
     MachineInstance, MockActuator, UpdateOutcome,
@@ -18,6 +17,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+use crate::cluster::tests::{TestCluster, TestClusterSpec};
 
 use super::decide::{BootstrapLookup, INFRA_MACHINE_FINALIZER, Plan, Snapshot, decide};
 use crate::plan::{FinalizerChange, Next};
@@ -50,27 +51,8 @@ impl InfraMachine for TestMachine {
     }
 }
 
-#[derive(CustomResource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "infrastructure.test.io",
-    version = "v1alpha1",
-    kind = "TestCluster",
-    namespaced,
-    status = "InfraClusterStatus"
-)]
-pub(crate) struct TestClusterSpec {}
-
-impl InfraCluster for TestCluster {
-    fn control_plane_endpoint(&self) -> Option<&ApiEndpoint> {
-        None
-    }
-    fn infra_status(&self) -> Option<&InfraClusterStatus> {
-        self.status.as_ref()
-    }
-}
-
 fn infra_cluster() -> TestCluster {
-    let mut infra_cluster = TestCluster::new("demo", TestClusterSpec {});
+    let mut infra_cluster = TestCluster::new("demo", TestClusterSpec::default());
     infra_cluster.metadata.namespace = Some("ns".into());
     infra_cluster
 }
