@@ -1,6 +1,7 @@
 //! The toy provider's manager (`capi_examples::toy`), beside upstream Cluster API or on its own
 //! (`--with-core --with-bootstrap`); `--print-manifests` prints its CRDs and ClusterRole.
 
+use capi_actuator::InfrastructureControllers;
 use std::sync::Arc;
 
 use capi_examples::toy::{Toy, ToyCluster, ToyMachine, ToyMachineTemplate, crds, rbac};

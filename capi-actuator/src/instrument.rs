@@ -10,7 +10,7 @@ use capi_core::{
 };
 
 use crate::machine::{AnyInstance, DynActuator};
-use crate::metrics::Metrics;
+use capi_runtime::metrics::Metrics;
 
 fn result_label<T>(result: &Result<T, ActuatorError>) -> &'static str {
     match result {

@@ -1,9 +1,9 @@
-//! The generic reconcile loop of Cluster API infrastructure providers, and the `Manager` that runs
-//! it like a production operator.
+//! The infrastructure reconcilers of a Cluster API provider: the loops that drive a provider's
+//! actuators, the same way for every cloud.
 //!
 //! A provider implements [`capi_core::Actuator`] for its machine kind (a type implementing
-//! [`capi_core::infra::InfraMachine`]) and [`capi_core::ClusterActuator`] for its cluster kind;
-//! this crate does the rest, the same way for every cloud:
+//! [`capi_core::infra::InfraMachine`]), [`capi_core::ClusterActuator`] for its cluster kind and
+//! [`capi_core::MachineTemplateActuator`] for its machine template kind; this crate does the rest:
 //!
 //! - [`machine`]: the infrastructure machine reconciler — owner lookup, pause, finalizer, waiting
 //!   for cluster infrastructure and bootstrap data, `exists` → `update` or `create`, recording the
@@ -12,28 +12,13 @@
 //!   after the cluster's machines are gone;
 //! - [`template`]: the machine template reconciler — `status.capacity` and `status.nodeInfo` from
 //!   a [`capi_core::MachineTemplateActuator`], for the cluster autoscaler's scale from zero;
-//! - [`informer`]: one watch and store per kind shared by every controller of a manager;
-//! - [`packed`]: cached objects kept compressed, decoded when reconciled;
-//! - [`memo`]: values that hardly ever change, kept for a while instead of read at every pass;
-//! - [`events`]: Events for `kubectl describe`, repeats folded into series, in bounded memory;
-//! - [`redact`]: what of a cloud's error message may be shown — bounded, secrets blanked;
-//! - [`secret_data`]: one credential read out of a `Secret`, errors naming the key only;
-//! - [`manager`]: one rate-limited client, bounded concurrency, `/healthz`, `/readyz`, `/metrics`,
-//!   Lease leader election, graceful shutdown on SIGTERM/SIGINT;
-//! - [`metrics`]: controller-runtime-compatible series plus actuator call counters and latency;
-//! - [`rbac`]: the ClusterRole rules each part needs (least privilege, generated into manifests);
-//! - [`retry`]: jittered requeues and per-object exponential backoff;
-//! - [`reasons`]: the condition and event reasons the loop writes;
-//! - [`telemetry`]: text or JSON logs;
-//! - the machinery every controller shares, whichever crate it lives in — the core controllers
-//!   (`capi-controllers`), the kubeadm bootstrap provider (`capi-bootstrap`), a vendor's own:
-//!   [`Reconciler`] and [`Context`] (the watch that triggers a controller, the context of its
-//!   reconciles, how a reconcile's end becomes its next action), [`plan`] (what one reconcile
-//!   decided), [`write`](mod@write) (writes that cannot clobber someone else's change), [`predicate`] (which
-//!   changes are worth a reconcile), [`cached`] (owners and Clusters read from the controller's
-//!   own watch, not the API server), [`readiness`]; they register with the [`Manager`] through
-//!   [`Manager::add_controller`](manager::Manager::add_controller) and
-//!   [`Manager::add`](manager::Manager::add).
+//! - [`rbac`]: the ClusterRole rules each of them needs (least privilege, generated into
+//!   manifests).
+//!
+//! Each reconciler module has the same shape as every controller of the SDK: a
+//! [`Reconciler`](capi_runtime::Reconciler) type alias and a `run(reconciler, shutdown)` function.
+//! [`InfrastructureControllers`] registers the three with a
+//! [`Manager`](capi_runtime::Manager) on one client, the infrastructure family's.
 //!
 //! Error semantics follow [`capi_core::ActuatorError`]: `RequeueAfter` is not a failure (no
 //! backoff, no error log); `Transient` backs off per object up to a cap and resets on success;
@@ -41,36 +26,117 @@
 //! the object's generation changes. Status is written only when it changed, with merge patches, and
 //! the loop ignores its own status writes, so it cannot trigger itself.
 //!
-//! See `capi_examples::toy` (`examples/src/toy`) for a complete provider — cluster, machine and
-//! machine template kinds, CRDs, RBAC, the three actuators and the binary.
+//! The runtime underneath (manager, caches, writes, retries, events, metrics) is `capi-runtime`;
+//! the helpers a provider's cloud code uses (redaction of cloud messages, credentials from
+//! Secrets, retries of cloud calls) are in `capi_provider::support`. See `capi_examples::toy`
+//! (`examples/src/toy`) for a complete provider.
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # async fn demo<M: capi_core::infra::InfraMachine, C: capi_core::infra::InfraCluster>(
+//! #     machines: Arc<impl capi_core::Actuator<M, C> + 'static>,
+//! #     clusters: Arc<dyn capi_core::ClusterActuator<C>>,
+//! # ) -> Result<(), capi_runtime::manager::ManagerError> {
+//! use capi_actuator::InfrastructureControllers;
+//! use capi_runtime::manager::{Manager, ManagerConfig};
+//!
+//! let kube_config = kube::Config::infer().await.map_err(kube::Error::InferConfig)?;
+//! let mut manager = Manager::new(kube_config, ManagerConfig::default()).await?;
+//! manager.add_machine_reconciler(machines);
+//! manager.add_cluster_reconciler(clusters);
+//! manager.run().await
+//! # }
+//! ```
 
-pub mod cached;
-pub mod call_retry;
 pub mod cluster;
-pub mod events;
-pub mod informer;
 mod instrument;
 pub mod machine;
-pub mod manager;
-pub mod memo;
-pub mod metrics;
-mod options;
-pub mod pace;
-pub mod packed;
-pub mod plan;
-pub mod predicate;
 pub mod rbac;
-pub mod readiness;
-pub mod reasons;
-mod reconciler;
-pub mod redact;
-mod resync;
-pub mod retry;
-pub mod secret_data;
-pub mod telemetry;
 pub mod template;
-pub mod write;
 
-pub use manager::Manager;
-pub use options::ReconcilerOptions;
-pub use reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
+use std::sync::Arc;
+
+use capi_core::infra::{InfraCluster, InfraMachine, InfraMachineTemplate};
+use capi_core::{Actuator, ClusterActuator, MachineTemplateActuator};
+use capi_runtime::manager::{Controllers, Manager};
+
+/// The name of the family the infrastructure reconcilers share a client under
+/// ([`Manager::add_to`]): one rate limit for a provider's machine, cluster and template
+/// reconcilers, as upstream's provider manager has one.
+pub const FAMILY: &str = "infrastructure";
+
+/// Registers a provider's infrastructure reconcilers with a [`Manager`], all on the
+/// infrastructure family's client ([`FAMILY`]).
+pub trait InfrastructureControllers {
+    /// Registers the reconciler of a provider's machine kind `M`, whose cluster kind is `C`.
+    fn add_machine_reconciler<M, C, A>(&mut self, actuator: Arc<A>) -> &mut Self
+    where
+        M: InfraMachine,
+        C: InfraCluster,
+        A: Actuator<M, C> + ?Sized + 'static;
+
+    /// Registers the reconciler of a provider's cluster kind.
+    fn add_cluster_reconciler<C: InfraCluster>(
+        &mut self,
+        actuator: Arc<dyn ClusterActuator<C>>,
+    ) -> &mut Self;
+
+    /// Registers the reconciler of a provider's machine template kind `T`, whose cluster kind is
+    /// `C`, which publishes each template's `status.capacity` and `status.nodeInfo` from
+    /// `actuator`.
+    fn add_machine_template_reconciler<T: InfraMachineTemplate, C: InfraCluster>(
+        &mut self,
+        actuator: Arc<dyn MachineTemplateActuator<T, C>>,
+    ) -> &mut Self;
+}
+
+impl InfrastructureControllers for Manager {
+    fn add_machine_reconciler<M, C, A>(&mut self, actuator: Arc<A>) -> &mut Self
+    where
+        M: InfraMachine,
+        C: InfraCluster,
+        A: Actuator<M, C> + ?Sized + 'static,
+    {
+        self.add_to(FAMILY, Registration(machine::erase(actuator)))
+    }
+
+    fn add_cluster_reconciler<C: InfraCluster>(
+        &mut self,
+        actuator: Arc<dyn ClusterActuator<C>>,
+    ) -> &mut Self {
+        self.add_to(FAMILY, Registration(actuator))
+    }
+
+    fn add_machine_template_reconciler<T: InfraMachineTemplate, C: InfraCluster>(
+        &mut self,
+        actuator: Arc<dyn MachineTemplateActuator<T, C>>,
+    ) -> &mut Self {
+        self.add_to(FAMILY, Registration(actuator))
+    }
+}
+
+/// One infrastructure reconciler waiting to be registered: the actuator it drives.
+struct Registration<S: ?Sized>(Arc<S>);
+
+impl<M: InfraMachine, C: InfraCluster> Controllers for Registration<machine::DynActuator<M, C>> {
+    fn register(self, manager: &mut Manager) {
+        let reconciler: machine::InfraMachineReconciler<M, C> = manager.reconciler(self.0);
+        manager.add_controller(move |shutdown| machine::run(reconciler, shutdown.wait()));
+    }
+}
+
+impl<C: InfraCluster> Controllers for Registration<dyn ClusterActuator<C>> {
+    fn register(self, manager: &mut Manager) {
+        let reconciler: cluster::InfraClusterReconciler<C> = manager.reconciler(self.0);
+        manager.add_controller(move |shutdown| cluster::run(reconciler, shutdown.wait()));
+    }
+}
+
+impl<T: InfraMachineTemplate, C: InfraCluster> Controllers
+    for Registration<dyn MachineTemplateActuator<T, C>>
+{
+    fn register(self, manager: &mut Manager) {
+        let reconciler: template::InfraMachineTemplateReconciler<T, C> = manager.reconciler(self.0);
+        manager.add_controller(move |shutdown| template::run(reconciler, shutdown.wait()));
+    }
+}

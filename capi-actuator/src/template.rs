@@ -21,11 +21,11 @@ use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Map, Value, json};
 
-use crate::cached::Cached;
-use crate::plan::Next;
-use crate::reasons;
-use crate::reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
-use crate::write;
+use capi_runtime::cache::lookup::Cached;
+use capi_runtime::plan::Next;
+use capi_runtime::reasons;
+use capi_runtime::write;
+use capi_runtime::{Context, ReconcileError, Reconciler, back_off, drain};
 
 /// The reconciler of one infrastructure machine template kind `T` of cluster kind `C`.
 pub type InfraMachineTemplateReconciler<T, C> = Reconciler<T, dyn MachineTemplateActuator<T, C>>;
@@ -36,7 +36,7 @@ struct TemplateRecord {
     capacity: Option<MachineCapacity>,
 }
 
-type Plan = crate::plan::Plan<TemplateRecord>;
+type Plan = capi_runtime::plan::Plan<TemplateRecord>;
 
 /// Where a template reconcile reads its `Cluster` and the provider's cluster object from: the
 /// manager's watches, the API server for what they have not seen yet.
@@ -45,30 +45,32 @@ struct Clusters<C: InfraCluster> {
     infra_clusters: Cached<C>,
 }
 
-impl<T: InfraMachineTemplate, C: InfraCluster> Reconciler<T, dyn MachineTemplateActuator<T, C>> {
-    /// Runs until `shutdown` completes; in-flight reconciles finish first.
-    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-        let (trigger, reader) = self.trigger();
-        self.offer_as_referenced();
-        let clusters = Arc::new(Clusters {
-            clusters: Cached::of(self.informer::<Cluster>(), self.client().clone()),
-            infra_clusters: Cached::of(self.informer::<C>(), self.client().clone()),
-        });
-        let concurrency = self.concurrency();
-        let context = self.into_context(|inner, _, _| inner);
-        let results = Controller::for_stream(trigger, reader)
-            .trigger_backoff(crate::retry::WatchBackoff::default())
-            .with_config(ControllerConfig::default().concurrency(concurrency))
-            .graceful_shutdown_on(shutdown)
-            .run(
-                move |template, context| {
-                    reconcile::<T, C>(template, context, Arc::clone(&clusters))
-                },
-                back_off::<T, dyn MachineTemplateActuator<T, C>>,
-                context,
-            );
-        drain(results).await;
-    }
+/// Runs `reconciler` until `shutdown` completes; in-flight reconciles finish first.
+pub async fn run<T: InfraMachineTemplate, C: InfraCluster>(
+    reconciler: InfraMachineTemplateReconciler<T, C>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (trigger, reader) = reconciler.trigger();
+    reconciler.offer_as_referenced();
+    let clusters = Arc::new(Clusters {
+        clusters: Cached::of(
+            reconciler.informer::<Cluster>(),
+            reconciler.client().clone(),
+        ),
+        infra_clusters: Cached::of(reconciler.informer::<C>(), reconciler.client().clone()),
+    });
+    let concurrency = reconciler.concurrency();
+    let context = reconciler.into_context(|inner, _, _| inner);
+    let results = Controller::for_stream(trigger, reader)
+        .trigger_backoff(capi_runtime::retry::WatchBackoff::default())
+        .with_config(ControllerConfig::default().concurrency(concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(
+            move |template, context| reconcile::<T, C>(template, context, Arc::clone(&clusters)),
+            back_off::<T, dyn MachineTemplateActuator<T, C>>,
+            context,
+        );
+    drain(results).await;
 }
 
 #[tracing::instrument(skip_all, fields(kind = %T::kind(&()), namespace = %template.namespace().unwrap_or_default(), name = %template.name_any()))]

@@ -8,13 +8,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use capi_actuator::ReconcilerOptions;
-use capi_actuator::retry::RetryPolicy;
 use capi_bootstrap::api::{KubeadmConfig, KubeadmConfigSpec};
 use capi_bootstrap::controller::{BootstrapSettings, KubeadmConfigReconciler};
 use capi_bootstrap::render::PlanFile;
 use capi_core::api::{Cluster, Machine};
 use capi_core::{BootstrapData, condition, labels};
+use capi_runtime::ReconcilerOptions;
+use capi_runtime::retry::RetryPolicy;
 use capi_testing::TestEnv;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;

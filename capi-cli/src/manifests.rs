@@ -1,5 +1,5 @@
 //! The providers' deployment manifests, generated from code so that they cannot drift:
-//! `rbac.yaml` (ServiceAccount, a least-privilege ClusterRole from [`capi_actuator::rbac`], its
+//! `rbac.yaml` (ServiceAccount, a least-privilege ClusterRole from [`capi_actuator::rbac`] and [`capi_runtime::rbac`], its
 //! binding), `manager.yaml` (Namespace, Deployment of the manager in standalone mode with leader
 //! election) and `metadata.yaml` (clusterctl provider metadata), for the in-memory provider
 //! ([`inmemory`]), the OpenStack provider ([`openstack`]), the AWS provider ([`aws`]) and the
@@ -148,8 +148,9 @@ impl ProviderManifests {
     /// The manager's objects per file: `rbac.yaml`, `manager.yaml`, `metadata.yaml`.
     fn documents(&self) -> Result<Vec<(&'static str, Vec<serde_json::Value>)>, ManifestError> {
         let (namespace, name) = (self.namespace, self.name);
-        let mut role = serde_json::to_value(rbac::cluster_role(name, self.rules.clone()))
-            .map_err(ManifestError::Json)?;
+        let mut role =
+            serde_json::to_value(capi_runtime::rbac::cluster_role(name, self.rules.clone()))
+                .map_err(ManifestError::Json)?;
         role["apiVersion"] = json!("rbac.authorization.k8s.io/v1");
         role["kind"] = json!("ClusterRole");
         let rbac_objects = vec![

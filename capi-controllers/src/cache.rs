@@ -9,8 +9,8 @@ use std::fmt::Debug;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use capi_actuator::informer::Informer;
 use capi_core::api::Cluster;
+use capi_runtime::cache::informer::Informer;
 use futures::{Stream, stream};
 use k8s_openapi::NamespaceResourceScope;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -68,7 +68,7 @@ where
 }
 
 /// [`cache`] for Clusters: the store sees every change, the stream passes on only those the
-/// cluster's objects read ([`capi_actuator::predicate::cluster_as_its_objects_see_it`]).
+/// cluster's objects read ([`capi_runtime::cache::predicate::cluster_as_its_objects_see_it`]).
 pub(crate) fn cluster_cache(
     informer: Informer<Cluster>,
 ) -> (
@@ -76,9 +76,9 @@ pub(crate) fn cluster_cache(
     impl Stream<Item = Result<Cluster, watcher::Error>> + Send + 'static,
 ) {
     let (store, changes) = cache(informer);
-    let relevant = capi_actuator::predicate::changed(
+    let relevant = capi_runtime::cache::predicate::changed(
         changes,
-        capi_actuator::predicate::cluster_as_its_objects_see_it,
+        capi_runtime::cache::predicate::cluster_as_its_objects_see_it,
     );
     (store, relevant)
 }
@@ -156,7 +156,7 @@ pub(crate) fn receiver_stream<T: Send + 'static>(
 /// would read the cache before it holds it, and wait for the next change). Returns the flag
 /// that turns true once the first list is in (a cache that is not yet may be missing objects;
 /// read from the API server until then) and the task (abort it to stop watching). A failed watch
-/// is retried with [`WatchBackoff`](capi_actuator::retry::WatchBackoff), so the cache never stops
+/// is retried with [`WatchBackoff`](capi_runtime::retry::WatchBackoff), so the cache never stops
 /// by itself.
 pub(crate) fn spawn_cache<K>(
     api: Api<K>,
@@ -174,7 +174,7 @@ where
     let task = tokio::spawn(async move {
         let mut listed = Vec::new();
         watcher(api, watcher::Config::default())
-            .backoff(capi_actuator::retry::WatchBackoff::default())
+            .backoff(capi_runtime::retry::WatchBackoff::default())
             .modify(slim)
             .for_each(|event| {
                 if let Ok(event) = event

@@ -4,7 +4,7 @@
 //! Cluster API core runs beside the manager.
 //!
 //! ```no_run
-//! # async fn demo(manager: &mut capi_actuator::Manager) {
+//! # async fn demo(manager: &mut capi_runtime::Manager) {
 //! use capi_controllers::{CoreControllers, CoreSettings};
 //!
 //! manager.add(CoreControllers::new(CoreSettings::default()));
@@ -57,7 +57,6 @@ pub mod machine_set;
 pub mod naming;
 
 mod cache;
-mod compact_store;
 mod ownership;
 pub mod references;
 mod replicas;
@@ -67,9 +66,9 @@ mod workload;
 use std::sync::Arc;
 use std::time::Duration;
 
-use capi_actuator::manager::{Controllers, Manager};
-use capi_actuator::rbac::rule;
 use capi_core::api::{Cluster, Machine, MachineDeployment, MachineHealthCheck, MachineSet};
+use capi_runtime::manager::{Controllers, Manager};
+use capi_runtime::rbac::rule;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
 pub use machine_deployment::{MACHINE_DEPLOYMENT_FINALIZER, TEMPLATE_HASH_LABEL, template_hash};
@@ -186,7 +185,7 @@ impl Controllers for CoreControllers {
 /// The permissions the core controllers need in the management cluster — exactly the verbs their
 /// code uses — for a provider whose referenced kinds (infrastructure machines, clusters and their
 /// templates) are `infra_plurals` in `infra_group`; for a least-privilege ClusterRole (see
-/// `capi_actuator::rbac`).
+/// `capi_runtime::rbac`).
 pub fn rbac(infra_group: &str, infra_plurals: &[&str]) -> Vec<PolicyRule> {
     const BOOTSTRAP: &str = "bootstrap.cluster.x-k8s.io";
     const CORE: &str = capi_core::api::GROUP;

@@ -11,9 +11,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::compact_store::{CompactStore, Read};
-use capi_actuator::informer::{DynamicView, DynamicViews, Informers};
 use capi_core::api::ContractVersionedObjectReference;
+use capi_runtime::cache::informer::{DynamicView, DynamicViews, Informers};
+use capi_runtime::cache::packed::{PackError, PackedStore, Read};
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
@@ -49,7 +49,7 @@ pub enum ReferenceError {
     Kube(#[from] kube::Error),
 }
 
-impl From<ReferenceError> for capi_actuator::ReconcileError {
+impl From<ReferenceError> for capi_runtime::ReconcileError {
     fn from(error: ReferenceError) -> Self {
         match error {
             // A plain API failure stays one: it backs off (or retries a conflict) like any other.
@@ -73,9 +73,9 @@ enum Cache {
     /// The manager's typed watch of the kind (its controller runs in this manager), seen as
     /// `DynamicObject`s: no second watch, no second copy.
     Typed(DynamicView),
-    /// A watch of its own, the objects kept as JSON text.
+    /// A watch of its own, the objects kept compressed.
     Own {
-        store: Arc<CompactStore>,
+        store: Arc<PackedStore>,
         synced: Arc<AtomicBool>,
     },
 }
@@ -109,7 +109,12 @@ impl Watched {
         Some(match &self.cache {
             Cache::Typed(view) => match view.get(Some(namespace), name) {
                 Some(Ok(object)) => Read::Found(Arc::new(object)),
-                Some(Err(error)) => Read::Unreadable(error),
+                Some(Err(error)) => Read::Unreadable(PackError::decode(
+                    &self.resource.kind,
+                    namespace,
+                    name,
+                    &error,
+                )),
                 None => Read::Absent,
             },
             Cache::Own { store, .. } => store.get(namespace, name),
@@ -259,7 +264,7 @@ impl References {
             None => {
                 tracing::info!(%group, %kind, url = %api.resource_url(),
                     "referenced kind watched on its own: no controller of this manager offers a watch of it");
-                let store = Arc::new(CompactStore::default());
+                let store = Arc::new(PackedStore::default());
                 let writer = Arc::clone(&store);
                 // Managed fields are often the bulk of an object, and nothing reads them.
                 let slim = |object: &mut DynamicObject| object.metadata.managed_fields = None;

@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
-use capi_actuator::write;
 use capi_core::labels::{AUTOSCALER_MAX_SIZE, AUTOSCALER_MIN_SIZE};
+use capi_runtime::write;
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::json;

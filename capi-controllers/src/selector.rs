@@ -59,7 +59,7 @@ pub(crate) fn record_mismatch(
                 DesiredCondition::new(
                     condition::SCALING_UP,
                     ConditionStatus::False,
-                    capi_actuator::reasons::INVALID_SELECTOR,
+                    capi_runtime::reasons::INVALID_SELECTOR,
                 )
                 .message(message)
                 .observed_generation(generation),
@@ -69,7 +69,7 @@ pub(crate) fn record_mismatch(
         None => {
             conditions.retain(|c| {
                 !(c.type_ == condition::SCALING_UP
-                    && c.reason == capi_actuator::reasons::INVALID_SELECTOR)
+                    && c.reason == capi_runtime::reasons::INVALID_SELECTOR)
             });
             false
         }

@@ -7,13 +7,13 @@
 
 use std::time::Duration;
 
-use capi_actuator::ReconcilerOptions;
-use capi_actuator::manager::{Manager, ManagerConfig};
-use capi_actuator::retry::RetryPolicy;
 use capi_control_plane::api::KubeadmControlPlane;
 use capi_controllers::{CoreControllers, CoreSettings};
 use capi_core::api::Cluster;
 use capi_core::condition;
+use capi_runtime::ReconcilerOptions;
+use capi_runtime::manager::{Manager, ManagerConfig};
+use capi_runtime::retry::RetryPolicy;
 use capi_testing::TestEnv;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;

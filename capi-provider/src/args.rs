@@ -11,9 +11,9 @@
 
 use std::net::SocketAddr;
 
-use capi_actuator::ReconcilerOptions;
-use capi_actuator::manager::{LeaderElectionConfig, ManagerConfig};
-use capi_actuator::telemetry::LogFormat;
+use capi_runtime::ReconcilerOptions;
+use capi_runtime::manager::{LeaderElectionConfig, ManagerConfig};
+use capi_runtime::telemetry::LogFormat;
 
 /// The shared flags; their defaults are the [`ManagerConfig`] defaults.
 #[derive(Clone, Debug, PartialEq, clap::Args)]

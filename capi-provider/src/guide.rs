@@ -176,7 +176,8 @@
 //! #     templates: Arc<dyn capi_core::MachineTemplateActuator<T, C>>,
 //! #     crds: Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>,
 //! # ) -> Result<(), capi_provider::ProviderError> {
-//! use capi_actuator::rbac;
+//! use capi_actuator::InfrastructureControllers;
+//! use capi_provider::support::rbac;
 //! use capi_provider::{ManagerArgs, ProviderManager};
 //! use clap::Parser;
 //!

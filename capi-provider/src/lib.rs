@@ -4,6 +4,8 @@
 //!
 //! - [`args`]: the shared flags ([`ManagerArgs`]), for a binary to flatten into its own clap
 //!   parser beside its own flags;
+//! - [`support`]: the helpers a provider's cloud code uses — redaction of cloud messages,
+//!   credentials from Secrets, retries of cloud calls, the manager's RBAC;
 //! - [`guide`]: the provider author's guide — from `cargo new` to a provider beside upstream
 //!   Cluster API, the contract's fields, status, and testing with mocks, a real API server and
 //!   the conformance suite;
@@ -15,6 +17,7 @@
 //! ```no_run
 //! use std::sync::Arc;
 //!
+//! use capi_actuator::InfrastructureControllers;
 //! use capi_provider::{ManagerArgs, ProviderManager};
 //! use clap::Parser;
 //!
@@ -44,15 +47,16 @@
 
 pub mod args;
 pub mod guide;
+pub mod support;
 
 use std::sync::Arc;
 
-use capi_actuator::manager::{Manager, ManagerError};
-use capi_actuator::telemetry::init_logging_without_bodies;
 use capi_bootstrap::controller::{BootstrapFiles, BootstrapSettings, KubeadmBootstrap};
 use capi_control_plane::controller::{ControlPlaneSettings, KubeadmControlPlanes};
 use capi_control_plane::etcd::EtcdAccess;
 use capi_controllers::{CoreControllers, CoreSettings};
+use capi_runtime::manager::{Manager, ManagerError};
+use capi_runtime::telemetry::init_logging_without_bodies;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
@@ -123,7 +127,7 @@ impl ProviderManager {
                 rules.extend(capi_control_plane::controller::rbac(group, plurals));
             }
         }
-        let role = capi_actuator::rbac::cluster_role(&format!("{}-manager", self.name), rules);
+        let role = capi_runtime::rbac::cluster_role(&format!("{}-manager", self.name), rules);
         let mut items = Vec::with_capacity(self.crds.len() + 1);
         for crd in &self.crds {
             items.push(serde_json::to_value(crd).map_err(ProviderError::Manifests)?);

@@ -4,14 +4,15 @@
 //! nothing left in its cloud.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use capi_actuator::InfrastructureControllers;
 use std::sync::Arc;
 use std::time::Duration;
 
-use capi_actuator::manager::{Manager, ManagerConfig};
 use capi_controllers::{CoreControllers, CoreSettings};
 use capi_core::api::{Cluster, Machine, MachinePhase};
 use capi_examples::toy::{Toy, ToyCluster, ToyMachine, ToyMachineTemplate, crds};
 use capi_examples::toy_cloud::ToyCloud;
+use capi_runtime::manager::{Manager, ManagerConfig};
 use capi_testing::envtest::ControlPlane;
 use capi_testing::{TestEnv, manifest};
 use k8s_openapi::api::core::v1::{Node, Secret};
@@ -120,7 +121,7 @@ async fn the_toy_provider_brings_a_cluster_to_running_and_deletes_it() {
     let cloud = Arc::new(ToyCloud::default());
     let toy = Arc::new(Toy(cloud.clone()));
     let config = ManagerConfig {
-        reconciler: capi_actuator::ReconcilerOptions::default().namespace(&ns),
+        reconciler: capi_runtime::ReconcilerOptions::default().namespace(&ns),
         http_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
         ..ManagerConfig::default()
     };

@@ -14,10 +14,10 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use capi_actuator::ReconcilerOptions;
-use capi_actuator::cluster::InfraClusterReconciler;
-use capi_actuator::retry::RetryPolicy;
+use capi_actuator::cluster::{self, InfraClusterReconciler};
 use capi_core::api::Cluster;
+use capi_runtime::ReconcilerOptions;
+use capi_runtime::retry::RetryPolicy;
 use capi_testing::TestEnv;
 use common::proxy::FaultProxy;
 use k8s_openapi::api::core::v1::{Event, Secret};
@@ -95,7 +95,7 @@ async fn wrong_credentials_end_in_conditions_and_no_credential_is_ever_shown() {
         .with_max_level(tracing::Level::TRACE)
         .with_writer(move || writer.clone())
         .finish()
-        .with(capi_actuator::telemetry::without_body_traces(
+        .with(capi_runtime::telemetry::without_body_traces(
             provider_aws::cloud::SDK_LOG_TARGETS.to_vec(),
         ))
         .try_init()
@@ -155,7 +155,7 @@ async fn wrong_credentials_end_in_conditions_and_no_credential_is_ever_shown() {
                 ..RetryPolicy::default()
             }),
     );
-    let running = tokio::spawn(reconciler.run(std::future::pending()));
+    let running = tokio::spawn(cluster::run(reconciler, std::future::pending()));
 
     let missing = status_with(
         &clusters,

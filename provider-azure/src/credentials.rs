@@ -5,8 +5,8 @@
 
 use std::fmt;
 
-use capi_actuator::redact::Redaction;
-use capi_actuator::secret_data;
+use capi_provider::support::redact::Redaction;
+use capi_provider::support::secret_data;
 use k8s_openapi::api::core::v1::Secret;
 
 /// The Secret key of the tenant (directory) ID.

@@ -19,7 +19,7 @@ use azure_core::error::ErrorKind;
 use azure_core::http::{ClientOptions, RetryOptions, Transport};
 use azure_core::time::OffsetDateTime;
 use azure_identity::{ClientSecretCredential, ClientSecretCredentialOptions};
-use capi_actuator::redact::Redaction;
+use capi_provider::support::redact::Redaction;
 
 use crate::credentials::ClientCredentials;
 

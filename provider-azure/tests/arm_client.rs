@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use capi_actuator::redact::Redaction;
+use capi_provider::support::redact::Redaction;
 use common::arm_server::{ArmServer, CLIENT, SECRET, TENANT, Target};
 use common::model_checker::ModelChecker;
 use provider_azure::arm::{Arm, ArmClient, Deletion, ErrorClass, Poll, ResourceId, ResourceType};

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use capi_actuator::call_retry::CallRetry;
 use capi_core::api::{ApiEndpoint, FailureDomain, MachineAddress, MachineAddressType};
 use capi_core::infra::Architecture;
 use capi_core::{
@@ -13,6 +12,7 @@ use capi_core::{
     Found, ImmutableChange, InstanceState, MachineCapacity, MachineInstance, MachineScope,
     MachineTemplateActuator, ProviderStatus, TemplateScope, UpdateOutcome,
 };
+use capi_provider::support::call_retry::CallRetry;
 
 use crate::api::{InMemoryCluster, InMemoryMachine, InMemoryMachineTemplate};
 use crate::cloud::{

@@ -12,14 +12,15 @@
 
 mod common;
 
+use capi_actuator::InfrastructureControllers;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use capi_actuator::manager::Manager;
 use capi_controllers::{CoreControllers, CoreSettings};
 use capi_core::api::{Cluster, Machine, MachineDeployment};
 use capi_core::{condition, labels};
+use capi_runtime::manager::Manager;
 use capi_testing::schema_violations::check_crds_refuse_all;
 use capi_testing::{TestEnv, manifest};
 use k8s_openapi::api::core::v1::Secret;

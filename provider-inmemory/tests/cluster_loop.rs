@@ -9,10 +9,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use capi_actuator::ReconcilerOptions;
-use capi_actuator::cluster::InfraClusterReconciler;
+use capi_actuator::cluster::{self, InfraClusterReconciler};
 use capi_core::api::{Cluster, Machine};
 use capi_core::{condition, labels};
+use capi_runtime::ReconcilerOptions;
 use common::{eventually, fixture, policy};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, PostParams};
@@ -51,7 +51,7 @@ async fn cluster_infrastructure_is_recorded_and_deleted_after_the_machines() {
             .namespace(&f.ns)
             .retry_policy(policy()),
     );
-    let task = tokio::spawn(reconciler.run(async move {
+    let task = tokio::spawn(cluster::run(reconciler, async move {
         let _ = stopped.await;
     }));
 
@@ -107,7 +107,7 @@ async fn cluster_infrastructure_is_recorded_and_deleted_after_the_machines() {
                 s.contract
                     .conditions
                     .iter()
-                    .any(|c| c.reason == capi_actuator::reasons::WAITING_FOR_MACHINES_DELETION)
+                    .any(|c| c.reason == capi_runtime::reasons::WAITING_FOR_MACHINES_DELETION)
             })
         })
     })

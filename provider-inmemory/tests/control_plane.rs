@@ -15,17 +15,18 @@
 
 mod common;
 
+use capi_actuator::InfrastructureControllers;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use capi_actuator::manager::Manager;
 use capi_control_plane::api::KubeadmControlPlane;
 use capi_control_plane::controller::{ControlPlaneSettings, KubeadmControlPlanes};
 use capi_control_plane::etcd::EtcdAccess;
 use capi_controllers::{CoreControllers, CoreSettings};
 use capi_core::api::{Cluster, Machine};
 use capi_core::condition;
+use capi_runtime::manager::Manager;
 use capi_testing::envtest::ControlPlane;
 use capi_testing::{TestEnv, manifest};
 use common::{TIMEOUT, manager_config, workload_kubeconfig};
@@ -217,7 +218,7 @@ enum EtcdMode {
 }
 
 async fn world(mode: EtcdMode) -> World {
-    let _ = capi_actuator::telemetry::init_logging(capi_actuator::telemetry::LogFormat::Text);
+    let _ = capi_runtime::telemetry::init_logging(capi_runtime::telemetry::LogFormat::Text);
     let mut crds = capi_core::crd::core();
     crds.extend(capi_bootstrap::api::crds());
     crds.extend(capi_control_plane::api::crds());

@@ -8,8 +8,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use capi_actuator::ReconcilerOptions;
-use capi_actuator::machine::InfraMachineReconciler;
+use capi_actuator::machine;
+use capi_runtime::ReconcilerOptions;
 
 use capi_testing::faults::ApiFaults;
 use common::{add_machine, eventually, machine_fixture, policy};
@@ -36,13 +36,13 @@ fn start(
 ) -> (JoinHandle<()>, oneshot::Sender<()>) {
     let actuator = InMemoryActuator::new(cloud.clone(), cloud.clone(), Duration::from_millis(50));
     let (stop, stopped) = oneshot::channel::<()>();
-    let reconciler = InfraMachineReconciler::for_actuator(client, Arc::new(actuator)).options(
+    let reconciler = machine::reconciler(client, Arc::new(actuator)).options(
         ReconcilerOptions::default()
             .namespace(ns)
             .retry_policy(policy())
             .concurrency(8),
     );
-    let handle = tokio::spawn(reconciler.run(async move {
+    let handle = tokio::spawn(machine::run(reconciler, async move {
         let _ = stopped.await;
     }));
     (handle, stop)
@@ -176,18 +176,17 @@ async fn converged_machines_are_looked_at_again_each_resync_period_with_nothing_
     let actuator = InMemoryActuator::new(remote.clone(), remote, Duration::from_millis(50))
         .with_listing_ttl(Duration::ZERO);
     let (stop, stopped) = oneshot::channel::<()>();
-    let reconciler = InfraMachineReconciler::for_actuator(client.clone(), Arc::new(actuator))
-        .options(
-            ReconcilerOptions::default()
-                .namespace(&f.ns)
-                .retry_policy(capi_actuator::retry::RetryPolicy {
-                    resync,
-                    jitter: 0.0,
-                    ..policy()
-                })
-                .concurrency(8),
-        );
-    let task = tokio::spawn(reconciler.run(async move {
+    let reconciler = machine::reconciler(client.clone(), Arc::new(actuator)).options(
+        ReconcilerOptions::default()
+            .namespace(&f.ns)
+            .retry_policy(capi_runtime::retry::RetryPolicy {
+                resync,
+                jitter: 0.0,
+                ..policy()
+            })
+            .concurrency(8),
+    );
+    let task = tokio::spawn(machine::run(reconciler, async move {
         let _ = stopped.await;
     }));
     eventually("all machines provisioned", || async {
@@ -346,11 +345,8 @@ async fn a_cloud_in_its_own_process_keeps_state_across_manager_restarts() {
         let options = ReconcilerOptions::default()
             .namespace(&f.ns)
             .retry_policy(policy());
-        tokio::spawn(
-            InfraMachineReconciler::for_actuator(client.clone(), Arc::new(actuator))
-                .options(options)
-                .run(std::future::pending()),
-        )
+        let reconciler = machine::reconciler(client.clone(), Arc::new(actuator)).options(options);
+        tokio::spawn(machine::run(reconciler, std::future::pending()))
     };
     // The first manager is killed part-way; the second one, with a new client, finishes the job.
     let first = run(RemoteCloud::new(server.url()));

@@ -4,12 +4,13 @@
 
 mod common;
 
+use capi_actuator::InfrastructureControllers;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use capi_actuator::ReconcilerOptions;
-use capi_actuator::manager::{LeaderElectionConfig, Manager, ManagerConfig, ManagerError};
+use capi_runtime::ReconcilerOptions;
+use capi_runtime::manager::{LeaderElectionConfig, Manager, ManagerConfig, ManagerError};
 use common::{Fixture, add_machine, eventually, machine_fixture, policy};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -268,7 +269,7 @@ fn writer(
     by: &'static str,
     log: Arc<std::sync::Mutex<Vec<Write>>>,
     stubborn: bool,
-) -> impl FnOnce(capi_actuator::manager::Shutdown) -> futures::future::BoxFuture<'static, ()> {
+) -> impl FnOnce(capi_runtime::manager::Shutdown) -> futures::future::BoxFuture<'static, ()> {
     move |shutdown| {
         Box::pin(async move {
             let api: Api<ConfigMap> = Api::namespaced(client, &ns);
@@ -535,7 +536,7 @@ struct Saturating {
     answered: Arc<std::sync::atomic::AtomicUsize>,
 }
 
-impl capi_actuator::manager::Controllers for Saturating {
+impl capi_runtime::manager::Controllers for Saturating {
     fn register(self, manager: &mut Manager) {
         let client = manager.client();
         manager.add_controller(move |shutdown| async move {

@@ -9,18 +9,19 @@
 
 mod common;
 
+use capi_actuator::InfrastructureControllers;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use capi_actuator::ReconcilerOptions;
-use capi_actuator::manager::{Manager, ManagerConfig};
 use capi_controllers::{CoreControllers, CoreSettings, TEMPLATE_HASH_LABEL};
 use capi_core::api::{
     Cluster, Machine, MachineDeployment, MachineHealthCheck, MachinePhase, MachineSet,
 };
 use capi_core::{condition, labels};
+use capi_runtime::ReconcilerOptions;
+use capi_runtime::manager::{Manager, ManagerConfig};
 use capi_testing::envtest::ControlPlane;
 use capi_testing::faults::ApiFaults;
 use capi_testing::{TestEnv, manifest};
@@ -81,7 +82,7 @@ struct World {
     ns: String,
     cloud: Arc<SimulatedCloud>,
     workload: ControlPlane,
-    metrics: capi_actuator::metrics::Metrics,
+    metrics: capi_runtime::metrics::Metrics,
     _tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -144,7 +145,7 @@ async fn generated_rbac_token(env: &TestEnv) -> String {
 }
 
 async fn world_as(identity: Identity) -> World {
-    let _ = capi_actuator::telemetry::init_logging(capi_actuator::telemetry::LogFormat::Text);
+    let _ = capi_runtime::telemetry::init_logging(capi_runtime::telemetry::LogFormat::Text);
     let mut crds = capi_core::crd::core();
     crds.extend(capi_bootstrap::api::crds());
     crds.extend(provider_inmemory::api::crds());
@@ -165,7 +166,7 @@ async fn world_as(identity: Identity) -> World {
         Identity::GeneratedRbac => {
             // As deployed: every namespace, leader election in the system namespace.
             config.reconciler = ReconcilerOptions::default().retry_policy(policy());
-            config.leader_election = Some(capi_actuator::manager::LeaderElectionConfig::new(
+            config.leader_election = Some(capi_runtime::manager::LeaderElectionConfig::new(
                 "capi-inmemory-system",
                 "capi-inmemory-manager",
             ));

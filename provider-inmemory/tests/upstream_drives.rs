@@ -41,6 +41,7 @@
 
 mod common;
 
+use capi_actuator::InfrastructureControllers;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -155,7 +156,7 @@ async fn workers(client: &Client) -> Result<Vec<(String, String)>, String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstreams_managers_drive_the_in_memory_provider_through_a_clusters_life() {
-    let _ = capi_actuator::telemetry::init_logging(capi_actuator::telemetry::LogFormat::Text);
+    let _ = capi_runtime::telemetry::init_logging(capi_runtime::telemetry::LogFormat::Text);
     let assets = UpstreamAssets::locate().unwrap_or_else(|e| panic!("{e}"));
     let management = ControlPlane::start().await.unwrap();
     let peer = UpstreamPeer::start_components(&management, &assets, &CORE_BOOTSTRAP_CONTROL_PLANE)
@@ -191,7 +192,7 @@ async fn upstreams_managers_drive_the_in_memory_provider_through_a_clusters_life
     );
 
     // This workspace's part: the in-memory provider's reconcilers alone.
-    let mut manager = capi_actuator::manager::Manager::new(
+    let mut manager = capi_runtime::manager::Manager::new(
         management.config().await.unwrap(),
         manager_config(NAMESPACE),
     )

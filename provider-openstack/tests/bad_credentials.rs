@@ -7,10 +7,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use capi_actuator::ReconcilerOptions;
-use capi_actuator::cluster::InfraClusterReconciler;
-use capi_actuator::retry::RetryPolicy;
+use capi_actuator::cluster::{self, InfraClusterReconciler};
 use capi_core::api::Cluster;
+use capi_runtime::ReconcilerOptions;
+use capi_runtime::retry::RetryPolicy;
 use capi_testing::TestEnv;
 use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::{ListParams, PostParams};
@@ -113,7 +113,7 @@ async fn wrong_credentials_end_in_a_condition_that_names_the_secret_and_never_it
                     ..RetryPolicy::default()
                 }),
         );
-    let running = tokio::spawn(reconciler.run(std::future::pending()));
+    let running = tokio::spawn(cluster::run(reconciler, std::future::pending()));
 
     status_with(
         &clusters,

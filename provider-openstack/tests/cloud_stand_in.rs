@@ -203,7 +203,7 @@ fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
             .with_ansi(false)
             .with_writer(move || Sink(sink.clone()))
             .finish()
-            .with(capi_actuator::telemetry::without_body_traces(
+            .with(capi_runtime::telemetry::without_body_traces(
                 provider_openstack::cloud::SDK_BODY_LOG_TARGETS.to_vec(),
             ));
         tracing::subscriber::set_global_default(subscriber).unwrap();
@@ -342,9 +342,9 @@ async fn secrets_a_cloud_echoes_do_not_reach_errors_or_logs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_password_keystone_echoes_reaches_no_condition_event_or_log() {
-    use capi_actuator::ReconcilerOptions;
-    use capi_actuator::cluster::InfraClusterReconciler;
+    use capi_actuator::cluster::{self, InfraClusterReconciler};
     use capi_core::api::Cluster;
+    use capi_runtime::ReconcilerOptions;
     use k8s_openapi::api::core::v1::{Event, Secret};
     use kube::api::{ListParams, PostParams};
     use kube::{Api, ResourceExt};
@@ -398,11 +398,9 @@ async fn a_password_keystone_echoes_reaches_no_condition_event_or_log() {
             env.client(),
         )),
     ));
-    let running = tokio::spawn(
-        InfraClusterReconciler::<OpenStackCluster>::new(env.client(), actuator)
-            .options(ReconcilerOptions::default().namespace(&ns))
-            .run(std::future::pending()),
-    );
+    let reconciler = InfraClusterReconciler::<OpenStackCluster>::new(env.client(), actuator)
+        .options(ReconcilerOptions::default().namespace(&ns));
+    let running = tokio::spawn(cluster::run(reconciler, std::future::pending()));
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     let status = loop {

@@ -9,11 +9,11 @@
 //! 3 → 5; deletes a worker and shows it replaced; then stops (or keeps running with
 //! `--keep-running`, printing the kubeconfig to use).
 
+use capi_actuator::InfrastructureControllers;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use capi_actuator::manager::{Manager, ManagerConfig};
 use capi_bootstrap::controller::KubeadmBootstrap;
 use capi_cli::describe::{self, Style};
 use capi_cli::generate::{self, Inputs};
@@ -21,6 +21,7 @@ use capi_control_plane::controller::{ControlPlaneSettings, KubeadmControlPlanes}
 use capi_controllers::{CoreControllers, CoreSettings};
 use capi_core::api::{Machine, MachineDeployment, MachinePhase};
 use capi_core::condition;
+use capi_runtime::manager::{Manager, ManagerConfig};
 use capi_testing::envtest::{Assets, ControlPlane, ETCD_VERSION};
 use capi_testing::{install_crds, table};
 use k8s_openapi::api::core::v1::{Namespace, Secret};

@@ -9,8 +9,8 @@ use capi_core::infra::InfraCluster;
 use capi_core::{ClusterActuator, ClusterScope, labels};
 use kube::ResourceExt;
 
-use crate::plan::{FinalizerChange, Next};
-use crate::reasons;
+use capi_runtime::plan::{FinalizerChange, Next};
+use capi_runtime::reasons;
 
 /// The finalizer the loop puts on infrastructure clusters before creating anything.
 pub const INFRA_CLUSTER_FINALIZER: &str = "infrastructure.cluster.x-k8s.io/cluster";
@@ -38,7 +38,7 @@ pub(crate) struct ClusterRecord {
 }
 
 /// What one cluster reconcile decided.
-pub(crate) type Plan = crate::plan::Plan<ClusterRecord>;
+pub(crate) type Plan = capi_runtime::plan::Plan<ClusterRecord>;
 
 /// Decides one reconcile. Calls the actuator as the contract allows and nothing else.
 pub(crate) async fn decide<C: InfraCluster>(

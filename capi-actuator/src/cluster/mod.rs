@@ -22,46 +22,47 @@ use kube::runtime::reflector::ObjectRef;
 
 pub use decide::INFRA_CLUSTER_FINALIZER;
 
-use crate::cached::Cached;
 use crate::instrument::InstrumentedClusterActuator;
-use crate::plan::Next;
-use crate::reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
+use capi_runtime::cache::lookup::Cached;
+use capi_runtime::plan::Next;
+use capi_runtime::{Context, ReconcileError, Reconciler, back_off, drain};
 
 /// The reconciler of one infrastructure cluster kind `C`.
 pub type InfraClusterReconciler<C> = Reconciler<C, dyn ClusterActuator<C>>;
 
-impl<C: InfraCluster> Reconciler<C, dyn ClusterActuator<C>> {
-    /// Runs until `shutdown` completes; in-flight reconciles finish first.
-    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-        let (trigger, reader) = self.trigger();
-        self.offer_as_referenced();
-        let (clusters, cluster_stream) = self.cached::<Cluster>();
-        let concurrency = self.concurrency();
-        let context = self.into_context(|inner, metrics, controller| {
-            Arc::new(InstrumentedClusterActuator {
-                inner,
-                metrics,
-                controller,
-            })
-        });
-        let results = Controller::for_stream(trigger, reader)
-            .trigger_backoff(crate::retry::WatchBackoff::default())
-            .with_config(ControllerConfig::default().concurrency(concurrency))
-            // The Cluster changes (paused, deleted, adopted): reconcile its infrastructure.
-            .watches_stream(cluster_stream, |cluster| {
-                let reference = cluster.spec.infrastructure_ref.as_ref()?;
-                let ours = reference.kind == C::kind(&()) && reference.api_group == C::group(&());
-                let namespace = cluster.namespace().unwrap_or_default();
-                ours.then(|| ObjectRef::<C>::new(&reference.name).within(&namespace))
-            })
-            .graceful_shutdown_on(shutdown)
-            .run(
-                move |infra, context| reconcile::<C>(infra, context, clusters.clone()),
-                back_off::<C, dyn ClusterActuator<C>>,
-                context,
-            );
-        drain(results).await;
-    }
+/// Runs `reconciler` until `shutdown` completes; in-flight reconciles finish first.
+pub async fn run<C: InfraCluster>(
+    reconciler: InfraClusterReconciler<C>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (trigger, reader) = reconciler.trigger();
+    reconciler.offer_as_referenced();
+    let (clusters, cluster_stream) = reconciler.cached::<Cluster>();
+    let concurrency = reconciler.concurrency();
+    let context = reconciler.into_context(|inner, metrics, controller| {
+        Arc::new(InstrumentedClusterActuator {
+            inner,
+            metrics,
+            controller,
+        })
+    });
+    let results = Controller::for_stream(trigger, reader)
+        .trigger_backoff(capi_runtime::retry::WatchBackoff::default())
+        .with_config(ControllerConfig::default().concurrency(concurrency))
+        // The Cluster changes (paused, deleted, adopted): reconcile its infrastructure.
+        .watches_stream(cluster_stream, |cluster| {
+            let reference = cluster.spec.infrastructure_ref.as_ref()?;
+            let ours = reference.kind == C::kind(&()) && reference.api_group == C::group(&());
+            let namespace = cluster.namespace().unwrap_or_default();
+            ours.then(|| ObjectRef::<C>::new(&reference.name).within(&namespace))
+        })
+        .graceful_shutdown_on(shutdown)
+        .run(
+            move |infra, context| reconcile::<C>(infra, context, clusters.clone()),
+            back_off::<C, dyn ClusterActuator<C>>,
+            context,
+        );
+    drain(results).await;
 }
 
 #[tracing::instrument(skip_all, fields(kind = %C::kind(&()), namespace = %infra.namespace().unwrap_or_default(), name = %infra.name_any()))]

@@ -9,7 +9,7 @@ use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 
 use super::decide::Snapshot;
-use crate::cached::Cached;
+use capi_runtime::cache::lookup::Cached;
 
 /// Reads the owner `Cluster` (from `clusters`) and, during deletion, counts the machines still
 /// there (from the API server: a deletion must not be decided on a cache).

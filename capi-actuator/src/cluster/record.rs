@@ -1,15 +1,15 @@
 //! Writing a cluster [`Plan`]: the control plane endpoint, the finalizer, status (only if it
 //! changed), events.
 
-use crate::events::EventRecorder;
 use capi_core::condition;
 use capi_core::infra::{InfraCluster, InfraClusterStatus, InfraInitialization};
+use capi_runtime::events::EventRecorder;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use super::decide::{INFRA_CLUSTER_FINALIZER, Plan};
-use crate::plan::FinalizerChange;
-use crate::write;
+use capi_runtime::plan::FinalizerChange;
+use capi_runtime::write;
 
 /// Writes the plan for `infra`.
 pub(crate) async fn record<C: InfraCluster>(

@@ -13,8 +13,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::decide::{INFRA_CLUSTER_FINALIZER, Snapshot, decide};
-use crate::plan::{FinalizerChange, Next};
-use crate::reasons;
+use capi_runtime::plan::{FinalizerChange, Next};
+use capi_runtime::reasons;
 
 #[derive(CustomResource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
 #[kube(

@@ -16,8 +16,8 @@ use capi_core::{
 };
 use kube::ResourceExt;
 
-use crate::plan::{FinalizerChange, Next};
-use crate::reasons;
+use capi_runtime::plan::{FinalizerChange, Next};
+use capi_runtime::reasons;
 
 /// The finalizer the loop puts on infrastructure machines before creating anything.
 pub const INFRA_MACHINE_FINALIZER: &str = "infrastructure.cluster.x-k8s.io/machine";
@@ -62,52 +62,50 @@ pub(crate) struct MachineRecord {
 }
 
 /// What one machine reconcile decided.
-pub(crate) type Plan = crate::plan::Plan<MachineRecord>;
+pub(crate) type Plan = capi_runtime::plan::Plan<MachineRecord>;
 
-impl Plan {
-    /// Records what the cloud reported about the instance.
-    fn instance(mut self, instance: MachineInstance, policy_poll: Duration) -> Self {
-        self.record.provider_id = Some(instance.provider_id.clone());
-        self.record.addresses = Some(instance.addresses);
-        self.record.failure_domain = instance.failure_domain;
-        self.record.provider_status = instance.provider_status;
-        // The provider's own conditions first: `Ready` is the loop's, set below.
-        for wanted in instance.conditions {
-            if wanted.type_ != condition::READY {
-                self.provider_condition(wanted);
-            }
+/// `plan` with what the cloud reported about the instance recorded.
+fn with_instance(mut plan: Plan, instance: MachineInstance, policy_poll: Duration) -> Plan {
+    plan.record.provider_id = Some(instance.provider_id.clone());
+    plan.record.addresses = Some(instance.addresses);
+    plan.record.failure_domain = instance.failure_domain;
+    plan.record.provider_status = instance.provider_status;
+    // The provider's own conditions first: `Ready` is the loop's, set below.
+    for wanted in instance.conditions {
+        if wanted.type_ != condition::READY {
+            plan.provider_condition(wanted);
         }
-        match instance.state {
-            InstanceState::Provisioning => self.not_ready(
-                reasons::INSTANCE_PROVISIONING,
-                format!("instance {} is being provisioned", instance.provider_id),
-                Next::Requeue(policy_poll),
-            ),
-            InstanceState::Running => {
-                self.record.provisioned = true;
-                self.condition(
-                    condition::READY,
-                    ConditionStatus::True,
-                    reasons::INSTANCE_RUNNING,
-                    "",
-                );
-                self.next = Next::Resync;
-                self
-            }
-            InstanceState::Failed { reason, message } => {
-                self.event(
-                    true,
-                    reasons::INSTANCE_FAILED,
-                    format!("instance {}: {message}", instance.provider_id),
-                );
-                // Condition reasons are cleaned when set; an empty one says only that it failed.
-                let reason = if reason.trim().is_empty() {
-                    reasons::INSTANCE_FAILED.to_string()
-                } else {
-                    reason
-                };
-                self.not_ready(&reason, message, Next::Resync)
-            }
+    }
+    match instance.state {
+        InstanceState::Provisioning => plan.not_ready(
+            reasons::INSTANCE_PROVISIONING,
+            format!("instance {} is being provisioned", instance.provider_id),
+            Next::Requeue(policy_poll),
+        ),
+        InstanceState::Running => {
+            plan.record.provisioned = true;
+            plan.condition(
+                condition::READY,
+                ConditionStatus::True,
+                reasons::INSTANCE_RUNNING,
+                "",
+            );
+            plan.next = Next::Resync;
+            plan
+        }
+        InstanceState::Failed { reason, message } => {
+            plan.event(
+                true,
+                reasons::INSTANCE_FAILED,
+                format!("instance {}: {message}", instance.provider_id),
+            );
+            // Condition reasons are cleaned when set; an empty one says only that it failed.
+            let reason = if reason.trim().is_empty() {
+                reasons::INSTANCE_FAILED.to_string()
+            } else {
+                reason
+            };
+            plan.not_ready(&reason, message, Next::Resync)
         }
     }
 }
@@ -363,7 +361,7 @@ where
                         message,
                     );
                 }
-                plan.instance(outcome.instance, poll)
+                with_instance(plan, outcome.instance, poll)
             }
         },
         Ok(None) if recorded_provider_id.is_some() => {
@@ -422,7 +420,7 @@ where
                 reasons::UP_TO_DATE,
                 "",
             );
-            plan.instance(instance, poll)
+            with_instance(plan, instance, poll)
         }
     }
 }

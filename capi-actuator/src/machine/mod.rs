@@ -30,99 +30,104 @@ pub use decide::{Decision, INFRA_MACHINE_FINALIZER, Observed, decide_once};
 pub(crate) use observe::infra_cluster;
 
 use crate::instrument::InstrumentedActuator;
-use crate::packed::Packed;
-use crate::plan::Next;
-use crate::reconciler::{Context, ReconcileError, Reconciler, back_off, drain};
+use capi_runtime::cache::packed::Packed;
+use capi_runtime::plan::Next;
+use capi_runtime::{Context, ReconcileError, Reconciler, back_off, drain};
 
 /// The reconciler of one infrastructure machine kind `M` of cluster kind `C`.
 ///
 /// ```no_run
 /// # use std::sync::Arc;
-/// # use capi_actuator::machine::InfraMachineReconciler;
-/// # use capi_actuator::ReconcilerOptions;
+/// # use capi_actuator::machine;
+/// # use capi_runtime::ReconcilerOptions;
 /// # use capi_core::infra::{InfraCluster, InfraMachine};
 /// # async fn demo<M: InfraMachine, C: InfraCluster>(
 /// #     client: kube::Client,
 /// #     actuator: Arc<impl capi_core::Actuator<M, C> + 'static>,
 /// # ) {
-/// InfraMachineReconciler::for_actuator(client, actuator)
-///     .options(ReconcilerOptions::default().concurrency(32))
-///     .run(std::future::pending())
-///     .await;
+/// let reconciler = machine::reconciler(client, actuator)
+///     .options(ReconcilerOptions::default().concurrency(32));
+/// machine::run(reconciler, std::future::pending()).await;
 /// # }
 /// ```
 pub type InfraMachineReconciler<M, C> = Reconciler<M, DynActuator<M, C>>;
 
-impl<M: InfraMachine, C: InfraCluster> Reconciler<M, DynActuator<M, C>> {
-    /// A reconciler driving `actuator` (see [`Reconciler::new`] for the rest).
-    pub fn for_actuator<A: Actuator<M, C> + ?Sized + 'static>(
-        client: kube::Client,
-        actuator: Arc<A>,
-    ) -> Self {
-        Self::new(client, erase(actuator))
-    }
+/// A reconciler of `M` driving `actuator` (see [`Reconciler::new`] for the rest); [`run`] runs it.
+pub fn reconciler<M, C, A>(client: kube::Client, actuator: Arc<A>) -> InfraMachineReconciler<M, C>
+where
+    M: InfraMachine,
+    C: InfraCluster,
+    A: Actuator<M, C> + ?Sized + 'static,
+{
+    Reconciler::new(client, erase(actuator))
+}
 
-    /// Runs until `shutdown` completes; in-flight reconciles finish first.
-    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-        // Packed: one cached object per machine, decoded only when reconciled.
-        let (trigger, reader) = self.packed_trigger();
-        self.offer_packed_as_referenced();
-        let by_cluster = reader.clone();
-        let (machines, machine_stream) = self.cached::<Machine>();
-        let (clusters, cluster_stream) = self.cached::<Cluster>();
-        // No stream: a change of the provider's cluster object reaches its machines at their
-        // resync; a machine waiting for it looks again by itself.
-        let infra_clusters = crate::cached::Cached::of(self.informer::<C>(), self.client().clone());
-        let owners = Arc::new(observe::Owners {
-            machines,
-            clusters,
-            infra_clusters,
-        });
-        let concurrency = self.concurrency();
-        let context = self.into_context(|inner, metrics, controller| {
-            Arc::new(InstrumentedActuator {
-                inner,
-                metrics,
-                controller,
-            })
-        });
-        let results = Controller::for_stream(trigger, reader)
-            .trigger_backoff(crate::retry::WatchBackoff::default())
-            .with_config(ControllerConfig::default().concurrency(concurrency))
-            // A Machine changes (bootstrap data ready, owner set): reconcile its infrastructure.
-            .watches_stream(machine_changes(machine_stream), |machine| {
-                let reference = &machine.spec.infrastructure_ref;
-                let ours = reference.kind == M::kind(&()) && reference.api_group == M::group(&());
-                let namespace = machine.namespace().unwrap_or_default();
-                ours.then(|| ObjectRef::<Packed<M>>::new(&reference.name).within(&namespace))
-            })
-            // A Cluster changes (infrastructure ready, paused): reconcile its machines.
-            .watches_stream(
-                crate::predicate::changed(
-                    cluster_stream,
-                    crate::predicate::cluster_as_its_objects_see_it,
-                ),
-                move |cluster| {
-                    let name = cluster.name_any();
-                    let namespace = cluster.namespace();
-                    by_cluster
-                        .state()
-                        .into_iter()
-                        .filter(|m| {
-                            m.namespace() == namespace && m.cluster_name() == Some(name.as_str())
-                        })
-                        .map(|m| ObjectRef::from_obj(m.as_ref()))
-                        .collect::<Vec<_>>()
-                },
-            )
-            .graceful_shutdown_on(shutdown)
-            .run(
-                move |infra, context| reconcile::<M, C>(infra, context, Arc::clone(&owners)),
-                back_off::<Packed<M>, DynActuator<M, C>>,
-                context,
-            );
-        drain(results).await;
-    }
+/// Runs `reconciler` until `shutdown` completes; in-flight reconciles finish first.
+pub async fn run<M: InfraMachine, C: InfraCluster>(
+    reconciler: InfraMachineReconciler<M, C>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    // Packed: one cached object per machine, decoded only when reconciled.
+    let (trigger, reader) = reconciler.packed_trigger();
+    reconciler.offer_packed_as_referenced();
+    let by_cluster = reader.clone();
+    let (machines, machine_stream) = reconciler.cached::<Machine>();
+    let (clusters, cluster_stream) = reconciler.cached::<Cluster>();
+    // No stream: a change of the provider's cluster object reaches its machines at their
+    // resync; a machine waiting for it looks again by itself.
+    let infra_clusters = capi_runtime::cache::lookup::Cached::of(
+        reconciler.informer::<C>(),
+        reconciler.client().clone(),
+    );
+    let owners = Arc::new(observe::Owners {
+        machines,
+        clusters,
+        infra_clusters,
+    });
+    let concurrency = reconciler.concurrency();
+    let context = reconciler.into_context(|inner, metrics, controller| {
+        Arc::new(InstrumentedActuator {
+            inner,
+            metrics,
+            controller,
+        })
+    });
+    let results = Controller::for_stream(trigger, reader)
+        .trigger_backoff(capi_runtime::retry::WatchBackoff::default())
+        .with_config(ControllerConfig::default().concurrency(concurrency))
+        // A Machine changes (bootstrap data ready, owner set): reconcile its infrastructure.
+        .watches_stream(machine_changes(machine_stream), |machine| {
+            let reference = &machine.spec.infrastructure_ref;
+            let ours = reference.kind == M::kind(&()) && reference.api_group == M::group(&());
+            let namespace = machine.namespace().unwrap_or_default();
+            ours.then(|| ObjectRef::<Packed<M>>::new(&reference.name).within(&namespace))
+        })
+        // A Cluster changes (infrastructure ready, paused): reconcile its machines.
+        .watches_stream(
+            capi_runtime::cache::predicate::changed(
+                cluster_stream,
+                capi_runtime::cache::predicate::cluster_as_its_objects_see_it,
+            ),
+            move |cluster| {
+                let name = cluster.name_any();
+                let namespace = cluster.namespace();
+                by_cluster
+                    .state()
+                    .into_iter()
+                    .filter(|m| {
+                        m.namespace() == namespace && m.cluster_name() == Some(name.as_str())
+                    })
+                    .map(|m| ObjectRef::from_obj(m.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(
+            move |infra, context| reconcile::<M, C>(infra, context, Arc::clone(&owners)),
+            back_off::<Packed<M>, DynActuator<M, C>>,
+            context,
+        );
+    drain(results).await;
 }
 
 /// The changes of Machines that matter to their infrastructure: spec (bootstrap data name,
@@ -131,7 +136,10 @@ impl<M: InfraMachine, C: InfraCluster> Reconciler<M, DynActuator<M, C>> {
 fn machine_changes(
     changes: impl futures::Stream<Item = Result<Machine, watcher::Error>> + Send + 'static,
 ) -> impl futures::Stream<Item = Result<Machine, watcher::Error>> + Send + 'static {
-    crate::predicate::changed(changes, crate::predicate::reconcile_relevant::<Machine>)
+    capi_runtime::cache::predicate::changed(
+        changes,
+        capi_runtime::cache::predicate::reconcile_relevant::<Machine>,
+    )
 }
 
 #[tracing::instrument(skip_all, fields(kind = %M::kind(&()), namespace = %infra.namespace().unwrap_or_default(), name = %infra.name_any()))]

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client, ResourceExt};
 
 use super::decide::{BootstrapLookup, Snapshot};
-use crate::cached::Cached;
+use capi_runtime::cache::lookup::Cached;
 
 /// Where a reconcile reads the owner `Machine`, its `Cluster` and the provider's cluster object
 /// from: the manager's watches, the API server for what they have not seen yet.

@@ -1,15 +1,15 @@
 //! Writing a machine [`Plan`]: provider ID first, then the finalizer (when added), then status
 //! (only if it changed), then the finalizer (when removed), then events.
 
-use crate::events::EventRecorder;
 use capi_core::condition;
 use capi_core::infra::{InfraInitialization, InfraMachine, InfraMachineStatus};
+use capi_runtime::events::EventRecorder;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use super::decide::{INFRA_MACHINE_FINALIZER, Plan};
-use crate::plan::FinalizerChange;
-use crate::write;
+use capi_runtime::plan::FinalizerChange;
+use capi_runtime::write;
 
 /// Writes the plan for `infra`.
 pub(crate) async fn record<M: InfraMachine>(

@@ -21,8 +21,8 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::tests::{TestCluster, TestClusterSpec};
 
 use super::decide::{BootstrapLookup, INFRA_MACHINE_FINALIZER, Plan, Snapshot, decide};
-use crate::plan::{FinalizerChange, Next};
-use crate::reasons;
+use capi_runtime::plan::{FinalizerChange, Next};
+use capi_runtime::reasons;
 
 #[derive(CustomResource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
 #[kube(

@@ -13,7 +13,7 @@
 //! out when upstream's kubeadm bootstrap provider runs beside the manager):
 //!
 //! ```no_run
-//! # fn demo(manager: &mut capi_actuator::Manager) {
+//! # fn demo(manager: &mut capi_runtime::Manager) {
 //! use capi_bootstrap::controller::{BootstrapSettings, KubeadmBootstrap};
 //!
 //! manager.add(KubeadmBootstrap::new(BootstrapSettings::default()));
@@ -33,10 +33,10 @@ use kube::ResourceExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
 
-use capi_actuator::manager::{Controllers, Manager};
-use capi_actuator::packed::Packed;
-use capi_actuator::rbac::{READ, rule};
-use capi_actuator::{Context, ReconcileError, Reconciler, back_off, drain};
+use capi_runtime::cache::packed::Packed;
+use capi_runtime::manager::{Controllers, Manager};
+use capi_runtime::rbac::{READ, rule};
+use capi_runtime::{Context, ReconcileError, Reconciler, back_off, drain};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
 /// Files a provider adds to every machine's bootstrap data — the OpenStack provider's `cloud.conf`
@@ -89,7 +89,7 @@ impl Default for BootstrapSettings {
 pub type KubeadmConfigReconciler = Reconciler<KubeadmConfig, BootstrapSettings>;
 
 /// The kubeadm bootstrap provider as a controller family for
-/// [`Manager::add`](capi_actuator::Manager::add).
+/// [`Manager::add`](capi_runtime::Manager::add).
 #[derive(Debug, Default)]
 pub struct KubeadmBootstrap {
     settings: BootstrapSettings,
@@ -125,7 +125,7 @@ pub async fn run(
     let concurrency = reconciler.concurrency();
     let context = reconciler.into_context(|settings, _, _| settings);
     let results = Controller::for_stream(trigger, reader)
-        .trigger_backoff(capi_actuator::retry::WatchBackoff::default())
+        .trigger_backoff(capi_runtime::retry::WatchBackoff::default())
         .with_config(ControllerConfig::default().concurrency(concurrency))
         // A Machine changes (created, deleted): reconcile its config.
         .watches_stream(machine_stream, |machine| {
@@ -139,9 +139,9 @@ pub async fn run(
         })
         // A Cluster changes (infrastructure ready, control plane initialised): reconcile its configs.
         .watches_stream(
-            capi_actuator::predicate::changed(
+            capi_runtime::cache::predicate::changed(
                 cluster_stream,
-                capi_actuator::predicate::cluster_as_its_objects_see_it,
+                capi_runtime::cache::predicate::cluster_as_its_objects_see_it,
             ),
             move |cluster| {
                 let name = cluster.name_any();
@@ -166,7 +166,7 @@ pub async fn run(
 }
 
 /// The permissions this controller needs in the management cluster — exactly the verbs its code
-/// uses — for a least-privilege ClusterRole (see `capi_actuator::rbac`).
+/// uses — for a least-privilege ClusterRole (see `capi_runtime::rbac`).
 pub fn rbac() -> Vec<PolicyRule> {
     use kube::Resource;
     let bootstrap = KubeadmConfig::group(&());

@@ -10,10 +10,10 @@ use crate::pki::{ClusterPki, bootstrap_token};
 use crate::render::{self, ClusterFacts, KubernetesVersion, RenderInput, Role};
 use crate::secret::BootstrapSecret;
 use crate::tokens;
-use capi_actuator::memo::Memo;
 use capi_core::api::{Cluster, Machine};
 use capi_core::condition::{self, ConditionStatus};
 use capi_core::{BootstrapFormat, labels};
+use capi_runtime::cache::memo::Memo;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::PostParams;
@@ -22,11 +22,11 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
 use super::BootstrapSettings;
-use capi_actuator::cached::Cached;
-use capi_actuator::plan::{Next, Plan};
-use capi_actuator::reasons;
-use capi_actuator::write;
-use capi_actuator::{Context, ReconcileError};
+use capi_runtime::cache::lookup::Cached;
+use capi_runtime::plan::{Next, Plan};
+use capi_runtime::reasons;
+use capi_runtime::write;
+use capi_runtime::{Context, ReconcileError};
 
 type BootstrapPlan = Plan<()>;
 

@@ -3,9 +3,9 @@
 //! node's etcd member ([`crate::components`]), and writes the judgements as the machine's
 //! conditions when they changed.
 
-use capi_actuator::write;
 use capi_core::api::{Cluster, Machine};
 use capi_core::condition::{self, ConditionStatus, DesiredCondition};
+use capi_runtime::write;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};

@@ -19,7 +19,7 @@ use crate::components::{self, Judgement};
 use crate::etcd::EtcdClusterStatus;
 use crate::remediation::{FOR_ANNOTATION, RemediationData};
 use crate::scale::MachineFacts;
-use capi_actuator::ReconcileError;
+use capi_runtime::ReconcileError;
 
 /// The labels of every machine of `kcp`, as upstream sets them.
 pub(super) fn machine_labels(kcp: &KubeadmControlPlane, cluster: &str) -> BTreeMap<String, String> {

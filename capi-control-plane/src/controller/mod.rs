@@ -11,7 +11,7 @@
 //! machine, hand etcd leadership over and delete a machine, or wait — and write status.
 //!
 //! ```no_run
-//! # fn demo(manager: &mut capi_actuator::Manager, etcd: std::sync::Arc<dyn capi_control_plane::etcd::EtcdAccess>) {
+//! # fn demo(manager: &mut capi_runtime::Manager, etcd: std::sync::Arc<dyn capi_control_plane::etcd::EtcdAccess>) {
 //! use capi_control_plane::controller::{ControlPlaneSettings, KubeadmControlPlanes};
 //!
 //! manager.add(KubeadmControlPlanes::new(ControlPlaneSettings::new(etcd)));
@@ -27,18 +27,18 @@ pub mod status;
 use std::sync::Arc;
 use std::time::Duration;
 
-use capi_actuator::cached::Cached;
-use capi_actuator::manager::{Controllers, Manager};
-use capi_actuator::rbac::{READ, rule};
-use capi_actuator::{Context, ReconcileError, Reconciler, back_off, drain};
 use capi_controllers::references::{ReferenceWatches, References};
 use capi_core::api::{Cluster, Machine};
+use capi_runtime::cache::lookup::Cached;
+use capi_runtime::manager::{Controllers, Manager};
+use capi_runtime::rbac::{READ, rule};
+use capi_runtime::{Context, ReconcileError, Reconciler, back_off, drain};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::ResourceExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
 
-use capi_actuator::memo::Memo;
+use capi_runtime::cache::memo::Memo;
 
 use crate::api::KubeadmControlPlane;
 use crate::etcd::EtcdAccess;
@@ -139,7 +139,7 @@ async fn run(
     let concurrency = reconciler.concurrency();
     let context = reconciler.into_context(|state, _, _| state);
     let results = Controller::for_stream(trigger, reader)
-        .trigger_backoff(capi_actuator::retry::WatchBackoff::default())
+        .trigger_backoff(capi_runtime::retry::WatchBackoff::default())
         .with_config(ControllerConfig::default().concurrency(concurrency))
         // A machine of a control plane changed (created, ready, deleting, gone).
         .watches_stream(machine_changes, |machine| {
@@ -154,9 +154,9 @@ async fn run(
         })
         // A cluster changed (infrastructure ready, failure domains, paused, deleting).
         .watches_stream(
-            capi_actuator::predicate::changed(
+            capi_runtime::cache::predicate::changed(
                 cluster_stream,
-                capi_actuator::predicate::cluster_as_its_objects_see_it,
+                capi_runtime::cache::predicate::cluster_as_its_objects_see_it,
             ),
             |cluster| {
                 let reference = cluster.spec.control_plane_ref.as_ref()?;
@@ -187,7 +187,7 @@ async fn reconcile_control_plane(
 
 /// The permissions this controller needs in the management cluster, for a provider whose
 /// infrastructure machines (and templates) are `infra_plurals` in `infra_group` — exactly the
-/// verbs its code uses (see `capi_actuator::rbac`).
+/// verbs its code uses (see `capi_runtime::rbac`).
 pub fn rbac(infra_group: &str, infra_plurals: &[&str]) -> Vec<PolicyRule> {
     use kube::Resource;
     let control_plane = KubeadmControlPlane::group(&());

@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
-use capi_actuator::plan::{EventNote, FinalizerChange, Next};
-use capi_actuator::{Context, ReconcileError, write};
 use capi_bootstrap::api::KubeadmConfig;
 use capi_bootstrap::cluster_pki::{self, EnsureError};
 use capi_core::api::{Cluster, Machine};
 use capi_core::condition;
 use capi_core::labels;
+use capi_runtime::plan::{EventNote, FinalizerChange, Next};
+use capi_runtime::{Context, ReconcileError, write};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
@@ -463,7 +463,7 @@ async fn release_member(
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
     let at_hook = condition::get(conditions, condition::DELETING)
-        .is_some_and(|c| c.reason == capi_actuator::reasons::WAITING_FOR_PRE_TERMINATE_HOOK);
+        .is_some_and(|c| c.reason == capi_runtime::reasons::WAITING_FOR_PRE_TERMINATE_HOOK);
     if !at_hook {
         return Ok(Some(format!("machine {name} is being drained")));
     }

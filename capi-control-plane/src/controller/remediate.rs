@@ -4,10 +4,10 @@
 //! member leaves through the pre-terminate hook like any other) and the control plane records the
 //! attempt in its remediation-in-progress annotation, which the replacement inherits.
 
-use capi_actuator::{ReconcileError, write};
 use capi_core::api::Machine;
 use capi_core::condition::{self, ConditionStatus, DesiredCondition};
 use capi_core::labels;
+use capi_runtime::{ReconcileError, write};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 

@@ -34,11 +34,11 @@ use crate::references::{
 };
 use crate::workload::WorkloadClusters;
 use crate::{CoreSettings, cache, ownership, receiver_stream, synced, take};
-use capi_actuator::pace::{self, StatusPacer};
-use capi_actuator::plan::{FinalizerChange, Next};
-use capi_actuator::reasons;
-use capi_actuator::write;
-use capi_actuator::{Context, ReconcileError, Reconciler, back_off, drain};
+use capi_runtime::pace::{self, StatusPacer};
+use capi_runtime::plan::{FinalizerChange, Next};
+use capi_runtime::reasons;
+use capi_runtime::write;
+use capi_runtime::{Context, ReconcileError, Reconciler, back_off, drain};
 
 /// What the Cluster controller works with besides the client.
 pub(crate) struct ClusterController {
@@ -52,7 +52,7 @@ pub(crate) struct ClusterController {
     deployments: OnceLock<Store<MachineDeployment>>,
     sets: OnceLock<Store<MachineSet>>,
     health_checks: OnceLock<Store<MachineHealthCheck>>,
-    /// Spaces this summary's status writes (see [`capi_actuator::pace`]).
+    /// Spaces this summary's status writes (see [`capi_runtime::pace`]).
     pacer: StatusPacer,
     settings: CoreSettings,
 }
@@ -142,7 +142,7 @@ pub(crate) async fn run(
     let concurrency = reconciler.concurrency();
     let context = reconciler.into_context(|deps, _, _| deps);
     let results = Controller::for_stream(trigger, clusters)
-        .trigger_backoff(capi_actuator::retry::WatchBackoff::default())
+        .trigger_backoff(capi_runtime::retry::WatchBackoff::default())
         .with_config(ControllerConfig::default().concurrency(concurrency))
         .watches_stream(machine_changes, |machine| {
             let namespace = machine.namespace().unwrap_or_default();

@@ -15,10 +15,10 @@ use serde_json::json;
 use super::MachineController;
 use super::drain::{DrainStatus, drain};
 use crate::references::Confirm;
-use capi_actuator::plan::{EventNote, FinalizerChange, Next};
-use capi_actuator::reasons;
-use capi_actuator::write;
-use capi_actuator::{Context, ReconcileError};
+use capi_runtime::plan::{EventNote, FinalizerChange, Next};
+use capi_runtime::reasons;
+use capi_runtime::write;
+use capi_runtime::{Context, ReconcileError};
 
 /// One pass of deleting `machine`.
 pub(super) async fn delete(

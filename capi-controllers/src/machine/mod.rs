@@ -28,11 +28,11 @@ use crate::workload::{CachedNode, NodeChange, WorkloadClusters};
 use crate::{
     CoreSettings, cache, cluster_cache, find_cluster, of_cluster, ownership, receiver_stream, take,
 };
-use capi_actuator::pace::StatusPacer;
-use capi_actuator::plan::Next;
-use capi_actuator::reasons;
-use capi_actuator::write;
-use capi_actuator::{Context, ReconcileError, Reconciler, back_off, drain};
+use capi_runtime::pace::StatusPacer;
+use capi_runtime::plan::Next;
+use capi_runtime::reasons;
+use capi_runtime::write;
+use capi_runtime::{Context, ReconcileError, Reconciler, back_off, drain};
 
 /// How soon a Machine whose cached copy predates this controller's own last write is looked at
 /// again.
@@ -48,7 +48,7 @@ pub(crate) struct MachineController {
     deployments: OnceLock<Store<MachineDeployment>>,
     /// The Machine versions this controller's own writes replaced (see [`write::OwnWrites`]).
     own_writes: write::OwnWrites,
-    /// Spaces the status writes of each machine (see [`capi_actuator::pace`]).
+    /// Spaces the status writes of each machine (see [`capi_runtime::pace`]).
     pacer: StatusPacer,
     settings: CoreSettings,
 }
@@ -123,7 +123,7 @@ pub(crate) async fn run(
     });
     let context = reconciler.into_context(|deps, _, _| deps);
     let results = Controller::for_stream(trigger, machines)
-        .trigger_backoff(capi_actuator::retry::WatchBackoff::default())
+        .trigger_backoff(capi_runtime::retry::WatchBackoff::default())
         .with_config(ControllerConfig::default().concurrency(concurrency))
         // A Cluster changed (paused, infrastructure ready, deleting): its machines look again.
         .watches_stream(
@@ -164,7 +164,7 @@ fn template_changes(
     changes: impl Stream<Item = Result<MachineDeployment, watcher::Error>> + Send + 'static,
     deployments: Store<MachineDeployment>,
 ) -> impl Stream<Item = Result<MachineDeployment, watcher::Error>> + Send + 'static {
-    capi_actuator::predicate::changed(changes, move |deployment: &MachineDeployment| {
+    capi_runtime::cache::predicate::changed(changes, move |deployment: &MachineDeployment| {
         // Gone (the store takes an event before its subscribers see it): no hash, so it passes.
         deployments.get(&ObjectRef::from_obj(deployment))?;
         let mut hasher = std::hash::DefaultHasher::new();

@@ -9,7 +9,7 @@ use capi_core::api::{
 use capi_core::condition::{self, ConditionStatus, DesiredCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use capi_actuator::reasons;
+use capi_runtime::reasons;
 
 /// `HealthCheckSucceeded`, written by the MachineHealthCheck controller.
 pub(crate) const HEALTH_CHECK_SUCCEEDED: &str = condition::HEALTH_CHECK_SUCCEEDED;

@@ -32,11 +32,11 @@ use crate::{
     CoreSettings, cache, cluster_cache, find_cluster, of_cluster, ownership, replicas, selector,
     synced,
 };
-use capi_actuator::pace::{self, StatusPacer};
-use capi_actuator::plan::{EventNote, FinalizerChange, Next};
-use capi_actuator::reasons;
-use capi_actuator::write;
-use capi_actuator::{Context, ReconcileError, Reconciler, back_off, drain};
+use capi_runtime::pace::{self, StatusPacer};
+use capi_runtime::plan::{EventNote, FinalizerChange, Next};
+use capi_runtime::reasons;
+use capi_runtime::write;
+use capi_runtime::{Context, ReconcileError, Reconciler, back_off, drain};
 
 /// The finalizer that makes a deleted MachineDeployment delete its MachineSets first.
 pub const MACHINE_DEPLOYMENT_FINALIZER: &str = "machinedeployment.cluster.x-k8s.io";
@@ -47,7 +47,7 @@ pub const TEMPLATE_HASH_LABEL: &str = "machine-template-hash";
 pub(crate) struct DeploymentController {
     sets: OnceLock<Store<MachineSet>>,
     clusters: OnceLock<Store<Cluster>>,
-    /// Spaces this summary's status writes (see [`capi_actuator::pace`]).
+    /// Spaces this summary's status writes (see [`capi_runtime::pace`]).
     pacer: StatusPacer,
     settings: CoreSettings,
 }
@@ -77,7 +77,7 @@ pub(crate) async fn run(
     let by_cluster = deployments.clone();
     let context = reconciler.into_context(|deps, _, _| deps);
     let results = Controller::for_stream(trigger, deployments)
-        .trigger_backoff(capi_actuator::retry::WatchBackoff::default())
+        .trigger_backoff(capi_runtime::retry::WatchBackoff::default())
         .with_config(ControllerConfig::default().concurrency(concurrency))
         .watches_stream(set_changes, |set| {
             let namespace = set.namespace().unwrap_or_default();

@@ -34,10 +34,10 @@ use self::verdict::{
 use crate::machine::status::{HEALTH_CHECK_SUCCEEDED, OWNER_REMEDIATED};
 use crate::workload::{CachedNode, WorkloadClusters};
 use crate::{CoreSettings, cache, cluster_cache, find_cluster, of_cluster, selector, synced};
-use capi_actuator::plan::{EventNote, Next};
-use capi_actuator::reasons;
-use capi_actuator::write;
-use capi_actuator::{Context, ReconcileError, Reconciler, back_off, drain};
+use capi_runtime::plan::{EventNote, Next};
+use capi_runtime::reasons;
+use capi_runtime::write;
+use capi_runtime::{Context, ReconcileError, Reconciler, back_off, drain};
 
 /// What the MachineHealthCheck controller works with besides the client.
 pub(crate) struct HealthCheckController {
@@ -73,7 +73,7 @@ pub(crate) async fn run(
     let by_machine = checks.clone();
     let context = reconciler.into_context(|deps, _, _| deps);
     let results = Controller::for_stream(trigger, checks)
-        .trigger_backoff(capi_actuator::retry::WatchBackoff::default())
+        .trigger_backoff(capi_runtime::retry::WatchBackoff::default())
         .with_config(ControllerConfig::default().concurrency(concurrency))
         .watches_stream(machine_changes, move |machine| {
             let namespace = machine.namespace();

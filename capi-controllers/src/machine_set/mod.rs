@@ -33,11 +33,11 @@ use crate::{
     CoreSettings, cache, cluster_cache, find_cluster, of_cluster, ownership, replicas, selector,
     synced,
 };
-use capi_actuator::pace::{self, StatusPacer};
-use capi_actuator::plan::{EventNote, FinalizerChange, Next};
-use capi_actuator::reasons;
-use capi_actuator::write;
-use capi_actuator::{Context, ReconcileError, Reconciler, back_off, drain};
+use capi_runtime::pace::{self, StatusPacer};
+use capi_runtime::plan::{EventNote, FinalizerChange, Next};
+use capi_runtime::reasons;
+use capi_runtime::write;
+use capi_runtime::{Context, ReconcileError, Reconciler, back_off, drain};
 
 /// The finalizer that makes a deleted MachineSet delete its machines first.
 pub const MACHINE_SET_FINALIZER: &str = "machineset.cluster.x-k8s.io";
@@ -48,7 +48,7 @@ pub(crate) struct MachineSetController {
     expectations: Expectations,
     machines: OnceLock<Store<Machine>>,
     clusters: OnceLock<Store<Cluster>>,
-    /// Spaces this summary's status writes (see [`capi_actuator::pace`]).
+    /// Spaces this summary's status writes (see [`capi_runtime::pace`]).
     pacer: StatusPacer,
     settings: CoreSettings,
 }
@@ -88,7 +88,7 @@ pub(crate) async fn run(
     let for_clusters = sets.clone();
     let context = reconciler.into_context(|deps, _, _| deps);
     let results = Controller::for_stream(trigger, sets)
-        .trigger_backoff(capi_actuator::retry::WatchBackoff::default())
+        .trigger_backoff(capi_runtime::retry::WatchBackoff::default())
         .with_config(ControllerConfig::default().concurrency(concurrency))
         // A machine changed: its set (or, for an orphan, the sets that would adopt it).
         .watches_stream(machine_changes, move |machine| {

@@ -6,7 +6,6 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use capi_actuator::rbac;
 use capi_core::api::{ApiEndpoint, MachineAddress, MachineAddressType};
 use capi_core::crd;
 use capi_core::infra::{
@@ -18,6 +17,7 @@ use capi_core::{
     Found, InstanceState, MachineCapacity, MachineInstance, MachineScope, MachineTemplateActuator,
     TemplateScope, UpdateOutcome,
 };
+use capi_provider::support::rbac;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{CustomResource, CustomResourceExt, ResourceExt};

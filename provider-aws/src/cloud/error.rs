@@ -6,14 +6,14 @@
 //! to change the object ([`ErrorClass::Invalid`]), or retry as a transient failure. A
 //! [`CloudError`] becomes an [`ActuatorError`] with a condition reason and a message that carries
 //! AWS's code and its message — sanitised: bounded, secrets blanked
-//! ([`capi_actuator::redact`]), the encoded authorization message of `UnauthorizedOperation`
+//! ([`capi_provider::support::redact`]), the encoded authorization message of `UnauthorizedOperation`
 //! dropped, and for a refused credential a fixed message only (AWS's `SignatureDoesNotMatch`
 //! may quote the canonical request, security token included).
 
 use std::time::Duration;
 
-use capi_actuator::redact::Redaction;
 use capi_core::actuator::ActuatorError;
+use capi_provider::support::redact::Redaction;
 
 /// What the provider does about an AWS error.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

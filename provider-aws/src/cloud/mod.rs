@@ -16,7 +16,7 @@ pub mod sdk;
 
 use std::sync::Arc;
 
-use capi_actuator::redact::Redaction;
+use capi_provider::support::redact::Redaction;
 
 #[cfg(any(test, feature = "mock"))]
 pub use compute::MockCompute;

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use capi_actuator::redact::Redaction;
 use capi_core::ActuatorErrorKind;
+use capi_provider::support::redact::Redaction;
 
 use super::*;
 use crate::api::{SecurityGroupRole, Tags};

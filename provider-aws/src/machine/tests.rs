@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use capi_actuator::redact::Redaction;
 use capi_core::api::{Cluster, Machine};
 use capi_core::{ActuatorErrorKind, BootstrapData, BootstrapFormat, IdempotencyKey};
+use capi_provider::support::redact::Redaction;
 
 use super::*;
 use crate::cloud::{

@@ -161,7 +161,7 @@ pub fn provider_clients(moto: &Moto) -> provider_aws::cloud::Clients {
         moto.ec2_config.clone(),
         moto.elb_config.clone(),
         provider_aws::throttle::RegionBudget::new(50.0, 100),
-        capi_actuator::redact::Redaction::default(),
+        capi_provider::support::redact::Redaction::default(),
     )
 }
 

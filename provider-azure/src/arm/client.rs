@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use capi_actuator::redact::Redaction;
+use capi_provider::support::redact::Redaction;
 use reqwest::header::HeaderMap;
 use serde_json::Value;
 

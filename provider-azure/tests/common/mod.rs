@@ -6,7 +6,7 @@ pub mod model_checker;
 
 use std::sync::Arc;
 
-use capi_actuator::redact::Redaction;
+use capi_provider::support::redact::Redaction;
 use provider_azure::api::AzureCluster;
 use provider_azure::arm::{Arm, ArmClient};
 use provider_azure::credentials::ClientCredentials;

@@ -6,11 +6,12 @@
 //! `--with-core` and `--with-control-plane` together are standalone mode, with no Go controller
 //! needed. `--help` lists all.
 
+use capi_actuator::InfrastructureControllers;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use capi_actuator::rbac;
+use capi_provider::support::rbac;
 use capi_provider::{ManagerArgs, ProviderManager};
 use clap::Parser;
 use provider_inmemory::actuator::InMemoryActuator;

@@ -6,9 +6,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use capi_actuator::retry::RetryPolicy;
 use capi_core::api::{Cluster, Machine};
 use capi_core::labels;
+use capi_runtime::retry::RetryPolicy;
 use capi_testing::TestEnv;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -156,15 +156,15 @@ pub(crate) async fn add_machine(client: &Client, ns: &str, name: &str) {
 
 /// A manager's settings for tests: reconciling only `ns`, fast retries, a free local port and a
 /// client rate limit that never sets the pace.
-pub(crate) fn manager_config(ns: &str) -> capi_actuator::manager::ManagerConfig {
-    capi_actuator::manager::ManagerConfig {
-        reconciler: capi_actuator::ReconcilerOptions::default()
+pub(crate) fn manager_config(ns: &str) -> capi_runtime::manager::ManagerConfig {
+    capi_runtime::manager::ManagerConfig {
+        reconciler: capi_runtime::ReconcilerOptions::default()
             .namespace(ns)
             .retry_policy(policy()),
         http_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
         qps: 500.0,
         burst: 500,
-        ..capi_actuator::manager::ManagerConfig::default()
+        ..capi_runtime::manager::ManagerConfig::default()
     }
 }
 

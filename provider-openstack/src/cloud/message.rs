@@ -1,9 +1,9 @@
 //! What of an OpenStack error answer reaches conditions, events and logs: the cloud's own
 //! message field, never the rest of the body (which may echo the request), through
-//! [`capi_actuator::redact::Redaction`] (bounded, secrets blanked) — with the secrets of the
+//! [`capi_provider::support::redact::Redaction`] (bounded, secrets blanked) — with the secrets of the
 //! request's body (user data, admin password, `*password*` and `*secret*` fields) added to it.
 
-use capi_actuator::redact::Redaction;
+use capi_provider::support::redact::Redaction;
 
 /// What OpenStack's error bodies add to a [`Redaction`].
 pub(crate) trait OpenStackRedaction: Sized {
@@ -80,7 +80,7 @@ fn message_field(body: &serde_json::Value) -> Option<String> {
 mod tests {
     use super::*;
     use base64::Engine;
-    use capi_actuator::redact::MAX_MESSAGE;
+    use capi_provider::support::redact::MAX_MESSAGE;
     use serde_json::json;
 
     #[test]

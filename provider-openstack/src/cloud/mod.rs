@@ -25,7 +25,7 @@ pub use session::{Session, Sessions};
 
 /// The log targets under which `openstack_sdk` writes whole request and response bodies (a
 /// password, user data) at TRACE level; a manager drops their TRACE events
-/// (`capi_actuator::telemetry::init_logging_without_bodies`).
+/// (`capi_runtime::telemetry::init_logging_without_bodies`).
 pub const SDK_BODY_LOG_TARGETS: &[&str] = &["openstack_sdk"];
 
 /// Why a cloud call failed, classified for the reconcile loop.

@@ -28,12 +28,12 @@ use openstack_sdk::types::{ApiVersion, ServiceType};
 use openstack_sdk::{AsyncOpenStack, RestError};
 use serde::de::DeserializeOwned;
 
-use capi_actuator::call_retry::CallRetry;
+use capi_provider::support::call_retry::CallRetry;
 
 use super::message::OpenStackRedaction;
 use super::{CloudError, CloudResult};
 use crate::credentials::{Auth, Credentials, ProjectRef, UserRef};
-use capi_actuator::redact::Redaction;
+use capi_provider::support::redact::Redaction;
 
 /// An authenticated connection to one cloud with one set of credentials. Cheap to clone (shares the
 /// token and the HTTP connection pool).

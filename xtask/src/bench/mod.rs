@@ -141,7 +141,7 @@ pub(crate) struct BenchArgs {
 
 /// Two of the reconcilers' resync periods, each at its longest jitter, in whole seconds.
 fn two_resync_periods() -> u64 {
-    let policy = capi_actuator::retry::RetryPolicy::default();
+    let policy = capi_runtime::retry::RetryPolicy::default();
     (2.0 * policy.resync.as_secs_f64() * (1.0 + policy.jitter)).ceil() as u64
 }
 

@@ -237,7 +237,7 @@ impl MachineFollower {
         let noted = Arc::clone(&seen);
         let task = tokio::spawn(
             reflector(writer, watcher(machines, watcher::Config::default()))
-                .backoff(capi_actuator::retry::WatchBackoff::default())
+                .backoff(capi_runtime::retry::WatchBackoff::default())
                 .applied_objects()
                 .for_each(move |machine| {
                     if let Ok(machine) = machine {

@@ -76,11 +76,11 @@ impl ManagerOptions {
     /// The settings the manager ships with (`ManagerConfig::default()`,
     /// `ReconcilerOptions::default()`, leader election on as the shipped manifests have it).
     pub(crate) fn shipped() -> Self {
-        let config = capi_actuator::manager::ManagerConfig::default();
+        let config = capi_runtime::manager::ManagerConfig::default();
         Self {
             qps: config.qps,
             burst: config.burst,
-            concurrency: capi_actuator::ReconcilerOptions::default().concurrency,
+            concurrency: capi_runtime::ReconcilerOptions::default().concurrency,
             leader_election: true,
             replicas: 1,
         }

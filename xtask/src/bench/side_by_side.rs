@@ -381,7 +381,7 @@ impl Follower {
             let reader = writer.as_reader();
             tasks.push(tokio::spawn(
                 reflector::reflector(writer, watcher(api, watcher::Config::default()))
-                    .backoff(capi_actuator::retry::WatchBackoff::default())
+                    .backoff(capi_runtime::retry::WatchBackoff::default())
                     .for_each(|_| std::future::ready(())),
             ));
             reader

@@ -24,11 +24,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
+use crate::cache::informer::{Informer, Informers};
+use crate::cache::packed::Packed;
 use crate::events::EventRecorder;
-use crate::informer::{Informer, Informers};
 use crate::metrics::{Metrics, ReconcileResult};
 use crate::options::ReconcilerOptions;
-use crate::packed::Packed;
 use crate::plan::Next;
 use crate::readiness::Readiness;
 use crate::retry::{RetryMemory, RetryState, split_object_key};
@@ -49,8 +49,8 @@ pub enum ReconcileError {
 }
 
 /// A cached object that did not unpack fails its reconcile, which backs off.
-impl From<crate::packed::PackError> for ReconcileError {
-    fn from(error: crate::packed::PackError) -> Self {
+impl From<crate::cache::packed::PackError> for ReconcileError {
+    fn from(error: crate::cache::packed::PackError) -> Self {
         Self::Controller(Box::new(error))
     }
 }
@@ -163,7 +163,7 @@ impl<K: Resource<DynamicType = ()>, S: ?Sized> Reconciler<K, S> {
     }
 
     /// The manager's shared watch and store of every `T` in the reconciler's namespace (managed
-    /// fields dropped; see [`crate::informer`]): what a controller watches besides its own kind.
+    /// fields dropped; see [`crate::cache::informer`]): what a controller watches besides its own kind.
     pub fn informer<T>(&self) -> Informer<T>
     where
         T: Resource<DynamicType = (), Scope = NamespaceResourceScope>
@@ -178,13 +178,13 @@ impl<K: Resource<DynamicType = ()>, S: ?Sized> Reconciler<K, S> {
             .informer(self.api::<T>(), watcher::Config::default())
     }
 
-    /// [`cached`](crate::cached::cached) over the manager's shared watch of `T`
+    /// [`cached`](crate::cache::lookup::cached) over the manager's shared watch of `T`
     /// ([`informer`](Self::informer)): a store with the API server behind it for what it does not
     /// hold, and this controller's stream of its changes.
     pub fn cached<T>(
         &self,
     ) -> (
-        crate::cached::Cached<T>,
+        crate::cache::lookup::Cached<T>,
         impl Stream<Item = Result<T, watcher::Error>> + Send + 'static + use<T, K, S>,
     )
     where
@@ -196,7 +196,7 @@ impl<K: Resource<DynamicType = ()>, S: ?Sized> Reconciler<K, S> {
             + Sync
             + 'static,
     {
-        crate::cached::of_informer(&self.informer::<T>(), self.client.clone())
+        crate::cache::lookup::of_informer(&self.informer::<T>(), self.client.clone())
     }
 }
 
@@ -211,7 +211,7 @@ where
         + 'static,
 {
     /// The stream that triggers reconciles — the manager's shared watch of `K` (managed fields
-    /// dropped; [`crate::informer`]), reflected into the returned store, reporting readiness after
+    /// dropped; [`crate::cache::informer`]), reflected into the returned store, reporting readiness after
     /// its first list, without the loop's own status writes, merged with the sweep that brings
     /// back converged objects as their resync comes due (an entry of a few bytes per converged
     /// object instead of a scheduler timer each; while the stream is not polled, the reconciles
@@ -223,10 +223,10 @@ where
         impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
         Store<K>,
     ) {
-        self.trigger_of::<K>(crate::predicate::reconcile_relevant::<K>)
+        self.trigger_of::<K>(crate::cache::predicate::reconcile_relevant::<K>)
     }
 
-    /// [`trigger`](Self::trigger) with the objects kept packed ([`crate::packed`]): the same
+    /// [`trigger`](Self::trigger) with the objects kept packed ([`crate::cache::packed`]): the same
     /// stream and guarantees, a store of [`Packed<K>`] — identity, predicate hash and cluster
     /// name decoded, the rest compressed — at a fraction of the memory; a reconcile unpacks its
     /// object. A controller uses one or the other: each is a watch and a store of its own.
@@ -283,9 +283,9 @@ where
                 controller,
             ))
             .applied_objects();
-        let trigger = crate::predicate::changed(trigger, relevant);
+        let trigger = crate::cache::predicate::changed(trigger, relevant);
         // Converged objects come back through the sweep, not through a timer each.
-        let resyncs = crate::resync::sweep(
+        let resyncs = crate::cache::resync::sweep(
             Arc::clone(&self.memory.resyncs),
             reader.clone(),
             self.options.retry.resync,
@@ -373,7 +373,7 @@ where
         + 'static,
 {
     /// Offers this controller's watch of `K` to the manager's readers of run-time kinds
-    /// ([`crate::informer::DynamicViews`]): the core controllers read the `K`s their objects
+    /// ([`crate::cache::informer::DynamicViews`]): the core controllers read the `K`s their objects
     /// refer to from it instead of a watch and a copy of their own. Only a watch without
     /// selectors is offered.
     pub fn offer_as_referenced(&self) {
@@ -434,7 +434,7 @@ impl<S: ?Sized> Context<S> {
         outcome: Result<Next, ReconcileError>,
     ) -> Result<Action, ReconcileError> {
         // One line per reconcile at debug level, inside kube-runtime's span (the object and what
-        // triggered it): a per-object timeline when enabled (`capi_actuator::reconciler=debug,
+        // triggered it): a per-object timeline when enabled (`capi_runtime::reconciler=debug,
         // kube_runtime::controller=info`). Only the outcome's kind: an error's text is logged
         // where it is handled.
         if tracing::enabled!(tracing::Level::DEBUG) {

@@ -1,10 +1,10 @@
-//! The `Manager`: runs a provider's reconcilers the way a production operator runs them.
+//! The `Manager`: runs families of controllers the way a production operator runs them.
 //!
-//! - a client per family of controllers (each registered with [`Manager::add`], and the
-//!   infrastructure reconcilers together), each limited to `qps` requests per second on average
-//!   with bursts of `burst` — the budget upstream gives each of its managers (core, kubeadm
-//!   bootstrap, KubeadmControlPlane, an infrastructure provider), so that one process running all
-//!   four gets what upstream's four processes get, and one busy family cannot starve another;
+//! - a client per family of controllers (each registered with [`Manager::add`], or under a name
+//!   with [`Manager::add_to`]), each limited to `qps` requests per second on average with bursts
+//!   of `burst` — the budget upstream gives each of its managers (core, kubeadm bootstrap,
+//!   KubeadmControlPlane, an infrastructure provider), so that one process running all four gets
+//!   what upstream's four processes get, and one busy family cannot starve another;
 //! - bounded reconcile concurrency, namespace and label-selector scoping
 //!   ([`ReconcilerOptions`]);
 //! - `/healthz`, `/readyz` (every controller's cache synced) and `/metrics` on one HTTP address;
@@ -17,20 +17,15 @@
 //!   [`ManagerConfig::shutdown_timeout`], then they are aborted), the lease is released.
 //!
 //! ```no_run
-//! # use std::sync::Arc;
-//! # async fn demo<M: capi_core::infra::InfraMachine, C: capi_core::infra::InfraCluster>(
-//! #     machines: Arc<impl capi_core::Actuator<M, C> + 'static>,
-//! #     clusters: Arc<dyn capi_core::ClusterActuator<C>>,
-//! # ) -> Result<(), capi_actuator::manager::ManagerError> {
-//! use capi_actuator::manager::{LeaderElectionConfig, Manager, ManagerConfig};
+//! # async fn demo(family: impl capi_runtime::manager::Controllers) -> Result<(), capi_runtime::manager::ManagerError> {
+//! use capi_runtime::manager::{LeaderElectionConfig, Manager, ManagerConfig};
 //!
 //! let config = ManagerConfig {
-//!     leader_election: Some(LeaderElectionConfig::new("capi-system", "my-provider")),
+//!     leader_election: Some(LeaderElectionConfig::new("capi-system", "my-operator")),
 //!     ..ManagerConfig::default()
 //! };
 //! let mut manager = Manager::new(kube::Config::infer().await.map_err(kube::Error::InferConfig)?, config).await?;
-//! manager.add_machine_reconciler(machines);
-//! manager.add_cluster_reconciler(clusters);
+//! manager.add(family);
 //! manager.run().await
 //! # }
 //! ```
@@ -38,13 +33,12 @@
 mod http;
 mod leader;
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use capi_core::infra::{InfraCluster, InfraMachine, InfraMachineTemplate};
-use capi_core::{Actuator, ClusterActuator, MachineTemplateActuator};
 use futures::future::BoxFuture;
 use kube::Client;
 use kube::client::ClientBuilder;
@@ -53,14 +47,11 @@ use tokio::sync::watch;
 
 pub use leader::LeaderElectionConfig;
 
-use crate::cluster::InfraClusterReconciler;
-use crate::informer::Informers;
-use crate::machine::InfraMachineReconciler;
+use crate::cache::informer::Informers;
 use crate::metrics::Metrics;
 use crate::options::ReconcilerOptions;
 use crate::readiness::Readiness;
 use crate::reconciler::Reconciler;
-use crate::template::InfraMachineTemplateReconciler;
 
 /// A family of controllers that registers itself with a [`Manager`] ([`Manager::add`]): the core
 /// controllers, the kubeadm bootstrap provider, a vendor's own. The manager knows none of them; it
@@ -141,8 +132,8 @@ pub struct Manager {
     /// Builds a client with its own rate limit for each family; `None` when the caller gave the
     /// client ([`Manager::with_client`]): every family shares it.
     family_clients: Option<FamilyClients>,
-    /// The client the infrastructure reconcilers share, once one is registered.
-    infrastructure_client: Option<Client>,
+    /// The clients of named families ([`Manager::add_to`]), built on first use.
+    named_families: HashMap<&'static str, Client>,
     lease_client: Client,
     config: ManagerConfig,
     listener: TcpListener,
@@ -207,7 +198,7 @@ impl Manager {
             lease_client: client.clone(),
             client,
             family_clients: None,
-            infrastructure_client: None,
+            named_families: HashMap::new(),
             config,
             listener,
             metrics: Metrics::new(),
@@ -232,19 +223,6 @@ impl Manager {
         self.client.clone()
     }
 
-    /// The client the infrastructure reconcilers share: a family of their own.
-    fn infrastructure_client(&mut self) -> Result<Client, ManagerError> {
-        if let Some(client) = &self.infrastructure_client {
-            return Ok(client.clone());
-        }
-        let client = match &self.family_clients {
-            Some(families) => families.build()?,
-            None => self.client.clone(),
-        };
-        self.infrastructure_client = Some(client.clone());
-        Ok(client)
-    }
-
     /// The metrics registry served at `/metrics`.
     pub fn metrics(&self) -> Metrics {
         self.metrics.clone()
@@ -255,63 +233,43 @@ impl Manager {
         self.listener.local_addr()
     }
 
-    /// Registers the reconciler of a provider's machine kind `M`, whose cluster kind is `C`.
-    pub fn add_machine_reconciler<M, C, A>(&mut self, actuator: Arc<A>) -> &mut Self
-    where
-        M: InfraMachine,
-        C: InfraCluster,
-        A: Actuator<M, C> + ?Sized + 'static,
-    {
-        let reconciler: InfraMachineReconciler<M, C> =
-            self.infrastructure_reconciler(crate::machine::erase(actuator));
-        self.add_controller(move |shutdown| reconciler.run(shutdown.wait()))
-    }
-
-    /// Registers the reconciler of a provider's cluster kind.
-    pub fn add_cluster_reconciler<C: InfraCluster>(
-        &mut self,
-        actuator: Arc<dyn ClusterActuator<C>>,
-    ) -> &mut Self {
-        let reconciler: InfraClusterReconciler<C> = self.infrastructure_reconciler(actuator);
-        self.add_controller(move |shutdown| reconciler.run(shutdown.wait()))
-    }
-
-    /// Registers the reconciler of a provider's machine template kind `T`, whose cluster kind is
-    /// `C`, which publishes each template's `status.capacity` and `status.nodeInfo` from
-    /// `actuator`.
-    pub fn add_machine_template_reconciler<T: InfraMachineTemplate, C: InfraCluster>(
-        &mut self,
-        actuator: Arc<dyn MachineTemplateActuator<T, C>>,
-    ) -> &mut Self {
-        let reconciler: InfraMachineTemplateReconciler<T, C> =
-            self.infrastructure_reconciler(actuator);
-        self.add_controller(move |shutdown| reconciler.run(shutdown.wait()))
-    }
-
-    /// A reconciler on the infrastructure family's client.
-    fn infrastructure_reconciler<K: kube::Resource<DynamicType = ()>, S: ?Sized>(
-        &mut self,
-        state: Arc<S>,
-    ) -> Reconciler<K, S> {
-        // Building a client from a configuration `new` already built one from cannot fail in a
-        // way it did not then; should it, the family shares the first client.
-        let client = self
-            .infrastructure_client()
-            .unwrap_or_else(|_| self.client.clone());
-        self.wire(Reconciler::new(client, state))
-    }
-
     /// Registers a family of controllers — the core controllers (`capi_controllers`), the kubeadm
     /// bootstrap provider (`capi_bootstrap`), a vendor's own — on a client of its own with the
     /// manager's rate limit ([`ManagerConfig::qps`]): [`Manager::client`] and
     /// [`Manager::reconciler`] give that client while it registers. (With
     /// [`Manager::with_client`], every family shares the given client.)
     pub fn add(&mut self, controllers: impl Controllers) -> &mut Self {
-        let first = self.client.clone();
         let own = self.family_clients.as_ref().map(FamilyClients::build);
-        if let Some(Ok(own)) = own {
-            self.client = own;
+        match own {
+            Some(Ok(own)) => self.register_on(own, controllers),
+            // Building a client from a configuration `new` already built one from cannot fail
+            // in a way it did not then; should it, the family shares the first client.
+            _ => self.register_on(self.client.clone(), controllers),
         }
+    }
+
+    /// Registers `controllers` on the client of the family called `family`, built with the
+    /// manager's rate limit the first time the name is used and shared by every later
+    /// registration under the same name: controllers registered separately that upstream runs in
+    /// one process (the infrastructure machine, cluster and template reconcilers of a provider)
+    /// share one budget, as they would there.
+    pub fn add_to(&mut self, family: &'static str, controllers: impl Controllers) -> &mut Self {
+        let client = match self.named_families.get(family) {
+            Some(client) => client.clone(),
+            None => {
+                let client = match self.family_clients.as_ref().map(FamilyClients::build) {
+                    Some(Ok(own)) => own,
+                    _ => self.client.clone(),
+                };
+                self.named_families.insert(family, client.clone());
+                client
+            }
+        };
+        self.register_on(client, controllers)
+    }
+
+    fn register_on(&mut self, client: Client, controllers: impl Controllers) -> &mut Self {
+        let first = std::mem::replace(&mut self.client, client);
         controllers.register(self);
         self.client = first;
         self
@@ -348,7 +306,7 @@ impl Manager {
         &self.config.reconciler
     }
 
-    /// The watches every controller of this manager shares ([`crate::informer`]); a family that
+    /// The watches every controller of this manager shares ([`crate::cache::informer`]); a family that
     /// keeps caches of its own shares them through it.
     pub fn informers(&self) -> Informers {
         self.informers.clone()

@@ -26,7 +26,7 @@ pub struct Cached<K: Resource<DynamicType = ()> + Clone + 'static> {
     client: Client,
     /// The watch filling `store`, kept running while this cache lives (`None`: someone else
     /// keeps it running).
-    _watch: Option<crate::informer::Informer<K>>,
+    _watch: Option<crate::cache::informer::Informer<K>>,
 }
 
 impl<K: Resource<DynamicType = ()> + Clone + 'static> Debug for Cached<K> {
@@ -40,7 +40,7 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Debug for Cached<K> {
 
 impl<K: Resource<DynamicType = ()> + Clone + 'static> Cached<K> {
     /// A cache over `store` (filled by someone else's watch, e.g. an
-    /// [`Informer`](crate::informer::Informer)); reads that miss it go to `client`.
+    /// [`Informer`](crate::cache::informer::Informer)); reads that miss it go to `client`.
     pub fn new(store: Store<K>, client: Client) -> Self {
         Self {
             store,
@@ -57,7 +57,7 @@ where
     /// A cache over `informer`'s store that keeps its watch running while the cache lives, even
     /// when nothing else holds the informer (a reconciler run outside a manager); reads that miss
     /// it go to `client`.
-    pub fn of(informer: crate::informer::Informer<K>, client: Client) -> Self {
+    pub fn of(informer: crate::cache::informer::Informer<K>, client: Client) -> Self {
         Self {
             store: informer.store(),
             client,
@@ -68,7 +68,7 @@ where
 
 /// A cache of `api`'s objects (managed fields dropped), and the stream of changes that fills it:
 /// hand it to `Controller::watches_stream` (filtered as the controller needs). Reads that miss the
-/// store go to `api`'s client. The watch is an [`Informer`](crate::informer::Informer) of its own
+/// store go to `api`'s client. The watch is an [`Informer`](crate::cache::informer::Informer) of its own
 /// (a manager's controllers share theirs through `Reconciler::cached`); it starts now, so this is
 /// called within a Tokio runtime, and lasts while the stream does.
 pub fn cached<K>(
@@ -87,14 +87,15 @@ where
         + 'static,
 {
     let client = api.clone().into_client();
-    let informer = crate::informer::Informers::default().informer(api, watcher::Config::default());
+    let informer =
+        crate::cache::informer::Informers::default().informer(api, watcher::Config::default());
     of_informer(&informer, client)
 }
 
 /// The cache of `informer`'s store (reads that miss it go to `client`) and a new stream of its
 /// changes.
 pub(crate) fn of_informer<K>(
-    informer: &crate::informer::Informer<K>,
+    informer: &crate::cache::informer::Informer<K>,
     client: Client,
 ) -> (
     Cached<K>,

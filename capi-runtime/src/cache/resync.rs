@@ -37,7 +37,7 @@ use kube::api::ObjectMeta;
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 
-use crate::predicate::identity;
+use crate::cache::predicate::identity;
 
 /// How many ticks a resync period is cut into: at 10 000 converged objects and 600 s, a tick
 /// hands over about 85 of them.

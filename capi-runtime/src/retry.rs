@@ -11,8 +11,8 @@ use capi_core::ActuatorError;
 use kube::runtime::controller::Action;
 use kube::runtime::utils::Backoff;
 
+use crate::cache::resync::Resyncs;
 use crate::plan::Next;
-use crate::resync::Resyncs;
 
 /// How the loop spaces its retries. The defaults suit cloud APIs; tests shorten them.
 #[derive(Clone, Debug, PartialEq)]
@@ -302,7 +302,7 @@ mod tests {
         assert_eq!(state.next_action(&object, Next::Resync).ok(), requeued);
         let (store, _writer) =
             kube::runtime::reflector::store::<k8s_openapi::api::core::v1::ConfigMap>();
-        let mut sweep = Box::pin(crate::resync::sweep(
+        let mut sweep = Box::pin(crate::cache::resync::sweep(
             Arc::clone(&memory.resyncs),
             store,
             Duration::from_secs(600),
@@ -359,7 +359,7 @@ pub(crate) struct RetryMemory {
     conflicts: FailureCounts,
     invalid: InvalidGenerations,
     /// When converged objects are due again, while the controller's trigger sweeps for them
-    /// ([`crate::resync`]); not pruned by the watch: an entry goes when its object's next
+    /// ([`crate::cache::resync`]); not pruned by the watch: an entry goes when its object's next
     /// reconcile starts, or when it comes due (whether or not the object still exists).
     pub(crate) resyncs: Arc<Resyncs>,
 }

@@ -9,7 +9,7 @@
 //!
 //! A [`Packed<K>`] keeps exactly that decoded — the identity in its [`ObjectMeta`] (name,
 //! namespace, UID, resource version, generation, deletion timestamp; nothing else), the
-//! [`reconcile_relevant`](crate::predicate::reconcile_relevant) hash, the cluster-name label —
+//! [`reconcile_relevant`](crate::cache::predicate::reconcile_relevant) hash, the cluster-name label —
 //! and the whole object (managed fields dropped, as every cache here drops them) as its JSON text
 //! compressed with LZ4 against a dictionary: (the last 64 KiB of) the first object of `K` this
 //! process packed, which objects of one kind resemble closely (an in-memory machine's 1.5 KB of
@@ -20,17 +20,21 @@
 //!
 //! [`Reconciler::packed_trigger`](crate::Reconciler::packed_trigger) gives a controller its
 //! watch and store of packed objects; the infrastructure machine reconciler and the kubeadm
-//! bootstrap controller run on it.
+//! bootstrap controller run on it. [`PackedStore`] keeps objects of a kind known only at run time
+//! the same way (the core controllers' caches of referenced infrastructure and bootstrap
+//! objects).
 
 use std::any::TypeId;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::marker::PhantomData;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, RwLock};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
+use kube::api::DynamicObject;
+use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -75,6 +79,18 @@ pub enum PackError {
     },
 }
 
+impl PackError {
+    /// A [`PackError::Decode`] of the object `kind` `namespace/name` from what serde reported,
+    /// without the values serde's message may quote.
+    pub fn decode(kind: &str, namespace: &str, name: &str, error: &serde_json::Error) -> Self {
+        Self::Decode {
+            kind: kind.to_string(),
+            name: format!("{namespace}/{name}"),
+            what: without_values(error),
+        }
+    }
+}
+
 /// A serde error without its message, which may quote a value of the object: its category and
 /// where it stopped.
 fn without_values(error: &serde_json::Error) -> String {
@@ -94,9 +110,7 @@ pub struct Packed<K> {
     meta: ObjectMeta,
     relevance: Option<u64>,
     cluster_name: Option<Box<str>>,
-    /// The object's JSON, LZ4-compressed against `dictionary`, its length prepended.
-    body: Box<[u8]>,
-    dictionary: Arc<[u8]>,
+    body: Compressed,
     kind: PhantomData<fn() -> K>,
 }
 
@@ -107,7 +121,6 @@ impl<K> Clone for Packed<K> {
             relevance: self.relevance,
             cluster_name: self.cluster_name.clone(),
             body: self.body.clone(),
-            dictionary: Arc::clone(&self.dictionary),
             kind: PhantomData,
         }
     }
@@ -121,27 +134,59 @@ impl<K: Resource<DynamicType = ()>> Debug for Packed<K> {
             .field("namespace", &self.meta.namespace)
             .field("name", &self.meta.name)
             .field("resource_version", &self.meta.resource_version)
-            .field("packed_bytes", &self.body.len())
+            .field("packed_bytes", &self.body.body.len())
             .finish_non_exhaustive()
     }
+}
+
+/// Which kind a dictionary serves: a Rust type, or a kind known only at run time (its
+/// `apiVersion` and `kind`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum DictionaryKey {
+    Type(TypeId),
+    Kind(String, String),
 }
 
 /// Each kind's dictionary: the first object of the kind packed in this process — its last
 /// [`DICTIONARY_BYTES`], all LZ4 can refer back to. Kept for the process's life (one object's text
 /// per kind, in memory only, like the cache's objects); every packed object holds the one it was
 /// packed against, so which object became the dictionary never matters for correctness.
-static DICTIONARIES: LazyLock<Mutex<HashMap<TypeId, Arc<[u8]>>>> = LazyLock::new(Mutex::default);
+static DICTIONARIES: LazyLock<Mutex<HashMap<DictionaryKey, Arc<[u8]>>>> =
+    LazyLock::new(Mutex::default);
 
 /// LZ4's window: the most of a dictionary a match can reach.
 const DICTIONARY_BYTES: usize = 64 * 1024;
 
-fn dictionary_for<K: 'static>(text: &[u8]) -> Arc<[u8]> {
+fn dictionary_for(key: DictionaryKey, text: &[u8]) -> Arc<[u8]> {
     let mut dictionaries = DICTIONARIES.lock().unwrap_or_else(|e| e.into_inner());
     Arc::clone(
         dictionaries
-            .entry(TypeId::of::<K>())
+            .entry(key)
             .or_insert_with(|| Arc::from(&text[text.len().saturating_sub(DICTIONARY_BYTES)..])),
     )
+}
+
+/// An object's JSON text, LZ4-compressed against its kind's dictionary (length prepended): the
+/// one compact representation of both [`Packed`] and [`PackedStore`].
+#[derive(Clone)]
+struct Compressed {
+    body: Box<[u8]>,
+    dictionary: Arc<[u8]>,
+}
+
+impl Compressed {
+    fn new(key: DictionaryKey, text: &[u8]) -> Self {
+        let dictionary = dictionary_for(key, text);
+        let body = lz4_flex::block::compress_prepend_size_with_dict(text, &dictionary);
+        Self {
+            body: body.into_boxed_slice(),
+            dictionary,
+        }
+    }
+
+    fn text(&self) -> Result<Vec<u8>, lz4_flex::block::DecompressError> {
+        lz4_flex::block::decompress_size_prepended_with_dict(&self.body, &self.dictionary)
+    }
 }
 
 fn name_of(meta: &ObjectMeta) -> String {
@@ -165,11 +210,10 @@ where
             name: name_of(object.meta()),
             what: without_values(&error),
         })?;
-        let relevance = crate::predicate::reconcile_relevant(&object);
+        let relevance = crate::cache::predicate::reconcile_relevant(&object);
         let meta = object.meta_mut();
         let cluster_name = capi_core::labels::cluster_name(meta).map(Box::from);
-        let dictionary = dictionary_for::<K>(&text);
-        let body = lz4_flex::block::compress_prepend_size_with_dict(&text, &dictionary);
+        let body = Compressed::new(DictionaryKey::Type(TypeId::of::<K>()), &text);
         Ok(Self {
             meta: ObjectMeta {
                 name: meta.name.take(),
@@ -182,8 +226,7 @@ where
             },
             relevance,
             cluster_name,
-            body: body.into_boxed_slice(),
-            dictionary,
+            body,
             kind: PhantomData,
         })
     }
@@ -199,18 +242,16 @@ where
     }
 
     fn text(&self) -> Result<Vec<u8>, PackError> {
-        lz4_flex::block::decompress_size_prepended_with_dict(&self.body, &self.dictionary).map_err(
-            |source| PackError::Decompress {
-                kind: K::kind(&()).into_owned(),
-                name: name_of(&self.meta),
-                source,
-            },
-        )
+        self.body.text().map_err(|source| PackError::Decompress {
+            kind: K::kind(&()).into_owned(),
+            name: name_of(&self.meta),
+            source,
+        })
     }
 }
 
 impl<K> Packed<K> {
-    /// The object's [`reconcile_relevant`](crate::predicate::reconcile_relevant) hash, taken when
+    /// The object's [`reconcile_relevant`](crate::cache::predicate::reconcile_relevant) hash, taken when
     /// it was packed: the trigger's predicate for packed objects.
     pub fn relevance(&self) -> Option<u64> {
         self.relevance
@@ -223,7 +264,7 @@ impl<K> Packed<K> {
 
     /// How many bytes the packed text takes (without the fixed part of the struct).
     pub fn packed_len(&self) -> usize {
-        self.body.len()
+        self.body.body.len()
     }
 }
 
@@ -280,7 +321,7 @@ where
 }
 
 /// Writes the whole object, as [`unpack`](Packed::unpack) gives it (so a packed store can be
-/// offered to readers of run-time kinds, [`crate::informer::DynamicViews`]).
+/// offered to readers of run-time kinds, [`crate::cache::informer::DynamicViews`]).
 impl<K> Serialize for Packed<K>
 where
     K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + 'static,
@@ -290,6 +331,161 @@ where
         let value: serde_json::Value =
             serde_json::from_slice(&text).map_err(serde::ser::Error::custom)?;
         value.serialize(serializer)
+    }
+}
+
+/// Namespace (empty for a cluster-scoped object) and name.
+type Key = (String, String);
+
+/// One object of a [`PackedStore`]: compressed, or the object itself in the (unexpected) case
+/// that it could not be written as text — never dropped.
+#[derive(Clone)]
+enum Kept {
+    Text(Compressed),
+    Object(Arc<DynamicObject>),
+}
+
+#[derive(Default)]
+struct StoreState {
+    objects: HashMap<Key, Kept>,
+    /// A list under way: what replaces `objects` at its end.
+    staged: Option<HashMap<Key, Kept>>,
+}
+
+/// What a read found in a [`PackedStore`].
+#[derive(Debug)]
+pub enum Read {
+    /// The object.
+    Found(Arc<DynamicObject>),
+    /// No such object in the cache.
+    Absent,
+    /// The cached text did not come back as the object (it was written from a decoded object, so
+    /// this is not expected): read the object from the API server instead.
+    Unreadable(PackError),
+}
+
+/// The cache of one kind known only at run time (a [`DynamicObject`] kind: the infrastructure
+/// and bootstrap objects a core controller references), each object kept as [`Packed`] keeps
+/// one — its JSON compressed against the kind's dictionary — and decoded when it is read.
+///
+/// # Guarantees
+///
+/// - It takes the events of a watch as kube's reflector store does: a (re-)list is staged and
+///   replaces the contents at its end, so a reader never sees half a list.
+/// - A read gives back the object as it was written into the store, or says why it could not
+///   ([`Read::Unreadable`], naming the object, never quoting its values).
+#[derive(Default)]
+pub struct PackedStore {
+    state: RwLock<StoreState>,
+}
+
+impl Debug for PackedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        f.debug_struct("PackedStore")
+            .field("objects", &state.objects.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn key_of(object: &DynamicObject) -> Key {
+    (
+        object.metadata.namespace.clone().unwrap_or_default(),
+        object.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+fn keep(object: &DynamicObject) -> Kept {
+    let kind = object.types.as_ref().map_or_else(
+        || DictionaryKey::Kind(String::new(), String::new()),
+        |types| DictionaryKey::Kind(types.api_version.clone(), types.kind.clone()),
+    );
+    let mut object = object.clone();
+    object.metadata.managed_fields = None;
+    match serde_json::to_vec(&object) {
+        Ok(text) => Kept::Text(Compressed::new(kind, &text)),
+        Err(_) => Kept::Object(Arc::new(object)),
+    }
+}
+
+impl PackedStore {
+    /// Takes one event of the kind's watch.
+    pub fn apply(&self, event: &watcher::Event<DynamicObject>) {
+        let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+        match event {
+            watcher::Event::Apply(object) => {
+                state.objects.insert(key_of(object), keep(object));
+            }
+            watcher::Event::Delete(object) => {
+                state.objects.remove(&key_of(object));
+            }
+            watcher::Event::Init => state.staged = Some(HashMap::new()),
+            watcher::Event::InitApply(object) => {
+                state
+                    .staged
+                    .get_or_insert_with(HashMap::new)
+                    .insert(key_of(object), keep(object));
+            }
+            watcher::Event::InitDone => {
+                if let Some(listed) = state.staged.take() {
+                    state.objects = listed;
+                }
+            }
+        }
+    }
+
+    /// The object named `name` in `namespace` (empty for a cluster-scoped kind).
+    pub fn get(&self, namespace: &str, name: &str) -> Read {
+        let kept = {
+            let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+            state
+                .objects
+                .get(&(namespace.to_string(), name.to_string()))
+                .cloned()
+        };
+        let text = match kept {
+            None => return Read::Absent,
+            Some(Kept::Object(object)) => return Read::Found(object),
+            Some(Kept::Text(compressed)) => compressed.text(),
+        };
+        let named = format!("{namespace}/{name}");
+        let text = match text {
+            Ok(text) => text,
+            Err(source) => {
+                return Read::Unreadable(PackError::Decompress {
+                    kind: "object".to_string(),
+                    name: named,
+                    source,
+                });
+            }
+        };
+        match serde_json::from_slice::<DynamicObject>(&text) {
+            Ok(object) => Read::Found(Arc::new(object)),
+            Err(error) => Read::Unreadable(PackError::decode("object", namespace, name, &error)),
+        }
+    }
+
+    /// Whether the store holds the object named `name` in `namespace` (nothing is decoded).
+    pub fn contains(&self, namespace: &str, name: &str) -> bool {
+        self.state
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .objects
+            .contains_key(&(namespace.to_string(), name.to_string()))
+    }
+
+    /// How many objects the store holds.
+    pub fn len(&self) -> usize {
+        self.state
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .objects
+            .len()
+    }
+
+    /// Whether the store holds no object.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -357,7 +553,7 @@ mod tests {
         assert_eq!(packed.cluster_name(), Some("blue"));
         assert_eq!(
             packed.relevance(),
-            crate::predicate::reconcile_relevant(&original)
+            crate::cache::predicate::reconcile_relevant(&original)
         );
     }
 
@@ -392,8 +588,8 @@ mod tests {
     fn an_object_that_does_not_decode_is_named_without_its_values() {
         let mut packed = Packed::pack(machine("m-5", "c")).unwrap();
         let text = br#"{"metadata":{"name":"m-5"},"spec":"s3cr3t"}"#;
-        packed.body =
-            lz4_flex::block::compress_prepend_size_with_dict(text, &packed.dictionary).into();
+        packed.body.body =
+            lz4_flex::block::compress_prepend_size_with_dict(text, &packed.body.dictionary).into();
         let error = packed.unpack().unwrap_err().to_string();
         assert!(error.contains("ns/m-5"), "{error}");
         assert!(!error.contains("s3cr3t"), "{error}");
@@ -402,10 +598,104 @@ mod tests {
     #[test]
     fn a_damaged_body_is_an_error_not_a_panic() {
         let mut packed = Packed::pack(machine("m-4", "c")).unwrap();
-        let mut body = packed.body.to_vec();
+        let mut body = packed.body.body.to_vec();
         body.truncate(body.len() / 2);
-        packed.body = body.into_boxed_slice();
+        packed.body.body = body.into_boxed_slice();
         let error = packed.unpack().unwrap_err();
         assert!(error.to_string().contains("ns/m-4"), "{error}");
+    }
+}
+
+#[cfg(test)]
+mod store_tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn object(name: &str, ready: bool) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "infrastructure.example.com/v1beta2",
+            "kind": "ExampleMachine",
+            "metadata": {
+                "name": name,
+                "namespace": "ns",
+                "labels": {"cluster.x-k8s.io/cluster-name": "c"},
+                "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                    "name": name, "uid": "u-1", "controller": true}],
+                "deletionTimestamp": "2026-01-01T00:00:00Z",
+                "finalizers": ["f"]
+            },
+            "spec": {"providerID": format!("example:///{name}"), "list": [1, 2.5, null]},
+            "status": {"initialization": {"provisioned": ready}}
+        }))
+        .unwrap()
+    }
+
+    fn found(store: &PackedStore, name: &str) -> Option<Arc<DynamicObject>> {
+        match store.get("ns", name) {
+            Read::Found(object) => Some(object),
+            Read::Absent => None,
+            Read::Unreadable(error) => panic!("unreadable: {error}"),
+        }
+    }
+
+    #[test]
+    fn an_object_reads_back_as_it_was_stored() {
+        let store = PackedStore::default();
+        let stored = object("m-1", true);
+        store.apply(&watcher::Event::Apply(stored.clone()));
+        let read = found(&store, "m-1").unwrap();
+        assert_eq!(
+            serde_json::to_value(read.as_ref()).unwrap(),
+            serde_json::to_value(&stored).unwrap()
+        );
+        assert!(read.metadata.deletion_timestamp.is_some());
+        assert!(found(&store, "m-2").is_none());
+        assert!(matches!(store.get("other", "m-1"), Read::Absent));
+    }
+
+    #[test]
+    fn objects_of_a_kind_are_kept_compressed() {
+        let store = PackedStore::default();
+        let stored = object("m-1", true);
+        store.apply(&watcher::Event::Apply(stored.clone()));
+        let state = store.state.read().unwrap();
+        let Some(Kept::Text(compressed)) = state.objects.get(&("ns".into(), "m-1".into())) else {
+            panic!("kept as text");
+        };
+        assert!(compressed.body.len() < serde_json::to_vec(&stored).unwrap().len());
+    }
+
+    #[test]
+    fn changes_replace_and_deletions_remove() {
+        let store = PackedStore::default();
+        store.apply(&watcher::Event::Apply(object("m-1", false)));
+        store.apply(&watcher::Event::Apply(object("m-1", true)));
+        assert_eq!(
+            found(&store, "m-1").unwrap().data["status"]["initialization"]["provisioned"],
+            json!(true)
+        );
+        store.apply(&watcher::Event::Delete(object("m-1", true)));
+        assert!(found(&store, "m-1").is_none());
+        assert_eq!(store.len(), 0);
+    }
+
+    #[test]
+    fn a_relist_replaces_the_contents_only_at_its_end() {
+        let store = PackedStore::default();
+        store.apply(&watcher::Event::Apply(object("old", true)));
+        store.apply(&watcher::Event::Init);
+        store.apply(&watcher::Event::InitApply(object("new", true)));
+        assert!(
+            found(&store, "old").is_some(),
+            "the old contents until the list is in"
+        );
+        assert!(found(&store, "new").is_none());
+        store.apply(&watcher::Event::InitDone);
+        assert!(
+            found(&store, "old").is_none(),
+            "gone while the watch was down"
+        );
+        assert!(found(&store, "new").is_some());
     }
 }

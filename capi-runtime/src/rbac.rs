@@ -1,0 +1,55 @@
+//! The permissions a controller needs in the management cluster, stated next to the code that
+//! uses them so that a generated ClusterRole is least privilege: the building blocks ([`rule`],
+//! [`READ`], [`cluster_role`]) and what every [`Manager`](crate::Manager) needs ([`manager`]).
+//! Each family of controllers states its own rules with them (`capi_controllers::rbac`,
+//! `capi_bootstrap::controller::rbac`, `capi_actuator::rbac`).
+//!
+//! ```
+//! use capi_runtime::rbac;
+//!
+//! let mut rules = rbac::manager();
+//! rules.push(rbac::rule("example.com", &["widgets"], rbac::READ));
+//! let role = rbac::cluster_role("example-manager", rules);
+//! assert_eq!(role.metadata.name.as_deref(), Some("example-manager"));
+//! ```
+
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+/// The verbs of reading through a cache: `get`, `list`, `watch`.
+pub const READ: &[&str] = &["get", "list", "watch"];
+
+/// The rule granting `verbs` on `resources` of API group `group` (`""` is the core group).
+pub fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(vec![group.to_string()]),
+        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..PolicyRule::default()
+    }
+}
+
+/// What every Manager needs: its leader-election Lease and events.
+pub fn manager() -> Vec<PolicyRule> {
+    vec![
+        rule(
+            "coordination.k8s.io",
+            &["leases"],
+            &["get", "create", "update"],
+        ),
+        rule("", &["events"], &["create", "patch"]),
+        rule("events.k8s.io", &["events"], &["create", "patch"]),
+    ]
+}
+
+/// A ClusterRole holding `rules`.
+pub fn cluster_role(name: &str, rules: Vec<PolicyRule>) -> ClusterRole {
+    ClusterRole {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            ..ObjectMeta::default()
+        },
+        rules: Some(rules),
+        ..ClusterRole::default()
+    }
+}
