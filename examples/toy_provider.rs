@@ -1,9 +1,9 @@
 //! The toy provider's manager (`capi_examples::toy`), beside upstream Cluster API or on its own
 //! (`--with-core --with-bootstrap`); `--print-manifests` prints its CRDs and ClusterRole.
 
-use capi_actuator::InfrastructureControllers;
 use std::sync::Arc;
 
+use capi_actuator::InfrastructureControllers;
 use capi_examples::toy::{Toy, ToyCluster, ToyMachine, ToyMachineTemplate, crds, rbac};
 use capi_examples::toy_cloud::ToyCloud;
 use capi_provider::{ManagerArgs, ProviderManager};

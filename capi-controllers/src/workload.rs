@@ -139,8 +139,7 @@ fn slim_node(node: &mut Node) {
 }
 
 /// The cached nodes of one cluster by name, and their names by provider ID (upstream's
-/// `spec.providerID` cache index: a lookup costs one hash, not a scan of every node — at 10 000
-/// machines the scans were most of the manager's CPU). Kept from the node watch's events: a
+/// `spec.providerID` cache index: a lookup costs one hash, not a scan of every node). Kept from the node watch's events: a
 /// (re-)list is staged and swapped in at its end, so a reader never sees half a list.
 #[derive(Debug, Default)]
 struct NodeCache {

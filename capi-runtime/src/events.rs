@@ -14,9 +14,8 @@
 //! - publishing never fails a caller: the answer is returned for the caller to log, and nothing
 //!   is retried.
 //!
-//! kube-runtime's `Recorder` kept every event of the last six minutes whole, and swept that cache
-//! under a write lock at each publish: at 10 000 machines, tens of megabytes and a sweep over
-//! tens of thousands of entries per event.
+//! Memory is bounded by the number of series, not by the number of objects or events: no cache
+//! of whole events is kept and nothing is swept at publish time.
 
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};

@@ -4,10 +4,10 @@
 //! nothing left in its cloud.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use capi_actuator::InfrastructureControllers;
 use std::sync::Arc;
 use std::time::Duration;
 
+use capi_actuator::InfrastructureControllers;
 use capi_controllers::{CoreControllers, CoreSettings};
 use capi_core::api::{Cluster, Machine, MachinePhase};
 use capi_examples::toy::{Toy, ToyCluster, ToyMachine, ToyMachineTemplate, crds};

@@ -12,11 +12,11 @@
 
 mod common;
 
-use capi_actuator::InfrastructureControllers;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use capi_actuator::InfrastructureControllers;
 use capi_controllers::{CoreControllers, CoreSettings};
 use capi_core::api::{Cluster, Machine, MachineDeployment};
 use capi_core::{condition, labels};

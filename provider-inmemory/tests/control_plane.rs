@@ -15,11 +15,11 @@
 
 mod common;
 
-use capi_actuator::InfrastructureControllers;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use capi_actuator::InfrastructureControllers;
 use capi_control_plane::api::KubeadmControlPlane;
 use capi_control_plane::controller::{ControlPlaneSettings, KubeadmControlPlanes};
 use capi_control_plane::etcd::EtcdAccess;

@@ -4,11 +4,11 @@
 
 mod common;
 
-use capi_actuator::InfrastructureControllers;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use capi_actuator::InfrastructureControllers;
 use capi_runtime::ReconcilerOptions;
 use capi_runtime::manager::{LeaderElectionConfig, Manager, ManagerConfig, ManagerError};
 use common::{Fixture, add_machine, eventually, machine_fixture, policy};

@@ -9,12 +9,12 @@
 
 mod common;
 
-use capi_actuator::InfrastructureControllers;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use capi_actuator::InfrastructureControllers;
 use capi_controllers::{CoreControllers, CoreSettings, TEMPLATE_HASH_LABEL};
 use capi_core::api::{
     Cluster, Machine, MachineDeployment, MachineHealthCheck, MachinePhase, MachineSet,

@@ -41,10 +41,10 @@
 
 mod common;
 
-use capi_actuator::InfrastructureControllers;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use capi_actuator::InfrastructureControllers;
 use capi_cli::generate::{Inputs, render};
 use capi_testing::envtest::ControlPlane;
 use capi_testing::upstream::{CORE_BOOTSTRAP_CONTROL_PLANE, UpstreamAssets, UpstreamPeer};

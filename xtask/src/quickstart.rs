@@ -9,11 +9,11 @@
 //! 3 → 5; deletes a worker and shows it replaced; then stops (or keeps running with
 //! `--keep-running`, printing the kubeconfig to use).
 
-use capi_actuator::InfrastructureControllers;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use capi_actuator::InfrastructureControllers;
 use capi_bootstrap::controller::KubeadmBootstrap;
 use capi_cli::describe::{self, Style};
 use capi_cli::generate::{self, Inputs};

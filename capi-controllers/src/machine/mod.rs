@@ -157,9 +157,8 @@ pub(crate) async fn run(
 /// The changes of MachineDeployments that matter to their machines (what `up_to_date` reads): a
 /// new template, and the deployment's going (`deployments`, the store the changes come from, no
 /// longer holds it). Not the status, which changes with every one of the deployment's machines:
-/// handing each status change to all of its machines made building N machines cost O(N²)
-/// reconciles, and a new machine waited behind them for its first (at 10 000 machines, past a
-/// health check's node start-up timeout).
+/// building N machines costs O(N) machine reconciles, not O(N²), and a new machine's first
+/// reconcile does not wait behind its siblings'.
 fn template_changes(
     changes: impl Stream<Item = Result<MachineDeployment, watcher::Error>> + Send + 'static,
     deployments: Store<MachineDeployment>,

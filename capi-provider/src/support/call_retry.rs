@@ -2,11 +2,9 @@
 //! before it fails the reconcile, as the official cloud SDKs do on their own: a few attempts,
 //! exponential backoff with full jitter, capped.
 //!
-//! Without it, a reconcile that makes several cloud calls fails whenever any one of them meets a
-//! fault: at a 30 % fault rate most reconciles fail, and a machine that is unlucky a few times
-//! in a row waits minutes on its per-object backoff while the others are done. With three
-//! attempts a call fails only when all three do (2.7 % at a 30 % rate), which the per-object
-//! backoff handles in seconds.
+//! A call fails the reconcile only when every attempt failed (with three attempts at a 30 % fault
+//! rate, 2.7 % of calls), so a reconcile of several calls rarely falls back on the per-object
+//! backoff, which is minutes after a few failures in a row.
 //!
 //! Only calls that are safe to repeat may be retried: reads, deletes, and creates that carry an
 //! idempotency token the cloud honours. A create the cloud cannot deduplicate is retried by

@@ -2,10 +2,8 @@
 //! one store and one watch of a kind (per namespace and selector) — that every controller asking
 //! for that kind shares, each with its own stream of the watch's events.
 //!
-//! Without it a manager running the core, bootstrap, control-plane and infrastructure controllers
-//! kept six copies of every Machine (one per controller that reads Machines) and decoded every
-//! change of one seven times. With it the process keeps one copy — without managed fields, which
-//! no controller reads — and decodes each change once.
+//! A process keeps one copy of each watched object — without managed fields, which no controller
+//! reads — however many of its controllers read the kind, and decodes each change once.
 //!
 //! Guarantees of a subscriber's stream ([`Informer::events`]):
 //! - it starts with one complete list (`Init`, `InitApply`…, `InitDone`): the store's contents,

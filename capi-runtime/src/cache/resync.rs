@@ -39,8 +39,8 @@ use kube::runtime::watcher;
 
 use crate::cache::predicate::identity;
 
-/// How many ticks a resync period is cut into: at 10 000 converged objects and 600 s, a tick
-/// hands over about 85 of them.
+/// How many ticks a resync period is cut into: each tick hands over the objects due within
+/// 1/120 of the period, so resyncs arrive spread out rather than in one burst.
 const TICKS_PER_PERIOD: u32 = 120;
 
 /// When each converged object of one controller is due to be reconciled again. Shared by the

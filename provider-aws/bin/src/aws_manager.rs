@@ -10,10 +10,10 @@
 //! Logs never carry credentials or bootstrap data: the SDK's DEBUG and TRACE events, which print
 //! the request's identity, signed requests and bodies, are dropped whatever `RUST_LOG` says. `--help` lists all flags.
 
-use capi_actuator::InfrastructureControllers;
 use std::sync::Arc;
 
 use anyhow::Result;
+use capi_actuator::InfrastructureControllers;
 use capi_provider::support::rbac;
 use capi_provider::{ManagerArgs, ProviderManager};
 use clap::Parser;

@@ -10,11 +10,11 @@
 //! provider, the core Cluster API controllers and KubeadmControlPlane (standalone mode).
 //! `--help` lists all flags.
 
-use capi_actuator::InfrastructureControllers;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use capi_actuator::InfrastructureControllers;
 use capi_provider::support::rbac;
 use capi_provider::{ManagerArgs, ProviderManager};
 use clap::Parser;

@@ -6,11 +6,11 @@
 //! `--with-core` and `--with-control-plane` together are standalone mode, with no Go controller
 //! needed. `--help` lists all.
 
-use capi_actuator::InfrastructureControllers;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
+use capi_actuator::InfrastructureControllers;
 use capi_provider::support::rbac;
 use capi_provider::{ManagerArgs, ProviderManager};
 use clap::Parser;
@@ -21,8 +21,8 @@ use provider_inmemory::etcd::SimulatedEtcdAccess;
 
 /// jemalloc rather than the system allocator: a manager's heap is many small, long-lived objects
 /// (cached Kubernetes objects) replaced at every change from several threads, where glibc's
-/// per-thread arenas keep freed memory that jemalloc returns; measured with
-/// `cargo xtask bench one-cluster` (README, Performance).
+/// per-thread arenas keep freed memory that jemalloc returns (`cargo xtask bench one-cluster`
+/// reports the manager's memory).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -10,10 +10,10 @@
 //! core Cluster API controllers: both together are standalone mode, with no Go controller
 //! needed. Logs never carry credentials, tokens or bootstrap data. `--help` lists all flags.
 
-use capi_actuator::InfrastructureControllers;
 use std::sync::Arc;
 
 use anyhow::Result;
+use capi_actuator::InfrastructureControllers;
 use capi_provider::support::rbac;
 use capi_provider::{ManagerArgs, ProviderManager};
 use clap::Parser;
