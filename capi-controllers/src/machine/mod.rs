@@ -1,36 +1,43 @@
 //! The Machine controller: bootstrap data → infrastructure → node → Running, and deletion
 //! (drain, infrastructure and bootstrap objects, node, finalizer).
+//!
+//! Watches: Machines; their Cluster; their MachineDeployment's template; the bootstrap configs
+//! and infrastructure machines they own; the workload cluster's nodes, by provider ID.
+//!
+//! Phases ([`reconcile_once`], in [`phases`]): a deleted machine is taken apart by [`deletion`];
+//! otherwise a cached copy older than this controller's own last write waits for the cache, the
+//! cluster is found, pause honoured, then the finalizer, cluster label and owner first, the
+//! bootstrap config owned and its data secret's name copied, the infrastructure machine owned and
+//! read, the provider ID recorded before anything else that follows, the node observed; a fresh
+//! machine whose creator has yet to create its references waits quietly; the status is computed
+//! from what the pass found ([`status`]) and written once.
 
 mod deletion;
 mod drain;
+mod phases;
 pub(crate) mod status;
 
 use std::hash::{Hash, Hasher};
+use std::ops::ControlFlow::Break;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use capi_core::api::{Cluster, Machine, MachineAddress, MachineDeployment};
-use capi_core::condition::{self, ConditionStatus, DesiredCondition};
+use capi_core::api::{Cluster, Machine, MachineDeployment};
 use capi_core::labels;
 use futures::{Stream, StreamExt, stream};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::DynamicObject;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
-use serde_json::json;
 use tokio::sync::mpsc;
 
-use self::status::{Facts, Step};
-use crate::references::{ReferenceError, ReferenceWatches, References, initialization_flag};
-use crate::workload::{CachedNode, NodeChange, WorkloadClusters};
-use crate::{
-    CoreSettings, cache, cluster_cache, find_cluster, of_cluster, ownership, receiver_stream, take,
-};
+use crate::references::{ReferenceWatches, References};
+use crate::workload::{NodeChange, WorkloadClusters};
+use crate::{CoreSettings, cache, cluster_cache, of_cluster, receiver_stream, take};
 use capi_runtime::pace::StatusPacer;
 use capi_runtime::plan::Next;
-use capi_runtime::reasons;
 use capi_runtime::write;
 use capi_runtime::{Context, ReconcileError, Reconciler, back_off, drain};
 
@@ -182,25 +189,53 @@ async fn reconcile_machine(
         .await
 }
 
+/// What one pass over a machine works with.
+struct Scope<'a> {
+    machine: &'a Arc<Machine>,
+    context: &'a Context<MachineController>,
+    namespace: String,
+    api: Api<Machine>,
+    /// The reference that makes the machine the owner of its bootstrap config and
+    /// infrastructure machine.
+    owner: Option<OwnerReference>,
+    /// The Machine as this pass wrote its spec (the bootstrap data secret's name), if it did.
+    written: Option<Machine>,
+}
+
+impl<'a> Scope<'a> {
+    fn new(machine: &'a Arc<Machine>, context: &'a Context<MachineController>) -> Self {
+        let namespace = machine.namespace().unwrap_or_default();
+        Self {
+            machine,
+            context,
+            api: Api::namespaced(context.client.clone(), &namespace),
+            namespace,
+            owner: machine.controller_owner_ref(&()).map(|mut r| {
+                r.block_owner_deletion = Some(true);
+                r
+            }),
+            written: None,
+        }
+    }
+
+    fn deps(&self) -> &'a MachineController {
+        &self.context.state
+    }
+
+    /// The Machine as last written: a write guarded by a version uses this one.
+    fn current(&self) -> &Machine {
+        self.written.as_ref().unwrap_or(self.machine.as_ref())
+    }
+}
+
+/// One pass over a machine: each phase either goes on or ends the pass with what comes next.
 async fn reconcile_once(
     machine: &Arc<Machine>,
     context: &Context<MachineController>,
 ) -> Result<Next, ReconcileError> {
     let deps = &context.state;
-    let namespace = machine.namespace().unwrap_or_default();
-    let api: Api<Machine> = Api::namespaced(context.client.clone(), &namespace);
-    let cluster = match deps.clusters.get() {
-        Some(store) => {
-            find_cluster(
-                store,
-                &context.client,
-                &machine.spec.cluster_name,
-                &namespace,
-            )
-            .await?
-        }
-        None => None,
-    };
+    let mut scope = Scope::new(machine, context);
+    let cluster = phases::find_cluster(&scope).await?;
     if machine.meta().deletion_timestamp.is_some() {
         deps.own_writes.forget(machine.as_ref());
         return deletion::delete(machine, cluster.as_deref(), context).await;
@@ -214,506 +249,32 @@ async fn reconcile_once(
     let Some(cluster) = cluster else {
         return Ok(Next::Requeue(deps.settings.poll));
     };
-    let paused = cluster.is_paused() || labels::has_paused_annotation(&machine.metadata);
-    if paused {
-        let mut status = machine.status.clone().unwrap_or_default();
-        let wanted =
-            DesiredCondition::new(condition::PAUSED, ConditionStatus::True, reasons::PAUSED)
-                .message("reconciliation is paused")
-                .observed_generation(machine.metadata.generation);
-        if condition::set(&mut status.conditions, wanted) {
-            let value = json!({"conditions": status.conditions});
-            write::patch_status_guarded(&api, machine.as_ref(), value).await?;
-        }
-        return Ok(Next::AwaitChange);
+    if let Break(next) = phases::honour_pause(&scope, &cluster).await? {
+        return Ok(next);
     }
-    if ensure_metadata(&api, machine, &cluster).await? {
-        // The watch brings the updated object back.
-        deps.own_writes.wrote(machine.as_ref());
-        return Ok(Next::AwaitChange);
+    if let Break(next) = phases::ensure_metadata(&scope, &cluster).await? {
+        return Ok(next);
     }
-
-    let owner = machine.controller_owner_ref(&()).map(|mut r| {
-        r.block_owner_deletion = Some(true);
-        r
-    });
-    let mut next = Next::AwaitChange;
-    let (bootstrap, bootstrap_data, written) =
-        observe_bootstrap(&api, machine, &namespace, owner.clone(), deps).await?;
-    // The status below is guarded by the version it was computed from: after the spec patch
-    // above, that is the patched object's, not the (now stale) one this pass started from.
-    let current_machine = written.as_ref().unwrap_or(machine.as_ref());
-    let infra = observe_infrastructure(machine, &namespace, owner, deps).await?;
-    if let Some(provider_id) = &infra.provider_id
-        && machine.spec.provider_id.as_deref() != Some(provider_id.as_str())
-    {
-        // Recorded before anything else: the node is found by it.
-        let patch = json!({"spec": {"providerID": provider_id}});
-        write::patch(&api, &machine.name_any(), patch).await?;
-        deps.own_writes.wrote(machine.as_ref());
-        deps.own_writes.wrote(current_machine);
-        return Ok(Next::AwaitChange);
+    let bootstrap = phases::reconcile_bootstrap(&mut scope).await?;
+    let infra = phases::reconcile_infrastructure(&scope).await?;
+    if let Break(next) = phases::ensure_provider_id(&scope, &infra).await? {
+        return Ok(next);
     }
-    let (node_name, node) = match &machine.spec.provider_id {
-        None => (
-            None,
-            Step::unknown(
-                reasons::WAITING_FOR_NODE,
-                "waiting for the infrastructure provider to report a provider ID",
-            ),
-        ),
-        Some(provider_id) => {
-            let (name, step, wait) =
-                observe_node(machine, &cluster, provider_id, &namespace, deps).await;
-            if wait {
-                next = Next::Requeue(deps.settings.poll);
-            }
-            (name, step)
-        }
-    };
-    let up_to_date = match &infra.outdated {
-        // The instance cannot be changed in place: only replacing the machine applies the spec.
-        Some(why) => Step::waiting(
-            reasons::NEEDS_ROLLOUT,
-            format!(
-                "{} {:?} no longer matches its instance ({why}); a rollout (replacing the machine) is needed",
-                machine.spec.infrastructure_ref.kind, machine.spec.infrastructure_ref.name
-            ),
-        ),
-        None => up_to_date(machine, deps.deployments.get(), &namespace),
-    };
-    if awaiting_references_of_its_creator(machine, &bootstrap, &infra.step) {
-        // Its creator (a MachineSet, a control plane) creates them right after the Machine;
-        // their watch brings the machine back. A status saying "not found" now would be a
-        // write (and a race with the next one) for a few milliseconds' truth.
-        if written.is_some() {
-            deps.own_writes.wrote(machine.as_ref());
-        }
-        return Ok(Next::Requeue(REFERENCE_GRACE));
+    let node = phases::observe_node(&scope, &cluster).await;
+    if let Break(next) = phases::await_creator(&scope, &bootstrap, &infra) {
+        return Ok(next);
     }
-    let facts = Facts {
-        up_to_date,
-        generation: machine.metadata.generation,
-        bootstrap_data,
-        bootstrap,
-        infrastructure_provisioned: infra.provisioned,
-        infrastructure: infra.step,
-        node_name,
-        node,
-        addresses: infra.addresses,
-        min_ready: Duration::from_secs(
-            u64::try_from(machine.spec.min_ready_seconds.unwrap_or(0)).unwrap_or(0),
-        ),
-        readiness_gates: machine.spec.readiness_gates.clone(),
-    };
-    let current = machine.status.clone().unwrap_or_default();
-    let (desired, available_in) = status::desired(&current, &facts, Time(jiff::Timestamp::now()));
-    if let Some(wait) = available_in {
-        next = Next::Requeue(wait);
-    }
-    if desired != current {
-        match deps.pacer.wait(machine.as_ref()) {
-            // Written a moment ago: this change goes with the next ones, at the interval's end
-            // (steps that follow each other closely — data, instance, node — are one write).
-            Some(wait) => next = next.due_within(wait),
-            None => {
-                let value = serde_json::to_value(&desired).map_err(kube::Error::SerdeError)?;
-                write::patch_status_guarded(&api, current_machine, value).await?;
-                deps.own_writes.wrote(current_machine);
-                deps.pacer.wrote(machine.as_ref());
-            }
-        }
-    }
-    if written.is_some() {
-        deps.own_writes.wrote(machine.as_ref());
-    }
-    Ok(next)
-}
-
-/// How long after its creation a controlled Machine's missing references are taken for ones its
-/// creator is still creating (and how soon it looks again).
-const REFERENCE_GRACE: Duration = Duration::from_secs(2);
-
-/// Whether the machine is fresh from a controller that creates its bootstrap config and
-/// infrastructure machine after it, has no status yet, and misses one of them: nothing worth a
-/// status write yet. Past [`REFERENCE_GRACE`], a missing reference is reported as usual.
-fn awaiting_references_of_its_creator(machine: &Machine, bootstrap: &Step, infra: &Step) -> bool {
-    let missing = [bootstrap, infra]
-        .iter()
-        .any(|s| s.reason == reasons::REFERENCE_NOT_FOUND);
-    let controlled = machine
-        .owner_references()
-        .iter()
-        .any(|r| r.controller == Some(true));
-    let fresh = machine
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .and_then(|t| Duration::try_from(jiff::Timestamp::now().duration_since(t.0)).ok())
-        .is_some_and(|age| age < REFERENCE_GRACE);
-    let no_status = machine.status.as_ref().is_none_or(|s| {
-        s.conditions
-            .iter()
-            .all(|c| c.type_ == condition::HEALTH_CHECK_SUCCEEDED)
-    });
-    missing && controlled && fresh && no_status
-}
-
-/// Puts the finalizer, the cluster-name label and (on a machine nothing controls) the Cluster
-/// owner reference on the Machine (one guarded patch); returns whether it wrote.
-async fn ensure_metadata(
-    api: &Api<Machine>,
-    machine: &Machine,
-    cluster: &Cluster,
-) -> Result<bool, kube::Error> {
-    let has_finalizer = machine
-        .finalizers()
-        .iter()
-        .any(|f| f == labels::MACHINE_FINALIZER);
-    let labelled = labels::cluster_name(&machine.metadata) == Some(cluster.name_any().as_str());
-    let cluster_uid = cluster.uid().unwrap_or_default();
-    let owned = !needs_cluster_owner(machine, &cluster_uid);
-    if has_finalizer && labelled && owned {
-        return Ok(false);
-    }
-    let mut finalizers = machine.finalizers().to_vec();
-    if !has_finalizer {
-        finalizers.push(labels::MACHINE_FINALIZER.to_string());
-    }
-    let mut owners = machine.owner_references().to_vec();
-    if !owned && let Some(mut owner) = cluster.controller_owner_ref(&()) {
-        // A plain owner, never the controller: a MachineSet may still adopt the machine.
-        owner.controller = None;
-        owners.push(owner);
-    }
-    let patch = json!({"metadata": {
-        "finalizers": finalizers,
-        "labels": {labels::CLUSTER_NAME: cluster.name_any()},
-        "ownerReferences": owners,
-        "resourceVersion": machine.resource_version(),
-    }});
-    write::patch(api, &machine.name_any(), patch).await?;
-    Ok(true)
-}
-
-/// Whether the Cluster must be added as the machine's owner: as upstream, the Cluster adopts only
-/// a stand-alone machine; one a MachineSet or a control plane controls is the Cluster's through
-/// its controller (and patching it would be a write per machine for nothing).
-fn needs_cluster_owner(machine: &Machine, cluster_uid: &str) -> bool {
-    let controlled = machine
-        .owner_references()
-        .iter()
-        .any(|r| r.controller == Some(true));
-    !controlled && !ownership::is_owned_by(&machine.metadata, cluster_uid)
-}
-
-/// The `BootstrapConfigReady` step, whether `spec.bootstrap.dataSecretName` is set (copying
-/// it from the config's status when the config has one), and the Machine as written when this
-/// copied it.
-async fn observe_bootstrap(
-    api: &Api<Machine>,
-    machine: &Machine,
-    namespace: &str,
-    owner: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
-    deps: &MachineController,
-) -> Result<(Step, bool, Option<Machine>), ReconcileError> {
-    if machine.spec.bootstrap.data_secret_name.is_some() {
-        // Ensure the config (if any) is owned even when the data is already known.
-        if let (Some(reference), Some(owner)) = (&machine.spec.bootstrap.config_ref, owner)
-            && let Ok(Some(config)) = deps.references.get(reference, namespace).await
-        {
-            ownership::ensure_owner(
-                &deps.references,
-                reference,
-                namespace,
-                &config,
-                owner,
-                &machine.spec.cluster_name,
-            )
-            .await?;
-        }
-        return Ok((Step::done(reasons::BOOTSTRAP_DATA_READY), true, None));
-    }
-    let Some(reference) = &machine.spec.bootstrap.config_ref else {
-        return Ok((
-            Step::waiting(
-                reasons::INVALID_SPEC,
-                "spec.bootstrap needs a configRef or a dataSecretName",
-            ),
-            false,
-            None,
-        ));
-    };
-    let config = match deps.references.get(reference, namespace).await {
-        Ok(config) => config,
-        Err(error @ ReferenceError::UnknownKind { .. }) => {
-            return Ok((
-                Step::waiting(reasons::REFERENCE_KIND_UNKNOWN, error.to_string()),
-                false,
-                None,
-            ));
-        }
-        Err(error) => return Err(error.into()),
-    };
-    let Some(config) = config else {
-        return Ok((
-            Step::waiting(
-                reasons::REFERENCE_NOT_FOUND,
-                format!("waiting for {} {:?}", reference.kind, reference.name),
-            ),
-            false,
-            None,
-        ));
-    };
-    if let Some(owner) = owner
-        && ownership::ensure_owner(
-            &deps.references,
-            reference,
-            namespace,
-            &config,
-            owner,
-            &machine.spec.cluster_name,
-        )
-        .await?
-    {
-        return Ok((
-            Step::waiting(
-                reasons::WAITING_FOR_BOOTSTRAP_DATA,
-                "took ownership of the config",
-            ),
-            false,
-            None,
-        ));
-    }
-    let secret = config.data["status"]["dataSecretName"].as_str();
-    match secret {
-        Some(name) if initialization_flag(&config, "dataSecretCreated") || !name.is_empty() => {
-            let patch = json!({"spec": {"bootstrap": {"dataSecretName": name}}});
-            let written = write::patch_returning(api, &machine.name_any(), patch).await?;
-            Ok((
-                Step::done(reasons::BOOTSTRAP_DATA_READY),
-                true,
-                Some(written),
-            ))
-        }
-        _ => Ok((
-            Step::waiting(
-                reasons::WAITING_FOR_BOOTSTRAP_DATA,
-                format!(
-                    "waiting for {} {:?} to produce bootstrap data",
-                    reference.kind, reference.name
-                ),
-            ),
-            false,
-            None,
-        )),
-    }
-}
-
-/// What the infrastructure machine reports.
-struct Infrastructure {
-    step: Step,
-    provisioned: bool,
-    provider_id: Option<String>,
-    addresses: Option<Vec<MachineAddress>>,
-    /// Why the provider says the instance no longer matches its spec (its `UpToDate=False`: an
-    /// immutable field changed), when it does.
-    outdated: Option<String>,
-}
-
-async fn observe_infrastructure(
-    machine: &Machine,
-    namespace: &str,
-    owner: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
-    deps: &MachineController,
-) -> Result<Infrastructure, ReconcileError> {
-    let reference = &machine.spec.infrastructure_ref;
-    let waiting = |step| Infrastructure {
-        step,
-        provisioned: false,
-        provider_id: None,
-        addresses: None,
-        outdated: None,
-    };
-    let object = match deps.references.get(reference, namespace).await {
-        Ok(object) => object,
-        Err(error @ ReferenceError::UnknownKind { .. }) => {
-            return Ok(waiting(Step::waiting(
-                reasons::REFERENCE_KIND_UNKNOWN,
-                error.to_string(),
-            )));
-        }
-        Err(error) => return Err(error.into()),
-    };
-    let Some(object) = object else {
-        return Ok(waiting(Step::waiting(
-            reasons::REFERENCE_NOT_FOUND,
-            format!("waiting for {} {:?}", reference.kind, reference.name),
-        )));
-    };
-    if let Some(owner) = owner {
-        ownership::ensure_owner(
-            &deps.references,
-            reference,
-            namespace,
-            &object,
-            owner,
-            &machine.spec.cluster_name,
-        )
-        .await?;
-    }
-    let provisioned = initialization_flag(&object, "provisioned");
-    let provider_id = object.data["spec"]["providerID"]
-        .as_str()
-        .map(str::to_string);
-    // Addresses that do not parse are left out rather than failing the machine.
-    let addresses = object.data["status"]["addresses"].as_array().map(|list| {
-        list.iter()
-            .filter_map(|a| serde_json::from_value::<MachineAddress>(a.clone()).ok())
-            .collect()
-    });
-    let step = if provisioned {
-        Step::done(reasons::PROVISIONED)
-    } else {
-        // The provider's own Ready condition says why, when it has one.
-        let message = object.data["status"]["conditions"]
-            .as_array()
-            .and_then(|conditions| {
-                conditions
-                    .iter()
-                    .find(|c| c["type"] == "Ready")
-                    .and_then(|c| c["message"].as_str())
-            })
-            .filter(|m| !m.is_empty())
-            .map_or_else(
-                || {
-                    format!(
-                        "{} {:?} is not provisioned yet",
-                        reference.kind, reference.name
-                    )
-                },
-                str::to_string,
-            );
-        Step::waiting(reasons::WAITING_FOR_INFRASTRUCTURE, message)
-    };
-    let outdated = object.data["status"]["conditions"]
-        .as_array()
-        .and_then(|conditions| {
-            conditions
-                .iter()
-                .find(|c| c["type"] == condition::UP_TO_DATE && c["status"] == "False")
-        })
-        .map(|c| c["message"].as_str().unwrap_or_default().to_string());
-    Ok(Infrastructure {
-        step,
-        provisioned,
-        provider_id,
-        addresses,
-        outdated,
-    })
-}
-
-/// The node of the machine: its name, the `NodeReady` step, and whether to poll (the workload
-/// cluster cannot be reached yet, so no watch reports the node).
-async fn observe_node(
-    machine: &Machine,
-    cluster: &Cluster,
-    provider_id: &str,
-    namespace: &str,
-    deps: &MachineController,
-) -> (Option<String>, Step, bool) {
-    let workload = match deps.workloads.get(namespace, &cluster.name_any()).await {
-        Ok(workload) => workload,
-        Err(error) => {
-            let step = Step::unknown(reasons::WAITING_FOR_WORKLOAD_CLUSTER, error.to_string());
-            return (None, step, true);
-        }
-    };
-    match workload.node_by_provider_id(provider_id) {
-        Some(node) => {
-            let (step, _) = node_readiness(&node);
-            (Some(node.name.to_string()), step, false)
-        }
-        None if workload.synced()
-            && machine
-                .status
-                .as_ref()
-                .is_some_and(|s| s.node_ref.is_some()) =>
-        {
-            (
-                None,
-                Step::waiting(
-                    reasons::NODE_NOT_FOUND,
-                    "the machine's node no longer exists",
-                ),
-                false,
-            )
-        }
-        None => (
-            None,
-            Step::unknown(
-                reasons::WAITING_FOR_NODE,
-                format!("waiting for a node with provider ID {provider_id}"),
-            ),
-            !workload.synced(),
-        ),
-    }
-}
-
-/// The `NodeReady` step from the node's own `Ready` condition, and that condition's status.
-fn node_readiness(node: &CachedNode) -> (Step, Option<String>) {
-    let ready = node.conditions.iter().find(|c| &*c.type_ == "Ready");
-    match ready {
-        Some(c) if &*c.status == "True" => {
-            (Step::done(reasons::NODE_READY), Some(c.status.to_string()))
-        }
-        Some(c) => (
-            Step::waiting(
-                reasons::NODE_NOT_READY,
-                c.message
-                    .as_deref()
-                    .map_or_else(|| format!("node Ready={}", c.status), str::to_string),
-            ),
-            Some(c.status.to_string()),
-        ),
-        None => (
-            Step::unknown(
-                reasons::NODE_NOT_READY,
-                "the node reports no Ready condition yet",
-            ),
-            None,
-        ),
-    }
-}
-
-/// `UpToDate`: whether the machine was made from its MachineDeployment's current template
-/// (machines of no deployment are up to date by definition).
-fn up_to_date(
-    machine: &Machine,
-    deployments: Option<&Store<MachineDeployment>>,
-    namespace: &str,
-) -> Step {
-    let Some(name) = machine.labels().get(labels::MACHINE_DEPLOYMENT_NAME) else {
-        return Step::done(reasons::UP_TO_DATE);
-    };
-    let deployment = deployments.and_then(|s| s.get(&ObjectRef::new(name).within(namespace)));
-    let Some(deployment) = deployment else {
-        return Step::done(reasons::UP_TO_DATE);
-    };
-    let current = super::machine_deployment::template_hash(&deployment.spec.template);
-    if machine.labels().get(super::TEMPLATE_HASH_LABEL) == Some(&current) {
-        Step::done(reasons::UP_TO_DATE)
-    } else {
-        Step::waiting(
-            reasons::NEEDS_ROLLOUT,
-            format!("MachineDeployment {name}'s template changed; the machine is to be replaced"),
-        )
-    }
+    phases::write_status(&scope, bootstrap, infra, node).await
 }
 
 #[cfg(test)]
 mod tests {
+    use super::phases::{awaiting_references_of_its_creator, needs_cluster_owner};
+    use super::status::Step;
     use super::*;
+    use capi_runtime::reasons;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use serde_json::json;
 
     #[test]
     fn machines_hear_of_their_deployments_new_template_not_of_its_status() {

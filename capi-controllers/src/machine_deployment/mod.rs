@@ -1,41 +1,40 @@
 //! The MachineDeployment controller: one MachineSet per distinct template (named after a stable
 //! hash of it), rolled out by RollingUpdate or OnDelete, with revision annotations.
 //!
+//! Watches: MachineDeployments; the MachineSets they control; their Cluster.
+//!
+//! Phases ([`reconcile_once`], in [`phases`]): a deleted deployment deletes its sets and drops
+//! its finalizer once the API server has none left; otherwise the finalizer first, then the
+//! selector checked against the template, the cluster found, the sets read from a synced cache,
+//! pause recorded, `spec.replicas` defaulted (not while the cluster is paused), the rollout's
+//! fenceposts resolved, and, unless paused, the rollout stepped; status written once, at the end
+//! ([`status`]).
+//!
 //! RollingUpdate scales the new set up and the old ones down by
-//! [`rolling_update_step`] with upstream's rounding of
+//! [`rolling_update_step`](rollout::rolling_update_step) with upstream's rounding of
 //! `maxSurge` (up) and `maxUnavailable` (down), so that at no time fewer than
 //! `replicas − maxUnavailable` machines are available and no more than `replicas + maxSurge` exist.
 //! OnDelete never deletes a machine itself: old sets shrink only as the user deletes their machines,
 //! and the new set grows by as much. A paused deployment only reports status. Old sets at zero
 //! machines are deleted.
 
+mod phases;
 pub mod rollout;
+mod status;
 
-use std::collections::BTreeMap;
+use std::ops::ControlFlow::{Break, Continue};
 use std::sync::{Arc, OnceLock};
 
 use capi_core::api::{
-    Cluster, MachineDeployment, MachineDeploymentPhase, MachineDeploymentStatus, MachineSet,
-    MachineSetSpec, MachineTemplateSpec, RolloutStrategyType, TemplateMetadata,
+    Cluster, MachineDeployment, MachineDeploymentStatus, MachineSet, MachineTemplateSpec,
 };
-use capi_core::condition::{self, ConditionStatus, DesiredCondition};
-use capi_core::labels;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use kube::api::{ListParams, PostParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Resource, ResourceExt};
-use serde_json::json;
+use kube::{Api, ResourceExt};
 
-use self::rollout::{SetState, resolve_fenceposts, rolling_update_step};
-use crate::{
-    CoreSettings, cache, cluster_cache, find_cluster, of_cluster, ownership, replicas, selector,
-    synced,
-};
-use capi_runtime::pace::{self, StatusPacer};
-use capi_runtime::plan::{EventNote, FinalizerChange, Next};
-use capi_runtime::reasons;
-use capi_runtime::write;
+use crate::{CoreSettings, cache, cluster_cache, of_cluster, ownership};
+use capi_runtime::pace::StatusPacer;
+use capi_runtime::plan::{EventNote, Next};
 use capi_runtime::{Context, ReconcileError, Reconciler, back_off, drain};
 
 /// The finalizer that makes a deleted MachineDeployment delete its MachineSets first.
@@ -120,522 +119,108 @@ pub fn template_hash(template: &MachineTemplateSpec) -> String {
     format!("{:08x}", hash as u32 ^ (hash >> 32) as u32)
 }
 
-fn revision(set: &MachineSet) -> i64 {
-    set.annotations()
-        .get(labels::REVISION)
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(0)
+/// Whether a deployment rolls out, and if not, why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Paused {
+    /// Not paused: the rollout proceeds.
+    No,
+    /// `spec.paused`: status only.
+    Rollout,
+    /// The cluster (or the deployment's paused annotation): status only, and no defaulting.
+    Cluster,
 }
 
+/// What one pass over a deployment works with: what it read, and the status it computes, written
+/// once.
+struct Scope<'a> {
+    deployment: &'a MachineDeployment,
+    context: &'a Context<DeploymentController>,
+    namespace: String,
+    uid: String,
+    name: String,
+    api: Api<MachineDeployment>,
+    sets_api: Api<MachineSet>,
+    /// The status being computed from the one last written.
+    status: MachineDeploymentStatus,
+    /// The hash of the deployment's template: the new set's label.
+    hash: String,
+    /// The deployment's sets not being deleted, oldest revision first (none until read).
+    sets: Vec<Arc<MachineSet>>,
+    /// The set of the current template, if it exists.
+    new_set: Option<Arc<MachineSet>>,
+    /// The sets of other templates, oldest revision first.
+    old_sets: Vec<Arc<MachineSet>>,
+    paused: Paused,
+    /// The events this pass publishes.
+    events: Vec<EventNote>,
+}
+
+impl<'a> Scope<'a> {
+    fn new(deployment: &'a MachineDeployment, context: &'a Context<DeploymentController>) -> Self {
+        let namespace = deployment.namespace().unwrap_or_default();
+        Self {
+            deployment,
+            context,
+            api: Api::namespaced(context.client.clone(), &namespace),
+            sets_api: Api::namespaced(context.client.clone(), &namespace),
+            namespace,
+            uid: deployment.uid().unwrap_or_default(),
+            name: deployment.name_any(),
+            status: deployment.status.clone().unwrap_or_default(),
+            hash: template_hash(&deployment.spec.template),
+            sets: Vec::new(),
+            new_set: None,
+            old_sets: Vec::new(),
+            paused: Paused::No,
+            events: Vec::new(),
+        }
+    }
+
+    fn deps(&self) -> &'a DeploymentController {
+        &self.context.state
+    }
+}
+
+/// One pass over a deployment: each phase either goes on or ends the pass with what comes next.
 async fn reconcile_once(
     deployment: &MachineDeployment,
     context: &Context<DeploymentController>,
 ) -> Result<Next, ReconcileError> {
-    let deps = &context.state;
-    let namespace = deployment.namespace().unwrap_or_default();
-    let api: Api<MachineDeployment> = Api::namespaced(context.client.clone(), &namespace);
-    let sets_api: Api<MachineSet> = Api::namespaced(context.client.clone(), &namespace);
-    let uid = deployment.uid().unwrap_or_default();
-    let name = deployment.name_any();
-    let has_finalizer = deployment
-        .finalizers()
-        .iter()
-        .any(|f| f == MACHINE_DEPLOYMENT_FINALIZER);
-
+    let mut scope = Scope::new(deployment, context);
     if deployment.metadata.deletion_timestamp.is_some() {
-        if !has_finalizer {
-            return Ok(Next::AwaitChange);
-        }
-        let selector = format!("{}={name}", labels::MACHINE_DEPLOYMENT_NAME);
-        let owned: Vec<MachineSet> = sets_api
-            .list(&ListParams::default().labels(&selector))
-            .await?
-            .items
-            .into_iter()
-            .filter(|s| ownership::is_controlled_by(&s.metadata, &uid))
-            .collect();
-        if owned.is_empty() {
-            write::change_finalizer(
-                &api,
-                deployment,
-                FinalizerChange::Remove,
-                MACHINE_DEPLOYMENT_FINALIZER,
-            )
-            .await?;
-            return Ok(Next::AwaitChange);
-        }
-        for set in owned
-            .iter()
-            .filter(|s| s.metadata.deletion_timestamp.is_none())
-        {
-            write::delete(&sets_api, &set.name_any()).await?;
-        }
-        return Ok(Next::Requeue(deps.settings.poll));
+        return phases::reconcile_delete(&scope).await;
     }
-    if !has_finalizer {
-        write::change_finalizer(
-            &api,
-            deployment,
-            FinalizerChange::Add,
-            MACHINE_DEPLOYMENT_FINALIZER,
-        )
-        .await?;
-        return Ok(Next::AwaitChange);
+    if let Break(next) = phases::ensure_finalizer(&scope).await? {
+        return Ok(next);
     }
-    let mut status = deployment.status.clone().unwrap_or_default();
-    let mismatch = selector::template_mismatch(
-        "MachineDeployment",
-        &deployment.spec.selector,
-        deployment
-            .spec
-            .template
-            .metadata
-            .as_ref()
-            .map(|m| &m.labels),
-    );
-    if selector::record_mismatch(
-        &mut status.conditions,
-        mismatch,
-        deployment.metadata.generation,
-    ) {
-        write::patch_status_if_changed(&api, &name, deployment.status.as_ref(), &status).await?;
-        return Ok(Next::AwaitChange);
+    if let Break(next) = phases::check_selector(&mut scope).await? {
+        return Ok(next);
     }
-    let cluster = match deps.clusters.get() {
-        Some(store) => {
-            find_cluster(
-                store,
-                &context.client,
-                &deployment.spec.cluster_name,
-                &namespace,
-            )
-            .await?
-        }
-        None => None,
+    let cluster = match phases::find_cluster(&scope).await? {
+        Continue(cluster) => cluster,
+        Break(next) => return Ok(next),
     };
-    let Some(cluster) = cluster else {
-        return Ok(Next::Requeue(deps.settings.poll));
+    if let Break(next) = phases::observe_sets(&mut scope) {
+        return Ok(next);
+    }
+    phases::record_pause(&mut scope, &cluster);
+    if let Break(next) = phases::default_replicas(&mut scope).await? {
+        return Ok(next);
+    }
+    let (surge, unavailable) = match phases::resolve_fenceposts(&mut scope).await? {
+        Continue(fenceposts) => fenceposts,
+        Break(next) => return Ok(next),
     };
-    let Some(store) = synced(&deps.sets) else {
-        return Ok(Next::Requeue(deps.settings.poll));
+    let next = match scope.paused {
+        Paused::No => phases::roll_out(&mut scope, surge, unavailable).await?,
+        Paused::Rollout | Paused::Cluster => Next::AwaitChange,
     };
-    let mut sets: Vec<Arc<MachineSet>> = store
-        .state()
-        .into_iter()
-        .filter(|s| s.namespace().as_deref() == Some(namespace.as_str()))
-        .filter(|s| ownership::is_controlled_by(&s.metadata, &uid))
-        .filter(|s| s.metadata.deletion_timestamp.is_none())
-        .collect();
-    sets.sort_by_key(|s| (revision(s), s.name_any()));
-    let hash = template_hash(&deployment.spec.template);
-    let new_set = sets
-        .iter()
-        .find(|s| s.labels().get(TEMPLATE_HASH_LABEL) == Some(&hash))
-        .cloned();
-    let old_sets: Vec<Arc<MachineSet>> = sets
-        .iter()
-        .filter(|s| s.labels().get(TEMPLATE_HASH_LABEL) != Some(&hash))
-        .cloned()
-        .collect();
-
-    let paused_cluster = cluster.is_paused() || labels::has_paused_annotation(&deployment.metadata);
-    let paused = paused_cluster || deployment.spec.paused.unwrap_or(false);
-    set_condition(
-        &mut status,
-        deployment,
-        condition::PAUSED,
-        if paused {
-            (
-                ConditionStatus::True,
-                reasons::PAUSED,
-                "rollout is paused".to_string(),
-            )
-        } else {
-            (ConditionStatus::False, reasons::NOT_PAUSED, String::new())
-        },
-    );
-    // As upstream's admission defaulting: whatever the rollout's pause, not while the cluster is.
-    if !paused_cluster {
-        let current = (!sets.is_empty()).then(|| {
-            sets.iter()
-                .map(|s| s.spec.replicas.unwrap_or(0))
-                .sum::<i32>()
-        });
-        match replicas::defaulted(deployment.spec.replicas, deployment.annotations(), current) {
-            Ok(None) => {}
-            Ok(Some(replicas)) => {
-                replicas::write(&api, deployment, replicas).await?;
-                return Ok(Next::AwaitChange);
-            }
-            Err(message) => {
-                summarise(
-                    &mut status,
-                    deployment,
-                    &sets,
-                    None,
-                    current.unwrap_or(0),
-                    0,
-                );
-                set_condition(
-                    &mut status,
-                    deployment,
-                    condition::AVAILABLE,
-                    (ConditionStatus::False, reasons::INVALID_SPEC, message),
-                );
-                write::patch_status_if_changed(
-                    &api,
-                    &deployment.name_any(),
-                    deployment.status.as_ref(),
-                    &status,
-                )
-                .await?;
-                return Ok(Next::AwaitChange);
-            }
-        }
-    }
-    let desired = deployment.spec.replicas.unwrap_or(1);
-    let strategy = deployment
-        .spec
-        .rollout
-        .as_ref()
-        .and_then(|r| r.strategy.clone())
-        .unwrap_or_default();
-    let rolling = strategy.rolling_update.clone().unwrap_or_default();
-    let fenceposts = resolve_fenceposts(
-        rolling.max_surge.as_ref(),
-        rolling.max_unavailable.as_ref(),
-        desired,
-    );
-    let (surge, unavailable) = match fenceposts {
-        Ok(pair) => pair,
-        Err(error) => {
-            summarise(&mut status, deployment, &sets, None, desired, 0);
-            set_condition(
-                &mut status,
-                deployment,
-                condition::AVAILABLE,
-                (
-                    ConditionStatus::False,
-                    reasons::INVALID_SPEC,
-                    error.to_string(),
-                ),
-            );
-            write::patch_status_if_changed(
-                &api,
-                &deployment.name_any(),
-                deployment.status.as_ref(),
-                &status,
-            )
-            .await?;
-            return Ok(Next::AwaitChange);
-        }
-    };
-    let mut events = Vec::new();
-    let mut next = Next::AwaitChange;
-    if !paused {
-        // Old sets of an OnDelete rollout never create: a machine the user deletes is replaced
-        // from the new set only, however late this controller shrinks the old one. Gated before
-        // the new set exists, so no replacement can race its creation.
-        let on_delete = strategy.type_ == RolloutStrategyType::OnDelete;
-        for old in &old_sets {
-            gate_creation(&sets_api, old, on_delete).await?;
-        }
-        let olds: Vec<SetState> = old_sets.iter().map(|s| state(s)).collect();
-        match &new_set {
-            None => {
-                let new_name = format!("{name}-{hash}");
-                let replicas = match strategy.type_ {
-                    RolloutStrategyType::RollingUpdate => {
-                        let fresh = SetState {
-                            name: new_name.clone(),
-                            replicas: 0,
-                            available: 0,
-                        };
-                        let steps = rolling_update_step(desired, &fresh, &olds, surge, unavailable);
-                        steps
-                            .iter()
-                            .find(|s| s.name == new_name)
-                            .map_or(0, |s| s.replicas)
-                    }
-                    RolloutStrategyType::OnDelete => {
-                        (desired - olds.iter().map(|s| s.replicas).sum::<i32>()).max(0)
-                    }
-                };
-                let next_revision = old_sets.iter().map(|s| revision(s)).max().unwrap_or(0) + 1;
-                let set = new_machine_set(deployment, &new_name, &hash, replicas, next_revision);
-                match sets_api.create(&PostParams::default(), &set).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(status)) if status.is_already_exists() => {}
-                    Err(error) => return Err(error.into()),
-                }
-                events.push(EventNote {
-                    warning: false,
-                    reason: reasons::MACHINE_SET_SCALED,
-                    note: format!(
-                        "created MachineSet {new_name} (revision {next_revision}) with {replicas} replicas"
-                    ),
-                });
-            }
-            Some(new) => {
-                // A template that comes back is the newest revision again.
-                let newest = old_sets.iter().map(|s| revision(s)).max().unwrap_or(0);
-                if revision(new) <= newest {
-                    let patch = json!({"metadata": {"annotations": {
-                        labels::REVISION: (newest + 1).to_string(),
-                        labels::DISABLE_MACHINE_CREATE: "false",
-                    }}});
-                    write::patch(&sets_api, &new.name_any(), patch).await?;
-                } else {
-                    gate_creation(&sets_api, new, false).await?;
-                }
-                let scales = match strategy.type_ {
-                    RolloutStrategyType::RollingUpdate => {
-                        rolling_update_step(desired, &state(new), &olds, surge, unavailable)
-                    }
-                    RolloutStrategyType::OnDelete => on_delete_step(desired, new, &old_sets),
-                };
-                for scale in scales {
-                    let current = sets
-                        .iter()
-                        .find(|s| s.name_any() == scale.name)
-                        .and_then(|s| s.spec.replicas);
-                    if current == Some(scale.replicas) {
-                        continue;
-                    }
-                    let patch = json!({"spec": {"replicas": scale.replicas}});
-                    write::patch(&sets_api, &scale.name, patch).await?;
-                    events.push(EventNote {
-                        warning: false,
-                        reason: reasons::MACHINE_SET_SCALED,
-                        note: format!(
-                            "scaled MachineSet {} from {} to {}",
-                            scale.name,
-                            current.unwrap_or(0),
-                            scale.replicas
-                        ),
-                    });
-                }
-                // Old sets with no machine left are done with.
-                for old in &old_sets {
-                    let empty = old.spec.replicas == Some(0)
-                        && old.status.as_ref().and_then(|s| s.replicas).unwrap_or(0) == 0;
-                    if empty {
-                        write::delete(&sets_api, &old.name_any()).await?;
-                    }
-                }
-                if old_sets.is_empty() && new.spec.replicas == Some(desired) {
-                    next = Next::Resync;
-                }
-            }
-        }
-    }
-    let available_floor = desired - unavailable;
-    summarise(
-        &mut status,
-        deployment,
-        &sets,
-        new_set.as_deref(),
-        desired,
-        available_floor,
-    );
-    let next = pace::patch_status(
-        &deps.pacer,
-        &api,
-        deployment,
-        deployment.status.as_ref(),
-        &status,
-        next,
-    )
-    .await?;
-    write::publish(&context.recorder, deployment, &events).await;
-    Ok(next)
-}
-
-/// Sets the set's [`labels::DISABLE_MACHINE_CREATE`] annotation to `disabled`, writing only when
-/// it differs.
-async fn gate_creation(
-    api: &Api<MachineSet>,
-    set: &MachineSet,
-    disabled: bool,
-) -> Result<(), ReconcileError> {
-    let value = if disabled { "true" } else { "false" };
-    if set
-        .annotations()
-        .get(labels::DISABLE_MACHINE_CREATE)
-        .map(String::as_str)
-        == Some(value)
-    {
-        return Ok(());
-    }
-    let patch = json!({"metadata": {"annotations": {labels::DISABLE_MACHINE_CREATE: value}}});
-    write::patch(api, &set.name_any(), patch).await?;
-    Ok(())
-}
-
-fn state(set: &MachineSet) -> SetState {
-    SetState {
-        name: set.name_any(),
-        replicas: set.spec.replicas.unwrap_or(0),
-        available: set
-            .status
-            .as_ref()
-            .and_then(|s| s.available_replicas)
-            .unwrap_or(0),
-    }
-}
-
-/// OnDelete: old sets shrink to the machines they still have (never grow back), the new set
-/// makes up the difference.
-fn on_delete_step(
-    desired: i32,
-    new: &MachineSet,
-    olds: &[Arc<MachineSet>],
-) -> Vec<crate::machine_deployment::rollout::Scale> {
-    let mut scales = Vec::new();
-    let mut remaining_old = 0;
-    for old in olds {
-        let spec = old.spec.replicas.unwrap_or(0);
-        let actual = old.status.as_ref().and_then(|s| s.replicas).unwrap_or(spec);
-        let keep = spec.min(actual);
-        remaining_old += keep;
-        scales.push(crate::machine_deployment::rollout::Scale {
-            name: old.name_any(),
-            replicas: keep,
-        });
-    }
-    scales.push(crate::machine_deployment::rollout::Scale {
-        name: new.name_any(),
-        replicas: (desired - remaining_old).max(0),
-    });
-    scales
-}
-
-fn new_machine_set(
-    deployment: &MachineDeployment,
-    name: &str,
-    hash: &str,
-    replicas: i32,
-    revision: i64,
-) -> MachineSet {
-    let deployment_name = deployment.name_any();
-    let mut template: MachineTemplateSpec = deployment.spec.template.clone();
-    let mut template_metadata = template.metadata.take().unwrap_or_default();
-    template_metadata
-        .labels
-        .insert(TEMPLATE_HASH_LABEL.into(), hash.into());
-    template_metadata.labels.insert(
-        labels::MACHINE_DEPLOYMENT_NAME.into(),
-        deployment_name.clone(),
-    );
-    template.metadata = Some(TemplateMetadata {
-        labels: template_metadata.labels.clone(),
-        annotations: template_metadata.annotations,
-    });
-    let mut match_labels = deployment
-        .spec
-        .selector
-        .match_labels
-        .clone()
-        .unwrap_or_default();
-    match_labels.insert(TEMPLATE_HASH_LABEL.into(), hash.into());
-    let mut set_labels: BTreeMap<String, String> = template_metadata.labels;
-    set_labels.insert(
-        labels::CLUSTER_NAME.into(),
-        deployment.spec.cluster_name.clone(),
-    );
-    MachineSet {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            namespace: deployment.namespace(),
-            labels: Some(set_labels),
-            annotations: Some(BTreeMap::from([
-                (labels::REVISION.to_string(), revision.to_string()),
-                (
-                    labels::DISABLE_MACHINE_CREATE.to_string(),
-                    "false".to_string(),
-                ),
-            ])),
-            owner_references: deployment.controller_owner_ref(&()).map(|o| vec![o]),
-            finalizers: Some(vec![super::machine_set::MACHINE_SET_FINALIZER.to_string()]),
-            ..ObjectMeta::default()
-        },
-        spec: MachineSetSpec {
-            cluster_name: deployment.spec.cluster_name.clone(),
-            replicas: Some(replicas),
-            selector: LabelSelector {
-                match_labels: Some(match_labels),
-                match_expressions: deployment.spec.selector.match_expressions.clone(),
-            },
-            template,
-            deletion: deployment.spec.deletion.clone(),
-            machine_naming: deployment.spec.machine_naming.clone(),
-        },
-        status: None,
-    }
-}
-
-fn summarise(
-    status: &mut MachineDeploymentStatus,
-    deployment: &MachineDeployment,
-    sets: &[Arc<MachineSet>],
-    new_set: Option<&MachineSet>,
-    desired: i32,
-    available_floor: i32,
-) {
-    let sum =
-        |f: &dyn Fn(&MachineSet) -> Option<i32>| sets.iter().filter_map(|s| f(s)).sum::<i32>();
-    let replicas = sum(&|s| s.status.as_ref().and_then(|st| st.replicas));
-    let available = sum(&|s| s.status.as_ref().and_then(|st| st.available_replicas));
-    status.replicas = Some(replicas);
-    status.ready_replicas = Some(sum(&|s| s.status.as_ref().and_then(|st| st.ready_replicas)));
-    status.available_replicas = Some(available);
-    status.up_to_date_replicas = Some(
-        new_set
-            .and_then(|s| s.status.as_ref())
-            .and_then(|s| s.replicas)
-            .unwrap_or(0),
-    );
-    status.phase = Some(if replicas < desired {
-        MachineDeploymentPhase::ScalingUp
-    } else if replicas > desired {
-        MachineDeploymentPhase::ScalingDown
-    } else {
-        MachineDeploymentPhase::Running
-    });
-    status.selector = Some(selector::to_string(&deployment.spec.selector));
-    status.observed_generation = deployment.metadata.generation;
-    let value = if available >= available_floor {
-        (
-            ConditionStatus::True,
-            reasons::MACHINE_AVAILABLE,
-            String::new(),
-        )
-    } else {
-        (
-            ConditionStatus::False,
-            reasons::MACHINE_NOT_READY,
-            format!("{available} available machines, at least {available_floor} needed"),
-        )
-    };
-    set_condition(status, deployment, condition::AVAILABLE, value);
-}
-
-fn set_condition(
-    status: &mut MachineDeploymentStatus,
-    deployment: &MachineDeployment,
-    type_: &str,
-    (state, reason, message): (ConditionStatus, &str, String),
-) {
-    condition::set(
-        &mut status.conditions,
-        DesiredCondition::new(type_, state, reason)
-            .message(message)
-            .observed_generation(deployment.metadata.generation),
-    );
+    status::write(&mut scope, unavailable, next).await
 }
 
 #[cfg(test)]
 mod tests {
+    use super::phases::on_delete_step;
     use super::*;
     use capi_core::api::MachineSpec;
 
