@@ -18,7 +18,7 @@
 //! Each reconciler module has the same shape as every controller of the SDK: a
 //! [`Reconciler`](capi_runtime::Reconciler) type alias and a `run(reconciler, shutdown)` function.
 //! [`InfrastructureControllers`] registers the three with a
-//! [`Manager`](capi_runtime::Manager) on one client, the infrastructure family's.
+//! [`capi_runtime::Manager`] on one client, the infrastructure family's.
 //!
 //! Error semantics follow [`capi_core::ActuatorError`]: `RequeueAfter` is not a failure (no
 //! backoff, no error log); `Transient` backs off per object up to a cap and resets on success;

@@ -1,5 +1,5 @@
-//! What every reconciler shares — the infrastructure reconcilers of this crate and the controllers
-//! other crates build on it (`capi-controllers`, `capi-bootstrap`, a vendor's own): the builder,
+//! What every reconciler shares — the controllers built on this crate (`capi-actuator`'s
+//! infrastructure reconcilers, `capi-controllers`, `capi-bootstrap`, a vendor's own): the builder,
 //! the watch that triggers it, the context its reconciles run in, and how a reconcile's end
 //! becomes the controller's next action.
 //!
@@ -74,8 +74,8 @@ impl ReconcileError {
 }
 
 /// A reconciler of kind `K` whose reconciles share `S`: a provider's actuator for the
-/// infrastructure kinds ([`InfraMachineReconciler`](crate::machine::InfraMachineReconciler),
-/// [`InfraClusterReconciler`](crate::cluster::InfraClusterReconciler)), a controller's caches and
+/// infrastructure kinds (`capi_actuator`'s `InfraMachineReconciler`, `InfraClusterReconciler`), a
+/// controller's caches and
 /// settings for the others. [`Manager::reconciler`](crate::manager::Manager::reconciler) gives
 /// one wired to the manager's client, options, metrics and readiness.
 pub struct Reconciler<K, S: ?Sized> {

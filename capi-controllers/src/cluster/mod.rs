@@ -12,10 +12,10 @@
 //! Watches: Clusters; their machines; their deployments, sets and health checks going away (for
 //! a deletion to go on); the infrastructure clusters and control planes they own or name.
 //!
-//! Phases ([`reconcile_once`], in [`phases`]): a deleted cluster is taken apart in order by
-//! [`deletion`]; otherwise the finalizer first, then pause honoured, topology reported, the
+//! Phases (`reconcile_once`, in `phases`): a deleted cluster is taken apart in order by
+//! `deletion`; otherwise the finalizer first, then pause honoured, topology reported, the
 //! infrastructure cluster owned and read, the machines observed, the control plane owned and read,
-//! the control plane endpoint copied; status computed and written once, at the end ([`status`]).
+//! the control plane endpoint copied; status computed and written once, at the end (`status`).
 
 mod control_plane;
 mod deletion;

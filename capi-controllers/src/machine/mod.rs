@@ -4,13 +4,13 @@
 //! Watches: Machines; their Cluster; their MachineDeployment's template; the bootstrap configs
 //! and infrastructure machines they own; the workload cluster's nodes, by provider ID.
 //!
-//! Phases ([`reconcile_once`], in [`phases`]): a deleted machine is taken apart by [`deletion`];
+//! Phases (`reconcile_once`, in `phases`): a deleted machine is taken apart by `deletion`;
 //! otherwise a cached copy older than this controller's own last write waits for the cache, the
 //! cluster is found, pause honoured, then the finalizer, cluster label and owner first, the
 //! bootstrap config owned and its data secret's name copied, the infrastructure machine owned and
 //! read, the provider ID recorded before anything else that follows, the node observed; a fresh
 //! machine whose creator has yet to create its references waits quietly; the status is computed
-//! from what the pass found ([`status`]) and written once.
+//! from what the pass found (`status`) and written once.
 
 mod deletion;
 mod drain;

@@ -3,12 +3,12 @@
 //!
 //! Watches: MachineDeployments; the MachineSets they control; their Cluster.
 //!
-//! Phases ([`reconcile_once`], in [`phases`]): a deleted deployment deletes its sets and drops
+//! Phases (`reconcile_once`, in `phases`): a deleted deployment deletes its sets and drops
 //! its finalizer once the API server has none left; otherwise the finalizer first, then the
 //! selector checked against the template, the cluster found, the sets read from a synced cache,
 //! pause recorded, `spec.replicas` defaulted (not while the cluster is paused), the rollout's
 //! fenceposts resolved, and, unless paused, the rollout stepped; status written once, at the end
-//! ([`status`]).
+//! (`status`).
 //!
 //! RollingUpdate scales the new set up and the old ones down by
 //! [`rolling_update_step`](rollout::rolling_update_step) with upstream's rounding of

@@ -15,9 +15,9 @@
 //!
 //! Watches: MachineHealthChecks; the machines their selector matches; their Cluster.
 //!
-//! Phases ([`reconcile_once`], in [`phases`]): the cluster found, pause honoured, the targets
+//! Phases (`reconcile_once`, in `phases`): the cluster found, pause honoured, the targets
 //! observed, each judged, remediation allowed or not, the verdicts written on the machines, the
-//! events published; status written once, at the end ([`status`]) — after the events, and not
+//! events published; status written once, at the end (`status`) — after the events, and not
 //! when a machine write failed other than by a conflict.
 
 mod phases;

@@ -3,14 +3,14 @@
 //! Watches: MachineSets; their machines (an orphan reaches the sets whose selector matches it);
 //! their Cluster.
 //!
-//! Phases ([`reconcile_once`], in [`phases`]): a deleted set deletes its machines and drops its
+//! Phases (`reconcile_once`, in `phases`): a deleted set deletes its machines and drops its
 //! finalizer once the API server has none left; otherwise the finalizer first, then the selector
 //! checked against the template, the cluster found, pause honoured, `spec.replicas` defaulted,
 //! the machines read and orphans adopted, the cache awaited until it shows this controller's own
-//! previous creates and deletes ([`Expectations`]), machines a health check marked deleted,
+//! previous creates and deletes (`Expectations`), machines a health check marked deleted,
 //! machines missing their bootstrap config or infrastructure machine completed (a crash between
 //! creating the Machine and cloning its templates), the missing machines created or the surplus
-//! deleted by [`deletion_priority`]; status written once, at the end ([`status`]).
+//! deleted by `deletion_priority`; status written once, at the end (`status`).
 
 mod creation;
 pub mod deletion_priority;

@@ -9,7 +9,7 @@
 //! - [`packed`]: the compact representation of cached objects — typed kinds ([`Packed`]) and
 //!   kinds known only at run time ([`PackedStore`]) — compressed, decoded when read;
 //! - [`memo`]: values that hardly ever change, kept by key for a while;
-//! - [`resync`]: the periodic look at converged objects, without a timer per object;
+//! - `resync`: the periodic look at converged objects, without a timer per object;
 //! - [`predicate`]: which changes of a reconciled object are worth a reconcile.
 //!
 //! Guarantees shared by every cache here: managed fields are dropped; a store is read for
