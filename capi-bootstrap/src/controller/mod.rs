@@ -1,13 +1,26 @@
-//! The kubeadm bootstrap provider's controller: renders each `KubeadmConfig` owned by a `Machine` into the
-//! bootstrap-data Secret of the contract, once.
+//! The kubeadm bootstrap provider's controller: renders each `KubeadmConfig` owned by a `Machine`
+//! into the bootstrap-data Secret of the contract, once.
 //!
-//! Per config: find the owner `Machine` and its `Cluster`; honour pause; wait for the cluster
-//! infrastructure (and its endpoint); make sure the cluster PKI Secrets and the
-//! `<cluster>-kubeconfig` Secret exist (generated once); decide the role — the first control-plane
-//! machine that takes the init lock runs `kubeadm init`, other control-plane machines and workers
-//! wait until the control plane is initialised and then join with a bootstrap token created in the
-//! workload cluster; render in the config's format; write the Secret (owned by the config, labelled
-//! with the cluster) and `status.dataSecretName`. Data is never re-rendered once its Secret exists.
+//! Watches: KubeadmConfigs; the Machine its `bootstrap.configRef` names (created, deleted,
+//! joined); their Cluster (infrastructure ready, control plane initialised) reaches all its
+//! configs.
+//!
+//! Phases (`reconcile_once`, in `phases.rs`): a copy older than this controller's own last status
+//! write waits for the newer one; the owner `Machine` and its `Cluster` found; pause honoured; a
+//! deleted config releases the init lock; data its status records kept; a deleting machine's or a
+//! conflicted config's earlier data looked for once; no data for a machine being deleted; otherwise
+//! rendered (`bootstrap_data.rs`): cluster infrastructure and endpoint awaited, the cluster PKI and
+//! `<cluster>-kubeconfig` Secrets ensured (generated once), the role chosen — the first
+//! control-plane machine to take the init lock runs `kubeadm init`, others wait for the control
+//! plane and join with a bootstrap token made in the workload cluster (`join_token.rs`) — the
+//! Secret created (owned by the config, labelled with the cluster); status written once, at the end
+//! (`status.rs`).
+//!
+//! Guarantees: data is never re-rendered once its Secret exists (a machine may have booted from
+//! it), and another config's Secret of the same name is never taken; a join token is made only
+//! once the data is rendered and kept valid until its machine joins; the init lock never
+//! outlives a machine that did not initialise; one status write per pass, none when the API
+//! server fails.
 //!
 //! Register it with a [`Manager`] through [`KubeadmBootstrap`] (leave it
 //! out when upstream's kubeadm bootstrap provider runs beside the manager):
@@ -20,7 +33,11 @@
 //! # }
 //! ```
 
+mod bootstrap_data;
+mod join_token;
+mod phases;
 mod reconcile;
+mod status;
 
 use std::sync::Arc;
 use std::time::Duration;

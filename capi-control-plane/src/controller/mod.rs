@@ -1,14 +1,29 @@
 //! The KubeadmControlPlane controller: keeps a control plane of `spec.replicas` machines, made
 //! from `spec.machineTemplate` and `spec.kubeadmConfigSpec`, with one etcd member per machine.
 //!
-//! Each pass over a `KubeadmControlPlane`: find its Cluster (the Cluster controller makes it the
-//! owner); honour pause; on deletion, wait for the cluster's other machines to go, then delete
-//! the control plane's machines; otherwise add the finalizer, wait for the cluster's
-//! infrastructure, make sure the cluster PKI and kubeconfig exist
-//! ([`capi_bootstrap::cluster_pki`]), read the machines and etcd, let departing machines' members
-//! go (the pre-terminate hook `kcp-cleanup`, after their node was drained), remove members that
-//! have no machine, then take the one step [`crate::rollout::next_step`] decides — create a
-//! machine, hand etcd leadership over and delete a machine, or wait — and write status.
+//! Watches: KubeadmControlPlanes; the machines each controls (created, ready, deleting, gone);
+//! the Cluster whose `controlPlaneRef` names it (infrastructure ready, failure domains, paused,
+//! deleting).
+//!
+//! Phases (`reconcile_once`, in `phases.rs`): the owning Cluster found (the Cluster controller
+//! makes it the owner) and the machines read; a deleted control plane waits for the cluster's
+//! other machines, then deletes its own and drops its finalizer once none is left
+//! (`deletion.rs`); otherwise the Cluster awaited, pause honoured, the finalizer added, the
+//! cluster's infrastructure and endpoint awaited, the cluster PKI and kubeconfig ensured
+//! ([`capi_bootstrap::cluster_pki`]), the machines' configs and infrastructure read (what is
+//! outdated), etcd read once initialised, the nodes' components judged onto the machines'
+//! conditions, departing machines' members let go at the pre-terminate hook `kcp-cleanup` and
+//! members without a machine removed (`membership.rs`), half-made machines completed, marked
+//! machines remediated, then the one step [`crate::rollout::next_step`] decides taken — create a
+//! machine, hand etcd leadership over and delete one, or wait (`step.rs`); status computed and
+//! written once, at the end ([`status`], `report.rs`).
+//!
+//! Guarantees: outside deletion, at most one machine is created or deleted per pass (a remediation
+//! included); an etcd member is removed only while etcd keeps its quorum without it, a leader
+//! handing its leadership to a healthy member of a staying machine first when there is one; a
+//! departing machine's pre-terminate hook goes only once its member has left (or etcd has none for
+//! it); the control plane's machines are deleted only after the cluster's other machines; one
+//! status write per pass, the events published after it.
 //!
 //! ```no_run
 //! # fn demo(manager: &mut capi_runtime::Manager, etcd: std::sync::Arc<dyn capi_control_plane::etcd::EtcdAccess>) {
@@ -19,10 +34,15 @@
 //! ```
 
 mod components;
+mod deletion;
 mod machines;
+mod membership;
+mod phases;
 mod reconcile;
 mod remediate;
+mod report;
 pub mod status;
+mod step;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,0 +1,472 @@
+//! A config's bootstrap data: rendered once into its Secret, or data rendered before kept as the
+//! config's. The Secret is owned by the config and labelled with the cluster; a joining
+//! machine's carries the ID of its join token, which is kept valid until the machine joins.
+
+use std::ops::ControlFlow::{self, Break, Continue};
+
+use crate::api::Format;
+use crate::cluster_pki::EnsureError;
+use crate::init_lock::{InitLock, LockState};
+use crate::pki::{ClusterPki, bootstrap_token};
+use crate::render::{self, ClusterFacts, KubernetesVersion, PlanFile, RenderInput, Role};
+use crate::secret::BootstrapSecret;
+use capi_core::BootstrapFormat;
+use capi_core::api::Cluster;
+use capi_core::condition::{self, ConditionStatus};
+use capi_runtime::plan::Next;
+use capi_runtime::reasons;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::PostParams;
+use kube::{Api, Resource, ResourceExt};
+
+use super::join_token::{create_join_token, delete_join_token, refresh_join_token};
+use super::reconcile::{Failure, Owner, Scope};
+
+/// The annotation on a bootstrap data Secret naming its join token's ID (not its secret).
+pub(crate) const TOKEN_ID_ANNOTATION: &str = "bootstrap.cluster.x-k8s.io/token-id";
+
+/// A config's rendered data: recorded in its status, or found as its Secret (a render that
+/// did not get as far as the status).
+pub(super) enum DataSecret {
+    Recorded(String),
+    Found(Box<Secret>),
+}
+
+/// Renders a config's bootstrap data into its Secret: `scope.data_secret_name` is set when the
+/// config has data (this render's, or an earlier one's found by the create).
+pub(super) async fn render(scope: &mut Scope<'_>, owner: &Owner) -> Result<(), Failure> {
+    let cluster = owner.cluster.as_ref();
+    let endpoint = cluster
+        .spec
+        .control_plane_endpoint
+        .clone()
+        .filter(|e| e.is_valid());
+    let Some(endpoint) = endpoint.filter(|_| cluster.infrastructure_provisioned()) else {
+        scope.plan.condition(
+            condition::READY,
+            ConditionStatus::False,
+            reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE,
+            "waiting for the cluster infrastructure and its control plane endpoint",
+        );
+        return Ok(());
+    };
+    let Some(version) = owner.machine.spec.version.as_deref() else {
+        return Err(Failure::Invalid(
+            reasons::VERSION_MISSING,
+            "the Machine has no spec.version; kubeadm needs one".into(),
+        ));
+    };
+    let version = KubernetesVersion::parse(version)
+        .map_err(|e| Failure::Invalid(reasons::VERSION_MISSING, e.to_string()))?;
+
+    let server = format!("https://{}:{}", endpoint.host, endpoint.port);
+    let pki_key = format!("{}/{server}", cluster.uid().unwrap_or_default());
+    let pki = match scope.owners.pki.get(&pki_key) {
+        Some(pki) => pki,
+        None => scope
+            .owners
+            .pki
+            .put(pki_key, ensure_pki(&scope.secrets, cluster, &server).await?),
+    };
+    let role = match choose_role(scope, owner, &pki).await? {
+        Continue(role) => role,
+        Break(()) => return Ok(()),
+    };
+    let resolved_files = resolve_files(scope).await?;
+    let extra_files = extra_files(scope, owner, &role, &pki).await?;
+    let input = RenderInput {
+        spec: &scope.config.spec,
+        role: role.clone(),
+        version,
+        cluster: cluster_facts(cluster, &endpoint.host, endpoint.port),
+        resolved_files,
+        extra_files,
+    };
+    let secret = data_secret(scope, cluster, &input)?;
+    create_data_secret(scope, owner, &role, secret).await
+}
+
+/// The machine's role: the first control-plane machine to take the init lock initialises the
+/// cluster; other machines wait until it is initialised (`Break` when the plan says so), then
+/// join with a new bootstrap token.
+async fn choose_role(
+    scope: &mut Scope<'_>,
+    owner: &Owner,
+    pki: &ClusterPki,
+) -> Result<ControlFlow<(), Role>, Failure> {
+    let (cluster, machine) = (owner.cluster.as_ref(), owner.machine.as_ref());
+    let initialized = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.initialization.as_ref())
+        .and_then(|i| i.control_plane_initialized)
+        .unwrap_or(false);
+    let control_plane = machine.is_control_plane();
+    if control_plane && !initialized {
+        let lock = InitLock::new(
+            scope.context.client.clone(),
+            &scope.namespace,
+            &cluster.name_any(),
+        );
+        return match lock.try_acquire(&machine.name_any(), &owner.uid).await? {
+            LockState::Acquired => Ok(Continue(Role::Init { token: token()? })),
+            LockState::HeldBy(holder) => Err(Failure::Waiting(
+                reasons::WAITING_FOR_CONTROL_PLANE_INITIALIZATION,
+                format!(
+                    "machine {holder:?} is initialising the control plane; this one joins afterwards"
+                ),
+            )),
+        };
+    }
+    if !initialized {
+        scope.plan.condition(
+            condition::READY,
+            ConditionStatus::False,
+            reasons::WAITING_FOR_CONTROL_PLANE_INITIALIZATION,
+            "waiting for the control plane to be initialised before joining",
+        );
+        return Ok(Break(()));
+    }
+    let token = token()?;
+    let ca_cert_hashes = vec![pki.ca.cert_hash()];
+    Ok(Continue(if control_plane {
+        Role::JoinControlPlane {
+            token,
+            ca_cert_hashes,
+        }
+    } else {
+        Role::JoinWorker {
+            token,
+            ca_cert_hashes,
+        }
+    }))
+}
+
+/// File contents and password hashes the config keeps in Secrets, read by `(secret, key)`; a
+/// missing key is waited for.
+async fn resolve_files(scope: &Scope<'_>) -> Result<Vec<((String, String), Vec<u8>)>, Failure> {
+    let spec = &scope.config.spec;
+    let mut resolved_files = Vec::new();
+    let sources = spec
+        .files
+        .iter()
+        .filter_map(|f| Some((format!("file {}", f.path), &f.content_from.as_ref()?.secret)))
+        .chain(spec.users.iter().filter_map(|u| {
+            Some((
+                format!("password of user {}", u.name),
+                &u.passwd_from.as_ref()?.secret,
+            ))
+        }));
+    for (what, source) in sources {
+        let value = scope
+            .secrets
+            .get_opt(&source.name)
+            .await?
+            .and_then(|s| s.data)
+            .and_then(|d| d.get(&source.key).cloned());
+        let Some(ByteString(bytes)) = value else {
+            return Err(Failure::Waiting(
+                reasons::WAITING_FOR_FILE_SECRET,
+                format!(
+                    "{what}: waiting for key {:?} of Secret {:?}",
+                    source.key, source.name
+                ),
+            ));
+        };
+        resolved_files.push(((source.name.clone(), source.key.clone()), bytes));
+    }
+    Ok(resolved_files)
+}
+
+/// The files besides the user's: the cluster certificates for a control-plane machine, then
+/// each provider hook's, in order.
+async fn extra_files(
+    scope: &Scope<'_>,
+    owner: &Owner,
+    role: &Role,
+    pki: &ClusterPki,
+) -> Result<Vec<PlanFile>, Failure> {
+    let mut extra_files = match role {
+        Role::Init { .. } | Role::JoinControlPlane { .. } => pki.control_plane_files(),
+        Role::JoinWorker { .. } => Vec::new(),
+    };
+    for hook in &scope.context.state.extra_files {
+        let files = hook
+            .files(&scope.context.client, &owner.cluster, &owner.machine)
+            .await
+            .map_err(|message| {
+                Failure::Waiting(
+                    reasons::WAITING_FOR_PROVIDER_FILES,
+                    format!("provider files: {message}"),
+                )
+            })?;
+        extra_files.extend(files);
+    }
+    Ok(extra_files)
+}
+
+/// The data Secret of `input`, rendered in the config's format and owned by the config (not
+/// created yet).
+fn data_secret(
+    scope: &Scope<'_>,
+    cluster: &Cluster,
+    input: &RenderInput<'_>,
+) -> Result<Secret, Failure> {
+    let config = scope.config;
+    let rendered = render::plan(input)
+        .map_err(|e| Failure::Invalid(reasons::BOOTSTRAP_DATA_INVALID, e.to_string()))?;
+    let (format, value) = match config.spec.format.unwrap_or_default() {
+        Format::CloudConfig => (
+            BootstrapFormat::CloudConfig,
+            render::cloud_init::render(&rendered).into_bytes(),
+        ),
+        Format::Ignition => {
+            let json = render::ignition::render(&rendered)
+                .map_err(|e| Failure::Invalid(reasons::BOOTSTRAP_DATA_INVALID, e.to_string()))?;
+            (BootstrapFormat::Ignition, json.into_bytes())
+        }
+    };
+    let owner_reference = config.controller_owner_ref(&()).ok_or_else(|| {
+        Failure::Waiting(
+            reasons::WAITING_FOR_OWNER,
+            "the KubeadmConfig has no UID yet".into(),
+        )
+    })?;
+    Ok(BootstrapSecret::new(
+        &scope.namespace,
+        config.name_any(),
+        cluster.name_any(),
+        format,
+        value,
+    )
+    .owned_by(owner_reference)
+    .into_secret())
+}
+
+/// The join token created in the workload cluster (last, once the data is rendered), then the
+/// data Secret. A Secret an earlier render left is kept instead, and this render's token deleted.
+async fn create_data_secret(
+    scope: &mut Scope<'_>,
+    owner: &Owner,
+    role: &Role,
+    mut secret: Secret,
+) -> Result<(), Failure> {
+    let (config, owners) = (scope.config, scope.owners);
+    let settings = &scope.context.state;
+    let cluster = owner.cluster.as_ref();
+    let name = config.name_any();
+    let join_token = match role {
+        Role::JoinControlPlane { token, .. } | Role::JoinWorker { token, .. } => Some(token),
+        Role::Init { .. } => None,
+    };
+    let join_token_id = join_token
+        .and_then(|t| t.split_once('.'))
+        .map(|(id, _)| id.to_string());
+    if let Some(token) = join_token {
+        // Made last, once the data is rendered: nothing before the Secret's create can leave a
+        // token no data carries.
+        create_join_token(owners, &scope.secrets, cluster, token, settings.token_ttl).await?;
+    }
+    if let Some(id) = &join_token_id {
+        // The token's ID (not its secret) is kept for refreshing it until the machine joins.
+        let annotation = (TOKEN_ID_ANNOTATION.to_string(), id.clone());
+        secret.metadata.annotations = Some(std::collections::BTreeMap::from([annotation]));
+    }
+    match scope.secrets.create(&PostParams::default(), &secret).await {
+        Ok(_) => {
+            if join_token_id.is_some() {
+                // A join token was created with the data: valid for its whole TTL from now.
+                owners
+                    .extended_tokens
+                    .put(config.uid().unwrap_or_default(), ());
+                scope.plan.next = Next::Requeue(settings.token_refresh);
+            }
+        }
+        Err(kube::Error::Api(status)) if status.is_already_exists() => {
+            // An earlier render got as far as the Secret: a machine may have booted from that
+            // data, so it stays and this render is dropped, its join token with it.
+            if let Some(id) = &join_token_id {
+                delete_join_token(owners, &scope.secrets, cluster, id).await;
+            }
+            let earlier = match earlier_data(scope).await {
+                Ok(Some(earlier)) => earlier,
+                Ok(None) => {
+                    return Err(Failure::Waiting(
+                        reasons::DATA_SECRET_CONFLICT,
+                        format!(
+                            "bootstrap data Secret {name:?} was there a moment ago and is gone; rendering again"
+                        ),
+                    ));
+                }
+                Err(failure) => {
+                    if matches!(role, Role::Init { .. }) {
+                        // Not this config's data, and none to be made while the name is taken:
+                        // another control-plane machine may initialise the cluster meanwhile.
+                        InitLock::new(
+                            scope.context.client.clone(),
+                            &scope.namespace,
+                            &cluster.name_any(),
+                        )
+                        .release(&owner.uid)
+                        .await?;
+                    }
+                    return Err(failure);
+                }
+            };
+            return keep_existing(scope, owner, earlier).await;
+        }
+        Err(kube::Error::Api(status))
+            if (400..500).contains(&status.code) && status.code != 429 =>
+        {
+            // Refused for what it is (too large, over a quota, denied by a policy): no Secret
+            // carries the token, and the next attempt makes its own.
+            if let Some(id) = &join_token_id {
+                delete_join_token(owners, &scope.secrets, cluster, id).await;
+            }
+            return Err(kube::Error::Api(status).into());
+        }
+        // Not known to have failed (a timeout, the server's error): the Secret may exist, so the
+        // token stays (the next pass's create finds out, and deletes its own if so).
+        Err(error) => return Err(error.into()),
+    }
+    if matches!(role, Role::Init { .. }) {
+        // Once per cluster, the machine that creates it. A joining machine's data is said by its
+        // status (`dataSecretName`) alone: an event per machine is a write per machine that
+        // tells nothing the status does not (upstream's bootstrap provider publishes none).
+        scope.plan.event(
+            false,
+            reasons::DATA_SECRET_CREATED,
+            format!("rendered kubeadm init bootstrap data into Secret {name}"),
+        );
+    }
+    scope.plan.condition(
+        condition::READY,
+        ConditionStatus::True,
+        reasons::DATA_SECRET_AVAILABLE,
+        "",
+    );
+    scope.data_secret_name = Some(name);
+    Ok(())
+}
+
+/// Takes data rendered before — recorded in the config's status, or its Secret found — as the
+/// config's: `Ready`, and the join token it carries kept valid until the machine has joined.
+pub(super) async fn keep_existing(
+    scope: &mut Scope<'_>,
+    owner: &Owner,
+    existing: DataSecret,
+) -> Result<(), Failure> {
+    // Whatever a render of this pass planned: the data is this one, recorded even if extending
+    // its token fails below (the next pass then finds it recorded and tries again).
+    scope.plan.next = Next::AwaitChange;
+    let (name, secret) = match existing {
+        DataSecret::Recorded(recorded) => (recorded, None),
+        DataSecret::Found(secret) => (scope.config.name_any(), Some(*secret)),
+    };
+    scope.data_secret_name = Some(name.clone());
+    scope.plan.condition(
+        condition::READY,
+        ConditionStatus::True,
+        reasons::DATA_SECRET_AVAILABLE,
+        "",
+    );
+    let settings = &scope.context.state;
+    let joined = owner
+        .machine
+        .status
+        .as_ref()
+        .is_some_and(|s| s.node_ref.is_some());
+    if !joined {
+        // Keep the token valid until the machine has joined (its ID is on the data Secret).
+        let config_uid = scope.config.uid().unwrap_or_default();
+        if scope.owners.extended_tokens.get(&config_uid).is_none() {
+            let secret = match secret {
+                Some(found) => Some(found),
+                None => scope.secrets.get_opt(&name).await?,
+            };
+            let token_id = secret
+                .as_ref()
+                .and_then(|s| s.annotations().get(TOKEN_ID_ANNOTATION).cloned());
+            if let Some(token_id) = token_id {
+                refresh_join_token(
+                    scope.owners,
+                    &scope.secrets,
+                    &owner.cluster,
+                    &token_id,
+                    settings.token_ttl,
+                )
+                .await?;
+                scope.owners.extended_tokens.put(config_uid, ());
+            }
+            scope.plan.next = Next::Requeue(settings.token_refresh);
+        } else {
+            // Extended less than half a period ago: the pass after the memo expires extends
+            // it, so extensions stay about one `token_refresh` apart at most.
+            scope.plan.next = Next::Requeue(settings.token_refresh / 2);
+        }
+    }
+    Ok(())
+}
+
+/// The config's data Secret, if an earlier render made it: one read. A Secret of that name that
+/// another config owns (one deleted and made again under the same name, its Secret not yet
+/// collected) is not this config's data: it is waited out, never taken.
+pub(super) async fn earlier_data(scope: &Scope<'_>) -> Result<Option<DataSecret>, Failure> {
+    let name = scope.config.name_any();
+    let Some(secret) = scope.secrets.get_opt(&name).await? else {
+        return Ok(None);
+    };
+    let uid = scope.config.uid().unwrap_or_default();
+    let owners = secret.owner_references();
+    if !owners.is_empty() && !owners.iter().any(|o| o.uid == uid) {
+        return Err(Failure::Waiting(
+            reasons::DATA_SECRET_CONFLICT,
+            format!(
+                "Secret {name:?} belongs to another KubeadmConfig of that name; waiting for it to be deleted"
+            ),
+        ));
+    }
+    Ok(Some(DataSecret::Found(Box::new(secret))))
+}
+
+fn token() -> Result<String, Failure> {
+    bootstrap_token().map_err(|e| Failure::Waiting(reasons::BOOTSTRAP_DATA_INVALID, e.to_string()))
+}
+
+fn cluster_facts(cluster: &Cluster, host: &str, port: i32) -> ClusterFacts {
+    let mut facts = ClusterFacts::new(cluster.name_any(), format!("{host}:{port}"));
+    if let Some(network) = &cluster.spec.cluster_network {
+        if let Some(pods) = network.pods.as_ref().filter(|p| !p.cidr_blocks.is_empty()) {
+            facts.pod_cidrs = pods.cidr_blocks.clone();
+        }
+        if let Some(services) = network
+            .services
+            .as_ref()
+            .filter(|s| !s.cidr_blocks.is_empty())
+        {
+            facts.service_cidrs = services.cidr_blocks.clone();
+        }
+        if let Some(domain) = &network.service_domain {
+            facts.service_domain = domain.clone();
+        }
+    }
+    facts
+}
+
+/// Loads the cluster PKI, generating and storing it (and the admin kubeconfig) the first time.
+async fn ensure_pki(
+    secrets: &Api<Secret>,
+    cluster: &Cluster,
+    server: &str,
+) -> Result<ClusterPki, Failure> {
+    crate::cluster_pki::ensure(secrets, cluster, server)
+        .await
+        .map_err(|error| match error {
+            EnsureError::Pending(message) => Failure::Waiting(reasons::WAITING_FOR_PKI, message),
+            EnsureError::Invalid(error) => {
+                Failure::Invalid(reasons::PKI_INVALID, error.to_string())
+            }
+            EnsureError::Api(error) => Failure::Api(error),
+        })
+}
