@@ -13,9 +13,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use kube::{Api, Client, Config, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 use tokio::sync::mpsc;
 
 /// How long a cached client is used before the kubeconfig Secret is checked for changes.
@@ -378,8 +377,10 @@ impl WorkloadClusters {
 }
 
 /// A client of the workload cluster whose kubeconfig `secret` holds (key `value`), with kube's
-/// own retries off (the controllers retry on their own terms). Errors name the Secret and what is
-/// wrong with it, never its content.
+/// own retries off (the controllers retry on their own terms). The Secret is in the tenant's
+/// namespace: only what a control plane writes in a kubeconfig is followed
+/// ([`capi_runtime::kubeconfig::workload_config`]). Errors name the Secret and what is wrong with
+/// it (a refused field by its position), never its content.
 pub async fn client_from_secret(secret: &Secret) -> Result<Client, WorkloadError> {
     let invalid = |reason: String| WorkloadError::KubeconfigInvalid {
         secret: secret.name_any(),
@@ -392,14 +393,11 @@ pub async fn client_from_secret(secret: &Secret) -> Result<Client, WorkloadError
         .ok_or_else(|| invalid("the key is missing".into()))?;
     let text =
         std::str::from_utf8(&bytes.0).map_err(|_| invalid("the value is not UTF-8".into()))?;
-    // Errors of the kubeconfig parser can quote its input; only their kind is reported.
-    let kubeconfig = Kubeconfig::from_yaml(text)
-        .map_err(|_| invalid("the value is not a kubeconfig document".into()))?;
-    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+    // Only what a control plane writes is followed (no command run, no file read, no proxy);
+    // errors name fields, never values.
+    let mut config = capi_runtime::kubeconfig::workload_config(text)
         .await
-        .map_err(|_| {
-            invalid("the kubeconfig has no usable current context, cluster or user".into())
-        })?;
+        .map_err(|e| invalid(e.to_string()))?;
     // A 429 from the workload cluster is an answer (an eviction a PodDisruptionBudget refuses),
     // not something to wait out inside one request: the controllers retry on their own terms.
     config.default_retry = false;
@@ -423,7 +421,8 @@ mod tests {
         use kube::runtime::watcher::Event;
         let nodes = Arc::new(Mutex::new(NodeCache::default()));
         let workload = Workload {
-            client: Client::try_from(Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap(),
+            client: Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                .unwrap(),
             nodes: Arc::clone(&nodes),
             synced: Arc::new(AtomicBool::new(true)),
         };

@@ -69,6 +69,8 @@
 //!   found invalid;
 //! - [`cache`]: one shared watch per kind, read-through lookups, compact objects, memo, resync,
 //!   the change filter;
+//! - [`kubeconfig`]: clients of workload clusters from kubeconfigs a tenant can write — only
+//!   what a control plane writes is followed;
 //! - [`events`]: Events for `kubectl describe`, repeats folded into series, in bounded memory;
 //! - [`metrics`]: controller-runtime-compatible series (existing dashboards work);
 //! - [`readiness`]: `/readyz` once every controller's cache is synced;
@@ -79,6 +81,7 @@
 
 pub mod cache;
 pub mod events;
+pub mod kubeconfig;
 pub mod manager;
 pub mod metrics;
 mod options;

@@ -1,11 +1,12 @@
 //! Join tokens in the workload cluster: created with a joining machine's data, extended until
 //! the machine joins, deleted (best effort) when its data is dropped. The workload client is
-//! built from the `<cluster>-kubeconfig` Secret and rebuilt after a failed call.
+//! built from the `<cluster>-kubeconfig` Secret (through
+//! [`capi_runtime::kubeconfig::workload_config`], which a tenant's kubeconfig cannot turn into a
+//! command run or a file read by the manager) and rebuilt after a failed call.
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::PostParams;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
@@ -39,12 +40,15 @@ async fn build_workload_client(secrets: &Api<Secret>, cluster: &str) -> Result<C
         .and_then(|d| d.get("value").cloned())
         .and_then(|v| String::from_utf8(v.0).ok())
         .ok_or_else(|| waiting(format!("Secret {cluster}-kubeconfig has no value")))?;
-    let kubeconfig = Kubeconfig::from_yaml(&kubeconfig)
-        .map_err(|e| waiting(format!("{cluster}-kubeconfig: {e}")))?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+    // Only what a control plane writes is followed; errors name fields, never values.
+    let config = capi_runtime::kubeconfig::workload_config(&kubeconfig)
         .await
-        .map_err(|e| waiting(format!("{cluster}-kubeconfig: {e}")))?;
-    Client::try_from(config).map_err(|e| waiting(format!("workload cluster client: {e}")))
+        .map_err(|e| waiting(format!("Secret {cluster}-kubeconfig: {e}")))?;
+    Client::try_from(config).map_err(|_| {
+        waiting(format!(
+            "Secret {cluster}-kubeconfig: no client can be built from it"
+        ))
+    })
 }
 
 /// Creates the bootstrap-token Secret in the workload cluster.
