@@ -185,10 +185,11 @@ impl Ctx {
     ) -> Result<Option<Server>, ActuatorError> {
         let compute = &self.clients.compute;
         if let Some(id) = provider_id.and_then(|p| p.strip_prefix(PROVIDER_ID_PREFIX)) {
-            return compute
+            let server = compute
                 .get_server(id)
                 .await
-                .map_err(|e| actuator_error("looking up the server", e));
+                .map_err(|e| actuator_error("looking up the server", e))?;
+            return server.map(|server| self.ensure_ours(server)).transpose();
         }
         let named = compute
             .servers_named(&self.name)
@@ -197,6 +198,29 @@ impl Ctx {
         Ok(named.into_iter().find(|s| {
             s.metadata.get(MACHINE_KEY_METADATA).map(String::as_str) == Some(self.key.as_str())
         }))
+    }
+
+    /// A server found by `spec.providerID` — which whoever may write the `OpenStackMachine`
+    /// writes, a tenant among them — is this machine's only if its metadata carries this
+    /// machine's idempotency key. Anything else is an invalid configuration and is never
+    /// touched: not updated, not deleted, its ports and floating IPs left alone.
+    fn ensure_ours(&self, server: Server) -> Result<Server, ActuatorError> {
+        if server
+            .metadata
+            .get(MACHINE_KEY_METADATA)
+            .map(String::as_str)
+            == Some(self.key.as_str())
+        {
+            return Ok(server);
+        }
+        Err(ActuatorError::invalid_configuration(
+            "ServerNotOwned",
+            format!(
+                "server {} named by spec.providerID does not carry this machine's idempotency \
+                 key: it is not this machine's and is left untouched; correct spec.providerID",
+                server.id
+            ),
+        ))
     }
 
     /// `server` with the ports attached to it (one Neutron call), and what the loop records of
@@ -814,6 +838,32 @@ mod tests {
 
         fn count(&self) -> usize {
             self.0.load(Ordering::SeqCst)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_server_a_provider_id_names_that_is_not_this_machines_is_never_touched() {
+        let scope = recorded(scope(), "srv-other");
+        let mut compute = MockCompute::new();
+        compute
+            .expect_get_server()
+            .returning(|_| Ok(Some(server("capi-another-machine", "ACTIVE"))));
+        compute.expect_delete_server().never();
+        compute.expect_create_server().never();
+        let mut network = MockNetworking::new();
+        network.expect_ports().never();
+        let actuator = actuator(compute, network);
+        for error in [
+            actuator.exists(&scope).await.unwrap_err(),
+            actuator.delete(&scope).await.unwrap_err(),
+        ] {
+            assert_eq!(
+                error.kind(),
+                capi_core::ActuatorErrorKind::InvalidConfiguration
+            );
+            let message = error.to_string();
+            assert!(message.contains("srv-capi-another-machine"), "{message}");
+            assert!(message.contains("idempotency key"), "{message}");
         }
     }
 

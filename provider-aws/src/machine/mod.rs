@@ -183,6 +183,7 @@ impl AwsMachineActuator {
                 if instance.state == Some(InstanceState::Terminated) {
                     return Ok(Lookup::Nothing);
                 }
+                Self::ensure_ours(ctx, &instance)?;
                 return Ok(Lookup::Instance(Box::new(instance)));
             }
         }
@@ -198,6 +199,30 @@ impl AwsMachineActuator {
             Some(name) => Lookup::NotVisibleYet(name.clone()),
             None => Lookup::Nothing,
         })
+    }
+
+    /// An instance found by a recorded ID — `spec.providerID` and `status.instanceID` are
+    /// written by whoever may write the `AWSMachine`, a tenant among them — is this machine's
+    /// only if it carries this cluster's ownership tags and this machine's idempotency key.
+    /// Anything else is an invalid configuration naming what is missing, and is never touched:
+    /// not updated, not deregistered, not terminated.
+    fn ensure_ours(ctx: &Ctx, instance: &Instance) -> Result<(), ActuatorError> {
+        let tags = instance.tags.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        let missing = if !ctx.naming.owns(tags) {
+            "this cluster's ownership tags"
+        } else if instance.tags.get(IDEMPOTENCY_KEY_TAG) != Some(&ctx.key) {
+            "this machine's idempotency key tag"
+        } else {
+            return Ok(());
+        };
+        Err(ActuatorError::invalid_configuration(
+            "InstanceNotOwned",
+            format!(
+                "instance {} (from spec.providerID or status.instanceID) does not carry {missing}: \
+                 it is not this machine's and is left untouched; correct spec.providerID",
+                instance.id
+            ),
+        ))
     }
 
     /// The live instance tagged with the machine's idempotency key (the oldest, should there

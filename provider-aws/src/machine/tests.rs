@@ -127,9 +127,16 @@ fn instance(id: &str, state: InstanceState) -> Instance {
         key_name: Some("ops".into()),
         private_ip: Some("10.0.1.7".into()),
         private_dns: Some("ip-10-0-1-7.ec2.internal".into()),
-        tags: BTreeMap::from([(IDEMPOTENCY_KEY_TAG.to_string(), KEY.to_string())]),
+        tags: ours(),
         ..Instance::default()
     }
+}
+
+/// The tags of an instance of this machine: the cluster's ownership tags and the machine's key.
+fn ours() -> BTreeMap<String, String> {
+    let mut tags = BTreeMap::from(ClusterNaming::new("ns", "demo").ownership());
+    tags.insert(IDEMPOTENCY_KEY_TAG.to_string(), KEY.to_string());
+    tags
 }
 
 fn is_key_lookup(filters: &[Filter]) -> bool {
@@ -256,6 +263,47 @@ async fn a_terminated_instance_is_gone_though_ec2_still_shows_it() {
     let scope = scope_of(recorded(infra(false), "i-7"));
     assert_eq!(actuator.exists(&scope).await.unwrap(), None);
     actuator.delete(&scope).await.unwrap();
+}
+
+#[tokio::test]
+async fn an_instance_a_provider_id_names_that_is_not_this_machines_is_never_touched() {
+    let foreign = |tags: BTreeMap<String, String>| {
+        let mut instance = instance("i-other", InstanceState::Running);
+        instance.tags = tags;
+        instance
+    };
+    let mut other_cluster = BTreeMap::from(ClusterNaming::new("other-ns", "demo").ownership());
+    other_cluster.insert(IDEMPOTENCY_KEY_TAG.to_string(), KEY.to_string());
+    let mut other_machine = ours();
+    other_machine.insert(IDEMPOTENCY_KEY_TAG.to_string(), "capi-uid-2".to_string());
+    for (tags, missing) in [
+        (BTreeMap::new(), "ownership tags"),
+        (other_cluster, "ownership tags"),
+        (other_machine, "idempotency key"),
+    ] {
+        let mut compute = MockCompute::new();
+        let found = foreign(tags);
+        compute
+            .expect_instances_by_id()
+            .returning(move |_| Ok(vec![found.clone()]));
+        compute.expect_terminate_instance().never();
+        compute.expect_run_instance().never();
+        let mut load_balancing = MockLoadBalancing::new();
+        load_balancing.expect_deregister_instance().never();
+        let actuator = actuator_with(clients(compute, MockNetwork::new(), load_balancing));
+        let scope = scope_of(recorded(infra(true), "i-other"));
+        for error in [
+            actuator.exists(&scope).await.unwrap_err(),
+            actuator.delete(&scope).await.unwrap_err(),
+        ] {
+            assert_eq!(error.kind(), ActuatorErrorKind::InvalidConfiguration);
+            let message = error.to_string();
+            assert!(
+                message.contains("i-other") && message.contains(missing),
+                "{message}"
+            );
+        }
+    }
 }
 
 #[tokio::test]
