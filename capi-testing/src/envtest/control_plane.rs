@@ -170,7 +170,7 @@ impl ControlPlane {
         let watchdog = spawn_watchdog(&root, &[&etcd, &apiserver]).ok();
 
         let url = format!("https://127.0.0.1:{api_port}");
-        let kubeconfig = kubeconfig_yaml(&url, &root.join("ca.crt"), &token);
+        let kubeconfig = kubeconfig_yaml(&url, &read_ca(&root)?, &token);
         let kubeconfig_path = root.join("kubeconfig");
         write(&kubeconfig_path, &kubeconfig)?;
         wait_for_readyz(&mut apiserver, &mut etcd, &kubeconfig).await?;
@@ -222,7 +222,7 @@ impl ControlPlane {
     /// The client configuration for the API server authenticated with `token` instead of the
     /// admin's — a ServiceAccount's, to run code with exactly the permissions RBAC grants it.
     pub async fn config_with_token(&self, token: &str) -> Result<Config, EnvtestError> {
-        let yaml = kubeconfig_yaml(self.url(), &self.dir.path().join("ca.crt"), token);
+        let yaml = kubeconfig_yaml(self.url(), &read_ca(self.dir.path())?, token);
         config_from_kubeconfig(&yaml).await
     }
 
@@ -393,12 +393,22 @@ pub(crate) async fn client_from_kubeconfig(yaml: &str) -> Result<Client, Envtest
     Ok(Client::try_from(config_from_kubeconfig(yaml).await?)?)
 }
 
-fn kubeconfig_yaml(url: &str, ca: &Path, token: &str) -> String {
+/// The API server's CA certificate (PEM), as written into `dir`.
+fn read_ca(dir: &Path) -> Result<Vec<u8>, EnvtestError> {
+    let path = dir.join("ca.crt");
+    std::fs::read(&path).map_err(EnvtestError::io(format!("reading {}", path.display())))
+}
+
+/// A kubeconfig as a control plane writes one: the CA inline (`certificate-authority-data`),
+/// no file paths, so that it is accepted where a workload cluster's kubeconfig is (see
+/// `capi_runtime::kubeconfig`).
+fn kubeconfig_yaml(url: &str, ca_pem: &[u8], token: &str) -> String {
+    use base64::Engine;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: envtest\n  cluster:\n    server: {url}\n    \
-         certificate-authority: {ca}\nusers:\n- name: admin\n  user:\n    token: {token}\ncontexts:\n- name: envtest\n  \
-         context:\n    cluster: envtest\n    user: admin\n    namespace: default\ncurrent-context: envtest\n",
-        ca = ca.display()
+         certificate-authority-data: {ca}\nusers:\n- name: admin\n  user:\n    token: {token}\ncontexts:\n- name: envtest\n  \
+         context:\n    cluster: envtest\n    user: admin\n    namespace: default\ncurrent-context: envtest\n"
     )
 }
 
