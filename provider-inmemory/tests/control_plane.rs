@@ -78,7 +78,17 @@ struct Watch {
     /// The fewest healthy members seen while `counting` was on.
     fewest_healthy: Option<usize>,
     counting: bool,
+    /// Since when the healthy members have been fewer than a quorum, if they are.
+    below_quorum_since: Option<Duration>,
 }
+
+/// How long the healthy members may read as fewer than a quorum before it counts as lost. A
+/// member is healthy when it answers a status call within the client's timeout (2 s) with no
+/// error; on a starved machine an election (every member briefly without a leader) or a slow
+/// answer reads as unhealthy for a sample or two. A quorum a control plane really lost — a member
+/// removed too early, a dead member kept — stays lost until a member is restored or removed,
+/// which takes reconciles, not one election.
+const QUORUM_LOSS: Duration = Duration::from_secs(5);
 
 /// Where the test reads etcd from: the simulated membership, or the real members.
 #[derive(Clone)]
@@ -346,10 +356,17 @@ async fn monitor(
         }
         let healthy = members.iter().filter(|(_, healthy)| *healthy).count();
         if !members.is_empty() && healthy < members.len() / 2 + 1 {
-            watch.violations.push(format!(
-                "{at:?}: {healthy} healthy of {} members is below quorum",
-                members.len()
-            ));
+            let since = *watch.below_quorum_since.get_or_insert(at);
+            if at - since >= QUORUM_LOSS {
+                watch.violations.push(format!(
+                    "{at:?}: {healthy} healthy of {} members, below quorum since {since:?}",
+                    members.len()
+                ));
+                // One violation per episode.
+                watch.below_quorum_since = Some(at);
+            }
+        } else {
+            watch.below_quorum_since = None;
         }
         if watch.counting {
             watch.fewest_healthy = Some(watch.fewest_healthy.map_or(healthy, |f| f.min(healthy)));
