@@ -34,6 +34,27 @@ pub(crate) async fn find_cluster(
     Ok(api.get_opt(name).await?.map(Arc::new))
 }
 
+/// The phase every controller of a cluster's objects starts with: the `Cluster` named `name`
+/// in `namespace` from the cache in `slot` (else read fresh); while there is none (the cache not
+/// set yet, or no such Cluster), the pass ends and looks again after `poll`.
+pub(crate) async fn cluster_or_wait(
+    slot: &std::sync::OnceLock<Store<Cluster>>,
+    client: &kube::Client,
+    name: &str,
+    namespace: &str,
+    poll: std::time::Duration,
+) -> Result<std::ops::ControlFlow<capi_runtime::plan::Next, Arc<Cluster>>, kube::Error> {
+    use std::ops::ControlFlow::{Break, Continue};
+    let cluster = match slot.get() {
+        Some(store) => find_cluster(store, client, name, namespace).await?,
+        None => None,
+    };
+    Ok(match cluster {
+        Some(cluster) => Continue(cluster),
+        None => Break(capi_runtime::plan::Next::Requeue(poll)),
+    })
+}
+
 /// The cache in `slot` once it holds everything the API server had at its first list — never a
 /// partial view. A controller that counted machines in a cache still filling after a restart would
 /// see too few and create more than the user asked for; so every decision that counts from a cache

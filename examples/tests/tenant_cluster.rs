@@ -28,6 +28,28 @@ where
     }
 }
 
+/// A local API server with the Cluster API CRDs and the `TenantCluster` CRD.
+async fn start_env() -> TestEnv {
+    let mut crds = capi_core::crd::core();
+    crds.push(TenantCluster::crd());
+    TestEnv::start_with_crds(&crds).await.unwrap()
+}
+
+/// The operator on the runtime's Manager, reconciling `ns`, until the task is aborted.
+async fn start_operator(
+    client: &kube::Client,
+    ns: &str,
+) -> tokio::task::JoinHandle<Result<(), capi_runtime::manager::ManagerError>> {
+    let config = ManagerConfig {
+        reconciler: capi_runtime::ReconcilerOptions::default().namespace(ns),
+        http_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        ..ManagerConfig::default()
+    };
+    let mut manager = Manager::with_client(client.clone(), config).await.unwrap();
+    manager.add(TenantClusters);
+    tokio::spawn(async move { manager.run_until(std::future::pending()).await })
+}
+
 fn tenant(name: &str, workers: i32) -> TenantCluster {
     serde_json::from_value(json!({
         "apiVersion": "tenancy.example.com/v1alpha1",
@@ -54,19 +76,10 @@ fn phase(tenant: &TenantCluster) -> Option<&str> {
 
 #[tokio::test]
 async fn a_tenant_cluster_renders_its_cluster_follows_it_and_deletes_it() {
-    let mut crds = capi_core::crd::core();
-    crds.push(TenantCluster::crd());
-    let env = TestEnv::start_with_crds(&crds).await.unwrap();
+    let env = start_env().await;
     let ns = env.namespace().await.unwrap();
     let client = env.client();
-    let config = ManagerConfig {
-        reconciler: capi_runtime::ReconcilerOptions::default().namespace(&ns),
-        http_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-        ..ManagerConfig::default()
-    };
-    let mut manager = Manager::with_client(client.clone(), config).await.unwrap();
-    manager.add(TenantClusters);
-    let running = tokio::spawn(async move { manager.run_until(std::future::pending()).await });
+    let running = start_operator(&client, &ns).await;
 
     let tenants: Api<TenantCluster> = Api::namespaced(client.clone(), &ns);
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns);
@@ -154,9 +167,7 @@ async fn a_tenant_cluster_renders_its_cluster_follows_it_and_deletes_it() {
 
 #[tokio::test]
 async fn a_cluster_that_is_not_the_tenants_is_never_touched() {
-    let mut crds = capi_core::crd::core();
-    crds.push(TenantCluster::crd());
-    let env = TestEnv::start_with_crds(&crds).await.unwrap();
+    let env = start_env().await;
     let ns = env.namespace().await.unwrap();
     let client = env.client();
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns);
@@ -171,14 +182,7 @@ async fn a_cluster_that_is_not_the_tenants_is_never_touched() {
         .create(&PostParams::default(), &foreign)
         .await
         .unwrap();
-    let config = ManagerConfig {
-        reconciler: capi_runtime::ReconcilerOptions::default().namespace(&ns),
-        http_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-        ..ManagerConfig::default()
-    };
-    let mut manager = Manager::with_client(client.clone(), config).await.unwrap();
-    manager.add(TenantClusters);
-    let running = tokio::spawn(async move { manager.run_until(std::future::pending()).await });
+    let running = start_operator(&client, &ns).await;
 
     let tenants: Api<TenantCluster> = Api::namespaced(client.clone(), &ns);
     tenants

@@ -137,23 +137,11 @@ pub(super) async fn check_selector(
 pub(super) async fn find_cluster(
     scope: &Scope<'_>,
 ) -> Result<ControlFlow<Next, Arc<Cluster>>, ReconcileError> {
-    let (set, deps) = (scope.set, scope.deps());
-    let cluster = match deps.clusters.get() {
-        Some(store) => {
-            crate::find_cluster(
-                store,
-                &scope.context.client,
-                &set.spec.cluster_name,
-                &scope.namespace,
-            )
-            .await?
-        }
-        None => None,
-    };
-    Ok(match cluster {
-        Some(cluster) => Continue(cluster),
-        None => Break(Next::Requeue(deps.settings.poll)),
-    })
+    let deps = scope.deps();
+    let name = &scope.set.spec.cluster_name;
+    let client = &scope.context.client;
+    let poll = deps.settings.poll;
+    Ok(crate::cache::cluster_or_wait(&deps.clusters, client, name, &scope.namespace, poll).await?)
 }
 
 /// `Paused` recorded; a paused set (or one of a paused cluster) changes nothing else.

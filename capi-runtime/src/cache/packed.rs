@@ -400,11 +400,19 @@ fn keep(object: &DynamicObject) -> Kept {
         || DictionaryKey::Kind(String::new(), String::new()),
         |types| DictionaryKey::Kind(types.api_version.clone(), types.kind.clone()),
     );
-    let mut object = object.clone();
-    object.metadata.managed_fields = None;
-    match serde_json::to_vec(&object) {
+    // Watches here drop managed fields already; a copy is made only when one did not.
+    let stripped;
+    let object = if object.metadata.managed_fields.is_some() {
+        let mut copy = object.clone();
+        copy.metadata.managed_fields = None;
+        stripped = copy;
+        &stripped
+    } else {
+        object
+    };
+    match serde_json::to_vec(object) {
         Ok(text) => Kept::Text(Compressed::new(kind, &text)),
-        Err(_) => Kept::Object(Arc::new(object)),
+        Err(_) => Kept::Object(Arc::new(object.clone())),
     }
 }
 
