@@ -58,6 +58,7 @@ pub mod naming;
 
 mod cache;
 mod ownership;
+mod percentage;
 pub mod references;
 mod replicas;
 pub mod selector;

@@ -65,6 +65,15 @@ pub enum RenderError {
         /// The key.
         key: String,
     },
+    /// A user's name is not a login name (see [`is_login_name`]), or its `sudo` rule is more than
+    /// one line: refused, since both become a path and a line in `/etc/sudoers.d`.
+    #[error("users[{index}]: {reason}")]
+    InvalidUser {
+        /// The user's index in `users`.
+        index: usize,
+        /// What is wrong (never quotes the value).
+        reason: &'static str,
+    },
     /// `ignition.containerLinuxConfig.additionalConfig` is not an Ignition JSON fragment.
     #[error("ignition.containerLinuxConfig.additionalConfig is not Ignition JSON: {0}")]
     InvalidAdditionalConfig(String),
@@ -411,6 +420,19 @@ fn plan_user(
             hint: "lock the account with lockPassword and no sshAuthorizedKeys instead",
         });
     }
+    if !is_login_name(&user.name) {
+        return Err(RenderError::InvalidUser {
+            index,
+            reason: "name is not a login name: at most 32 of a-z, 0-9, '_', '-' and '.', \
+                     starting with a letter or '_', optionally ending in '$'",
+        });
+    }
+    if user.sudo.as_deref().is_some_and(|rule| rule.contains(['\n', '\r', '\0'])) {
+        return Err(RenderError::InvalidUser {
+            index,
+            reason: "sudo is more than one line",
+        });
+    }
     let mut user = user.clone();
     if let Some(from) = user.passwd_from.take() {
         let secret = from.secret;
@@ -426,6 +448,19 @@ fn plan_user(
         user.passwd = Some(hash.trim_end().to_string());
     }
     Ok(user)
+}
+
+/// Whether `name` is a login name as shadow-utils' `useradd` accepts it by default
+/// (`[a-z_][a-z0-9_.-]*[$]?`, at most 32 characters): nothing that could leave
+/// `/etc/sudoers.d/<name>` or add a line to it.
+pub fn is_login_name(name: &str) -> bool {
+    let body = name.strip_suffix('$').unwrap_or(name);
+    let mut chars = body.chars();
+    name.len() <= 32
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-' | '.'))
 }
 
 fn plan_file(
@@ -549,5 +584,75 @@ mod debug_tests {
             shown.contains("sha256:00") && shown.contains("s/key: <11 bytes>"),
             "{shown}"
         );
+    }
+}
+
+#[cfg(test)]
+mod user_tests {
+    use super::*;
+
+    fn plan_with(user: User) -> Result<BootstrapPlan, RenderError> {
+        let spec = KubeadmConfigSpec {
+            users: vec![user],
+            ..Default::default()
+        };
+        plan(&RenderInput {
+            spec: &spec,
+            role: Role::Init {
+                token: "abcdef.0123456789abcdef".into(),
+            },
+            version: KubernetesVersion {
+                major: 1,
+                minor: 33,
+                patch: 0,
+            },
+            cluster: ClusterFacts::new("demo", "10.0.0.1:6443"),
+            resolved_files: vec![],
+            extra_files: vec![],
+        })
+    }
+
+    fn user(name: &str, sudo: Option<&str>) -> User {
+        User {
+            name: name.into(),
+            sudo: sudo.map(str::to_string),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn login_names_are_as_useradd_takes_them() {
+        for good in ["capi", "_svc", "ops-1", "a.b", "machine$", &"a".repeat(32)] {
+            assert!(is_login_name(good), "{good}");
+        }
+        for bad in [
+            "",
+            "../../etc/cron.d/x",
+            "root\nALL",
+            "Admin",
+            "1user",
+            "-x",
+            "a b",
+            "a/b",
+            &"a".repeat(33),
+        ] {
+            assert!(!is_login_name(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_user_name_that_would_leave_sudoers_d_is_refused_without_quoting_it() {
+        let error = plan_with(user("../../etc/cron.d/evil", Some("ALL=(ALL) NOPASSWD:ALL")))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(error.starts_with("users[0]: name is not a login name"), "{error}");
+        assert!(!error.contains("cron"), "{error}");
+        let error = plan_with(user("ops", Some("ALL=(ALL) ALL\nevil ALL=(ALL) NOPASSWD:ALL")))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert_eq!(error, "users[0]: sudo is more than one line");
+        assert!(plan_with(user("ops", Some("ALL=(ALL) NOPASSWD:ALL"))).is_ok());
     }
 }

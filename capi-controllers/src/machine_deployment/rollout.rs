@@ -37,18 +37,7 @@ fn scaled(
         Some(IntOrString::Int(n)) if *n >= 0 => Ok(*n),
         Some(IntOrString::Int(n)) => Err(invalid(n.to_string())),
         Some(IntOrString::String(text)) => {
-            let percent: i64 = text
-                .strip_suffix('%')
-                .and_then(|p| p.parse().ok())
-                .filter(|p| *p >= 0)
-                .ok_or_else(|| invalid(text.clone()))?;
-            let product = percent * i64::from(total.max(0));
-            let result = if round_up {
-                (product + 99) / 100
-            } else {
-                product / 100
-            };
-            Ok(i32::try_from(result).unwrap_or(i32::MAX))
+            crate::percentage::of(text, total, round_up).ok_or_else(|| invalid(text.clone()))
         }
     }
 }

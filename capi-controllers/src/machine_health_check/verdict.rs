@@ -270,16 +270,9 @@ pub fn remediation_allowed(
         let limit = match limit {
             IntOrString::Int(n) if *n >= 0 => *n,
             IntOrString::String(text) => {
-                let percent: i64 = text
-                    .strip_suffix('%')
-                    .and_then(|p| p.parse().ok())
-                    .filter(|p| *p >= 0)
-                    .ok_or_else(|| {
-                        format!(
-                            "unhealthyLessThanOrEqualTo {text:?} is not a count or a percentage"
-                        )
-                    })?;
-                i32::try_from(percent * i64::from(total.max(0)) / 100).unwrap_or(i32::MAX)
+                crate::percentage::of(text, total, false).ok_or_else(|| {
+                    format!("unhealthyLessThanOrEqualTo {text:?} is not a count or a percentage")
+                })?
             }
             IntOrString::Int(n) => {
                 return Err(format!("unhealthyLessThanOrEqualTo {n} is negative"));
@@ -505,6 +498,18 @@ mod tests {
         assert_eq!(
             remediation_allowed(Some(&trigger(Some(IntOrString::Int(2)), None)), 10, 3),
             refused
+        );
+        // A 19-digit percentage (the CRD's pattern accepts it) allows every machine.
+        assert_eq!(
+            remediation_allowed(
+                Some(&trigger(
+                    Some(IntOrString::String("9223372036854775807%".into())),
+                    None
+                )),
+                i32::MAX,
+                3
+            ),
+            allowed(i32::MAX - 3)
         );
         // 40 % of 6 is 2.4: rounded down to 2.
         assert_eq!(

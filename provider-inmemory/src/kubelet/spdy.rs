@@ -81,7 +81,12 @@ pub(super) enum Frame {
     Ignored,
 }
 
-/// Reads header blocks: one zlib stream across the session, primed with [`DICTIONARY`].
+/// The most a header block may inflate to. The headers of a kubelet stream are a few hundred
+/// bytes; a block that inflates beyond this (a zlib bomb from a client) ends the session.
+pub(super) const MAX_HEADER_BLOCK: usize = 64 * 1024;
+
+/// Reads header blocks: one zlib stream across the session, primed with [`DICTIONARY`], each
+/// inflating to at most [`MAX_HEADER_BLOCK`] bytes.
 pub(super) struct HeaderReader {
     zlib: Decompress,
 }
@@ -94,10 +99,13 @@ impl HeaderReader {
     }
 
     fn inflate(&mut self, mut input: &[u8]) -> io::Result<Vec<u8>> {
-        let mut out = Vec::with_capacity(input.len() * 4 + 1024);
+        let mut out = Vec::with_capacity((input.len() * 4 + 1024).min(MAX_HEADER_BLOCK));
         loop {
+            if out.len() >= MAX_HEADER_BLOCK {
+                return Err(invalid("header block inflates beyond 64 KiB"));
+            }
             if out.capacity() - out.len() < 1024 {
-                out.reserve(4096);
+                out.reserve_exact(4096);
             }
             let before_in = self.zlib.total_in();
             let before_out = out.len();
@@ -443,5 +451,20 @@ mod tests {
         let block = writer.write(&headers(&[("a", "b")])).unwrap();
         let mut reader = HeaderReader::new();
         assert!(reader.read(&block[..block.len() / 2]).is_err());
+    }
+
+    #[test]
+    fn a_block_that_inflates_without_bound_ends_the_session() {
+        // 8 MiB of zeros compress to about 8 KiB: without the bound, this allocates it all.
+        let mut zlib = Compress::new(Compression::best(), true);
+        zlib.set_dictionary(DICTIONARY).unwrap();
+        let zeros = vec![0u8; 8 << 20];
+        let mut block = Vec::with_capacity(1 << 20);
+        zlib.compress_vec(&zeros, &mut block, FlushCompress::Sync)
+            .unwrap();
+        assert!(block.len() < 1 << 20, "{}", block.len());
+        let mut reader = HeaderReader::new();
+        let error = reader.read(&block).unwrap_err();
+        assert!(error.to_string().contains("beyond 64 KiB"), "{error}");
     }
 }
