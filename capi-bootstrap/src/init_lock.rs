@@ -48,7 +48,7 @@ impl InitLock {
         Self {
             config_maps: Api::namespaced(client.clone(), namespace),
             machines: Api::namespaced(client, namespace),
-            name: format!("{cluster}-lock"),
+            name: capi_core::cluster_objects::name(cluster, capi_core::cluster_objects::INIT_LOCK),
         }
     }
 

@@ -197,7 +197,7 @@ pub struct ClusterPki {
 }
 
 /// The suffixes of the PKI Secrets: `<cluster>-<suffix>`.
-pub const SECRET_SUFFIXES: [&str; 4] = ["ca", "etcd", "proxy", "sa"];
+pub const SECRET_SUFFIXES: [&str; 4] = capi_core::cluster_objects::PKI;
 
 impl ClusterPki {
     /// Generates the three CAs and the service-account key: four keys, once.

@@ -1,6 +1,7 @@
 //! The providers' deployment manifests, generated from code so that they cannot drift:
-//! `rbac.yaml` (ServiceAccount, a least-privilege ClusterRole from [`capi_actuator::rbac`] and [`capi_runtime::rbac`], its
-//! binding), `manager.yaml` (Namespace, Deployment of the manager in standalone mode with leader
+//! `rbac.yaml` (ServiceAccount, a least-privilege ClusterRole from [`capi_actuator::rbac`] and
+//! [`capi_runtime::rbac`] and its binding, the leader-election Role in the manager's namespace and
+//! its binding), `manager.yaml` (Namespace, Deployment of the manager in standalone mode with leader
 //! election) and `metadata.yaml` (clusterctl provider metadata), for the in-memory provider
 //! ([`inmemory`]), the OpenStack provider ([`openstack`]), the AWS provider ([`aws`]) and the
 //! Azure provider ([`azure`]). `cargo xtask crds` writes them to `config/<provider>/`;
@@ -31,7 +32,7 @@ pub struct ProviderManifests {
     pub folder: &'static str,
     /// The namespace the manager runs in.
     pub namespace: &'static str,
-    /// The ServiceAccount, ClusterRole, ClusterRoleBinding and Deployment name.
+    /// The ServiceAccount, ClusterRole, ClusterRoleBinding, Role, RoleBinding and Deployment name.
     pub name: &'static str,
     /// The container image.
     pub image: &'static str,
@@ -153,6 +154,14 @@ impl ProviderManifests {
                 .map_err(ManifestError::Json)?;
         role["apiVersion"] = json!("rbac.authorization.k8s.io/v1");
         role["kind"] = json!("ClusterRole");
+        let mut election = serde_json::to_value(capi_runtime::rbac::role(
+            namespace,
+            name,
+            capi_runtime::rbac::leader_election(),
+        ))
+        .map_err(ManifestError::Json)?;
+        election["apiVersion"] = json!("rbac.authorization.k8s.io/v1");
+        election["kind"] = json!("Role");
         let rbac_objects = vec![
             json!({"apiVersion": "v1", "kind": "ServiceAccount",
                    "metadata": {"name": name, "namespace": namespace}}),
@@ -160,6 +169,11 @@ impl ProviderManifests {
             json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
                    "metadata": {"name": name},
                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                   "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}),
+            election,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                   "metadata": {"name": name, "namespace": namespace},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
                    "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}),
         ];
         let mut args: Vec<String> = self.args.iter().map(|a| a.to_string()).collect();

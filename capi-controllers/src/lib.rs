@@ -229,14 +229,16 @@ pub fn rbac(infra_group: &str, infra_plurals: &[&str]) -> Vec<PolicyRule> {
             infra_plurals,
             &["get", "list", "watch", "create", "patch", "delete"],
         ),
-        // A Cluster's control plane (`controlPlaneRef`), of whichever provider, as upstream's
-        // core manager: read its status, own it, delete it with the Cluster.
+        // A Cluster's control plane (`controlPlaneRef`): read its status, own it, delete it with
+        // the Cluster. The KubeadmControlPlane; another control-plane provider's kind is granted
+        // by that provider's ClusterRole (upstream aggregates them), never by a wildcard here.
         rule(
             "controlplane.cluster.x-k8s.io",
-            &["*"],
+            &["kubeadmcontrolplanes"],
             &["get", "list", "watch", "patch", "delete"],
         ),
-        // Kubeconfigs of workload clusters; what a deleted cluster owned.
-        rule("", &["secrets", "configmaps"], &["get", "list", "delete"]),
+        // Kubeconfigs of workload clusters; what a deleted cluster owned, by name
+        // (`capi_core::cluster_objects`): no list.
+        rule("", &["secrets", "configmaps"], &["get", "delete"]),
     ]
 }

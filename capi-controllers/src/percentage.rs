@@ -30,7 +30,15 @@ mod tests {
 
     #[test]
     fn refuses_what_is_not_a_percentage() {
-        for text in ["25", "-5%", "%", "2.5%", "abc%", " 5%", "99999999999999999999999%"] {
+        for text in [
+            "25",
+            "-5%",
+            "%",
+            "2.5%",
+            "abc%",
+            " 5%",
+            "99999999999999999999999%",
+        ] {
             assert_eq!(of(text, 10, true), None, "{text}");
         }
     }

@@ -5,7 +5,8 @@
 //! - the Cluster API resource types of `cluster.x-k8s.io/v1beta2` ([`api`]), wire-compatible with
 //!   upstream so that a manifest written for upstream Cluster API applies unchanged;
 //! - the `metav1.Condition` helpers that keep `lastTransitionTime` stable ([`condition`]);
-//! - the well-known labels, annotations and finalizers ([`labels`]);
+//! - the well-known labels, annotations and finalizers ([`labels`]), and the names of the Secrets and
+//!   ConfigMaps a cluster owns ([`cluster_objects`]);
 //! - the generated CustomResourceDefinitions with their validation ([`crd`]);
 //! - the contract between the generic reconcile loop and a cloud ([`actuator`]): the [`Actuator`],
 //!   [`ClusterActuator`] and [`MachineTemplateActuator`] traits, the scopes they receive and
@@ -45,6 +46,7 @@
 
 pub mod actuator;
 pub mod api;
+pub mod cluster_objects;
 pub mod condition;
 pub mod crd;
 pub mod infra;

@@ -133,6 +133,17 @@ impl ProviderManager {
             items.push(serde_json::to_value(crd).map_err(ProviderError::Manifests)?);
         }
         items.push(serde_json::to_value(role).map_err(ProviderError::Manifests)?);
+        if let Some(lease) = &self.args.leader_elect {
+            let role = capi_runtime::rbac::role(
+                &lease.namespace,
+                &format!("{}-manager", self.name),
+                capi_runtime::rbac::leader_election(),
+            );
+            let mut role = serde_json::to_value(role).map_err(ProviderError::Manifests)?;
+            role["apiVersion"] = serde_json::json!("rbac.authorization.k8s.io/v1");
+            role["kind"] = serde_json::json!("Role");
+            items.push(role);
+        }
         Ok(serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}))
     }
 }
@@ -197,7 +208,8 @@ impl ProviderManager {
     /// The provider's CRDs and the rules of its ClusterRole (built with `capi_actuator::rbac`),
     /// which `--print-manifests` prints — with the rules of the bootstrap, core and control plane
     /// controllers the other flags ask for — as a JSON `List`, the ClusterRole named
-    /// `<name>-manager`.
+    /// `<name>-manager`; with `--leader-elect NAMESPACE/NAME`, also the Role of that name granting
+    /// the Lease in that namespace only.
     pub fn manifests(
         mut self,
         crds: Vec<CustomResourceDefinition>,
@@ -308,8 +320,16 @@ mod tests {
     #[test]
     fn manifests_hold_the_crds_and_every_rule_the_flags_ask_for() {
         let rules = capi_actuator::rbac::infra_machine("infrastructure.example.com", "xmachines");
-        let manager = ProviderManager::new("x", args(&["--with-core", "--with-bootstrap"]))
-            .manifests(vec![crd("infrastructure.example.com", "xmachines")], rules);
+        let manager = ProviderManager::new(
+            "x",
+            args(&[
+                "--with-core",
+                "--with-bootstrap",
+                "--leader-elect",
+                "x-system/x",
+            ]),
+        )
+        .manifests(vec![crd("infrastructure.example.com", "xmachines")], rules);
         let list = manager.manifests_list().unwrap();
         let items = list["items"].as_array().unwrap();
         assert_eq!(items[0]["kind"], "CustomResourceDefinition");
@@ -331,5 +351,15 @@ mod tests {
                 "{wanted} missing from {resources:?}"
             );
         }
+        assert!(!resources.contains(&"leases"), "{resources:?}");
+        let election = &items[2];
+        assert_eq!(
+            (
+                election["kind"].as_str(),
+                election["metadata"]["namespace"].as_str()
+            ),
+            (Some("Role"), Some("x-system"))
+        );
+        assert_eq!(election["rules"][0]["resources"][0], "leases");
     }
 }

@@ -1,6 +1,7 @@
 //! The permissions a controller needs in the management cluster, stated next to the code that
 //! uses them so that a generated ClusterRole is least privilege: the building blocks ([`rule`],
-//! [`READ`], [`cluster_role`]) and what every [`Manager`](crate::Manager) needs ([`manager`]).
+//! [`READ`], [`cluster_role`], [`role`]), what every [`Manager`](crate::Manager) needs cluster-wide
+//! ([`manager`]) and, in its own namespace only, for leader election ([`leader_election`]).
 //! Each family of controllers states its own rules with them (`capi_controllers::rbac`,
 //! `capi_bootstrap::controller::rbac`, `capi_actuator::rbac`).
 //!
@@ -13,7 +14,7 @@
 //! assert_eq!(role.metadata.name.as_deref(), Some("example-manager"));
 //! ```
 
-use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// The verbs of reading through a cache: `get`, `list`, `watch`.
@@ -29,17 +30,35 @@ pub fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
     }
 }
 
-/// What every Manager needs: its leader-election Lease and events.
+/// What every Manager needs cluster-wide: events. Its leader-election Lease is
+/// [`leader_election`], granted by a [`role`] in its own namespace.
 pub fn manager() -> Vec<PolicyRule> {
     vec![
-        rule(
-            "coordination.k8s.io",
-            &["leases"],
-            &["get", "create", "update"],
-        ),
         rule("", &["events"], &["create", "patch"]),
         rule("events.k8s.io", &["events"], &["create", "patch"]),
     ]
+}
+
+/// What leader election needs: its Lease. Grant it with a [`role`] in the namespace of the Lease
+/// (the manager's own), never cluster-wide: a Lease of another namespace is another team's.
+pub fn leader_election() -> Vec<PolicyRule> {
+    vec![rule(
+        "coordination.k8s.io",
+        &["leases"],
+        &["get", "create", "update"],
+    )]
+}
+
+/// A Role in `namespace` holding `rules`.
+pub fn role(namespace: &str, name: &str, rules: Vec<PolicyRule>) -> Role {
+    Role {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(namespace.to_string()),
+            ..ObjectMeta::default()
+        },
+        rules: Some(rules),
+    }
 }
 
 /// A ClusterRole holding `rules`.

@@ -1919,7 +1919,7 @@ async fn the_manager_needs_nothing_beyond_its_generated_rbac() {
             .unwrap(),
     )
     .unwrap();
-    let error = Api::<k8s_openapi::api::core::v1::Namespace>::all(restricted)
+    let error = Api::<k8s_openapi::api::core::v1::Namespace>::all(restricted.clone())
         .delete(&world.ns, &DeleteParams::default())
         .await
         .unwrap_err()
@@ -1929,6 +1929,38 @@ async fn the_manager_needs_nothing_beyond_its_generated_rbac() {
             && error.contains("system:serviceaccount:capi-inmemory-system:capi-inmemory-manager")
             && error.contains("namespaces"),
         "{error}"
+    );
+    // A tenant's Secrets are read and deleted by name only, never listed; Leases only in the
+    // manager's own namespace; control planes of the kinds it serves only.
+    let forbidden = |result: Result<_, kube::Error>, what: &str| match result {
+        Err(kube::Error::Api(status)) if status.code == 403 => {}
+        other => panic!("{what}: expected 403, got {other:?}"),
+    };
+    forbidden(
+        Api::<Secret>::namespaced(restricted.clone(), &world.ns)
+            .list_metadata(&ListParams::default())
+            .await
+            .map(|_| ()),
+        "listing a tenant's Secrets",
+    );
+    forbidden(
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(restricted.clone(), &world.ns)
+            .list_metadata(&ListParams::default())
+            .await
+            .map(|_| ()),
+        "a tenant's Leases",
+    );
+    let other = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+        "controlplane.cluster.x-k8s.io",
+        "v1beta2",
+        "OtherControlPlane",
+    ));
+    forbidden(
+        Api::<kube::api::DynamicObject>::namespaced_with(restricted, &world.ns, &other)
+            .list_metadata(&ListParams::default())
+            .await
+            .map(|_| ()),
+        "a control plane of a kind the manager does not serve",
     );
 }
 

@@ -427,7 +427,11 @@ fn plan_user(
                      starting with a letter or '_', optionally ending in '$'",
         });
     }
-    if user.sudo.as_deref().is_some_and(|rule| rule.contains(['\n', '\r', '\0'])) {
+    if user
+        .sudo
+        .as_deref()
+        .is_some_and(|rule| rule.contains(['\n', '\r', '\0']))
+    {
         return Err(RenderError::InvalidUser {
             index,
             reason: "sudo is more than one line",
@@ -460,7 +464,8 @@ pub fn is_login_name(name: &str) -> bool {
         && chars
             .next()
             .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-' | '.'))
+        && chars
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-' | '.'))
 }
 
 fn plan_file(
@@ -642,16 +647,25 @@ mod user_tests {
 
     #[test]
     fn a_user_name_that_would_leave_sudoers_d_is_refused_without_quoting_it() {
-        let error = plan_with(user("../../etc/cron.d/evil", Some("ALL=(ALL) NOPASSWD:ALL")))
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
-        assert!(error.starts_with("users[0]: name is not a login name"), "{error}");
+        let error = plan_with(user(
+            "../../etc/cron.d/evil",
+            Some("ALL=(ALL) NOPASSWD:ALL"),
+        ))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(
+            error.starts_with("users[0]: name is not a login name"),
+            "{error}"
+        );
         assert!(!error.contains("cron"), "{error}");
-        let error = plan_with(user("ops", Some("ALL=(ALL) ALL\nevil ALL=(ALL) NOPASSWD:ALL")))
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
+        let error = plan_with(user(
+            "ops",
+            Some("ALL=(ALL) ALL\nevil ALL=(ALL) NOPASSWD:ALL"),
+        ))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
         assert_eq!(error, "users[0]: sudo is more than one line");
         assert!(plan_with(user("ops", Some("ALL=(ALL) NOPASSWD:ALL"))).is_ok());
     }

@@ -6,7 +6,7 @@ use capi_core::api::{
     Cluster, ClusterPhase, Machine, MachineDeployment, MachineHealthCheck, MachineSet,
 };
 use capi_core::condition::{self, ConditionStatus, DesiredCondition};
-use capi_core::labels;
+use capi_core::{cluster_objects, labels};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::ListParams;
 use kube::runtime::reflector::Store;
@@ -145,8 +145,15 @@ pub(super) async fn delete(
     // What the cluster owns in the management cluster (PKI, kubeconfig, locks): deleted here, so
     // that nothing is left even without a garbage collector.
     let uid = cluster.uid().unwrap_or_default();
-    delete_owned::<Secret>(client, namespace, &uid).await?;
-    delete_owned::<ConfigMap>(client, namespace, &uid).await?;
+    delete_owned::<Secret>(client, namespace, &name, &cluster_objects::SECRETS, &uid).await?;
+    delete_owned::<ConfigMap>(
+        client,
+        namespace,
+        &name,
+        &cluster_objects::CONFIG_MAPS,
+        &uid,
+    )
+    .await?;
     deps.workloads.forget(namespace, &name);
     write::change_finalizer(
         &api,
@@ -265,10 +272,15 @@ impl Seen<'_> {
     }
 }
 
-/// Deletes the objects of kind `K` in `namespace` owned by the object with this UID.
+/// Deletes the objects of kind `K` named `<cluster>-<purpose>` for `purposes` in `namespace` that
+/// the object with this UID owns (see [`cluster_objects`]): by name, so that no right to list a
+/// namespace's Secrets is needed, and only when owned, so that a tenant's own object of that name
+/// stays.
 async fn delete_owned<K>(
     client: &kube::Client,
     namespace: &str,
+    cluster: &str,
+    purposes: &[&str],
     owner_uid: &str,
 ) -> Result<(), kube::Error>
 where
@@ -278,9 +290,12 @@ where
         + std::fmt::Debug,
 {
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
-    for object in api.list_metadata(&ListParams::default()).await?.items {
-        if ownership::is_owned_by(&object.metadata, owner_uid) {
-            write::delete(&api, &object.metadata.name.unwrap_or_default()).await?;
+    for purpose in purposes {
+        let name = cluster_objects::name(cluster, purpose);
+        if let Some(object) = api.get_metadata_opt(&name).await?
+            && ownership::is_owned_by(&object.metadata, owner_uid)
+        {
+            write::delete(&api, &name).await?;
         }
     }
     Ok(())
