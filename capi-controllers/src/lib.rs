@@ -237,6 +237,12 @@ pub fn rbac(infra_group: &str, infra_plurals: &[&str]) -> Vec<PolicyRule> {
             &["kubeadmcontrolplanes"],
             &["get", "list", "watch", "patch", "delete"],
         ),
+        // Whether a referenced kind is a provider's: its CRD's contract label.
+        rule(
+            "apiextensions.k8s.io",
+            &["customresourcedefinitions"],
+            &["get"],
+        ),
         // Kubeconfigs of workload clusters; what a deleted cluster owned, by name
         // (`capi_core::cluster_objects`): no list.
         rule("", &["secrets", "configmaps"], &["get", "delete"]),

@@ -1,6 +1,12 @@
 //! The objects Cluster API objects refer to by `{apiGroup, kind, name}` — infrastructure machines
 //! and clusters, bootstrap configs, their templates — whose kinds are known only at run time.
 //!
+//! A reference may name only a Cluster API provider's kind, as upstream's contract resolution
+//! requires: a CRD carrying the contract label (`cluster.x-k8s.io/v1beta2`). Anything else —
+//! a built-in kind such as `Secret`, another operator's CRD — is
+//! [`ReferenceError::NotAProviderKind`], and nothing of it is read, watched or written, so a
+//! tenant cannot make the manager watch, cache or patch kinds outside the contract.
+//!
 //! A [`References`] resolves a reference's version through discovery (once per group and kind),
 //! keeps a cache of every referenced kind fed by one watch per kind (started the first time the
 //! kind is referenced), and reports each change of such an object on a channel, so that the
@@ -35,6 +41,20 @@ pub enum ReferenceError {
         group: String,
         /// The kind.
         kind: String,
+    },
+    /// The kind is served, but is not a Cluster API provider's: its CRD does not carry the
+    /// contract label (`cluster.x-k8s.io/v1beta2`), or it is not a CRD at all (a built-in kind
+    /// such as `Secret`). Nothing of it is read, watched or written.
+    #[error(
+        "kind {kind:?} in group {group:?} is not a Cluster API provider's: its CustomResourceDefinition must carry the label {label}"
+    )]
+    NotAProviderKind {
+        /// The API group.
+        group: String,
+        /// The kind.
+        kind: String,
+        /// The label it lacks.
+        label: String,
     },
     /// A template that machines are cloned from does not exist.
     #[error("{kind} {name:?} does not exist; create it or correct the template reference")]
@@ -231,6 +251,7 @@ impl References {
             Err(kube::Error::Discovery(_)) => return Err(unknown()),
             Err(error) => return Err(error.into()),
         };
+        self.require_contract_label(&resource).await?;
         let mut kinds = lock(&self.watches.kinds);
         if let Some(found) = kinds.get(&key) {
             return Ok(Arc::clone(found));
@@ -277,6 +298,30 @@ impl References {
         let watched = Arc::new(Watched { resource, cache });
         kinds.insert(key, Arc::clone(&watched));
         Ok(watched)
+    }
+
+    /// Refuses a kind whose CRD (`<plural>.<group>`) does not carry the contract label, or that
+    /// has no CRD (a built-in kind).
+    async fn require_contract_label(&self, resource: &ApiResource) -> Result<(), ReferenceError> {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let label = capi_core::labels::contract_label_key();
+        let refused = || ReferenceError::NotAProviderKind {
+            group: resource.group.clone(),
+            kind: resource.kind.clone(),
+            label: label.clone(),
+        };
+        if resource.group.is_empty() {
+            return Err(refused());
+        }
+        let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let crd = crds
+            .get_metadata_opt(&format!("{}.{}", resource.plural, resource.group))
+            .await?
+            .ok_or_else(refused)?;
+        match crd.metadata.labels.as_ref().and_then(|l| l.get(&label)) {
+            Some(_) => Ok(()),
+            None => Err(refused()),
+        }
     }
 
     /// The API of the referenced kind in `namespace`.
@@ -557,10 +602,54 @@ mod tests {
         Err(format!("{name} never reached the cache").into())
     }
 
+    /// The core CRDs, `Cluster` labelled as a provider's kind would be, to be referenced.
+    fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>{
+        capi_core::crd::core()
+            .into_iter()
+            .map(|crd| match crd.spec.names.kind.as_str() {
+                "Cluster" => capi_core::crd::with_contract_version(crd, "v1beta2"),
+                _ => crd,
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn only_a_kind_whose_crd_carries_the_contract_label_is_read()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let env = TestEnv::start_with_crds(&crds()).await?;
+        let ns = env.namespace().await?;
+        let client = env.client();
+        let (references, _changes) = References::new(client.clone(), None);
+        for (group, kind) in [
+            ("", "Secret"),
+            ("", "ConfigMap"),
+            ("apps", "Deployment"),
+            ("cluster.x-k8s.io", "Machine"),
+        ] {
+            let named = ContractVersionedObjectReference {
+                api_group: group.into(),
+                kind: kind.into(),
+                name: "x".into(),
+            };
+            let error = references.get(&named, &ns).await.err();
+            assert!(
+                matches!(&error, Some(ReferenceError::NotAProviderKind { .. })),
+                "{group}/{kind}: {error:?}"
+            );
+            assert!(references.api(&named, &ns).await.is_err(), "{kind}");
+        }
+        assert!(
+            lock(&references.watches.kinds).is_empty(),
+            "no watch was started"
+        );
+        assert!(references.get(&reference("a"), &ns).await?.is_none());
+        Ok(())
+    }
+
     #[tokio::test]
     async fn a_kind_a_controller_of_the_manager_watches_is_read_from_that_watch()
     -> Result<(), Box<dyn std::error::Error>> {
-        let env = TestEnv::start_with_crds(&capi_core::crd::core()).await?;
+        let env = TestEnv::start_with_crds(&crds()).await?;
         let ns = env.namespace().await?;
         let client = env.client();
         let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns);

@@ -233,5 +233,11 @@ pub fn rbac(infra_group: &str, infra_plurals: &[&str]) -> Vec<PolicyRule> {
             &["get", "list", "watch", "create"],
         ),
         rule("", &["secrets"], &["get", "create"]),
+        // Whether a referenced infrastructure template is a provider's (its CRD's contract label).
+        rule(
+            "apiextensions.k8s.io",
+            &["customresourcedefinitions"],
+            &["get"],
+        ),
     ]
 }

@@ -91,9 +91,10 @@ pub(super) async fn reconcile_infrastructure(scope: &mut Scope<'_>) -> Result<()
     let (infra_provisioned, infra_reason, infra_message) = match &cluster.spec.infrastructure_ref {
         None => (true, reasons::PROVISIONED, String::new()),
         Some(reference) => match deps.references.get(reference, namespace).await {
-            Err(error @ ReferenceError::UnknownKind { .. }) => {
-                (false, reasons::REFERENCE_KIND_UNKNOWN, error.to_string())
-            }
+            Err(
+                error @ (ReferenceError::UnknownKind { .. }
+                | ReferenceError::NotAProviderKind { .. }),
+            ) => (false, reasons::REFERENCE_KIND_UNKNOWN, error.to_string()),
             Err(error) => return Err(error.into()),
             Ok(None) => (
                 false,
@@ -176,7 +177,8 @@ pub(super) async fn reconcile_control_plane(scope: &mut Scope<'_>) -> Result<(),
     let namespace = scope.namespace.as_str();
     let reported_initialized = match &cluster.spec.control_plane_ref {
         Some(reference) => match deps.references.get(reference, namespace).await {
-            Err(ReferenceError::UnknownKind { .. }) | Ok(None) => false,
+            Err(ReferenceError::UnknownKind { .. } | ReferenceError::NotAProviderKind { .. })
+            | Ok(None) => false,
             Err(error) => return Err(error.into()),
             Ok(Some(control_plane)) => {
                 if let Some(owner) = scope.owner.clone() {

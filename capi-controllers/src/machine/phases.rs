@@ -360,7 +360,9 @@ async fn bootstrap_step(
     };
     let config = match deps.references.get(reference, namespace).await {
         Ok(config) => config,
-        Err(error @ ReferenceError::UnknownKind { .. }) => {
+        Err(
+            error @ (ReferenceError::UnknownKind { .. } | ReferenceError::NotAProviderKind { .. }),
+        ) => {
             return Ok((
                 Step::waiting(reasons::REFERENCE_KIND_UNKNOWN, error.to_string()),
                 false,
@@ -455,7 +457,9 @@ pub(super) async fn reconcile_infrastructure(
     };
     let object = match deps.references.get(reference, namespace).await {
         Ok(object) => object,
-        Err(error @ ReferenceError::UnknownKind { .. }) => {
+        Err(
+            error @ (ReferenceError::UnknownKind { .. } | ReferenceError::NotAProviderKind { .. }),
+        ) => {
             return Ok(waiting(Step::waiting(
                 reasons::REFERENCE_KIND_UNKNOWN,
                 error.to_string(),
