@@ -3,9 +3,7 @@
 //! default chain: environment, web identity, instance profile).
 
 #[cfg(feature = "sdk")]
-use std::collections::HashMap;
-#[cfg(feature = "sdk")]
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use capi_core::ActuatorError;
@@ -44,47 +42,23 @@ fn identity_of(cluster: &AWSCluster) -> Identity {
     }
 }
 
-/// The clients of an identity and a region, with the identity Secret's `resourceVersion` they
-/// were made from.
+/// Clients per identity and region, made from the identity Secret's `resourceVersion` (`""` for
+/// the manager's own credentials).
 #[cfg(feature = "sdk")]
-type CacheEntries = HashMap<(Identity, String), (String, Clients)>;
-
-#[cfg(feature = "sdk")]
-/// Clients shared between reconciles: per identity and region, replaced when the identity's
-/// Secret changes (its `resourceVersion`).
-#[derive(Clone, Default)]
-struct ClientCache {
-    entries: Arc<Mutex<CacheEntries>>,
-}
-
-#[cfg(feature = "sdk")]
-impl ClientCache {
-    fn get(&self, identity: &Identity, region: &str, version: &str) -> Option<Clients> {
-        let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        entries
-            .get(&(identity.clone(), region.to_string()))
-            .filter(|(cached, _)| cached == version)
-            .map(|(_, clients)| clients.clone())
-    }
-
-    fn put(&self, identity: Identity, region: &str, version: String, clients: Clients) {
-        self.entries
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert((identity, region.to_string()), (version, clients));
-    }
-}
+type ClientCache = capi_provider::support::client_cache::ClientCache<(Identity, String), Clients>;
 
 /// The production [`Connector`]: reads identity Secrets with the management cluster's client and
 /// shares one set of SDK clients per identity, region and Secret version between all reconciles,
-/// all of a region under one budget ([`crate::throttle`]).
+/// all of a region under one budget ([`crate::throttle`]). The clients of a Secret that is gone
+/// are dropped at once, and any client unused for half an hour
+/// ([`capi_provider::support::client_cache`]).
 #[cfg(feature = "sdk")]
 #[derive(Clone)]
 pub struct SecretConnector {
     client: kube::Client,
     budgets: crate::throttle::Budgets,
     endpoint_url: Option<String>,
-    cache: ClientCache,
+    cache: Arc<ClientCache>,
 }
 
 #[cfg(feature = "sdk")]
@@ -95,8 +69,13 @@ impl SecretConnector {
             client,
             budgets: crate::throttle::Budgets::default(),
             endpoint_url: None,
-            cache: ClientCache::default(),
+            cache: Arc::default(),
         }
+    }
+
+    /// How many sets of clients are held (one per identity and region in use).
+    pub fn cached_clients(&self) -> usize {
+        self.cache.len()
     }
 
     /// Every call under these budgets.
@@ -129,6 +108,8 @@ impl SecretConnector {
             .await
             .map_err(|e| ActuatorError::transient("CredentialsSecretUnreadable", e))?
             .ok_or_else(|| {
+                let gone = identity_of(cluster);
+                self.cache.forget(|(identity, _)| *identity == gone);
                 ActuatorError::transient_message(
                     "CredentialsSecretNotFound",
                     format!(
@@ -207,22 +188,29 @@ impl Connector for SecretConnector {
             (Identity::Secret(_), Some(reference)) => {
                 let (version, credentials) =
                     self.secret_credentials(cluster, &reference.name).await?;
-                if let Some(clients) = self.cache.get(&identity, region, &version) {
+                if let Some(clients) = self
+                    .cache
+                    .get(&(identity.clone(), region.to_string()), &version)
+                {
                     return Ok(clients);
                 }
                 let (ec2, elb) = self.configs(region, credentials.to_sdk());
                 let clients = Clients::from_sdk(ec2, elb, budget, credentials.redaction());
-                self.cache.put(identity, region, version, clients.clone());
+                self.cache
+                    .insert((identity, region.to_string()), version, clients.clone());
                 Ok(clients)
             }
             _ => {
-                if let Some(clients) = self.cache.get(&identity, region, "") {
+                if let Some(clients) = self.cache.get(&(identity.clone(), region.to_string()), "") {
                     return Ok(clients);
                 }
                 let (ec2, elb) = self.controller_configs(region).await;
                 let clients = Clients::from_sdk(ec2, elb, budget, Default::default());
-                self.cache
-                    .put(identity, region, String::new(), clients.clone());
+                self.cache.insert(
+                    (identity, region.to_string()),
+                    String::new(),
+                    clients.clone(),
+                );
                 Ok(clients)
             }
         }

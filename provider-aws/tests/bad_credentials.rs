@@ -205,3 +205,42 @@ async fn wrong_credentials_end_in_conditions_and_no_credential_is_ever_shown() {
         }
     }
 }
+
+#[tokio::test]
+async fn the_clients_of_a_deleted_identity_secret_are_dropped() {
+    use provider_aws::connector::Connector;
+    let env = TestEnv::start_with_crds(&provider_aws::api::crds())
+        .await
+        .unwrap();
+    let ns = env.namespace().await.unwrap();
+    let secrets: Api<Secret> = Api::namespaced(env.client(), &ns);
+    put_secret(
+        &secrets,
+        json!({"AccessKeyID": "AKIAEXAMPLE", "SecretAccessKey": "not-a-real-key-1234"}),
+    )
+    .await;
+    let mut infra: AWSCluster = serde_json::from_value(json!({
+        "apiVersion": "infrastructure.capi-rs.dev/v1alpha1", "kind": "AWSCluster",
+        "metadata": {"name": "demo"},
+        "spec": {"region": "us-east-1",
+                 "identityRef": {"kind": "Secret", "name": "demo-aws-credentials"}}
+    }))
+    .unwrap();
+    infra.metadata.namespace = Some(ns.clone());
+    // No call reaches AWS: connecting only reads the Secret and builds the clients.
+    let connector = SecretConnector::new(env.client()).with_endpoint_url("http://127.0.0.1:9");
+    connector.connect(&infra).await.unwrap();
+    connector.connect(&infra).await.unwrap();
+    assert_eq!(connector.cached_clients(), 1);
+    secrets
+        .delete("demo-aws-credentials", &Default::default())
+        .await
+        .unwrap();
+    let error = connector.connect(&infra).await.err().unwrap();
+    assert!(error.to_string().contains("does not exist"), "{error}");
+    assert_eq!(
+        connector.cached_clients(),
+        0,
+        "nothing made from the deleted credentials is kept"
+    );
+}

@@ -3,10 +3,10 @@
 //! in its `identityRef` Secret. One client per Secret version is shared by every reconcile, so
 //! a token is reused until shortly before it expires; when the Secret changes (its
 //! `resourceVersion`), a new client with a new token source replaces the old one, and the old
-//! token goes with the old credentials.
+//! token goes with the old credentials; when the Secret is deleted, its clients go at once, and a
+//! client unused for half an hour goes too ([`capi_provider::support::client_cache`]).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use capi_core::ActuatorError;
@@ -36,15 +36,16 @@ pub struct Endpoints {
     pub authority_host: Option<String>,
 }
 
-/// A client and the Secret version it was made from.
-type Entry = (String, Arc<ArmClient>);
+/// Clients per identity Secret (`<namespace>/<name>`) and Resource Manager endpoint.
+type ClientCache =
+    capi_provider::support::client_cache::ClientCache<(String, String), Arc<ArmClient>>;
 
 /// The production [`Connector`] (module docs).
 pub struct SecretConnector {
     client: kube::Client,
     http: reqwest::Client,
     endpoints: Endpoints,
-    cache: Mutex<HashMap<(String, String), Entry>>,
+    cache: ClientCache,
 }
 
 impl SecretConnector {
@@ -54,8 +55,13 @@ impl SecretConnector {
             client,
             http,
             endpoints: Endpoints::default(),
-            cache: Mutex::default(),
+            cache: ClientCache::default(),
         }
+    }
+
+    /// How many clients are held (one per identity Secret and endpoint in use).
+    pub fn cached_clients(&self) -> usize {
+        self.cache.len()
     }
 
     /// Every cluster's requests to these endpoints instead of its cloud's.
@@ -78,6 +84,8 @@ impl SecretConnector {
             .await
             .map_err(|e| ActuatorError::transient("CredentialsSecretUnreadable", e))?
             .ok_or_else(|| {
+                let gone = format!("{namespace}/{name}");
+                self.cache.forget(|(identity, _)| *identity == gone);
                 ActuatorError::transient_message(
                     "CredentialsSecretNotFound",
                     format!(
@@ -126,14 +134,8 @@ impl Connector for SecretConnector {
             format!("{namespace}/{}", reference.name),
             resource_manager.clone(),
         );
-        if let Some((cached, client)) = self
-            .cache
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&key)
-            && *cached == version
-        {
-            return Ok(client.clone());
+        if let Some(client) = self.cache.get(&key, &version) {
+            return Ok(client);
         }
         let configuration = |e: &dyn std::fmt::Display| {
             ActuatorError::invalid_configuration("InvalidAzureEndpoint", e.to_string())
@@ -154,10 +156,7 @@ impl Connector for SecretConnector {
             )
             .map_err(|e| configuration(&e))?,
         );
-        self.cache
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(key, (version, client.clone()));
+        self.cache.insert(key, version, client.clone());
         Ok(client)
     }
 }

@@ -1,6 +1,7 @@
 //! The production connector against a real API server and the ARM test server: the identityRef
 //! Secret read from the cluster's namespace, one client (and one token) shared by every
-//! reconcile while the Secret is unchanged, a new client with a new token once it changes; a
+//! reconcile while the Secret is unchanged, a new client with a new token once it changes, none
+//! once it is deleted; a
 //! missing Secret or a missing key retried with a message naming what to fix, never the secret.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -114,6 +115,24 @@ async fn one_client_per_secret_version_and_a_new_token_when_it_changes() {
     let shown = error.into_actuator("reading the resource group");
     assert_eq!(shown.kind(), ActuatorErrorKind::Transient);
     assert!(!shown.to_string().contains("not-the-secret-1234"));
+    assert_eq!(
+        connector.cached_clients(),
+        1,
+        "only the current version's client"
+    );
+
+    // The Secret is deleted: its client (and token) go with it.
+    secrets
+        .delete("azure-sp", &Default::default())
+        .await
+        .unwrap();
+    let gone = connector.connect(&cluster).await.err().unwrap();
+    assert_eq!(gone.kind(), ActuatorErrorKind::Transient);
+    assert_eq!(
+        connector.cached_clients(),
+        0,
+        "nothing of the deleted Secret is kept"
+    );
 
     let mut without = cluster.clone();
     without.spec.identity_ref = None;

@@ -13,15 +13,19 @@ use super::membership::remove_hook;
 use super::reconcile::Scope;
 
 /// Deletes the machines (see [`delete_machines`]) and writes the status; once none is left, the
-/// finalizer goes and the cluster's workload clients are forgotten.
+/// finalizer goes and the cluster's workload clients and etcd access are forgotten.
 pub(super) async fn reconcile_delete(scope: &mut Scope<'_>) -> Result<Next, ReconcileError> {
     let next = delete_machines(scope).await?;
     scope.write_status().await?;
     if matches!(next, Next::AwaitChange) {
         write::change_finalizer(&scope.kcps, scope.kcp, FinalizerChange::Remove, FINALIZER).await?;
-        scope
-            .state()
+        let state = scope.state();
+        state
             .workloads
+            .forget(&scope.namespace, &scope.cluster_name);
+        state
+            .settings
+            .etcd
             .forget(&scope.namespace, &scope.cluster_name);
     }
     Ok(next)

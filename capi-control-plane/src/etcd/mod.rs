@@ -110,6 +110,13 @@ pub trait EtcdAccess: Send + Sync {
         client: &kube::Client,
         cluster: &Cluster,
     ) -> Result<Arc<dyn EtcdCluster>, EtcdError>;
+
+    /// Drops whatever is kept for cluster `cluster` of `namespace` (client certificates, clients
+    /// of its workload cluster): called once its control plane is deleted, so that nothing made
+    /// from its Secrets outlives them. Keeping nothing, the default does nothing.
+    fn forget(&self, namespace: &str, cluster: &str) {
+        let _ = (namespace, cluster);
+    }
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use capi_bootstrap::pki::CertificateAuthority;
 use capi_core::api::Cluster;
+use capi_core::cluster_objects;
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::ListParams;
@@ -162,12 +163,16 @@ async fn forward(
 }
 
 /// [`EtcdAccess`] for any cloud: the etcd static pods through the workload API server, TLS with
-/// a client certificate from the cluster's etcd CA. Client certificates are issued once per etcd
-/// CA (keyed by its Secret's UID and resource version).
+/// a client certificate from the cluster's etcd CA. A client certificate is issued once per
+/// cluster and etcd CA Secret version (its UID and resource version), replaced when the Secret
+/// changes, dropped with the workload client when the Secret is gone or the control plane is
+/// deleted ([`EtcdAccess::forget`]).
 #[derive(Default)]
 pub struct WorkloadEtcdAccess {
     options: GrpcEtcdOptions,
-    issued: Mutex<HashMap<(String, String), EtcdTls>>,
+    /// Per cluster (namespace, name): the etcd CA Secret's (UID, resource version) and the
+    /// certificate issued from it.
+    issued: Mutex<HashMap<(String, String), ((String, String), EtcdTls)>>,
     workloads: WorkloadClients,
 }
 
@@ -189,16 +194,25 @@ impl WorkloadEtcdAccess {
         }
     }
 
-    fn tls_for(&self, secret: &Secret) -> Result<EtcdTls, EtcdError> {
-        let key = (
+    /// How many clusters' client certificates are held.
+    pub fn issued(&self) -> usize {
+        self.issued
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    fn tls_for(&self, cluster: (String, String), secret: &Secret) -> Result<EtcdTls, EtcdError> {
+        let version = (
             secret.uid().unwrap_or_default(),
             secret.resource_version().unwrap_or_default(),
         );
-        if let Some(tls) = self
+        if let Some((issued_for, tls)) = self
             .issued
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .get(&key)
+            .get(&cluster)
+            && *issued_for == version
         {
             return Ok(tls.clone());
         }
@@ -213,9 +227,10 @@ impl WorkloadEtcdAccess {
                 })
         };
         let tls = EtcdTls::from_ca(&field("tls.crt")?, &field("tls.key")?)?;
-        let mut issued = self.issued.lock().unwrap_or_else(PoisonError::into_inner);
-        issued.retain(|(uid, _), _| *uid != key.0);
-        issued.insert(key, tls.clone());
+        self.issued
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(cluster, (version, tls.clone()));
         Ok(tls)
     }
 }
@@ -232,18 +247,26 @@ impl EtcdAccess for WorkloadEtcdAccess {
         let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
         let read = |secret: String| {
             let secrets = secrets.clone();
+            let (namespace, name) = (namespace.clone(), name.clone());
             async move {
-                secrets
-                    .get_opt(&secret)
-                    .await
-                    .map_err(|e| EtcdError::Unreachable(format!("reading Secret {secret}: {e}")))?
-                    .ok_or_else(|| {
-                        EtcdError::Unreachable(format!("Secret {secret} does not exist yet"))
-                    })
+                match secrets.get_opt(&secret).await {
+                    Ok(Some(found)) => Ok(found),
+                    Ok(None) => {
+                        // Nothing made from a Secret that is gone is kept.
+                        self.forget(&namespace, &name);
+                        Err(EtcdError::Unreachable(format!(
+                            "Secret {secret} does not exist yet"
+                        )))
+                    }
+                    Err(e) => Err(EtcdError::Unreachable(format!(
+                        "reading Secret {secret}: {e}"
+                    ))),
+                }
             }
         };
-        let tls = self.tls_for(&read(format!("{name}-etcd")).await?)?;
-        let kubeconfig = read(format!("{name}-kubeconfig")).await?;
+        let etcd_ca = read(cluster_objects::name(&name, "etcd")).await?;
+        let tls = self.tls_for((namespace.clone(), name.clone()), &etcd_ca)?;
+        let kubeconfig = read(cluster_objects::name(&name, cluster_objects::KUBECONFIG)).await?;
         let workload = self
             .workloads
             .for_secret(&kubeconfig)
@@ -264,5 +287,67 @@ impl EtcdAccess for WorkloadEtcdAccess {
             Arc::new(TlsDial::new(tls, Route::PortForward(Box::new(pods)))),
             self.options.clone(),
         )))
+    }
+
+    fn forget(&self, namespace: &str, cluster: &str) {
+        self.issued
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&(namespace.to_string(), cluster.to_string()));
+        self.workloads.forget(namespace, cluster);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use capi_testing::TestEnv;
+    use kube::api::{DeleteParams, PostParams};
+    use serde_json::json;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn nothing_made_from_a_clusters_secrets_outlives_them()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let env = TestEnv::start_with_crds(&capi_core::crd::core()).await?;
+        let ns = env.namespace().await?;
+        let secrets: Api<Secret> = Api::namespaced(env.client(), &ns);
+        let ca = CertificateAuthority::generate("etcd-ca")?;
+        for (name, data) in [
+            (
+                "demo-etcd",
+                json!({"tls.crt": ca.cert_pem(), "tls.key": ca.key_pem()}),
+            ),
+            // The workload cluster is the test's own API server.
+            (
+                "demo-kubeconfig",
+                json!({"value": env.control_plane().kubeconfig_yaml()}),
+            ),
+        ] {
+            let secret: Secret = serde_json::from_value(json!({
+                "metadata": {"name": name}, "stringData": data,
+            }))?;
+            secrets.create(&PostParams::default(), &secret).await?;
+        }
+        let cluster: Cluster = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "demo", "namespace": ns}, "spec": {},
+        }))?;
+        let access = WorkloadEtcdAccess::default();
+        access.connect(&env.client(), &cluster).await?;
+        access.connect(&env.client(), &cluster).await?;
+        assert_eq!(access.issued(), 1, "one certificate per cluster and CA");
+
+        access.forget(&ns, "demo");
+        assert_eq!(access.issued(), 0, "forgotten with the control plane");
+
+        access.connect(&env.client(), &cluster).await?;
+        secrets
+            .delete("demo-etcd", &DeleteParams::default())
+            .await?;
+        let gone = access.connect(&env.client(), &cluster).await.err();
+        assert!(matches!(gone, Some(EtcdError::Unreachable(_))), "{gone:?}");
+        assert_eq!(access.issued(), 0, "dropped once its CA Secret is gone");
+        Ok(())
     }
 }
