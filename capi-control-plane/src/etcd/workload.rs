@@ -162,6 +162,9 @@ async fn forward(
     Ok(hyper_util::rt::TokioIo::new(stream))
 }
 
+/// A cluster's namespace and name, or a Secret's UID and resource version.
+type ClusterKey = (String, String);
+
 /// [`EtcdAccess`] for any cloud: the etcd static pods through the workload API server, TLS with
 /// a client certificate from the cluster's etcd CA. A client certificate is issued once per
 /// cluster and etcd CA Secret version (its UID and resource version), replaced when the Secret
@@ -172,7 +175,7 @@ pub struct WorkloadEtcdAccess {
     options: GrpcEtcdOptions,
     /// Per cluster (namespace, name): the etcd CA Secret's (UID, resource version) and the
     /// certificate issued from it.
-    issued: Mutex<HashMap<(String, String), ((String, String), EtcdTls)>>,
+    issued: Mutex<HashMap<ClusterKey, (ClusterKey, EtcdTls)>>,
     workloads: WorkloadClients,
 }
 
