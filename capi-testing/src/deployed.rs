@@ -90,6 +90,34 @@ pub async fn service_account_token(
         .ok_or_else(|| DeployedError::NoToken(format!("{namespace}/{service_account}")))
 }
 
+/// A client acting as a namespace's owner: the ServiceAccount `tenant` in `namespace`, bound
+/// there (a RoleBinding, nothing cluster-wide) to the Role `role_name` that `role_yaml` defines —
+/// `config/tenant-role.yaml` in this workspace — and holding no other right.
+pub async fn tenant_client(
+    env: &crate::TestEnv,
+    namespace: &str,
+    role_yaml: &str,
+    role_name: &str,
+) -> Result<Client, DeployedError> {
+    let binding = format!(
+        "{role_yaml}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: tenant}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: tenant}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {role_name}}}
+subjects: [{{kind: ServiceAccount, name: tenant}}]
+"
+    );
+    let token = service_account_token(&env.client(), &binding, namespace, "tenant").await?;
+    let config = env.control_plane().config_with_token(&token).await?;
+    Ok(Client::try_from(config)?)
+}
+
 /// Starts `binary` as the holder of `token` on `api_server` (a kubeconfig written in `dir`,
 /// `KUBECONFIG` pointing at it), with `--http-addr 127.0.0.1:0 --log-format json`, `RUST_LOG=debug`,
 /// stdout and stderr into `log`, and `args`. The process is killed when the handle is dropped.

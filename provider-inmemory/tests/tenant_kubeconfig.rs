@@ -17,8 +17,8 @@ use capi_core::api::Machine;
 use capi_runtime::manager::Manager;
 use capi_testing::{TestEnv, manifest};
 use common::{eventually, manager_config};
-use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
-use kube::api::{Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use provider_inmemory::actuator::InMemoryActuator;
 use provider_inmemory::api::{InMemoryCluster, InMemoryMachineTemplate};
@@ -65,33 +65,9 @@ async fn tenant_client(env: &TestEnv, ns: &str) -> Client {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/tenant-role.yaml"),
     )
     .unwrap();
-    let binding = r#"
-apiVersion: v1
-kind: ServiceAccount
-metadata: {name: tenant}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: tenant}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: cluster-api-tenant}
-subjects: [{kind: ServiceAccount, name: tenant}]
-"#;
-    let objects = manifest::parse(&format!("{role}\n---\n{binding}")).unwrap();
-    manifest::create_all(&env.client(), ns, &objects)
-        .await
-        .unwrap();
-    let request: k8s_openapi::api::authentication::v1::TokenRequest =
-        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
-            .unwrap();
-    let token = Api::<ServiceAccount>::namespaced(env.client(), ns)
-        .create_token_request("tenant", &PostParams::default(), &request)
+    capi_testing::deployed::tenant_client(env, ns, &role, "cluster-api-tenant")
         .await
         .unwrap()
-        .status
-        .unwrap()
-        .token;
-    let config = env.control_plane().config_with_token(&token).await.unwrap();
-    Client::try_from(config).unwrap()
 }
 
 /// The messages of the machine's conditions.

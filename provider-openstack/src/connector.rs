@@ -9,9 +9,10 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 
 use crate::api::IdentityReference;
+use crate::auth_url::AuthUrlPolicy;
 use crate::cloud::session::SessionError;
 use crate::cloud::{CloudError, Compute, Images, LoadBalancing, Networking, Session, Sessions};
-use crate::credentials;
+use crate::credentials::{self, CredentialsError};
 
 /// The four service clients of one cloud and one set of credentials.
 #[derive(Clone)]
@@ -55,19 +56,29 @@ const AUTHENTICATING_WAIT: std::time::Duration = std::time::Duration::from_secs(
 
 /// The production [`Connector`]: reads the Secret with the management cluster client and shares
 /// one session per Secret (and `resourceVersion`) between all reconciles.
+/// A Secret whose `auth_url` the [`AuthUrlPolicy`] refuses is never used: no request is sent.
 #[derive(Clone)]
 pub struct SecretConnector {
     client: kube::Client,
     sessions: Sessions,
+    auth_urls: AuthUrlPolicy,
 }
 
 impl SecretConnector {
-    /// A connector reading Secrets with `client`.
+    /// A connector reading Secrets with `client`, any `auth_url` allowed.
     pub fn new(client: kube::Client) -> Self {
         Self {
             client,
             sessions: Sessions::default(),
+            auth_urls: AuthUrlPolicy::any(),
         }
+    }
+
+    /// Credentials may name only the Keystone endpoints `policy` allows.
+    #[must_use]
+    pub fn with_auth_url_policy(mut self, policy: AuthUrlPolicy) -> Self {
+        self.auth_urls = policy;
+        self
     }
 }
 
@@ -100,11 +111,26 @@ impl Connector for SecretConnector {
         let session = self
             .sessions
             .get(&key, &version, || {
-                credentials::from_secret(&secret, &identity.cloud_name, identity.region.as_deref())
+                let credentials = credentials::from_secret(
+                    &secret,
+                    &identity.cloud_name,
+                    identity.region.as_deref(),
+                )?;
+                self.auth_urls
+                    .check(&credentials.auth_url)
+                    .map_err(|refused| CredentialsError::AuthUrlRefused {
+                        secret: key.clone(),
+                        cloud: identity.cloud_name.clone(),
+                        refused,
+                    })?;
+                Ok(credentials)
             })
             .await;
         match session {
             Ok(session) => Ok(Clients::from_session(session)),
+            Err(SessionError::Credentials(e @ CredentialsError::AuthUrlRefused { .. })) => Err(
+                ActuatorError::transient_message("AuthURLNotAllowed", e.to_string()),
+            ),
             Err(SessionError::Credentials(e)) => Err(ActuatorError::transient_message(
                 "InvalidCredentials",
                 e.to_string(),

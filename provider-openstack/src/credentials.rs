@@ -41,6 +41,16 @@ pub enum CredentialsError {
         /// The clouds it has.
         available: String,
     },
+    /// The manager does not allow the cloud's `auth_url` ([`crate::auth_url`]).
+    #[error("Secret {secret:?}, cloud {cloud:?}: {refused}")]
+    AuthUrlRefused {
+        /// The Secret.
+        secret: String,
+        /// The cloud.
+        cloud: String,
+        /// Why.
+        refused: crate::auth_url::AuthUrlRefused,
+    },
     /// A required field is missing or the auth type is unsupported.
     #[error("Secret {secret:?}, cloud {cloud:?}: {problem}")]
     Invalid {

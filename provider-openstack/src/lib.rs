@@ -36,6 +36,7 @@
 //! ```
 
 pub mod api;
+pub mod auth_url;
 pub mod cloud;
 pub mod cloud_conf;
 pub mod cluster;

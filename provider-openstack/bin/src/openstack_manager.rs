@@ -8,7 +8,9 @@
 //! CA bundle into every OpenStack machine's bootstrap data (`--without-cloud-conf` leaves them
 //! out, for clusters that configure their cloud provider some other way); `--with-core` runs the
 //! core Cluster API controllers: both together are standalone mode, with no Go controller
-//! needed. Logs never carry credentials, tokens or bootstrap data. `--help` lists all flags.
+//! needed. `--allowed-auth-url-hosts` restricts where credentials may send the manager
+//! ([`provider_openstack::auth_url`]). Logs never carry credentials, tokens or bootstrap data.
+//! `--help` lists all flags.
 
 use std::sync::Arc;
 
@@ -18,6 +20,7 @@ use capi_provider::support::rbac;
 use capi_provider::{ManagerArgs, ProviderManager};
 use clap::Parser;
 use provider_openstack::api::{OpenStackCluster, OpenStackMachine, OpenStackMachineTemplate};
+use provider_openstack::auth_url::AuthUrlPolicy;
 use provider_openstack::cloud_conf::CloudConfFiles;
 use provider_openstack::cluster::OpenStackClusterActuator;
 use provider_openstack::connector::SecretConnector;
@@ -32,11 +35,22 @@ struct Args {
     /// Leave `cloud.conf` and the CA bundle out of the bootstrap data.
     #[arg(long)]
     without_cloud_conf: bool,
+    /// The Keystone hosts a credentials Secret's `auth_url` may name, comma separated
+    /// (`keystone.example.com`, `keystone.example.com:5000`, `*.example.com`; `http://host` to
+    /// allow plain HTTP): on a management cluster shared by several teams, the manager then never
+    /// sends a request where a tenant points it. Unset: any host.
+    #[arg(long, value_delimiter = ',', value_name = "HOSTS")]
+    allowed_auth_url_hosts: Option<Vec<String>>,
 }
 
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
+    let auth_urls = match &args.allowed_auth_url_hosts {
+        Some(hosts) => AuthUrlPolicy::only(hosts)
+            .map_err(|e| anyhow::anyhow!("--allowed-auth-url-hosts: {e}"))?,
+        None => AuthUrlPolicy::any(),
+    };
     let group = provider_openstack::api::GROUP;
     let rules = rbac::provider(
         group,
@@ -52,7 +66,8 @@ async fn main() -> Result<()> {
     }
     provider
         .run(|manager| {
-            let connector = Arc::new(SecretConnector::new(manager.client()));
+            let connector =
+                Arc::new(SecretConnector::new(manager.client()).with_auth_url_policy(auth_urls));
             manager.add_cluster_reconciler::<OpenStackCluster>(Arc::new(
                 OpenStackClusterActuator::new(connector.clone()),
             ));

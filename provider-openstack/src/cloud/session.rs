@@ -68,8 +68,14 @@ impl Session {
         };
         let config = cloud_config(credentials, ca_file.as_deref())?;
         let redaction = credentials_redaction(credentials);
+        // Every response is read within REQUEST_TIMEOUT, and as sent: a compressed body is not
+        // inflated (the cloud's answer to one request cannot expand without bound in memory).
         let client = AsyncOpenStack::builder(&config)
             .disable_auth_cache(true)
+            .http_timeout(REQUEST_TIMEOUT)
+            .http_connect_timeout(CONNECT_TIMEOUT)
+            .http_gzip(false)
+            .http_deflate(false)
             .connect()
             .await
             .map_err(|e| CloudError::Auth {
@@ -170,6 +176,12 @@ pub struct Sessions {
 
 /// The longest one authentication (Keystone and endpoint discovery) may take.
 pub const AUTHENTICATION_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The longest one request may take, its whole response body read.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The longest a connection may take to open.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One Secret's session: the authentication in flight holds `session`'s lock and says so in
 /// `authenticating`.
