@@ -59,6 +59,17 @@ async fn a_worker_is_launched_once_tagged_placed_and_terminated() {
     let subnet = world.cluster.status.as_ref().unwrap();
     let subnet = &subnet.network_status.as_ref().unwrap().subnets[1].resource_id;
     assert_eq!(instance.subnet_id(), Some(subnet.as_str()));
+    // IMDSv2 only, one hop: no IMDSv1 read of the instance's credentials or user data.
+    let metadata = instance.metadata_options().unwrap();
+    assert_eq!(
+        metadata.http_tokens(),
+        Some(&aws_sdk_ec2::types::HttpTokensState::Required)
+    );
+    assert_eq!(metadata.http_put_response_hop_limit(), Some(1));
+    assert_eq!(
+        metadata.http_endpoint(),
+        Some(&aws_sdk_ec2::types::InstanceMetadataEndpointState::Enabled)
+    );
     let user_data = world
         .moto
         .ec2

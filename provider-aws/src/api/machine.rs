@@ -132,6 +132,97 @@ pub struct SpotMarketOptions {
     pub max_price: Option<String>,
 }
 
+/// Whether the instance metadata service (or its tags) is on (CAPA's `InstanceMetadataState`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum InstanceMetadataState {
+    /// On.
+    Enabled,
+    /// Off.
+    Disabled,
+}
+
+/// Whether the instance metadata service asks for a session token (IMDSv2) (CAPA's
+/// `HTTPTokensState`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum HttpTokensState {
+    /// IMDSv1 answers too: any process (or forwarded request) reading a URL reads the instance's
+    /// credentials and user data.
+    Optional,
+    /// IMDSv2 only: a token from a PUT first.
+    Required,
+}
+
+/// The instance metadata service of the instance (CAPA's `InstanceMetadataOptions`). Unset fields
+/// take this provider's defaults: endpoint enabled, IMDSv2 required, hop limit 1, tags off — so
+/// that neither a pod nor a request forwarded by a workload reads the instance's role credentials
+/// or user data through IMDSv1.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceMetadataOptions {
+    /// The metadata endpoint (default `enabled`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_endpoint: Option<InstanceMetadataState>,
+    /// How many network hops a metadata response may travel (default 1: the instance only; 2
+    /// lets containers not on the host network reach it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 64))]
+    pub http_put_response_hop_limit: Option<i64>,
+    /// IMDSv2 (`required`, the default) or IMDSv1 too (`optional`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_tokens: Option<HttpTokensState>,
+    /// The instance's tags in its metadata (default `disabled`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_metadata_tags: Option<InstanceMetadataState>,
+}
+
+/// The metadata options an instance is launched with: [`InstanceMetadataOptions`] with its
+/// defaults applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MetadataOptions {
+    /// The endpoint is on.
+    pub endpoint: bool,
+    /// Hop limit (1–64).
+    pub hop_limit: i64,
+    /// IMDSv2 only.
+    pub tokens_required: bool,
+    /// Tags in the metadata.
+    pub tags: bool,
+}
+
+impl Default for MetadataOptions {
+    fn default() -> Self {
+        Self {
+            endpoint: true,
+            hop_limit: 1,
+            tokens_required: true,
+            tags: false,
+        }
+    }
+}
+
+impl InstanceMetadataOptions {
+    /// These options, defaults applied.
+    pub fn resolve(&self) -> MetadataOptions {
+        let defaults = MetadataOptions::default();
+        MetadataOptions {
+            endpoint: self
+                .http_endpoint
+                .map_or(defaults.endpoint, |s| s == InstanceMetadataState::Enabled),
+            hop_limit: self
+                .http_put_response_hop_limit
+                .map_or(defaults.hop_limit, |h| h.clamp(1, 64)),
+            tokens_required: self
+                .http_tokens
+                .map_or(defaults.tokens_required, |t| t == HttpTokensState::Required),
+            tags: self
+                .instance_metadata_tags
+                .map_or(defaults.tags, |s| s == InstanceMetadataState::Enabled),
+        }
+    }
+}
+
 /// What an `AWSMachine` runs: an EC2 instance for one Machine. Everything but the tags and
 /// security groups is immutable (a change is reported, and applied by replacing the machine).
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -225,6 +316,9 @@ pub struct AWSMachineSpec {
     /// Run it as a spot instance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spot_market_options: Option<SpotMarketOptions>,
+    /// The instance metadata service (IMDSv2 required, hop limit 1 when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_metadata_options: Option<InstanceMetadataOptions>,
 }
 
 /// EC2's state of an instance.

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 
 use super::error::CloudError;
-use crate::api::{Filter, InstanceState, SpotMarketOptions, Tags, Volume};
+use crate::api::{Filter, InstanceState, MetadataOptions, SpotMarketOptions, Tags, Volume};
 
 /// An EC2 instance: what the actuators read of it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -79,6 +79,8 @@ pub struct RunInstance {
     pub root_volume: Option<(String, Volume)>,
     /// Run it as a spot instance.
     pub spot: Option<SpotMarketOptions>,
+    /// Its instance metadata service.
+    pub metadata_options: MetadataOptions,
     /// Tags on the instance, its volumes and its network interface, set at creation (so that it
     /// can be found by them from its first moment).
     pub tags: Tags,

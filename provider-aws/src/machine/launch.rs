@@ -67,6 +67,11 @@ pub(super) async fn plan(
         iam_instance_profile: spec.iam_instance_profile.clone(),
         root_volume,
         spot: spec.spot_market_options.clone(),
+        metadata_options: spec
+            .instance_metadata_options
+            .clone()
+            .unwrap_or_default()
+            .resolve(),
         tags: tags(ctx),
     })
 }

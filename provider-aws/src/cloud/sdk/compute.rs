@@ -179,6 +179,25 @@ impl Compute for Ec2 {
                     .build(),
             );
         }
+        let metadata = request.metadata_options;
+        let state = |on: bool| match on {
+            true => ec2::InstanceMetadataEndpointState::Enabled,
+            false => ec2::InstanceMetadataEndpointState::Disabled,
+        };
+        run = run.metadata_options(
+            ec2::InstanceMetadataOptionsRequest::builder()
+                .http_endpoint(state(metadata.endpoint))
+                .http_tokens(match metadata.tokens_required {
+                    true => ec2::HttpTokensState::Required,
+                    false => ec2::HttpTokensState::Optional,
+                })
+                .http_put_response_hop_limit(i32::try_from(metadata.hop_limit).unwrap_or(1))
+                .instance_metadata_tags(match metadata.tags {
+                    true => ec2::InstanceMetadataTagsState::Enabled,
+                    false => ec2::InstanceMetadataTagsState::Disabled,
+                })
+                .build(),
+        );
         if let Some(spot) = &request.spot {
             run = run.instance_market_options(
                 ec2::InstanceMarketOptionsRequest::builder()
