@@ -488,6 +488,12 @@ pub struct OpenStackMachineSpec {
     /// Attach a config drive (for clouds without a metadata service).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_drive: Option<bool>,
+    /// Put the cloud provider's `cloud.conf` — the cluster's OpenStack credentials — on this
+    /// machine (with `openstack-manager --with-bootstrap`; see `provider_openstack::cloud_conf`).
+    /// Off unless set: only the machines that run the cloud controller manager (usually the
+    /// control plane) need it, and every machine that has it can act as the project.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_cloud_conf: Option<bool>,
 }
 
 /// Nova's state of the server.

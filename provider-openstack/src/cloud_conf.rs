@@ -1,8 +1,16 @@
-//! The OpenStack cloud provider's `cloud.conf` and the cloud's CA bundle, contributed to every
-//! machine's bootstrap data through the kubeadm bootstrap reconciler's provider hook
-//! ([`BootstrapFiles`]), as CAPO's templates used to do by hand.
+//! The OpenStack cloud provider's `cloud.conf` and the cloud's CA bundle, contributed to the
+//! bootstrap data of the machines whose `OpenStackMachine` asks for it (`spec.writeCloudConf:
+//! true`, usually in the control plane's machine template) through the kubeadm bootstrap
+//! reconciler's provider hook ([`BootstrapFiles`]), as CAPO's templates used to do by hand.
 //!
-//! The node gets:
+//! Anyone who can read a node's disk or its metadata service can then act as the project:
+//! give the cluster's `clouds.yaml` a scoped application credential rather than a user's
+//! password — `openstack application credential create --role member --expiration … \
+//! --access-rules …` limited to the compute, network and load-balancer calls the cloud
+//! controller manager makes, in a project that holds only this cluster — and leave
+//! `writeCloudConf` off on workers, which do not need it.
+//!
+//! A machine that asks for it gets:
 //! - [`CLOUD_CONF_PATH`] (`root:root`, mode `0600`): `[Global]` with the cluster's credentials
 //!   (the same cloud of the same `clouds.yaml` Secret the provider uses), region, CA file or
 //!   `tls-insecure`; `[LoadBalancer]` with the cluster's subnet and, when the external network
@@ -19,7 +27,7 @@ use capi_core::api::{Cluster, Machine};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, ResourceExt};
 
-use crate::api::{GROUP, OpenStackCluster};
+use crate::api::{GROUP, OpenStackCluster, OpenStackMachine};
 use crate::credentials::{self, Auth, Credentials, ProjectRef, UserRef};
 
 /// Where the cloud provider's configuration is written on the node (what the external
@@ -28,9 +36,9 @@ pub const CLOUD_CONF_PATH: &str = "/etc/kubernetes/cloud.conf";
 /// Where the CA bundle is written; `cloud.conf` points `ca-file` at it.
 pub const CA_BUNDLE_PATH: &str = "/etc/certs/cacert";
 
-/// The bootstrap hook: adds `cloud.conf` (and the CA bundle) for machines of clusters whose
-/// infrastructure is an `OpenStackCluster`, nothing for other clusters (so it can be combined with
-/// other providers' hooks).
+/// The bootstrap hook: adds `cloud.conf` (and the CA bundle) for the machines of clusters whose
+/// infrastructure is an `OpenStackCluster` and whose `OpenStackMachine` sets `writeCloudConf`;
+/// nothing for other machines or clusters (so it can be combined with other providers' hooks).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CloudConfFiles;
 
@@ -40,8 +48,24 @@ impl BootstrapFiles for CloudConfFiles {
         &self,
         client: &kube::Client,
         cluster: &Cluster,
-        _machine: &Machine,
+        machine: &Machine,
     ) -> Result<Vec<PlanFile>, String> {
+        let namespace = cluster.namespace().unwrap_or_default();
+        let infra = &machine.spec.infrastructure_ref;
+        if infra.api_group != GROUP || infra.kind != "OpenStackMachine" {
+            return Ok(Vec::new());
+        }
+        let wanted = Api::<OpenStackMachine>::namespaced(client.clone(), &namespace)
+            .get_opt(&infra.name)
+            .await
+            .map_err(|e| format!("reading OpenStackMachine {namespace}/{}: {e}", infra.name))?
+            .ok_or_else(|| format!("OpenStackMachine {namespace}/{} does not exist", infra.name))?
+            .spec
+            .write_cloud_conf
+            == Some(true);
+        if !wanted {
+            return Ok(Vec::new());
+        }
         let Some(reference) = cluster
             .spec
             .infrastructure_ref
@@ -50,7 +74,6 @@ impl BootstrapFiles for CloudConfFiles {
         else {
             return Ok(Vec::new());
         };
-        let namespace = cluster.namespace().unwrap_or_default();
         let clusters: Api<OpenStackCluster> = Api::namespaced(client.clone(), &namespace);
         let openstack = clusters
             .get_opt(&reference.name)
