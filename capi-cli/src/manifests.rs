@@ -150,7 +150,8 @@ fn pod_spec(name: &str, image: &str, args: Vec<String>) -> serde_json::Value {
             "name": "manager",
             "image": image,
             "args": args,
-            "ports": [{"name": "http", "containerPort": 8080}],
+            "ports": [{"name": "http", "containerPort": 8080},
+                      {"name": "metrics", "containerPort": 8443}],
             "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}},
             "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}},
             "securityContext": {
@@ -197,6 +198,14 @@ impl ProviderManifests {
         .map_err(ManifestError::Json)?;
         election["apiVersion"] = json!("rbac.authorization.k8s.io/v1");
         election["kind"] = json!("Role");
+        let reader = format!("{name}-metrics-reader");
+        let mut metrics_reader = serde_json::to_value(capi_runtime::rbac::cluster_role(
+            &reader,
+            vec![capi_runtime::rbac::metrics_reader()],
+        ))
+        .map_err(ManifestError::Json)?;
+        metrics_reader["apiVersion"] = json!("rbac.authorization.k8s.io/v1");
+        metrics_reader["kind"] = json!("ClusterRole");
         let rbac_objects = vec![
             json!({"apiVersion": "v1", "kind": "ServiceAccount",
                    "metadata": {"name": name, "namespace": namespace}}),
@@ -206,6 +215,7 @@ impl ProviderManifests {
                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
                    "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}),
             election,
+            metrics_reader,
             json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
                    "metadata": {"name": name, "namespace": namespace},
                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},

@@ -2,7 +2,8 @@
 //! same spelling and print the same `--help`:
 //!
 //! ```text
-//! [--http-addr 0.0.0.0:8080] [--namespace NS] [--label-selector SEL] [--concurrency N]
+//! [--http-addr 0.0.0.0:8080] [--diagnostics-address 0.0.0.0:8443] [--insecure-diagnostics]
+//! [--namespace NS] [--label-selector SEL] [--concurrency N]
 //! [--qps F] [--burst N] [--leader-elect NAMESPACE/NAME] [--log-format text|json]
 //! [--with-bootstrap] [--with-core]
 //! ```
@@ -12,15 +13,24 @@
 use std::net::SocketAddr;
 
 use capi_runtime::ReconcilerOptions;
-use capi_runtime::manager::{LeaderElectionConfig, ManagerConfig};
+use capi_runtime::manager::{LeaderElectionConfig, ManagerConfig, MetricsEndpoint};
 use capi_runtime::telemetry::LogFormat;
 
-/// The shared flags; their defaults are the [`ManagerConfig`] defaults.
+/// The shared flags; their defaults are the [`ManagerConfig`] defaults, but for `/metrics`, which
+/// a manager binary serves as upstream's do: over HTTPS on `--diagnostics-address`, to callers the
+/// cluster authorizes (`--insecure-diagnostics`: plain HTTP on `--http-addr`, to anyone).
 #[derive(Clone, Debug, PartialEq, clap::Args)]
 pub struct ManagerArgs {
-    /// Where `/healthz`, `/readyz` and `/metrics` are served (HOST:PORT; port 0 picks one).
+    /// Where `/healthz` and `/readyz` are served, plain HTTP (HOST:PORT; port 0 picks one).
     #[arg(long, value_name = "HOST:PORT", default_value = "0.0.0.0:8080", value_parser = parse_addr)]
     pub http_addr: SocketAddr,
+    /// Where `/metrics` is served over HTTPS to callers whose token the cluster allows
+    /// `get /metrics` (a TokenReview and a SubjectAccessReview per request), as upstream's managers.
+    #[arg(long, value_name = "HOST:PORT", default_value = "0.0.0.0:8443", value_parser = parse_addr)]
+    pub diagnostics_address: SocketAddr,
+    /// Serve `/metrics` on `--http-addr` over plain HTTP to anyone who can reach it instead.
+    #[arg(long)]
+    pub insecure_diagnostics: bool,
     /// Only reconcile objects in this namespace (default: all namespaces).
     #[arg(long, value_name = "NS")]
     pub namespace: Option<String>,
@@ -73,6 +83,13 @@ impl ManagerArgs {
             qps: self.qps,
             burst: self.burst,
             http_addr: self.http_addr,
+            metrics: if self.insecure_diagnostics {
+                MetricsEndpoint::Insecure
+            } else {
+                MetricsEndpoint::Secure {
+                    addr: self.diagnostics_address,
+                }
+            },
             leader_election: self.leader_elect.clone(),
             ..ManagerConfig::default()
         }
@@ -188,9 +205,19 @@ mod tests {
     }
 
     #[test]
-    fn without_flags_the_config_is_the_managers_default() {
+    fn without_flags_the_config_is_the_managers_default_with_metrics_behind_authorization() {
         let flags = parse(&[]).unwrap();
-        assert_eq!(flags.manager_config(), ManagerConfig::default());
+        assert_eq!(
+            flags.manager_config(),
+            ManagerConfig {
+                metrics: MetricsEndpoint::Secure {
+                    addr: "0.0.0.0:8443".parse().unwrap()
+                },
+                ..ManagerConfig::default()
+            }
+        );
+        let insecure = parse(&["--insecure-diagnostics"]).unwrap().manager_config();
+        assert_eq!(insecure.metrics, MetricsEndpoint::Insecure);
         assert_eq!(flags.log_format, LogFormat::Text);
         assert!(!flags.with_bootstrap && !flags.with_core && !flags.with_control_plane);
     }

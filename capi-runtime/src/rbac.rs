@@ -30,13 +30,26 @@ pub fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
     }
 }
 
-/// What every Manager needs cluster-wide: events. Its leader-election Lease is
+/// What every Manager needs cluster-wide: events, and the reviews that check who scrapes its
+/// `/metrics` ([`crate::manager::MetricsEndpoint::Secure`]). Its leader-election Lease is
 /// [`leader_election`], granted by a [`role`] in its own namespace.
 pub fn manager() -> Vec<PolicyRule> {
-    vec![
+    let mut rules = vec![
         rule("", &["events"], &["create", "patch"]),
         rule("events.k8s.io", &["events"], &["create", "patch"]),
-    ]
+    ];
+    rules.extend(crate::manager::diagnostics_rbac());
+    rules
+}
+
+/// What reading a manager's `/metrics` takes; bind it to a scraper (upstream's
+/// `metrics-reader`).
+pub fn metrics_reader() -> PolicyRule {
+    PolicyRule {
+        non_resource_urls: Some(vec!["/metrics".to_string()]),
+        verbs: vec!["get".to_string()],
+        ..PolicyRule::default()
+    }
 }
 
 /// What leader election needs: its Lease. Grant it with a [`role`] in the namespace of the Lease

@@ -142,6 +142,7 @@ pub fn spawn(
     let log = std::fs::File::create(log)?;
     let child = tokio::process::Command::new(binary)
         .args(["--http-addr", "127.0.0.1:0", "--log-format", "json"])
+        .args(["--diagnostics-address", "127.0.0.1:0"])
         .args(args)
         .env("KUBECONFIG", &kubeconfig)
         .env("RUST_LOG", "debug")

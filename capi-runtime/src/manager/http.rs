@@ -1,4 +1,5 @@
-//! The manager's HTTP endpoints: `/healthz`, `/readyz` and `/metrics`.
+//! The manager's plain HTTP endpoints: `/healthz`, `/readyz`, and `/metrics` when it is served
+//! insecurely ([`super::MetricsEndpoint::Insecure`]).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -18,7 +19,7 @@ use crate::readiness::Readiness;
 /// Serves until `shutdown` completes.
 pub(crate) async fn serve(
     listener: TcpListener,
-    metrics: Metrics,
+    metrics: Option<Metrics>,
     readiness: Readiness,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -46,7 +47,7 @@ pub(crate) async fn serve(
 
 fn respond(
     request: &Request<Incoming>,
-    metrics: &Metrics,
+    metrics: &Option<Metrics>,
     readiness: &Readiness,
 ) -> Response<Full<Bytes>> {
     match request.uri().path() {
@@ -62,21 +63,30 @@ fn respond(
                 )
             }
         }
-        "/metrics" => {
-            let mut response = Response::new(Full::new(Bytes::from(metrics.encode())));
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                http::HeaderValue::from_static(
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                ),
-            );
-            response
-        }
+        "/metrics" => match metrics {
+            Some(metrics) => metrics_response(metrics),
+            None => text(
+                StatusCode::NOT_FOUND,
+                "metrics are served over HTTPS on the diagnostics address".to_string(),
+            ),
+        },
         _ => text(StatusCode::NOT_FOUND, "not found".to_string()),
     }
 }
 
-fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+/// The metrics in OpenMetrics text.
+pub(super) fn metrics_response(metrics: &Metrics) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(metrics.encode())));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static(
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        ),
+    );
+    response
+}
+
+pub(super) fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
     response.headers_mut().insert(

@@ -7,7 +7,9 @@
 //!   what upstream's four processes get, and one busy family cannot starve another;
 //! - bounded reconcile concurrency, namespace and label-selector scoping
 //!   ([`ReconcilerOptions`]);
-//! - `/healthz`, `/readyz` (every controller's cache synced) and `/metrics` on one HTTP address;
+//! - `/healthz`, `/readyz` (every controller's cache synced) on one HTTP address, and `/metrics`
+//!   there ([`MetricsEndpoint::Insecure`], the default) or over HTTPS to callers the cluster
+//!   authorizes ([`MetricsEndpoint::Secure`], as upstream's `--diagnostics-address`);
 //! - leader election on a `coordination.k8s.io/v1` Lease: controllers start only once this replica
 //!   leads, and are aborted at once (and [`Manager::run`] returns [`ManagerError::LeadershipLost`])
 //!   when it no longer does — another replica may already be reconciling — or when no renewal
@@ -30,8 +32,11 @@
 //! # }
 //! ```
 
+mod diagnostics;
 mod http;
 mod leader;
+
+pub use diagnostics::{MetricsEndpoint, TlsSetupError, rbac as diagnostics_rbac};
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -71,8 +76,11 @@ pub struct ManagerConfig {
     pub qps: f64,
     /// Requests allowed at once above the average, per family.
     pub burst: u32,
-    /// Where `/healthz`, `/readyz` and `/metrics` are served. Port 0 picks a free port.
+    /// Where `/healthz` and `/readyz` (and `/metrics` with [`MetricsEndpoint::Insecure`]) are
+    /// served. Port 0 picks a free port.
     pub http_addr: SocketAddr,
+    /// Where and how `/metrics` is served.
+    pub metrics: MetricsEndpoint,
     /// Leader election; `None` runs the controllers right away (one replica only).
     pub leader_election: Option<LeaderElectionConfig>,
     /// How long a graceful stop waits for in-flight reconciles before aborting them.
@@ -92,6 +100,7 @@ impl Default for ManagerConfig {
             qps: 100.0,
             burst: 200,
             http_addr: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            metrics: MetricsEndpoint::Insecure,
             leader_election: None,
             shutdown_timeout: Duration::from_secs(30),
         }
@@ -114,6 +123,9 @@ pub enum ManagerError {
         #[source]
         source: std::io::Error,
     },
+    /// The metrics endpoint's TLS could not be set up.
+    #[error(transparent)]
+    Tls(#[from] TlsSetupError),
     /// The configuration is unusable.
     #[error("invalid manager configuration: {0}")]
     InvalidConfig(String),
@@ -137,6 +149,8 @@ pub struct Manager {
     lease_client: Client,
     config: ManagerConfig,
     listener: TcpListener,
+    /// The secure metrics endpoint's listener and TLS ([`MetricsEndpoint::Secure`]).
+    secure_metrics: Option<(TcpListener, tokio_rustls::TlsAcceptor)>,
     metrics: Metrics,
     readiness: Readiness,
     /// One watch per kind, shared by every controller of the manager.
@@ -194,7 +208,20 @@ impl Manager {
                 addr: config.http_addr,
                 source,
             })?;
+        let secure_metrics = match &config.metrics {
+            MetricsEndpoint::Insecure => None,
+            MetricsEndpoint::Secure { addr } => Some((
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| ManagerError::Bind {
+                        addr: *addr,
+                        source,
+                    })?,
+                diagnostics::acceptor()?,
+            )),
+        };
         Ok(Self {
+            secure_metrics,
             lease_client: client.clone(),
             client,
             family_clients: None,
@@ -231,6 +258,13 @@ impl Manager {
     /// The bound HTTP address (useful with port 0).
     pub fn http_addr(&self) -> Result<SocketAddr, std::io::Error> {
         self.listener.local_addr()
+    }
+
+    /// The bound HTTPS address of `/metrics` ([`MetricsEndpoint::Secure`]; `None` otherwise).
+    pub fn metrics_addr(&self) -> Option<Result<SocketAddr, std::io::Error>> {
+        self.secure_metrics
+            .as_ref()
+            .map(|(listener, _)| listener.local_addr())
     }
 
     /// Registers a family of controllers — the core controllers (`capi_controllers`), the kubeadm
@@ -341,9 +375,22 @@ impl Manager {
         stop: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ManagerError> {
         let (trigger, shutdown) = Shutdown::new();
+        let insecure_metrics = match self.secure_metrics {
+            Some((listener, tls)) => {
+                tokio::spawn(diagnostics::serve(
+                    listener,
+                    tls,
+                    self.metrics.clone(),
+                    self.lease_client.clone(),
+                    shutdown.clone().wait(),
+                ));
+                None
+            }
+            None => Some(self.metrics.clone()),
+        };
         let server = tokio::spawn(http::serve(
             self.listener,
-            self.metrics.clone(),
+            insecure_metrics,
             self.readiness.clone(),
             shutdown.clone().wait(),
         ));

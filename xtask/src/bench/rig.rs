@@ -282,7 +282,7 @@ impl Rig {
                 "--with-core",
                 "--with-control-plane",
             ])
-            .args(["--http-addr", "127.0.0.1:0"])
+            .args(["--http-addr", "127.0.0.1:0", "--insecure-diagnostics"])
             .args(["--qps", &options.qps.to_string()])
             .args(["--burst", &options.burst.to_string()])
             .args(["--concurrency", &options.concurrency.to_string()])
