@@ -616,3 +616,70 @@ async fn a_render_that_reached_its_secret_is_kept_and_a_fresh_config_reads_no_se
     );
     task.abort();
 }
+
+#[tokio::test]
+async fn a_kubeconfig_that_does_not_parse_is_a_condition_without_its_content() {
+    let (env, ns) = environment().await;
+    let client = env.client();
+    let clusters = demo_cluster(&client, &ns, false).await;
+    add_machine(&client, &ns, "cp-0", true).await;
+    let reconciler = KubeadmConfigReconciler::new(
+        client.clone(),
+        std::sync::Arc::new(BootstrapSettings::default()),
+    )
+    .options(
+        ReconcilerOptions::default()
+            .namespace(&ns)
+            .retry_policy(RetryPolicy {
+                poll: Duration::from_millis(200),
+                backoff_base: Duration::from_millis(50),
+                ..RetryPolicy::default()
+            }),
+    );
+    let task = tokio::spawn(capi_bootstrap::controller::run(
+        reconciler,
+        std::future::pending(),
+    ));
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    eventually("the init machine's data", || async {
+        data(&secrets, "cp-0").await.is_some()
+    })
+    .await;
+
+    // The tenant overwrites the kubeconfig with one that does not parse, key material and all.
+    const KEY: &str = "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tdGVuYW50LXNlY3JldA==";
+    let broken = format!(
+        "apiVersion: v1\nkind: Config\nusers:\n- name: admin\n  user:\n    client-key-data: {KEY}\n  \
+         [unclosed: {{\n"
+    );
+    let patch = json!({"data": {"value": ByteString(broken.into_bytes())}});
+    secrets
+        .patch(
+            "demo-kubeconfig",
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    report_cluster(&clusters, true).await;
+    add_machine(&client, &ns, "worker-0", false).await;
+
+    let configs: Api<KubeadmConfig> = Api::namespaced(client.clone(), &ns);
+    let status =
+        || async { serde_json::to_string(&configs.get("worker-0").await.unwrap().status).unwrap() };
+    eventually("a condition naming the kubeconfig Secret", || async {
+        status().await.contains("demo-kubeconfig")
+    })
+    .await;
+    let shown = status().await;
+    assert!(shown.contains("WaitingForWorkloadCluster"), "{shown}");
+    assert!(
+        !shown.contains(KEY) && !shown.contains("tenant-secret"),
+        "{shown}"
+    );
+    assert!(
+        data(&secrets, "worker-0").await.is_none(),
+        "no join without a workload client"
+    );
+    task.abort();
+}
