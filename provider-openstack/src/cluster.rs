@@ -313,8 +313,11 @@ impl Infra {
         .await
     }
 
-    /// The first of `found`, else what `create` makes (it runs only then), tagged with the
-    /// cluster so that deletion and the leftover checks find it.
+    /// The first of `found` that carries this cluster's description, else what `create` makes
+    /// (it runs only then), tagged with the cluster so that deletion and the leftover checks
+    /// find it. One of the name that is another's (names of two clusters can coincide, as
+    /// `capi-rs-team-a-prod` for `team-a/prod` and `team/a-prod`) is never adopted: an
+    /// `InvalidConfiguration`.
     async fn found_or_created<T: NeutronResource>(
         &self,
         what: &str,
@@ -322,8 +325,14 @@ impl Infra {
         create: impl Future<Output = CloudResult<T>>,
     ) -> Result<T, ActuatorError> {
         let found = found.map_err(|e| actuator_error(&format!("finding {what}"), e))?;
-        if let Some(existing) = found.into_iter().next() {
+        let (ours, others): (Vec<T>, Vec<T>) = found
+            .into_iter()
+            .partition(|r| r.description() == self.names.description);
+        if let Some(existing) = ours.into_iter().next() {
             return Ok(existing);
+        }
+        if let Some(other) = others.first() {
+            return Err(name_taken(what, other.id()));
         }
         let created = create
             .await
@@ -413,14 +422,17 @@ impl Infra {
     ) -> Result<LoadBalancer, ActuatorError> {
         let octavia = &self.clients.load_balancer;
         let name = self.names.load_balancer();
-        let lb = match octavia
+        let (ours, others): (Vec<LoadBalancer>, Vec<LoadBalancer>) = octavia
             .load_balancers_named(&name)
             .await
             .map_err(|e| actuator_error("finding the API server load balancer", e))?
             .into_iter()
-            .next()
-        {
+            .partition(|lb| lb.description == self.names.description);
+        let lb = match ours.into_iter().next() {
             Some(lb) => lb,
+            None if !others.is_empty() => {
+                return Err(name_taken("the API server load balancer", &others[0].id));
+            }
             None => {
                 octavia
                     .create_load_balancer(
@@ -571,6 +583,8 @@ impl Infra {
             .routers(&by_name(&self.names.router()))
             .await
             .map_err(|e| actuator_error("finding the cluster router", e))?
+            .into_iter()
+            .filter(|r| r.description == self.names.description)
         {
             for network in &networks {
                 for subnet in &network.subnets {
@@ -605,7 +619,7 @@ impl Infra {
     }
 
     fn ours_network(&self, network: &Network) -> bool {
-        network.tags.contains(&self.names.tag())
+        network.tags.contains(&self.names.tag()) && network.description == self.names.description
     }
 
     async fn delete_load_balancer(&self, left: &mut Vec<String>) -> Result<(), ActuatorError> {
@@ -614,6 +628,8 @@ impl Infra {
             .load_balancers_named(&self.names.load_balancer())
             .await
             .map_err(|e| actuator_error("finding the API server load balancer", e))?
+            .into_iter()
+            .filter(|lb| lb.description == self.names.description)
         {
             if lb.provisioning_status.starts_with("PENDING_") {
                 left.push(format!(
@@ -671,7 +687,9 @@ impl Infra {
             groups.extend(
                 net.security_groups(&by_name(&name))
                     .await
-                    .map_err(|e| actuator_error("finding the cluster security groups", e))?,
+                    .map_err(|e| actuator_error("finding the cluster security groups", e))?
+                    .into_iter()
+                    .filter(|g| g.description == self.names.description),
             );
         }
         // Rules referring to the other group go first, so neither group is "in use" by the other.
@@ -813,6 +831,17 @@ pub(crate) fn desired_rules(
     (cp, w)
 }
 
+/// A resource of this cluster's name that another made (its description names another owner).
+fn name_taken(what: &str, id: &str) -> ActuatorError {
+    ActuatorError::invalid_configuration(
+        "NameTaken",
+        format!(
+            "{what} has this cluster's name but was not made for it ({id}); it is left untouched: \
+             rename or delete it"
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -862,6 +891,7 @@ mod tests {
                 vec![Network {
                     id: "net".into(),
                     name: "capi-rs-ns-demo".into(),
+                    description: OURS.into(),
                     ..Network::default()
                 }]
             })
@@ -869,12 +899,14 @@ mod tests {
         network.expect_subnets().returning(|_| {
             Ok(vec![Subnet {
                 id: "sub".into(),
+                description: OURS.into(),
                 ..Subnet::default()
             }])
         });
         network.expect_routers().returning(|_| {
             Ok(vec![crate::cloud::Router {
                 id: "r".into(),
+                description: OURS.into(),
                 ..Default::default()
             }])
         });
@@ -893,9 +925,13 @@ mod tests {
             provisioning_status: status.into(),
             vip_address: "10.6.0.9".into(),
             vip_port_id: Some("vip-port".into()),
+            description: OURS.into(),
             ..LoadBalancer::default()
         }
     }
+
+    /// The description of cluster `ns/demo`'s resources.
+    const OURS: &str = "capi-rs cluster ns/demo";
 
     const LB_SPEC: &str = r#"{"identityRef": {"name": "c", "cloudName": "c"},
         "managedSubnets": [{"cidr": "10.6.0.0/24"}],
@@ -993,6 +1029,98 @@ mod tests {
             .unwrap_err();
         assert_eq!(error.reason(), "ExternalNetworkAmbiguous");
         assert!(error.message().contains("spec.externalNetwork"));
+    }
+
+    /// `team-a/prod` and `team/a-prod` share the name `capi-rs-team-a-prod`: what the other made
+    /// (another description) is neither adopted nor deleted.
+    #[tokio::test]
+    async fn a_same_named_resource_of_another_cluster_is_never_adopted_or_deleted() {
+        const THEIRS: &str = "capi-rs cluster team/a-prod";
+        let mut network = MockNetworking::new();
+        network.expect_networks().returning(|q| {
+            Ok(if q.iter().any(|(k, _)| k == "router:external") {
+                vec![]
+            } else {
+                vec![Network {
+                    id: "their-net".into(),
+                    name: "capi-rs-ns-demo".into(),
+                    description: THEIRS.into(),
+                    tags: vec!["capi-rs-ns-demo".into()],
+                    ..Network::default()
+                }]
+            })
+        });
+        network.expect_create_network().never();
+        let spec = r#"{"identityRef": {"name": "c", "cloudName": "c"},
+            "managedSubnets": [{"cidr": "10.6.0.0/24"}]}"#;
+        let error = actuator(network, MockLoadBalancing::new())
+            .reconcile(&scope(serde_json::from_str(spec).unwrap()))
+            .await
+            .unwrap_err();
+        assert_eq!(error.reason(), "NameTaken");
+        assert!(error.message().contains("their-net"), "{}", error.message());
+
+        // Deleting this cluster leaves every same-named resource of the other alone.
+        let mut network = MockNetworking::new();
+        network.expect_networks().returning(|_| {
+            Ok(vec![Network {
+                id: "their-net".into(),
+                name: "capi-rs-ns-demo".into(),
+                description: THEIRS.into(),
+                tags: vec!["capi-rs-ns-demo".into()],
+                subnets: vec!["their-subnet".into()],
+                ..Network::default()
+            }])
+        });
+        network.expect_routers().returning(|_| {
+            Ok(vec![crate::cloud::Router {
+                id: "their-router".into(),
+                name: "capi-rs-ns-demo".into(),
+                description: THEIRS.into(),
+                ..Default::default()
+            }])
+        });
+        network.expect_security_groups().returning(|_| {
+            Ok(vec![SecurityGroup {
+                id: "their-group".into(),
+                name: "capi-rs-ns-demo-controlplane".into(),
+                description: THEIRS.into(),
+                ..SecurityGroup::default()
+            }])
+        });
+        network.expect_floating_ips().returning(|_| Ok(vec![]));
+        network.expect_delete_network().never();
+        network.expect_delete_subnet().never();
+        network.expect_delete_router().never();
+        network.expect_remove_router_interface().never();
+        network.expect_delete_security_group().never();
+        network.expect_delete_security_group_rule().never();
+        network.expect_delete_port().never();
+        let mut octavia = MockLoadBalancing::new();
+        octavia.expect_load_balancers_named().returning(|_| {
+            Ok(vec![LoadBalancer {
+                id: "their-lb".into(),
+                description: THEIRS.into(),
+                ..lb("ACTIVE")
+            }])
+        });
+        octavia.expect_delete_load_balancer().never();
+        let mut compute = MockCompute::new();
+        compute.expect_servers_tagged().returning(|_| Ok(vec![]));
+        let clients = Clients {
+            compute: Arc::new(compute),
+            images: Arc::new(MockImages::new()),
+            network: Arc::new(network),
+            load_balancer: Arc::new(octavia),
+        };
+        let mut connector = MockConnector::new();
+        connector
+            .expect_connect()
+            .returning(move |_, _| Ok(clients.clone()));
+        OpenStackClusterActuator::new(Arc::new(connector))
+            .delete(&scope(serde_json::from_str(spec).unwrap()))
+            .await
+            .unwrap();
     }
 
     #[test]

@@ -261,13 +261,16 @@ impl Ctx {
                 .security_groups(&by_name(&name))
                 .await
                 .map_err(|e| actuator_error("finding the cluster security group", e))?;
-            let group = found.into_iter().next().ok_or_else(|| {
-                ActuatorError::requeue_after(
-                    BUILD_POLL,
-                    "WaitingForClusterInfrastructure",
-                    format!("security group {name} does not exist yet"),
-                )
-            })?;
+            let group = found
+                .into_iter()
+                .find(|g| g.description == self.names.description)
+                .ok_or_else(|| {
+                    ActuatorError::requeue_after(
+                        BUILD_POLL,
+                        "WaitingForClusterInfrastructure",
+                        format!("security group {name} does not exist yet"),
+                    )
+                })?;
             groups.push(group.id);
         }
         for (i, param) in machine.spec.security_groups.iter().enumerate() {
@@ -482,7 +485,7 @@ impl Ctx {
             .await
             .map_err(|e| actuator_error("finding the API server load balancer", e))?
             .into_iter()
-            .next()
+            .find(|lb| lb.description == self.names.description)
         else {
             return Ok(None);
         };

@@ -216,6 +216,9 @@ pub struct Network {
     /// Its name.
     #[serde(default)]
     pub name: String,
+    /// Its description (the owner, for what this provider creates: see [`crate::naming`]).
+    #[serde(default)]
+    pub description: String,
     /// Its subnets' IDs.
     #[serde(default)]
     pub subnets: Vec<String>,
@@ -235,6 +238,9 @@ pub struct Subnet {
     /// Its name.
     #[serde(default)]
     pub name: String,
+    /// Its description (the owner, for what this provider creates: see [`crate::naming`]).
+    #[serde(default)]
+    pub description: String,
     /// Its network.
     #[serde(default)]
     pub network_id: String,
@@ -254,6 +260,9 @@ pub struct Router {
     /// Its name.
     #[serde(default)]
     pub name: String,
+    /// Its description (the owner, for what this provider creates: see [`crate::naming`]).
+    #[serde(default)]
+    pub description: String,
     /// Its tags.
     #[serde(default)]
     pub tags: Vec<String>,
@@ -267,6 +276,9 @@ pub struct SecurityGroup {
     /// Its name.
     #[serde(default)]
     pub name: String,
+    /// Its description (the owner, for what this provider creates: see [`crate::naming`]).
+    #[serde(default)]
+    pub description: String,
     /// Its rules.
     #[serde(default)]
     pub security_group_rules: Vec<SecurityGroupRule>,
@@ -331,6 +343,8 @@ pub trait NeutronResource {
     const COLLECTION: &'static str;
     /// Its ID.
     fn id(&self) -> &str;
+    /// Its description.
+    fn description(&self) -> &str;
 }
 
 macro_rules! neutron_resource {
@@ -339,6 +353,9 @@ macro_rules! neutron_resource {
             const COLLECTION: &'static str = $collection;
             fn id(&self) -> &str {
                 &self.id
+            }
+            fn description(&self) -> &str {
+                &self.description
             }
         }
     )*};
@@ -454,6 +471,9 @@ pub struct LoadBalancer {
     /// Its name.
     #[serde(default)]
     pub name: String,
+    /// Its description (the owner, for what this provider creates: see [`crate::naming`]).
+    #[serde(default)]
+    pub description: String,
     /// `ACTIVE`, `PENDING_CREATE`, `PENDING_UPDATE`, `PENDING_DELETE`, `ERROR`, `DELETED`.
     #[serde(default)]
     pub provisioning_status: String,
