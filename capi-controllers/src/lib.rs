@@ -230,8 +230,9 @@ pub fn rbac(infra_group: &str, infra_plurals: &[&str]) -> Vec<PolicyRule> {
             &["get", "list", "watch", "create", "patch", "delete"],
         ),
         // A Cluster's control plane (`controlPlaneRef`): read its status, own it, delete it with
-        // the Cluster. The KubeadmControlPlane; another control-plane provider's kind is granted
-        // by that provider's ClusterRole (upstream aggregates them), never by a wildcard here.
+        // the Cluster. The KubeadmControlPlane only: to run these controllers with another
+        // control-plane provider, grant its kind these verbs in a ClusterRole bound to the
+        // manager — never a wildcard over the group.
         rule(
             "controlplane.cluster.x-k8s.io",
             &["kubeadmcontrolplanes"],

@@ -2,7 +2,8 @@
 //! and clusters, bootstrap configs, their templates — whose kinds are known only at run time.
 //!
 //! A reference may name only a Cluster API provider's kind, as upstream's contract resolution
-//! requires: a CRD carrying the contract label (`cluster.x-k8s.io/v1beta2`). Anything else —
+//! requires: a CRD carrying a contract label (`cluster.x-k8s.io/v1beta2`, or `…/v1beta1` of a
+//! provider on the previous contract) with a version. Anything else —
 //! a built-in kind such as `Secret`, another operator's CRD — is
 //! [`ReferenceError::NotAProviderKind`], and nothing of it is read, watched or written, so a
 //! tenant cannot make the manager watch, cache or patch kinds outside the contract.
@@ -310,6 +311,12 @@ impl References {
             kind: resource.kind.clone(),
             label: label.clone(),
         };
+        // As upstream: the current contract's label, or the previous contract's (a provider not
+        // yet on v1beta2), with a version in its value.
+        let labels = [
+            label.clone(),
+            format!("{}v1beta1", capi_core::labels::CONTRACT_LABEL_PREFIX),
+        ];
         if resource.group.is_empty() {
             return Err(refused());
         }
@@ -318,10 +325,12 @@ impl References {
             .get_metadata_opt(&format!("{}.{}", resource.plural, resource.group))
             .await?
             .ok_or_else(refused)?;
-        match crd.metadata.labels.as_ref().and_then(|l| l.get(&label)) {
-            Some(_) => Ok(()),
-            None => Err(refused()),
-        }
+        let carried = crd.metadata.labels.as_ref().is_some_and(|found| {
+            labels
+                .iter()
+                .any(|key| found.get(key).is_some_and(|value| !value.is_empty()))
+        });
+        if carried { Ok(()) } else { Err(refused()) }
     }
 
     /// The API of the referenced kind in `namespace`.
@@ -449,7 +458,11 @@ impl References {
     ) -> Result<bool, ReferenceError> {
         let watched = match self.watched(&reference.api_group, &reference.kind).await {
             Ok(watched) => watched,
-            Err(ReferenceError::UnknownKind { .. }) => return Ok(false),
+            // Nothing of a kind that is not served, or not a provider's, is deleted: a Cluster or
+            // Machine naming one goes without it.
+            Err(ReferenceError::UnknownKind { .. } | ReferenceError::NotAProviderKind { .. }) => {
+                return Ok(false);
+            }
             Err(error) => return Err(error),
         };
         let api = self.api(reference, namespace).await?;
@@ -637,6 +650,10 @@ mod tests {
                 "{group}/{kind}: {error:?}"
             );
             assert!(references.api(&named, &ns).await.is_err(), "{kind}");
+            assert!(
+                !references.delete(&named, &ns, Confirm::Absence).await?,
+                "{kind}: nothing to delete, so that its owner's deletion ends"
+            );
         }
         assert!(
             lock(&references.watches.kinds).is_empty(),

@@ -201,9 +201,11 @@
 //! ```
 //!
 //! Beside upstream Cluster API (its core, kubeadm bootstrap and control plane managers installed
-//! by `clusterctl init`), run it as it is: `mycloud-provider --print-manifests | kubectl apply
-//! -f -` installs the CRDs and the ClusterRole (bind it to the manager's ServiceAccount), then the
-//! manager runs with `--leader-elect <namespace>/<name>`. Upstream's controllers reach the
+//! by `clusterctl init`), run it as it is: `mycloud-provider --leader-elect <namespace>/<name>
+//! --print-manifests | kubectl apply -f -` installs the CRDs, the ClusterRole and the Role that
+//! grants the Lease in `<namespace>` only (bind the ClusterRole with a ClusterRoleBinding and the
+//! Role with a RoleBinding in `<namespace>` to the manager's ServiceAccount), then the manager
+//! runs with the same `--leader-elect`. Upstream's controllers reach the
 //! provider's kinds through the contract label and set the Cluster as owner of the templates;
 //! upstream's manifests name the kinds in `infrastructureRef`s as for any provider. Without
 //! upstream, `--with-core --with-bootstrap --with-control-plane` runs this SDK's own

@@ -106,7 +106,12 @@ impl AuthUrlPolicy {
         let Some(allowed) = &self.allowed else {
             return Ok(());
         };
-        let host = authority.host().to_ascii_lowercase();
+        // `http` keeps an IPv6 host's brackets; patterns are stored without them.
+        let host = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_ascii_lowercase();
         let port = authority.port_u16();
         let named = match port {
             Some(port) => format!("{host}:{port}"),
@@ -152,6 +157,8 @@ fn split_host_port(text: &str) -> Option<(&str, Option<u16>)> {
         };
     }
     match text.rsplit_once(':') {
+        // More than one colon: an IPv6 address, which needs brackets.
+        Some((host, _)) if host.contains(':') => None,
         Some((host, port)) => Some((host, Some(port.parse().ok()?))),
         None => Some((text, None)),
     }
@@ -184,6 +191,7 @@ mod tests {
             "*.cloud.example.org",
             "10.0.0.5:5000",
             "http://lab.example.net:5000",
+            "[fd00::5]:5000",
         ])
         .unwrap();
         for allowed in [
@@ -193,6 +201,7 @@ mod tests {
             "https://10.0.0.5:5000/v3",
             "http://lab.example.net:5000/v3",
             "https://lab.example.net:5000/v3",
+            "https://[fd00::5]:5000/v3",
         ] {
             assert_eq!(policy.check(allowed), Ok(()), "{allowed}");
         }
@@ -202,6 +211,7 @@ mod tests {
             "https://cloud.example.org/v3",
             "https://evilcloud.example.org/v3",
             "https://10.0.0.5:35357/v3",
+            "https://[fd00::6]:5000/v3",
             "https://lab.example.net:5001/v3",
         ] {
             let error = policy.check(refused).unwrap_err();
@@ -223,7 +233,14 @@ mod tests {
     fn an_empty_list_allows_nothing_and_bad_patterns_are_named() {
         let none = AuthUrlPolicy::only::<&str>(&[]).unwrap();
         assert!(none.check("https://keystone.example.com/v3").is_err());
-        for bad in ["", "keystone/v3", "a.*.example.com", "host:port", "u@host"] {
+        for bad in [
+            "",
+            "keystone/v3",
+            "a.*.example.com",
+            "host:port",
+            "u@host",
+            "fd00::5",
+        ] {
             assert!(AuthUrlPolicy::only(&[bad]).is_err(), "{bad:?}");
         }
     }

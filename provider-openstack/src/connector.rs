@@ -92,21 +92,23 @@ impl Connector for SecretConnector {
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
         // A missing or unusable Secret is retried with backoff (not latched as invalid
         // configuration): creating or fixing the Secret does not change the object's generation.
-        let secret = secrets
+        let key = format!("{namespace}/{}", identity.name);
+        let Some(secret) = secrets
             .get_opt(&identity.name)
             .await
             .map_err(|e| ActuatorError::transient("CredentialsSecretUnreadable", e))?
-            .ok_or_else(|| {
-                ActuatorError::transient_message(
-                    "CredentialsSecretNotFound",
-                    format!(
-                        "the identityRef Secret {namespace}/{} does not exist; create it with a clouds.yaml \
-                         holding cloud {:?}",
-                        identity.name, identity.cloud_name
-                    ),
-                )
-            })?;
-        let key = format!("{namespace}/{}", identity.name);
+        else {
+            // Nothing made from a Secret that is gone is kept: its session (and token) go.
+            self.sessions.forget(&key).await;
+            return Err(ActuatorError::transient_message(
+                "CredentialsSecretNotFound",
+                format!(
+                    "the identityRef Secret {namespace}/{} does not exist; create it with a clouds.yaml \
+                     holding cloud {:?}",
+                    identity.name, identity.cloud_name
+                ),
+            ));
+        };
         let version = secret.metadata.resource_version.clone().unwrap_or_default();
         let session = self
             .sessions

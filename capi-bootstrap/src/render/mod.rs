@@ -423,7 +423,7 @@ fn plan_user(
     if !is_login_name(&user.name) {
         return Err(RenderError::InvalidUser {
             index,
-            reason: "name is not a login name: at most 32 of a-z, 0-9, '_', '-' and '.', \
+            reason: "name is not a login name: at most 32 of A-Z, a-z, 0-9, '_', '-' and '.', \
                      starting with a letter or '_', optionally ending in '$'",
         });
     }
@@ -454,8 +454,8 @@ fn plan_user(
     Ok(user)
 }
 
-/// Whether `name` is a login name as shadow-utils' `useradd` accepts it by default
-/// (`[a-z_][a-z0-9_.-]*[$]?`, at most 32 characters): nothing that could leave
+/// Whether `name` is a login name as shadow-utils' `useradd` accepts it
+/// (`[A-Za-z_][A-Za-z0-9_.-]*[$]?`, at most 32 characters): nothing that could leave
 /// `/etc/sudoers.d/<name>` or add a line to it.
 pub fn is_login_name(name: &str) -> bool {
     let body = name.strip_suffix('$').unwrap_or(name);
@@ -463,9 +463,8 @@ pub fn is_login_name(name: &str) -> bool {
     name.len() <= 32
         && chars
             .next()
-            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && chars
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-' | '.'))
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
 fn plan_file(
@@ -627,14 +626,21 @@ mod user_tests {
 
     #[test]
     fn login_names_are_as_useradd_takes_them() {
-        for good in ["capi", "_svc", "ops-1", "a.b", "machine$", &"a".repeat(32)] {
+        for good in [
+            "capi",
+            "_svc",
+            "ops-1",
+            "a.b",
+            "machine$",
+            "Admin",
+            &"a".repeat(32),
+        ] {
             assert!(is_login_name(good), "{good}");
         }
         for bad in [
             "",
             "../../etc/cron.d/x",
             "root\nALL",
-            "Admin",
             "1user",
             "-x",
             "a b",

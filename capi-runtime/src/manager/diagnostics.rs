@@ -4,11 +4,18 @@
 //! user it names. No token is 401, a token the API server does not accept is 401, a user without
 //! the right is 403; the token is never logged. Grant the right with a ClusterRole like upstream's
 //! `metrics-reader` (`nonResourceURLs: ["/metrics"], verbs: ["get"]`).
+//!
+//! Whoever can reach the port cannot turn it against the API server or the manager: a verdict is
+//! kept for a minute per token (a hash of it, as controller-runtime caches its reviews), at most
+//! four reviews run at once on the reconcilers' rate-limited client (never the leader election's),
+//! at most 64 connections are served at once, and a request's headers must arrive within 10 s.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode, header};
@@ -24,6 +31,7 @@ use k8s_openapi::api::authorization::v1::{
 use kube::api::PostParams;
 use kube::{Api, Client};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 
@@ -48,9 +56,9 @@ pub enum MetricsEndpoint {
 #[error("setting up the metrics endpoint's TLS: {0}")]
 pub struct TlsSetupError(String);
 
-/// A TLS acceptor with a certificate generated now, for `localhost` and the pod's names (a
-/// scraper verifies the ServiceAccount token's audience, not this certificate, as with upstream's
-/// self-signed default).
+/// A TLS acceptor with a self-signed certificate generated now, for `localhost` (a scraper
+/// skips verifying it, as with upstream's self-signed default; what is checked is the scraper's
+/// token).
 pub(crate) fn acceptor() -> Result<TlsAcceptor, TlsSetupError> {
     let fail = |e: &dyn std::fmt::Display| TlsSetupError(e.to_string());
     let certified =
@@ -68,7 +76,24 @@ pub(crate) fn acceptor() -> Result<TlsAcceptor, TlsSetupError> {
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
-/// Serves `/metrics` on `listener` until `shutdown` completes.
+/// How long a review's verdict is kept per token.
+const VERDICT_TTL: Duration = Duration::from_secs(60);
+/// Reviews at once.
+const REVIEWS_AT_ONCE: usize = 4;
+/// Connections served at once.
+const CONNECTIONS_AT_ONCE: usize = 64;
+/// Tokens whose verdict is kept.
+const VERDICTS_KEPT: usize = 1024;
+
+/// The reviewer: the client, the bound on reviews at once, the verdicts kept.
+#[derive(Clone)]
+struct Reviewer {
+    client: Client,
+    reviews: Arc<Semaphore>,
+    verdicts: Arc<Mutex<HashMap<u64, (Instant, Verdict)>>>,
+}
+
+/// Serves `/metrics` on `listener` until `shutdown` completes; reviews go through `client`.
 pub(crate) async fn serve(
     listener: TcpListener,
     tls: TlsAcceptor,
@@ -76,14 +101,28 @@ pub(crate) async fn serve(
     client: Client,
     shutdown: impl Future<Output = ()>,
 ) {
+    let reviewer = Reviewer {
+        client,
+        reviews: Arc::new(Semaphore::new(REVIEWS_AT_ONCE)),
+        verdicts: Arc::default(),
+    };
+    let connections = Arc::new(Semaphore::new(CONNECTIONS_AT_ONCE));
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             () = &mut shutdown => return,
             accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else { continue };
-                let (tls, metrics, client) = (tls.clone(), metrics.clone(), client.clone());
+                let Ok((stream, _)) = accepted else {
+                    // Out of file descriptors, say: do not spin.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
+                    continue;
+                };
+                let (tls, metrics, reviewer) = (tls.clone(), metrics.clone(), reviewer.clone());
                 tokio::spawn(async move {
+                    let _permit = permit;
                     let Ok(Ok(stream)) = tokio::time::timeout(
                         std::time::Duration::from_secs(10),
                         tls.accept(stream),
@@ -93,12 +132,14 @@ pub(crate) async fn serve(
                         return;
                     };
                     let service = service_fn(move |request| {
-                        let (metrics, client) = (metrics.clone(), client.clone());
+                        let (metrics, reviewer) = (metrics.clone(), reviewer.clone());
                         async move {
-                            Ok::<_, Infallible>(respond(&request, &metrics, &client).await)
+                            Ok::<_, Infallible>(respond(&request, &metrics, &reviewer).await)
                         }
                     });
                     if let Err(error) = http1::Builder::new()
+                        .timer(hyper_util::rt::TokioTimer::new())
+                        .header_read_timeout(Duration::from_secs(10))
                         .serve_connection(TokioIo::new(stream), service)
                         .await
                     {
@@ -113,7 +154,7 @@ pub(crate) async fn serve(
 async fn respond(
     request: &Request<Incoming>,
     metrics: &Metrics,
-    client: &Client,
+    reviewer: &Reviewer,
 ) -> Response<Full<Bytes>> {
     if request.uri().path() != "/metrics" {
         return text(StatusCode::NOT_FOUND, "not found");
@@ -128,7 +169,7 @@ async fn respond(
     else {
         return text(StatusCode::UNAUTHORIZED, "a bearer token is required");
     };
-    match authorized(client, token).await {
+    match reviewer.verdict(token).await {
         Verdict::Allowed => super::http::metrics_response(metrics),
         Verdict::Unauthenticated => text(StatusCode::UNAUTHORIZED, "the token was not accepted"),
         Verdict::Forbidden(user) => text(
@@ -145,11 +186,45 @@ async fn respond(
     }
 }
 
+#[derive(Clone)]
 enum Verdict {
     Allowed,
     Unauthenticated,
     Forbidden(String),
-    Failed(kube::Error),
+    Failed(Arc<kube::Error>),
+}
+
+impl Reviewer {
+    /// The verdict on `token`: kept from a review less than a minute old, else reviewed now
+    /// (a failed review is not kept).
+    async fn verdict(&self, token: &str) -> Verdict {
+        let key = {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            std::hash::Hash::hash(token, &mut hasher);
+            std::hash::Hasher::finish(&hasher)
+        };
+        if let Some((at, verdict)) = self.lock().get(&key)
+            && at.elapsed() < VERDICT_TTL
+        {
+            return verdict.clone();
+        }
+        let Ok(_permit) = self.reviews.acquire().await else {
+            return Verdict::Unauthenticated;
+        };
+        let verdict = authorized(&self.client, token).await;
+        if !matches!(verdict, Verdict::Failed(_)) {
+            let mut verdicts = self.lock();
+            verdicts.retain(|_, (at, _)| at.elapsed() < VERDICT_TTL);
+            if verdicts.len() < VERDICTS_KEPT {
+                verdicts.insert(key, (Instant::now(), verdict.clone()));
+            }
+        }
+        verdict
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (Instant, Verdict)>> {
+        self.verdicts.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// TokenReview, then SubjectAccessReview of `get /metrics` for the user the token names.
@@ -166,7 +241,7 @@ async fn authorized(client: &Client, token: &str) -> Verdict {
         .await
     {
         Ok(reviewed) => reviewed,
-        Err(error) => return Verdict::Failed(error),
+        Err(error) => return Verdict::Failed(Arc::new(error)),
     };
     let Some(status) = reviewed.status.filter(|s| s.authenticated == Some(true)) else {
         return Verdict::Unauthenticated;
@@ -192,7 +267,7 @@ async fn authorized(client: &Client, token: &str) -> Verdict {
     {
         Ok(decided) if decided.status.as_ref().is_some_and(|s| s.allowed) => Verdict::Allowed,
         Ok(_) => Verdict::Forbidden(user.username.unwrap_or_default()),
-        Err(error) => Verdict::Failed(error),
+        Err(error) => Verdict::Failed(Arc::new(error)),
     }
 }
 
@@ -236,6 +311,57 @@ mod tests {
             .and_then(|r| r.status)
             .map(|s| s.token)
             .unwrap_or_default()
+    }
+
+    /// A reviewer whose API server authenticates every token as `someone` and allows it, counting
+    /// the reviews it is sent.
+    fn counting_reviewer() -> (Reviewer, Arc<std::sync::atomic::AtomicU32>) {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let sent = Arc::new(AtomicU32::new(0));
+        let counter = Arc::clone(&sent);
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            counter.fetch_add(1, Ordering::Relaxed);
+            let body = if request.uri().path().contains("tokenreviews") {
+                json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                       "spec": {}, "status": {"authenticated": true, "user": {"username": "someone"}}})
+            } else {
+                json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                       "spec": {}, "status": {"allowed": true}})
+            };
+            async move {
+                http::Response::builder()
+                    .status(201)
+                    .body(kube::client::Body::from(body.to_string().into_bytes()))
+            }
+        });
+        let reviewer = Reviewer {
+            client: Client::new(service, "default"),
+            reviews: Arc::new(Semaphore::new(REVIEWS_AT_ONCE)),
+            verdicts: Arc::default(),
+        };
+        (reviewer, sent)
+    }
+
+    #[tokio::test]
+    async fn a_token_is_reviewed_once_a_minute_however_often_it_scrapes() {
+        use std::sync::atomic::Ordering;
+        let (reviewer, sent) = counting_reviewer();
+        for _ in 0..50 {
+            assert!(matches!(
+                reviewer.verdict("token-a").await,
+                Verdict::Allowed
+            ));
+        }
+        assert_eq!(
+            sent.load(Ordering::Relaxed),
+            2,
+            "one TokenReview, one SubjectAccessReview"
+        );
+        assert!(matches!(
+            reviewer.verdict("token-b").await,
+            Verdict::Allowed
+        ));
+        assert_eq!(sent.load(Ordering::Relaxed), 4, "another token is reviewed");
     }
 
     #[tokio::test]

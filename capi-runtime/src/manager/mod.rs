@@ -377,11 +377,12 @@ impl Manager {
         let (trigger, shutdown) = Shutdown::new();
         let insecure_metrics = match self.secure_metrics {
             Some((listener, tls)) => {
+                // The reconcilers' rate-limited client: reviews never delay lease renewals.
                 tokio::spawn(diagnostics::serve(
                     listener,
                     tls,
                     self.metrics.clone(),
-                    self.lease_client.clone(),
+                    self.client.clone(),
                     shutdown.clone().wait(),
                 ));
                 None

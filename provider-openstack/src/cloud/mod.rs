@@ -216,8 +216,9 @@ pub struct Network {
     /// Its name.
     #[serde(default)]
     pub name: String,
-    /// Its description (the owner, for what this provider creates: see [`crate::naming`]).
-    #[serde(default)]
+    /// Its description (the owner, for what this provider creates: see [`crate::naming`]);
+    /// empty when the cloud gives none (or `null`).
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub description: String,
     /// Its subnets' IDs.
     #[serde(default)]
@@ -230,6 +231,11 @@ pub struct Network {
     pub external: bool,
 }
 
+/// A string field a cloud may send as `null`: empty then.
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(deserializer)?.unwrap_or_default())
+}
+
 /// A Neutron subnet.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 pub struct Subnet {
@@ -238,8 +244,9 @@ pub struct Subnet {
     /// Its name.
     #[serde(default)]
     pub name: String,
-    /// Its description (the owner, for what this provider creates: see [`crate::naming`]).
-    #[serde(default)]
+    /// Its description (the owner, for what this provider creates: see [`crate::naming`]);
+    /// empty when the cloud gives none (or `null`).
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub description: String,
     /// Its network.
     #[serde(default)]
@@ -260,8 +267,9 @@ pub struct Router {
     /// Its name.
     #[serde(default)]
     pub name: String,
-    /// Its description (the owner, for what this provider creates: see [`crate::naming`]).
-    #[serde(default)]
+    /// Its description (the owner, for what this provider creates: see [`crate::naming`]);
+    /// empty when the cloud gives none (or `null`).
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub description: String,
     /// Its tags.
     #[serde(default)]
@@ -276,8 +284,9 @@ pub struct SecurityGroup {
     /// Its name.
     #[serde(default)]
     pub name: String,
-    /// Its description (the owner, for what this provider creates: see [`crate::naming`]).
-    #[serde(default)]
+    /// Its description (the owner, for what this provider creates: see [`crate::naming`]);
+    /// empty when the cloud gives none (or `null`).
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub description: String,
     /// Its rules.
     #[serde(default)]
@@ -471,8 +480,9 @@ pub struct LoadBalancer {
     /// Its name.
     #[serde(default)]
     pub name: String,
-    /// Its description (the owner, for what this provider creates: see [`crate::naming`]).
-    #[serde(default)]
+    /// Its description (the owner, for what this provider creates: see [`crate::naming`]);
+    /// empty when the cloud gives none (or `null`).
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub description: String,
     /// `ACTIVE`, `PENDING_CREATE`, `PENDING_UPDATE`, `PENDING_DELETE`, `ERROR`, `DELETED`.
     #[serde(default)]
@@ -688,4 +698,21 @@ pub trait LoadBalancing: Send + Sync {
     ) -> CloudResult<Member>;
     /// Removes a member (a 404 is success).
     async fn delete_member(&self, pool_id: &str, member_id: &str) -> CloudResult<()>;
+}
+
+#[cfg(test)]
+mod description_tests {
+    use super::*;
+
+    #[test]
+    fn a_null_description_reads_as_empty() {
+        let router: Router = serde_json::from_value(serde_json::json!(
+            {"id": "r", "name": "n", "description": null}
+        ))
+        .unwrap_or_default();
+        assert_eq!((router.id.as_str(), router.description.as_str()), ("r", ""));
+        let lb: LoadBalancer =
+            serde_json::from_value(serde_json::json!({"id": "lb"})).unwrap_or_default();
+        assert_eq!((lb.id.as_str(), lb.description.as_str()), ("lb", ""));
+    }
 }
