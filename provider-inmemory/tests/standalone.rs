@@ -1255,6 +1255,64 @@ fn record_machines(world: &World) -> (Seen, tokio::task::JoinHandle<()>) {
     (seen, task)
 }
 
+/// A Machine whose infrastructure machine is made after it, by hand and without an owner, finds
+/// it: nothing about that object's appearance names the Machine, so the Machine looks again.
+#[tokio::test]
+async fn a_machine_finds_an_infrastructure_machine_made_after_it_without_an_owner() {
+    let world = world().await;
+    let base: Vec<_> = manifest::parse(MANIFESTS)
+        .unwrap()
+        .into_iter()
+        .filter(|o| {
+            o.types
+                .as_ref()
+                .is_some_and(|t| t.kind != "MachineDeployment")
+        })
+        .collect();
+    manifest::create_all(&world.client(), &world.ns, &base)
+        .await
+        .unwrap();
+    let machine = manifest::parse(
+        r##"
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Machine
+metadata: {name: late}
+spec:
+  clusterName: demo
+  bootstrap: {dataSecretName: workers-bootstrap}
+  infrastructureRef: {apiGroup: infrastructure.capi-rs.dev, kind: InMemoryMachine, name: late}
+"##,
+    )
+    .unwrap();
+    manifest::create_all(&world.client(), &world.ns, &machine)
+        .await
+        .unwrap();
+    eventually("the machine says what it waits for", || async {
+        let machine = world.machines().get("late").await.unwrap();
+        serde_json::to_string(&machine.status)
+            .unwrap()
+            .contains("ReferenceNotFound")
+    })
+    .await;
+    let infra = manifest::parse(
+        r##"
+apiVersion: infrastructure.capi-rs.dev/v1alpha1
+kind: InMemoryMachine
+metadata: {name: late}
+spec: {flavor: small}
+"##,
+    )
+    .unwrap();
+    manifest::create_all(&world.client(), &world.ns, &infra)
+        .await
+        .unwrap();
+    eventually("the machine runs on it", || async {
+        let machine = world.machines().get("late").await.unwrap();
+        machine.phase() == Some(MachinePhase::Running)
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_machine_set_adopts_orphans_honours_delete_marks_and_never_overshoots() {
     let world = world().await;

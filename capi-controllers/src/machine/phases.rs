@@ -216,6 +216,14 @@ pub(super) async fn write_status(
         ),
         readiness_gates: machine.spec.readiness_gates.clone(),
     };
+    // A referenced object made without an owner (by hand, by another tool) wakes no machine when
+    // it appears: one that is missing is looked for again, never waited for forever.
+    if [&facts.bootstrap, &facts.infrastructure]
+        .iter()
+        .any(|step| step.reason == reasons::REFERENCE_NOT_FOUND)
+    {
+        next = next.due_within(deps.settings.poll);
+    }
     let current = machine.status.clone().unwrap_or_default();
     let (desired, available_in) = status::desired(&current, &facts, Time(jiff::Timestamp::now()));
     if let Some(wait) = available_in {
