@@ -1255,11 +1255,8 @@ fn record_machines(world: &World) -> (Seen, tokio::task::JoinHandle<()>) {
     (seen, task)
 }
 
-/// A Machine whose infrastructure machine is made after it, by hand and without an owner, finds
-/// it: nothing about that object's appearance names the Machine, so the Machine looks again.
-#[tokio::test]
-async fn a_machine_finds_an_infrastructure_machine_made_after_it_without_an_owner() {
-    let world = world().await;
+/// Creates the objects of `MANIFESTS` but the MachineDeployment.
+async fn create_all_but_the_deployment(world: &World) {
     let base: Vec<_> = manifest::parse(MANIFESTS)
         .unwrap()
         .into_iter()
@@ -1272,6 +1269,14 @@ async fn a_machine_finds_an_infrastructure_machine_made_after_it_without_an_owne
     manifest::create_all(&world.client(), &world.ns, &base)
         .await
         .unwrap();
+}
+
+/// A Machine whose infrastructure machine is made after it, by hand and without an owner, finds
+/// it: nothing about that object's appearance names the Machine, so the Machine looks again.
+#[tokio::test]
+async fn a_machine_finds_an_infrastructure_machine_made_after_it_without_an_owner() {
+    let world = world().await;
+    create_all_but_the_deployment(&world).await;
     let machine = manifest::parse(
         r##"
 apiVersion: cluster.x-k8s.io/v1beta2
@@ -1316,18 +1321,7 @@ spec: {flavor: small}
 #[tokio::test]
 async fn a_machine_set_adopts_orphans_honours_delete_marks_and_never_overshoots() {
     let world = world().await;
-    let base: Vec<_> = manifest::parse(MANIFESTS)
-        .unwrap()
-        .into_iter()
-        .filter(|o| {
-            o.types
-                .as_ref()
-                .is_some_and(|t| t.kind != "MachineDeployment")
-        })
-        .collect();
-    manifest::create_all(&world.client(), &world.ns, &base)
-        .await
-        .unwrap();
+    create_all_but_the_deployment(&world).await;
     let (seen, recorder) = record_machines(&world);
 
     // An orphan that matches the set's selector, made by hand.

@@ -864,8 +864,16 @@ mod tests {
     }
 
     fn actuator(network: MockNetworking, lb: MockLoadBalancing) -> OpenStackClusterActuator {
+        actuator_with(MockCompute::new(), network, lb)
+    }
+
+    fn actuator_with(
+        compute: MockCompute,
+        network: MockNetworking,
+        lb: MockLoadBalancing,
+    ) -> OpenStackClusterActuator {
         let clients = Clients {
-            compute: Arc::new(MockCompute::new()),
+            compute: Arc::new(compute),
             images: Arc::new(MockImages::new()),
             network: Arc::new(network),
             load_balancer: Arc::new(lb),
@@ -1107,17 +1115,7 @@ mod tests {
         octavia.expect_delete_load_balancer().never();
         let mut compute = MockCompute::new();
         compute.expect_servers_tagged().returning(|_| Ok(vec![]));
-        let clients = Clients {
-            compute: Arc::new(compute),
-            images: Arc::new(MockImages::new()),
-            network: Arc::new(network),
-            load_balancer: Arc::new(octavia),
-        };
-        let mut connector = MockConnector::new();
-        connector
-            .expect_connect()
-            .returning(move |_, _| Ok(clients.clone()));
-        OpenStackClusterActuator::new(Arc::new(connector))
+        actuator_with(compute, network, octavia)
             .delete(&scope(serde_json::from_str(spec).unwrap()))
             .await
             .unwrap();
