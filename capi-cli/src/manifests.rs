@@ -97,12 +97,13 @@ pub fn openstack() -> ProviderManifests {
 
 /// The AWS provider's manager (`aws-manager`, standalone mode, with the KubeadmControlPlane
 /// controller reaching each cluster's etcd through its workload API server). It reads the
-/// `identityRef` Secrets (granted by the bootstrap rules, which read and write Secrets); without
-/// one, a cluster is managed with the manager's own credentials (the AWS SDK's default chain: give
-/// the pod a web identity, or the variables `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY` from a
-/// Secret of its namespace).
+/// identities `identityRef`s name and the namespaces their selectors need, and Secrets (granted
+/// by the bootstrap rules, which read and write Secrets); the controller identity stands for the
+/// manager's own credentials (the AWS SDK's default chain: give the pod a web identity, or the
+/// variables `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY` from a Secret of its namespace).
 pub fn aws() -> ProviderManifests {
     let mut rules = standalone_rules("aws");
+    rules.extend(provider_aws::connector::rbac());
     rules.extend(capi_control_plane::controller::rbac(
         INFRA_GROUP,
         &["awsmachines", "awsmachinetemplates"],
@@ -150,6 +151,8 @@ fn pod_spec(name: &str, image: &str, args: Vec<String>) -> serde_json::Value {
             "name": "manager",
             "image": image,
             "args": args,
+            "env": [{"name": "POD_NAMESPACE",
+                     "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
             "ports": [{"name": "http", "containerPort": 8080},
                       {"name": "metrics", "containerPort": 8443}],
             "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}},

@@ -1,6 +1,12 @@
-//! From an `AWSCluster` to the clients that serve it: its region and its `identityRef` — a
-//! Secret of static credentials in its namespace, or the manager's own credentials (the SDK's
-//! default chain: environment, web identity, instance profile).
+//! From an `AWSCluster` to the clients that serve it: its region and its `identityRef` — one of
+//! the cluster-scoped identities of [`crate::api::identity`] (the controller identity `default`
+//! when unset), or a Secret of static credentials in the cluster's own namespace.
+//!
+//! Before any client is handed out, on every call, the identity (and each identity a role
+//! identity's credentials come from) must admit the cluster's namespace: a denied cluster gets
+//! an invalid-configuration error with reason `PrincipalUsageUnauthorized` (or
+//! `SourcePrincipalUsageUnauthorized` for a source identity) naming the identity and the
+//! namespace, and no call reaches AWS. Revoking a namespace takes effect at its next reconcile.
 
 #[cfg(feature = "sdk")]
 use std::sync::Arc;
@@ -9,7 +15,7 @@ use async_trait::async_trait;
 use capi_core::ActuatorError;
 use kube::ResourceExt;
 
-use crate::api::{AWSCluster, AwsIdentityKind};
+use crate::api::{AWSCluster, AwsIdentityKind, AwsIdentityReference};
 use crate::cloud::Clients;
 
 /// Gives the actuators their clients; mocked in unit tests.
@@ -20,53 +26,153 @@ pub trait Connector: Send + Sync {
     async fn connect(&self, cluster: &AWSCluster) -> Result<Clients, ActuatorError>;
 }
 
+/// The reason of the error a cluster gets when its identity does not admit its namespace
+/// (CAPA's condition reason).
+pub const PRINCIPAL_USAGE_UNAUTHORIZED: &str = "PrincipalUsageUnauthorized";
+/// The reason when an identity a role identity's credentials come from does not admit it.
+pub const SOURCE_PRINCIPAL_USAGE_UNAUTHORIZED: &str = "SourcePrincipalUsageUnauthorized";
+/// The reason when the named identity does not exist.
+pub const IDENTITY_NOT_FOUND: &str = "IdentityNotFound";
+
+/// How many role identities may chain (a role assumed with a role's credentials …).
+const MAX_CHAIN: usize = 4;
+
+/// What resolving identities reads beside Secrets (which the infrastructure reconcilers'
+/// rules already grant): the identity kinds, and namespaces for `allowedNamespaces` selectors.
+pub fn rbac() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
+    use capi_runtime::rbac::rule;
+    vec![
+        rule(
+            crate::api::GROUP,
+            &[
+                "awsclustercontrolleridentities",
+                "awsclusterstaticidentities",
+                "awsclusterroleidentities",
+            ],
+            &["get"],
+        ),
+        rule("", &["namespaces"], &["get"]),
+    ]
+}
+
 /// Where an `AWSCluster`'s credentials come from, as a cache key.
 #[cfg_attr(not(feature = "sdk"), allow(dead_code))]
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Identity {
-    /// The Secret `<namespace>/<name>`.
+    /// The Secret `<namespace>/<name>` of the cluster's own namespace.
     Secret(String),
     /// The manager's own credentials.
     Controller,
+    /// The `AWSClusterStaticIdentity` of this name.
+    Static(String),
+    /// The `AWSClusterRoleIdentity` of this name.
+    Role(String),
+}
+
+/// The identity an `AWSCluster` names: the controller identity when it names none.
+fn reference_of(cluster: &AWSCluster) -> AwsIdentityReference {
+    cluster
+        .spec
+        .identity_ref
+        .clone()
+        .unwrap_or_else(|| AwsIdentityReference {
+            name: crate::api::identity::CONTROLLER_IDENTITY_NAME.into(),
+            kind: AwsIdentityKind::ControllerIdentity,
+        })
 }
 
 #[cfg_attr(not(feature = "sdk"), allow(dead_code))]
 fn identity_of(cluster: &AWSCluster) -> Identity {
-    match &cluster.spec.identity_ref {
-        Some(reference) if reference.kind == AwsIdentityKind::Secret => Identity::Secret(format!(
+    let reference = reference_of(cluster);
+    match reference.kind {
+        AwsIdentityKind::Secret => Identity::Secret(format!(
             "{}/{}",
             cluster.namespace().unwrap_or_default(),
             reference.name
         )),
-        _ => Identity::Controller,
+        AwsIdentityKind::ControllerIdentity => Identity::Controller,
+        AwsIdentityKind::StaticIdentity => Identity::Static(reference.name),
+        AwsIdentityKind::RoleIdentity => Identity::Role(reference.name),
     }
 }
 
-/// Clients per identity and region, made from the identity Secret's `resourceVersion` (`""` for
-/// the manager's own credentials).
+/// The refusal of a cluster in `namespace` by the identity `kind` `name`; `source` when the
+/// identity is one a role identity's credentials come from.
+fn not_permitted(kind: &str, name: &str, namespace: &str, source: bool) -> ActuatorError {
+    let reason = if source {
+        SOURCE_PRINCIPAL_USAGE_UNAUTHORIZED
+    } else {
+        PRINCIPAL_USAGE_UNAUTHORIZED
+    };
+    ActuatorError::invalid_configuration(
+        reason,
+        format!(
+            "namespace {namespace} is not permitted to use {kind} {name}: its \
+             spec.allowedNamespaces does not admit this namespace; ask an operator to admit it, \
+             or name an identity that does in spec.identityRef"
+        ),
+    )
+}
+
+/// Where the credentials of one identity come from, resolved.
+#[cfg(feature = "sdk")]
+enum Principal {
+    /// The manager's own (the SDK's default chain).
+    Controller,
+    /// An access key.
+    Static(crate::credentials::StaticCredentials),
+    /// A role assumed with another principal's credentials.
+    Role {
+        name: String,
+        spec: Box<crate::api::AWSClusterRoleIdentitySpec>,
+        source: Box<Principal>,
+    },
+}
+
+#[cfg(feature = "sdk")]
+impl Principal {
+    /// What of these credentials must never be shown.
+    fn redaction(&self) -> capi_provider::support::redact::Redaction {
+        match self {
+            Principal::Controller => Default::default(),
+            Principal::Static(credentials) => credentials.redaction(),
+            Principal::Role { source, .. } => source.redaction(),
+        }
+    }
+}
+
+/// Clients per identity and region, made from the versions (`resourceVersion`s) of the objects
+/// the credentials came from.
 #[cfg(feature = "sdk")]
 type ClientCache = capi_provider::support::client_cache::ClientCache<(Identity, String), Clients>;
 
-/// The production [`Connector`]: reads identity Secrets with the management cluster's client and
-/// shares one set of SDK clients per identity, region and Secret version between all reconciles,
-/// all of a region under one budget ([`crate::throttle`]). The clients of a Secret that is gone
-/// are dropped at once, and any client unused for half an hour
-/// ([`capi_provider::support::client_cache`]).
+/// The production [`Connector`]: resolves identities with the management cluster's client and
+/// shares one set of SDK clients per identity, region and version of what the credentials came
+/// from between all reconciles, all of a region under one budget ([`crate::throttle`]). The
+/// clients of an identity that fails to resolve (gone, denied, its Secret gone) are dropped at
+/// once, and any client unused for half an hour ([`capi_provider::support::client_cache`]).
 #[cfg(feature = "sdk")]
 #[derive(Clone)]
 pub struct SecretConnector {
     client: kube::Client,
+    identity_namespace: String,
     budgets: crate::throttle::Budgets,
     endpoint_url: Option<String>,
     cache: Arc<ClientCache>,
 }
 
+/// The namespace of `AWSClusterStaticIdentity` Secrets when none is given: the manager's, as
+/// the shipped manifests install it.
+pub const DEFAULT_IDENTITY_NAMESPACE: &str = "capi-aws-system";
+
 #[cfg(feature = "sdk")]
 impl SecretConnector {
-    /// A connector reading Secrets with `client`, the default budget per region.
+    /// A connector reading identities and Secrets with `client`, the default budget per region,
+    /// static identities' Secrets in [`DEFAULT_IDENTITY_NAMESPACE`].
     pub fn new(client: kube::Client) -> Self {
         Self {
             client,
+            identity_namespace: DEFAULT_IDENTITY_NAMESPACE.into(),
             budgets: crate::throttle::Budgets::default(),
             endpoint_url: None,
             cache: Arc::default(),
@@ -86,21 +192,29 @@ impl SecretConnector {
     }
 
     /// Every call to `url` instead of AWS's regional endpoints (a local stand-in such as moto,
-    /// or a VPC endpoint).
+    /// or a VPC endpoint); STS's too.
     #[must_use]
     pub fn with_endpoint_url(mut self, url: impl Into<String>) -> Self {
         self.endpoint_url = Some(url.into());
         self
     }
 
+    /// Static identities' Secrets are read in `namespace` (the manager's own, which tenants
+    /// cannot read or write).
+    #[must_use]
+    pub fn with_identity_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.identity_namespace = namespace.into();
+        self
+    }
+
+    /// The static credentials of Secret `namespace/name`, and its `resourceVersion`.
     async fn secret_credentials(
         &self,
-        cluster: &AWSCluster,
+        namespace: &str,
         name: &str,
     ) -> Result<(String, crate::credentials::StaticCredentials), ActuatorError> {
-        let namespace = cluster.namespace().unwrap_or_default();
         let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
-            kube::Api::namespaced(self.client.clone(), &namespace);
+            kube::Api::namespaced(self.client.clone(), namespace);
         // A missing or unusable Secret is retried with backoff, never latched: creating or
         // fixing it does not change the AWSCluster's generation.
         let secret = secrets
@@ -108,12 +222,10 @@ impl SecretConnector {
             .await
             .map_err(|e| ActuatorError::transient("CredentialsSecretUnreadable", e))?
             .ok_or_else(|| {
-                let gone = identity_of(cluster);
-                self.cache.forget(|(identity, _)| *identity == gone);
                 ActuatorError::transient_message(
                     "CredentialsSecretNotFound",
                     format!(
-                        "the identityRef Secret {namespace}/{name} does not exist; create it with \
+                        "the identity Secret {namespace}/{name} does not exist; create it with \
                          keys AccessKeyID and SecretAccessKey (and SessionToken for temporary \
                          credentials)"
                     ),
@@ -132,36 +244,198 @@ impl SecretConnector {
         ))
     }
 
-    fn configs(
-        &self,
-        region: &str,
-        credentials: aws_sdk_ec2::config::Credentials,
-    ) -> (aws_sdk_ec2::Config, aws_sdk_elasticloadbalancingv2::Config) {
-        use aws_sdk_ec2::config::{BehaviorVersion, Region};
-        let mut ec2 = aws_sdk_ec2::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new(region.to_string()))
-            .credentials_provider(credentials.clone())
-            .retry_config(crate::cloud::sdk::sdk_retry_config())
-            .timeout_config(crate::cloud::sdk::sdk_timeout_config());
-        ec2.set_endpoint_url(self.endpoint_url.clone());
-        let ec2 = ec2.build();
-        let mut elb = aws_sdk_elasticloadbalancingv2::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new(region.to_string()))
-            .credentials_provider(credentials)
-            .retry_config(crate::cloud::sdk::sdk_retry_config())
-            .timeout_config(crate::cloud::sdk::sdk_timeout_config());
-        elb.set_endpoint_url(self.endpoint_url.clone());
-        let elb = elb.build();
-        (ec2, elb)
+    /// The cluster-scoped identity `name` of kind `K`, and its `resourceVersion`.
+    async fn identity<K>(&self, name: &str) -> Result<(K, String), ActuatorError>
+    where
+        K: kube::Resource<Scope = kube::core::ClusterResourceScope, DynamicType = ()>
+            + serde::de::DeserializeOwned
+            + Clone
+            + std::fmt::Debug,
+    {
+        let kind = K::kind(&());
+        let found = kube::Api::<K>::all(self.client.clone())
+            .get_opt(name)
+            .await
+            .map_err(|e| ActuatorError::transient("IdentityUnreadable", e))?
+            .ok_or_else(|| {
+                ActuatorError::transient_message(
+                    IDENTITY_NOT_FOUND,
+                    format!(
+                        "{kind} {name} does not exist; an operator creates it, with \
+                         spec.allowedNamespaces admitting this cluster's namespace"
+                    ),
+                )
+            })?;
+        let version = found.resource_version().unwrap_or_default();
+        Ok((found, version))
     }
 
-    async fn controller_configs(
+    /// Whether `allowed` admits `namespace`, reading its labels only when a selector needs
+    /// them.
+    async fn admitted(
         &self,
-        region: &str,
-    ) -> (aws_sdk_ec2::Config, aws_sdk_elasticloadbalancingv2::Config) {
-        use aws_sdk_ec2::config::{BehaviorVersion, Region};
+        allowed: Option<&capi_core::api::AllowedNamespaces>,
+        namespace: &str,
+    ) -> Result<bool, ActuatorError> {
+        let Some(allowed) = allowed else {
+            return Ok(false);
+        };
+        if let Some(verdict) = allowed.admits_by_name(namespace) {
+            return Ok(verdict);
+        }
+        let found = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(self.client.clone())
+            .get_opt(namespace)
+            .await
+            .map_err(|e| ActuatorError::transient("NamespaceUnreadable", e))?;
+        Ok(found.is_some_and(|ns| allowed.admits(namespace, ns.metadata.labels.as_ref())))
+    }
+
+    /// The principal `reference` names for a cluster in `namespace`, and the version of what it
+    /// came from; `depth` is its place in a chain of role identities (0: the cluster's own).
+    async fn resolve(
+        &self,
+        reference: &AwsIdentityReference,
+        namespace: &str,
+        depth: usize,
+    ) -> Result<(Principal, String), ActuatorError> {
+        let source = depth > 0;
+        let name = reference.name.as_str();
+        match reference.kind {
+            AwsIdentityKind::Secret if source => Err(ActuatorError::invalid_configuration(
+                "InvalidIdentity",
+                "the sourceIdentityRef of an AWSClusterRoleIdentity names a Secret; name an \
+                 AWSClusterStaticIdentity or AWSClusterControllerIdentity instead",
+            )),
+            AwsIdentityKind::Secret => {
+                let (version, credentials) = self.secret_credentials(namespace, name).await?;
+                Ok((Principal::Static(credentials), version))
+            }
+            AwsIdentityKind::ControllerIdentity => {
+                if name != crate::api::identity::CONTROLLER_IDENTITY_NAME {
+                    return Err(ActuatorError::invalid_configuration(
+                        "InvalidIdentity",
+                        format!(
+                            "the AWSClusterControllerIdentity is named {}, not {name}",
+                            crate::api::identity::CONTROLLER_IDENTITY_NAME
+                        ),
+                    ));
+                }
+                let (identity, _) = self
+                    .identity::<crate::api::AWSClusterControllerIdentity>(name)
+                    .await?;
+                if !self
+                    .admitted(identity.spec.allowed_namespaces.as_ref(), namespace)
+                    .await?
+                {
+                    return Err(not_permitted(
+                        "AWSClusterControllerIdentity",
+                        name,
+                        namespace,
+                        source,
+                    ));
+                }
+                // The manager's credentials are ambient: nothing of them is versioned.
+                Ok((Principal::Controller, String::new()))
+            }
+            AwsIdentityKind::StaticIdentity => {
+                let (identity, version) = self
+                    .identity::<crate::api::AWSClusterStaticIdentity>(name)
+                    .await?;
+                if !self
+                    .admitted(identity.spec.allowed_namespaces.as_ref(), namespace)
+                    .await?
+                {
+                    return Err(not_permitted(
+                        "AWSClusterStaticIdentity",
+                        name,
+                        namespace,
+                        source,
+                    ));
+                }
+                let (secret_version, credentials) = self
+                    .secret_credentials(&self.identity_namespace, &identity.spec.secret_ref)
+                    .await?;
+                Ok((
+                    Principal::Static(credentials),
+                    format!("{version}/{secret_version}"),
+                ))
+            }
+            AwsIdentityKind::RoleIdentity => {
+                let (identity, version) = self
+                    .identity::<crate::api::AWSClusterRoleIdentity>(name)
+                    .await?;
+                if !self
+                    .admitted(identity.spec.allowed_namespaces.as_ref(), namespace)
+                    .await?
+                {
+                    return Err(not_permitted(
+                        "AWSClusterRoleIdentity",
+                        name,
+                        namespace,
+                        source,
+                    ));
+                }
+                if depth + 1 >= MAX_CHAIN {
+                    return Err(ActuatorError::invalid_configuration(
+                        "InvalidIdentity",
+                        format!(
+                            "AWSClusterRoleIdentity {name}: its sourceIdentityRef chain is longer \
+                             than {MAX_CHAIN} identities (or loops)"
+                        ),
+                    ));
+                }
+                let (source, source_version) = Box::pin(self.resolve(
+                    &identity.spec.source_identity_ref,
+                    namespace,
+                    depth + 1,
+                ))
+                .await?;
+                Ok((
+                    Principal::Role {
+                        name: name.to_string(),
+                        spec: Box::new(identity.spec),
+                        source: Box::new(source),
+                    },
+                    format!("{version}/{source_version}"),
+                ))
+            }
+        }
+    }
+
+    /// The SDK settings of `region` with `principal`'s credentials (the default chain for the
+    /// manager's own).
+    async fn sdk_config(&self, region: &str, principal: &Principal) -> aws_config::SdkConfig {
+        use aws_config::{BehaviorVersion, Region};
+        let credentials = match principal {
+            Principal::Controller => None,
+            Principal::Static(credentials) => Some(
+                aws_sdk_ec2::config::SharedCredentialsProvider::new(credentials.to_sdk()),
+            ),
+            Principal::Role { name, spec, source } => {
+                let source_config = Box::pin(self.sdk_config(region, source)).await;
+                let mut role = aws_config::sts::AssumeRoleProvider::builder(&spec.role_arn)
+                    .session_name(
+                        spec.session_name
+                            .clone()
+                            .unwrap_or_else(|| session_name(name)),
+                    )
+                    .configure(&source_config);
+                if let Some(id) = &spec.external_id {
+                    role = role.external_id(id);
+                }
+                if let Some(policy) = &spec.inline_policy {
+                    role = role.policy(policy);
+                }
+                if let Some(seconds) = spec.duration_seconds {
+                    role = role.session_length(std::time::Duration::from_secs(
+                        u64::try_from(seconds).unwrap_or(900),
+                    ));
+                }
+                Some(aws_sdk_ec2::config::SharedCredentialsProvider::new(
+                    role.build().await,
+                ))
+            }
+        };
         let mut loader = aws_config::defaults(BehaviorVersion::latest())
             .region(Region::new(region.to_string()))
             .retry_config(crate::cloud::sdk::sdk_retry_config())
@@ -169,12 +443,18 @@ impl SecretConnector {
         if let Some(url) = &self.endpoint_url {
             loader = loader.endpoint_url(url);
         }
-        let shared = loader.load().await;
-        (
-            aws_sdk_ec2::config::Builder::from(&shared).build(),
-            aws_sdk_elasticloadbalancingv2::config::Builder::from(&shared).build(),
-        )
+        if let Some(credentials) = credentials {
+            loader = loader.credentials_provider(credentials);
+        }
+        loader.load().await
     }
+}
+
+/// The STS session name of a role identity's sessions: `capi-rs-<identity>`, at most 64
+/// characters (AWS's limit).
+#[cfg_attr(not(feature = "sdk"), allow(dead_code))]
+fn session_name(identity: &str) -> String {
+    format!("capi-rs-{identity}").chars().take(64).collect()
 }
 
 #[cfg(feature = "sdk")]
@@ -182,48 +462,41 @@ impl SecretConnector {
 impl Connector for SecretConnector {
     async fn connect(&self, cluster: &AWSCluster) -> Result<Clients, ActuatorError> {
         let region = cluster.spec.region.as_str();
+        let namespace = cluster.namespace().unwrap_or_default();
         let identity = identity_of(cluster);
-        let budget = self.budgets.region(region);
-        match (&identity, &cluster.spec.identity_ref) {
-            (Identity::Secret(_), Some(reference)) => {
-                let (version, credentials) =
-                    self.secret_credentials(cluster, &reference.name).await?;
-                if let Some(clients) = self
-                    .cache
-                    .get(&(identity.clone(), region.to_string()), &version)
-                {
-                    return Ok(clients);
+        let key = (identity.clone(), region.to_string());
+        let (principal, version) = match self.resolve(&reference_of(cluster), &namespace, 0).await {
+            Ok(resolved) => resolved,
+            Err(error) => {
+                // An API server that did not answer says nothing about the identity.
+                if !error.reason().ends_with("Unreadable") {
+                    self.cache.forget(|(held, _)| *held == identity);
                 }
-                let (ec2, elb) = self.configs(region, credentials.to_sdk());
-                let clients = Clients::from_sdk(ec2, elb, budget, credentials.redaction());
-                self.cache
-                    .insert((identity, region.to_string()), version, clients.clone());
-                Ok(clients)
+                return Err(error);
             }
-            _ => {
-                if let Some(clients) = self.cache.get(&(identity.clone(), region.to_string()), "") {
-                    return Ok(clients);
-                }
-                let (ec2, elb) = self.controller_configs(region).await;
-                let clients = Clients::from_sdk(ec2, elb, budget, Default::default());
-                self.cache.insert(
-                    (identity, region.to_string()),
-                    String::new(),
-                    clients.clone(),
-                );
-                Ok(clients)
-            }
+        };
+        if let Some(clients) = self.cache.get(&key, &version) {
+            return Ok(clients);
         }
+        let shared = self.sdk_config(region, &principal).await;
+        let clients = Clients::from_sdk(
+            aws_sdk_ec2::config::Builder::from(&shared).build(),
+            aws_sdk_elasticloadbalancingv2::config::Builder::from(&shared).build(),
+            self.budgets.region(region),
+            principal.redaction(),
+        );
+        self.cache.insert(key, version, clients.clone());
+        Ok(clients)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{AWSClusterSpec, AwsIdentityReference};
+    use crate::api::AWSClusterSpec;
 
     #[test]
-    fn an_identity_is_the_secret_of_the_clusters_namespace_or_the_managers_own() {
+    fn an_identity_is_the_one_named_the_controller_identity_when_none_is() {
         let mut cluster = AWSCluster::new(
             "demo",
             AWSClusterSpec {
@@ -233,18 +506,53 @@ mod tests {
         );
         cluster.metadata.namespace = Some("team-a".into());
         assert_eq!(identity_of(&cluster), Identity::Controller);
-        cluster.spec.identity_ref = Some(AwsIdentityReference {
-            name: "aws-creds".into(),
-            kind: AwsIdentityKind::Secret,
-        });
+        assert_eq!(reference_of(&cluster).name, "default");
+        for (kind, expected) in [
+            (
+                AwsIdentityKind::Secret,
+                Identity::Secret("team-a/creds".into()),
+            ),
+            (AwsIdentityKind::ControllerIdentity, Identity::Controller),
+            (
+                AwsIdentityKind::StaticIdentity,
+                Identity::Static("creds".into()),
+            ),
+            (
+                AwsIdentityKind::RoleIdentity,
+                Identity::Role("creds".into()),
+            ),
+        ] {
+            cluster.spec.identity_ref = Some(AwsIdentityReference {
+                name: "creds".into(),
+                kind,
+            });
+            assert_eq!(identity_of(&cluster), expected);
+        }
+    }
+
+    #[test]
+    fn a_refusal_names_the_identity_and_the_namespace_and_says_what_to_do() {
+        let error = not_permitted("AWSClusterStaticIdentity", "shared", "team-b", false);
+        assert_eq!(error.reason(), PRINCIPAL_USAGE_UNAUTHORIZED);
         assert_eq!(
-            identity_of(&cluster),
-            Identity::Secret("team-a/aws-creds".into())
+            error.kind(),
+            capi_core::actuator::ActuatorErrorKind::InvalidConfiguration
         );
-        cluster.spec.identity_ref = Some(AwsIdentityReference {
-            name: "default".into(),
-            kind: AwsIdentityKind::ControllerIdentity,
-        });
-        assert_eq!(identity_of(&cluster), Identity::Controller);
+        let message = error.to_string();
+        for needle in [
+            "team-b",
+            "AWSClusterStaticIdentity shared",
+            "allowedNamespaces",
+        ] {
+            assert!(message.contains(needle), "{message}");
+        }
+        let source = not_permitted("AWSClusterControllerIdentity", "default", "team-b", true);
+        assert_eq!(source.reason(), SOURCE_PRINCIPAL_USAGE_UNAUTHORIZED);
+    }
+
+    #[test]
+    fn a_session_name_fits_awss_limit() {
+        assert_eq!(session_name("ops"), "capi-rs-ops");
+        assert_eq!(session_name(&"x".repeat(100)).len(), 64);
     }
 }

@@ -20,6 +20,7 @@
 //!
 //! Each kind lives in its own module and is re-exported here.
 
+mod allowed_namespaces;
 mod cluster;
 mod deprecated;
 mod machine;
@@ -30,6 +31,7 @@ mod reference;
 mod topology;
 pub mod validation;
 
+pub use allowed_namespaces::{AllowedNamespaces, admits as namespace_admitted};
 pub use cluster::*;
 pub use deprecated::*;
 pub use machine::*;

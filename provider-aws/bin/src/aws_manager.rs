@@ -2,8 +2,9 @@
 //! current kubeconfig (in a pod: its ServiceAccount).
 //!
 //! It reconciles `AWSCluster`s, `AWSMachine`s and `AWSMachineTemplate`s in each cluster's region,
-//! with the credentials of its `identityRef` Secret or, without one, the manager's own (the AWS
-//! SDK's default chain: environment, web identity, instance profile). All calls to a region share
+//! with the credentials of the identity its `identityRef` names, if that identity admits the
+//! cluster's namespace ([`provider_aws::api::identity`]; without `identityRef`, the controller
+//! identity `default`: the manager's own credentials, the AWS SDK's default chain). All calls to a region share
 //! one budget (`--aws-api-rate`, `--aws-api-burst`), whatever the number of clusters. The flags
 //! every manager shares are [`capi_provider::ManagerArgs`]; `--with-bootstrap` and `--with-core`
 //! add the kubeadm bootstrap provider and the core Cluster API controllers (standalone mode).
@@ -33,6 +34,10 @@ struct Args {
     /// local stand-in such as moto).
     #[arg(long, env = "CAPI_RS_AWS_ENDPOINT_URL")]
     aws_endpoint_url: Option<String>,
+    /// The namespace of the Secrets `AWSClusterStaticIdentity`s name: the manager's own (the
+    /// shipped Deployment sets `POD_NAMESPACE` to it).
+    #[arg(long, env = "POD_NAMESPACE", default_value = provider_aws::connector::DEFAULT_IDENTITY_NAMESPACE)]
+    identity_namespace: String,
     /// AWS calls per second per region, on average, shared by every reconcile.
     #[arg(long, default_value_t = DEFAULT_RATE)]
     aws_api_rate: f64,
@@ -44,20 +49,24 @@ struct Args {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    let rules = rbac::provider(
+    let mut rules = rbac::provider(
         provider_aws::api::GROUP,
         "awsmachines",
         "awsclusters",
         "awsmachinetemplates",
     );
+    rules.extend(provider_aws::connector::rbac());
     let budgets = Budgets::new(args.aws_api_rate, args.aws_api_burst);
     let endpoint = args.aws_endpoint_url;
+    let identity_namespace = args.identity_namespace;
     ProviderManager::new("AWS", args.manager)
         .manifests(provider_aws::api::crds(), rules)
         .body_log_targets(provider_aws::cloud::SDK_LOG_TARGETS)
         .run(move |manager| {
             let client = manager.client();
-            let mut connector = SecretConnector::new(client).with_budgets(budgets);
+            let mut connector = SecretConnector::new(client)
+                .with_budgets(budgets)
+                .with_identity_namespace(identity_namespace);
             if let Some(url) = endpoint {
                 connector = connector.with_endpoint_url(url);
             }

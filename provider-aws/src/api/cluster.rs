@@ -21,21 +21,27 @@ pub(crate) const REGION: &str = r"^[a-z]{2}(-[a-z]+)+-[0-9]+$";
 /// Where the provider's AWS credentials come from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum AwsIdentityKind {
-    /// A Secret in the object's namespace with keys `AccessKeyID`, `SecretAccessKey` and
+    /// A Secret in the object's own namespace with keys `AccessKeyID`, `SecretAccessKey` and
     /// optionally `SessionToken` (the keys of CAPA's static identity Secret).
     #[default]
     Secret,
-    /// The manager's own credentials: the SDK's default chain (environment, web identity,
-    /// instance profile). `name` is not read (CAPA's convention is `default`).
+    /// The manager's own credentials ([`super::AWSClusterControllerIdentity`]; its name is
+    /// `default`).
     #[serde(rename = "AWSClusterControllerIdentity")]
     ControllerIdentity,
+    /// An access key in a Secret of the manager's namespace ([`super::AWSClusterStaticIdentity`]).
+    #[serde(rename = "AWSClusterStaticIdentity")]
+    StaticIdentity,
+    /// A role assumed through STS ([`super::AWSClusterRoleIdentity`]).
+    #[serde(rename = "AWSClusterRoleIdentity")]
+    RoleIdentity,
 }
 
 /// The credentials an `AWSCluster`'s resources are managed with (CAPA's `identityRef`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AwsIdentityReference {
-    /// The Secret's name (or `default` for the controller identity).
+    /// The name of the Secret or of the identity (`default` for the controller identity).
     #[schemars(length(min = 1, max = 253), pattern(validation::DNS_SUBDOMAIN))]
     pub name: String,
     /// What `name` names.
@@ -131,7 +137,8 @@ pub struct AWSClusterSpec {
     /// The network.
     #[serde(default, skip_serializing_if = "is_default_network")]
     pub network: NetworkSpec,
-    /// The credentials (the manager's own when unset).
+    /// The credentials: the controller identity `default` (the manager's own credentials, if it
+    /// allows this namespace) when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity_ref: Option<AwsIdentityReference>,
     /// An EC2 key pair for SSH on every machine that names none.

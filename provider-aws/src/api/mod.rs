@@ -11,19 +11,24 @@
 //!   IDs of the subnets it creates back into `spec.network.subnets`);
 //! - `controlPlaneLoadBalancer.loadBalancerType` is `nlb` (the default) or `disabled`: no classic
 //!   ELB or ALB for the API server;
-//! - `identityRef` names a `Secret` in the object's namespace (keys `AccessKeyID`,
-//!   `SecretAccessKey`, optionally `SessionToken`, as CAPA's static identity), or is absent for the
-//!   manager's own credentials (the SDK's default chain: environment, web identity, instance
-//!   profile) — CAPA's cluster-scoped identity kinds are not implemented;
+//! - `identityRef` names one of CAPA's cluster-scoped identities ([`identity`]: each says which
+//!   namespaces may use it), or a `Secret` in the object's own namespace (keys `AccessKeyID`,
+//!   `SecretAccessKey`, optionally `SessionToken`); unset, it is the controller identity
+//!   `default`, which an operator creates (CAPA creates one allowing every namespace);
 //! - no bastion, S3 bucket, IPv6, EKS lookups, Secrets Manager for user data (the bootstrap data
 //!   goes in the instance's user data, gzip-compressed when over EC2's 16 KB).
 
 mod cluster;
+pub mod identity;
 mod machine;
 mod network;
 mod tags;
 
 pub use self::cluster::*;
+pub use self::identity::{
+    AWSClusterControllerIdentity, AWSClusterControllerIdentitySpec, AWSClusterRoleIdentity,
+    AWSClusterRoleIdentitySpec, AWSClusterStaticIdentity, AWSClusterStaticIdentitySpec,
+};
 pub use self::machine::*;
 pub use self::network::*;
 pub use self::tags::{MAX_USER_TAGS, RESERVED_TAG_PREFIXES, Tags};
@@ -43,6 +48,9 @@ pub fn crds()
         AWSClusterTemplate::crd(),
         AWSMachine::crd(),
         AWSMachineTemplate::crd(),
+        identity::controller_identity_crd(),
+        AWSClusterStaticIdentity::crd(),
+        AWSClusterRoleIdentity::crd(),
     ]
     .into_iter()
     .map(|crd| capi_core::crd::with_contract_version(crd, VERSION))

@@ -30,6 +30,9 @@ pub struct Faults {
     pub refuse_all: Option<(String, String)>,
     /// `RunInstances` requests moto saw.
     pub launches_forwarded: usize,
+    /// The action of every request the proxy received (`DescribeVpcs`, `AssumeRole` …), in
+    /// order, whether or not it reached moto: the request log.
+    pub received: Vec<String>,
     tokens: HashMap<String, Bytes>,
 }
 
@@ -104,6 +107,7 @@ async fn handle(
     let token = form_value(&body, "ClientToken");
     {
         let mut faults = faults.lock().unwrap();
+        faults.received.push(action.clone());
         if let Some((code, message)) = &faults.refuse_all {
             return Ok(xml(
                 StatusCode::FORBIDDEN,
