@@ -119,10 +119,12 @@ pub fn aws() -> ProviderManifests {
 }
 
 /// The Azure provider's manager (`azure-manager`, standalone mode, with the KubeadmControlPlane
-/// controller). It reads the `identityRef` Secrets (a service principal's `tenantID`, `clientID`
-/// and `clientSecret`; granted by the bootstrap rules, which read and write Secrets).
+/// controller). It reads the `AzureClusterIdentity`s `identityRef`s name, the namespaces their
+/// selectors need, and Secrets (a service principal's `tenantID`, `clientID` and `clientSecret`;
+/// granted by the bootstrap rules, which read and write Secrets).
 pub fn azure() -> ProviderManifests {
     let mut rules = standalone_rules("azure");
+    rules.extend(provider_azure::connector::rbac());
     rules.extend(capi_control_plane::controller::rbac(
         INFRA_GROUP,
         &["azuremachines", "azuremachinetemplates"],

@@ -270,24 +270,15 @@ impl SecretConnector {
         Ok((found, version))
     }
 
-    /// Whether `allowed` admits `namespace`, reading its labels only when a selector needs
-    /// them.
+    /// Whether `allowed` admits `namespace`.
     async fn admitted(
         &self,
         allowed: Option<&capi_core::api::AllowedNamespaces>,
         namespace: &str,
     ) -> Result<bool, ActuatorError> {
-        let Some(allowed) = allowed else {
-            return Ok(false);
-        };
-        if let Some(verdict) = allowed.admits_by_name(namespace) {
-            return Ok(verdict);
-        }
-        let found = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(self.client.clone())
-            .get_opt(namespace)
+        capi_provider::support::allowed_namespaces::admitted(&self.client, allowed, namespace)
             .await
-            .map_err(|e| ActuatorError::transient("NamespaceUnreadable", e))?;
-        Ok(found.is_some_and(|ns| allowed.admits(namespace, ns.metadata.labels.as_ref())))
+            .map_err(|e| ActuatorError::transient("NamespaceUnreadable", e))
     }
 
     /// The principal `reference` names for a cluster in `namespace`, and the version of what it

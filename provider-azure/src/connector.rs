@@ -1,6 +1,9 @@
 //! From an `AzureCluster` to the ARM client that serves it: its Azure cloud (or the manager's
 //! overrides of the Resource Manager and Microsoft Entra ID endpoints) and the service principal
-//! in its `identityRef` Secret. One client per Secret version is shared by every reconcile, so
+//! its `identityRef` names — a Secret of the cluster's namespace, or an `AzureClusterIdentity`
+//! that admits the cluster's namespace (checked on every call, before any client is handed out:
+//! a denied cluster gets `NamespaceNotAllowedByIdentity` naming the identity and the namespace,
+//! and no request reaches Azure). One client per Secret version is shared by every reconcile, so
 //! a token is reused until shortly before it expires; when the Secret changes (its
 //! `resourceVersion`), a new client with a new token source replaces the old one, and the old
 //! token goes with the old credentials; when the Secret is deleted, its clients go at once, and a
@@ -13,7 +16,7 @@ use capi_core::ActuatorError;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
-use crate::api::AzureCluster;
+use crate::api::{AzureCluster, AzureIdentityKind};
 use crate::arm::{Arm, ArmClient};
 use crate::credentials::ClientCredentials;
 use crate::token::EntraTokens;
@@ -36,7 +39,22 @@ pub struct Endpoints {
     pub authority_host: Option<String>,
 }
 
-/// Clients per identity Secret (`<namespace>/<name>`) and Resource Manager endpoint.
+/// The reason of the error a cluster gets when its `AzureClusterIdentity` does not admit its
+/// namespace (CAPZ's condition reason).
+pub const NAMESPACE_NOT_ALLOWED_BY_IDENTITY: &str = "NamespaceNotAllowedByIdentity";
+
+/// What resolving identities reads beside Secrets (which the infrastructure reconcilers' rules
+/// already grant): `AzureClusterIdentity`s, and namespaces for `allowedNamespaces` selectors.
+pub fn rbac() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
+    use capi_provider::support::rbac::rule;
+    vec![
+        rule(crate::api::GROUP, &["azureclusteridentities"], &["get"]),
+        rule("", &["namespaces"], &["get"]),
+    ]
+}
+
+/// Clients per identity (`<namespace>/<name>` of a Secret, `identity:<namespace>/<name>` of an
+/// `AzureClusterIdentity`) and Resource Manager endpoint.
 type ClientCache =
     capi_provider::support::client_cache::ClientCache<(String, String), Arc<ArmClient>>;
 
@@ -84,8 +102,6 @@ impl SecretConnector {
             .await
             .map_err(|e| ActuatorError::transient("CredentialsSecretUnreadable", e))?
             .ok_or_else(|| {
-                let gone = format!("{namespace}/{name}");
-                self.cache.forget(|(identity, _)| *identity == gone);
                 ActuatorError::transient_message(
                     "CredentialsSecretNotFound",
                     format!(
@@ -105,6 +121,104 @@ impl SecretConnector {
             credentials,
         ))
     }
+    /// The service principal of the `AzureClusterIdentity` `reference` names, for a cluster in
+    /// `namespace`, if it admits that namespace; and the versions it came from.
+    async fn identity_credentials(
+        &self,
+        namespace: &str,
+        reference: &crate::api::AzureIdentityReference,
+    ) -> Result<(String, ClientCredentials), ActuatorError> {
+        let identity_namespace = reference.namespace.as_deref().unwrap_or(namespace);
+        let name = reference.name.as_str();
+        let identity = kube::Api::<crate::api::AzureClusterIdentity>::namespaced(
+            self.client.clone(),
+            identity_namespace,
+        )
+        .get_opt(name)
+        .await
+        .map_err(|e| ActuatorError::transient("IdentityUnreadable", e))?
+        .ok_or_else(|| {
+            ActuatorError::transient_message(
+                "IdentityNotFound",
+                format!(
+                    "AzureClusterIdentity {identity_namespace}/{name} does not exist; its owner \
+                     creates it, with spec.allowedNamespaces admitting namespace {namespace}"
+                ),
+            )
+        })?;
+        let admitted = capi_provider::support::allowed_namespaces::admitted(
+            &self.client,
+            identity.spec.allowed_namespaces.as_ref(),
+            namespace,
+        )
+        .await
+        .map_err(|e| ActuatorError::transient("NamespaceUnreadable", e))?;
+        if !admitted {
+            return Err(ActuatorError::invalid_configuration(
+                NAMESPACE_NOT_ALLOWED_BY_IDENTITY,
+                format!(
+                    "namespace {namespace} is not permitted to use AzureClusterIdentity \
+                     {identity_namespace}/{name}: its spec.allowedNamespaces does not admit this \
+                     namespace; ask its owner to admit it, or name another identity in \
+                     spec.identityRef"
+                ),
+            ));
+        }
+        let secret_ref = &identity.spec.client_secret;
+        if secret_ref
+            .namespace
+            .as_deref()
+            .is_some_and(|ns| ns != identity_namespace)
+        {
+            return Err(ActuatorError::invalid_configuration(
+                "InvalidIdentity",
+                format!(
+                    "AzureClusterIdentity {identity_namespace}/{name}: spec.clientSecret must name \
+                     a Secret of the identity's own namespace {identity_namespace}"
+                ),
+            ));
+        }
+        let secret = kube::Api::<Secret>::namespaced(self.client.clone(), identity_namespace)
+            .get_opt(&secret_ref.name)
+            .await
+            .map_err(|e| ActuatorError::transient("CredentialsSecretUnreadable", e))?
+            .ok_or_else(|| {
+                ActuatorError::transient_message(
+                    "CredentialsSecretNotFound",
+                    format!(
+                        "the Secret {identity_namespace}/{} of AzureClusterIdentity {name} does \
+                         not exist; create it with the key clientSecret",
+                        secret_ref.name
+                    ),
+                )
+            })?;
+        let client_secret =
+            capi_provider::support::secret_data::text(&secret, crate::credentials::CLIENT_SECRET)
+                .ok()
+                .flatten()
+                .ok_or_else(|| {
+                    ActuatorError::transient_message(
+                        "InvalidCredentials",
+                        format!(
+                            "Secret {identity_namespace}/{} has no text clientSecret",
+                            secret_ref.name
+                        ),
+                    )
+                })?;
+        let credentials = ClientCredentials::new(
+            &identity.spec.tenant_id,
+            &identity.spec.client_id,
+            client_secret,
+        );
+        Ok((
+            format!(
+                "{}/{}",
+                identity.resource_version().unwrap_or_default(),
+                secret.metadata.resource_version.unwrap_or_default()
+            ),
+            credentials,
+        ))
+    }
 }
 
 #[async_trait]
@@ -114,8 +228,8 @@ impl Connector for SecretConnector {
         let Some(reference) = &cluster.spec.identity_ref else {
             return Err(ActuatorError::invalid_configuration(
                 "NoIdentity",
-                "spec.identityRef must name a Secret with the service principal's tenantID, \
-                 clientID and clientSecret",
+                "spec.identityRef must name an AzureClusterIdentity that admits this namespace, \
+                 or a Secret with the service principal's tenantID, clientID and clientSecret",
             ));
         };
         let environment = cluster.spec.azure_environment.unwrap_or_default();
@@ -129,11 +243,31 @@ impl Connector for SecretConnector {
             .authority_host
             .clone()
             .unwrap_or_else(|| environment.authority_host().to_string());
-        let (version, credentials) = self.credentials(&namespace, &reference.name).await?;
-        let key = (
-            format!("{namespace}/{}", reference.name),
-            resource_manager.clone(),
-        );
+        let identity = match reference.kind {
+            AzureIdentityKind::Secret => format!("{namespace}/{}", reference.name),
+            AzureIdentityKind::AzureClusterIdentity => format!(
+                "identity:{}/{}",
+                reference.namespace.as_deref().unwrap_or(&namespace),
+                reference.name
+            ),
+        };
+        let resolved = match reference.kind {
+            AzureIdentityKind::Secret => self.credentials(&namespace, &reference.name).await,
+            AzureIdentityKind::AzureClusterIdentity => {
+                self.identity_credentials(&namespace, reference).await
+            }
+        };
+        let (version, credentials) = match resolved {
+            Ok(resolved) => resolved,
+            Err(error) => {
+                // An API server that did not answer says nothing about the identity.
+                if !error.reason().ends_with("Unreadable") {
+                    self.cache.forget(|(held, _)| *held == identity);
+                }
+                return Err(error);
+            }
+        };
+        let key = (identity, resource_manager.clone());
         if let Some(client) = self.cache.get(&key, &version) {
             return Ok(client);
         }

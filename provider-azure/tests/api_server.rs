@@ -267,10 +267,10 @@ async fn capz_shaped_objects_apply_and_what_the_rules_forbid_is_refused_with_a_r
             "should be less than or equal to 30",
         ),
         (
-            "capz-identity",
-            cluster(json!({"identityRef": {"kind": "AzureClusterIdentity", "name": "x"}})),
-            "spec.identityRef.kind",
-            "Unsupported value: \"AzureClusterIdentity\"",
+            "secret-elsewhere",
+            cluster(json!({"identityRef": {"kind": "Secret", "name": "x", "namespace": "ops"}})),
+            "spec.identityRef",
+            "namespace may only be set for an AzureClusterIdentity",
         ),
         (
             "bad-subscription",

@@ -59,12 +59,13 @@ fn http_client(ca_file: Option<&std::path::Path>) -> Result<reqwest::Client> {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    let rules = rbac::provider(
+    let mut rules = rbac::provider(
         provider_azure::api::GROUP,
         "azuremachines",
         "azureclusters",
         "azuremachinetemplates",
     );
+    rules.extend(provider_azure::connector::rbac());
     let http = http_client(args.azure_ca_file.as_deref())?;
     let endpoints = Endpoints {
         resource_manager: args.azure_resource_manager_url,

@@ -29,17 +29,33 @@ pub enum AzureIdentityKind {
     /// Secret).
     #[default]
     Secret,
+    /// An [`super::AzureClusterIdentity`] that admits the object's namespace (CAPZ's kind).
+    AzureClusterIdentity,
 }
 
 /// The credentials an `AzureCluster`'s resources are managed with.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = namespace_of_identities_only)]
 pub struct AzureIdentityReference {
-    /// The Secret's name.
+    /// The Secret's or the identity's name.
     #[schemars(length(min = 1, max = 253), pattern(validation::DNS_SUBDOMAIN))]
     pub name: String,
     /// What `name` names.
     pub kind: AzureIdentityKind,
+    /// The `AzureClusterIdentity`'s namespace (the object's own when unset); a Secret is always
+    /// the object's namespace's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: Option<String>,
+}
+
+fn namespace_of_identities_only(schema: &mut schemars::Schema) {
+    validation::add_rule(
+        schema,
+        "self.kind == 'AzureClusterIdentity' || !has(self.__namespace__)",
+        "namespace may only be set for an AzureClusterIdentity: a Secret is always in the object's own namespace",
+    );
 }
 
 /// The Azure cloud: which Resource Manager and which Microsoft Entra ID endpoints.
@@ -143,7 +159,7 @@ pub struct AzureClusterSpec {
     /// The network.
     #[serde(default, skip_serializing_if = "is_default_network")]
     pub network_spec: NetworkSpec,
-    /// The credentials (the manager's own, from its environment, when unset).
+    /// The credentials: a Secret of this namespace, or an `AzureClusterIdentity` that admits it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity_ref: Option<AzureIdentityReference>,
     /// The Azure cloud (`AzurePublicCloud` when unset).

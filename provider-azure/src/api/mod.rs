@@ -11,20 +11,23 @@
 //!   `status.ready`), and what the provider created is reported in status (`status.network`);
 //!   the operations in flight (`status.longRunningOperationStates`) record the URL ARM polls them
 //!   at and when they started, not an SDK's resume token;
-//! - `identityRef` names a `Secret` in the object's namespace (keys `tenantID`, `clientID`,
-//!   `clientSecret`: a service principal's client credentials), or is absent for the manager's
-//!   own credentials — CAPZ's `AzureClusterIdentity` kinds are not implemented;
+//! - `identityRef` names an [`AzureClusterIdentity`] (of type `ServicePrincipal` only) that
+//!   admits the object's namespace, or a `Secret` in the object's namespace (keys `tenantID`,
+//!   `clientID`, `clientSecret`: a service principal's client credentials); an identity's
+//!   `clientSecret` must be in the identity's own namespace;
 //! - one subnet per role (`control-plane`, `node`), a public API server load balancer only, no
 //!   bastion, NAT gateways, route tables, private DNS, peerings, outbound load balancers,
 //!   managed identities, extensions or IPv6; machines boot Linux images with cloud-init data.
 
 mod cluster;
+mod identity;
 mod machine;
 mod network;
 mod operations;
 mod tags;
 
 pub use self::cluster::*;
+pub use self::identity::*;
 pub use self::machine::*;
 pub use self::network::*;
 pub use self::operations::{LongRunningOperation, OperationType};
@@ -45,6 +48,7 @@ pub fn crds()
         AzureClusterTemplate::crd(),
         AzureMachine::crd(),
         AzureMachineTemplate::crd(),
+        AzureClusterIdentity::crd(),
     ]
     .into_iter()
     .map(|crd| capi_core::crd::with_contract_version(crd, VERSION))
