@@ -422,7 +422,7 @@ pub struct CrdsReport {
 
 /// [`check_refusals`] for every served version of every CRD in `crds`, each starting from
 /// `base(kind)` (its `metadata` and `spec`; `apiVersion` and `kind` are filled in), in
-/// `namespace`. A CRD whose schema yields no checkable constraint counts as a miss, so that a
+/// `namespace` (cluster-scoped kinds in none). A CRD whose schema yields no checkable constraint counts as a miss, so that a
 /// schema that lost its constraints cannot pass unnoticed.
 ///
 /// Errors: a base object was refused (named by kind), or the API server could not be reached.
@@ -448,8 +448,11 @@ pub async fn check_crds(
                 .unwrap_or(Value::Null);
             let gvk = GroupVersionKind::gvk(&crd.spec.group, &version.name, kind);
             let resource = ApiResource::from_gvk_with_plural(&gvk, &crd.spec.names.plural);
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(client.clone(), namespace, &resource);
+            let api: Api<DynamicObject> = if crd.spec.scope == "Cluster" {
+                Api::all_with(client.clone(), &resource)
+            } else {
+                Api::namespaced_with(client.clone(), namespace, &resource)
+            };
             let mut object = base(kind);
             object["apiVersion"] = json!(resource.api_version);
             object["kind"] = json!(kind);

@@ -99,6 +99,7 @@ mod tests {
             compute: Arc::new(compute),
             network: Arc::new(MockNetwork::new()),
             load_balancing: Arc::new(MockLoadBalancing::new()),
+            secrets: Arc::new(crate::cloud::MockSecrets::new()),
             redaction: Default::default(),
         };
         let mut connector = MockConnector::new();

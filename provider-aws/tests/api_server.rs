@@ -211,7 +211,7 @@ async fn capa_shaped_objects_apply_and_what_the_rules_forbid_is_refused_with_a_r
         ),
         (
             "unknown-identity",
-            json!({"region": "eu-west-1", "identityRef": {"kind": "AWSClusterRoleIdentity", "name": "r"}}),
+            json!({"region": "eu-west-1", "identityRef": {"kind": "AWSClusterIdentity", "name": "r"}}),
             "spec.identityRef.kind",
             "Unsupported value",
         ),

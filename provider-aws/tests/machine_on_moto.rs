@@ -25,7 +25,8 @@ async fn a_worker_is_launched_once_tagged_placed_and_terminated() {
         "demo-md-0-abc",
         "uid-worker",
         serde_json::json!({"instanceType": "t3.large", "ami": {"id": image},
-                           "additionalTags": {"cost-center": "42"}}),
+                           "additionalTags": {"cost-center": "42"},
+                           "cloudInit": {"insecureSkipSecretsManager": true}}),
     );
     assert_eq!(actuator.exists(&scope).await.unwrap(), None);
     let created = actuator.create(&scope, &bootstrap()).await.unwrap();
@@ -80,6 +81,7 @@ async fn a_worker_is_launched_once_tagged_placed_and_terminated() {
         .await
         .unwrap();
     let sent = user_data.user_data().and_then(|u| u.value()).unwrap();
+    // Asked for (`insecureSkipSecretsManager`): the data itself is the user data.
     assert_eq!(
         base64::engine::general_purpose::STANDARD
             .decode(sent)
@@ -218,4 +220,210 @@ async fn an_ami_is_looked_up_by_capas_name_format_for_the_machines_version() {
         error.message().contains("capa-ami-flatcar-?1.33.1-*"),
         "{error}"
     );
+}
+
+/// The bootstrap data of a control plane holds the cluster's CA keys: it never sits in the
+/// instance's user data (which anything reaching the metadata service reads), only in Secrets
+/// Manager, named by the machine's idempotency key, until the node registers; a machine deleted
+/// before that takes its secrets with it.
+#[tokio::test]
+async fn control_plane_bootstrap_data_travels_through_secrets_manager_never_user_data() {
+    use std::io::Read;
+
+    let world = world(Moto::new()).await;
+    let image = world.moto.any_image().await;
+    let actuator = world.actuator();
+    let scope = world.scope(
+        "demo-control-plane-keys",
+        "uid-cp-keys",
+        serde_json::json!({"instanceType": "t3.large", "ami": {"id": image}}),
+    );
+    // A control plane's data: the CA key among kilobytes of files (several secrets' worth).
+    let key = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAnotarealkey\n-----END RSA PRIVATE KEY-----";
+    let filler: String = (0..3000u32)
+        .map(|i| format!("{:08x}", i.wrapping_mul(2_654_435_761)))
+        .collect();
+    let data = format!(
+        "#cloud-config\nwrite_files:\n- path: /etc/kubernetes/pki/ca.key\n  content: |\n    {key}\n- path: /etc/filler\n  content: {filler}\n"
+    );
+    let bootstrap =
+        capi_core::BootstrapData::new(capi_core::BootstrapFormat::CloudConfig, data.clone());
+    let created = actuator.create(&scope, &bootstrap).await.unwrap();
+    let id = created.provider_id.rsplit('/').next().unwrap().to_string();
+
+    let user_data = world
+        .moto
+        .ec2
+        .describe_instance_attribute()
+        .instance_id(&id)
+        .attribute(InstanceAttributeName::UserData)
+        .send()
+        .await
+        .unwrap();
+    let sent = base64::engine::general_purpose::STANDARD
+        .decode(user_data.user_data().and_then(|u| u.value()).unwrap())
+        .unwrap();
+    let sent = String::from_utf8(sent).unwrap();
+    assert!(
+        !sent.contains("PRIVATE KEY") && !sent.contains("notarealkey"),
+        "{sent}"
+    );
+    assert!(sent.contains("text/cloud-boothook"), "{sent}");
+
+    // The secrets hold the data, gzip-compressed, in order.
+    let key_id = scope.idempotency_key.to_string();
+    let names: Vec<String> = world
+        .moto
+        .secrets
+        .list_secrets()
+        .send()
+        .await
+        .unwrap()
+        .secret_list()
+        .iter()
+        .filter_map(|s| s.name().map(str::to_string))
+        .collect();
+    let count = names.len();
+    assert!(count >= 2, "{names:?}");
+    let mut compressed = Vec::new();
+    for n in 0..count {
+        let name = provider_aws::machine::bootstrap_secrets::name(&key_id, n);
+        assert!(sent.contains(&name), "the script fetches {name}");
+        let value = world
+            .moto
+            .secrets
+            .get_secret_value()
+            .secret_id(&name)
+            .send()
+            .await
+            .unwrap();
+        compressed.extend_from_slice(value.secret_binary().unwrap().as_ref());
+    }
+    let mut stored = String::new();
+    flate2::read::GzDecoder::new(compressed.as_slice())
+        .read_to_string(&mut stored)
+        .unwrap();
+    assert_eq!(stored, data);
+    let instance = &world.instances_of(&key_id).await[0];
+    let tag = |instance: &aws_sdk_ec2::types::Instance| {
+        instance
+            .tags()
+            .iter()
+            .find(|t| t.key() == Some(provider_aws::machine::bootstrap_secrets::COUNT_TAG))
+            .and_then(|t| t.value().map(str::to_string))
+    };
+    assert_eq!(tag(instance), Some(count.to_string()));
+
+    // Until the node registers, the secrets stay (the instance may not have booted yet).
+    let scope = recorded(scope, &created.provider_id);
+    let found = actuator.exists(&scope).await.unwrap().unwrap();
+    actuator.update(&scope, found).await.unwrap();
+    let left = || async {
+        world
+            .moto
+            .secrets
+            .list_secrets()
+            .send()
+            .await
+            .unwrap()
+            .secret_list()
+            .len()
+    };
+    assert_eq!(left().await, count);
+
+    // A second machine is deleted before its node registers: its secrets go with it.
+    let other = world.scope(
+        "demo-control-plane-early",
+        "uid-cp-early",
+        serde_json::json!({"instanceType": "t3.large", "ami": {"id": image}}),
+    );
+    let early = actuator.create(&other, &bootstrap).await.unwrap();
+    assert_eq!(left().await, 2 * count);
+    let other = recorded(other, &early.provider_id);
+    let _ = actuator.delete(&other).await.unwrap_err();
+    actuator.delete(&other).await.unwrap();
+    assert_eq!(
+        left().await,
+        count,
+        "the deleted machine's secrets are gone"
+    );
+
+    // The node registers: the next reconcile deletes the secrets and says so on the instance.
+    let mut machine = (*scope.machine).clone();
+    machine.status.get_or_insert_default().node_ref = Some(capi_core::api::MachineNodeReference {
+        name: "node-1".into(),
+    });
+    let scope = capi_core::MachineScope {
+        machine: std::sync::Arc::new(machine),
+        ..scope
+    };
+    let found = actuator.exists(&scope).await.unwrap().unwrap();
+    actuator.update(&scope, found).await.unwrap();
+    assert_eq!(left().await, 0);
+    assert_eq!(tag(&world.instances_of(&key_id).await[0]), Some("0".into()));
+    let _ = actuator.delete(&scope).await.unwrap_err();
+    actuator.delete(&scope).await.unwrap();
+}
+
+/// A tenant writes `spec.providerID` naming an instance of another team (another cluster's, in
+/// the same account): the actuator never adopts, updates or terminates it — `exists`, `update`
+/// and `delete` all end in `InstanceNotOwned`, and the instance keeps running untouched.
+#[tokio::test]
+async fn a_provider_id_naming_another_tenants_instance_is_never_touched() {
+    let world = world(Moto::new()).await;
+    let image = world.moto.any_image().await;
+    // The other team's instance, with the other cluster's ownership tags.
+    let theirs = world
+        .moto
+        .ec2
+        .run_instances()
+        .image_id(&image)
+        .instance_type(aws_sdk_ec2::types::InstanceType::T3Large)
+        .min_count(1)
+        .max_count(1)
+        .tag_specifications(
+            aws_sdk_ec2::types::TagSpecification::builder()
+                .resource_type(aws_sdk_ec2::types::ResourceType::Instance)
+                .tags(
+                    aws_sdk_ec2::types::Tag::builder()
+                        .key("capi-rs.dev/cluster")
+                        .value("team-b/prod")
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let theirs = theirs.instances()[0].instance_id().unwrap().to_string();
+    let actuator = world.actuator();
+    let scope = world.scope(
+        "demo-md-0-hijack",
+        "uid-hijack",
+        serde_json::json!({"instanceType": "t3.large", "ami": {"id": image},
+                           "providerID": format!("aws:///us-east-1a/{theirs}")}),
+    );
+    let refused = actuator.exists(&scope).await.unwrap_err();
+    assert_eq!(refused.kind(), ActuatorErrorKind::InvalidConfiguration);
+    assert_eq!(refused.reason(), "InstanceNotOwned");
+    assert!(refused.to_string().contains(&theirs), "{refused}");
+    let refused = actuator.delete(&scope).await.unwrap_err();
+    assert_eq!(refused.reason(), "InstanceNotOwned");
+
+    let described = world
+        .moto
+        .ec2
+        .describe_instances()
+        .instance_ids(&theirs)
+        .send()
+        .await
+        .unwrap();
+    let instance = &described.reservations()[0].instances()[0];
+    assert_eq!(
+        instance.state().and_then(|s| s.name()),
+        Some(&aws_sdk_ec2::types::InstanceStateName::Running),
+        "the other team's instance keeps running"
+    );
+    let tags: Vec<_> = instance.tags().iter().filter_map(|t| t.key()).collect();
+    assert_eq!(tags, ["capi-rs.dev/cluster"], "and carries no tag of ours");
 }

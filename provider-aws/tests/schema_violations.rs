@@ -1,5 +1,5 @@
 //! Bad input the AWS schemas can judge: every constraint of `AWSCluster`, `AWSClusterTemplate`,
-//! `AWSMachine` and `AWSMachineTemplate` gets proptest-generated edits that break it, sent to a
+//! `AWSMachine`, `AWSMachineTemplate` and the three identity kinds gets proptest-generated edits that break it, sent to a
 //! real API server, which must refuse each naming the field
 //! (`capi_testing::schema_violations`). The base objects set every field, so that every
 //! constraint has something to break.
@@ -31,6 +31,7 @@ fn machine_spec() -> Value {
         "rootVolume": {"deviceName": "/dev/sda1", "size": 32, "type": "gp3", "iops": 3000,
                        "throughput": 125, "encrypted": true, "encryptionKey": "alias/ebs"},
         "spotMarketOptions": {"maxPrice": "0.05"},
+        "cloudInit": {"insecureSkipSecretsManager": false, "secureSecretsBackend": "secrets-manager"},
     })
 }
 
@@ -78,6 +79,24 @@ fn base(kind: &str) -> Value {
         "AWSMachineTemplate" => {
             json!({"template": {"metadata": {"labels": {"a": "b"}}, "spec": machine_spec()}})
         }
+        "AWSClusterControllerIdentity" => {
+            let spec = json!({"allowedNamespaces": {"list": ["team-a"],
+                              "selector": {"matchLabels": {"team": "a"}}}});
+            return json!({"metadata": {"name": "default"}, "spec": spec});
+        }
+        "AWSClusterStaticIdentity" => json!({
+            "secretRef": "aws-credentials",
+            "allowedNamespaces": {"list": ["team-a"], "selector": {"matchLabels": {"team": "a"}}},
+        }),
+        "AWSClusterRoleIdentity" => json!({
+            "roleARN": "arn:aws:iam::111122223333:role/capi",
+            "sessionName": "capi-rs",
+            "durationSeconds": 3600,
+            "inlinePolicy": "{}",
+            "externalID": "team-a",
+            "allowedNamespaces": {"list": ["team-a"], "selector": {"matchLabels": {"team": "a"}}},
+            "sourceIdentityRef": {"kind": "AWSClusterControllerIdentity", "name": "default"},
+        }),
         other => panic!("no base object for {other}"),
     };
     json!({"metadata": {"name": "bad-input"}, "spec": spec})

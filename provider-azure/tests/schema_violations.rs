@@ -1,5 +1,5 @@
 //! Bad input the Azure schemas can judge: every constraint of `AzureCluster`,
-//! `AzureClusterTemplate`, `AzureMachine` and `AzureMachineTemplate` gets proptest-generated edits
+//! `AzureClusterTemplate`, `AzureMachine`, `AzureMachineTemplate` and `AzureClusterIdentity` gets proptest-generated edits
 //! that break it, sent to a real API server, which must refuse each naming the field
 //! (`capi_testing::schema_violations`). The base objects set every field, so that every
 //! constraint has something to break.
@@ -74,6 +74,13 @@ fn base(kind: &str) -> Value {
         "AzureMachineTemplate" => {
             json!({"template": {"metadata": {"labels": {"a": "b"}}, "spec": machine_spec()}})
         }
+        "AzureClusterIdentity" => json!({
+            "type": "ServicePrincipal",
+            "clientID": "0b3c6e4a-1f2d-4c5b-8a9e-7d6c5b4a3f2e",
+            "tenantID": "72f988bf-86f1-41af-91ab-2d7cd011db47",
+            "clientSecret": {"name": "azure-sp", "namespace": "ops"},
+            "allowedNamespaces": {"list": ["team-a"], "selector": {"matchLabels": {"team": "a"}}},
+        }),
         other => panic!("no base object for {other}"),
     };
     json!({"metadata": {"name": "bad-input"}, "spec": spec})

@@ -418,6 +418,25 @@ async fn machines_boot_join_the_pool_and_leave_nothing_behind() {
         .await
         .unwrap();
     assert_eq!(ports.len(), 1);
+
+    // Another team's machine (its own namespace and cluster) names this server in
+    // spec.providerID: never adopted, updated or deleted.
+    let elsewhere = openstack_cluster(
+        "team-b",
+        "beta",
+        serde_json::json!({"identityRef": {"name": "local-cloud", "cloudName": "local"}}),
+    );
+    let hijack = machine_scope(&elsewhere, "beta", "team-b-md-0", false, spec.clone());
+    let hijack = recorded(&hijack, &first);
+    let refused = actuator.exists(&hijack).await.unwrap_err();
+    assert_eq!(refused.reason(), "ServerNotOwned", "{refused}");
+    let refused = actuator.delete(&hijack).await.unwrap_err();
+    assert_eq!(refused.reason(), "ServerNotOwned", "{refused}");
+    assert_eq!(
+        session.servers_named("beta-md-0").await.unwrap().len(),
+        1,
+        "the server of the other team is still there"
+    );
     assert_eq!(
         ports[0].allowed_address_pairs[0].ip_address,
         "192.168.7.0/24"

@@ -335,6 +335,7 @@ async fn the_manager_builds_scales_and_tears_down_a_kubeadm_cluster_on_moto() {
     let etcd_binary = capi_testing::envtest::Assets::locate().unwrap().etcd;
     let servers = Ec2Servers {
         ec2: ec2.clone(),
+        secrets: account.secrets_manager(),
         cluster: world.tag(),
     };
     let (hosts, etcd) = FakeHypervisor::new(servers, world.tag(), &etcd_binary);
@@ -394,6 +395,20 @@ async fn the_manager_builds_scales_and_tears_down_a_kubeadm_cluster_on_moto() {
         .await
         .unwrap();
     assert_eq!(nodes.items.len(), 5, "a node per instance");
+    // Every instance fetched its bootstrap data from Secrets Manager (the key material never sat
+    // in user data) and deleted it: nothing is left there once the nodes are up.
+    let left = account
+        .secrets_manager()
+        .list_secrets()
+        .send()
+        .await
+        .unwrap()
+        .secret_list()
+        .len();
+    assert_eq!(
+        left, 0,
+        "bootstrap data secrets left after every node registered"
+    );
 
     // The control plane is behind the load balancer: its instances are the target group's, the
     // cluster's endpoint is the load balancer's DNS name, and the AMI is the one looked up.

@@ -319,6 +319,39 @@ pub struct AWSMachineSpec {
     /// The instance metadata service (IMDSv2 required, hop limit 1 when unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_metadata_options: Option<InstanceMetadataOptions>,
+    /// How cloud-init bootstrap data reaches the instance (through Secrets Manager when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cloud_init: Option<CloudInit>,
+}
+
+/// How cloud-init bootstrap data reaches the instance (CAPA's `CloudInit`). By default it is
+/// stored, gzip-compressed, in Secrets Manager secrets named
+/// `aws.cluster.x-k8s.io/<idempotency key>-<n>`, and the user data is a script that fetches and
+/// deletes them at boot: the cluster's CA keys never sit in the instance's user data, which
+/// anything reaching its metadata service can read. The AMI needs the AWS CLI and the instance
+/// profile `secretsmanager:GetSecretValue` and `DeleteSecret` on
+/// `arn:*:secretsmanager:*:*:secret:aws.cluster.x-k8s.io/*` (CAPA's node policies). Ignition
+/// data always goes in the user data.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CloudInit {
+    /// Put the bootstrap data in the user data instead (for AMIs without the AWS CLI): whoever
+    /// reads the instance's user data reads the data, keys included.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub insecure_skip_secrets_manager: bool,
+    /// Where the data is kept: `secrets-manager` (the only backend implemented; CAPA's
+    /// `ssm-parameter-store` is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secure_secrets_backend: Option<SecretBackend>,
+}
+
+/// Where secure bootstrap data is kept.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum SecretBackend {
+    /// AWS Secrets Manager.
+    #[default]
+    #[serde(rename = "secrets-manager")]
+    SecretsManager,
 }
 
 /// EC2's state of an instance.

@@ -15,8 +15,13 @@
 //!   namespaces may use it), or a `Secret` in the object's own namespace (keys `AccessKeyID`,
 //!   `SecretAccessKey`, optionally `SessionToken`); unset, it is the controller identity
 //!   `default`, which an operator creates (CAPA creates one allowing every namespace);
-//! - no bastion, S3 bucket, IPv6, EKS lookups, Secrets Manager for user data (the bootstrap data
-//!   goes in the instance's user data, gzip-compressed when over EC2's 16 KB).
+//! - no bastion, S3 bucket, IPv6, EKS lookups or SSM Parameter Store for bootstrap data:
+//!   cloud-init data goes through Secrets Manager as CAPA's default does (`spec.cloudInit`), and
+//!   Ignition data in the instance's user data (cloud-init data too with
+//!   `insecureSkipSecretsManager`, gzip-compressed when over EC2's 16 KB); the
+//!   secrets are named after the machine's idempotency key rather than a random UUID, and
+//!   `spec.cloudInit.secretPrefix`/`secretCount` are not written back (their state is a tag on
+//!   the instance).
 
 mod cluster;
 pub mod identity;

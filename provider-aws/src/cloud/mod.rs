@@ -1,5 +1,5 @@
 //! The provider's view of AWS: narrow traits per service ([`Compute`], [`Network`],
-//! [`LoadBalancing`]; `mockall` mocks with feature `mock`), their adapters on the official SDK
+//! [`LoadBalancing`], [`Secrets`]; `mockall` mocks with feature `mock`), their adapters on the official SDK
 //! ([`sdk`], feature `sdk`), and what an AWS error answer means ([`error`]).
 //!
 //! The traits hold what the actuators need and nothing else, in the provider's own types, so
@@ -13,6 +13,7 @@ pub mod load_balancing;
 pub mod network;
 #[cfg(feature = "sdk")]
 pub mod sdk;
+pub mod secrets;
 
 use std::sync::Arc;
 
@@ -33,6 +34,9 @@ pub use network::{
     Address, InternetGateway, NatGateway, Network, NetworkInterface, Permission, PermissionSource,
     Route, RouteTable, RouteTarget, SecurityGroup, Subnet, Vpc,
 };
+#[cfg(any(test, feature = "mock"))]
+pub use secrets::MockSecrets;
+pub use secrets::Secrets;
 
 /// The log targets of the AWS SDK whose TRACE events print signed requests and bodies (user
 /// data, session tokens) and whose DEBUG events print the request's identity (the access key
@@ -46,6 +50,8 @@ pub const SDK_LOG_TARGETS: &[&str] = &[
     "aws_smithy_http",
     "aws_sdk_ec2",
     "aws_sdk_elasticloadbalancingv2",
+    "aws_sdk_secretsmanager",
+    "aws_sdk_sts",
     "aws_config",
     "aws_runtime",
     "hyper",
@@ -62,6 +68,8 @@ pub struct Clients {
     pub network: Arc<dyn Network>,
     /// ELBv2.
     pub load_balancing: Arc<dyn LoadBalancing>,
+    /// Secrets Manager (bootstrap data).
+    pub secrets: Arc<dyn Secrets>,
     /// The credentials' secret values, blanked from every cloud message shown to a user.
     pub redaction: Redaction,
 }
@@ -76,10 +84,12 @@ impl Clients {
 
 #[cfg(feature = "sdk")]
 impl Clients {
-    /// Clients on the SDK for one region's EC2 and ELBv2 configurations, under `budget`.
+    /// Clients on the SDK for one region's EC2, ELBv2 and Secrets Manager configurations, under
+    /// `budget`.
     pub fn from_sdk(
         ec2: aws_sdk_ec2::Config,
         elb: aws_sdk_elasticloadbalancingv2::Config,
+        secrets: aws_sdk_secretsmanager::Config,
         budget: crate::throttle::RegionBudget,
         redaction: Redaction,
     ) -> Self {
@@ -89,6 +99,10 @@ impl Clients {
             network: Arc::new(ec2),
             load_balancing: Arc::new(sdk::Elb::new(
                 aws_sdk_elasticloadbalancingv2::Client::from_conf(elb),
+                budget.clone(),
+            )),
+            secrets: Arc::new(sdk::SecretsManager::new(
+                aws_sdk_secretsmanager::Client::from_conf(secrets),
                 budget,
             )),
             redaction,

@@ -31,6 +31,7 @@ fn ctx(network: MockNetwork, load_balancing: MockLoadBalancing, spec: serde_json
             compute: Arc::new(MockCompute::new()),
             network: Arc::new(network),
             load_balancing: Arc::new(load_balancing),
+            secrets: Arc::new(crate::cloud::MockSecrets::new()),
             redaction: Redaction::default(),
         },
         cluster: Arc::new(aws_cluster(spec)),

@@ -1,11 +1,12 @@
 //! What a machine's instance is launched with, from its `AWSMachine`, its `Machine` and its
 //! `AWSCluster`: the AMI (named, or looked up by CAPA's name format), the subnet (named, or a
 //! subnet of the cluster in the Machine's failure domain), the security groups (the cluster's for
-//! the machine's role and the additional ones), the user data and the tags.
+//! the machine's role and the additional ones), the user data (a script fetching the data from
+//! Secrets Manager: [`super::bootstrap_secrets`]) and the tags.
 
 use capi_core::{ActuatorError, BootstrapData};
 
-use super::{Ctx, user_data};
+use super::{Ctx, bootstrap_secrets, user_data};
 use crate::api::{
     AwsResourceReference, Filter, LoadBalancerType, SecurityGroupRole, SubnetStatus, Tags,
 };
@@ -34,8 +35,15 @@ pub(super) async fn plan(
     bootstrap: &BootstrapData,
 ) -> Result<RunInstance, ActuatorError> {
     let spec = &ctx.infra.spec;
-    let user_data = user_data::encode(bootstrap)
-        .map_err(|e| ActuatorError::invalid_configuration("UserDataTooLarge", e.to_string()))?;
+    let secure = bootstrap_secrets::applies(&ctx.infra, bootstrap.format());
+    let plain_user_data =
+        if secure {
+            None
+        } else {
+            Some(user_data::encode(bootstrap).map_err(|e| {
+                ActuatorError::invalid_configuration("UserDataTooLarge", e.to_string())
+            })?)
+        };
     let image = image(ctx).await?;
     let root_volume = match &spec.root_volume {
         None => None,
@@ -55,12 +63,25 @@ pub(super) async fn plan(
             Some((device, volume.clone()))
         }
     };
+    let subnet_id = subnet(ctx).await?;
+    let security_group_ids = security_groups(ctx).await?;
+    let mut tags = tags(ctx);
+    // Stored last, once everything else of the launch is known to be there.
+    let user_data = match plain_user_data {
+        Some(user_data) => user_data,
+        None => {
+            let (user_data, count) =
+                bootstrap_secrets::store(ctx, bootstrap, &secret_tags(ctx)).await?;
+            tags.insert(bootstrap_secrets::COUNT_TAG.to_string(), count.to_string());
+            user_data
+        }
+    };
     Ok(RunInstance {
         client_token: ctx.key.clone(),
         image_id: image.id,
         instance_type: spec.instance_type.clone(),
-        subnet_id: subnet(ctx).await?,
-        security_group_ids: security_groups(ctx).await?,
+        subnet_id,
+        security_group_ids,
         public_ip: spec.public_ip,
         user_data,
         key_name: key_name(ctx),
@@ -72,7 +93,7 @@ pub(super) async fn plan(
             .clone()
             .unwrap_or_default()
             .resolve(),
-        tags: tags(ctx),
+        tags,
     })
 }
 
@@ -108,6 +129,21 @@ pub(super) fn tags(ctx: &Ctx) -> Tags {
     tags.insert(
         format!("{KUBERNETES_CLUSTER_TAG_PREFIX}{}", ctx.cluster_name),
         OWNED.to_string(),
+    );
+    tags
+}
+
+/// The tags of the machine's bootstrap data secrets: the cluster's ownership, the machine's
+/// role, name and idempotency key; not the user's additional tags, whose characters Secrets
+/// Manager may refuse.
+fn secret_tags(ctx: &Ctx) -> Tags {
+    let mut tags = ctx
+        .naming
+        .tags(instance_role(ctx.control_plane), &ctx.name, &Tags::new());
+    tags.insert(IDEMPOTENCY_KEY_TAG.to_string(), ctx.key.clone());
+    tags.insert(
+        MACHINE_NAME_TAG.to_string(),
+        format!("{}/{}", ctx.namespace, ctx.name),
     );
     tags
 }

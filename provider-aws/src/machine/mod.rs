@@ -22,7 +22,12 @@
 //! Control-plane instances join the API server's target group once running and leave it before
 //! they are terminated. Deletion terminates and waits, with RequeueAfter, until EC2 says
 //! `terminated`.
+//!
+//! Cloud-init bootstrap data reaches the instance through Secrets Manager, never its user data
+//! ([`bootstrap_secrets`]); the secrets go once the Machine has a node, the instance is gone, or
+//! the machine is deleted.
 
+pub mod bootstrap_secrets;
 mod launch;
 pub mod user_data;
 pub mod visibility;
@@ -479,6 +484,12 @@ impl Actuator<AWSMachine, AWSCluster> for AwsMachineActuator {
         found: Found<Box<Instance>>,
     ) -> Result<UpdateOutcome, ActuatorError> {
         let ctx = self.context(scope).await?;
+        let node_registered = scope
+            .machine
+            .status
+            .as_ref()
+            .is_some_and(|s| s.node_ref.is_some());
+        bootstrap_secrets::release_when_done(&ctx, &found.instance, node_registered).await?;
         let immutable_changes = self.converge(&ctx, &found.instance).await?;
         Ok(UpdateOutcome {
             instance: found.reported,
@@ -495,7 +506,11 @@ impl Actuator<AWSMachine, AWSCluster> for AwsMachineActuator {
             Lookup::Instance(instance) => *instance,
             // Deleting now would leave it behind once it shows up.
             Lookup::NotVisibleYet(name) => return Err(Self::not_visible(&name)),
-            Lookup::Nothing => return Ok(()),
+            Lookup::Nothing => {
+                // Stored before a launch that never happened, or never fetched.
+                bootstrap_secrets::release_all(&ctx).await?;
+                return Ok(());
+            }
         };
         if let Some(target_group) = launch::target_group(&ctx) {
             ctx.clients
@@ -505,6 +520,7 @@ impl Actuator<AWSMachine, AWSCluster> for AwsMachineActuator {
                 .map_err(|e| ctx.clients.error(e))?;
         }
         if instance.state != Some(InstanceState::ShuttingDown) {
+            bootstrap_secrets::release_all(&ctx).await?;
             ctx.clients
                 .compute
                 .terminate_instance(&instance.id)

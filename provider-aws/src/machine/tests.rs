@@ -95,8 +95,18 @@ fn clients(
         compute: Arc::new(compute),
         network: Arc::new(network),
         load_balancing: Arc::new(load_balancing),
+        secrets: Arc::new(stored_secrets()),
         redaction: Redaction::default().secret("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
     }
+}
+
+/// Secrets Manager that takes every store and delete, and holds nothing.
+fn stored_secrets() -> crate::cloud::MockSecrets {
+    let mut secrets = crate::cloud::MockSecrets::new();
+    secrets.expect_put_secret().returning(|_, _, _| Ok(()));
+    secrets.expect_delete_secret().returning(|_| Ok(()));
+    secrets.expect_secret_names().returning(|_| Ok(Vec::new()));
+    secrets
 }
 
 fn actuator_with(clients: Clients) -> AwsMachineActuator {
@@ -431,6 +441,7 @@ async fn a_lost_launch_answer_and_a_restart_end_with_exactly_one_instance() {
         compute: ec2.clone(),
         network: Arc::new(MockNetwork::new()),
         load_balancing: Arc::new(MockLoadBalancing::new()),
+        secrets: Arc::new(stored_secrets()),
         redaction: Redaction::default(),
     };
     let before = actuator_with(shared.clone());
@@ -852,4 +863,69 @@ fn provider_ids_name_zone_and_instance() {
     assert_eq!(instance_id_of("openstack:///i-0abc"), None);
     assert_eq!(instance_id_of("aws:///us-east-1a/"), None);
     assert_eq!(provider_id("eu-west-1c", "i-9"), "aws:///eu-west-1c/i-9");
+}
+
+/// The bootstrap data secrets of a running instance stay while its node has not registered (the
+/// instance may not have fetched them yet), and go at the first reconcile after it has: then
+/// the instance's tag says none are left, so later reconciles make no Secrets Manager call.
+#[tokio::test]
+async fn bootstrap_data_secrets_go_once_the_node_registers_and_never_before() {
+    let reconcile = |node: bool, deleted: Arc<std::sync::Mutex<Vec<String>>>| async move {
+        let mut scope = scope_of(recorded(infra(true), "i-7"));
+        if node {
+            let mut machine = (*scope.machine).clone();
+            machine.status.get_or_insert_default().node_ref =
+                Some(capi_core::api::MachineNodeReference {
+                    name: "node-1".into(),
+                });
+            scope.machine = Arc::new(machine);
+        }
+        let ctx = actuator(MockCompute::new()).context(&scope).await.unwrap();
+        let mut running = instance("i-7", InstanceState::Running);
+        running.tags = launch::tags(&ctx);
+        running
+            .tags
+            .insert(bootstrap_secrets::COUNT_TAG.into(), "2".into());
+        running.security_group_ids = launch::security_groups(&ctx).await.unwrap();
+        let mut compute = MockCompute::new();
+        compute
+            .expect_instances_by_id()
+            .returning(move |_| Ok(vec![running.clone()]));
+        compute
+            .expect_create_tags()
+            .times(usize::from(node))
+            .withf(|id, tags| {
+                id == "i-7"
+                    && tags.len() == 1
+                    && tags.get(bootstrap_secrets::COUNT_TAG).map(String::as_str) == Some("0")
+            })
+            .returning(|_, _| Ok(()));
+        // Strict: without a node, any Secrets Manager call fails the test.
+        let mut secrets = crate::cloud::MockSecrets::new();
+        secrets.expect_delete_secret().returning(move |name| {
+            deleted.lock().unwrap().push(name.to_string());
+            Ok(())
+        });
+        let mut load_balancing = MockLoadBalancing::new();
+        load_balancing
+            .expect_registered_instances()
+            .returning(|_| Ok(vec!["i-7".into()]));
+        let mut clients = clients(compute, MockNetwork::new(), load_balancing);
+        clients.secrets = Arc::new(secrets);
+        let actuator = actuator_with(clients);
+        let found = actuator.exists(&scope).await.unwrap().unwrap();
+        actuator.update(&scope, found).await.unwrap();
+        ctx.key.clone()
+    };
+    let deleted = Arc::new(std::sync::Mutex::new(Vec::new()));
+    reconcile(false, deleted.clone()).await;
+    assert_eq!(*deleted.lock().unwrap(), Vec::<String>::new());
+    let key = reconcile(true, deleted.clone()).await;
+    assert_eq!(
+        *deleted.lock().unwrap(),
+        [
+            bootstrap_secrets::name(&key, 0),
+            bootstrap_secrets::name(&key, 1)
+        ]
+    );
 }

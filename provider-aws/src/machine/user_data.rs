@@ -57,7 +57,7 @@ pub fn encode(data: &BootstrapData) -> Result<String, UserDataError> {
     Ok(base64::engine::general_purpose::STANDARD.encode(sent))
 }
 
-fn gzip(raw: &[u8]) -> Vec<u8> {
+pub(super) fn gzip(raw: &[u8]) -> Vec<u8> {
     let mut encoder = GzEncoder::new(Vec::new(), Compression::best());
     // Writing to a Vec cannot fail.
     let _ = encoder.write_all(raw);

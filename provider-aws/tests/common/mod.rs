@@ -62,9 +62,11 @@ pub struct Moto {
     pub account: String,
     pub ec2: aws_sdk_ec2::Client,
     pub elb: aws_sdk_elasticloadbalancingv2::Client,
-    /// The configurations of both, for the provider's own clients.
+    pub secrets: aws_sdk_secretsmanager::Client,
+    /// The configurations of all three, for the provider's own clients.
     pub ec2_config: aws_sdk_ec2::Config,
     pub elb_config: aws_sdk_elasticloadbalancingv2::Config,
+    pub secrets_config: aws_sdk_secretsmanager::Config,
 }
 
 impl Moto {
@@ -97,8 +99,20 @@ impl Moto {
             .retry_config(aws_sdk_elasticloadbalancingv2::config::retry::RetryConfig::disabled())
             .interceptor(Account(account.to_string()))
             .build();
+        let secrets = aws_sdk_secretsmanager::Config::builder()
+            .behavior_version(aws_sdk_secretsmanager::config::BehaviorVersion::latest())
+            .region(aws_sdk_secretsmanager::config::Region::new(REGION))
+            .endpoint_url(endpoint)
+            .credentials_provider(aws_sdk_secretsmanager::config::Credentials::new(
+                "moto", "moto", None, None, "moto",
+            ))
+            .retry_config(aws_sdk_secretsmanager::config::retry::RetryConfig::disabled())
+            .interceptor(Account(account.to_string()))
+            .build();
         Self {
             account: account.to_string(),
+            secrets: aws_sdk_secretsmanager::Client::from_conf(secrets.clone()),
+            secrets_config: secrets,
             ec2: aws_sdk_ec2::Client::from_conf(ec2.clone()),
             elb: aws_sdk_elasticloadbalancingv2::Client::from_conf(elb.clone()),
             ec2_config: ec2,
@@ -160,6 +174,7 @@ pub fn provider_clients(moto: &Moto) -> provider_aws::cloud::Clients {
     provider_aws::cloud::Clients::from_sdk(
         moto.ec2_config.clone(),
         moto.elb_config.clone(),
+        moto.secrets_config.clone(),
         provider_aws::throttle::RegionBudget::new(50.0, 100),
         capi_provider::support::redact::Redaction::default(),
     )

@@ -158,6 +158,19 @@ impl Account {
         )
     }
 
+    /// A Secrets Manager client of the account.
+    pub fn secrets_manager(&self) -> aws_sdk_secretsmanager::Client {
+        aws_sdk_secretsmanager::Client::from_conf(
+            aws_sdk_secretsmanager::Config::builder()
+                .behavior_version(aws_sdk_secretsmanager::config::BehaviorVersion::latest())
+                .region(aws_sdk_secretsmanager::config::Region::new(REGION))
+                .endpoint_url(&self.endpoint)
+                .credentials_provider(self.credentials())
+                .retry_config(aws_sdk_secretsmanager::config::retry::RetryConfig::disabled())
+                .build(),
+        )
+    }
+
     /// An ELBv2 client of the account.
     pub fn elb(&self) -> aws_sdk_elasticloadbalancingv2::Client {
         aws_sdk_elasticloadbalancingv2::Client::from_conf(
