@@ -34,8 +34,18 @@ pub const SOURCE_PRINCIPAL_USAGE_UNAUTHORIZED: &str = "SourcePrincipalUsageUnaut
 /// The reason when the named identity does not exist.
 pub const IDENTITY_NOT_FOUND: &str = "IdentityNotFound";
 
-/// How many role identities may chain (a role assumed with a role's credentials …).
+/// The longest chain of identities: a cluster's identity and the sources its credentials come
+/// from (so at most three role identities, each assumed with the next one's credentials).
 const MAX_CHAIN: usize = 4;
+
+/// The reasons that say an identity's credentials are gone or unusable.
+#[cfg_attr(not(feature = "sdk"), allow(dead_code))]
+const CREDENTIALS_GONE: [&str; 4] = [
+    IDENTITY_NOT_FOUND,
+    "CredentialsSecretNotFound",
+    "InvalidCredentials",
+    "InvalidIdentity",
+];
 
 /// What resolving identities reads beside Secrets (which the infrastructure reconcilers'
 /// rules already grant): the identity kinds, and namespaces for `allowedNamespaces` selectors.
@@ -459,8 +469,10 @@ impl Connector for SecretConnector {
         let (principal, version) = match self.resolve(&reference_of(cluster), &namespace, 0).await {
             Ok(resolved) => resolved,
             Err(error) => {
-                // An API server that did not answer says nothing about the identity.
-                if !error.reason().ends_with("Unreadable") {
+                // Credentials that are gone or changed take their clients with them; a refused
+                // namespace or an API server that did not answer says nothing about them (and
+                // one tenant's refusal must not cost another its clients).
+                if CREDENTIALS_GONE.contains(&error.reason()) {
                     self.cache.forget(|(held, _)| *held == identity);
                 }
                 return Err(error);

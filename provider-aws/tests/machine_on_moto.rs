@@ -272,7 +272,7 @@ async fn control_plane_bootstrap_data_travels_through_secrets_manager_never_user
 
     // The secrets hold the data, gzip-compressed, in order.
     let key_id = scope.idempotency_key.to_string();
-    let names: Vec<String> = world
+    let mut names: Vec<String> = world
         .moto
         .secrets
         .list_secrets()
@@ -285,15 +285,18 @@ async fn control_plane_bootstrap_data_travels_through_secrets_manager_never_user
         .collect();
     let count = names.len();
     assert!(count >= 2, "{names:?}");
+    let index = |name: &String| -> usize { name.rsplit('-').next().unwrap().parse().unwrap() };
+    names.sort_by_key(index);
+    let start = provider_aws::machine::bootstrap_secrets::names_start(&key_id);
     let mut compressed = Vec::new();
-    for n in 0..count {
-        let name = provider_aws::machine::bootstrap_secrets::name(&key_id, n);
-        assert!(sent.contains(&name), "the script fetches {name}");
+    for name in &names {
+        assert!(name.starts_with(&start), "{name}");
+        assert!(sent.contains(name.as_str()), "the script fetches {name}");
         let value = world
             .moto
             .secrets
             .get_secret_value()
-            .secret_id(&name)
+            .secret_id(name)
             .send()
             .await
             .unwrap();
@@ -313,6 +316,17 @@ async fn control_plane_bootstrap_data_travels_through_secrets_manager_never_user
             .and_then(|t| t.value().map(str::to_string))
     };
     assert_eq!(tag(instance), Some(count.to_string()));
+    // The names' random part is in the user data only: no tag gives it away.
+    let nonce = names[0][start.len()..].rsplit_once('-').unwrap().0;
+    assert_eq!(nonce.len(), 32, "{nonce}");
+    assert!(
+        instance
+            .tags()
+            .iter()
+            .all(|t| !t.value().unwrap_or_default().contains(nonce)),
+        "{:?}",
+        instance.tags()
+    );
 
     // Until the node registers, the secrets stay (the instance may not have booted yet).
     let scope = recorded(scope, &created.provider_id);

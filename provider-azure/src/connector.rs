@@ -260,8 +260,17 @@ impl Connector for SecretConnector {
         let (version, credentials) = match resolved {
             Ok(resolved) => resolved,
             Err(error) => {
-                // An API server that did not answer says nothing about the identity.
-                if !error.reason().ends_with("Unreadable") {
+                // Credentials that are gone or changed take their clients with them; a refused
+                // namespace or an API server that did not answer says nothing about them (and
+                // one tenant's refusal must not cost another its clients).
+                if [
+                    "IdentityNotFound",
+                    "CredentialsSecretNotFound",
+                    "InvalidCredentials",
+                    "InvalidIdentity",
+                ]
+                .contains(&error.reason())
+                {
                     self.cache.forget(|(held, _)| *held == identity);
                 }
                 return Err(error);

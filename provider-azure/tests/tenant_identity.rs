@@ -145,7 +145,7 @@ async fn an_identity_admits_only_the_namespaces_it_lists_and_hands_out_only_its_
     assert_eq!(server.world.lock().unwrap().tokens_issued, 1);
     assert_eq!(connector.cached_clients(), 1);
 
-    // Revoked: refused again, and the client made for it is gone.
+    // Revoked: refused again (the client stays for namespaces still admitted).
     Api::<Namespace>::all(env.client())
         .patch(
             &ns,
@@ -156,7 +156,6 @@ async fn an_identity_admits_only_the_namespaces_it_lists_and_hands_out_only_its_
         .unwrap();
     let revoked = connector.connect(&cluster).await.err().unwrap();
     assert_eq!(revoked.reason(), NAMESPACE_NOT_ALLOWED_BY_IDENTITY);
-    assert_eq!(connector.cached_clients(), 0);
 
     // The tenant writes an identity of its own naming the operator's Secret: refused, unread.
     Api::<AzureClusterIdentity>::namespaced(tenant.clone(), &ns)

@@ -20,12 +20,15 @@ use super::validation;
 /// | `{selector: {matchLabels: {team: x}}}` | namespaces labelled `team=x` |
 /// | `{list: [a], selector: …}` | `a`, and the namespaces the selector matches |
 /// | `{list: []}`, `{selector: {matchLabels: {}}}` | no namespace |
+/// | `{list: null}`, `{selector: null}` | no namespace |
 ///
 /// As in CAPA, the list and the selector are alternatives (either one admits a namespace), and
 /// only the literal `{}` (or `{selector: {}}`, which decodes to the same) means every
 /// namespace; a selector with empty `matchLabels` or `matchExpressions` selects nothing, and a
-/// malformed selector (an unknown operator, `In` without values) selects nothing.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// malformed selector (an unknown operator, `In` without values) selects nothing. Unlike CAPA,
+/// a `list` or `selector` written as `null` (YAML `list:` with nothing after it) admits no
+/// namespace through it, rather than turning the whole into `{}`: a mistake fails closed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, JsonSchema)]
 pub struct AllowedNamespaces {
     /// Namespaces by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -36,6 +39,41 @@ pub struct AllowedNamespaces {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "validation::label_selector")]
     pub selector: Option<LabelSelector>,
+}
+
+/// `allowedNamespaces` as written, telling an absent field from one written `null`.
+#[derive(Deserialize)]
+struct Written {
+    #[serde(default, deserialize_with = "present")]
+    list: Option<Option<Vec<String>>>,
+    #[serde(default, deserialize_with = "present")]
+    selector: Option<Option<LabelSelector>>,
+}
+
+/// A field that is there, `null` or not.
+fn present<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(deserializer).map(Some)
+}
+
+impl<'de> Deserialize<'de> for AllowedNamespaces {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let written = Written::deserialize(deserializer)?;
+        Ok(Self {
+            // A `null` list names no namespace.
+            list: written.list.map(Option::unwrap_or_default),
+            // A `null` selector selects none.
+            selector: written.selector.map(|selector| {
+                selector.unwrap_or_else(|| LabelSelector {
+                    match_labels: Some(BTreeMap::new()),
+                    match_expressions: None,
+                })
+            }),
+        })
+    }
 }
 
 impl AllowedNamespaces {
@@ -137,6 +175,14 @@ mod tests {
             ("null", false, false, false),
             ("{}", true, true, true),
             (r#"{"selector": {}}"#, true, true, true),
+            (r#"{"list": null}"#, false, false, false),
+            (r#"{"selector": null}"#, false, false, false),
+            (
+                r#"{"list": null, "selector": {"matchLabels": {"team": "b"}}}"#,
+                false,
+                true,
+                false,
+            ),
             (r#"{"list": []}"#, false, false, false),
             (r#"{"list": ["a"]}"#, true, false, false),
             (r#"{"selector": {"matchLabels": {}}}"#, false, false, false),

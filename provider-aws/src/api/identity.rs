@@ -105,12 +105,12 @@ pub struct AWSClusterRoleIdentitySpec {
         pattern(r"^arn:[a-z0-9-]+:iam::[0-9]{12}:role/.+$")
     )]
     pub role_arn: String,
-    /// The session name AWS records in CloudTrail (`capi-rs-<namespace>-<cluster>` when unset).
+    /// The session name AWS records in CloudTrail (`capi-rs-<identity name>` when unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 2, max = 64), pattern(r"^[\w+=,.@-]+$"))]
     pub session_name: Option<String>,
-    /// How long the assumed credentials last (900 to 43200; 900 when unset). They are renewed
-    /// before they expire.
+    /// How long the assumed credentials last (900 to 43200; STS's default of 3600 when unset).
+    /// They are renewed before they expire.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 900, max = 43200))]
     pub duration_seconds: Option<i32>,

@@ -326,8 +326,8 @@ pub struct AWSMachineSpec {
 
 /// How cloud-init bootstrap data reaches the instance (CAPA's `CloudInit`). By default it is
 /// stored, gzip-compressed, in Secrets Manager secrets named
-/// `aws.cluster.x-k8s.io/<idempotency key>-<n>`, and the user data is a script that fetches and
-/// deletes them at boot: the cluster's CA keys never sit in the instance's user data, which
+/// `aws.cluster.x-k8s.io/<idempotency key>-<random>-<n>`, and the user data is a script that
+/// fetches and deletes them at boot: the cluster's CA keys never sit in the instance's user data, which
 /// anything reaching its metadata service can read. The AMI needs the AWS CLI and the instance
 /// profile `secretsmanager:GetSecretValue` and `DeleteSecret` on
 /// `arn:*:secretsmanager:*:*:secret:aws.cluster.x-k8s.io/*` (CAPA's node policies). Ignition

@@ -19,7 +19,8 @@
 //!   cloud-init data goes through Secrets Manager as CAPA's default does (`spec.cloudInit`), and
 //!   Ignition data in the instance's user data (cloud-init data too with
 //!   `insecureSkipSecretsManager`, gzip-compressed when over EC2's 16 KB); the
-//!   secrets are named after the machine's idempotency key rather than a random UUID, and
+//!   secrets are named after the machine's idempotency key and 128 random bits (CAPA: a random
+//!   UUID), and
 //!   `spec.cloudInit.secretPrefix`/`secretCount` are not written back (their state is a tag on
 //!   the instance).
 

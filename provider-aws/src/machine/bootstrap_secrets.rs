@@ -1,16 +1,25 @@
 //! Bootstrap data out of EC2 user data, as CAPA's default: the cloud-init data (which holds the
 //! cluster's CA keys on a control-plane machine) is gzip-compressed, cut into secrets of at most
-//! [`CHUNK`] bytes named `aws.cluster.x-k8s.io/<idempotency key>-<n>`, and the instance's user
-//! data is only a script that fetches them, deletes them, and hands the data to cloud-init.
+//! [`CHUNK`] bytes named `aws.cluster.x-k8s.io/<idempotency key>-<nonce>-<n>`, and the
+//! instance's user data is only a script that fetches them, hands the data to cloud-init and
+//! deletes them.
 //!
-//! The names follow from the machine's idempotency key, so a store retried after a crash
-//! overwrites the same secrets and nothing needs recording before the launch. The instance
-//! carries the tag [`COUNT_TAG`] with how many there are; the actuator deletes them (and sets the
-//! tag to `0`) once the Machine has a node or the instance is gone, and deletes every secret of
-//! the key when the machine is deleted, found by name, whatever happened before.
+//! The nonce is 128 random bits, new for each store and recorded nowhere but in the instance's
+//! user data: no tag or object a node or a tenant can read gives the names away (the
+//! idempotency key is on the instance's tags). The instance carries the tag [`COUNT_TAG`] with
+//! how many secrets it was given; the actuator deletes every secret of the idempotency key (as
+//! Secrets Manager lists them, so also those of a store retried after a crash) once the Machine
+//! has a node or the instance is gone, then sets the tag to `0`, and once more when the machine
+//! is deleted, after its instance is gone.
+//!
+//! The manager's credentials need `secretsmanager:CreateSecret`, `PutSecretValue`,
+//! `TagResource`, `ListSecrets` and `DeleteSecret`; the instance profile `GetSecretValue` and
+//! `DeleteSecret` on `arn:*:secretsmanager:*:*:secret:aws.cluster.x-k8s.io/*` (CAPA's node
+//! policy), and the AMI the AWS CLI.
 
 use base64::Engine;
 use capi_core::{ActuatorError, BootstrapData, BootstrapFormat};
+use ring::rand::SecureRandom;
 
 use super::Ctx;
 use super::user_data::gzip;
@@ -25,7 +34,7 @@ pub const NAME_PREFIX: &str = "aws.cluster.x-k8s.io/";
 /// once encoded).
 pub const CHUNK: usize = 7000;
 
-/// The instance tag saying how many bootstrap data secrets are still to delete (`0`: none).
+/// The instance tag saying how many bootstrap data secrets it was given (`0`: deleted).
 pub const COUNT_TAG: &str = "capi-rs.dev/bootstrap-data-secrets";
 
 /// Where the script leaves the data for cloud-init.
@@ -41,14 +50,30 @@ pub fn applies(infra: &AWSMachine, format: BootstrapFormat) -> bool {
             .is_some_and(|c| c.insecure_skip_secrets_manager)
 }
 
-/// The names of the secrets of the machine with idempotency key `key` start with this.
+/// The names of every secret of the machine with idempotency key `key` start with this.
 pub fn names_start(key: &str) -> String {
     format!("{NAME_PREFIX}{key}-")
 }
 
-/// The name of secret `n` of the machine with idempotency key `key`.
-pub fn name(key: &str, n: usize) -> String {
-    format!("{}{n}", names_start(key))
+/// The names of `count` secrets of one store, for the machine with idempotency key `key`.
+pub fn names(key: &str, nonce: &str, count: usize) -> Vec<String> {
+    (0..count)
+        .map(|n| format!("{}{nonce}-{n}", names_start(key)))
+        .collect()
+}
+
+/// 128 random bits in hex, from the system's secure generator.
+fn nonce() -> Result<String, ActuatorError> {
+    let mut bytes = [0u8; 16];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| {
+            ActuatorError::transient_message(
+                "RandomUnavailable",
+                "the system's random generator failed",
+            )
+        })?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// The secrets' contents: `data` gzip-compressed, in pieces of at most [`CHUNK`] bytes.
@@ -56,21 +81,23 @@ pub fn chunks(data: &[u8]) -> Vec<Vec<u8>> {
     gzip(data).chunks(CHUNK).map(<[u8]>::to_vec).collect()
 }
 
-/// The user data (base64, as `RunInstances` takes it) that fetches `names` in `region`,
-/// deletes them, and has cloud-init run what they held. It holds no bootstrap data.
+/// The user data (base64, as `RunInstances` takes it) that fetches `names` in `region`, joins
+/// and unpacks them for cloud-init, and then deletes them. It holds no bootstrap data. Each
+/// fetch goes to a file of its own (a retried fetch replaces it); the data is in place before
+/// anything is deleted, and a failed delete does not stop the boot (the manager deletes the
+/// secrets once the node registers). At a later boot the script does nothing.
 pub fn user_data(names: &[String], region: &str) -> String {
-    let boundary = "capi-rs-bootstrap-data";
+    let boundary = "==capi-rs-bootstrap-boundary==";
     let script = format!(
         r#"#cloud-boothook
 #!/bin/bash
-# Fetches this machine's bootstrap data from Secrets Manager, deletes it there, and has
-# cloud-init run it (the include below). Runs again at every boot: once the data is here, it
-# does nothing.
+# Fetches this machine's bootstrap data from Secrets Manager, has cloud-init run it (the include
+# below) and deletes it there. Once the data is here, it does nothing.
 set -o errexit -o nounset -o pipefail
 umask 077
 if [ -f {TARGET} ]; then exit 0; fi
-REGION={region}
-SECRETS="{names}"
+REGION='{region}'
+SECRETS='{names}'
 try() {{
   for attempt in 1 2 3 4 5 6 7 8 9 10; do
     if "$@"; then return 0; fi
@@ -81,17 +108,22 @@ try() {{
 }}
 fetch() {{
   aws secretsmanager get-secret-value --region "$REGION" --secret-id "$1" \
-    --query SecretBinary --output text | base64 --decode >> {TARGET}.gz.part
+    --query SecretBinary --output text | base64 --decode > "$2"
 }}
 forget() {{
   aws secretsmanager delete-secret --region "$REGION" --secret-id "$1" \
     --force-delete-without-recovery > /dev/null
 }}
-rm -f {TARGET}.gz.part
-for secret in $SECRETS; do try fetch "$secret"; done
-for secret in $SECRETS; do try forget "$secret"; done
-mv {TARGET}.gz.part {TARGET}.gz
+rm -f {TARGET}.part.* {TARGET}.gz
+count=0
+for secret in $SECRETS; do
+  try fetch "$secret" "{TARGET}.part.$count"
+  count=$((count + 1))
+done
+for n in $(seq 0 $((count - 1))); do cat "{TARGET}.part.$n"; done > {TARGET}.gz
+rm -f {TARGET}.part.*
 gunzip {TARGET}.gz
+for secret in $SECRETS; do try forget "$secret" || true; done
 systemctl restart cloud-init
 "#,
         names = names.join(" "),
@@ -107,37 +139,34 @@ systemctl restart cloud-init
     base64::engine::general_purpose::STANDARD.encode(document)
 }
 
-/// Stores `bootstrap` for the machine of `ctx` and returns the user data that fetches it and how
-/// many secrets hold it. The secrets carry the machine's tags (cluster ownership, name, role).
+/// Stores `bootstrap` for the machine of `ctx` under fresh names and returns the user data that
+/// fetches it and how many secrets hold it. The secrets carry `tags`.
 pub(super) async fn store(
     ctx: &Ctx,
     bootstrap: &BootstrapData,
     tags: &Tags,
 ) -> Result<(String, usize), ActuatorError> {
     let pieces = chunks(bootstrap.expose());
-    let mut names = Vec::with_capacity(pieces.len());
-    for (n, piece) in pieces.iter().enumerate() {
-        let name = name(&ctx.key, n);
+    let names = names(&ctx.key, &nonce()?, pieces.len());
+    for (name, piece) in names.iter().zip(&pieces) {
         ctx.clients
             .secrets
-            .put_secret(&name, piece, tags)
+            .put_secret(name, piece, tags)
             .await
             .map_err(|e| ctx.clients.error(e))?;
-        names.push(name);
     }
     Ok((user_data(&names, &ctx.cluster.spec.region), names.len()))
 }
 
-/// How many secrets `instance`'s tag says are still to delete.
-pub fn pending(instance: &Instance) -> usize {
+/// Whether `instance` was given secrets that were not deleted yet.
+pub fn pending(instance: &Instance) -> bool {
     instance
         .tags
         .get(COUNT_TAG)
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+        .is_some_and(|count| count.as_str() != "0")
 }
 
-/// Deletes the secrets `instance` still has once they are no longer needed: the Machine has a
+/// Deletes the secrets `instance` was given once they are no longer needed: the Machine has a
 /// node (`node_registered`: the instance booted and ran its data) or the instance is gone. Then
 /// the tag says `0`, so that later reconciles make no call.
 pub(super) async fn release_when_done(
@@ -145,44 +174,36 @@ pub(super) async fn release_when_done(
     instance: &Instance,
     node_registered: bool,
 ) -> Result<(), ActuatorError> {
-    let count = pending(instance);
-    if count == 0 || !(node_registered || instance.is_gone()) {
+    if !pending(instance) || !(node_registered || instance.is_gone()) {
         return Ok(());
     }
-    for n in 0..count {
-        ctx.clients
-            .secrets
-            .delete_secret(&name(&ctx.key, n))
-            .await
-            .map_err(|e| ctx.clients.error(e))?;
-    }
+    let deleted = release(ctx).await?;
     let done: Tags = [(COUNT_TAG.to_string(), "0".to_string())].into();
     ctx.clients
         .compute
         .create_tags(&instance.id, &done)
         .await
         .map_err(|e| ctx.clients.error(e))?;
-    tracing::info!(instance = %instance.id, count, "deleted the bootstrap data secrets");
+    tracing::info!(instance = %instance.id, deleted, "deleted the bootstrap data secrets");
     Ok(())
 }
 
-/// Deletes every secret of the machine of `ctx`, found by name (whatever was recorded): for a
-/// machine being deleted.
-pub(super) async fn release_all(ctx: &Ctx) -> Result<(), ActuatorError> {
+/// Deletes every secret of the machine of `ctx` that Secrets Manager lists, and says how many.
+pub(super) async fn release(ctx: &Ctx) -> Result<usize, ActuatorError> {
     let names = ctx
         .clients
         .secrets
         .secret_names(&names_start(&ctx.key))
         .await
         .map_err(|e| ctx.clients.error(e))?;
-    for name in names {
+    for name in &names {
         ctx.clients
             .secrets
-            .delete_secret(&name)
+            .delete_secret(name)
             .await
             .map_err(|e| ctx.clients.error(e))?;
     }
-    Ok(())
+    Ok(names.len())
 }
 
 #[cfg(test)]
@@ -211,7 +232,7 @@ mod tests {
 
     #[test]
     fn the_user_data_names_the_secrets_and_holds_no_data() {
-        let names = vec![name("capi-1234", 0), name("capi-1234", 1)];
+        let names = names("capi-1234", "00ff", 2);
         let encoded = user_data(&names, "eu-west-1");
         let document = String::from_utf8(
             base64::engine::general_purpose::STANDARD
@@ -222,16 +243,23 @@ mod tests {
         assert!(document.starts_with("Content-Type: multipart/mixed"));
         assert!(document.contains("text/cloud-boothook"));
         assert!(document.contains(
-            "SECRETS=\"aws.cluster.x-k8s.io/capi-1234-0 aws.cluster.x-k8s.io/capi-1234-1\""
+            "SECRETS='aws.cluster.x-k8s.io/capi-1234-00ff-0 aws.cluster.x-k8s.io/capi-1234-00ff-1'"
         ));
-        assert!(document.contains("REGION=eu-west-1"));
+        assert!(document.contains("REGION='eu-west-1'"));
         assert!(document.contains("file:///etc/capi-rs-bootstrap-data"));
         assert!(document.len() < 4096, "{}", document.len());
     }
 
     #[test]
-    fn names_of_one_machine_never_start_like_anothers() {
-        assert!(!name("capi-1", 0).starts_with(&names_start("capi-12")));
-        assert!(name("capi-1", 10).starts_with(&names_start("capi-1")));
+    fn names_of_one_machine_never_start_like_anothers_and_no_two_stores_share_them() {
+        let first = names("capi-1", &nonce().unwrap(), 11);
+        assert!(!first[0].starts_with(&names_start("capi-12")));
+        assert!(first[10].starts_with(&names_start("capi-1")));
+        let second = names("capi-1", &nonce().unwrap(), 11);
+        assert!(first.iter().all(|name| !second.contains(name)));
+        assert_eq!(
+            first[0].len(),
+            "aws.cluster.x-k8s.io/capi-1-".len() + 32 + 2
+        );
     }
 }

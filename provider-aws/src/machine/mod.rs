@@ -24,8 +24,8 @@
 //! `terminated`.
 //!
 //! Cloud-init bootstrap data reaches the instance through Secrets Manager, never its user data
-//! ([`bootstrap_secrets`]); the secrets go once the Machine has a node, the instance is gone, or
-//! the machine is deleted.
+//! ([`bootstrap_secrets`]); the secrets go once the Machine has a node or the instance is gone,
+//! and what is left once a deleted machine's instance is.
 
 pub mod bootstrap_secrets;
 mod launch;
@@ -484,13 +484,13 @@ impl Actuator<AWSMachine, AWSCluster> for AwsMachineActuator {
         found: Found<Box<Instance>>,
     ) -> Result<UpdateOutcome, ActuatorError> {
         let ctx = self.context(scope).await?;
+        let immutable_changes = self.converge(&ctx, &found.instance).await?;
         let node_registered = scope
             .machine
             .status
             .as_ref()
             .is_some_and(|s| s.node_ref.is_some());
         bootstrap_secrets::release_when_done(&ctx, &found.instance, node_registered).await?;
-        let immutable_changes = self.converge(&ctx, &found.instance).await?;
         Ok(UpdateOutcome {
             instance: found.reported,
             immutable_changes,
@@ -507,8 +507,9 @@ impl Actuator<AWSMachine, AWSCluster> for AwsMachineActuator {
             // Deleting now would leave it behind once it shows up.
             Lookup::NotVisibleYet(name) => return Err(Self::not_visible(&name)),
             Lookup::Nothing => {
-                // Stored before a launch that never happened, or never fetched.
-                bootstrap_secrets::release_all(&ctx).await?;
+                // The instance is gone: what it was given, or what a launch that never
+                // happened left, goes before the machine does.
+                bootstrap_secrets::release(&ctx).await?;
                 return Ok(());
             }
         };
@@ -520,7 +521,6 @@ impl Actuator<AWSMachine, AWSCluster> for AwsMachineActuator {
                 .map_err(|e| ctx.clients.error(e))?;
         }
         if instance.state != Some(InstanceState::ShuttingDown) {
-            bootstrap_secrets::release_all(&ctx).await?;
             ctx.clients
                 .compute
                 .terminate_instance(&instance.id)

@@ -93,7 +93,7 @@ impl CloudServers for Ec2Servers {
 }
 
 impl Ec2Servers {
-    /// What the provider's boot script (`SECRETS="…"` in a `text/cloud-boothook` part) hands
+    /// What the provider's boot script (`SECRETS='…'` in a `text/cloud-boothook` part) hands
     /// cloud-init: the secrets' values joined and gunzipped, each secret deleted once read;
     /// `None` for other user data.
     async fn fetched(&self, script: &str) -> Result<Option<String>, String> {
@@ -102,8 +102,8 @@ impl Ec2Servers {
         }
         let names = script
             .lines()
-            .find_map(|l| l.strip_prefix("SECRETS=\""))
-            .and_then(|l| l.strip_suffix('"'))
+            .find_map(|l| l.strip_prefix("SECRETS='"))
+            .and_then(|l| l.strip_suffix('\''))
             .ok_or("a boot script without SECRETS")?;
         let mut compressed = Vec::new();
         for name in names.split(' ') {
