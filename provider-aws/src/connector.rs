@@ -36,6 +36,7 @@ pub const IDENTITY_NOT_FOUND: &str = "IdentityNotFound";
 
 /// The longest chain of identities: a cluster's identity and the sources its credentials come
 /// from (so at most three role identities, each assumed with the next one's credentials).
+#[cfg(feature = "sdk")]
 const MAX_CHAIN: usize = 4;
 
 /// The reasons that say an identity's credentials are gone or unusable.
@@ -108,6 +109,7 @@ fn identity_of(cluster: &AWSCluster) -> Identity {
 
 /// The refusal of a cluster in `namespace` by the identity `kind` `name`; `source` when the
 /// identity is one a role identity's credentials come from.
+#[cfg_attr(not(feature = "sdk"), allow(dead_code))]
 fn not_permitted(kind: &str, name: &str, namespace: &str, source: bool) -> ActuatorError {
     let reason = if source {
         SOURCE_PRINCIPAL_USAGE_UNAUTHORIZED
