@@ -39,15 +39,6 @@ pub const IDENTITY_NOT_FOUND: &str = "IdentityNotFound";
 #[cfg(feature = "sdk")]
 const MAX_CHAIN: usize = 4;
 
-/// The reasons that say an identity's credentials are gone or unusable.
-#[cfg_attr(not(feature = "sdk"), allow(dead_code))]
-const CREDENTIALS_GONE: [&str; 4] = [
-    IDENTITY_NOT_FOUND,
-    "CredentialsSecretNotFound",
-    "InvalidCredentials",
-    "InvalidIdentity",
-];
-
 /// What resolving identities reads beside Secrets (which the infrastructure reconcilers'
 /// rules already grant): the identity kinds, and namespaces for `allowedNamespaces` selectors.
 pub fn rbac() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
@@ -471,10 +462,7 @@ impl Connector for SecretConnector {
         let (principal, version) = match self.resolve(&reference_of(cluster), &namespace, 0).await {
             Ok(resolved) => resolved,
             Err(error) => {
-                // Credentials that are gone or changed take their clients with them; a refused
-                // namespace or an API server that did not answer says nothing about them (and
-                // one tenant's refusal must not cost another its clients).
-                if CREDENTIALS_GONE.contains(&error.reason()) {
+                if capi_provider::support::client_cache::credentials_gone(&error) {
                     self.cache.forget(|(held, _)| *held == identity);
                 }
                 return Err(error);

@@ -9,8 +9,6 @@
 
 mod common;
 
-use aws_sdk_ec2::types::InstanceAttributeName;
-use base64::Engine;
 use capi_core::{Actuator, ActuatorErrorKind, InstanceState};
 use common::Moto;
 use common::world::{BOOTSTRAP, bootstrap, recorded, world};
@@ -71,23 +69,8 @@ async fn a_worker_is_launched_once_tagged_placed_and_terminated() {
         metadata.http_endpoint(),
         Some(&aws_sdk_ec2::types::InstanceMetadataEndpointState::Enabled)
     );
-    let user_data = world
-        .moto
-        .ec2
-        .describe_instance_attribute()
-        .instance_id(&id)
-        .attribute(InstanceAttributeName::UserData)
-        .send()
-        .await
-        .unwrap();
-    let sent = user_data.user_data().and_then(|u| u.value()).unwrap();
     // Asked for (`insecureSkipSecretsManager`): the data itself is the user data.
-    assert_eq!(
-        base64::engine::general_purpose::STANDARD
-            .decode(sent)
-            .unwrap(),
-        BOOTSTRAP.as_bytes()
-    );
+    assert_eq!(world.user_data(&id).await, BOOTSTRAP.as_bytes());
 
     // Another attempt for the same Machine (a restart before the ID was recorded) finds it.
     let again = world.actuator().create(&scope, &bootstrap()).await.unwrap();
@@ -251,19 +234,7 @@ async fn control_plane_bootstrap_data_travels_through_secrets_manager_never_user
     let created = actuator.create(&scope, &bootstrap).await.unwrap();
     let id = created.provider_id.rsplit('/').next().unwrap().to_string();
 
-    let user_data = world
-        .moto
-        .ec2
-        .describe_instance_attribute()
-        .instance_id(&id)
-        .attribute(InstanceAttributeName::UserData)
-        .send()
-        .await
-        .unwrap();
-    let sent = base64::engine::general_purpose::STANDARD
-        .decode(user_data.user_data().and_then(|u| u.value()).unwrap())
-        .unwrap();
-    let sent = String::from_utf8(sent).unwrap();
+    let sent = String::from_utf8(world.user_data(&id).await).unwrap();
     assert!(
         !sent.contains("PRIVATE KEY") && !sent.contains("notarealkey"),
         "{sent}"

@@ -94,22 +94,14 @@ impl SecretConnector {
         namespace: &str,
         name: &str,
     ) -> Result<(String, ClientCredentials), ActuatorError> {
-        let secrets: kube::Api<Secret> = kube::Api::namespaced(self.client.clone(), namespace);
-        // A missing or unusable Secret is retried with backoff, never latched: creating or
-        // fixing it does not change the AzureCluster's generation.
-        let secret = secrets
-            .get_opt(name)
-            .await
-            .map_err(|e| ActuatorError::transient("CredentialsSecretUnreadable", e))?
-            .ok_or_else(|| {
-                ActuatorError::transient_message(
-                    "CredentialsSecretNotFound",
-                    format!(
-                        "the identityRef Secret {namespace}/{name} does not exist; create it with \
-                         keys tenantID, clientID and clientSecret"
-                    ),
+        let secret = self
+            .secret(namespace, name, || {
+                format!(
+                    "the identityRef Secret {namespace}/{name} does not exist; create it with keys \
+                     tenantID, clientID and clientSecret"
                 )
-            })?;
+            })
+            .await?;
         let credentials = ClientCredentials::from_secret(&secret).map_err(|e| {
             ActuatorError::transient_message(
                 "InvalidCredentials",
@@ -121,6 +113,22 @@ impl SecretConnector {
             credentials,
         ))
     }
+    /// The Secret `namespace/name`; `missing` says what to do when there is none. A missing or
+    /// unreadable Secret is retried with backoff, never latched: creating or fixing it does not
+    /// change the AzureCluster's generation.
+    async fn secret(
+        &self,
+        namespace: &str,
+        name: &str,
+        missing: impl FnOnce() -> String,
+    ) -> Result<Secret, ActuatorError> {
+        kube::Api::<Secret>::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .map_err(|e| ActuatorError::transient("CredentialsSecretUnreadable", e))?
+            .ok_or_else(|| ActuatorError::transient_message("CredentialsSecretNotFound", missing()))
+    }
+
     /// The service principal of the `AzureClusterIdentity` `reference` names, for a cluster in
     /// `namespace`, if it admits that namespace; and the versions it came from.
     async fn identity_credentials(
@@ -178,20 +186,15 @@ impl SecretConnector {
                 ),
             ));
         }
-        let secret = kube::Api::<Secret>::namespaced(self.client.clone(), identity_namespace)
-            .get_opt(&secret_ref.name)
-            .await
-            .map_err(|e| ActuatorError::transient("CredentialsSecretUnreadable", e))?
-            .ok_or_else(|| {
-                ActuatorError::transient_message(
-                    "CredentialsSecretNotFound",
-                    format!(
-                        "the Secret {identity_namespace}/{} of AzureClusterIdentity {name} does \
-                         not exist; create it with the key clientSecret",
-                        secret_ref.name
-                    ),
+        let secret = self
+            .secret(identity_namespace, &secret_ref.name, || {
+                format!(
+                    "the Secret {identity_namespace}/{} of AzureClusterIdentity {name} does not \
+                     exist; create it with the key clientSecret",
+                    secret_ref.name
                 )
-            })?;
+            })
+            .await?;
         let client_secret =
             capi_provider::support::secret_data::text(&secret, crate::credentials::CLIENT_SECRET)
                 .ok()
@@ -260,17 +263,7 @@ impl Connector for SecretConnector {
         let (version, credentials) = match resolved {
             Ok(resolved) => resolved,
             Err(error) => {
-                // Credentials that are gone or changed take their clients with them; a refused
-                // namespace or an API server that did not answer says nothing about them (and
-                // one tenant's refusal must not cost another its clients).
-                if [
-                    "IdentityNotFound",
-                    "CredentialsSecretNotFound",
-                    "InvalidCredentials",
-                    "InvalidIdentity",
-                ]
-                .contains(&error.reason())
-                {
+                if capi_provider::support::client_cache::credentials_gone(&error) {
                     self.cache.forget(|(held, _)| *held == identity);
                 }
                 return Err(error);

@@ -122,7 +122,12 @@ pub fn without_default(schema: &mut Schema) {
     schema.remove("default");
 }
 
-/// Appends a CEL rule (`x-kubernetes-validations`) to a schema.
+/// A field or object that cannot change once written (the API server refuses an update with
+/// `is immutable`). Use with `#[schemars(transform = validation::immutable)]`.
+pub fn immutable(schema: &mut Schema) {
+    add_rule(schema, "self == oldSelf", "is immutable");
+}
+
 /// Adds the CEL rule `rule` (`x-kubernetes-validations`) with `message` to a schema, after the
 /// rules it already has. The API server refuses an object breaking it, naming its path and the
 /// message. Use it in a `#[schemars(transform = ...)]` function.

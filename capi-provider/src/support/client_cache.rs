@@ -16,6 +16,22 @@ use std::hash::Hash;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+/// The reasons of a connector's error saying an identity's credentials are gone or unusable:
+/// its identity or Secret does not exist, or holds no usable credentials.
+pub const CREDENTIALS_GONE: [&str; 4] = [
+    "IdentityNotFound",
+    "CredentialsSecretNotFound",
+    "InvalidCredentials",
+    "InvalidIdentity",
+];
+
+/// Whether `error` (from resolving an identity) says its credentials are gone: then
+/// [`ClientCache::forget`] its clients. A refused namespace or an API server that did not answer
+/// says nothing about them, and one tenant's refusal must not cost another its clients.
+pub fn credentials_gone(error: &capi_core::ActuatorError) -> bool {
+    CREDENTIALS_GONE.contains(&error.reason())
+}
+
 /// How long an unused client is kept by default.
 pub const DEFAULT_IDLE: Duration = Duration::from_secs(30 * 60);
 

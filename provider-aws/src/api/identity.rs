@@ -18,7 +18,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, ValidationRule,
 };
 use kube::CustomResource;
-use schemars::{JsonSchema, Schema};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::cluster::AwsIdentityReference;
@@ -42,7 +42,7 @@ pub const CONTROLLER_IDENTITY_NAME: &str = "default";
     doc = "AWSClusterControllerIdentity lets the namespaces it allows use the AWS provider manager's own credentials."
 )]
 #[serde(rename_all = "camelCase")]
-#[schemars(transform = immutable)]
+#[schemars(transform = validation::immutable)]
 pub struct AWSClusterControllerIdentitySpec {
     /// The namespaces whose `AWSCluster`s may use it: none when unset, every one with `{}`.
     #[serde(default)]
@@ -73,7 +73,7 @@ pub struct AWSClusterStaticIdentitySpec {
     #[schemars(
         length(min = 1, max = 253),
         pattern(validation::DNS_SUBDOMAIN),
-        transform = immutable
+        transform = validation::immutable
     )]
     pub secret_ref: String,
 }
@@ -129,10 +129,6 @@ pub struct AWSClusterRoleIdentitySpec {
     /// The identity whose credentials assume the role (any identity kind but a Secret; it must
     /// allow the cluster's namespace too).
     pub source_identity_ref: AwsIdentityReference,
-}
-
-fn immutable(schema: &mut Schema) {
-    validation::add_rule(schema, "self == oldSelf", "is immutable");
 }
 
 /// The controller identity's CRD, refusing any name but [`CONTROLLER_IDENTITY_NAME`].

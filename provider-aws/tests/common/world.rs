@@ -114,6 +114,24 @@ impl World {
         }
     }
 
+    /// The user data EC2 keeps for instance `id`, decoded from base64.
+    pub async fn user_data(&self, id: &str) -> Vec<u8> {
+        use base64::Engine;
+        let answer = self
+            .moto
+            .ec2
+            .describe_instance_attribute()
+            .instance_id(id)
+            .attribute(aws_sdk_ec2::types::InstanceAttributeName::UserData)
+            .send()
+            .await
+            .unwrap();
+        let encoded = answer.user_data().and_then(|u| u.value()).unwrap();
+        base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .unwrap()
+    }
+
     /// The live instances carrying `key`.
     pub async fn instances_of(&self, key: &str) -> Vec<aws_sdk_ec2::types::Instance> {
         let answer = self

@@ -5,7 +5,7 @@
 use capi_core::api::AllowedNamespaces;
 use capi_core::api::validation;
 use kube::CustomResource;
-use schemars::{JsonSchema, Schema};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::cluster::GUID;
@@ -52,7 +52,7 @@ pub struct SecretReference {
 pub struct AzureClusterIdentitySpec {
     /// How it authenticates. Immutable.
     #[serde(rename = "type")]
-    #[schemars(transform = immutable)]
+    #[schemars(transform = validation::immutable)]
     pub type_: AzureIdentityType,
     /// The service principal's application (client) ID.
     #[serde(rename = "clientID")]
@@ -68,8 +68,4 @@ pub struct AzureClusterIdentitySpec {
     /// every one with `{}`.
     #[serde(default)]
     pub allowed_namespaces: Option<AllowedNamespaces>,
-}
-
-fn immutable(schema: &mut Schema) {
-    validation::add_rule(schema, "self == oldSelf", "is immutable");
 }
