@@ -58,6 +58,35 @@ impl Drop for Phases {
     }
 }
 
+/// A `cargo` command in the workspace root, as a user would type it.
+///
+/// `cargo xtask` runs this process through `cargo run`, which adds the variables it gives a
+/// running binary (`CARGO_MANIFEST_DIR`, `CARGO_PKG_NAME`, …). Build scripts that watch them
+/// (ring's, through `rerun-if-env-changed`) would see them change between a cargo started here and
+/// one started from a shell, and rebuild — with everything that depends on them — at each switch.
+/// They are removed, so a build started here reuses what one started from a shell made.
+pub(crate) fn cargo(args: &[&str]) -> Command {
+    let program = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(program);
+    command.args(args).current_dir(crate::workspace_root());
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(set_by_cargo_run) {
+            command.env_remove(&name);
+        }
+    }
+    command
+}
+
+/// Whether `name` is one of the variables `cargo run` sets for the binary it runs.
+fn set_by_cargo_run(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || name.starts_with("CARGO_MANIFEST_")
+        || matches!(
+            name,
+            "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE" | "OUT_DIR"
+        )
+}
+
 /// Runs `command` with inherited output; fails with the command line if it fails.
 pub(crate) fn run(command: &mut Command) -> Result<()> {
     let shown = describe(command);
@@ -177,4 +206,30 @@ pub(crate) fn free_ports(n: usize) -> Result<Vec<u16>> {
         .iter()
         .map(|l| Ok(l.local_addr()?.port()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::set_by_cargo_run;
+
+    #[test]
+    fn only_what_cargo_run_adds_is_removed() {
+        for name in [
+            "CARGO_MANIFEST_DIR",
+            "CARGO_PKG_NAME",
+            "CARGO_PKG_VERSION_MAJOR",
+            "OUT_DIR",
+        ] {
+            assert!(set_by_cargo_run(name), "{name}");
+        }
+        for name in [
+            "CARGO",
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_INCREMENTAL",
+            "PATH",
+        ] {
+            assert!(!set_by_cargo_run(name), "{name}");
+        }
+    }
 }

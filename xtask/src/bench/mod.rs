@@ -39,14 +39,13 @@ mod side_by_side;
 mod stack;
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use anyhow::Result;
 
 use crate::command::{run, step};
 use crate::workspace_root;
 use one_cluster::Variant;
-use rig::ManagerOptions;
+use rig::{Build, ManagerOptions};
 use stack::Stack;
 
 /// A stack on the command line.
@@ -128,6 +127,9 @@ pub(crate) struct BenchArgs {
     /// Which stacks run, in this order (default: capi-rs, then upstream).
     #[arg(long = "stack", value_enum)]
     stacks: Vec<StackArg>,
+    /// How the manager and the simulated cloud are built (figures count only from `release`).
+    #[arg(long, value_enum, default_value = "release")]
+    build: Build,
     /// Rounds per stack (default: 2 up to 100 machines, else 1).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10))]
     rounds: Option<u32>,
@@ -194,6 +196,7 @@ impl Options {
                 concurrency: args.concurrency,
                 leader_election: !args.no_leader_election,
                 replicas: 1,
+                build: args.build,
             },
             stacks: if args.stacks.is_empty() {
                 vec![Stack::Ours, Stack::Upstream]
@@ -246,9 +249,12 @@ pub(crate) fn run_bench(mut options: Options) -> Result<()> {
     }
     step("Local control plane binaries (etcd, kube-apiserver)");
     options.assets_dir = crate::envtest::ensure_control_plane()?;
-    step("Building the manager and the simulated cloud (release)");
+    step(&format!(
+        "Building the manager and the simulated cloud ({})",
+        options.manager.build.name()
+    ));
     println!("    capi-rs at commit {}", crate::command::built_commit());
-    options.bin_dir = build_release_binaries()?;
+    options.bin_dir = build_binaries(options.manager.build)?;
     if options.stacks.contains(&Stack::Upstream) {
         step("Upstream Cluster API (Go modules; cached by version)");
         crate::upstream::install()?;
@@ -311,12 +317,17 @@ fn headline(result: &serde_json::Value) -> String {
     line
 }
 
-/// Builds `inmemory-manager` and `inmemory-cloud` in release mode; returns where they are.
-pub(crate) fn build_release_binaries() -> Result<PathBuf> {
-    run(Command::new(env!("CARGO"))
-        .current_dir(workspace_root())
-        .args(["build", "--release", "-p", "provider-inmemory-bin"]))?;
-    Ok(target_dir().join("release"))
+/// Builds `inmemory-manager` and `inmemory-cloud` with `build`'s profile; returns where they are.
+pub(crate) fn build_binaries(build: Build) -> Result<PathBuf> {
+    let (args, dir): (&[&str], &str) = match build {
+        Build::Release => (
+            &["build", "--release", "-p", "provider-inmemory-bin"],
+            "release",
+        ),
+        Build::Debug => (&["build", "-p", "provider-inmemory-bin"], "debug"),
+    };
+    run(&mut crate::command::cargo(args))?;
+    Ok(target_dir().join(dir))
 }
 
 fn target_dir() -> PathBuf {

@@ -67,6 +67,29 @@ pub(crate) struct ManagerOptions {
     pub(crate) leader_election: bool,
     /// How many manager processes run (more than one only with leader election: one leads).
     pub(crate) replicas: usize,
+    /// The cargo profile the manager and the simulated cloud are built with.
+    pub(crate) build: Build,
+}
+
+/// The cargo profile the manager and the simulated cloud are built with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Build {
+    /// Optimised, as shipped: the only build whose figures mean anything.
+    #[default]
+    Release,
+    /// Unoptimised, with debug assertions and overflow checks: for checking that the commands and
+    /// the guarantees they assert still work (CI), where the figures are not judged.
+    Debug,
+}
+
+impl Build {
+    /// Its name, as given on the command line and recorded with the results.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Build::Release => "release",
+            Build::Debug => "debug",
+        }
+    }
 }
 
 /// The Lease the manager replicas elect a leader with, in the scenario's namespace.
@@ -83,6 +106,7 @@ impl ManagerOptions {
             concurrency: capi_runtime::ReconcilerOptions::default().concurrency,
             leader_election: true,
             replicas: 1,
+            build: Build::Release,
         }
     }
 
@@ -94,17 +118,19 @@ impl ManagerOptions {
             && self.concurrency == shipped.concurrency
             && self.leader_election == shipped.leader_election
             && self.replicas == shipped.replicas
+            && self.build == shipped.build
     }
 
     /// One line for the printed results.
     pub(crate) fn describe(&self) -> String {
         format!(
-            "manager: qps {}, burst {}, concurrency {} per kind, leader election {}, {} replica(s) ({})",
+            "manager: qps {}, burst {}, concurrency {} per kind, leader election {}, {} replica(s), {} build ({})",
             self.qps,
             self.burst,
             self.concurrency,
             if self.leader_election { "on" } else { "off" },
             self.replicas,
+            self.build.name(),
             if self.are_shipped() {
                 "the shipped defaults"
             } else {
@@ -118,7 +144,7 @@ impl ManagerOptions {
         json!({"qps": self.qps, "burst": self.burst, "concurrency": self.concurrency,
                "leader_election": self.leader_election, "replicas": self.replicas,
                "shipped_defaults": self.are_shipped(),
-               "build": "release"})
+               "build": self.build.name()})
     }
 }
 

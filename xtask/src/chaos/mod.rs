@@ -48,7 +48,7 @@ use serde_json::json;
 
 use crate::bench::measure;
 use crate::bench::one_cluster::{MachineFollower, PHASE_TIMEOUT};
-use crate::bench::rig::{CloudOptions, ManagerOptions, Rig};
+use crate::bench::rig::{Build, CloudOptions, ManagerOptions, Rig};
 use crate::command::step;
 use crate::workspace_root;
 use conflicts::ConflictProxy;
@@ -82,6 +82,10 @@ pub(crate) struct ChaosArgs {
     /// come concurrently, so a seed fixes the sequence of draws, not which call gets which.
     #[arg(long)]
     seed: Option<u64>,
+    /// How the manager and the simulated cloud are built (`debug` adds debug assertions and
+    /// overflow checks; its times are not comparable).
+    #[arg(long, value_enum, default_value = "release")]
+    build: Build,
     /// Where the JSON report goes (default: benches/results).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
@@ -104,6 +108,7 @@ pub(crate) struct Options {
     conflict_rate: f64,
     kills: u32,
     seed: u64,
+    build: Build,
     out: PathBuf,
     args: Vec<String>,
 }
@@ -117,6 +122,7 @@ impl Options {
             conflict_rate: args.conflict_rate,
             kills: args.kills,
             seed: args.seed.unwrap_or_else(|| fastrand::u64(..)),
+            build: args.build,
             out: args
                 .out
                 .unwrap_or_else(|| workspace_root().join("benches/results")),
@@ -129,8 +135,11 @@ impl Options {
 pub(crate) fn run_chaos(options: Options) -> Result<()> {
     step("Local control plane binaries (etcd, kube-apiserver)");
     let assets_dir = crate::envtest::ensure_control_plane()?;
-    step("Building the manager and the simulated cloud (release)");
-    let bin_dir = crate::bench::build_release_binaries()?;
+    step(&format!(
+        "Building the manager and the simulated cloud ({})",
+        options.build.name()
+    ));
+    let bin_dir = crate::bench::build_binaries(options.build)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -223,6 +232,7 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
         concurrency: 16,
         leader_election: true,
         replicas: REPLICAS,
+        build: options.build,
     };
     let mut rig = Rig::start(&assets_dir, &bin_dir, &cloud, manager, NAMESPACE).await?;
     let client = rig.client.clone();
@@ -558,6 +568,7 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
         "command": format!("cargo xtask chaos {}", options.args.join(" ")),
         "host": measure::host(),
         "seed": options.seed,
+        "build": options.build.name(),
         "faults": {"cloud_error_rate": options.error_rate, "lost_create_response_rate": 0.05,
                    "status_conflict_rate": options.conflict_rate,
                    "list_lag_max_ms": LIST_LAG.as_millis() as u64,
