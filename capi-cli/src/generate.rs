@@ -1,7 +1,7 @@
 //! `capictl generate cluster`: a provider's template, with clusterctl's variables filled from the
 //! environment and the command's flags.
 //!
-//! The templates live in the repository (`templates/<provider>/cluster-template[-<flavor>].yaml`)
+//! The templates live in this crate (`templates/<provider>/cluster-template[-<flavor>].yaml`)
 //! and are compiled into the binary; `--from FILE` renders any other template, including one
 //! written for upstream `clusterctl`.
 
@@ -25,42 +25,42 @@ pub const BUILT_IN: &[BuiltIn] = &[
     BuiltIn {
         provider: "inmemory",
         flavor: None,
-        text: include_str!("../../templates/inmemory/cluster-template.yaml"),
+        text: include_str!("../templates/inmemory/cluster-template.yaml"),
     },
     BuiltIn {
         provider: "inmemory",
         flavor: Some("ignition"),
-        text: include_str!("../../templates/inmemory/cluster-template-ignition.yaml"),
+        text: include_str!("../templates/inmemory/cluster-template-ignition.yaml"),
     },
     BuiltIn {
         provider: "openstack",
         flavor: None,
-        text: include_str!("../../templates/openstack/cluster-template.yaml"),
+        text: include_str!("../templates/openstack/cluster-template.yaml"),
     },
     BuiltIn {
         provider: "openstack",
         flavor: Some("flatcar"),
-        text: include_str!("../../templates/openstack/cluster-template-flatcar.yaml"),
+        text: include_str!("../templates/openstack/cluster-template-flatcar.yaml"),
     },
     BuiltIn {
         provider: "aws",
         flavor: None,
-        text: include_str!("../../templates/aws/cluster-template.yaml"),
+        text: include_str!("../templates/aws/cluster-template.yaml"),
     },
     BuiltIn {
         provider: "aws",
         flavor: Some("static-credentials"),
-        text: include_str!("../../templates/aws/cluster-template-static-credentials.yaml"),
+        text: include_str!("../templates/aws/cluster-template-static-credentials.yaml"),
     },
     BuiltIn {
         provider: "azure",
         flavor: None,
-        text: include_str!("../../templates/azure/cluster-template.yaml"),
+        text: include_str!("../templates/azure/cluster-template.yaml"),
     },
     BuiltIn {
         provider: "azure",
         flavor: Some("static-credentials"),
-        text: include_str!("../../templates/azure/cluster-template-static-credentials.yaml"),
+        text: include_str!("../templates/azure/cluster-template-static-credentials.yaml"),
     },
 ];
 

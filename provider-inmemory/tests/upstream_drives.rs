@@ -219,7 +219,7 @@ async fn upstreams_managers_drive_the_in_memory_provider_through_a_clusters_life
     };
     let template = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../templates/inmemory/cluster-template.yaml"),
+            .join("../capi-cli/templates/inmemory/cluster-template.yaml"),
     )
     .unwrap();
     let yaml = render(&template, &inputs, |_| None).unwrap();

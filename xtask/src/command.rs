@@ -77,6 +77,13 @@ pub(crate) fn cargo(args: &[&str]) -> Command {
     command
 }
 
+/// The cargo target directory: `$CARGO_TARGET_DIR`, else the workspace's `target/`.
+pub(crate) fn target_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| crate::workspace_root().join("target"))
+}
+
 /// Whether `name` is one of the variables `cargo run` sets for the binary it runs.
 fn set_by_cargo_run(name: &str) -> bool {
     name.starts_with("CARGO_PKG_")

@@ -2,7 +2,8 @@
 //!
 //! - `envtest`: provision etcd, kube-apiserver and kubeadm for tests (honours `KUBEBUILDER_ASSETS`;
 //!   otherwise builds them from the Go module proxy once per version and caches them).
-//! - `crds [--check]`: write (or check) the generated CRD YAML in `crds/`.
+//! - `crds [--check]`: write (or check) the generated CRD YAML in `crds/` and the manifests in
+//!   `config/`.
 //! - `openstack <install|start|stop>`: a loopback-only OpenStack for the OpenStack provider's
 //!   integration tests (`start` prints the `clouds.yaml` variable to export).
 //! - `moto <install|start|stop>`: moto's AWS API simulator on loopback for the AWS provider's
@@ -13,7 +14,12 @@
 //! - `upstream <install|start|stop>`: upstream Cluster API v1.14 (core, kubeadm bootstrap and
 //!   control plane, CAPD's in-memory backend) built from the Go module proxy and run as a peer on
 //!   a local control plane (`start` prints the `KUBECONFIG`).
-//! - `test`: everything CI checks — provisioning, fmt, CRDs, clippy, unit, integration and doc tests.
+//! - `image [provider]...`: each manager's OCI image (buildah, `FROM scratch`, non-root), built
+//!   twice to show it is reproducible, smoke-tested and written under `<target>/images/`.
+//! - `package`: package every published crate and build each from its own `.crate`.
+//! - `public-api [--check]`: write (or check) the public API of every published crate in `api/`.
+//! - `test`: everything CI checks — provisioning, fmt, CRDs, clippy, docs and the public API,
+//!   packaging, unit, integration and doc tests.
 //! - `quickstart [--keep-running]`: start a local control plane, install the CRDs, apply the sample
 //!   cluster and show it.
 //! - `bench [scenario]... [flags]`: scale scenarios on the in-memory provider, printed and written
@@ -29,9 +35,12 @@ mod command;
 mod crds;
 mod envtest;
 mod go;
+mod image;
 mod manifests;
 mod moto;
 mod openstack;
+mod package;
+mod public_api;
 mod quickstart;
 mod test;
 mod upstream;
@@ -78,6 +87,17 @@ enum Task {
         #[command(subcommand)]
         action: upstream::Action,
     },
+    /// Build each provider manager's OCI image offline and reproducibly with buildah, smoke-test
+    /// it and write it as an OCI archive under the target directory.
+    Image(image::ImageArgs),
+    /// Package every published crate and build each from its own `.crate` (nothing is uploaded).
+    Package,
+    /// Write the public API of every published crate to `api/<crate>.txt` (or check it).
+    PublicApi {
+        /// Fail if the public API differs from api/ instead of writing it.
+        #[arg(long)]
+        check: bool,
+    },
     /// Everything CI checks: provisioning, fmt, CRDs, clippy, docs, unit, integration and doc
     /// tests.
     Test,
@@ -113,6 +133,9 @@ fn main() -> Result<()> {
             Ok(())
         }
         Task::Upstream { action } => upstream::command(action),
+        Task::Image(args) => image::run_images(args),
+        Task::Package => package::run_all(),
+        Task::PublicApi { check } => public_api::run_all(check),
         Task::Test => test::run_all(),
         Task::Quickstart { keep_running } => quickstart::run(keep_running),
         Task::Bench(args) => bench::run_bench(bench::Options::new(args, raw())),

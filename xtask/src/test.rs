@@ -60,10 +60,13 @@ pub(crate) fn run_all() -> Result<()> {
         "warnings",
     ]))?;
 
-    phases.step("API docs build without broken links (cargo doc -D warnings)");
-    let mut doc = cargo_in_root(&["doc", "--workspace", "--no-deps", "--all-features"]);
-    doc.env("RUSTDOCFLAGS", "-D warnings");
-    run(&mut doc)?;
+    // One rustdoc run for both: its lints (broken intra-doc links among them) run whatever the
+    // output format, and the JSON is what the public API is read from.
+    phases.step(
+        "API docs without broken links, and the published crates' public API is the committed one \
+         (rustdoc -D warnings, api/)",
+    );
+    crate::public_api::run_all(true)?;
 
     phases.step("Doc tests");
     run(&mut with_assets(cargo_in_root(&[
@@ -72,6 +75,9 @@ pub(crate) fn run_all() -> Result<()> {
         "--workspace",
         "--all-features",
     ])))?;
+
+    phases.step("Every published crate packages and builds from its own .crate (cargo package)");
+    crate::package::run_all()?;
 
     phases.step("Waiting for the local OpenStack for the OpenStack provider's tests");
     let openstack = openstack.wait()?;
@@ -181,7 +187,7 @@ fn ensure_validators() -> Result<()> {
 /// The features `etcd-client` (capi-control-plane) and `real-etcd` (provider-inmemory) build the
 /// `etcd-client` crate, whose build script compiles etcd's protobuf definitions with `protoc` and
 /// needs the well-known types of `libprotobuf-dev`.
-fn ensure_protoc() -> Result<()> {
+pub(crate) fn ensure_protoc() -> Result<()> {
     let well_known_types = std::path::Path::new("/usr/include/google/protobuf/empty.proto");
     if succeeds("protoc", &["--version"]) && well_known_types.is_file() {
         println!("    protoc and the protobuf well-known types are installed");

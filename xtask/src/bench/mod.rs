@@ -1,13 +1,15 @@
 //! `cargo xtask bench`: scale scenarios measured on this machine, each printed as a table and
 //! written as JSON (`benches/results/<scenario>-<size>.json`, with the machine's CPU count and
-//! memory). The manager and the simulated cloud are release builds running as their own processes
-//! against the local control plane.
+//! memory). The manager and the simulated cloud run as their own processes against the local
+//! control plane, release builds unless `--build debug` is given (CI's, whose figures are not
+//! judged; the build is recorded with the results).
 //!
 //! ```text
 //! cargo xtask bench report [--check]
 //! cargo xtask bench [all|one-cluster|clusters|latency]... [--machines N] [--clusters N]
 //!                   [--boot-ms MS] [--idle-seconds S] [--qps F] [--burst N] [--concurrency N]
-//!                   [--no-leader-election] [--stack capi-rs|upstream]... [--rounds N] [--out DIR]
+//!                   [--no-leader-election] [--stack capi-rs|upstream]... [--rounds N]
+//!                   [--build release|debug] [--out DIR]
 //! ```
 //!
 //! Every scenario runs **side by side** ([`side_by_side`]): this workspace's stack and upstream
@@ -327,11 +329,5 @@ pub(crate) fn build_binaries(build: Build) -> Result<PathBuf> {
         Build::Debug => (&["build", "-p", "provider-inmemory-bin"], "debug"),
     };
     run(&mut crate::command::cargo(args))?;
-    Ok(target_dir().join(dir))
-}
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"))
+    Ok(crate::command::target_dir().join(dir))
 }
