@@ -130,12 +130,40 @@ pub(crate) fn output(command: &mut Command) -> Result<String> {
 
 /// Whether `program args…` runs and exits 0 (used to probe for installed tools).
 pub(crate) fn succeeds(program: &str, args: &[&str]) -> bool {
-    Command::new(program)
-        .args(args)
+    quietly_succeeds(Command::new(program).args(args))
+}
+
+/// Whether `command` runs and exits 0, its output discarded.
+pub(crate) fn quietly_succeeds(command: &mut Command) -> bool {
+    command
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// The names of the workspace's packages, sorted, that are published (`published`: those
+/// without `publish = false`) or not.
+pub(crate) fn workspace_packages(published: bool) -> Result<Vec<String>> {
+    let metadata = output(&mut cargo(&[
+        "metadata",
+        "--no-deps",
+        "--format-version",
+        "1",
+    ]))?;
+    let metadata: serde_json::Value =
+        serde_json::from_str(&metadata).context("reading `cargo metadata`")?;
+    let mut names: Vec<String> = metadata["packages"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        // `publish = false` is an empty list of registries; absent is every registry.
+        .filter(|package| package["publish"].is_null() == published)
+        .filter_map(|package| package["name"].as_str().map(str::to_string))
+        .collect();
+    names.sort();
+    Ok(names)
 }
 
 /// A command run as root: directly when we are root, through `sudo` otherwise.

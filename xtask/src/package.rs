@@ -14,7 +14,7 @@ use crate::command::{cargo, run};
 /// Packages and verifies every crate without `publish = false`.
 pub(crate) fn run_all() -> Result<()> {
     let mut args = vec!["package", "--workspace", "--allow-dirty"];
-    let unpublished = unpublished_packages()?;
+    let unpublished = crate::command::workspace_packages(false)?;
     for name in &unpublished {
         args.extend(["--exclude", name.as_str()]);
     }
@@ -22,13 +22,4 @@ pub(crate) fn run_all() -> Result<()> {
     // Library crates leave the Kubernetes version to the binary; built alone, they need one.
     package.env("K8S_OPENAPI_ENABLED_VERSION", "1.33");
     run(&mut package)
-}
-
-/// The workspace's packages with `publish = false`.
-fn unpublished_packages() -> Result<Vec<String>> {
-    Ok(crate::public_api::workspace_packages()?
-        .into_iter()
-        .filter(|(_, published)| !published)
-        .map(|(name, _)| name)
-        .collect())
 }

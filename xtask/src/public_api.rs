@@ -30,7 +30,7 @@ const FORMAT_VERSION: u64 = 57;
 pub(crate) fn run_all(check: bool) -> Result<()> {
     let target = crate::command::target_dir().join("public-api");
     document(&target)?;
-    let packages = published_packages()?;
+    let packages = crate::command::workspace_packages(true)?;
     if packages.is_empty() {
         bail!("`cargo metadata` lists no published package; nothing would be checked");
     }
@@ -85,40 +85,6 @@ pub(crate) fn run_all(check: bool) -> Result<()> {
         println!("public-api: api/ is up to date");
     }
     Ok(())
-}
-
-/// The workspace's packages that are published (those without `publish = false`).
-fn published_packages() -> Result<Vec<String>> {
-    Ok(workspace_packages()?
-        .into_iter()
-        .filter(|(_, published)| *published)
-        .map(|(name, _)| name)
-        .collect())
-}
-
-/// Every package of the workspace, sorted by name, with whether it is published.
-pub(crate) fn workspace_packages() -> Result<Vec<(String, bool)>> {
-    let metadata = crate::command::output(&mut cargo(&[
-        "metadata",
-        "--no-deps",
-        "--format-version",
-        "1",
-    ]))?;
-    let metadata: serde_json::Value =
-        serde_json::from_str(&metadata).context("reading `cargo metadata`")?;
-    let mut packages: Vec<(String, bool)> = metadata["packages"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|package| {
-            let name = package["name"].as_str()?.to_string();
-            // `publish = false` is an empty list of registries; absent is every registry.
-            Some((name, package["publish"].is_null()))
-        })
-        .collect();
-    packages.sort();
-    Ok(packages)
 }
 
 /// rustdoc's JSON output for every package of the workspace in one cargo run, all features on,

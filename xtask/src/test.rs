@@ -206,13 +206,8 @@ pub(crate) fn apt_install(packages: &[&str]) -> Result<()> {
 }
 
 fn ensure_tools() -> Result<()> {
-    let cargo_succeeds = |args: &[&str]| {
-        crate::command::cargo(args)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|status| status.success())
-    };
+    let cargo_succeeds =
+        |args: &[&str]| crate::command::quietly_succeeds(&mut crate::command::cargo(args));
     for component in ["rustfmt", "clippy"] {
         let probe = if component == "rustfmt" {
             "fmt"
