@@ -10,7 +10,9 @@
 //!   undeclared or misspelled field is an error naming it, never dropped);
 //! - [`init`]: `capictl init` — CRDs, RBAC and the provider manager, applied idempotently;
 //! - [`manifests`]: the provider manager's generated RBAC, Deployment and clusterctl metadata;
-//! - [`move_cluster`]: `capictl move` — a cluster's objects to another management cluster.
+//! - [`move_cluster`]: `capictl move` — a cluster's objects to another management cluster;
+//! - [`scaffold`]: `capictl new provider` — a new provider's cargo project, on the `capi` crate;
+//! - [`image`]: `capictl image` — a manager's OCI image, built reproducibly with buildah.
 //!
 //! ```
 //! use capi_cli::generate::{Inputs, built_in, render};
@@ -29,7 +31,9 @@
 pub mod apply;
 pub mod describe;
 pub mod generate;
+pub mod image;
 pub mod init;
 pub mod manifests;
 pub mod move_cluster;
+pub mod scaffold;
 pub mod template;

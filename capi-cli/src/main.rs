@@ -11,6 +11,8 @@
 //! capictl get kubeconfig NAME [-n NS]
 //! capictl delete cluster NAME [-n NS] [--wait]
 //! capictl move NAME [-n NS] --to-kubeconfig FILE
+//! capictl new provider NAME --group GROUP [--path DIR]
+//! capictl image BINARY --name NAME [--version V] [--out DIR]
 //! ```
 //!
 //! Commands that talk to a management cluster use `--kubeconfig`, else `$KUBECONFIG` or
@@ -100,6 +102,49 @@ enum Command {
         #[command(subcommand)]
         what: DeleteWhat,
     },
+    /// Generate a new project.
+    New {
+        #[command(subcommand)]
+        what: NewWhat,
+    },
+    /// Build a manager's OCI image with buildah (FROM scratch, user 65532, no shell), check that
+    /// two builds are equal and that it runs, and write it as an OCI archive.
+    Image(ImageArgs),
+}
+
+#[derive(Subcommand)]
+enum NewWhat {
+    /// A new infrastructure provider's cargo project: its kinds, actuators over a fake cloud,
+    /// mock, conformance and local control plane tests, the manager binary and a README.
+    Provider {
+        /// The provider's name (lowercase, e.g. `acme`): the crate `<name>-provider`, the binary
+        /// `<name>-manager`, the kinds `<Name>Cluster` …, the provider IDs `<name>:///<id>`.
+        name: String,
+        /// The API group of the provider's kinds, e.g. `infrastructure.acme.example`.
+        #[arg(long)]
+        group: String,
+        /// Where to write the project (default: `./<name>-provider`); must not exist or be empty.
+        #[arg(long)]
+        path: Option<std::path::PathBuf>,
+    },
+}
+
+#[derive(Args)]
+struct ImageArgs {
+    /// The manager's binary (a release build, e.g. `target/release/acme-manager`).
+    binary: std::path::PathBuf,
+    /// The image's name (`<name>:<version>`; the binary's name by default).
+    #[arg(long)]
+    name: Option<String>,
+    /// The image's version tag and label.
+    #[arg(long, default_value = "0.1.0")]
+    version: String,
+    /// The `org.opencontainers.image.source` label (the project's repository).
+    #[arg(long)]
+    source: Option<String>,
+    /// Where the OCI archive is written.
+    #[arg(long, default_value = "target/images")]
+    out: std::path::PathBuf,
 }
 
 #[derive(Subcommand)]
@@ -396,6 +441,55 @@ async fn run(cli: Cli) -> Result<()> {
                 .await
                 .context("the move stopped; run the same command again to resume it")?;
             println!("moved cluster {namespace}/{name} ({moved} objects)");
+        }
+        Command::New {
+            what: NewWhat::Provider { name, group, path },
+        } => {
+            let scaffold = capi_cli::scaffold::ProviderScaffold::new(&name, &group)?;
+            let dir = path.unwrap_or_else(|| scaffold.crate_name().into());
+            let written = scaffold.write(&dir)?;
+            // Formatted as `cargo fmt` would (line breaks depend on the names); without rustfmt
+            // the project builds as written.
+            let formatted = std::process::Command::new("cargo")
+                .arg("fmt")
+                .arg("--manifest-path")
+                .arg(dir.join("Cargo.toml"))
+                .status();
+            if !formatted.is_ok_and(|status| status.success()) {
+                eprintln!("note: `cargo fmt` did not run; the project is left as generated");
+            }
+            println!(
+                "wrote {} files of the {} provider to {}",
+                written.len(),
+                scaffold.kind_prefix(),
+                dir.display()
+            );
+            println!(
+                "next: cd {} && cargo test   (README.md says what to fill in)",
+                dir.display()
+            );
+        }
+        Command::Image(args) => {
+            let name = match args.name {
+                Some(name) => name,
+                None => args
+                    .binary
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .context("the binary's path names no file")?,
+            };
+            let spec = capi_cli::image::ImageSpec {
+                binary: args.binary,
+                reference: name.clone(),
+                description: format!("{name}: a Cluster API provider's manager"),
+                name,
+                version: args.version,
+                source: args.source,
+                revision: None,
+                licenses: None,
+            };
+            let archive = capi_cli::image::build(&spec, &args.out)?;
+            println!("written: {}", archive.display());
         }
         Command::Delete {
             what:

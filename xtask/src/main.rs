@@ -42,6 +42,7 @@ mod openstack;
 mod package;
 mod public_api;
 mod quickstart;
+mod scaffold;
 mod test;
 mod upstream;
 
@@ -92,6 +93,9 @@ enum Task {
     Image(image::ImageArgs),
     /// Package every published crate and build each from its own `.crate` (nothing is uploaded).
     Package,
+    /// Generate a provider with `capictl new provider` outside the repository, and build and
+    /// test it against the packaged crates from a local registry (`--image`: and its image).
+    Scaffold(scaffold::ScaffoldArgs),
     /// Write the public API of every published crate to `api/<crate>.txt` (or check it).
     PublicApi {
         /// Fail if the public API differs from api/ instead of writing it.
@@ -135,6 +139,7 @@ fn main() -> Result<()> {
         Task::Upstream { action } => upstream::command(action),
         Task::Image(args) => image::run_images(args),
         Task::Package => package::run_all(),
+        Task::Scaffold(args) => scaffold::run_scaffold(args),
         Task::PublicApi { check } => public_api::run_all(check),
         Task::Test => test::run_all(),
         Task::Quickstart { keep_running } => quickstart::run(keep_running),

@@ -79,6 +79,12 @@ pub(crate) fn run_all() -> Result<()> {
     phases.step("Every published crate packages and builds from its own .crate (cargo package)");
     crate::package::run_all()?;
 
+    phases.step(
+        "A provider from `capictl new provider`, outside the repository, on the packaged crates \
+         from a local registry: fmt, clippy, its tests (cargo xtask scaffold)",
+    );
+    crate::scaffold::check(None)?;
+
     phases.step("Waiting for the local OpenStack for the OpenStack provider's tests");
     let openstack = openstack.wait()?;
     phases.step("Starting moto_server for the AWS provider's tests");
