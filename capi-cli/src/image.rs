@@ -35,7 +35,8 @@ use anyhow::{Context, Result, bail};
 pub struct ImageSpec {
     /// The manager's binary (a release build).
     pub binary: PathBuf,
-    /// The image's name, e.g. `acme-manager`: the archive's file name and the title label.
+    /// The image's name, e.g. `acme-manager`: the archive's file name and the title label (no
+    /// `/`).
     pub name: String,
     /// The image reference without its tag, e.g. `example.com/acme/acme-manager`.
     pub reference: String,
@@ -180,11 +181,12 @@ fn containerfile(spec: &ImageSpec, packages: &[String]) -> String {
     )
 }
 
-/// `value` as a Containerfile's double-quoted string.
+/// `value` as a Containerfile's double-quoted string, taken literally (no variable is expanded).
 fn quoted(value: &str) -> String {
     let escaped = value
         .replace('\\', "\\\\")
         .replace('"', "\\\"")
+        .replace('$', "\\$")
         .replace('\n', " ");
     format!("\"{escaped}\"")
 }
@@ -464,7 +466,7 @@ mod tests {
             name: "aws-manager".into(),
             reference: "capi-rs/aws-manager".into(),
             version: "1.2.3".into(),
-            description: "The \"AWS\" manager".into(),
+            description: "The \"AWS\" manager for $HOME".into(),
             source: Some("https://github.com/capi-rs/capi-rs".into()),
             revision: None,
             licenses: Some("Apache-2.0".into()),
@@ -480,7 +482,9 @@ mod tests {
         assert!(file.contains("ENTRYPOINT [\"/manager\"]\n"));
         assert!(file.contains("org.opencontainers.image.version=\"1.2.3\""));
         assert!(file.contains("org.opencontainers.image.title=\"aws-manager\""));
-        assert!(file.contains("org.opencontainers.image.description=\"The \\\"AWS\\\" manager\""));
+        assert!(file.contains(
+            "org.opencontainers.image.description=\"The \\\"AWS\\\" manager for \\$HOME\""
+        ));
         assert!(file.contains("dev.capi-rs.debian-packages=\"libc6=2.36\""));
         assert!(
             !file.contains("image.revision"),

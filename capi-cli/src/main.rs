@@ -12,7 +12,8 @@
 //! capictl delete cluster NAME [-n NS] [--wait]
 //! capictl move NAME [-n NS] --to-kubeconfig FILE
 //! capictl new provider NAME --group GROUP [--path DIR]
-//! capictl image BINARY --name NAME [--version V] [--out DIR]
+//! capictl image BINARY [--name REF] [--version V] [--description D] [--source URL]
+//!                       [--revision R] [--licenses SPDX] [--out DIR]
 //! ```
 //!
 //! Commands that talk to a management cluster use `--kubeconfig`, else `$KUBECONFIG` or
@@ -133,15 +134,25 @@ enum NewWhat {
 struct ImageArgs {
     /// The manager's binary (a release build, e.g. `target/release/acme-manager`).
     binary: std::path::PathBuf,
-    /// The image's name (`<name>:<version>`; the binary's name by default).
+    /// The image's reference without its tag, e.g. `ghcr.io/acme/acme-manager` (the binary's
+    /// name by default); its last segment names the archive and the title label.
     #[arg(long)]
     name: Option<String>,
     /// The image's version tag and label.
     #[arg(long, default_value = "0.1.0")]
     version: String,
+    /// The `org.opencontainers.image.description` label.
+    #[arg(long)]
+    description: Option<String>,
     /// The `org.opencontainers.image.source` label (the project's repository).
     #[arg(long)]
     source: Option<String>,
+    /// The `org.opencontainers.image.revision` label (the commit built).
+    #[arg(long)]
+    revision: Option<String>,
+    /// The `org.opencontainers.image.licenses` label (an SPDX expression).
+    #[arg(long)]
+    licenses: Option<String>,
     /// Where the OCI archive is written.
     #[arg(long, default_value = "target/images")]
     out: std::path::PathBuf,
@@ -448,14 +459,7 @@ async fn run(cli: Cli) -> Result<()> {
             let scaffold = capi_cli::scaffold::ProviderScaffold::new(&name, &group)?;
             let dir = path.unwrap_or_else(|| scaffold.crate_name().into());
             let written = scaffold.write(&dir)?;
-            // Formatted as `cargo fmt` would (line breaks depend on the names); without rustfmt
-            // the project builds as written.
-            let formatted = std::process::Command::new("cargo")
-                .arg("fmt")
-                .arg("--manifest-path")
-                .arg(dir.join("Cargo.toml"))
-                .status();
-            if !formatted.is_ok_and(|status| status.success()) {
+            if !capi_cli::scaffold::ProviderScaffold::format(&dir) {
                 eprintln!("note: `cargo fmt` did not run; the project is left as generated");
             }
             println!(
@@ -478,15 +482,18 @@ async fn run(cli: Cli) -> Result<()> {
                     .map(|n| n.to_string_lossy().into_owned())
                     .context("the binary's path names no file")?,
             };
+            let title = name.rsplit('/').next().unwrap_or(&name).to_string();
             let spec = capi_cli::image::ImageSpec {
                 binary: args.binary,
-                reference: name.clone(),
-                description: format!("{name}: a Cluster API provider's manager"),
-                name,
+                description: args
+                    .description
+                    .unwrap_or_else(|| format!("{title}: a Cluster API provider's manager")),
+                reference: name,
+                name: title,
                 version: args.version,
                 source: args.source,
-                revision: None,
-                licenses: None,
+                revision: args.revision,
+                licenses: args.licenses,
             };
             let archive = capi_cli::image::build(&spec, &args.out)?;
             println!("written: {}", archive.display());

@@ -14,7 +14,7 @@
 //! let scaffold = ProviderScaffold::new("acme", "infrastructure.acme.example")?;
 //! let files = scaffold.files();
 //! let actuator = files.iter().find(|f| f.path == "src/actuator.rs").unwrap();
-//! assert!(actuator.contents.contains("impl Actuator<AcmeMachine, AcmeCluster> for Acme"));
+//! assert!(actuator.contents.contains("impl Actuator<api::AcmeMachine, api::AcmeCluster> for AcmeProvider"));
 //! # Ok::<(), capi_cli::scaffold::ScaffoldError>(())
 //! ```
 
@@ -30,10 +30,15 @@ pub enum ScaffoldError {
          binary and the provider ID scheme)"
     )]
     InvalidName(String),
-    /// The API group is not a lowercase DNS subdomain with at least two labels.
+    /// The name would make the crate `capi-provider`, which is the SDK's own.
+    #[error("provider name {0:?} would name the crate capi-provider, one of the SDK's own crates")]
+    ReservedName(String),
+    /// The API group is not a lowercase DNS subdomain with at least two labels, short enough for
+    /// the CRDs' names, outside Kubernetes' own groups.
     #[error(
-        "API group {0:?} must be a lowercase DNS subdomain of at least two labels, such as \
-         infrastructure.example.com"
+        "API group {0:?} must be a lowercase DNS subdomain of at least two labels and at most \
+         196 characters (the CRDs are named <plural>.<group>), outside k8s.io and \
+         kubernetes.io, such as infrastructure.example.com"
     )]
     InvalidGroup(String),
     /// The target directory exists and is not empty: nothing is overwritten.
@@ -131,8 +136,16 @@ impl ProviderScaffold {
         if !label(name) || !starts_with_letter || name.len() > 40 {
             return Err(ScaffoldError::InvalidName(name.to_string()));
         }
+        if name == "capi" {
+            return Err(ScaffoldError::ReservedName(name.to_string()));
+        }
         let labels: Vec<&str> = group.split('.').collect();
-        if group.len() > 253 || labels.len() < 2 || !labels.iter().all(|l| label(l)) {
+        // Kubernetes reserves its own groups for approved APIs; the longest CRD name is
+        // `<name without dashes>machinetemplates.<group>`, at most 56 + 1 + 196 characters.
+        let reserved = ["k8s.io", "kubernetes.io"]
+            .iter()
+            .any(|own| group == *own || group.ends_with(&format!(".{own}")));
+        if group.len() > 196 || labels.len() < 2 || !labels.iter().all(|l| label(l)) || reserved {
             return Err(ScaffoldError::InvalidGroup(group.to_string()));
         }
         Ok(Self {
@@ -188,6 +201,17 @@ impl ProviderScaffold {
             .collect()
     }
 
+    /// Formats the project in `dir` with `cargo fmt` (where lines break depends on the names);
+    /// returns whether it ran. Without rustfmt the project builds as written.
+    pub fn format(dir: &Path) -> bool {
+        std::process::Command::new("cargo")
+            .arg("fmt")
+            .arg("--manifest-path")
+            .arg(dir.join("Cargo.toml"))
+            .status()
+            .is_ok_and(|status| status.success())
+    }
+
     /// Writes the project into `dir`, which must not exist or be empty; returns the files
     /// written. Nothing is overwritten.
     pub fn write(&self, dir: &Path) -> Result<Vec<PathBuf>, ScaffoldError> {
@@ -229,7 +253,9 @@ mod tests {
         let text = |path: &str| &files.iter().find(|f| f.path == path).unwrap().contents;
         assert!(text("Cargo.toml").contains("name = \"acme-cloud-provider\""));
         assert!(text("Cargo.toml").contains("name = \"acme-cloud-manager\""));
-        assert!(text("src/main.rs").contains("use acme_cloud_provider::actuator::AcmeCloud;"));
+        assert!(
+            text("src/main.rs").contains("use acme_cloud_provider::actuator::AcmeCloudProvider;")
+        );
         assert!(text("src/api.rs").contains("kind = \"AcmeCloudMachineTemplate\""));
         assert!(text("src/api.rs").contains("\"acmecloudmachines\""));
         assert!(
@@ -282,6 +308,8 @@ mod tests {
             let error = ProviderScaffold::new(name, "infrastructure.acme.example").unwrap_err();
             assert!(matches!(error, ScaffoldError::InvalidName(_)), "{name:?}");
         }
+        let error = ProviderScaffold::new("capi", "infrastructure.acme.example").unwrap_err();
+        assert!(matches!(error, ScaffoldError::ReservedName(_)));
         for group in [
             "acme",
             "Infrastructure.acme.example",

@@ -65,6 +65,12 @@ pub(crate) struct ImageArgs {
     /// The image's version tag (default: the workspace's version).
     #[arg(long)]
     version: Option<String>,
+    /// The managers' build: `release`, as shipped, or `debug`, the binaries `cargo xtask test`
+    /// ran its tests against (the build `cargo nextest run --workspace --all-targets
+    /// --all-features` makes: nothing to compile after the tests), for checking the image
+    /// machinery in CI.
+    #[arg(long, value_enum, default_value_t = crate::bench::rig::Build::Release)]
+    build: crate::bench::rig::Build,
 }
 
 /// Builds, checks and writes the image of each provider asked for.
@@ -79,19 +85,35 @@ pub(crate) fn run_images(args: ImageArgs) -> Result<()> {
         .unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_string());
     step("Tools: buildah, protoc, CA certificates (Debian's packages)");
     ensure_tools()?;
-    step("Building the managers (release, the four together)");
     let packages: Vec<String> = Provider::ALL.iter().map(|p| p.package()).collect();
-    let mut build = vec!["build", "--release"];
-    for package in &packages {
-        build.extend(["-p", package.as_str()]);
-    }
+    let (build, profile) = match args.build {
+        crate::bench::rig::Build::Release => {
+            step("Building the managers (release, the four together)");
+            let mut build = vec!["build", "--release"];
+            for package in &packages {
+                build.extend(["-p", package.as_str()]);
+            }
+            (build, "release")
+        }
+        crate::bench::rig::Build::Debug => {
+            step("The managers the tests ran (debug; built already by cargo xtask test)");
+            let build = [
+                "test",
+                "--no-run",
+                "--workspace",
+                "--all-targets",
+                "--all-features",
+            ];
+            (build.to_vec(), "debug")
+        }
+    };
     run(&mut cargo(&build))?;
-    let release = crate::command::target_dir().join("release");
+    let built = crate::command::target_dir().join(profile);
     let out_dir = crate::command::target_dir().join("images");
     std::fs::create_dir_all(&out_dir)?;
     for provider in providers {
         step(&format!("Image of {}", provider.binary()));
-        let spec = spec(provider, &release.join(provider.binary()), &version);
+        let spec = spec(provider, &built.join(provider.binary()), &version);
         let archive = capi_cli::image::build(&spec, &out_dir)?;
         println!("    written: {}", archive.display());
     }

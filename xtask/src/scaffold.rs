@@ -8,10 +8,14 @@
 //!   with it, so every crate it builds — ours and everyone else's — comes from a package, never
 //!   from a path into the workspace, and a dependency missing from what we publish fails the build.
 //! - The project is generated into a temporary directory outside the repository and checked with
-//!   `cargo fmt --check`, `cargo clippy --all-targets -D warnings` and `cargo test` (its mock unit
-//!   tests, the conformance suite, and a cluster brought to Running on the local control plane).
-//! - `--image` then builds its manager's image with `capictl image`'s builder
-//!   (`<target>/images/acme-manager-<version>.oci.tar`).
+//!   `cargo fmt --check` (the templates, rendered for `acme`, are rustfmt-clean as they stand),
+//!   `cargo clippy --all-targets -D warnings` and `cargo test` (its mock unit tests, the
+//!   conformance suite, and a cluster brought to Running on the local control plane).
+//! - A second provider, whose kinds are named like the contract's traits (`infra`), is generated,
+//!   formatted as `capictl new provider` formats it, and linted.
+//! - `--image` then builds its manager (`cargo build --bins`) and its image with `capictl
+//!   image`'s builder (`<target>/images/acme-manager-<version>.oci.tar`); `--image-only` skips the
+//!   lints and tests (CI ran them in `cargo xtask test`).
 //!
 //! The project's build has a target directory of its own (`<target>/scaffold-target`), kept
 //! between runs. A registry crate's version is all cargo fingerprints it by, so when the packaged
@@ -25,10 +29,14 @@ use capi_cli::scaffold::ProviderScaffold;
 
 use crate::command::{cargo, output, run, step};
 
-/// The provider CI generates.
+/// The provider CI generates, built, linted, tested and imaged.
 const NAME: &str = "acme";
 const GROUP: &str = "infrastructure.acme.example";
-/// The directory source's name in the project's cargo configuration.
+/// A second provider whose kinds share their names with the contract's traits (`InfraCluster`,
+/// `InfraMachine`, `InfraMachineTemplate`): generated, formatted as `capictl new provider` does,
+/// and linted, so that a name a vendor may well choose compiles too.
+const CLASHING_NAME: &str = "infra";
+/// The directory source's name in the projects' cargo configuration.
 const SOURCE: &str = "capi-rs-packaged";
 
 /// `cargo xtask scaffold`'s command line.
@@ -40,41 +48,63 @@ pub(crate) struct ScaffoldArgs {
     /// The build of the manager the image holds.
     #[arg(long, value_enum, default_value_t = crate::bench::rig::Build::Release)]
     build: crate::bench::rig::Build,
+    /// Skip the projects' lints and tests (CI ran them in `cargo xtask test`): only the image.
+    #[arg(long, requires = "image")]
+    image_only: bool,
 }
 
-/// Generates, builds and tests the scaffold (and builds its image with `--image`).
+/// Packages the crates, then generates, checks and (with `--image`) images the scaffold.
 pub(crate) fn run_scaffold(args: ScaffoldArgs) -> Result<()> {
     step("Packaging the published crates (cargo package --no-verify)");
     package()?;
-    check(args.image.then_some(args.build))
+    check(Checks {
+        tests: !args.image_only,
+        image: args.image.then_some(args.build),
+    })
 }
 
-/// Generates, builds and tests the scaffold against the crates packaged in `<target>/package/`
-/// (by `cargo xtask package` or [`run_scaffold`]), and builds its image from `image`'s build.
-pub(crate) fn check(image: Option<crate::bench::rig::Build>) -> Result<()> {
+/// What [`check`] does with the generated projects.
+pub(crate) struct Checks {
+    /// `cargo fmt --check`, `cargo clippy -D warnings` and `cargo test`.
+    pub(crate) tests: bool,
+    /// The manager's image, from this build.
+    pub(crate) image: Option<crate::bench::rig::Build>,
+}
+
+/// Generates the scaffold into a temporary directory and checks it against the crates packaged in
+/// `<target>/package/` (by `cargo xtask package` or [`run_scaffold`]). On failure the directory
+/// is kept, and named, for a look at what was generated.
+pub(crate) fn check(checks: Checks) -> Result<()> {
     let packaged = packaged()?;
     step("The local registry: the lockfile's crates (cargo vendor, cached) and ours, packaged");
     let registry = registry(&packaged)?;
-    let project = tempfile::Builder::new()
+    let projects = tempfile::Builder::new()
         .prefix("capi-rs-scaffold-")
         .tempdir()
         .context("creating a temporary directory")?;
-    let dir = project.path().join(format!("{NAME}-provider"));
+    let result = check_in(projects.path(), &registry, &packaged, &checks);
+    if result.is_err() {
+        let kept = projects.keep();
+        eprintln!("the generated projects are kept in {}", kept.display());
+    }
+    result
+}
+
+fn check_in(parent: &Path, registry: &Path, packaged: &[Packaged], checks: &Checks) -> Result<()> {
+    let target = crate::command::target_dir().join("scaffold-target");
+    let dir = parent.join(format!("{NAME}-provider"));
     step(&format!(
         "capictl new provider {NAME} --group {GROUP} (in {})",
         dir.display()
     ));
     let scaffold = ProviderScaffold::new(NAME, GROUP)?;
     scaffold.write(&dir)?;
-    run(cargo(&["fmt", "--manifest-path"]).arg(dir.join("Cargo.toml")))?;
-
-    let target = crate::command::target_dir().join("scaffold-target");
     // The subcommand first: `cargo clippy` reads `--config` only after it.
-    let project_cargo = |args: &[&str]| {
+    let in_project = |dir: &Path, args: &[&str]| {
         let (subcommand, rest) = args.split_first().map_or(("", &[][..]), |(s, r)| (*s, r));
         let mut command = cargo(&[subcommand]);
         command
-            .current_dir(&dir)
+            .current_dir(dir)
             .env("CARGO_TARGET_DIR", &target)
             .arg("--config")
             .arg(format!("source.crates-io.replace-with={SOURCE:?}"))
@@ -93,17 +123,15 @@ pub(crate) fn check(image: Option<crate::bench::rig::Build>) -> Result<()> {
         .collect::<Vec<_>>()
         .join("\n");
     if std::fs::read_to_string(&stamp).ok().as_deref() != Some(checksums.as_str()) {
-        step("The packaged crates changed: removing their artifacts from the project's target dir");
+        step("The packaged crates changed: removing their artifacts from the projects' target dir");
         let _ = std::fs::remove_file(&stamp);
         // The first build has nothing to clean; `cargo clean -p` takes only the packages the
         // project depends on.
         if target.exists() {
-            let metadata = output(&mut project_cargo(&[
-                "metadata",
-                "--offline",
-                "--format-version",
-                "1",
-            ]))?;
+            let metadata = output(&mut in_project(
+                &dir,
+                &["metadata", "--offline", "--format-version", "1"],
+            ))?;
             let metadata: serde_json::Value = serde_json::from_str(&metadata)?;
             let used: Vec<&str> = metadata["packages"]
                 .as_array()
@@ -113,40 +141,57 @@ pub(crate) fn check(image: Option<crate::bench::rig::Build>) -> Result<()> {
             for crate_file in packaged.iter().filter(|c| used.contains(&c.name.as_str())) {
                 clean.extend(["-p", crate_file.name.as_str()]);
             }
-            run(&mut project_cargo(&clean))?;
+            run(&mut in_project(&dir, &clean))?;
         }
     }
-    step("The generated project: formatted, lint-free, its tests pass (offline, packaged crates)");
-    run(cargo(&["fmt", "--check", "--manifest-path"]).arg(dir.join("Cargo.toml")))?;
-    run(&mut project_cargo(&[
-        "clippy",
-        "--offline",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
-    let mut test = project_cargo(&["test", "--offline"]);
-    test.env(
-        capi_testing::envtest::KUBEBUILDER_ASSETS,
-        crate::envtest::ensure()?,
-    );
-    run(&mut test)?;
-    std::fs::create_dir_all(&target)?;
-    std::fs::write(&stamp, &checksums)?;
+    if checks.tests {
+        step("The generated project: formatted as generated, lint-free, its tests pass (offline)");
+        run(cargo(&["fmt", "--check", "--manifest-path"]).arg(dir.join("Cargo.toml")))?;
+        let clippy = [
+            "clippy",
+            "--offline",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ];
+        run(&mut in_project(&dir, &clippy))?;
+        let mut test = in_project(&dir, &["test", "--offline"]);
+        test.env(
+            capi_testing::envtest::KUBEBUILDER_ASSETS,
+            crate::envtest::ensure()?,
+        );
+        run(&mut test)?;
 
-    if let Some(build) = image {
+        let clashing = parent.join(format!("{CLASHING_NAME}-provider"));
+        step(&format!(
+            "capictl new provider {CLASHING_NAME} (kinds named like the contract's traits): \
+             formatted, lint-free"
+        ));
+        ProviderScaffold::new(CLASHING_NAME, "infrastructure.infra.example")?.write(&clashing)?;
+        if !ProviderScaffold::format(&clashing) {
+            bail!("cargo fmt failed on {}", clashing.display());
+        }
+        run(&mut in_project(&clashing, &clippy))?;
+        std::fs::create_dir_all(&target)?;
+        std::fs::write(&stamp, &checksums)?;
+    }
+
+    if let Some(build) = checks.image {
+        // `cargo build`, not the binary the tests built: that one carries the features of the
+        // dev-dependencies too.
         let profile = match build {
             crate::bench::rig::Build::Release => {
-                run(&mut project_cargo(&[
-                    "build",
-                    "--offline",
-                    "--release",
-                    "--bins",
-                ]))?;
+                run(&mut in_project(
+                    &dir,
+                    &["build", "--offline", "--release", "--bins"],
+                ))?;
                 "release"
             }
-            crate::bench::rig::Build::Debug => "debug",
+            crate::bench::rig::Build::Debug => {
+                run(&mut in_project(&dir, &["build", "--offline", "--bins"]))?;
+                "debug"
+            }
         };
         step(&format!(
             "Image of {} ({profile} build)",
@@ -237,10 +282,11 @@ fn registry(packaged: &[Packaged]) -> Result<PathBuf> {
         vendor.arg(&partial).stdout(std::process::Stdio::null());
         run(&mut vendor)?;
         std::fs::rename(&partial, &dir)?;
-        // Earlier lockfiles' copies are of no more use.
+        // Earlier lockfiles' copies are of no more use (another run's `.partial` is left alone).
         for entry in std::fs::read_dir(&root)? {
             let path = entry?.path();
-            if path != dir {
+            let partial = path.extension().is_some_and(|e| e == "partial");
+            if path != dir && !partial {
                 let _ = std::fs::remove_dir_all(&path);
             }
         }

@@ -83,7 +83,10 @@ pub(crate) fn run_all() -> Result<()> {
         "A provider from `capictl new provider`, outside the repository, on the packaged crates \
          from a local registry: fmt, clippy, its tests (cargo xtask scaffold)",
     );
-    crate::scaffold::check(None)?;
+    crate::scaffold::check(crate::scaffold::Checks {
+        tests: true,
+        image: None,
+    })?;
 
     phases.step("Waiting for the local OpenStack for the OpenStack provider's tests");
     let openstack = openstack.wait()?;
