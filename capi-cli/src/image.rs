@@ -33,7 +33,7 @@ use anyhow::{Context, Result, bail};
 /// What to build an image of, and how to label it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ImageSpec {
-    /// The manager's binary (a release build).
+    /// The manager's binary (a release build, as shipped).
     pub binary: PathBuf,
     /// The image's name, e.g. `acme-manager`: the archive's file name and the title label (no
     /// `/`).

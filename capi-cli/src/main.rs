@@ -483,6 +483,11 @@ async fn run(cli: Cli) -> Result<()> {
                     .context("the binary's path names no file")?,
             };
             let title = name.rsplit('/').next().unwrap_or(&name).to_string();
+            if title.contains(':') || title.contains('@') {
+                bail!(
+                    "--name {name} carries a tag or digest: give the reference alone and the tag with --version"
+                );
+            }
             let spec = capi_cli::image::ImageSpec {
                 binary: args.binary,
                 description: args

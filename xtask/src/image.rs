@@ -3,8 +3,9 @@
 //!
 //! What an image holds and what is guaranteed of it is [`capi_cli::image`]'s (the builder
 //! `capictl image` runs for a vendor's own manager). This command adds: the four managers are
-//! always built together, in one `cargo build --release` of their four packages, whichever images
-//! are asked for, so that a manager's binary depends on the commit only, not on which other
+//! always built together, in one `cargo build --release` of their four packages (or, with
+//! `--build debug`, taken from the test build CI ran, dev-dependency features and all), whichever
+//! images are asked for, so that a manager's binary depends on the commit only, not on which other
 //! images a run builds (their shared crates are compiled once, with the union of their features:
 //! the in-memory manager, which brings its own etcd access, carries the workload etcd client
 //! unused). The archives are `<target>/images/<provider>-manager-<version>.oci.tar`, holding
@@ -120,7 +121,8 @@ pub(crate) fn run_images(args: ImageArgs) -> Result<()> {
     Ok(())
 }
 
-fn ensure_tools() -> Result<()> {
+/// Installs buildah and the CA certificates (Debian's packages) when missing, and protoc.
+pub(crate) fn ensure_tools() -> Result<()> {
     let missing = capi_cli::image::missing_tools();
     if missing.is_empty() {
         println!("    buildah and the CA certificates are installed");

@@ -178,6 +178,7 @@ fn check_in(parent: &Path, registry: &Path, packaged: &[Packaged], checks: &Chec
     }
 
     if let Some(build) = checks.image {
+        crate::image::ensure_tools()?;
         // `cargo build`, not the binary the tests built: that one carries the features of the
         // dev-dependencies too.
         let profile = match build {
@@ -212,6 +213,7 @@ fn check_in(parent: &Path, registry: &Path, packaged: &[Packaged], checks: &Chec
         };
         let archive = capi_cli::image::build(&spec, &crate::command::target_dir().join("images"))?;
         println!("    written: {}", archive.display());
+        std::fs::write(&stamp, &checksums)?;
     }
     Ok(())
 }
