@@ -13,7 +13,16 @@ use crate::command::{cargo, run};
 
 /// Packages and verifies every crate without `publish = false`.
 pub(crate) fn run_all() -> Result<()> {
+    package(true)
+}
+
+/// Packages every crate without `publish = false` into `<target>/package/`, building each from its
+/// own `.crate` when `verify`.
+pub(crate) fn package(verify: bool) -> Result<()> {
     let mut args = vec!["package", "--workspace", "--allow-dirty"];
+    if !verify {
+        args.push("--no-verify");
+    }
     let unpublished = crate::command::workspace_packages(false)?;
     for name in &unpublished {
         args.extend(["--exclude", name.as_str()]);

@@ -56,7 +56,7 @@ pub(crate) struct ScaffoldArgs {
 /// Packages the crates, then generates, checks and (with `--image`) images the scaffold.
 pub(crate) fn run_scaffold(args: ScaffoldArgs) -> Result<()> {
     step("Packaging the published crates (cargo package --no-verify)");
-    package()?;
+    crate::package::package(false)?;
     check(Checks {
         tests: !args.image_only,
         image: args.image.then_some(args.build),
@@ -223,16 +223,6 @@ struct Packaged {
     name: String,
     file: PathBuf,
     checksum: String,
-}
-
-/// Packages every published crate without building them (`cargo xtask package` verifies them).
-fn package() -> Result<()> {
-    let mut args = vec!["package", "--workspace", "--allow-dirty", "--no-verify"];
-    let unpublished = crate::command::workspace_packages(false)?;
-    for name in &unpublished {
-        args.extend(["--exclude", name.as_str()]);
-    }
-    run(&mut cargo(&args))
 }
 
 /// The `.crate` of every published crate, as the last `cargo package` wrote it.
