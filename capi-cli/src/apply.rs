@@ -179,6 +179,14 @@ pub async fn apply(
             }
         };
         let what = describe(&object);
+        if gvk.group == "rbac.authorization.k8s.io" && gvk.kind.ends_with("RoleBinding") {
+            replace_changed_role_ref(&api, &object)
+                .await
+                .map_err(|source| ApplyError::Apply {
+                    what: what.clone(),
+                    source,
+                })?;
+        }
         api.patch(&object.name_any(), &params, &Patch::Apply(&object))
             .await
             .map_err(|source| ApplyError::Apply {
@@ -192,6 +200,26 @@ pub async fn apply(
         progress(&what);
     }
     Ok(())
+}
+
+/// A binding's `roleRef` cannot change: one that names another role than `object` is deleted so
+/// that the apply creates it anew, as `kubectl auth reconcile` does. The rights it granted are
+/// gone for the moment between.
+async fn replace_changed_role_ref(
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+) -> Result<(), kube::Error> {
+    let name = object.name_any();
+    let Some(existing) = api.get_opt(&name).await? else {
+        return Ok(());
+    };
+    if existing.data["roleRef"] == object.data["roleRef"] {
+        return Ok(());
+    }
+    match api.delete(&name, &kube::api::DeleteParams::default()).await {
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        other => other.map(|_| ()),
+    }
 }
 
 /// The resource of `gvk`. Right after a CRD is established its kind may not be discoverable yet:

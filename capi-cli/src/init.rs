@@ -14,6 +14,10 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::DynamicObject;
 use kube::{Api, Client, ResourceExt};
 
+use std::collections::BTreeMap;
+
+use capi_provider::Controllers;
+
 use crate::manifests::{self, ManifestError};
 
 pub use crate::apply::FIELD_MANAGER;
@@ -21,10 +25,7 @@ pub use crate::apply::FIELD_MANAGER;
 /// Why `init` failed.
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
-    /// No such infrastructure provider.
-    #[error("no infrastructure provider {0:?}; available: inmemory, aws, azure")]
-    UnknownProvider(String),
-    /// The manifests could not be rendered.
+    /// The manifests could not be rendered, or there is no such provider.
     #[error(transparent)]
     Manifests(#[from] ManifestError),
     /// An object could not be converted.
@@ -41,31 +42,42 @@ pub enum InitError {
     Apply(#[from] crate::apply::ApplyError),
 }
 
-/// Everything `init` installs for `provider`, CRDs first.
-pub fn objects(provider: &str) -> Result<Vec<DynamicObject>, InitError> {
-    let (provider_crds, manager) = match provider {
-        "inmemory" => (provider_inmemory::api::crds(), manifests::inmemory()),
-        "aws" => (provider_aws::api::crds(), manifests::aws()),
-        "azure" => (provider_azure::api::crds(), manifests::azure()),
-        other => return Err(InitError::UnknownProvider(other.to_string())),
-    };
-    let mut values = Vec::new();
-    for crd in capi_core::crd::core()
-        .into_iter()
-        .chain(capi_bootstrap::api::crds())
-        .chain(capi_control_plane::api::crds())
-        .chain(provider_crds)
-    {
-        let name = crd.name_any();
-        values.push(
-            serde_json::to_value(&crd).map_err(|source| InitError::Json {
+/// Everything `init` installs for `provider`, CRDs first: the provider's clusterctl components
+/// ([`manifests::components`]), rendered as clusterctl renders them with the manager running
+/// `controllers`; standalone, the Cluster API core, kubeadm bootstrap and control plane CRDs
+/// before them.
+pub fn objects(provider: &str, controllers: Controllers) -> Result<Vec<DynamicObject>, InitError> {
+    let components = manifests::components(provider)?;
+    let values = BTreeMap::from([(
+        components.variable("CONTROLLERS"),
+        controllers.as_str().to_string(),
+    )]);
+    let mut values_out = Vec::new();
+    if controllers == Controllers::Standalone {
+        for crd in capi_core::crd::core()
+            .into_iter()
+            .chain(capi_bootstrap::api::crds())
+            .chain(capi_control_plane::api::crds())
+        {
+            let name = crd.name_any();
+            let mut value = serde_json::to_value(&crd).map_err(|source| InitError::Json {
                 what: format!("CRD {name}"),
                 source,
-            })?,
-        );
+            })?;
+            value["apiVersion"] = serde_json::json!("apiextensions.k8s.io/v1");
+            value["kind"] = serde_json::json!("CustomResourceDefinition");
+            values_out.push(value);
+        }
     }
-    values.extend(manager.objects()?);
-    values
+    let mut installed = manifests::resolve(&components, &values)?;
+    // CRDs before the objects that name their kinds; the Namespace before what lives in it.
+    installed.sort_by_key(|o| match o["kind"].as_str() {
+        Some("CustomResourceDefinition") => 0,
+        Some("Namespace") => 1,
+        _ => 2,
+    });
+    values_out.extend(installed);
+    values_out
         .into_iter()
         .map(|value| {
             let what = format!("{} {}", value["kind"], value["metadata"]["name"]);
@@ -79,7 +91,9 @@ pub fn to_yaml(objects: &[DynamicObject]) -> Result<String, InitError> {
     let mut out = String::new();
     for object in objects {
         out.push_str("---\n");
-        out.push_str(&serde_saphyr::to_string(object).map_err(ManifestError::Yaml)?);
+        out.push_str(
+            &serde_saphyr::to_string(object).map_err(|e| ManifestError::Yaml(e.to_string()))?,
+        );
     }
     Ok(out)
 }
@@ -100,10 +114,6 @@ pub const UPSTREAM_GROUPS: [&str; 3] = [
     "bootstrap.cluster.x-k8s.io",
     "controlplane.cluster.x-k8s.io",
 ];
-
-/// The manager flags that run the controllers of [`UPSTREAM_GROUPS`].
-const UPSTREAM_CONTROLLER_FLAGS: [&str; 3] =
-    ["--with-core", "--with-bootstrap", "--with-control-plane"];
 
 /// A CRD of [`UPSTREAM_GROUPS`] that another installation owns.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -141,23 +151,11 @@ impl Plan {
         Ok(Self { foreign })
     }
 
-    /// `objects` without the CRDs of [`UPSTREAM_GROUPS`], and with the manager running only the
-    /// infrastructure provider's controllers (the other installation runs the rest).
-    pub fn leave_foreign(&self, objects: Vec<DynamicObject>) -> Vec<DynamicObject> {
-        objects
-            .into_iter()
-            .filter(|o| !is_upstream_group_crd(o))
-            .map(|mut object| {
-                if object
-                    .types
-                    .as_ref()
-                    .is_some_and(|t| t.kind == "Deployment")
-                {
-                    without_upstream_controllers(&mut object.data);
-                }
-                object
-            })
-            .collect()
+    /// What `init` installs for `provider` beside the other installation: the provider's
+    /// components without the CRDs of [`UPSTREAM_GROUPS`], its manager running only the
+    /// provider's controllers (the other installation runs the rest) with only their rules.
+    pub fn leave_foreign(&self, provider: &str) -> Result<Vec<DynamicObject>, InitError> {
+        objects(provider, Controllers::Provider)
     }
 
     /// What was found, for the user: each foreign CRD and its owner, on one line each.
@@ -214,19 +212,6 @@ pub fn foreign_owner(crd: &CustomResourceDefinition) -> Option<String> {
         owner.push("an unknown installation".to_string());
     }
     Some(owner.join("; "))
-}
-
-/// Drops the flags that run core, bootstrap and control plane controllers from every container.
-fn without_upstream_controllers(deployment: &mut serde_json::Value) {
-    let containers = deployment["spec"]["template"]["spec"]["containers"].as_array_mut();
-    for container in containers.into_iter().flatten() {
-        if let Some(args) = container["args"].as_array_mut() {
-            args.retain(|a| {
-                a.as_str()
-                    .is_none_or(|a| !UPSTREAM_CONTROLLER_FLAGS.contains(&a))
-            });
-        }
-    }
 }
 
 #[cfg(test)]
@@ -286,30 +271,32 @@ mod tests {
 
     #[test]
     fn leaving_foreign_crds_keeps_the_provider_and_runs_only_its_controllers() {
-        let objects = objects("inmemory").unwrap();
+        let standalone = objects("inmemory", Controllers::Standalone).unwrap();
+        assert!(standalone.iter().any(is_upstream_group_crd));
         let plan = Plan {
             foreign: vec![ForeignCrd {
                 name: "clusters.cluster.x-k8s.io".into(),
                 owner: "clusterctl".into(),
             }],
         };
-        let kept = plan.leave_foreign(objects);
+        let kept = plan.leave_foreign("inmemory").unwrap();
         assert!(kept.iter().all(|o| !is_upstream_group_crd(o)));
         assert!(
             kept.iter()
                 .any(|o| o.name_any() == "inmemorymachines.infrastructure.capi-rs.dev")
         );
-        let deployment = kept
-            .iter()
-            .find(|o| o.types.as_ref().is_some_and(|t| t.kind == "Deployment"))
-            .unwrap();
-        let args = deployment.data["spec"]["template"]["spec"]["containers"][0]["args"]
-            .as_array()
-            .unwrap();
+        let kind = |o: &DynamicObject, kind: &str| o.types.as_ref().is_some_and(|t| t.kind == kind);
+        let deployment = kept.iter().find(|o| kind(o, "Deployment")).unwrap();
+        let args = deployment.data["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+        assert!(args.contains("--controllers=provider"), "{args}");
+        let binding = kept.iter().find(|o| kind(o, "ClusterRoleBinding")).unwrap();
+        assert_eq!(
+            binding.data["roleRef"]["name"],
+            "capi-inmemory-system-provider"
+        );
         assert!(
-            args.iter()
-                .all(|a| !UPSTREAM_CONTROLLER_FLAGS.contains(&a.as_str().unwrap_or_default())),
-            "{args:?}"
+            kept.iter().all(|o| !o.data.to_string().contains("${")),
+            "every variable is resolved"
         );
     }
 }

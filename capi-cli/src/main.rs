@@ -5,7 +5,7 @@
 //!                               [--kubernetes-version V] [--control-plane-machine-count N]
 //!                               [--worker-machine-count N] [--target-namespace NS] [--list-variables]
 //!                               [--clouds-yaml FILE --cloud NAME]
-//! capictl init [--infrastructure inmemory] [--dry-run]
+//! capictl init [--infrastructure inmemory|openstack|aws|azure] [--dry-run] [--force]
 //! capictl apply -f FILE|- [-n NS]
 //! capictl describe cluster NAME [-n NS] [--show-conditions]
 //! capictl get kubeconfig NAME [-n NS]
@@ -302,7 +302,8 @@ async fn run(cli: Cli) -> Result<()> {
             dry_run,
             force,
         } => {
-            let mut objects = capi_cli::init::objects(&infrastructure)?;
+            let mut objects =
+                capi_cli::init::objects(&infrastructure, capi_provider::Controllers::Standalone)?;
             if dry_run {
                 print!("{}", capi_cli::init::to_yaml(&objects)?);
                 return Ok(());
@@ -322,7 +323,7 @@ async fn run(cli: Cli) -> Result<()> {
                          that installation's controllers (use --force to replace them):\n{}",
                         plan.describe()
                     );
-                    objects = plan.leave_foreign(objects);
+                    objects = plan.leave_foreign(&infrastructure)?;
                 }
             }
             let bar = progress_bar(Some(objects.len() as u64));

@@ -1,323 +1,176 @@
-//! The providers' deployment manifests, generated from code so that they cannot drift:
-//! `rbac.yaml` (ServiceAccount, a least-privilege ClusterRole from [`capi_actuator::rbac`] and
-//! [`capi_runtime::rbac`] and its binding, the leader-election Role in the manager's namespace and
-//! its binding), `manager.yaml` (Namespace, Deployment of the manager in standalone mode with leader
-//! election) and `metadata.yaml` (clusterctl provider metadata), for the in-memory provider
-//! ([`inmemory`]), the OpenStack provider ([`openstack`]), the AWS provider ([`aws`]) and the
-//! Azure provider ([`azure`]). `cargo xtask crds` writes them to `config/<provider>/`;
-//! `capictl init --infrastructure <provider>` applies them.
+//! The workspace's providers as clusterctl installs them, generated from code so that they
+//! cannot drift: each provider's [`Components`] (its CRDs, its manager's least-privilege rules
+//! from [`capi_actuator::rbac`] and what its cloud code reads, its Deployment), for the in-memory,
+//! OpenStack, AWS and Azure providers ([`PROVIDERS`]). One source for three uses:
+//!
+//! - `cargo xtask release` writes them as clusterctl repositories ([`release`]);
+//! - `capictl init --infrastructure <provider>` applies them, rendered as clusterctl renders
+//!   them ([`resolve`]);
+//! - `cargo xtask crds` checks them in under `config/<provider>/`, with the standalone
+//!   manager's RBAC the integration tests run the managers with (`rbac.yaml`).
+
+use std::collections::BTreeMap;
+
+use capi_actuator::rbac;
+use capi_provider::Controllers;
+use capi_provider::clusterctl::{
+    Components, ComponentsError, Metadata, Release, Version, VersionError,
+};
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+use crate::template::{Template, TemplateError};
 
 /// Why the manifests could not be rendered.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ManifestError {
-    /// YAML serialisation failed.
-    #[error("rendering YAML: {0}")]
-    Yaml(#[from] serde_saphyr::SerializeError),
-    /// JSON conversion failed.
-    #[error("rendering JSON: {0}")]
-    Json(#[source] serde_json::Error),
+    /// No such provider.
+    #[error("no infrastructure provider {0:?}; available: {list}", list = PROVIDERS.join(", "))]
+    UnknownProvider(String),
+    /// The components could not be made.
+    #[error(transparent)]
+    Components(#[from] ComponentsError),
+    /// A variable reference is malformed or has no value.
+    #[error(transparent)]
+    Template(#[from] TemplateError),
+    /// YAML serialisation or parsing failed.
+    #[error("YAML: {0}")]
+    Yaml(String),
 }
-
-use capi_actuator::rbac;
-use k8s_openapi::api::rbac::v1::PolicyRule;
-use serde_json::json;
 
 /// The group of this workspace's provider kinds.
 const INFRA_GROUP: &str = "infrastructure.capi-rs.dev";
 
-/// One provider's manager: where it runs, as whom, with which image, flags and rules.
-#[derive(Clone, Debug)]
-pub struct ProviderManifests {
-    /// The folder under `config/` the files go to.
-    pub folder: &'static str,
-    /// The namespace the manager runs in.
-    pub namespace: &'static str,
-    /// The ServiceAccount, ClusterRole, ClusterRoleBinding, Role, RoleBinding and Deployment name.
-    pub name: &'static str,
-    /// The container image.
-    pub image: &'static str,
-    /// The manager's arguments (leader election and JSON logs are added).
-    pub args: Vec<&'static str>,
-    /// Every rule the manager needs.
-    pub rules: Vec<PolicyRule>,
+/// The workspace's providers, by the name `capictl` knows them.
+pub const PROVIDERS: [&str; 4] = ["inmemory", "openstack", "aws", "azure"];
+
+/// The name clusterctl knows `provider` by: `capirs-<provider>`, distinct from upstream's
+/// providers of the same clouds (`aws`, `azure`, `openstack`, `in-memory`) so that both can be
+/// configured in one clusterctl.
+pub fn clusterctl_name(provider: &str) -> String {
+    format!("capirs-{provider}")
 }
 
-/// The rules of a standalone manager of one provider: its machine, cluster and machine template
-/// kinds, the bootstrap reconciler and the core controllers.
-fn standalone_rules(plural: &str) -> Vec<PolicyRule> {
-    let machines = format!("{plural}machines");
-    let clusters = format!("{plural}clusters");
-    let templates = format!("{plural}machinetemplates");
-    let mut rules = rbac::provider(INFRA_GROUP, &machines, &clusters, &templates);
-    rules.extend(capi_bootstrap::controller::rbac());
-    rules.extend(capi_controllers::rbac(
+/// The rules of a provider's own controllers for its kinds named `<plural>machines`,
+/// `<plural>clusters` and `<plural>machinetemplates`.
+fn provider_rules(plural: &str) -> Vec<PolicyRule> {
+    rbac::provider(
         INFRA_GROUP,
-        &[machines.as_str(), clusters.as_str(), templates.as_str()],
-    ));
-    rules
+        &format!("{plural}machines"),
+        &format!("{plural}clusters"),
+        &format!("{plural}machinetemplates"),
+    )
 }
 
-/// The in-memory provider's manager (`inmemory-manager`, standalone mode, with the
-/// KubeadmControlPlane controller reaching the simulated cloud's etcd).
-pub fn inmemory() -> ProviderManifests {
-    let mut rules = standalone_rules("inmemory");
-    rules.extend(capi_control_plane::controller::rbac(
-        INFRA_GROUP,
-        &["inmemorymachines", "inmemorymachinetemplates"],
-    ));
-    ProviderManifests {
-        folder: "inmemory",
-        namespace: "capi-inmemory-system",
-        name: "capi-inmemory-manager",
-        image: "capi-rs/inmemory-manager:dev",
-        args: vec!["--with-bootstrap", "--with-core", "--with-control-plane"],
-        rules,
-    }
-}
-
-/// The OpenStack provider's manager (`openstack-manager`, standalone mode, with the
-/// KubeadmControlPlane controller reaching each cluster's etcd through its workload API server).
-/// Besides the rules of every standalone manager it reads the `identityRef` Secrets (already
-/// granted by the bootstrap rules, which read and write Secrets).
-pub fn openstack() -> ProviderManifests {
-    let mut rules = standalone_rules("openstack");
-    rules.extend(capi_control_plane::controller::rbac(
-        INFRA_GROUP,
-        &["openstackmachines", "openstackmachinetemplates"],
-    ));
-    ProviderManifests {
-        folder: "openstack",
-        namespace: "capi-openstack-system",
-        name: "capi-openstack-manager",
-        image: "capi-rs/openstack-manager:dev",
-        args: vec!["--with-bootstrap", "--with-core", "--with-control-plane"],
-        rules,
-    }
-}
-
-/// The AWS provider's manager (`aws-manager`, standalone mode, with the KubeadmControlPlane
-/// controller reaching each cluster's etcd through its workload API server). It reads the
-/// identities `identityRef`s name and the namespaces their selectors need, and Secrets (granted
-/// by the bootstrap rules, which read and write Secrets); the controller identity stands for the
-/// manager's own credentials (the AWS SDK's default chain: give the pod a web identity, or the
-/// variables `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY` from a Secret of its namespace).
-pub fn aws() -> ProviderManifests {
-    let mut rules = standalone_rules("aws");
-    rules.extend(provider_aws::connector::rbac());
-    rules.extend(capi_control_plane::controller::rbac(
-        INFRA_GROUP,
-        &["awsmachines", "awsmachinetemplates"],
-    ));
-    ProviderManifests {
-        folder: "aws",
-        namespace: "capi-aws-system",
-        name: "capi-aws-manager",
-        image: "capi-rs/aws-manager:dev",
-        args: vec!["--with-bootstrap", "--with-core", "--with-control-plane"],
-        rules,
-    }
-}
-
-/// The Azure provider's manager (`azure-manager`, standalone mode, with the KubeadmControlPlane
-/// controller). It reads the `AzureClusterIdentity`s `identityRef`s name, the namespaces their
-/// selectors need, and Secrets (a service principal's `tenantID`, `clientID` and `clientSecret`;
-/// granted by the bootstrap rules, which read and write Secrets).
-pub fn azure() -> ProviderManifests {
-    let mut rules = standalone_rules("azure");
-    rules.extend(provider_azure::connector::rbac());
-    rules.extend(capi_control_plane::controller::rbac(
-        INFRA_GROUP,
-        &["azuremachines", "azuremachinetemplates"],
-    ));
-    ProviderManifests {
-        folder: "azure",
-        namespace: "capi-azure-system",
-        name: "capi-azure-manager",
-        image: "capi-rs/azure-manager:dev",
-        args: vec!["--with-bootstrap", "--with-core", "--with-control-plane"],
-        rules,
-    }
-}
-
-/// The manager's pod, hardened as upstream's managers are: not root, no privilege escalation, no
-/// capability, the runtime's default seccomp profile, a read-only root file system (`/tmp` is an
-/// `emptyDir`), its ServiceAccount token mounted because the manager talks to the API server, and
-/// resource requests with a memory limit (no CPU limit, which would throttle bursts of reconciles).
-fn pod_spec(name: &str, image: &str, args: Vec<String>) -> serde_json::Value {
-    json!({
-        "serviceAccountName": name,
-        "automountServiceAccountToken": true,
-        "terminationGracePeriodSeconds": 10,
-        "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [{
-            "name": "manager",
-            "image": image,
-            "args": args,
-            "env": [{"name": "POD_NAMESPACE",
-                     "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
-            "ports": [{"name": "http", "containerPort": 8080},
-                      {"name": "metrics", "containerPort": 8443}],
-            "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}},
-            "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}},
-            "securityContext": {
-                "allowPrivilegeEscalation": false,
-                "privileged": false,
-                "readOnlyRootFilesystem": true,
-                "runAsUser": 65532,
-                "runAsGroup": 65532,
-                "capabilities": {"drop": ["ALL"]},
-            },
-            "resources": {
-                "requests": {"cpu": "100m", "memory": "128Mi"},
-                "limits": {"memory": "1Gi"},
-            },
-            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-        }],
-        "volumes": [{"name": "tmp", "emptyDir": {}}],
+/// `provider`'s CRDs and the rules of its own controllers. The OpenStack manager reads the
+/// `identityRef` Secrets (which the machine reconciler's rules grant); the AWS and Azure managers
+/// also read their identity kinds and the namespaces their selectors need.
+fn parts(provider: &str) -> Option<(Vec<CustomResourceDefinition>, Vec<PolicyRule>)> {
+    let rules = provider_rules(provider);
+    Some(match provider {
+        "inmemory" => (provider_inmemory::api::crds(), rules),
+        "openstack" => (provider_openstack::api::crds(), rules),
+        "aws" => {
+            let mut rules = rules;
+            rules.extend(provider_aws::connector::rbac());
+            (provider_aws::api::crds(), rules)
+        }
+        "azure" => {
+            let mut rules = rules;
+            rules.extend(provider_azure::connector::rbac());
+            (provider_azure::api::crds(), rules)
+        }
+        _ => return None,
     })
 }
 
-fn documents(values: &[serde_json::Value]) -> Result<String, serde_saphyr::SerializeError> {
-    let mut out = String::from("# Generated by `cargo xtask crds`; do not edit.\n");
-    for value in values {
-        out.push_str("---\n");
-        out.push_str(&serde_saphyr::to_string(value)?);
-    }
-    Ok(out)
+/// `provider`'s components at this `capictl`'s version: clusterctl name `capirs-<provider>`,
+/// namespace `capi-<provider>-system`, manager `capi-<provider>-manager`, image
+/// `capi-rs/<provider>-manager:v<version>` (what `cargo xtask image` builds).
+pub fn components(provider: &str) -> Result<Components, ManifestError> {
+    let (crds, rules) =
+        parts(provider).ok_or_else(|| ManifestError::UnknownProvider(provider.to_string()))?;
+    let mut components = Components::new(&clusterctl_name(provider), crds, rules)?;
+    components.namespace = format!("capi-{provider}-system");
+    components.manager = format!("capi-{provider}-manager");
+    components.image = format!("capi-rs/{provider}-manager:v{}", env!("CARGO_PKG_VERSION"));
+    Ok(components)
 }
 
-impl ProviderManifests {
-    /// The manager's objects per file: `rbac.yaml`, `manager.yaml`, `metadata.yaml`.
-    fn documents(&self) -> Result<Vec<(&'static str, Vec<serde_json::Value>)>, ManifestError> {
-        let (namespace, name) = (self.namespace, self.name);
-        let mut role =
-            serde_json::to_value(capi_runtime::rbac::cluster_role(name, self.rules.clone()))
-                .map_err(ManifestError::Json)?;
-        role["apiVersion"] = json!("rbac.authorization.k8s.io/v1");
-        role["kind"] = json!("ClusterRole");
-        let mut election = serde_json::to_value(capi_runtime::rbac::role(
-            namespace,
-            name,
-            capi_runtime::rbac::leader_election(),
-        ))
-        .map_err(ManifestError::Json)?;
-        election["apiVersion"] = json!("rbac.authorization.k8s.io/v1");
-        election["kind"] = json!("Role");
-        let reader = format!("{name}-metrics-reader");
-        let mut metrics_reader = serde_json::to_value(capi_runtime::rbac::cluster_role(
-            &reader,
-            vec![capi_runtime::rbac::metrics_reader()],
-        ))
-        .map_err(ManifestError::Json)?;
-        metrics_reader["apiVersion"] = json!("rbac.authorization.k8s.io/v1");
-        metrics_reader["kind"] = json!("ClusterRole");
-        let rbac_objects = vec![
-            json!({"apiVersion": "v1", "kind": "ServiceAccount",
-                   "metadata": {"name": name, "namespace": namespace}}),
-            role,
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                   "metadata": {"name": name},
-                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-                   "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}),
-            election,
-            metrics_reader,
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                   "metadata": {"name": name, "namespace": namespace},
-                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-                   "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}),
-        ];
-        let mut args: Vec<String> = self.args.iter().map(|a| a.to_string()).collect();
-        args.extend([
-            "--leader-elect".into(),
-            format!("{namespace}/{name}"),
-            "--log-format".into(),
-            "json".into(),
-        ]);
-        let manager_objects = vec![
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
-            json!({"apiVersion": "apps/v1", "kind": "Deployment",
-                   "metadata": {"name": name, "namespace": namespace, "labels": {"app": name}},
-                   "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
-                            "template": {"metadata": {"labels": {"app": name}},
-                                         "spec": pod_spec(name, self.image, args)}}}),
-        ];
-        let metadata_objects = vec![json!({
-            "apiVersion": "clusterctl.cluster.x-k8s.io/v1alpha3", "kind": "Metadata",
-            "releaseSeries": [{"major": 0, "minor": 1, "contract": "v1beta2"}],
-        })];
-        Ok(vec![
-            ("rbac.yaml", rbac_objects),
-            ("manager.yaml", manager_objects),
-            ("metadata.yaml", metadata_objects),
-        ])
+/// `provider`'s release at `version` with its cluster templates (those `capictl generate`
+/// renders), the image tagged with the version.
+pub fn release(provider: &str, version: &Version) -> Result<Release, ManifestError> {
+    let mut components = components(provider)?;
+    components.image = format!("capi-rs/{provider}-manager:{version}");
+    let mut release = Release::new(components, version.clone());
+    for template in crate::generate::BUILT_IN
+        .iter()
+        .filter(|t| t.provider == provider)
+    {
+        let name = match template.flavor {
+            None => "cluster-template.yaml".to_string(),
+            Some(flavor) => format!("cluster-template-{flavor}.yaml"),
+        };
+        release.templates.push((name, template.text.to_string()));
     }
-
-    /// The manifest files (name, YAML).
-    pub fn files(&self) -> Result<Vec<(&'static str, String)>, ManifestError> {
-        self.documents()?
-            .into_iter()
-            .map(|(name, objects)| Ok((name, documents(&objects)?)))
-            .collect()
-    }
-
-    /// The objects `capictl init` installs (RBAC, Namespace, Deployment; not the clusterctl
-    /// metadata, which is no API object), Namespace first.
-    pub fn objects(&self) -> Result<Vec<serde_json::Value>, ManifestError> {
-        let mut objects: Vec<serde_json::Value> = self
-            .documents()?
-            .into_iter()
-            .filter(|(name, _)| *name != "metadata.yaml")
-            .flat_map(|(_, objects)| objects)
-            .collect();
-        objects.sort_by_key(|o| o["kind"] != "Namespace");
-        Ok(objects)
-    }
+    Ok(release)
 }
 
-/// Every provider whose manifests `cargo xtask crds` writes.
-pub fn all() -> Vec<ProviderManifests> {
-    vec![inmemory(), openstack(), aws(), azure()]
+/// The objects of `components` as clusterctl renders them: every `${VAR}` replaced by
+/// `values[VAR]` or its default (clusterctl's variable syntax, [`crate::template`]).
+pub fn resolve(
+    components: &Components,
+    values: &BTreeMap<String, String>,
+) -> Result<Vec<serde_json::Value>, ManifestError> {
+    let text = components.to_yaml()?;
+    let text = Template::parse(&text)?.render(|name| values.get(name).cloned())?;
+    serde_saphyr::from_multiple(&text).map_err(|e| ManifestError::Yaml(e.to_string()))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The kinds of a manager's RBAC.
+const RBAC_KINDS: [&str; 5] = [
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+];
 
-    #[test]
-    fn every_manager_runs_hardened() {
-        for provider in all() {
-            let objects = provider.objects().unwrap();
-            let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
-            let pod = &deployment["spec"]["template"]["spec"];
-            assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
-            assert_eq!(
-                pod["securityContext"]["seccompProfile"]["type"],
-                "RuntimeDefault"
-            );
-            let container = &pod["containers"][0];
-            assert_eq!(container["name"], "manager");
-            let security = &container["securityContext"];
-            assert_eq!(security["allowPrivilegeEscalation"], false);
-            assert_eq!(security["readOnlyRootFilesystem"], true);
-            assert_eq!(security["capabilities"]["drop"], json!(["ALL"]));
-            assert!(container["resources"]["requests"]["memory"].is_string());
-            assert!(container["resources"]["limits"]["memory"].is_string());
-        }
+/// The files `cargo xtask crds` checks in under `config/<provider>/`:
+/// `infrastructure-components.yaml` and `metadata.yaml` of this version's release, and
+/// `rbac.yaml`, the standalone manager's ServiceAccount, roles and bindings resolved from them
+/// (what the integration tests run the managers with).
+pub fn config_files(provider: &str) -> Result<Vec<(&'static str, String)>, ManifestError> {
+    let version: Version = env!("CARGO_PKG_VERSION")
+        .parse()
+        .map_err(|e: VersionError| ManifestError::Yaml(e.to_string()))?;
+    let components = components(provider)?;
+    let standalone = BTreeMap::from([(
+        components.variable("CONTROLLERS"),
+        Controllers::Standalone.as_str().to_string(),
+    )]);
+    let rbac: Vec<serde_json::Value> = resolve(&components, &standalone)?
+        .into_iter()
+        .filter(|o| o["kind"].as_str().is_some_and(|k| RBAC_KINDS.contains(&k)))
+        .collect();
+    let metadata = Metadata::new().with_release(&version);
+    let header = "# Generated by `cargo xtask crds`; do not edit.\n";
+    let mut rbac_text = header.to_string();
+    for object in &rbac {
+        rbac_text.push_str("---\n");
+        rbac_text.push_str(&to_yaml(object)?);
     }
+    Ok(vec![
+        (
+            "infrastructure-components.yaml",
+            format!("{header}{}", components.to_yaml()?),
+        ),
+        ("metadata.yaml", format!("{header}{}", to_yaml(&metadata)?)),
+        ("rbac.yaml", rbac_text),
+    ])
+}
 
-    #[test]
-    fn the_lease_is_granted_in_the_managers_namespace_only() {
-        for provider in all() {
-            let objects = provider.objects().unwrap();
-            let cluster_role = objects.iter().find(|o| o["kind"] == "ClusterRole").unwrap();
-            let text = cluster_role["rules"].to_string();
-            assert!(!text.contains("leases"), "{}", provider.folder);
-            assert!(!text.contains("\"*\""), "{}: no wildcard", provider.folder);
-            let role = objects.iter().find(|o| o["kind"] == "Role").unwrap();
-            assert_eq!(role["metadata"]["namespace"], provider.namespace);
-            assert_eq!(role["rules"][0]["resources"], json!(["leases"]));
-            let binding = objects.iter().find(|o| o["kind"] == "RoleBinding").unwrap();
-            assert_eq!(binding["roleRef"]["kind"], "Role");
-        }
-    }
+fn to_yaml(value: &impl serde::Serialize) -> Result<String, ManifestError> {
+    serde_saphyr::to_string(value).map_err(|e| ManifestError::Yaml(e.to_string()))
 }

@@ -64,7 +64,7 @@ pub struct GeneratedFile {
 }
 
 /// The templates, by the path each is written to.
-const TEMPLATES: [(&str, &str); 11] = [
+const TEMPLATES: [(&str, &str); 13] = [
     (
         "Cargo.toml",
         include_str!("../templates/provider/Cargo.toml.tmpl"),
@@ -100,6 +100,14 @@ const TEMPLATES: [(&str, &str); 11] = [
     (
         "src/main.rs",
         include_str!("../templates/provider/src/main.rs.tmpl"),
+    ),
+    (
+        "src/bin/release.rs",
+        include_str!("../templates/provider/src/bin/release.rs.tmpl"),
+    ),
+    (
+        "templates/cluster-template.yaml",
+        include_str!("../templates/provider/templates/cluster-template.yaml.tmpl"),
     ),
     (
         "tests/conformance.rs",

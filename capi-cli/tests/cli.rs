@@ -210,8 +210,11 @@ async fn init_installs_crds_rbac_and_the_manager_idempotently() {
     );
 
     let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(env.client());
-    let role = roles.get("capi-inmemory-manager").await.unwrap();
+    let role = roles.get("capi-inmemory-system-standalone").await.unwrap();
     assert!(!role.rules.unwrap_or_default().is_empty());
+    let bindings: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(env.client());
+    let binding = bindings.get("capi-inmemory-system-manager").await.unwrap();
+    assert_eq!(binding.role_ref.name, "capi-inmemory-system-standalone");
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
         Api::namespaced(env.client(), "capi-inmemory-system");
     let deployment = deployments.get("capi-inmemory-manager").await.unwrap();
@@ -219,7 +222,10 @@ async fn init_installs_crds_rbac_and_the_manager_idempotently() {
         .args
         .clone()
         .unwrap();
-    assert!(args.contains(&"--with-core".to_string()));
+    assert!(
+        args.contains(&"--controllers=standalone".to_string()),
+        "{args:?}"
+    );
     // The CRDs serve: a Cluster can be created right away.
     let cluster: capi_core::api::Cluster = serde_json::from_value(json!({
         "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "x"},
@@ -448,9 +454,7 @@ async fn init_leaves_another_installations_crds_unless_forced() {
         .clone()
         .unwrap_or_default();
     assert!(
-        !args
-            .iter()
-            .any(|a| a == "--with-core" || a == "--with-bootstrap" || a == "--with-control-plane"),
+        args.iter().any(|a| a == "--controllers=provider"),
         "{args:?}"
     );
 
@@ -467,6 +471,13 @@ async fn init_leaves_another_installations_crds_unless_forced() {
             .map(String::as_str),
         Some("capi-rs")
     );
+    // The manager now runs every controller, with the rules they need: its binding, whose
+    // roleRef cannot change, was replaced.
+    let binding = Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(env.client())
+        .get("capi-inmemory-system-manager")
+        .await
+        .unwrap();
+    assert_eq!(binding.role_ref.name, "capi-inmemory-system-standalone");
 }
 
 /// The AWS templates, rendered from CAPA's variables, are accepted by a real API server with
@@ -549,7 +560,7 @@ async fn aws_clusters_from_capas_variables_apply_to_a_real_server() {
         "CRDs"
     );
     assert!(init.contains("name: capi-aws-manager"), "the manager");
-    assert!(init.contains("image: capi-rs/aws-manager:dev"));
+    assert!(init.contains("image: capi-rs/aws-manager:v0.1.0"));
 }
 
 /// The Azure templates, rendered from CAPZ's variables, are accepted by a real API server with
@@ -638,5 +649,5 @@ async fn azure_clusters_from_capzs_variables_apply_to_a_real_server() {
         "CRDs"
     );
     assert!(init.contains("name: capi-azure-manager"), "the manager");
-    assert!(init.contains("image: capi-rs/azure-manager:dev"));
+    assert!(init.contains("image: capi-rs/azure-manager:v0.1.0"));
 }

@@ -47,12 +47,18 @@ pub struct ManagerArgs {
     /// API requests allowed at once above the average, per family of controllers.
     #[arg(long, value_name = "N", default_value_t = ManagerConfig::default().burst, value_parser = parse_burst)]
     pub burst: u32,
-    /// Run only while holding this `coordination.k8s.io/v1` Lease (several replicas, one leader).
+    /// Run only while holding this `coordination.k8s.io/v1` Lease (several replicas, one leader);
+    /// `NAME` alone is a Lease in the pod's namespace (the `POD_NAMESPACE` variable).
     #[arg(long, value_name = "NAMESPACE/NAME", value_parser = parse_lease)]
     pub leader_elect: Option<LeaderElectionConfig>,
     /// The log line format: `text` or `json` (filtered by `RUST_LOG`, default `info`).
     #[arg(long, value_name = "text|json", default_value = "text", value_parser = parse_log_format)]
     pub log_format: LogFormat,
+    /// Which controllers run: `provider` (this provider's own, beside upstream Cluster API) or
+    /// `standalone` (also the kubeadm bootstrap, core and KubeadmControlPlane controllers, as the
+    /// three `--with-*` flags together). The clusterctl components set it from a variable.
+    #[arg(long, value_name = "provider|standalone", default_value = "provider", value_parser = parse_controllers)]
+    pub controllers: Controllers,
     /// Also run the kubeadm bootstrap provider's controller.
     #[arg(long)]
     pub with_bootstrap: bool,
@@ -68,7 +74,42 @@ pub struct ManagerArgs {
     pub print_manifests: bool,
 }
 
+/// Which controllers a manager runs besides the provider's own (`--controllers`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Controllers {
+    /// The provider's own only, beside upstream Cluster API's managers.
+    #[default]
+    Provider,
+    /// Also the kubeadm bootstrap, core and KubeadmControlPlane controllers.
+    Standalone,
+}
+
+impl Controllers {
+    /// The flag's value: `provider` or `standalone`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Provider => "provider",
+            Self::Standalone => "standalone",
+        }
+    }
+}
+
 impl ManagerArgs {
+    /// Whether the kubeadm bootstrap controller runs (`--with-bootstrap` or standalone).
+    pub fn runs_bootstrap(&self) -> bool {
+        self.with_bootstrap || self.controllers == Controllers::Standalone
+    }
+
+    /// Whether the core controllers run (`--with-core` or standalone).
+    pub fn runs_core(&self) -> bool {
+        self.with_core || self.controllers == Controllers::Standalone
+    }
+
+    /// Whether the KubeadmControlPlane controller runs (`--with-control-plane` or standalone).
+    pub fn runs_control_plane(&self) -> bool {
+        self.with_control_plane || self.controllers == Controllers::Standalone
+    }
+
     /// The manager configuration these flags describe.
     pub fn manager_config(&self) -> ManagerConfig {
         let mut reconciler = ReconcilerOptions::default().concurrency(self.concurrency);
@@ -125,11 +166,30 @@ fn parse_burst(value: &str) -> Result<u32, String> {
 }
 
 fn parse_lease(value: &str) -> Result<LeaderElectionConfig, String> {
-    value
-        .split_once('/')
-        .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
-        .map(|(namespace, name)| LeaderElectionConfig::new(namespace, name))
-        .ok_or_else(|| "expected NAMESPACE/NAME".to_string())
+    const EXPECTED: &str = "expected NAMESPACE/NAME, or NAME in a pod that sets POD_NAMESPACE";
+    match value.split_once('/') {
+        Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() => {
+            Ok(LeaderElectionConfig::new(namespace, name))
+        }
+        Some(_) => Err(EXPECTED.to_string()),
+        None if value.is_empty() => Err(EXPECTED.to_string()),
+        // The pod's own namespace, from the downward API: a Deployment installed into another
+        // namespace (clusterctl's `--target-namespace`) takes its Lease there.
+        None => match std::env::var("POD_NAMESPACE") {
+            Ok(namespace) if !namespace.is_empty() => {
+                Ok(LeaderElectionConfig::new(namespace, value))
+            }
+            _ => Err(EXPECTED.to_string()),
+        },
+    }
+}
+
+fn parse_controllers(value: &str) -> Result<Controllers, String> {
+    match value {
+        "provider" => Ok(Controllers::Provider),
+        "standalone" => Ok(Controllers::Standalone),
+        _ => Err("expected provider or standalone".to_string()),
+    }
 }
 
 fn parse_log_format(value: &str) -> Result<LogFormat, String> {
@@ -220,6 +280,20 @@ mod tests {
         assert_eq!(insecure.metrics, MetricsEndpoint::Insecure);
         assert_eq!(flags.log_format, LogFormat::Text);
         assert!(!flags.with_bootstrap && !flags.with_core && !flags.with_control_plane);
+        assert!(!flags.runs_bootstrap() && !flags.runs_core() && !flags.runs_control_plane());
+    }
+
+    #[test]
+    fn standalone_controllers_run_what_the_three_flags_run() {
+        let standalone = parse(&["--controllers=standalone"]).unwrap();
+        assert_eq!(standalone.controllers, Controllers::Standalone);
+        assert!(
+            standalone.runs_bootstrap()
+                && standalone.runs_core()
+                && standalone.runs_control_plane()
+        );
+        let provider = parse(&["--controllers", "provider", "--with-core"]).unwrap();
+        assert!(provider.runs_core() && !provider.runs_bootstrap());
     }
 
     #[test]
@@ -229,14 +303,19 @@ mod tests {
         for (args, expected) in [
             (["--qps", "-1"], "a positive number"),
             (["--qps", "NaN"], "a positive number"),
-            (["--leader-elect", "lease"], "NAMESPACE/NAME"),
             (["--leader-elect", "/lease"], "NAMESPACE/NAME"),
+            (["--leader-elect", "ns/"], "NAMESPACE/NAME"),
             (["--log-format", "xml"], "text or json"),
+            (["--controllers", "all"], "provider or standalone"),
             (["--http-addr", "localhost"], "HOST:PORT"),
             (["--concurrency", "many"], "a count (1–65535)"),
         ] {
             let error = parse(&args).unwrap_err().to_string();
             assert!(error.contains(expected), "{args:?}: {error}");
+        }
+        if std::env::var_os("POD_NAMESPACE").is_none() {
+            let error = parse(&["--leader-elect", "lease"]).unwrap_err().to_string();
+            assert!(error.contains("POD_NAMESPACE"), "{error}");
         }
         let unknown = parse(&["--cloud-urll", "x"]).unwrap_err();
         assert_eq!(unknown.kind(), clap::error::ErrorKind::UnknownArgument);

@@ -208,8 +208,12 @@
 //! runs with the same `--leader-elect`. Upstream's controllers reach the
 //! provider's kinds through the contract label and set the Cluster as owner of the templates;
 //! upstream's manifests name the kinds in `infrastructureRef`s as for any provider. Without
-//! upstream, `--with-core --with-bootstrap --with-control-plane` runs this SDK's own
-//! controllers in the same process (and `--print-manifests` adds their rules).
+//! upstream, `--controllers standalone` runs this SDK's own controllers in the same process
+//! (and `--print-manifests` adds their rules).
+//!
+//! For clusterctl, [`crate::clusterctl`] writes the provider's release — components with the
+//! CRDs, the RBAC and the hardened Deployment, metadata, cluster templates — into a clusterctl
+//! repository: `clusterctl init --infrastructure mycloud` then installs all of it.
 //!
 //! ## 6. Testing
 //!

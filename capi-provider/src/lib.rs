@@ -46,6 +46,7 @@
 //! ```
 
 pub mod args;
+pub mod clusterctl;
 pub mod guide;
 pub mod support;
 
@@ -60,7 +61,7 @@ use capi_runtime::telemetry::init_logging_without_bodies;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
-pub use args::ManagerArgs;
+pub use args::{Controllers, ManagerArgs};
 
 /// Why a provider's manager could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -110,23 +111,12 @@ impl ProviderManager {
     /// The registered CRDs and the ClusterRole, as a JSON `List`.
     fn manifests_list(&self) -> Result<serde_json::Value, ProviderError> {
         let mut rules = self.rules.clone();
-        if self.args.with_bootstrap {
-            rules.extend(capi_bootstrap::controller::rbac());
-        }
-        // The core and control plane controllers read and write the provider's kinds.
-        let mut groups: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
-        for crd in &self.crds {
-            let plurals = groups.entry(crd.spec.group.as_str()).or_default();
-            plurals.push(crd.spec.names.plural.as_str());
-        }
-        for (group, plurals) in &groups {
-            if self.args.with_core {
-                rules.extend(capi_controllers::rbac(group, plurals));
-            }
-            if self.args.with_control_plane {
-                rules.extend(capi_control_plane::controller::rbac(group, plurals));
-            }
-        }
+        rules.extend(controller_rules(
+            &self.crds,
+            self.args.runs_bootstrap(),
+            self.args.runs_core(),
+            self.args.runs_control_plane(),
+        ));
         let role = capi_runtime::rbac::cluster_role(&format!("{}-manager", self.name), rules);
         let mut items = Vec::with_capacity(self.crds.len() + 1);
         for crd in &self.crds {
@@ -146,6 +136,35 @@ impl ProviderManager {
         }
         Ok(serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}))
     }
+}
+
+/// The rules the kubeadm bootstrap (`bootstrap`), core (`core`) and KubeadmControlPlane
+/// (`control_plane`) controllers need, the latter two on the provider's kinds (`crds`), which they
+/// read and write.
+pub(crate) fn controller_rules(
+    crds: &[CustomResourceDefinition],
+    bootstrap: bool,
+    core: bool,
+    control_plane: bool,
+) -> Vec<PolicyRule> {
+    let mut rules = Vec::new();
+    if bootstrap {
+        rules.extend(capi_bootstrap::controller::rbac());
+    }
+    let mut groups: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for crd in crds {
+        let plurals = groups.entry(crd.spec.group.as_str()).or_default();
+        plurals.push(crd.spec.names.plural.as_str());
+    }
+    for (group, plurals) in &groups {
+        if core {
+            rules.extend(capi_controllers::rbac(group, plurals));
+        }
+        if control_plane {
+            rules.extend(capi_control_plane::controller::rbac(group, plurals));
+        }
+    }
+    rules
 }
 
 impl std::fmt::Debug for ProviderManager {
@@ -244,7 +263,7 @@ impl ProviderManager {
         let kube_config = kube::Config::infer()
             .await
             .map_err(ProviderError::KubeConfig)?;
-        let control_plane = match (self.args.with_control_plane, &self.etcd) {
+        let control_plane = match (self.args.runs_control_plane(), &self.etcd) {
             (false, _) => None,
             (true, Some(etcd)) => Some(ControlPlaneSettings::new(Arc::clone(etcd))),
             #[cfg(feature = "workload-etcd")]
@@ -256,10 +275,10 @@ impl ProviderManager {
         };
         let mut manager = Manager::new(kube_config, self.args.manager_config()).await?;
         register(&mut manager);
-        if self.args.with_bootstrap {
+        if self.args.runs_bootstrap() {
             manager.add(KubeadmBootstrap::new(self.bootstrap));
         }
-        if self.args.with_core {
+        if self.args.runs_core() {
             manager.add(CoreControllers::new(self.core));
         }
         if let Some(settings) = control_plane {
@@ -271,9 +290,9 @@ impl ProviderManager {
                 addr: self.args.http_addr,
                 source,
             })?,
-            bootstrap = self.args.with_bootstrap,
-            core = self.args.with_core,
-            control_plane = self.args.with_control_plane,
+            bootstrap = self.args.runs_bootstrap(),
+            core = self.args.runs_core(),
+            control_plane = self.args.runs_control_plane(),
             "manager starting"
         );
         manager.run().await?;

@@ -16,6 +16,8 @@
 //!   a local control plane (`start` prints the `KUBECONFIG`).
 //! - `image [provider]...`: each manager's OCI image (buildah, `FROM scratch`, non-root), built
 //!   twice to show it is reproducible, smoke-tested and written under `<target>/images/`.
+//! - `release --version X.Y.Z [--out DIR] [--scaffold]`: each provider's clusterctl repository
+//!   (components, metadata, templates), checked against clusterctl's provider contract.
 //! - `package`: package every published crate and build each from its own `.crate`.
 //! - `public-api [--check]`: write (or check) the public API of every published crate in `api/`.
 //! - `test`: everything CI checks — provisioning, fmt, CRDs, clippy, docs and the public API,
@@ -42,6 +44,7 @@ mod openstack;
 mod package;
 mod public_api;
 mod quickstart;
+mod release;
 mod scaffold;
 mod test;
 mod upstream;
@@ -96,6 +99,9 @@ enum Task {
     /// Generate a provider with `capictl new provider` outside the repository, and build and
     /// test it against the packaged crates from a local registry (`--image`: and its image).
     Scaffold(scaffold::ScaffoldArgs),
+    /// Write each provider's release (and with --scaffold the scaffold's) as a clusterctl
+    /// repository, checked against clusterctl's provider contract.
+    Release(release::ReleaseArgs),
     /// Write the public API of every published crate to `api/<crate>.txt` (or check it).
     PublicApi {
         /// Fail if the public API differs from api/ instead of writing it.
@@ -140,6 +146,7 @@ fn main() -> Result<()> {
         Task::Image(args) => image::run_images(args),
         Task::Package => package::run_all(),
         Task::Scaffold(args) => scaffold::run_scaffold(args),
+        Task::Release(args) => release::run_release(args),
         Task::PublicApi { check } => public_api::run_all(check),
         Task::Test => test::run_all(),
         Task::Quickstart { keep_running } => quickstart::run(keep_running),

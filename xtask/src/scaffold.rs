@@ -13,6 +13,8 @@
 //!   conformance suite, and a cluster brought to Running on the local control plane).
 //! - A second provider, whose kinds are named like the contract's traits (`infra`), is generated,
 //!   formatted as `capictl new provider` formats it, and linted.
+//! - With a release asked for (`cargo xtask release --scaffold`, and `cargo xtask test`), its
+//!   release binary writes its clusterctl repository, checked as the workspace's providers' are.
 //! - `--image` then builds its manager (`cargo build --bins`) and its image with `capictl
 //!   image`'s builder (`<target>/images/acme-manager-<version>.oci.tar`); `--image-only` skips the
 //!   lints and tests (CI ran them in `cargo xtask test`).
@@ -60,6 +62,7 @@ pub(crate) fn run_scaffold(args: ScaffoldArgs) -> Result<()> {
     check(Checks {
         tests: !args.image_only,
         image: args.image.then_some(args.build),
+        release: None,
     })
 }
 
@@ -69,6 +72,9 @@ pub(crate) struct Checks {
     pub(crate) tests: bool,
     /// The manager's image, from this build.
     pub(crate) image: Option<crate::bench::rig::Build>,
+    /// The provider's clusterctl release of this version, written into this repository folder
+    /// by its release binary and checked ([`crate::release::check`]).
+    pub(crate) release: Option<(capi_provider::clusterctl::Version, PathBuf)>,
 }
 
 /// Generates the scaffold into a temporary directory and checks it against the crates packaged in
@@ -175,6 +181,34 @@ fn check_in(parent: &Path, registry: &Path, packaged: &[Packaged], checks: &Chec
         run(&mut in_project(&clashing, &clippy))?;
         std::fs::create_dir_all(&target)?;
         std::fs::write(&stamp, &checksums)?;
+    }
+
+    if let Some((version, repository)) = &checks.release {
+        let binary = format!("{NAME}-release");
+        step(&format!(
+            "{binary} --version {version}: the clusterctl repository, checked against the contract"
+        ));
+        let version_text = version.to_string();
+        let repository_text = repository.display().to_string();
+        run(&mut in_project(
+            &dir,
+            &[
+                "run",
+                "--offline",
+                "--bin",
+                &binary,
+                "--",
+                "--version",
+                &version_text,
+                "--out",
+                &repository_text,
+            ],
+        ))?;
+        let folder = repository
+            .join(format!("infrastructure-{NAME}"))
+            .join(version.to_string());
+        crate::release::check(&folder).with_context(|| format!("checking {}", folder.display()))?;
+        println!("    written and checked: {}", folder.display());
     }
 
     if let Some(build) = checks.image {

@@ -86,6 +86,10 @@ pub(crate) fn run_all() -> Result<()> {
     crate::scaffold::check(crate::scaffold::Checks {
         tests: true,
         image: None,
+        release: Some((
+            "0.1.0".parse()?,
+            crate::command::target_dir().join("scaffold-target/clusterctl-repository"),
+        )),
     })?;
 
     phases.step("Waiting for the local OpenStack for the OpenStack provider's tests");

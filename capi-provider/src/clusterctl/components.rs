@@ -1,0 +1,337 @@
+//! `infrastructure-components.yaml`: a provider's objects, as clusterctl installs them.
+
+use capi_runtime::ReconcilerOptions;
+use capi_runtime::manager::ManagerConfig;
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde_json::{Value, json};
+
+use super::{AGGREGATE_TO_CONTROL_PLANE, AGGREGATE_TO_CORE, PROVIDER_LABEL};
+use crate::Controllers;
+
+/// Why the components could not be made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ComponentsError {
+    /// The provider name is not what clusterctl accepts.
+    #[error(
+        "provider name {0:?}: clusterctl needs a DNS-1123 label (lower-case letters, digits and '-', at most 63, starting with a letter)"
+    )]
+    Name(String),
+    /// A CRD could not be converted.
+    #[error("rendering CRD {name}: {source}")]
+    Crd {
+        /// The CRD's name.
+        name: String,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// YAML serialisation failed.
+    #[error("rendering YAML: {0}")]
+    Yaml(#[source] serde_saphyr::SerializeError),
+}
+
+/// A `${VAR}` of the components: what it sets and its default.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Variable {
+    /// The variable's name, prefixed with the provider's (`MY_CLOUD_IMAGE`).
+    pub name: String,
+    /// The value when the variable is not set.
+    pub default: String,
+    /// What it sets.
+    pub description: &'static str,
+}
+
+/// One provider's components; [`Components::objects`] renders them. Every field is public so a
+/// provider can adjust what [`Components::new`] chose.
+#[derive(Clone, Debug)]
+pub struct Components {
+    /// The provider's name in clusterctl (`clusterctl init --infrastructure <name>`), a DNS-1123
+    /// label; its manifest label is `infrastructure-<name>`, its variables start with it.
+    pub name: String,
+    /// The namespace the manager runs in (clusterctl's `--target-namespace` may rename it).
+    /// Cluster-scoped objects are named `<namespace>-…`, which is what `clusterctl delete` removes.
+    pub namespace: String,
+    /// The manager's ServiceAccount, Deployment, Role and Lease name.
+    pub manager: String,
+    /// The manager's image, the default of `<NAME>_IMAGE`.
+    pub image: String,
+    /// The provider's CRDs (carrying the contract label, see `capi_core::crd`).
+    pub crds: Vec<CustomResourceDefinition>,
+    /// The rules of the provider's own controllers (`capi_actuator::rbac::provider` and what its
+    /// cloud code reads).
+    pub rules: Vec<PolicyRule>,
+    /// More manager arguments, after the shared ones (they may hold `${VAR}`s).
+    pub args: Vec<String>,
+}
+
+impl Components {
+    /// The components of provider `name`: namespace `<name>-system`, manager `<name>-manager`,
+    /// image `<name>-manager:latest` (set [`Components::image`] to the released one).
+    pub fn new(
+        name: &str,
+        crds: Vec<CustomResourceDefinition>,
+        rules: Vec<PolicyRule>,
+    ) -> Result<Self, ComponentsError> {
+        if !is_dns_label(name) {
+            return Err(ComponentsError::Name(name.to_string()));
+        }
+        Ok(Self {
+            name: name.to_string(),
+            namespace: format!("{name}-system"),
+            manager: format!("{name}-manager"),
+            image: format!("{name}-manager:latest"),
+            crds,
+            rules,
+            args: Vec::new(),
+        })
+    }
+
+    /// clusterctl's manifest label: `infrastructure-<name>`.
+    pub fn manifest_label(&self) -> String {
+        format!("infrastructure-{}", self.name)
+    }
+
+    /// The full name of the variable `suffix`: `<NAME>_<suffix>` (`my-cloud`, `IMAGE` →
+    /// `MY_CLOUD_IMAGE`).
+    pub fn variable(&self, suffix: &str) -> String {
+        format!("{}_{suffix}", self.name.to_uppercase().replace('-', "_"))
+    }
+
+    /// Every variable the components read, with its default: the image, which controllers run
+    /// ([`Controllers`]: `provider` beside upstream's managers, `standalone` with this SDK's
+    /// core, kubeadm bootstrap and control plane controllers and the rules they need), the log
+    /// filter, and the manager's concurrency and API limits.
+    pub fn variables(&self) -> Vec<Variable> {
+        let config = ManagerConfig::default();
+        [
+            ("IMAGE", self.image.clone(), "the manager's image"),
+            (
+                "CONTROLLERS",
+                Controllers::default().as_str().to_string(),
+                "which controllers run: provider (beside upstream Cluster API) or standalone (also the core, kubeadm bootstrap and KubeadmControlPlane controllers)",
+            ),
+            (
+                "LOG_LEVEL",
+                "info".to_string(),
+                "the log filter (RUST_LOG): a level, or target=level pairs",
+            ),
+            (
+                "CONCURRENCY",
+                ReconcilerOptions::default().concurrency.to_string(),
+                "at most this many objects of each kind reconciled at once",
+            ),
+            (
+                "QPS",
+                config.qps.to_string(),
+                "average API requests per second of each family of controllers",
+            ),
+            (
+                "BURST",
+                config.burst.to_string(),
+                "API requests allowed at once above the average",
+            ),
+        ]
+        .into_iter()
+        .map(|(suffix, default, description)| Variable {
+            name: self.variable(suffix),
+            default,
+            description,
+        })
+        .collect()
+    }
+
+    /// `${<NAME>_<suffix>:=<default>}`.
+    fn reference(&self, suffix: &str) -> String {
+        let name = self.variable(suffix);
+        let default = self
+            .variables()
+            .into_iter()
+            .find(|v| v.name == name)
+            .map(|v| v.default)
+            .unwrap_or_default();
+        format!("${{{name}:={default}}}")
+    }
+
+    /// The objects, Namespace first, then CRDs, RBAC and the Deployment; values an operator
+    /// chooses are `${VAR:=default}` references. Every object carries the provider label.
+    pub fn objects(&self) -> Result<Vec<Value>, ComponentsError> {
+        let namespace = self.namespace.as_str();
+        let mut objects = vec![json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": namespace, "labels": {
+                // The manager's pod meets the restricted Pod Security Standard; nothing in its
+                // namespace may do less.
+                "pod-security.kubernetes.io/enforce": "restricted",
+            }},
+        })];
+        for crd in &self.crds {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            let mut value = serde_json::to_value(crd)
+                .map_err(|source| ComponentsError::Crd { name, source })?;
+            value["apiVersion"] = json!("apiextensions.k8s.io/v1");
+            value["kind"] = json!("CustomResourceDefinition");
+            if let Some(fields) = value.as_object_mut() {
+                fields.remove("status");
+            }
+            objects.push(value);
+        }
+        objects.extend(self.rbac());
+        objects.push(self.deployment());
+        let label = self.manifest_label();
+        for object in &mut objects {
+            object["metadata"]["labels"][PROVIDER_LABEL] = json!(label);
+        }
+        Ok(objects)
+    }
+
+    /// The objects as one YAML stream, each document after `---`.
+    pub fn to_yaml(&self) -> Result<String, ComponentsError> {
+        let mut out = String::new();
+        for object in self.objects()? {
+            out.push_str("---\n");
+            out.push_str(&serde_saphyr::to_string(&object).map_err(ComponentsError::Yaml)?);
+        }
+        Ok(out)
+    }
+
+    /// The ServiceAccount; two ClusterRoles, `<namespace>-provider` (the provider's own rules)
+    /// and `<namespace>-standalone` (also the core, bootstrap and control plane controllers'),
+    /// bound by `<NAME>_CONTROLLERS`; the ClusterRole upstream's managers aggregate; the
+    /// `/metrics` reader; the Lease's Role in the manager's namespace only.
+    fn rbac(&self) -> Vec<Value> {
+        let (namespace, manager) = (self.namespace.as_str(), self.manager.as_str());
+        let rbac = "rbac.authorization.k8s.io/v1";
+        let mut standalone = self.rules.clone();
+        standalone.extend(crate::controller_rules(&self.crds, true, true, true));
+        let kinds: Vec<&str> = self
+            .crds
+            .iter()
+            .map(|crd| crd.spec.names.plural.as_str())
+            .collect();
+        let groups: std::collections::BTreeSet<&str> = self
+            .crds
+            .iter()
+            .map(|crd| crd.spec.group.as_str())
+            .collect();
+        let upstream_access: Vec<PolicyRule> = groups
+            .into_iter()
+            .map(|group| {
+                capi_runtime::rbac::rule(
+                    group,
+                    &kinds,
+                    &[
+                        "create", "delete", "get", "list", "patch", "update", "watch",
+                    ],
+                )
+            })
+            .collect();
+        let cluster_role = |name: String, rules: Vec<PolicyRule>, labels: Value| {
+            json!({"apiVersion": rbac, "kind": "ClusterRole",
+                   "metadata": {"name": name, "labels": labels}, "rules": rules})
+        };
+        let subject = json!([{"kind": "ServiceAccount", "name": manager, "namespace": namespace}]);
+        vec![
+            json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                   "metadata": {"name": manager, "namespace": namespace}}),
+            cluster_role(
+                format!("{namespace}-provider"),
+                self.rules.clone(),
+                json!({}),
+            ),
+            cluster_role(format!("{namespace}-standalone"), standalone, json!({})),
+            json!({"apiVersion": rbac, "kind": "ClusterRoleBinding",
+                   "metadata": {"name": format!("{namespace}-manager")},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                               "name": format!("{namespace}-{}", self.reference("CONTROLLERS"))},
+                   "subjects": subject}),
+            cluster_role(
+                format!("{namespace}-upstream-access"),
+                upstream_access,
+                json!({AGGREGATE_TO_CORE: "true", AGGREGATE_TO_CONTROL_PLANE: "true"}),
+            ),
+            cluster_role(
+                format!("{namespace}-metrics-reader"),
+                vec![capi_runtime::rbac::metrics_reader()],
+                json!({}),
+            ),
+            json!({"apiVersion": rbac, "kind": "Role",
+                   "metadata": {"name": manager, "namespace": namespace},
+                   "rules": capi_runtime::rbac::leader_election()}),
+            json!({"apiVersion": rbac, "kind": "RoleBinding",
+                   "metadata": {"name": manager, "namespace": namespace},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": manager},
+                   "subjects": subject}),
+        ]
+    }
+
+    /// The manager's Deployment, hardened as upstream's managers are: not root, no privilege
+    /// escalation, no capability, the runtime's default seccomp profile, a read-only root file
+    /// system (`/tmp` is an `emptyDir`), its ServiceAccount token mounted because the manager
+    /// talks to the API server, `/metrics` behind authorization, resource requests with a memory
+    /// limit (no CPU limit, which would throttle bursts of reconciles). Its Lease is in the pod's
+    /// own namespace, wherever clusterctl installs it.
+    fn deployment(&self) -> Value {
+        let (namespace, manager) = (self.namespace.as_str(), self.manager.as_str());
+        let mut args = vec![
+            format!("--controllers={}", self.reference("CONTROLLERS")),
+            format!("--leader-elect={manager}"),
+            "--log-format=json".to_string(),
+            format!("--concurrency={}", self.reference("CONCURRENCY")),
+            format!("--qps={}", self.reference("QPS")),
+            format!("--burst={}", self.reference("BURST")),
+        ];
+        args.extend(self.args.iter().cloned());
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+               "metadata": {"name": manager, "namespace": namespace, "labels": {"app": manager}},
+               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": manager}},
+                        "template": {"metadata": {"labels": {"app": manager}}, "spec": {
+            "serviceAccountName": manager,
+            "automountServiceAccountToken": true,
+            "terminationGracePeriodSeconds": 10,
+            "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "manager",
+                "image": self.reference("IMAGE"),
+                "args": args,
+                "env": [
+                    {"name": "POD_NAMESPACE",
+                     "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                    {"name": "RUST_LOG", "value": self.reference("LOG_LEVEL")},
+                ],
+                "ports": [{"name": "http", "containerPort": 8080},
+                          {"name": "metrics", "containerPort": 8443}],
+                "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}},
+                "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}},
+                "securityContext": {
+                    "allowPrivilegeEscalation": false,
+                    "privileged": false,
+                    "readOnlyRootFilesystem": true,
+                    "runAsUser": 65532,
+                    "runAsGroup": 65532,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+                "resources": {
+                    "requests": {"cpu": "100m", "memory": "128Mi"},
+                    "limits": {"memory": "1Gi"},
+                },
+                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+            }],
+            "volumes": [{"name": "tmp", "emptyDir": {}}],
+        }}}})
+    }
+}
+
+/// A DNS-1123 label that starts with a letter (clusterctl's provider names).
+fn is_dns_label(name: &str) -> bool {
+    name.len() <= 63
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && !name.ends_with('-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+#[cfg(test)]
+mod tests;

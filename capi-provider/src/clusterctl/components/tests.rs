@@ -1,0 +1,274 @@
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use super::*;
+
+fn crd(plural: &str, kind: &str, scope: &str) -> CustomResourceDefinition {
+    let group = "infrastructure.example.com";
+    let crd = serde_json::from_value(json!({
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {"group": group, "scope": scope, "versions": [],
+                 "names": {"plural": plural, "kind": kind}},
+        "status": {"storedVersions": ["v1alpha1"]},
+    }))
+    .unwrap();
+    capi_core::crd::with_contract_version(crd, "v1alpha1")
+}
+
+fn components() -> Components {
+    let crds = vec![
+        crd("examplemachines", "ExampleMachine", "Namespaced"),
+        crd("exampleclusters", "ExampleCluster", "Namespaced"),
+        crd(
+            "examplemachinetemplates",
+            "ExampleMachineTemplate",
+            "Namespaced",
+        ),
+        crd("exampleidentities", "ExampleIdentity", "Cluster"),
+    ];
+    let rules = capi_actuator::rbac::provider(
+        "infrastructure.example.com",
+        "examplemachines",
+        "exampleclusters",
+        "examplemachinetemplates",
+    );
+    Components::new("my-cloud", crds, rules).unwrap()
+}
+
+/// The kinds clusterctl treats as cluster-scoped; it puts every other object into the target
+/// namespace.
+const CLUSTER_SCOPED: [&str; 4] = [
+    "Namespace",
+    "CustomResourceDefinition",
+    "ClusterRole",
+    "ClusterRoleBinding",
+];
+
+/// Replaces each `${NAME:=default}` as clusterctl would: the value when given, else the default.
+fn substitute(text: &str, values: &BTreeMap<&str, &str>) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let end = rest[start..].find('}').unwrap() + start;
+        let (name, default) = rest[start + 2..end].split_once(":=").unwrap();
+        out.push_str(values.get(name).copied().unwrap_or(default));
+        rest = &rest[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn objects_with(values: &[(&str, &str)]) -> Vec<Value> {
+    let text = components().to_yaml().unwrap();
+    let text = substitute(&text, &values.iter().copied().collect());
+    text.split("---\n")
+        .filter(|d| !d.trim().is_empty())
+        .map(|d| serde_saphyr::from_str(d).unwrap())
+        .collect()
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+fn resources(role: &Value) -> Vec<String> {
+    role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["resources"].as_array().cloned().unwrap_or_default())
+        .filter_map(|r| r.as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn one_namespace_holds_every_namespaced_object_and_cluster_scoped_names_carry_it() {
+    let objects = components().objects().unwrap();
+    let namespaces: Vec<&Value> = objects
+        .iter()
+        .filter(|o| o["kind"] == "Namespace")
+        .collect();
+    assert_eq!(namespaces.len(), 1);
+    assert_eq!(objects[0]["kind"], "Namespace", "the Namespace comes first");
+    assert_eq!(namespaces[0]["metadata"]["name"], "my-cloud-system");
+    for object in &objects {
+        let kind = object["kind"].as_str().unwrap();
+        let name = object["metadata"]["name"].as_str().unwrap();
+        assert_eq!(
+            object["metadata"]["labels"][PROVIDER_LABEL], "infrastructure-my-cloud",
+            "{kind} {name}"
+        );
+        if CLUSTER_SCOPED.contains(&kind) {
+            assert!(object["metadata"]["namespace"].is_null(), "{kind} {name}");
+            if kind.starts_with("Cluster") {
+                // `clusterctl delete` removes only these.
+                assert!(name.starts_with("my-cloud-system-"), "{kind} {name}");
+            }
+        } else {
+            assert_eq!(
+                object["metadata"]["namespace"], "my-cloud-system",
+                "{kind} {name}"
+            );
+        }
+    }
+}
+
+#[test]
+fn crds_keep_their_contract_label_and_lose_their_status() {
+    let objects = components().objects().unwrap();
+    let crds: Vec<&Value> = objects
+        .iter()
+        .filter(|o| o["kind"] == "CustomResourceDefinition")
+        .collect();
+    assert_eq!(crds.len(), 4);
+    for crd in crds {
+        assert_eq!(
+            crd["metadata"]["labels"]["cluster.x-k8s.io/v1beta2"],
+            "v1alpha1"
+        );
+        assert_eq!(crd["apiVersion"], "apiextensions.k8s.io/v1");
+        assert!(crd["status"].is_null());
+    }
+}
+
+#[test]
+fn every_variable_is_prefixed_listed_and_defaulted() {
+    let components = components();
+    let text = components.to_yaml().unwrap();
+    let listed: Vec<String> = components.variables().into_iter().map(|v| v.name).collect();
+    let mut used = Vec::new();
+    for reference in text.split("${").skip(1) {
+        let inner = &reference[..reference.find('}').unwrap()];
+        let (name, default) = inner.split_once(":=").unwrap();
+        assert!(name.starts_with("MY_CLOUD_"), "{name}");
+        assert!(listed.iter().any(|l| l == name), "{name} is not listed");
+        assert!(!default.is_empty(), "{name} has no default");
+        used.push(name.to_string());
+    }
+    for name in &listed {
+        assert!(used.contains(name), "{name} is listed but never used");
+    }
+}
+
+#[test]
+fn the_manager_is_hardened_and_named_manager_with_its_lease_in_its_own_namespace() {
+    let objects = objects_with(&[("MY_CLOUD_IMAGE", "registry.example.com/m:v1")]);
+    let deployment = find(&objects, "Deployment", "my-cloud-manager");
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    assert_eq!(pod["serviceAccountName"], "my-cloud-manager");
+    let container = &pod["containers"][0];
+    assert_eq!(container["name"], "manager");
+    assert_eq!(container["image"], "registry.example.com/m:v1");
+    let security = &container["securityContext"];
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["capabilities"]["drop"], json!(["ALL"]));
+    assert!(container["resources"]["limits"]["memory"].is_string());
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        args.contains(&"--leader-elect=my-cloud-manager"),
+        "{args:?}"
+    );
+    assert!(args.contains(&"--controllers=provider"), "{args:?}");
+    assert_eq!(container["env"][0]["name"], "POD_NAMESPACE");
+    let role = find(&objects, "Role", "my-cloud-manager");
+    assert_eq!(role["metadata"]["namespace"], "my-cloud-system");
+    assert_eq!(role["rules"][0]["resources"], json!(["leases"]));
+}
+
+#[test]
+fn the_controllers_variable_switches_the_flag_and_the_bound_role_together() {
+    for (mode, role) in [("provider", "provider"), ("standalone", "standalone")] {
+        let objects = objects_with(&[("MY_CLOUD_CONTROLLERS", mode)]);
+        let binding = find(&objects, "ClusterRoleBinding", "my-cloud-system-manager");
+        assert_eq!(
+            binding["roleRef"]["name"],
+            format!("my-cloud-system-{role}")
+        );
+        assert_eq!(binding["subjects"][0]["namespace"], "my-cloud-system");
+        let deployment = find(&objects, "Deployment", "my-cloud-manager");
+        let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+        assert!(args.contains(&format!("--controllers={mode}")), "{args}");
+    }
+    let objects = objects_with(&[]);
+    let provider = resources(find(&objects, "ClusterRole", "my-cloud-system-provider"));
+    let standalone = resources(find(&objects, "ClusterRole", "my-cloud-system-standalone"));
+    assert!(provider.contains(&"examplemachines".to_string()));
+    for core in [
+        "machinedeployments",
+        "kubeadmconfigs",
+        "kubeadmcontrolplanes",
+    ] {
+        assert!(
+            !provider.iter().any(|r| r == core),
+            "{core} beside upstream"
+        );
+        assert!(standalone.iter().any(|r| r == core), "{core} standalone");
+    }
+    assert!(!provider.iter().any(|r| r == "leases"));
+}
+
+#[test]
+fn upstreams_managers_aggregate_access_to_every_provider_kind() {
+    let objects = components().objects().unwrap();
+    let role = find(&objects, "ClusterRole", "my-cloud-system-upstream-access");
+    assert_eq!(role["metadata"]["labels"][AGGREGATE_TO_CORE], "true");
+    assert_eq!(
+        role["metadata"]["labels"][AGGREGATE_TO_CONTROL_PLANE],
+        "true"
+    );
+    let granted = resources(role);
+    for plural in [
+        "examplemachines",
+        "exampleclusters",
+        "examplemachinetemplates",
+        "exampleidentities",
+    ] {
+        assert!(granted.iter().any(|r| r == plural), "{plural}");
+    }
+    assert_eq!(
+        role["rules"][0]["apiGroups"],
+        json!(["infrastructure.example.com"])
+    );
+}
+
+#[test]
+fn provider_names_are_dns_labels() {
+    for bad in [
+        "",
+        "My-Cloud",
+        "my_cloud",
+        "-cloud",
+        "cloud-",
+        "9cloud",
+        &"a".repeat(64),
+    ] {
+        assert!(
+            matches!(
+                Components::new(bad, Vec::new(), Vec::new()),
+                Err(ComponentsError::Name(_))
+            ),
+            "{bad:?}"
+        );
+    }
+    let components = Components::new("a-9", Vec::new(), Vec::new()).unwrap();
+    assert_eq!(components.variable("IMAGE"), "A_9_IMAGE");
+    assert_eq!(components.manifest_label(), "infrastructure-a-9");
+}
