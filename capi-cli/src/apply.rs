@@ -137,6 +137,28 @@ pub async fn apply(
     client: &Client,
     objects: &[DynamicObject],
     namespace: Option<&str>,
+    progress: impl FnMut(&str),
+) -> Result<(), ApplyError> {
+    apply_objects(client, objects, namespace, Bindings::Keep, progress).await
+}
+
+/// What [`apply_objects`] does with a RoleBinding or ClusterRoleBinding whose `roleRef` differs
+/// from the existing one's (which the API server refuses to change).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Bindings {
+    /// Leave it: the apply fails, naming the binding.
+    Keep,
+    /// Replace it (`capictl init`, whose manager's mode picks the role): delete it, apply, and on
+    /// failure put the old one back.
+    Replace,
+}
+
+/// [`apply`], with bindings whose role changed handled as `bindings` says.
+pub(crate) async fn apply_objects(
+    client: &Client,
+    objects: &[DynamicObject],
+    namespace: Option<&str>,
+    bindings: Bindings,
     mut progress: impl FnMut(&str),
 ) -> Result<(), ApplyError> {
     let params = params();
@@ -179,20 +201,29 @@ pub async fn apply(
             }
         };
         let what = describe(&object);
-        if gvk.group == "rbac.authorization.k8s.io" && gvk.kind.ends_with("RoleBinding") {
-            replace_changed_role_ref(&api, &object)
+        let replaced = if bindings == Bindings::Replace
+            && gvk.group == "rbac.authorization.k8s.io"
+            && gvk.kind.ends_with("RoleBinding")
+        {
+            remove_if_role_changed(&api, &object)
                 .await
                 .map_err(|source| ApplyError::Apply {
                     what: what.clone(),
                     source,
-                })?;
-        }
-        api.patch(&object.name_any(), &params, &Patch::Apply(&object))
+                })?
+        } else {
+            None
+        };
+        if let Err(source) = api
+            .patch(&object.name_any(), &params, &Patch::Apply(&object))
             .await
-            .map_err(|source| ApplyError::Apply {
-                what: what.clone(),
-                source,
-            })?;
+        {
+            if let Some(old) = replaced {
+                // The rights the old binding granted come back; the error is the apply's.
+                let _ = api.create(&kube::api::PostParams::default(), &old).await;
+            }
+            return Err(ApplyError::Apply { what, source });
+        }
         if types.kind == "CustomResourceDefinition" {
             wait_established(client, &object.name_any()).await?;
             crd_applied = true;
@@ -203,23 +234,34 @@ pub async fn apply(
 }
 
 /// A binding's `roleRef` cannot change: one that names another role than `object` is deleted so
-/// that the apply creates it anew, as `kubectl auth reconcile` does. The rights it granted are
-/// gone for the moment between.
-async fn replace_changed_role_ref(
+/// that the apply creates it anew, as `kubectl auth reconcile` does; returns the deleted binding
+/// (to put back if the apply fails). The rights it granted are gone for the moment between.
+async fn remove_if_role_changed(
     api: &Api<DynamicObject>,
     object: &DynamicObject,
-) -> Result<(), kube::Error> {
+) -> Result<Option<DynamicObject>, kube::Error> {
     let name = object.name_any();
-    let Some(existing) = api.get_opt(&name).await? else {
-        return Ok(());
+    let Some(mut existing) = api.get_opt(&name).await? else {
+        return Ok(None);
     };
     if existing.data["roleRef"] == object.data["roleRef"] {
-        return Ok(());
+        return Ok(None);
     }
     match api.delete(&name, &kube::api::DeleteParams::default()).await {
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        other => other.map(|_| ()),
+        Err(kube::Error::Api(status)) if status.code == 404 => {}
+        other => {
+            other?;
+        }
     }
+    // As it was, to be created again: without what the API server assigned.
+    existing.metadata = kube::api::ObjectMeta {
+        name: existing.metadata.name,
+        namespace: existing.metadata.namespace,
+        labels: existing.metadata.labels,
+        annotations: existing.metadata.annotations,
+        ..Default::default()
+    };
+    Ok(Some(existing))
 }
 
 /// The resource of `gvk`. Right after a CRD is established its kind may not be discoverable yet:

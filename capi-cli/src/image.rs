@@ -22,7 +22,8 @@
 //!   `buildah run --isolation chroot … /manager --help` (no container runtime is needed): the
 //!   manager must print the flags of [`capi_provider::ManagerArgs`](https://docs.rs/capi-provider).
 //! - The archive is `<out>/<name>-<version>.oci.tar`, holding the image as
-//!   `<reference>:<version>`; nothing is pushed, and buildah's own store keeps nothing
+//!   `<reference>:<tag>` ([`ImageSpec::tag`]: `v0.1.0` for version `0.1.0`, as upstream tags its
+//!   images and clusterctl releases name them); nothing is pushed, and buildah's own store keeps nothing
 //!   afterwards, whether the build passed or failed.
 
 use std::collections::BTreeSet;
@@ -40,7 +41,7 @@ pub struct ImageSpec {
     pub name: String,
     /// The image reference without its tag, e.g. `example.com/acme/acme-manager`.
     pub reference: String,
-    /// The version: the tag and the version label.
+    /// The version: the version label, and the tag ([`ImageSpec::tag`]).
     pub version: String,
     /// The description label.
     pub description: String,
@@ -50,6 +51,18 @@ pub struct ImageSpec {
     pub revision: Option<String>,
     /// The licenses label (an SPDX expression), if known.
     pub licenses: Option<String>,
+}
+
+impl ImageSpec {
+    /// The image's tag: the version with a leading `v` when it starts with a digit (`0.1.0` →
+    /// `v0.1.0`), else the version as given.
+    pub fn tag(&self) -> String {
+        if self.version.starts_with(|c: char| c.is_ascii_digit()) {
+            format!("v{}", self.version)
+        } else {
+            self.version.clone()
+        }
+    }
 }
 
 /// The tools [`build`] needs that are not installed, as Debian package names (`buildah`,
@@ -91,7 +104,7 @@ pub fn build(spec: &ImageSpec, out_dir: &Path) -> Result<PathBuf> {
     let libraries = shared_libraries(&spec.binary)?;
     let certificates = ca_certificates()?;
     let packages = owning_packages(&libraries, &certificates[..1])?;
-    let tag = Tag(format!("localhost/{}:{}", spec.reference, spec.version));
+    let tag = Tag(format!("localhost/{}:{}", spec.reference, spec.tag()));
     let containerfile = containerfile(spec, &packages);
     let mut ids = Vec::new();
     for attempt in ["first", "second"] {
@@ -122,7 +135,7 @@ pub fn build(spec: &ImageSpec, out_dir: &Path) -> Result<PathBuf> {
             "oci-archive:{}:{}:{}",
             archive.display(),
             spec.reference,
-            spec.version
+            spec.tag()
         ),
     ]))?;
     Ok(archive)
@@ -490,6 +503,16 @@ mod tests {
             !file.contains("image.revision"),
             "no revision label when none is known"
         );
+    }
+
+    #[test]
+    fn the_tag_is_the_version_with_upstreams_v() {
+        assert_eq!(spec().tag(), "v1.2.3");
+        let named = ImageSpec {
+            version: "dev".into(),
+            ..spec()
+        };
+        assert_eq!(named.tag(), "dev");
     }
 
     #[test]

@@ -99,13 +99,15 @@ pub fn to_yaml(objects: &[DynamicObject]) -> Result<String, InitError> {
 }
 
 /// Applies `objects` in order with strict field validation (see [`crate::apply`]), waiting for
-/// each CRD to be established before what follows; `progress` hears about each object.
+/// each CRD to be established before what follows; a binding whose role changed (the manager's
+/// mode did) is replaced. `progress` hears about each object.
 pub async fn apply(
     client: &Client,
     objects: &[DynamicObject],
     progress: impl FnMut(&str),
 ) -> Result<(), InitError> {
-    Ok(crate::apply::apply(client, objects, None, progress).await?)
+    let bindings = crate::apply::Bindings::Replace;
+    Ok(crate::apply::apply_objects(client, objects, None, bindings, progress).await?)
 }
 
 /// The groups whose CRDs Cluster API itself serves; another installation may own them.

@@ -138,7 +138,8 @@ struct ImageArgs {
     /// name by default); its last segment names the archive and the title label.
     #[arg(long)]
     name: Option<String>,
-    /// The image's version tag and label.
+    /// The image's version label; its tag is `v<version>` (a version starting with a digit gets
+    /// the `v` upstream's tags have).
     #[arg(long, default_value = "0.1.0")]
     version: String,
     /// The `org.opencontainers.image.description` label.

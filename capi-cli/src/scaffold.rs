@@ -303,6 +303,32 @@ mod tests {
     }
 
     #[test]
+    fn the_cluster_template_needs_only_clusterctls_own_variables_and_parses() {
+        let scaffold = ProviderScaffold::new("acme", "infrastructure.acme.example").unwrap();
+        let file = scaffold
+            .files()
+            .into_iter()
+            .find(|f| f.path == "templates/cluster-template.yaml")
+            .unwrap();
+        let template = crate::template::Template::parse(&file.contents).unwrap();
+        let required: Vec<String> = template.variables().required.into_iter().collect();
+        assert_eq!(required, ["CLUSTER_NAME", "KUBERNETES_VERSION"]);
+        let rendered = template
+            .render(|name| Some(format!("x-{}", name.to_lowercase())))
+            .unwrap();
+        let objects = crate::apply::parse(&rendered).unwrap();
+        let kinds: Vec<String> = objects
+            .iter()
+            .filter_map(|o| o.types.as_ref().map(|t| t.kind.clone()))
+            .collect();
+        assert!(kinds.contains(&"AcmeCluster".to_string()), "{kinds:?}");
+        assert!(
+            kinds.contains(&"AcmeMachineTemplate".to_string()),
+            "{kinds:?}"
+        );
+    }
+
+    #[test]
     fn bad_names_and_groups_are_refused_with_what_to_do() {
         for name in [
             "",

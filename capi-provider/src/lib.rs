@@ -77,7 +77,7 @@ pub enum ProviderError {
     KubeConfig(#[source] kube::config::InferConfigError),
     /// `--with-control-plane` was given, but the provider did not say how to reach etcd.
     #[error(
-        "--with-control-plane needs to reach each cluster's etcd, and provider {0} registered no way to (ProviderManager::etcd_access)"
+        "--with-control-plane (or --controllers standalone) needs to reach each cluster's etcd, and provider {0} registered no way to (ProviderManager::etcd_access, or the feature workload-etcd)"
     )]
     NoEtcdAccess(String),
     /// The manifests could not be written to standard output.
@@ -138,9 +138,36 @@ impl ProviderManager {
     }
 }
 
+/// The kinds of the infrastructure contract the core controllers read and write: the
+/// provider's clusters, cluster templates, machines and machine templates (by their kinds'
+/// endings; identities and other kinds are the provider's own business).
+pub(crate) const CORE_KINDS: [&str; 4] =
+    ["Cluster", "ClusterTemplate", "Machine", "MachineTemplate"];
+
+/// The kinds the KubeadmControlPlane controller reads and writes: machines and their templates.
+pub(crate) const CONTROL_PLANE_KINDS: [&str; 2] = ["Machine", "MachineTemplate"];
+
+/// The plurals of `crds` whose kind ends with one of `endings`, by API group.
+pub(crate) fn plurals_by_group<'a>(
+    crds: &'a [CustomResourceDefinition],
+    endings: &[&str],
+) -> std::collections::BTreeMap<&'a str, Vec<&'a str>> {
+    let mut groups: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for crd in crds {
+        let names = &crd.spec.names;
+        if endings.iter().any(|ending| names.kind.ends_with(ending)) {
+            groups
+                .entry(crd.spec.group.as_str())
+                .or_default()
+                .push(names.plural.as_str());
+        }
+    }
+    groups
+}
+
 /// The rules the kubeadm bootstrap (`bootstrap`), core (`core`) and KubeadmControlPlane
-/// (`control_plane`) controllers need, the latter two on the provider's kinds (`crds`), which they
-/// read and write.
+/// (`control_plane`) controllers need, the latter two on the provider's kinds of the contract
+/// they handle ([`CORE_KINDS`], [`CONTROL_PLANE_KINDS`]).
 pub(crate) fn controller_rules(
     crds: &[CustomResourceDefinition],
     bootstrap: bool,
@@ -151,19 +178,40 @@ pub(crate) fn controller_rules(
     if bootstrap {
         rules.extend(capi_bootstrap::controller::rbac());
     }
-    let mut groups: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
-    for crd in crds {
-        let plurals = groups.entry(crd.spec.group.as_str()).or_default();
-        plurals.push(crd.spec.names.plural.as_str());
+    if core {
+        rules.extend(per_group(crds, &CORE_KINDS, capi_controllers::rbac));
     }
-    for (group, plurals) in &groups {
-        if core {
-            rules.extend(capi_controllers::rbac(group, plurals));
-        }
-        if control_plane {
-            rules.extend(capi_control_plane::controller::rbac(group, plurals));
+    if control_plane {
+        rules.extend(per_group(
+            crds,
+            &CONTROL_PLANE_KINDS,
+            capi_control_plane::controller::rbac,
+        ));
+    }
+    rules
+}
+
+/// A controller's rules (`rbac(group, plurals)`: its own, and those on the provider's kinds of
+/// `group`) for the provider's kinds ending with `endings` in each group; its own alone when
+/// there are none. Rules naming no resource are left out.
+fn per_group(
+    crds: &[CustomResourceDefinition],
+    endings: &[&str],
+    rbac: fn(&str, &[&str]) -> Vec<PolicyRule>,
+) -> Vec<PolicyRule> {
+    let groups = plurals_by_group(crds, endings);
+    let mut rules = Vec::new();
+    if groups.is_empty() {
+        rules.extend(rbac("", &[]));
+    }
+    for (group, plurals) in groups {
+        for rule in rbac(group, &plurals) {
+            if !rules.contains(&rule) {
+                rules.push(rule);
+            }
         }
     }
+    rules.retain(|rule| rule.resources.as_ref().is_none_or(|r| !r.is_empty()));
     rules
 }
 
@@ -324,9 +372,39 @@ mod tests {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": format!("{plural}.{group}")},
             "spec": {"group": group, "scope": "Namespaced", "versions": [],
-                     "names": {"plural": plural, "kind": "X"}},
+                     "names": {"plural": plural, "kind": "XMachine"}},
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn controllers_keep_their_own_rules_without_contract_kinds_and_never_reach_other_kinds() {
+        let mut identity = crd("infrastructure.example.com", "xidentities");
+        identity.spec.names.kind = "XIdentity".into();
+        let rules = controller_rules(&[identity], true, true, true);
+        let resources: Vec<String> = rules
+            .iter()
+            .flat_map(|r| r.resources.clone().unwrap_or_default())
+            .collect();
+        for wanted in [
+            "machinedeployments",
+            "kubeadmcontrolplanes",
+            "kubeadmconfigs",
+        ] {
+            assert!(
+                resources.iter().any(|r| r == wanted),
+                "{wanted}: {resources:?}"
+            );
+        }
+        assert!(
+            !resources.iter().any(|r| r == "xidentities"),
+            "{resources:?}"
+        );
+        assert!(
+            rules
+                .iter()
+                .all(|r| r.resources.as_ref().is_none_or(|r| !r.is_empty()))
+        );
     }
 
     #[tokio::test]

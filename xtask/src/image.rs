@@ -9,7 +9,8 @@
 //! images a run builds (their shared crates are compiled once, with the union of their features:
 //! the in-memory manager, which brings its own etcd access, carries the workload etcd client
 //! unused). The archives are `<target>/images/<provider>-manager-<version>.oci.tar`, holding
-//! `capi-rs/<provider>-manager:<version>`.
+//! `capi-rs/<provider>-manager:v<version>`, the image `capictl init` and `cargo xtask release`
+//! name.
 
 use std::path::Path;
 

@@ -15,7 +15,7 @@ use crate::Controllers;
 pub enum ComponentsError {
     /// The provider name is not what clusterctl accepts.
     #[error(
-        "provider name {0:?}: clusterctl needs a DNS-1123 label (lower-case letters, digits and '-', at most 63, starting with a letter)"
+        "provider name {0:?}: clusterctl needs a DNS-1123 label (lower-case letters, digits and '-', starting with a letter), and its label infrastructure-<name> at most 63 characters: at most 48"
     )]
     Name(String),
     /// A CRD could not be converted.
@@ -30,6 +30,11 @@ pub enum ComponentsError {
     /// YAML serialisation failed.
     #[error("rendering YAML: {0}")]
     Yaml(#[source] serde_saphyr::SerializeError),
+    /// A CRD holds `${` or `$$`, which clusterctl would read as a variable or an escape.
+    #[error(
+        "CRD {0} holds `${{` or `$$` (in a description or pattern): clusterctl would substitute it; reword it"
+    )]
+    Dollar(String),
 }
 
 /// A `${VAR}` of the components: what it sets and its default.
@@ -48,10 +53,12 @@ pub struct Variable {
 #[derive(Clone, Debug)]
 pub struct Components {
     /// The provider's name in clusterctl (`clusterctl init --infrastructure <name>`), a DNS-1123
-    /// label; its manifest label is `infrastructure-<name>`, its variables start with it.
+    /// label of at most 48 characters; its manifest label is `infrastructure-<name>`, its
+    /// variables start with it.
     pub name: String,
-    /// The namespace the manager runs in (clusterctl's `--target-namespace` may rename it).
-    /// Cluster-scoped objects are named `<namespace>-…`, which is what `clusterctl delete` removes.
+    /// The namespace the manager runs in. Cluster-scoped objects are named `<namespace>-…`, which
+    /// is what `clusterctl delete` removes when the provider is installed there; installed
+    /// elsewhere (clusterctl's `--target-namespace`), they keep this name and stay behind.
     pub namespace: String,
     /// The manager's ServiceAccount, Deployment, Role and Lease name.
     pub manager: String,
@@ -168,8 +175,14 @@ impl Components {
         })];
         for crd in &self.crds {
             let name = crd.metadata.name.clone().unwrap_or_default();
-            let mut value = serde_json::to_value(crd)
-                .map_err(|source| ComponentsError::Crd { name, source })?;
+            let mut value = serde_json::to_value(crd).map_err(|source| ComponentsError::Crd {
+                name: name.clone(),
+                source,
+            })?;
+            let text = value.to_string();
+            if text.contains("${") || text.contains("$$") {
+                return Err(ComponentsError::Dollar(name));
+            }
             value["apiVersion"] = json!("apiextensions.k8s.io/v1");
             value["kind"] = json!("CustomResourceDefinition");
             if let Some(fields) = value.as_object_mut() {
@@ -186,12 +199,18 @@ impl Components {
         Ok(objects)
     }
 
-    /// The objects as one YAML stream, each document after `---`.
+    /// The objects as one YAML stream, each document after `---`. A value that is a variable
+    /// alone is quoted, so that whatever it is set to stays a string (clusterctl reads YAML 1.1,
+    /// where `off` or `no` would be booleans).
     pub fn to_yaml(&self) -> Result<String, ComponentsError> {
         let mut out = String::new();
         for object in self.objects()? {
             out.push_str("---\n");
-            out.push_str(&serde_saphyr::to_string(&object).map_err(ComponentsError::Yaml)?);
+            let text = serde_saphyr::to_string(&object).map_err(ComponentsError::Yaml)?;
+            for line in text.lines() {
+                out.push_str(&quote_lone_variable(line));
+                out.push('\n');
+            }
         }
         Ok(out)
     }
@@ -205,28 +224,22 @@ impl Components {
         let rbac = "rbac.authorization.k8s.io/v1";
         let mut standalone = self.rules.clone();
         standalone.extend(crate::controller_rules(&self.crds, true, true, true));
-        let kinds: Vec<&str> = self
-            .crds
-            .iter()
-            .map(|crd| crd.spec.names.plural.as_str())
-            .collect();
-        let groups: std::collections::BTreeSet<&str> = self
-            .crds
-            .iter()
-            .map(|crd| crd.spec.group.as_str())
-            .collect();
-        let upstream_access: Vec<PolicyRule> = groups
-            .into_iter()
-            .map(|group| {
-                capi_runtime::rbac::rule(
-                    group,
-                    &kinds,
-                    &[
-                        "create", "delete", "get", "list", "patch", "update", "watch",
-                    ],
-                )
-            })
-            .collect();
+        // What upstream's core and KubeadmControlPlane managers do with the contract's kinds:
+        // create machines from templates, clone cluster templates, patch owner references and
+        // finalizers, delete.
+        let mut upstream_access = Vec::new();
+        let every = [
+            "create", "delete", "get", "list", "patch", "update", "watch",
+        ];
+        for (group, plurals) in
+            crate::plurals_by_group(&self.crds, &["Cluster", "Machine", "MachineTemplate"])
+        {
+            upstream_access.push(capi_runtime::rbac::rule(group, &plurals, &every));
+        }
+        for (group, plurals) in crate::plurals_by_group(&self.crds, &["ClusterTemplate"]) {
+            let verbs = ["get", "list", "patch", "update", "watch"];
+            upstream_access.push(capi_runtime::rbac::rule(group, &plurals, &verbs));
+        }
         let cluster_role = |name: String, rules: Vec<PolicyRule>, labels: Value| {
             json!({"apiVersion": rbac, "kind": "ClusterRole",
                    "metadata": {"name": name, "labels": labels}, "rules": rules})
@@ -323,9 +336,36 @@ impl Components {
     }
 }
 
-/// A DNS-1123 label that starts with a letter (clusterctl's provider names).
+/// `key: ${VAR:=d}` or `- ${VAR:=d}` as `key: "${VAR:=d}"`; any other line as it is.
+fn quote_lone_variable(line: &str) -> std::borrow::Cow<'_, str> {
+    let indent = line.len() - line.trim_start().len();
+    let item = indent
+        + if line[indent..].starts_with("- ") {
+            2
+        } else {
+            0
+        };
+    let value_at = match line[item..].find(": ") {
+        Some(at) => Some(item + at + 2),
+        None => (item > indent).then_some(item),
+    };
+    match value_at.map(|at| line.split_at(at)) {
+        Some((key, value))
+            if value.starts_with("${")
+                && value.ends_with('}')
+                && value[2..].find('}') == Some(value.len() - 3)
+                && !value.contains(['"', '\\']) =>
+        {
+            format!("{key}\"{value}\"").into()
+        }
+        _ => line.into(),
+    }
+}
+
+/// A DNS-1123 label that starts with a letter (clusterctl's provider names), short enough for the
+/// label value `infrastructure-<name>` (63).
 fn is_dns_label(name: &str) -> bool {
-    name.len() <= 63
+    name.len() <= 48
         && name.starts_with(|c: char| c.is_ascii_lowercase())
         && !name.ends_with('-')
         && name

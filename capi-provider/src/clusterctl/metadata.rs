@@ -5,9 +5,11 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// A release version, `X.Y.Z` or `X.Y.Z-PRE` (a leading `v` is accepted); its folder in a
-/// clusterctl repository is `vX.Y.Z[-PRE]`, as clusterctl expects.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// A release version, `X.Y.Z` or `X.Y.Z-PRE` (a leading `v` is accepted), as semantic
+/// versioning defines it (build metadata aside); its folder in a clusterctl repository is
+/// `vX.Y.Z[-PRE]`, as clusterctl expects. Versions order by semver precedence: `1.0.0-rc.2` <
+/// `1.0.0-rc.10` < `1.0.0`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Version {
     /// The major version.
     pub major: u64,
@@ -36,12 +38,7 @@ impl FromStr for Version {
             Some((release, pre)) => (release, Some(pre)),
             None => (bare, None),
         };
-        if pre.is_some_and(|pre| {
-            pre.is_empty()
-                || !pre
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
-        }) {
+        if pre.is_some_and(|pre| !pre.split('.').all(valid_identifier)) {
             return Err(error());
         }
         let numbers: Vec<u64> = release
@@ -64,6 +61,62 @@ impl FromStr for Version {
             patch,
             pre: pre.map(str::to_string),
         })
+    }
+}
+
+/// A pre-release identifier: ASCII letters, digits and `-`, not empty, and a number without a
+/// leading zero.
+fn valid_identifier(identifier: &str) -> bool {
+    !identifier.is_empty()
+        && identifier
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-')
+        && !(identifier.len() > 1
+            && identifier.starts_with('0')
+            && identifier.chars().all(|c| c.is_ascii_digit()))
+}
+
+impl Ord for Version {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        use std::cmp::Ordering;
+        let release =
+            (self.major, self.minor, self.patch).cmp(&(other.major, other.minor, other.patch));
+        if release != Ordering::Equal {
+            return release;
+        }
+        match (&self.pre, &other.pre) {
+            (None, None) => Ordering::Equal,
+            // A pre-release comes before its release.
+            (None, Some(_)) => Ordering::Greater,
+            (Some(_), None) => Ordering::Less,
+            (Some(mine), Some(theirs)) => {
+                let mut mine = mine.split('.');
+                let mut theirs = theirs.split('.');
+                loop {
+                    let order = match (mine.next(), theirs.next()) {
+                        (None, None) => return Ordering::Equal,
+                        (None, Some(_)) => return Ordering::Less,
+                        (Some(_), None) => return Ordering::Greater,
+                        (Some(a), Some(b)) => match (a.parse::<u64>(), b.parse::<u64>()) {
+                            (Ok(a), Ok(b)) => a.cmp(&b),
+                            // Numeric identifiers come before alphanumeric ones.
+                            (Ok(_), Err(_)) => Ordering::Less,
+                            (Err(_), Ok(_)) => Ordering::Greater,
+                            (Err(_), Err(_)) => a.cmp(b),
+                        },
+                    };
+                    if order != Ordering::Equal {
+                        return order;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl PartialOrd for Version {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
     }
 }
 
@@ -178,6 +231,30 @@ mod tests {
             assert_eq!(error, VersionError(bad.to_string()));
             assert!(error.to_string().contains("MAJOR.MINOR.PATCH"));
         }
+    }
+
+    #[test]
+    fn versions_order_by_semver_precedence() {
+        let ordered = [
+            "1.0.0-alpha",
+            "1.0.0-alpha.1",
+            "1.0.0-alpha.beta",
+            "1.0.0-beta.2",
+            "1.0.0-beta.11",
+            "1.0.0-rc.1",
+            "1.0.0",
+            "1.0.1",
+            "1.1.0",
+            "2.0.0",
+        ];
+        let versions: Vec<Version> = ordered.iter().map(|v| v.parse().unwrap()).collect();
+        for pair in versions.windows(2) {
+            assert!(pair[0] < pair[1], "{} < {}", pair[0], pair[1]);
+        }
+        let mut shuffled = versions.clone();
+        shuffled.reverse();
+        shuffled.sort();
+        assert_eq!(shuffled, versions);
     }
 
     #[test]

@@ -31,6 +31,22 @@ pub enum ReleaseError {
         /// What the parser said.
         message: String,
     },
+    /// The repository's metadata gives the release's series another contract than this SDK's.
+    #[error(
+        "{path}: series {major}.{minor} follows contract {listed}, but this release follows {ours}; a new contract needs a new minor version"
+    )]
+    Contract {
+        /// The metadata file that lists the series.
+        path: PathBuf,
+        /// The series' major version.
+        major: u64,
+        /// The series' minor version.
+        minor: u64,
+        /// The contract listed.
+        listed: String,
+        /// The contract of this SDK's CRDs.
+        ours: &'static str,
+    },
     /// A template's file name is not one clusterctl looks for.
     #[error(
         "template {0:?}: clusterctl reads cluster-template.yaml, cluster-template-<flavor>.yaml and clusterclass-<name>.yaml"
@@ -104,6 +120,17 @@ impl Release {
         let mut metadata = Metadata::new();
         for (_, folder) in &existing {
             if let Some(found) = read_metadata(folder)? {
+                if let Some(series) = found.series(&self.version)
+                    && series.contract != capi_core::labels::CONTRACT
+                {
+                    return Err(ReleaseError::Contract {
+                        path: folder.join("metadata.yaml"),
+                        major: series.major,
+                        minor: series.minor,
+                        listed: series.contract.clone(),
+                        ours: capi_core::labels::CONTRACT,
+                    });
+                }
                 metadata = metadata.merge(&found);
             }
         }
@@ -139,11 +166,24 @@ impl Release {
             "# clusterctl components of the {} infrastructure provider, {}.\n# Variables:\n",
             components.name, self.version
         );
-        for variable in components.variables() {
+        let listed = components.variables();
+        for variable in &listed {
             out.push_str(&format!(
                 "#   {} (default {:?}): {}\n",
                 variable.name, variable.default, variable.description
             ));
+        }
+        // Those the provider's own flags read.
+        for arg in &components.args {
+            for reference in arg.split("${").skip(1) {
+                let name: String = reference
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if !name.is_empty() && !listed.iter().any(|v| v.name == name) {
+                    out.push_str(&format!("#   {name}: in the manager's argument {arg:?}\n"));
+                }
+            }
         }
         out.push_str(&components.to_yaml()?);
         Ok(out)
@@ -331,6 +371,34 @@ mod tests {
             assert_eq!(series, [(0, 1), (0, 2)], "{folder}");
             assert_eq!(metadata.api_version, "clusterctl.cluster.x-k8s.io/v1alpha3");
         }
+    }
+
+    #[test]
+    fn a_series_listed_with_another_contract_is_refused() {
+        let repository = tempfile::tempdir().unwrap();
+        let folder = repository.path().join("infrastructure-my-cloud/v0.1.0");
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(
+            folder.join("metadata.yaml"),
+            "apiVersion: clusterctl.cluster.x-k8s.io/v1alpha3\nkind: Metadata\nreleaseSeries:\n- {major: 0, minor: 1, contract: v1beta1}\n",
+        )
+        .unwrap();
+        let release = Release::new(components(), "0.1.1".parse().unwrap());
+        let error = release.write(repository.path()).unwrap_err();
+        assert!(
+            matches!(&error, ReleaseError::Contract { listed, .. } if listed == "v1beta1"),
+            "{error}"
+        );
+        let mut with_flag = components();
+        with_flag.args.push("--zone=${MY_CLOUD_ZONE:=a}".into());
+        let written = Release::new(with_flag, "0.2.0".parse().unwrap())
+            .write(repository.path())
+            .unwrap();
+        let text = std::fs::read_to_string(written.join("infrastructure-components.yaml")).unwrap();
+        assert!(
+            text.contains("#   MY_CLOUD_ZONE: in the manager's argument"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -63,7 +63,11 @@ fn substitute(text: &str, values: &BTreeMap<&str, &str>) -> String {
 }
 
 fn objects_with(values: &[(&str, &str)]) -> Vec<Value> {
-    let text = components().to_yaml().unwrap();
+    objects_with_components(&components(), values)
+}
+
+fn objects_with_components(components: &Components, values: &[(&str, &str)]) -> Vec<Value> {
+    let text = components.to_yaml().unwrap();
     let text = substitute(&text, &values.iter().copied().collect());
     text.split("---\n")
         .filter(|d| !d.trim().is_empty())
@@ -226,8 +230,14 @@ fn the_controllers_variable_switches_the_flag_and_the_bound_role_together() {
 }
 
 #[test]
-fn upstreams_managers_aggregate_access_to_every_provider_kind() {
-    let objects = components().objects().unwrap();
+fn upstreams_managers_aggregate_access_to_the_contracts_kinds_only() {
+    let mut components = components();
+    components.crds.push(crd(
+        "exampleclustertemplates",
+        "ExampleClusterTemplate",
+        "Namespaced",
+    ));
+    let objects = components.objects().unwrap();
     let role = find(&objects, "ClusterRole", "my-cloud-system-upstream-access");
     assert_eq!(role["metadata"]["labels"][AGGREGATE_TO_CORE], "true");
     assert_eq!(
@@ -239,14 +249,37 @@ fn upstreams_managers_aggregate_access_to_every_provider_kind() {
         "examplemachines",
         "exampleclusters",
         "examplemachinetemplates",
-        "exampleidentities",
+        "exampleclustertemplates",
     ] {
         assert!(granted.iter().any(|r| r == plural), "{plural}");
     }
-    assert_eq!(
-        role["rules"][0]["apiGroups"],
-        json!(["infrastructure.example.com"])
+    assert!(
+        !granted.iter().any(|r| r == "exampleidentities"),
+        "identities are the provider's own: {granted:?}"
     );
+    let rules = role["rules"].as_array().unwrap();
+    assert!(
+        rules
+            .iter()
+            .all(|r| r["apiGroups"] == json!(["infrastructure.example.com"]))
+    );
+    let templates = rules
+        .iter()
+        .find(|r| r["resources"] == json!(["exampleclustertemplates"]))
+        .unwrap();
+    assert!(
+        !templates["verbs"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("create"))
+    );
+    // Nor do this SDK's own controllers reach identities when standalone.
+    let standalone = resources(find(&objects, "ClusterRole", "my-cloud-system-standalone"));
+    let identity_rules = standalone
+        .iter()
+        .filter(|r| *r == "exampleidentities")
+        .count();
+    assert_eq!(identity_rules, 0, "{standalone:?}");
 }
 
 #[test]
@@ -268,7 +301,66 @@ fn provider_names_are_dns_labels() {
             "{bad:?}"
         );
     }
+    assert!(Components::new(&"a".repeat(48), Vec::new(), Vec::new()).is_ok());
     let components = Components::new("a-9", Vec::new(), Vec::new()).unwrap();
     assert_eq!(components.variable("IMAGE"), "A_9_IMAGE");
     assert_eq!(components.manifest_label(), "infrastructure-a-9");
+}
+
+#[test]
+fn a_lone_variable_stays_a_string_whatever_it_is_set_to() {
+    let text = components().to_yaml().unwrap();
+    assert!(
+        text.contains("value: \"${MY_CLOUD_LOG_LEVEL:=info}\"\n"),
+        "{text}"
+    );
+    assert!(text.contains("image: \"${MY_CLOUD_IMAGE:=my-cloud-manager:latest}\"\n"));
+    assert_eq!(quote_lone_variable("  - ${A:=b}"), "  - \"${A:=b}\"");
+    assert_eq!(quote_lone_variable("- name: ${A}"), "- name: \"${A}\"");
+    for unchanged in [
+        "  - --qps=${A:=1}",
+        "name: x-${A}",
+        "key: ${A}-${B}",
+        "key: '${A}'",
+    ] {
+        assert_eq!(quote_lone_variable(unchanged), unchanged);
+    }
+    // Set to what YAML 1.1 reads as a boolean, it is still the string.
+    let objects = objects_with(&[("MY_CLOUD_LOG_LEVEL", "off")]);
+    let deployment = find(&objects, "Deployment", "my-cloud-manager");
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["env"][1]["value"],
+        "off"
+    );
+}
+
+#[test]
+fn schemas_pass_through_unchanged_but_a_dollar_brace_is_refused() {
+    let mut with_pattern = crd("examplemachines", "ExampleMachine", "Namespaced");
+    with_pattern.spec.versions = serde_json::from_value(json!([{
+        "name": "v1alpha1", "served": true, "storage": true,
+        "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {
+            "type": "object", "description": "A \"quoted\" word: and a colon",
+            "properties": {"id": {"type": "string", "pattern": "^[a-z]+$"}}}}}},
+    }]))
+    .unwrap();
+    let mut components = components();
+    components.crds = vec![with_pattern.clone()];
+    let objects = objects_with_components(&components, &[]);
+    let crd = find(
+        &objects,
+        "CustomResourceDefinition",
+        "examplemachines.infrastructure.example.com",
+    );
+    let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    assert_eq!(spec["properties"]["id"]["pattern"], "^[a-z]+$");
+    assert_eq!(spec["description"], "A \"quoted\" word: and a colon");
+
+    let mut versions = serde_json::to_value(&with_pattern.spec.versions).unwrap();
+    versions[0]["schema"]["openAPIV3Schema"]["description"] = json!("costs ${PRICE}");
+    with_pattern.spec.versions = serde_json::from_value(versions).unwrap();
+    components.crds = vec![with_pattern];
+    assert!(
+        matches!(components.objects(), Err(ComponentsError::Dollar(name)) if name == "examplemachines.infrastructure.example.com")
+    );
 }
