@@ -87,14 +87,17 @@ fn parts(provider: &str) -> Option<(Vec<CustomResourceDefinition>, Vec<PolicyRul
 
 /// `provider`'s components at this `capictl`'s version: clusterctl name `capirs-<provider>`,
 /// namespace `capi-<provider>-system`, manager `capi-<provider>-manager`, image
-/// `capi-rs/<provider>-manager:v<version>` (what `cargo xtask image` builds).
+/// `ghcr.io/capi-rs/<provider>-manager:v<version>` (what `cargo xtask image` builds).
 pub fn components(provider: &str) -> Result<Components, ManifestError> {
     let (crds, rules) =
         parts(provider).ok_or_else(|| ManifestError::UnknownProvider(provider.to_string()))?;
     let mut components = Components::new(&clusterctl_name(provider), crds, rules)?;
     components.namespace = format!("capi-{provider}-system");
     components.manager = format!("capi-{provider}-manager");
-    components.image = format!("capi-rs/{provider}-manager:v{}", env!("CARGO_PKG_VERSION"));
+    components.image = format!(
+        "ghcr.io/capi-rs/{provider}-manager:v{}",
+        env!("CARGO_PKG_VERSION")
+    );
     Ok(components)
 }
 
@@ -102,7 +105,7 @@ pub fn components(provider: &str) -> Result<Components, ManifestError> {
 /// renders), the image tagged with the version.
 pub fn release(provider: &str, version: &Version) -> Result<Release, ManifestError> {
     let mut components = components(provider)?;
-    components.image = format!("capi-rs/{provider}-manager:{version}");
+    components.image = format!("ghcr.io/capi-rs/{provider}-manager:{version}");
     let mut release = Release::new(components, version.clone());
     for template in crate::generate::BUILT_IN
         .iter()

@@ -560,7 +560,7 @@ async fn aws_clusters_from_capas_variables_apply_to_a_real_server() {
         "CRDs"
     );
     assert!(init.contains("name: capi-aws-manager"), "the manager");
-    assert!(init.contains("image: capi-rs/aws-manager:v0.1.0"));
+    assert!(init.contains("image: ghcr.io/capi-rs/aws-manager:v0.1.0"));
 }
 
 /// The Azure templates, rendered from CAPZ's variables, are accepted by a real API server with
@@ -649,5 +649,5 @@ async fn azure_clusters_from_capzs_variables_apply_to_a_real_server() {
         "CRDs"
     );
     assert!(init.contains("name: capi-azure-manager"), "the manager");
-    assert!(init.contains("image: capi-rs/azure-manager:v0.1.0"));
+    assert!(init.contains("image: ghcr.io/capi-rs/azure-manager:v0.1.0"));
 }

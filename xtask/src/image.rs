@@ -9,7 +9,7 @@
 //! images a run builds (their shared crates are compiled once, with the union of their features:
 //! the in-memory manager, which brings its own etcd access, carries the workload etcd client
 //! unused). The archives are `<target>/images/<provider>-manager-<version>.oci.tar`, holding
-//! `capi-rs/<provider>-manager:v<version>`, the image `capictl init` and `cargo xtask release`
+//! `ghcr.io/capi-rs/<provider>-manager:v<version>`, the image `capictl init` and `cargo xtask release`
 //! name.
 
 use std::path::Path;
@@ -139,7 +139,7 @@ fn spec(provider: Provider, binary: &Path, version: &str) -> ImageSpec {
     ImageSpec {
         binary: binary.to_path_buf(),
         name: provider.binary(),
-        reference: format!("capi-rs/{}", provider.binary()),
+        reference: format!("ghcr.io/capi-rs/{}", provider.binary()),
         version: version.to_string(),
         description: format!(
             "The {} Cluster API infrastructure provider's manager (capi-rs)",
@@ -160,7 +160,7 @@ mod tests {
         assert_eq!(Provider::Openstack.package(), "provider-openstack-bin");
         assert_eq!(Provider::Openstack.binary(), "openstack-manager");
         let spec = spec(Provider::Aws, Path::new("/x/aws-manager"), "1.2.3");
-        assert_eq!(spec.reference, "capi-rs/aws-manager");
+        assert_eq!(spec.reference, "ghcr.io/capi-rs/aws-manager");
         assert_eq!(spec.name, "aws-manager");
     }
 }

@@ -7,9 +7,13 @@
 //!
 //! Every release written is checked against clusterctl's provider contract ([`check`]): one
 //! Namespace holding every namespaced object, CRDs named as clusterctl computes their names and
-//! labelled with the contract `metadata.yaml` names, the manager's container named `manager`,
+//! labelled with the contract `metadata.yaml` names, the manager's container named `manager` and
+//! its image a canonical reference (no variable: clusterctl's `--describe` cannot parse one),
 //! variables prefixed with the provider's name, cluster-scoped objects named after the namespace
-//! (what `clusterctl delete` removes), a ClusterRole upstream's manager aggregates.
+//! (what `clusterctl delete` removes), a ClusterRole upstream's manager aggregates. Then the real
+//! clusterctl (v1.14.2, built with the upstream peer) reads each one from the repository
+//! ([`check_with_clusterctl`]): `generate provider` with and without its variables processed, and
+//! `generate cluster --list-variables` of every template.
 
 use std::path::{Path, PathBuf};
 
@@ -42,29 +46,153 @@ pub(crate) fn default_repository() -> PathBuf {
 pub(crate) fn run_release(args: ReleaseArgs) -> Result<()> {
     let version: Version = args.version.parse()?;
     let repository = args.out.unwrap_or_else(default_repository);
-    write_workspace_providers(&version, &repository)?;
+    let mut providers = write_workspace_providers(&version, &repository)?;
     if args.scaffold {
         step("Packaging the published crates (cargo package --no-verify)");
         crate::package::package(false)?;
         crate::scaffold::check(crate::scaffold::Checks {
             tests: false,
             image: None,
-            release: Some((version, repository)),
+            release: Some((version.clone(), repository.clone())),
         })?;
+        providers.push(crate::scaffold::NAME.to_string());
     }
-    Ok(())
+    let upstream = crate::upstream::install()?;
+    check_with_clusterctl(&upstream.clusterctl(), &repository, &providers, &version)
 }
 
-/// Writes the release of each of the workspace's providers into `repository` and checks it.
-pub(crate) fn write_workspace_providers(version: &Version, repository: &Path) -> Result<()> {
+/// Writes the release of each of the workspace's providers into `repository` and checks it;
+/// returns their clusterctl names.
+pub(crate) fn write_workspace_providers(
+    version: &Version,
+    repository: &Path,
+) -> Result<Vec<String>> {
     step(&format!(
         "clusterctl repositories of release {version} in {}",
         repository.display()
     ));
+    let mut names = Vec::new();
     for provider in capi_cli::manifests::PROVIDERS {
         let folder = capi_cli::manifests::release(provider, version)?.write(repository)?;
         check(&folder).with_context(|| format!("checking {}", folder.display()))?;
         println!("    written and checked: {}", folder.display());
+        names.push(capi_cli::manifests::clusterctl_name(provider));
+    }
+    Ok(names)
+}
+
+/// Has the real clusterctl read each of `providers`' release `version` from `repository`, as a
+/// user's clusterctl configuration would name it (a `file://` URL; no management cluster, an
+/// empty overrides folder, no version check): `generate provider` processes the components
+/// (variables at their defaults, the namespace, the image) and `--describe` lists the variables;
+/// `generate cluster --list-variables` parses every cluster template. Fails with clusterctl's
+/// own message.
+pub(crate) fn check_with_clusterctl(
+    clusterctl: &Path,
+    repository: &Path,
+    providers: &[String],
+    version: &Version,
+) -> Result<()> {
+    step(&format!(
+        "clusterctl {} reads the releases: generate provider, generate cluster --list-variables",
+        capi_testing::upstream::CLUSTER_API_VERSION
+    ));
+    let home = tempfile::tempdir()?;
+    let overrides = home.path().join("overrides");
+    std::fs::create_dir_all(&overrides)?;
+    let mut config = String::from("providers:\n");
+    for name in providers {
+        let components = repository
+            .join(format!("infrastructure-{name}"))
+            .join(version.to_string())
+            .join("infrastructure-components.yaml");
+        config.push_str(&format!(
+            "  - name: {name}\n    type: InfrastructureProvider\n    url: file://{}\n",
+            components.display()
+        ));
+    }
+    config.push_str(&format!(
+        "overridesFolder: {}\nCLUSTERCTL_DISABLE_VERSIONCHECK: \"true\"\n",
+        overrides.display()
+    ));
+    let config_file = home.path().join("clusterctl.yaml");
+    std::fs::write(&config_file, config)?;
+    let clusterctl_run = |args: &[&str]| -> Result<String> {
+        let mut command = std::process::Command::new(clusterctl);
+        command
+            .args(args)
+            .arg("--config")
+            .arg(&config_file)
+            // Nothing of the user's own clusterctl configuration or cache.
+            .env("HOME", home.path())
+            .env("XDG_CONFIG_HOME", home.path().join(".config"))
+            .env_remove("KUBECONFIG");
+        let output = command
+            .output()
+            .with_context(|| format!("running {}", clusterctl.display()))?;
+        if !output.status.success() {
+            bail!(
+                "clusterctl {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    };
+    for name in providers {
+        let provider = format!("{name}:{version}");
+        let rendered = clusterctl_run(&["generate", "provider", "--infrastructure", &provider])?;
+        ensure!(
+            rendered.contains("kind: Deployment"),
+            "clusterctl generate provider {provider} printed no Deployment"
+        );
+        clusterctl_run(&[
+            "generate",
+            "provider",
+            "--infrastructure",
+            &provider,
+            "--describe",
+        ])?;
+        let folder = repository
+            .join(format!("infrastructure-{name}"))
+            .join(version.to_string());
+        let mut flavors = Vec::new();
+        for entry in std::fs::read_dir(&folder)? {
+            let file = entry?.file_name().to_string_lossy().into_owned();
+            if file == "cluster-template.yaml" {
+                flavors.push(None);
+            } else if let Some(flavor) = file
+                .strip_prefix("cluster-template-")
+                .and_then(|f| f.strip_suffix(".yaml"))
+            {
+                flavors.push(Some(flavor.to_string()));
+            }
+        }
+        flavors.sort();
+        for flavor in &flavors {
+            let mut args = vec![
+                "generate",
+                "cluster",
+                "demo",
+                "--target-namespace",
+                "demo",
+                "--infrastructure",
+                &provider,
+                "--list-variables",
+            ];
+            if let Some(flavor) = flavor {
+                args.extend(["--flavor", flavor]);
+            }
+            let listed = clusterctl_run(&args)?;
+            ensure!(
+                listed.contains("Required Variables") || listed.contains("Optional Variables"),
+                "clusterctl generate cluster --infrastructure {provider} {flavor:?} listed nothing"
+            );
+        }
+        println!(
+            "    clusterctl read {provider}: components, {} template(s)",
+            flavors.len()
+        );
     }
     Ok(())
 }
@@ -166,9 +294,18 @@ pub(crate) fn check(folder: &Path) -> Result<()> {
                 );
             }
             "Deployment" => {
-                manager |= object["spec"]["template"]["spec"]["containers"]
+                let containers = object["spec"]["template"]["spec"]["containers"]
                     .as_array()
-                    .is_some_and(|c| c.iter().any(|c| c["name"] == "manager"));
+                    .cloned()
+                    .unwrap_or_default();
+                manager |= containers.iter().any(|c| c["name"] == "manager");
+                for container in &containers {
+                    let image = container["image"].as_str().unwrap_or_default();
+                    ensure!(
+                        capi_provider::clusterctl::is_canonical_image(image),
+                        "{what}: image {image:?} is not a canonical reference (clusterctl refuses it)"
+                    );
+                }
             }
             "ClusterRole" => {
                 aggregated |= object["metadata"]["labels"][AGGREGATE_TO_CORE] == "true";

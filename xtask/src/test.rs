@@ -31,7 +31,7 @@ pub(crate) fn run_all() -> Result<()> {
     phases.step(
         "Upstream Cluster API peer (core, kubeadm bootstrap and control plane, CAPD in-memory)",
     );
-    crate::upstream::install()?;
+    let upstream = crate::upstream::install()?;
     let with_assets = |mut command: Command| {
         command.env(KUBEBUILDER_ASSETS, &assets);
         command
@@ -83,14 +83,26 @@ pub(crate) fn run_all() -> Result<()> {
         "A provider from `capictl new provider`, outside the repository, on the packaged crates \
          from a local registry: fmt, clippy, its tests (cargo xtask scaffold)",
     );
+    let version: capi_provider::clusterctl::Version = "0.1.0".parse()?;
+    let repository = crate::command::target_dir().join("scaffold-target/clusterctl-repository");
     crate::scaffold::check(crate::scaffold::Checks {
         tests: true,
         image: None,
-        release: Some((
-            "0.1.0".parse()?,
-            crate::command::target_dir().join("scaffold-target/clusterctl-repository"),
-        )),
+        release: Some((version.clone(), repository.clone())),
     })?;
+
+    phases.step(
+        "clusterctl releases of every provider and the scaffold's, read by the real clusterctl \
+         (cargo xtask release)",
+    );
+    let mut providers = crate::release::write_workspace_providers(&version, &repository)?;
+    providers.push(crate::scaffold::NAME.to_string());
+    crate::release::check_with_clusterctl(
+        &upstream.clusterctl(),
+        &repository,
+        &providers,
+        &version,
+    )?;
 
     phases.step("Waiting for the local OpenStack for the OpenStack provider's tests");
     let openstack = openstack.wait()?;

@@ -1,7 +1,7 @@
 //! `cargo xtask upstream install|start|stop`: upstream Cluster API as a peer (DESIGN.md §8).
 //!
-//! - `install` builds the core manager, the kubeadm bootstrap and control plane managers and CAPD
-//!   (with its in-memory backend) from the Go module proxy through the wrapper module
+//! - `install` builds the core manager, the kubeadm bootstrap and control plane managers, CAPD
+//!   (with its in-memory backend) and clusterctl from the Go module proxy through the wrapper module
 //!   `xtask/go/upstream`, and copies upstream's own configuration (CRDs, webhook manifests) and
 //!   CAPD's templates from the Go module cache — into
 //!   [`default_upstream_dir`]; nothing of upstream's
@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use capi_testing::envtest::{Assets, ControlPlane, KUBEBUILDER_ASSETS, cache_root};
 use capi_testing::upstream::{
-    CLUSTER_API_VERSION, COMPONENTS, TEMPLATES, UpstreamAssets, UpstreamPeer, default_upstream_dir,
+    CLUSTER_API_VERSION, CLUSTERCTL, COMPONENTS, TEMPLATES, UpstreamAssets, UpstreamPeer,
+    default_upstream_dir,
 };
 
 use crate::command::{run, step};
@@ -87,11 +88,10 @@ pub(crate) fn install() -> Result<UpstreamAssets> {
     let bin = dir.join("bin");
     let missing: Vec<Target<'_>> = COMPONENTS
         .iter()
-        .filter(|c| !bin.join(c.name).is_file())
-        .map(|c| Target {
-            package: c.package,
-            binary: c.name,
-        })
+        .map(|c| (c.name, c.package))
+        .chain([CLUSTERCTL])
+        .filter(|(name, _)| !bin.join(name).is_file())
+        .map(|(binary, package)| Target { package, binary })
         .collect();
     step(&format!(
         "Building upstream Cluster API {CLUSTER_API_VERSION} ({}) from the Go module proxy into {} \

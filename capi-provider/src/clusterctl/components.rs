@@ -30,6 +30,11 @@ pub enum ComponentsError {
     /// YAML serialisation failed.
     #[error("rendering YAML: {0}")]
     Yaml(#[source] serde_saphyr::SerializeError),
+    /// The image is not a canonical reference with a registry, which clusterctl requires.
+    #[error(
+        "image {0:?}: clusterctl needs a canonical reference with its registry, e.g. registry.example.com/my-cloud-manager:v0.1.0"
+    )]
+    Image(String),
     /// A CRD holds `${` or `$$`, which clusterctl would read as a variable or an escape.
     #[error(
         "CRD {0} holds `${{` or `$$` (in a description or pattern): clusterctl would substitute it; reword it"
@@ -40,7 +45,7 @@ pub enum ComponentsError {
 /// A `${VAR}` of the components: what it sets and its default.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Variable {
-    /// The variable's name, prefixed with the provider's (`MY_CLOUD_IMAGE`).
+    /// The variable's name, prefixed with the provider's (`MY_CLOUD_LOG_LEVEL`).
     pub name: String,
     /// The value when the variable is not set.
     pub default: String,
@@ -62,7 +67,10 @@ pub struct Components {
     pub namespace: String,
     /// The manager's ServiceAccount, Deployment, Role and Lease name.
     pub manager: String,
-    /// The manager's image, the default of `<NAME>_IMAGE`.
+    /// The manager's image: a canonical reference with its registry
+    /// (`registry.example.com/my-cloud-manager:v0.1.0`), as clusterctl requires. It is no
+    /// variable — clusterctl's `--describe` cannot parse one; users move images to their own
+    /// registry with clusterctl's `images:` setting.
     pub image: String,
     /// The provider's CRDs (carrying the contract label, see `capi_core::crd`).
     pub crds: Vec<CustomResourceDefinition>,
@@ -75,7 +83,7 @@ pub struct Components {
 
 impl Components {
     /// The components of provider `name`: namespace `<name>-system`, manager `<name>-manager`,
-    /// image `<name>-manager:latest` (set [`Components::image`] to the released one).
+    /// image `localhost/<name>-manager:latest` (set [`Components::image`] to the released one).
     pub fn new(
         name: &str,
         crds: Vec<CustomResourceDefinition>,
@@ -88,7 +96,7 @@ impl Components {
             name: name.to_string(),
             namespace: format!("{name}-system"),
             manager: format!("{name}-manager"),
-            image: format!("{name}-manager:latest"),
+            image: format!("localhost/{name}-manager:latest"),
             crds,
             rules,
             args: Vec::new(),
@@ -100,20 +108,19 @@ impl Components {
         format!("infrastructure-{}", self.name)
     }
 
-    /// The full name of the variable `suffix`: `<NAME>_<suffix>` (`my-cloud`, `IMAGE` →
-    /// `MY_CLOUD_IMAGE`).
+    /// The full name of the variable `suffix`: `<NAME>_<suffix>` (`my-cloud`, `LOG_LEVEL` →
+    /// `MY_CLOUD_LOG_LEVEL`).
     pub fn variable(&self, suffix: &str) -> String {
         format!("{}_{suffix}", self.name.to_uppercase().replace('-', "_"))
     }
 
-    /// Every variable the components read, with its default: the image, which controllers run
+    /// Every variable the components read, with its default: which controllers run
     /// ([`Controllers`]: `provider` beside upstream's managers, `standalone` with this SDK's
     /// core, kubeadm bootstrap and control plane controllers and the rules they need), the log
     /// filter, and the manager's concurrency and API limits.
     pub fn variables(&self) -> Vec<Variable> {
         let config = ManagerConfig::default();
         [
-            ("IMAGE", self.image.clone(), "the manager's image"),
             (
                 "CONTROLLERS",
                 Controllers::default().as_str().to_string(),
@@ -164,6 +171,9 @@ impl Components {
     /// The objects, Namespace first, then CRDs, RBAC and the Deployment; values an operator
     /// chooses are `${VAR:=default}` references. Every object carries the provider label.
     pub fn objects(&self) -> Result<Vec<Value>, ComponentsError> {
+        if !is_canonical_image(&self.image) {
+            return Err(ComponentsError::Image(self.image.clone()));
+        }
         let namespace = self.namespace.as_str();
         let mut objects = vec![json!({
             "apiVersion": "v1", "kind": "Namespace",
@@ -306,7 +316,7 @@ impl Components {
             "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
             "containers": [{
                 "name": "manager",
-                "image": self.reference("IMAGE"),
+                "image": self.image,
                 "args": args,
                 "env": [
                     {"name": "POD_NAMESPACE",
@@ -360,6 +370,36 @@ fn quote_lone_variable(line: &str) -> std::borrow::Cow<'_, str> {
         }
         _ => line.into(),
     }
+}
+
+/// Whether `image` is a canonical reference, as clusterctl parses them: a registry (a name with
+/// `.` or `:`, or `localhost`), a lower-case path, an optional tag or digest, and no variable.
+pub fn is_canonical_image(image: &str) -> bool {
+    let name = image.split_once('@').map_or(image, |(name, _)| name);
+    let name = match name.rsplit_once(':') {
+        Some((name, tag)) if !tag.contains('/') => {
+            if tag.is_empty()
+                || !tag
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+            {
+                return false;
+            }
+            name
+        }
+        _ => name,
+    };
+    let Some((registry, path)) = name.split_once('/') else {
+        return false;
+    };
+    (registry.contains(['.', ':']) || registry == "localhost")
+        && !path.is_empty()
+        && path.split('/').all(|part| {
+            !part.is_empty()
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c))
+        })
 }
 
 /// A DNS-1123 label that starts with a letter (clusterctl's provider names), short enough for the

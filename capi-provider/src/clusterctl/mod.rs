@@ -6,7 +6,8 @@
 //!   Namespace, every namespaced object in it, the CRDs with the contract label, the manager's
 //!   ServiceAccount, roles and Deployment (its container named `manager`, hardened), a ClusterRole
 //!   aggregated into upstream's core and KubeadmControlPlane managers' roles for the provider's
-//!   kinds, and `${<NAME>_…}` variables for what an operator chooses ([`Components::variables`]);
+//!   kinds, and `${<NAME>_…}` variables for what an operator chooses ([`Components::variables`];
+//!   the image is a literal canonical reference, which clusterctl's `images:` setting overrides);
 //! - [`Metadata`] and [`Version`]: `metadata.yaml`, the release series and the contract each
 //!   follows;
 //! - [`Release`]: writes `infrastructure-<name>/v<version>/` (components, metadata, cluster
@@ -34,7 +35,7 @@ mod components;
 mod metadata;
 mod release;
 
-pub use components::{Components, ComponentsError, Variable};
+pub use components::{Components, ComponentsError, Variable, is_canonical_image};
 pub use metadata::{Metadata, ReleaseSeries, Version, VersionError};
 pub use release::{Release, ReleaseArgs, ReleaseError};
 

@@ -352,7 +352,7 @@ mod tests {
         );
         let text = std::fs::read_to_string(newer.join("infrastructure-components.yaml")).unwrap();
         assert!(
-            text.contains("${MY_CLOUD_IMAGE:=my-cloud-manager:v0.2.0}"),
+            text.contains("image: localhost/my-cloud-manager:v0.2.0\n"),
             "{text}"
         );
         // An older series written afterwards joins the newer version's metadata too.

@@ -45,7 +45,7 @@ use crate::envtest::{ControlPlane, EnvtestError, cache_root};
 pub const CLUSTER_API_VERSION: &str = "v1.14.2";
 
 /// The cache key of an installed peer: the release plus the revision of the install recipe.
-pub const UPSTREAM_REVISION: &str = "v1.14.2-gomod.1";
+pub const UPSTREAM_REVISION: &str = "v1.14.2-gomod.2";
 
 /// Overrides where the installed peer is looked for.
 pub const UPSTREAM_DIR_ENV: &str = "CAPI_RS_UPSTREAM_DIR";
@@ -118,6 +118,10 @@ pub const COMPONENTS: [Component; 4] = [
 /// infrastructure provider.
 pub const CORE_BOOTSTRAP_CONTROL_PLANE: [Component; 3] =
     [COMPONENTS[0], COMPONENTS[1], COMPONENTS[2]];
+
+/// clusterctl, built with the managers from the same module: its binary's name under
+/// `<dir>/bin`, and its main package.
+pub const CLUSTERCTL: (&str, &str) = ("clusterctl", "sigs.k8s.io/cluster-api/cmd/clusterctl");
 
 /// The CAPD directory, inside its module, whose templates the install copies.
 pub const TEMPLATES: &str = "infrastructure/docker/templates";
@@ -227,11 +231,18 @@ pub struct UpstreamAssets {
 }
 
 impl UpstreamAssets {
-    /// The peer installed in `dir`, if every binary and configuration directory is there.
+    /// The peer installed in `dir`, if every binary (clusterctl's too) and configuration
+    /// directory is there.
     pub fn in_dir(dir: &Path) -> Result<Self, UpstreamError> {
         let assets = Self {
             dir: dir.to_path_buf(),
         };
+        if !assets.clusterctl().is_file() {
+            return Err(UpstreamError::NotInstalled {
+                dir: dir.display().to_string(),
+                missing: assets.clusterctl().display().to_string(),
+            });
+        }
         for component in &COMPONENTS {
             for needed in [
                 assets.binary(component),
@@ -271,6 +282,11 @@ impl UpstreamAssets {
     /// A manager's binary.
     pub fn binary(&self, component: &Component) -> PathBuf {
         self.dir.join("bin").join(component.name)
+    }
+
+    /// clusterctl's binary.
+    pub fn clusterctl(&self) -> PathBuf {
+        self.dir.join("bin").join(CLUSTERCTL.0)
     }
 
     /// A manager's copy of its `config/` directory.

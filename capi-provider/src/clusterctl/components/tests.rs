@@ -163,7 +163,9 @@ fn every_variable_is_prefixed_listed_and_defaulted() {
 
 #[test]
 fn the_manager_is_hardened_and_named_manager_with_its_lease_in_its_own_namespace() {
-    let objects = objects_with(&[("MY_CLOUD_IMAGE", "registry.example.com/m:v1")]);
+    let mut components = components();
+    components.image = "registry.example.com/m:v1".into();
+    let objects = objects_with_components(&components, &[]);
     let deployment = find(&objects, "Deployment", "my-cloud-manager");
     let pod = &deployment["spec"]["template"]["spec"];
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
@@ -303,7 +305,7 @@ fn provider_names_are_dns_labels() {
     }
     assert!(Components::new(&"a".repeat(48), Vec::new(), Vec::new()).is_ok());
     let components = Components::new("a-9", Vec::new(), Vec::new()).unwrap();
-    assert_eq!(components.variable("IMAGE"), "A_9_IMAGE");
+    assert_eq!(components.variable("LOG_LEVEL"), "A_9_LOG_LEVEL");
     assert_eq!(components.manifest_label(), "infrastructure-a-9");
 }
 
@@ -314,7 +316,10 @@ fn a_lone_variable_stays_a_string_whatever_it_is_set_to() {
         text.contains("value: \"${MY_CLOUD_LOG_LEVEL:=info}\"\n"),
         "{text}"
     );
-    assert!(text.contains("image: \"${MY_CLOUD_IMAGE:=my-cloud-manager:latest}\"\n"));
+    assert!(
+        text.contains("image: localhost/my-cloud-manager:latest\n"),
+        "{text}"
+    );
     assert_eq!(quote_lone_variable("  - ${A:=b}"), "  - \"${A:=b}\"");
     assert_eq!(quote_lone_variable("- name: ${A}"), "- name: \"${A}\"");
     for unchanged in [
@@ -363,4 +368,33 @@ fn schemas_pass_through_unchanged_but_a_dollar_brace_is_refused() {
     assert!(
         matches!(components.objects(), Err(ComponentsError::Dollar(name)) if name == "examplemachines.infrastructure.example.com")
     );
+}
+
+#[test]
+fn the_image_must_be_canonical_as_clusterctl_parses_it() {
+    for good in [
+        "registry.example.com/my-cloud-manager:v0.1.0",
+        "ghcr.io/capi-rs/aws-manager:v0.1.0",
+        "localhost/m:latest",
+        "registry.local:5000/team/m",
+        "quay.io/m@sha256:abc",
+    ] {
+        assert!(is_canonical_image(good), "{good}");
+    }
+    for bad in [
+        "my-cloud-manager:latest",
+        "capi-rs/aws-manager:v0.1.0",
+        "${X_IMAGE:=a.io/m}",
+        "Registry.io/M:v1",
+        "a.io/m:",
+        "a.io//m",
+    ] {
+        assert!(!is_canonical_image(bad), "{bad}");
+    }
+    let mut components = components();
+    components.image = "capi-rs/aws-manager:v0.1.0".into();
+    assert!(matches!(
+        components.objects(),
+        Err(ComponentsError::Image(_))
+    ));
 }
