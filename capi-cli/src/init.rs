@@ -48,11 +48,11 @@ pub enum InitError {
 /// before them.
 pub fn objects(provider: &str, controllers: Controllers) -> Result<Vec<DynamicObject>, InitError> {
     let components = manifests::components(provider)?;
-    let values = BTreeMap::from([(
+    let variables = BTreeMap::from([(
         components.variable("CONTROLLERS"),
         controllers.as_str().to_string(),
     )]);
-    let mut values_out = Vec::new();
+    let mut values = Vec::new();
     if controllers == Controllers::Standalone {
         for crd in capi_core::crd::core()
             .into_iter()
@@ -60,24 +60,23 @@ pub fn objects(provider: &str, controllers: Controllers) -> Result<Vec<DynamicOb
             .chain(capi_control_plane::api::crds())
         {
             let name = crd.name_any();
-            let mut value = serde_json::to_value(&crd).map_err(|source| InitError::Json {
-                what: format!("CRD {name}"),
-                source,
-            })?;
-            value["apiVersion"] = serde_json::json!("apiextensions.k8s.io/v1");
-            value["kind"] = serde_json::json!("CustomResourceDefinition");
-            values_out.push(value);
+            values.push(
+                serde_json::to_value(&crd).map_err(|source| InitError::Json {
+                    what: format!("CRD {name}"),
+                    source,
+                })?,
+            );
         }
     }
-    let mut installed = manifests::resolve(&components, &values)?;
+    let mut installed = manifests::resolve(&components, &variables)?;
     // CRDs before the objects that name their kinds; the Namespace before what lives in it.
     installed.sort_by_key(|o| match o["kind"].as_str() {
         Some("CustomResourceDefinition") => 0,
         Some("Namespace") => 1,
         _ => 2,
     });
-    values_out.extend(installed);
-    values_out
+    values.extend(installed);
+    values
         .into_iter()
         .map(|value| {
             let what = format!("{} {}", value["kind"], value["metadata"]["name"]);

@@ -485,7 +485,7 @@ async fn run(cli: Cli) -> Result<()> {
                     .context("the binary's path names no file")?,
             };
             let title = name.rsplit('/').next().unwrap_or(&name).to_string();
-            if title.contains(':') || title.contains('@') {
+            if capi_provider::clusterctl::image_repository(&name) != name {
                 bail!(
                     "--name {name} carries a tag or digest: give the reference alone and the tag with --version"
                 );

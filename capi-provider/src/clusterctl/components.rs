@@ -193,8 +193,6 @@ impl Components {
             if text.contains("${") || text.contains("$$") {
                 return Err(ComponentsError::Dollar(name));
             }
-            value["apiVersion"] = json!("apiextensions.k8s.io/v1");
-            value["kind"] = json!("CustomResourceDefinition");
             if let Some(fields) = value.as_object_mut() {
                 fields.remove("status");
             }
@@ -372,23 +370,29 @@ fn quote_lone_variable(line: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// An image reference without its tag or digest (a colon before the last `/` is a registry's
+/// port, kept).
+pub fn image_repository(image: &str) -> &str {
+    let image = image.split_once('@').map_or(image, |(name, _)| name);
+    match image.rsplit_once(':') {
+        Some((name, tag)) if !tag.contains('/') => name,
+        _ => image,
+    }
+}
+
 /// Whether `image` is a canonical reference, as clusterctl parses them: a registry (a name with
 /// `.` or `:`, or `localhost`), a lower-case path, an optional tag or digest, and no variable.
 pub fn is_canonical_image(image: &str) -> bool {
-    let name = image.split_once('@').map_or(image, |(name, _)| name);
-    let name = match name.rsplit_once(':') {
-        Some((name, tag)) if !tag.contains('/') => {
-            if tag.is_empty()
-                || !tag
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
-            {
-                return false;
-            }
-            name
-        }
-        _ => name,
-    };
+    let name = image_repository(image);
+    let tag = image[name.len()..].split('@').next().unwrap_or_default();
+    if let Some(tag) = tag.strip_prefix(':')
+        && (tag.is_empty()
+            || !tag
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)))
+    {
+        return false;
+    }
     let Some((registry, path)) = name.split_once('/') else {
         return false;
     };

@@ -35,7 +35,7 @@ mod components;
 mod metadata;
 mod release;
 
-pub use components::{Components, ComponentsError, Variable, is_canonical_image};
+pub use components::{Components, ComponentsError, Variable, image_repository, is_canonical_image};
 pub use metadata::{Metadata, ReleaseSeries, Version, VersionError};
 pub use release::{Release, ReleaseArgs, ReleaseError};
 

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{Components, ComponentsError, Metadata, Version, VersionError};
+use super::{Components, ComponentsError, Metadata, Version, VersionError, image_repository};
 
 /// Why a release could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -269,21 +269,11 @@ impl ReleaseArgs {
         let version: Version = self.version.parse()?;
         components.image = match &self.image {
             Some(image) => image.clone(),
-            None => format!("{}:{version}", repository_of(&components.image)),
+            None => format!("{}:{version}", image_repository(&components.image)),
         };
         Release::new(components, version)
             .templates_from(&self.templates)?
             .write(&self.out)
-    }
-}
-
-/// An image reference without its tag or digest.
-fn repository_of(image: &str) -> &str {
-    let image = image.split_once('@').map_or(image, |(name, _)| name);
-    match image.rsplit_once(':') {
-        // A colon after the last slash is a tag; before it, a registry's port.
-        Some((name, tag)) if !tag.contains('/') => name,
-        _ => image,
     }
 }
 
@@ -299,13 +289,16 @@ mod tests {
 
     #[test]
     fn image_tags_and_digests_are_replaced_but_registry_ports_kept() {
-        assert_eq!(repository_of("my-cloud-manager:latest"), "my-cloud-manager");
         assert_eq!(
-            repository_of("registry.local:5000/team/manager"),
+            image_repository("my-cloud-manager:latest"),
+            "my-cloud-manager"
+        );
+        assert_eq!(
+            image_repository("registry.local:5000/team/manager"),
             "registry.local:5000/team/manager"
         );
         assert_eq!(
-            repository_of("registry.local:5000/manager:v1@sha256:abc"),
+            image_repository("registry.local:5000/manager:v1@sha256:abc"),
             "registry.local:5000/manager"
         );
     }
