@@ -11,6 +11,11 @@
 //! - [`TestEnv`]: a control plane with the core CRDs installed, plus per-test namespaces.
 //! - [`upstream`]: upstream Cluster API's managers (core, kubeadm bootstrap and control plane,
 //!   the in-memory test infrastructure provider) as a peer on the same control plane.
+//! - [`clusterctl`]: the real clusterctl, configured with upstream's providers, cert-manager and a
+//!   provider's own release from local repositories.
+//! - [`pods`]: the Deployments of a control plane run as local processes with their
+//!   ServiceAccounts, volumes and Services' endpoints — what a kubelet would do for the managers
+//!   clusterctl installs.
 //! - [`conformance`]: the provider contract checked against a vendor's own actuators and cloud —
 //!   idempotent create under lost responses and crashes, exists that never creates, delete that
 //!   returns only when gone, nothing leaked — each failure naming the rule it breaks.
@@ -40,6 +45,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod clusterctl;
 pub mod conformance;
 pub mod crd_files;
 pub mod deployed;
@@ -47,6 +53,7 @@ pub mod envtest;
 pub mod faults;
 pub mod golden;
 pub mod manifest;
+pub mod pods;
 pub mod schema_compat;
 pub mod schema_violations;
 pub mod table;

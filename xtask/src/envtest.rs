@@ -24,8 +24,8 @@ use crate::go::{GoModule, Target};
 const MODULE: &str = "envtest";
 const KUBEADM_V1BETA3_MODULE: &str = "kubeadm-v1.30";
 
-/// Makes sure etcd, kube-apiserver and both kubeadms (the bootstrap tests' validators) are
-/// available; returns the directory holding etcd and kube-apiserver (what `KUBEBUILDER_ASSETS`
+/// Makes sure etcd, kube-apiserver, kube-controller-manager (the clusterctl lifecycle tests') and
+/// both kubeadms (the bootstrap tests' validators) are available; returns the directory holding etcd and kube-apiserver (what `KUBEBUILDER_ASSETS`
 /// should be).
 pub(crate) fn ensure() -> Result<PathBuf> {
     provision(true)
@@ -51,6 +51,7 @@ fn provision(with_validators: bool) -> Result<PathBuf> {
     }
     if with_validators {
         targets.push(kubeadm_target());
+        targets.push(controller_manager_target());
     }
     build_missing(MODULE, KUBERNETES_VERSION, &cached, &targets)?;
     if with_validators {
@@ -91,6 +92,13 @@ fn kubeadm_v1beta3_target() -> Target<'static> {
     Target {
         package: "k8s.io/kubernetes/cmd/kubeadm",
         binary: KUBEADM_V1BETA3_BINARY,
+    }
+}
+
+fn controller_manager_target() -> Target<'static> {
+    Target {
+        package: "k8s.io/kubernetes/cmd/kube-controller-manager",
+        binary: "kube-controller-manager",
     }
 }
 

@@ -252,9 +252,21 @@ fn batches<'t, 'a>(targets: &'t [Target<'a>]) -> Vec<Vec<&'t Target<'a>>> {
     batches
 }
 
-/// The file name `go build -o <dir>/` gives a main package's binary: its path's last element.
+/// The file name `go build -o <dir>/` gives a main package's binary: its path's last element,
+/// or the one before it when the last is a major version suffix (`…/kustomize/v5`: `kustomize`).
 fn package_binary(package: &str) -> &str {
-    package.rsplit('/').next().unwrap_or(package)
+    let mut elements = package.rsplit('/');
+    let last = elements.next().unwrap_or(package);
+    // Go's rule: `v` and digits, not starting with 0, and not `v1`.
+    let digits = last.strip_prefix('v').unwrap_or("");
+    let is_major_version = !digits.is_empty()
+        && digits.chars().all(|c| c.is_ascii_digit())
+        && !digits.starts_with('0')
+        && digits != "1";
+    match elements.next() {
+        Some(before) if is_major_version => before,
+        _ => last,
+    }
 }
 
 /// The version `go_mod` (`go mod edit -json`) requires of `module`, honouring a `replace` of it:
@@ -304,6 +316,20 @@ mod tests {
                 vec!["sigs.k8s.io/cluster-api/controlplane/kubeadm"],
             ]
         );
+    }
+
+    #[test]
+    fn a_major_version_suffix_does_not_name_the_binary() {
+        assert_eq!(
+            package_binary("sigs.k8s.io/kustomize/kustomize/v5"),
+            "kustomize"
+        );
+        assert_eq!(package_binary("k8s.io/kubernetes/cmd/kubeadm"), "kubeadm");
+        assert_eq!(package_binary("example.com/tools/v"), "v");
+        assert_eq!(package_binary("example.com/tools/v1"), "v1");
+        assert_eq!(package_binary("example.com/tools/v05"), "v05");
+        assert_eq!(package_binary("example.com/tools/v10"), "tools");
+        assert_eq!(package_binary("v2"), "v2");
     }
 
     #[test]

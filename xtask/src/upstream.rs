@@ -1,11 +1,12 @@
 //! `cargo xtask upstream install|start|stop`: upstream Cluster API as a peer (DESIGN.md §8).
 //!
 //! - `install` builds the core manager, the kubeadm bootstrap and control plane managers, CAPD
-//!   (with its in-memory backend) and clusterctl from the Go module proxy through the wrapper module
-//!   `xtask/go/upstream`, and copies upstream's own configuration (CRDs, webhook manifests) and
-//!   CAPD's templates from the Go module cache — into
-//!   [`default_upstream_dir`]; nothing of upstream's
-//!   is committed. Older revisions are removed.
+//!   (with its in-memory backend), clusterctl and kustomize from the Go module proxy through the
+//!   wrapper module `xtask/go/upstream`, and cert-manager's controller and CA injector through
+//!   `xtask/go/cert-manager`; copies upstream's own configuration (CRDs, webhook manifests),
+//!   CAPD's templates and cert-manager's CRDs from the Go module cache; and writes clusterctl
+//!   repositories of upstream's providers and cert-manager ([`capi_testing::clusterctl`]) — into
+//!   [`default_upstream_dir`]; nothing of upstream's is committed. Older revisions are removed.
 //! - `start` starts a local control plane with upstream's CRDs and webhooks and the four managers
 //!   (see [`capi_testing::upstream`] for what is on and off), in a background process, and prints
 //!   the `KUBECONFIG` to use. One peer at a time: upstream's in-memory backend listens on fixed
@@ -18,6 +19,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use capi_testing::clusterctl::{
+    CERT_MANAGER_BINARIES, CERT_MANAGER_VERSION, UPSTREAM_PROVIDERS, cert_manager_components,
+    cert_manager_components_path, development_image,
+};
 use capi_testing::envtest::{Assets, ControlPlane, KUBEBUILDER_ASSETS, cache_root};
 use capi_testing::upstream::{
     CLUSTER_API_VERSION, CLUSTERCTL, COMPONENTS, TEMPLATES, UpstreamAssets, UpstreamPeer,
@@ -89,7 +94,7 @@ pub(crate) fn install() -> Result<UpstreamAssets> {
     let missing: Vec<Target<'_>> = COMPONENTS
         .iter()
         .map(|c| (c.name, c.package))
-        .chain([CLUSTERCTL])
+        .chain([CLUSTERCTL, KUSTOMIZE])
         .filter(|(name, _)| !bin.join(name).is_file())
         .map(|(binary, package)| Target { package, binary })
         .collect();
@@ -129,8 +134,102 @@ pub(crate) fn install() -> Result<UpstreamAssets> {
             )?;
         }
     }
+    install_cert_manager(&bin, &dir)?;
+    write_clusterctl_repositories(&dir, &module)?;
     crate::go::remove_other_revisions(&dir);
     Ok(UpstreamAssets::in_dir(&dir)?)
+}
+
+/// kustomize, which renders upstream's components as upstream's release does: its binary's name
+/// under `<dir>/bin`, and its main package.
+const KUSTOMIZE: (&str, &str) = ("kustomize", "sigs.k8s.io/kustomize/kustomize/v5");
+
+/// The wrapper module of cert-manager's controller and CA injector under `xtask/go/`.
+const CERT_MANAGER_MODULE: &str = "cert-manager";
+
+/// Builds cert-manager's controller and CA injector and copies its CRDs from the module cache into
+/// `<dir>/config/cert-manager/crds`.
+fn install_cert_manager(bin: &Path, dir: &Path) -> Result<()> {
+    let module = GoModule::named(CERT_MANAGER_MODULE);
+    let pinned = module.required_version("github.com/cert-manager/cert-manager")?;
+    if pinned != CERT_MANAGER_VERSION {
+        bail!(
+            "{} pins cert-manager {pinned} but capi_testing::clusterctl says \
+             {CERT_MANAGER_VERSION}; change both (and UPSTREAM_REVISION) together",
+            module.dir().join("go.mod").display()
+        );
+    }
+    let packages = [
+        "capi-rs.local/cert-manager/controller",
+        "capi-rs.local/cert-manager/cainjector",
+    ];
+    let missing: Vec<Target<'_>> = packages
+        .iter()
+        .zip(CERT_MANAGER_BINARIES)
+        .filter(|(_, binary)| !bin.join(binary).is_file())
+        .map(|(package, binary)| Target {
+            package: *package,
+            binary,
+        })
+        .collect();
+    if !missing.is_empty() {
+        step(&format!(
+            "Building cert-manager {CERT_MANAGER_VERSION}'s controller and CA injector from the Go \
+             module proxy into {} — once per version; about 2 minutes on 2 cores",
+            bin.display()
+        ));
+        module.build(&missing, "-s -w", bin)?;
+    }
+    let source = module
+        .module_dir("github.com/cert-manager/cert-manager")?
+        .join("deploy")
+        .join("crds");
+    replace_dir(
+        &source,
+        &dir.join("config").join("cert-manager").join("crds"),
+    )?;
+    Ok(())
+}
+
+/// Writes the clusterctl repositories of upstream's providers (their `config/default` rendered by
+/// kustomize, with the release's image names, beside upstream's `metadata.yaml`) and of
+/// cert-manager into `<dir>/clusterctl` (see [`capi_testing::clusterctl`]).
+fn write_clusterctl_repositories(dir: &Path, module: &GoModule) -> Result<()> {
+    step("Rendering upstream's and cert-manager's components into clusterctl repositories");
+    let metadata = module
+        .module_dir("sigs.k8s.io/cluster-api")?
+        .join("metadata.yaml");
+    let kustomize = dir.join("bin").join(KUSTOMIZE.0);
+    for (provider, component) in UPSTREAM_PROVIDERS.iter().zip(COMPONENTS.iter()) {
+        let rendered = crate::command::output(
+            Command::new(&kustomize)
+                .arg("build")
+                .arg(dir.join("config").join(component.name).join("default")),
+        )?;
+        let development = development_image(provider);
+        if !rendered.contains(&development) {
+            bail!(
+                "kustomize's rendering of {}'s config/default does not name {development}; \
+                 upstream changed its image names",
+                component.name
+            );
+        }
+        let released = rendered.replace(&development, &provider.release_image());
+        let path = provider.components_path(dir);
+        let folder = path.parent().context("a components file has a folder")?;
+        std::fs::create_dir_all(folder)?;
+        std::fs::write(&path, released)?;
+        // The module cache's files are read-only: write a copy, never copy the mode.
+        std::fs::write(folder.join("metadata.yaml"), std::fs::read(&metadata)?)?;
+        println!("    {}", path.display());
+    }
+    let cert_manager =
+        cert_manager_components(&dir.join("config").join("cert-manager").join("crds"))?;
+    let path = cert_manager_components_path(dir);
+    std::fs::create_dir_all(path.parent().context("a components file has a folder")?)?;
+    std::fs::write(&path, cert_manager)?;
+    println!("    {}", path.display());
+    Ok(())
 }
 
 /// Where a started peer records itself.

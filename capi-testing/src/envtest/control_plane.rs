@@ -24,6 +24,8 @@ pub struct ControlPlane {
     // Fields drop in order: the API server goes before etcd, the scratch directory last.
     // Held only so that it is killed (dropped) with the servers.
     _watchdog: Option<Process>,
+    /// kube-controller-manager, when started (before the API server: it goes first).
+    controller_manager: Option<(Process, Option<Process>)>,
     apiserver: Process,
     /// How the API server was started, to start it again the same way.
     apiserver_command: (PathBuf, Vec<String>),
@@ -158,12 +160,15 @@ impl ControlPlane {
             // As kubeadm configures it: a node's kubelet is reached at its InternalIP (simulated
             // kubelets listen there, see provider-inmemory's `kubelet`).
             "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname".into(),
+            // No kube-proxy runs: a webhook or conversion Service is reached through its
+            // EndpointSlices (`crate::pods` writes them for the processes it runs).
+            "--enable-aggregator-routing=true".into(),
         ]
         .into_iter()
         .chain(client_ca_args)
         .collect();
         let mut apiserver = Process::spawn(
-            Command::new(&assets.kube_apiserver).args(&apiserver_args),
+            &mut apiserver_command(&assets.kube_apiserver, &apiserver_args),
             &root,
             "kube-apiserver",
         )?;
@@ -176,6 +181,7 @@ impl ControlPlane {
         wait_for_readyz(&mut apiserver, &mut etcd, &kubeconfig).await?;
         Ok(Self {
             _watchdog: watchdog,
+            controller_manager: None,
             apiserver,
             apiserver_command: (assets.kube_apiserver.clone(), apiserver_args),
             etcd,
@@ -244,8 +250,11 @@ impl ControlPlane {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            self.apiserver =
-                Process::spawn(Command::new(binary).args(args), &root, "kube-apiserver")?;
+            self.apiserver = Process::spawn(
+                &mut apiserver_command(binary, args),
+                &root,
+                "kube-apiserver",
+            )?;
             match wait_for_readyz(&mut self.apiserver, &mut self.etcd, &self.kubeconfig).await {
                 Err(EnvtestError::Exited { ref tail, .. })
                     if attempt < 10 && tail.contains("address already in use") =>
@@ -259,10 +268,76 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// Starts kube-controller-manager (found beside kube-apiserver, or in
+    /// [`default_assets_dir`](super::default_assets_dir)) with the controllers a management
+    /// cluster's lifecycle relies on and the API server alone cannot do: the namespace controller
+    /// (a deleted namespace's content is removed and the namespace goes), the garbage collector
+    /// (dependents of a deleted owner go), and ClusterRole aggregation (roles labelled
+    /// `aggregate-to-…` join the role that selects them). Nothing that needs a kubelet or a cloud
+    /// runs. It stops with the control plane.
+    pub async fn start_controller_manager(&mut self) -> Result<(), EnvtestError> {
+        if self.controller_manager.is_some() {
+            return Ok(());
+        }
+        let binary_name = "kube-controller-manager";
+        let beside = self.apiserver_command.0.with_file_name(binary_name);
+        let binary = if beside.is_file() {
+            beside
+        } else {
+            super::default_assets_dir().join(binary_name)
+        };
+        if !binary.is_file() {
+            return Err(EnvtestError::MissingBinary {
+                binary: binary_name,
+                searched: binary.display().to_string(),
+            });
+        }
+        let root = self.dir.path().to_path_buf();
+        let mut process = Process::spawn(
+            Command::new(&binary)
+                .arg(format!("--kubeconfig={}", self.kubeconfig_path.display()))
+                .arg(
+                    "--controllers=namespace-controller,garbage-collector-controller,\
+                     clusterrole-aggregation-controller",
+                )
+                .arg("--leader-elect=false")
+                .arg("--secure-port=0")
+                .arg("--use-service-account-credentials=false")
+                .arg("--concurrent-namespace-syncs=5")
+                .arg("--concurrent-gc-syncs=10"),
+            &root,
+            binary_name,
+        )?;
+        // It has no endpoint to ask once its secure port is off: alive after a moment is started.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        process.check()?;
+        let watchdog =
+            spawn_watchdog_for(&root, "controller-manager-watchdog", &[process.id()]).ok();
+        self.controller_manager = Some((process, watchdog));
+        Ok(())
+    }
+
     /// Whether both processes are still running.
     pub fn is_running(&mut self) -> bool {
         self.apiserver.check().is_ok() && self.etcd.check().is_ok()
     }
+}
+
+/// kube-apiserver with `args`, without the proxy settings of this environment: everything it
+/// calls (etcd, webhooks, conversion endpoints, kubelets) is on this machine.
+fn apiserver_command(binary: &Path, args: &[String]) -> Command {
+    let mut command = Command::new(binary);
+    command.args(args);
+    for variable in [
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+    ] {
+        command.env_remove(variable);
+    }
+    command
 }
 
 /// A child process that is killed when dropped.
@@ -434,7 +509,17 @@ pub(crate) fn write(path: &Path, content: &str) -> Result<(), EnvtestError> {
 /// A shell that outlives us only to clean up after a crash: it polls our PID and, once we are
 /// gone, kills the servers and removes the scratch directory.
 pub(crate) fn spawn_watchdog(dir: &Path, processes: &[&Process]) -> Result<Process, EnvtestError> {
-    let pids: Vec<String> = processes.iter().map(|p| p.child.id().to_string()).collect();
+    let pids: Vec<u32> = processes.iter().map(|p| p.child.id()).collect();
+    spawn_watchdog_for(dir, "watchdog", &pids)
+}
+
+/// A watchdog (see [`spawn_watchdog`]) for the processes `pids`, logging to `<dir>/<name>.log`.
+pub(crate) fn spawn_watchdog_for(
+    dir: &Path,
+    name: &'static str,
+    pids: &[u32],
+) -> Result<Process, EnvtestError> {
+    let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
     Process::spawn(
         Command::new("sh")
             .arg("-c")
@@ -444,7 +529,7 @@ pub(crate) fn spawn_watchdog(dir: &Path, processes: &[&Process]) -> Result<Proce
             .arg(dir)
             .arg(pids.join(" ")),
         dir,
-        "watchdog",
+        name,
     )
 }
 

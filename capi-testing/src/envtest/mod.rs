@@ -21,10 +21,11 @@ pub enum EnvtestError {
     /// The binaries are not where they should be.
     #[error(
         "{binary} not found in {searched}; run `cargo xtask envtest` to build and cache it, or set \
-         KUBEBUILDER_ASSETS to a directory holding etcd and kube-apiserver"
+         KUBEBUILDER_ASSETS to a directory holding etcd and kube-apiserver (kube-controller-manager \
+         is looked for there first, then in the cache)"
     )]
     MissingBinary {
-        /// `etcd` or `kube-apiserver`.
+        /// `etcd`, `kube-apiserver` or `kube-controller-manager`.
         binary: &'static str,
         /// Where it was looked for.
         searched: String,

@@ -45,7 +45,7 @@ use crate::envtest::{ControlPlane, EnvtestError, cache_root};
 pub const CLUSTER_API_VERSION: &str = "v1.14.2";
 
 /// The cache key of an installed peer: the release plus the revision of the install recipe.
-pub const UPSTREAM_REVISION: &str = "v1.14.2-gomod.2";
+pub const UPSTREAM_REVISION: &str = "v1.14.2-gomod.3";
 
 /// Overrides where the installed peer is looked for.
 pub const UPSTREAM_DIR_ENV: &str = "CAPI_RS_UPSTREAM_DIR";
@@ -231,17 +231,31 @@ pub struct UpstreamAssets {
 }
 
 impl UpstreamAssets {
-    /// The peer installed in `dir`, if every binary (clusterctl's too) and configuration
-    /// directory is there.
+    /// The peer installed in `dir`, if every binary (clusterctl's and cert-manager's too),
+    /// configuration directory and clusterctl repository is there.
     pub fn in_dir(dir: &Path) -> Result<Self, UpstreamError> {
         let assets = Self {
             dir: dir.to_path_buf(),
         };
-        if !assets.clusterctl().is_file() {
-            return Err(UpstreamError::NotInstalled {
-                dir: dir.display().to_string(),
-                missing: assets.clusterctl().display().to_string(),
-            });
+        let clusterctl = std::iter::once(assets.clusterctl())
+            .chain(
+                crate::clusterctl::CERT_MANAGER_BINARIES
+                    .iter()
+                    .map(|b| dir.join("bin").join(b)),
+            )
+            .chain(
+                crate::clusterctl::UPSTREAM_PROVIDERS
+                    .iter()
+                    .map(|p| p.components_path(dir)),
+            )
+            .chain([crate::clusterctl::cert_manager_components_path(dir)]);
+        for needed in clusterctl {
+            if !needed.is_file() {
+                return Err(UpstreamError::NotInstalled {
+                    dir: dir.display().to_string(),
+                    missing: needed.display().to_string(),
+                });
+            }
         }
         for component in &COMPONENTS {
             for needed in [

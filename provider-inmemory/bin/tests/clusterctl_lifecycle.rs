@@ -1,0 +1,905 @@
+//! The real clusterctl v1.14.2 manages this provider's release: `clusterctl init` installs it
+//! beside upstream's core, kubeadm bootstrap and kubeadm control plane providers and cert-manager
+//! (all from local repositories, see `capi_testing::clusterctl`), `generate cluster` renders every
+//! template into objects the API server accepts under strict field validation, `describe
+//! cluster` shows the provider's objects and conditions, and `delete` removes what upstream
+//! documents and keeps what it keeps.
+//!
+//! There is no kubelet here: `capi_testing::pods` runs every Deployment clusterctl installs as a
+//! local process — upstream's managers and cert-manager's from the peer's binaries, this
+//! provider's manager from `inmemory-manager` — with its ServiceAccount's token, its Secrets
+//! mounted, and its Services' endpoints written, so that the API server reaches upstream's
+//! webhooks through their Services with the certificates cert-manager issued and the CA bundles
+//! its CA injector wrote. kube-controller-manager runs the namespace, garbage-collection and
+//! ClusterRole-aggregation controllers.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use capi_provider::clusterctl::Version;
+use capi_testing::clusterctl::{
+    Clusterctl, ClusterctlOutput, InfrastructureRelease, upstream_images,
+};
+use capi_testing::envtest::ControlPlane;
+use capi_testing::pods::PodRunner;
+use capi_testing::upstream::UpstreamAssets;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::Value;
+
+/// The provider's name in clusterctl.
+const PROVIDER: &str = "capirs-inmemory";
+/// The namespace its components install into.
+const PROVIDER_NAMESPACE: &str = "capi-inmemory-system";
+/// Values for the variables without a default of the other providers' templates (their managers
+/// do not run here; their objects only have to be accepted).
+const TEMPLATE_VARIABLES: &[(&str, &str)] = &[
+    ("OPENSTACK_CLOUD", "local"),
+    ("OPENSTACK_CLOUD_YAML_B64", "Y2xvdWRzOiB7fQo="),
+    ("OPENSTACK_CONTROL_PLANE_MACHINE_FLAVOR", "m1.medium"),
+    ("OPENSTACK_NODE_MACHINE_FLAVOR", "m1.small"),
+    ("OPENSTACK_IMAGE_NAME", "ubuntu-2404-kube-v1.33.0"),
+    ("OPENSTACK_SSH_KEY_NAME", "default"),
+    ("AWS_REGION", "eu-west-1"),
+    ("AWS_SSH_KEY_NAME", "default"),
+    ("AWS_CONTROL_PLANE_MACHINE_TYPE", "t3.large"),
+    ("AWS_NODE_MACHINE_TYPE", "t3.medium"),
+    ("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE"),
+    ("AWS_SECRET_ACCESS_KEY", "example-secret"),
+    (
+        "AZURE_SUBSCRIPTION_ID",
+        "00000000-0000-0000-0000-000000000001",
+    ),
+    ("AZURE_TENANT_ID", "00000000-0000-0000-0000-000000000002"),
+    ("AZURE_CLIENT_ID", "00000000-0000-0000-0000-000000000003"),
+    ("AZURE_CLIENT_SECRET", "example-secret"),
+    ("AZURE_CLUSTER_IDENTITY_SECRET_NAME", "azure-identity"),
+    ("AZURE_LOCATION", "westeurope"),
+    ("AZURE_CONTROL_PLANE_MACHINE_TYPE", "Standard_D2s_v3"),
+    ("AZURE_NODE_MACHINE_TYPE", "Standard_D2s_v3"),
+];
+
+/// How long a step may take on 2 busy cores.
+const WITHIN: Duration = Duration::from_secs(120);
+
+/// A management cluster initialised by clusterctl, its pods running.
+struct Management {
+    pods: PodRunner,
+    clusterctl: Clusterctl,
+    client: Client,
+    control_plane: ControlPlane,
+    _releases: tempfile::TempDir,
+}
+
+impl Management {
+    /// A control plane with kube-controller-manager and a pod runner, and clusterctl configured
+    /// with this provider's releases `versions` (and `others` of the workspace's providers,
+    /// which run no manager here).
+    async fn new(versions: &[&str], others: &[&str]) -> Self {
+        Self::with(versions, others, None, |_, _| {}).await
+    }
+
+    /// [`Management::new`] whose provider's manager uses the cloud at `cloud_url` (default: one
+    /// in its own process), each release of it first changed by `edit(version, release)`.
+    async fn with(
+        versions: &[&str],
+        others: &[&str],
+        cloud_url: Option<String>,
+        edit: impl Fn(&str, &mut capi_provider::clusterctl::Release),
+    ) -> Self {
+        let assets = UpstreamAssets::locate().expect("cargo xtask upstream install");
+        let mut control_plane = ControlPlane::start().await.unwrap();
+        control_plane.start_controller_manager().await.unwrap();
+        let client = control_plane.client().await.unwrap();
+        let releases = tempfile::tempdir().unwrap();
+        let mut infrastructure = Vec::new();
+        for version in versions {
+            infrastructure.push(write_release("inmemory", version, releases.path(), |r| {
+                edit(version, r)
+            }));
+        }
+        for other in others {
+            infrastructure.push(write_release(other, versions[0], releases.path(), |_| {}));
+        }
+        // clusterctl finds every version beside the newest it is pointed at.
+        infrastructure.dedup_by(|a, b| a.name == b.name);
+        let images = upstream_images(&assets).with(
+            "ghcr.io/capi-rs/inmemory-manager",
+            env!("CARGO_BIN_EXE_inmemory-manager"),
+            move |pod| {
+                let mut flags = vec![
+                    format!("--http-addr=0.0.0.0:{}", pod.port("http").unwrap_or(0)),
+                    format!(
+                        "--diagnostics-address=127.0.0.1:{}",
+                        pod.port("metrics").unwrap_or(0)
+                    ),
+                ];
+                if let Some(url) = &cloud_url {
+                    flags.push(format!("--cloud-url={url}"));
+                }
+                flags
+            },
+        );
+        let pods =
+            PodRunner::start(client.clone(), control_plane.kubeconfig_yaml(), images).unwrap();
+        let clusterctl = Clusterctl::new(&assets, &infrastructure, TEMPLATE_VARIABLES).unwrap();
+        Self {
+            pods,
+            clusterctl,
+            client,
+            control_plane,
+            _releases: releases,
+        }
+    }
+
+    fn kubeconfig(&self) -> &Path {
+        self.control_plane.kubeconfig_path()
+    }
+
+    /// `clusterctl <args>`, with the pods' logs in the failure's report; what it printed.
+    async fn clusterctl(&self, args: &[&str]) -> ClusterctlOutput {
+        match self.clusterctl.run(self.kubeconfig(), args).await {
+            Ok(out) => out,
+            Err(e) => panic!("{e}\n{}", self.pods.log_tails()),
+        }
+    }
+
+    /// `clusterctl generate cluster <name> --infrastructure <provider> …` into namespace
+    /// `<name>` (created), applied with strict field validation.
+    async fn create_cluster(&self, name: &str, workers: &str) {
+        let yaml = self
+            .clusterctl(&[
+                "generate",
+                "cluster",
+                name,
+                "--infrastructure",
+                PROVIDER,
+                "--kubernetes-version",
+                "v1.33.0",
+                "--worker-machine-count",
+                workers,
+                "--target-namespace",
+                name,
+            ])
+            .await
+            .stdout;
+        create_namespace(&self.client, name).await;
+        let objects: Vec<Value> = serde_saphyr::from_multiple(&yaml).unwrap();
+        for object in objects.iter().filter(|o| !o.is_null()) {
+            apply_strictly(&self.client, object).await.unwrap();
+        }
+    }
+
+    /// `clusterctl init --infrastructure capirs-inmemory[:version] --wait-providers`.
+    async fn init(&self, version: Option<&str>) -> ClusterctlOutput {
+        let infrastructure = match version {
+            Some(v) => format!("{PROVIDER}:v{v}"),
+            None => PROVIDER.to_string(),
+        };
+        self.clusterctl(&[
+            "init",
+            "--infrastructure",
+            &infrastructure,
+            "--wait-providers",
+            "--wait-provider-timeout",
+            "180",
+        ])
+        .await
+    }
+}
+
+/// Writes the workspace's release of `provider` at `version` into `repository`, changed by `edit`.
+fn write_release(
+    provider: &str,
+    version: &str,
+    repository: &Path,
+    edit: impl FnOnce(&mut capi_provider::clusterctl::Release),
+) -> InfrastructureRelease {
+    let version: Version = version.parse().unwrap();
+    let mut release = capi_cli::manifests::release(provider, &version).unwrap();
+    edit(&mut release);
+    release.write(repository).unwrap();
+    InfrastructureRelease {
+        name: capi_cli::manifests::clusterctl_name(provider),
+        repository: repository.to_path_buf(),
+    }
+}
+
+fn dynamic(
+    client: &Client,
+    group: &str,
+    version: &str,
+    kind: &str,
+    ns: Option<&str>,
+) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+    match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    }
+}
+
+/// clusterctl's inventory: `namespace/name version` of every installed provider.
+async fn inventory(client: &Client) -> Vec<String> {
+    let providers = dynamic(
+        client,
+        "clusterctl.cluster.x-k8s.io",
+        "v1alpha3",
+        "Provider",
+        None,
+    );
+    // Without its CRD (`delete --all --include-crd` removes it), nothing is installed.
+    let Ok(listed) = providers.list(&ListParams::default()).await else {
+        return Vec::new();
+    };
+    let mut found: Vec<String> = listed
+        .items
+        .iter()
+        .map(|p| {
+            format!(
+                "{}/{} {}",
+                p.namespace().unwrap_or_default(),
+                p.name_any(),
+                p.data["version"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+async fn create_namespace(client: &Client, name: &str) {
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &Default::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap(),
+        )
+        .await
+        .unwrap();
+}
+
+async fn eventually<F, Fut>(what: &str, pods: &PodRunner, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    while tokio::time::Instant::now() < deadline {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!("not within {WITHIN:?}: {what}\n{}", pods.log_tails());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clusterctl_init_installs_the_provider_beside_upstream_and_every_manager_serves() {
+    let management = Management::new(&["0.1.0"], &[]).await;
+    let out = management.init(None).await;
+    assert!(out.stderr.contains("Installing cert-manager"), "{out:?}");
+    let client = &management.client;
+
+    // clusterctl's inventory records the four providers it installed.
+    assert_eq!(
+        inventory(client).await,
+        [
+            "capi-inmemory-system/infrastructure-capirs-inmemory v0.1.0",
+            "capi-kubeadm-bootstrap-system/bootstrap-kubeadm v1.14.2",
+            "capi-kubeadm-control-plane-system/control-plane-kubeadm v1.14.2",
+            "capi-system/cluster-api v1.14.2",
+        ]
+    );
+
+    // cert-manager (its controller, run here) issued upstream's webhook certificates, and its CA
+    // injector wrote their CA into the webhook configurations.
+    let secret = Api::<Secret>::namespaced(client.clone(), "capi-system")
+        .get("capi-webhook-service-cert")
+        .await
+        .unwrap();
+    assert!(secret.data.unwrap().contains_key("tls.crt"));
+    let webhooks = dynamic(
+        client,
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingWebhookConfiguration",
+        None,
+    );
+    eventually(
+        "the CA injector filled the caBundle",
+        &management.pods,
+        || async {
+            webhooks
+                .get("capi-validating-webhook-configuration")
+                .await
+                .is_ok_and(|v| {
+                    v.data["webhooks"][0]["clientConfig"]["caBundle"]
+                        .as_str()
+                        .is_some_and(|b| !b.is_empty())
+                })
+        },
+    )
+    .await;
+
+    // Every manager runs, ready, and none restarted.
+    for (namespace, deployment) in [
+        ("cert-manager", "cert-manager"),
+        ("cert-manager", "cert-manager-cainjector"),
+        ("capi-system", "capi-controller-manager"),
+        (
+            "capi-kubeadm-bootstrap-system",
+            "capi-kubeadm-bootstrap-controller-manager",
+        ),
+        (
+            "capi-kubeadm-control-plane-system",
+            "capi-kubeadm-control-plane-controller-manager",
+        ),
+        (PROVIDER_NAMESPACE, "capi-inmemory-manager"),
+    ] {
+        assert!(
+            management
+                .pods
+                .wait_ready(namespace, deployment, WITHIN)
+                .await,
+            "{namespace}/{deployment} is not ready\n{}",
+            management.pods.log_tails()
+        );
+    }
+    assert!(
+        management.pods.pods().iter().all(|p| p.restarts == 0),
+        "{:?}\n{}",
+        management.pods.pods(),
+        management.pods.log_tails()
+    );
+
+    // Upstream's webhooks answer through their Service: a Cluster with a topology is refused
+    // while ClusterTopology is off, which only upstream's validating webhook says.
+    let ns = "webhook-check";
+    create_namespace(client, ns).await;
+    let clusters = dynamic(client, "cluster.x-k8s.io", "v1beta2", "Cluster", Some(ns));
+    let cluster: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": "topology", "namespace": ns},
+        "spec": {"topology": {"classRef": {"name": "none"}, "version": "v1.33.0"}},
+    }))
+    .unwrap();
+    let refused = clusters
+        .create(&Default::default(), &cluster)
+        .await
+        .expect_err("upstream's webhook refuses a topology without ClusterTopology");
+    assert!(
+        refused.to_string().contains("ClusterTopology"),
+        "refused by the webhook, not by the schema: {refused}"
+    );
+
+    // The provider's manager holds its lease in its own namespace, as its ServiceAccount.
+    let lease = Api::<Lease>::namespaced(client.clone(), PROVIDER_NAMESPACE);
+    let pods = &management.pods;
+    eventually("the provider's manager holds its lease", pods, || async {
+        lease
+            .get_opt("capi-inmemory-manager")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec?.holder_identity)
+            .is_some()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clusterctl_generate_cluster_renders_every_template_and_the_api_server_takes_it_strictly() {
+    let others = ["openstack", "aws", "azure"];
+    let management = Management::new(&["0.1.0"], &others).await;
+    // The three other providers have no manager here: their CRDs are what this test needs.
+    management
+        .clusterctl(&[
+            "init",
+            "--infrastructure",
+            "capirs-inmemory,capirs-openstack,capirs-aws,capirs-azure",
+        ])
+        .await;
+    for deployment in [
+        ("capi-system", "capi-controller-manager"),
+        (
+            "capi-kubeadm-bootstrap-system",
+            "capi-kubeadm-bootstrap-controller-manager",
+        ),
+        (
+            "capi-kubeadm-control-plane-system",
+            "capi-kubeadm-control-plane-controller-manager",
+        ),
+    ] {
+        assert!(
+            management
+                .pods
+                .wait_ready(deployment.0, deployment.1, WITHIN)
+                .await
+        );
+    }
+    for template in capi_cli::generate::BUILT_IN.iter() {
+        let provider = capi_cli::manifests::clusterctl_name(template.provider);
+        let name = format!(
+            "{}-{}",
+            template.provider,
+            template.flavor.unwrap_or("default")
+        );
+        let mut args = vec![
+            "generate",
+            "cluster",
+            &name,
+            "--infrastructure",
+            &provider,
+            "--kubernetes-version",
+            "v1.33.0",
+            "--target-namespace",
+            &name,
+        ];
+        if let Some(flavor) = template.flavor {
+            args.extend(["--flavor", flavor]);
+        }
+        let yaml = management.clusterctl(&args).await.stdout;
+        create_namespace(&management.client, &name).await;
+        let objects: Vec<Value> = serde_saphyr::from_multiple(&yaml).unwrap();
+        let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+        assert!(
+            kinds.contains(&"Cluster") && kinds.contains(&"KubeadmControlPlane"),
+            "{name} rendered {kinds:?}"
+        );
+        for object in objects.iter().filter(|o| !o.is_null()) {
+            apply_strictly(&management.client, object)
+                .await
+                .unwrap_or_else(|e| panic!("{name}: {e}\n{}", management.pods.log_tails()));
+        }
+        // The API server holds what was rendered: the Cluster is there, in its namespace.
+        let clusters = dynamic(
+            &management.client,
+            "cluster.x-k8s.io",
+            "v1beta2",
+            "Cluster",
+            Some(&name),
+        );
+        assert!(clusters.get_opt(&name).await.unwrap().is_some(), "{name}");
+    }
+}
+
+/// Server-side apply of `object` with strict field validation: an unknown or duplicated field is
+/// an error, not a warning.
+async fn apply_strictly(client: &Client, object: &Value) -> Result<(), String> {
+    let object: DynamicObject =
+        serde_json::from_value(object.clone()).map_err(|e| e.to_string())?;
+    let types = object
+        .types
+        .clone()
+        .ok_or("an object without apiVersion/kind")?;
+    let (group, version) = types
+        .api_version
+        .split_once('/')
+        .unwrap_or(("", &types.api_version));
+    let gvk = GroupVersionKind::gvk(group, version, &types.kind);
+    let (resource, capabilities) = kube::discovery::pinned_kind(client, &gvk)
+        .await
+        .map_err(|e| format!("{gvk:?}: {e}"))?;
+    let api: Api<DynamicObject> = if capabilities.scope == kube::discovery::Scope::Namespaced {
+        Api::namespaced_with(
+            client.clone(),
+            &object.namespace().unwrap_or_default(),
+            &resource,
+        )
+    } else {
+        Api::all_with(client.clone(), &resource)
+    };
+    api.patch(
+        &object.name_any(),
+        &PatchParams::apply("clusterctl-lifecycle").validation_strict(),
+        &Patch::Apply(&object),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| format!("{} {}: {e}", types.kind, object.name_any()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clusterctl_describe_cluster_shows_the_providers_objects_with_their_conditions() {
+    let management = Management::new(&["0.1.0"], &[]).await;
+    management.init(None).await;
+    let name = "described";
+    management.create_cluster(name, "1").await;
+    // The provider's controller has judged its cluster object: a Ready condition is there.
+    let clusters = dynamic(
+        &management.client,
+        provider_inmemory::api::GROUP,
+        "v1beta2",
+        "InMemoryCluster",
+        Some(name),
+    );
+    eventually(
+        "the InMemoryCluster has conditions",
+        &management.pods,
+        || async {
+            clusters
+                .get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|c| {
+                    c.data["status"]["conditions"]
+                        .as_array()
+                        .is_some_and(|a| !a.is_empty())
+                })
+        },
+    )
+    .await;
+    let out = management
+        .clusterctl(&[
+            "describe",
+            "cluster",
+            name,
+            "--namespace",
+            name,
+            "--show-conditions",
+            "all",
+        ])
+        .await
+        .stdout;
+    // Rows read `<Kind> <namespace>/<name>`, each followed by its conditions.
+    assert!(out.contains(&format!("Cluster {name}/{name}")), "{out}");
+    assert!(
+        out.contains(&format!("InMemoryCluster {name}/{name}")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("KubeadmControlPlane {name}/")),
+        "{out}"
+    );
+    let infrastructure = out
+        .lines()
+        .skip_while(|l| !l.contains("InMemoryCluster "))
+        .skip(1)
+        .take_while(|l| l.starts_with(' ') || l.contains("│ "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        infrastructure.contains("Ready"),
+        "the InMemoryCluster's conditions are listed under it:\n{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clusterctl_delete_removes_the_provider_and_keeps_its_crds_and_namespace() {
+    let management = Management::new(&["0.1.0"], &[]).await;
+    management.init(None).await;
+    let client = &management.client;
+    assert!(
+        management
+            .pods
+            .wait_ready(PROVIDER_NAMESPACE, "capi-inmemory-manager", WITHIN)
+            .await
+    );
+    let roles = dynamic(
+        client,
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRole",
+        None,
+    );
+    let provider_roles = || async {
+        roles
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(ResourceExt::name_any)
+            .filter(|n| n.starts_with(&format!("{PROVIDER_NAMESPACE}-")))
+            .collect::<Vec<String>>()
+    };
+    assert!(
+        provider_roles().await.len() >= 3,
+        "the components hold the provider's ClusterRoles: {:?}",
+        provider_roles().await
+    );
+    management
+        .clusterctl(&["delete", "--infrastructure", PROVIDER])
+        .await;
+
+    // The Deployment and the cluster-scoped RBAC (named <namespace>-…) are gone, so is the
+    // inventory's entry; the pod stopped.
+    let deployments = Api::<Deployment>::namespaced(client.clone(), PROVIDER_NAMESPACE);
+    assert!(
+        deployments
+            .get_opt("capi-inmemory-manager")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let left = provider_roles().await;
+    assert!(left.is_empty(), "ClusterRoles left: {left:?}");
+    assert!(!inventory(client).await.iter().any(|p| p.contains(PROVIDER)));
+    eventually("the provider's pod stopped", &management.pods, || async {
+        !management
+            .pods
+            .pods()
+            .iter()
+            .any(|p| p.deployment.starts_with(PROVIDER_NAMESPACE))
+    })
+    .await;
+
+    // What clusterctl keeps without --include-crd and --include-namespace: the CRDs (and so
+    // every object of the provider's kinds) and the namespace.
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    for crd in [
+        "inmemoryclusters",
+        "inmemorymachines",
+        "inmemorymachinetemplates",
+    ] {
+        let name = format!("{crd}.{}", provider_inmemory::api::GROUP);
+        assert!(
+            crds.get_opt(&name).await.unwrap().is_some(),
+            "{name} was kept"
+        );
+    }
+    assert!(
+        Api::<Namespace>::all(client.clone())
+            .get_opt(PROVIDER_NAMESPACE)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    // Upstream's providers are untouched.
+    assert_eq!(inventory(client).await.len(), 3);
+
+    // With both flags, every provider still installed goes with its CRDs and namespace (the
+    // namespace controller removes what they hold); this provider's, deleted before without them,
+    // stay.
+    management
+        .clusterctl(&["delete", "--all", "--include-crd", "--include-namespace"])
+        .await;
+    let namespaces = Api::<Namespace>::all(client.clone());
+    eventually(
+        "upstream's providers' namespaces are gone",
+        &management.pods,
+        || async {
+            let mut gone = true;
+            for ns in [
+                "capi-system",
+                "capi-kubeadm-bootstrap-system",
+                "capi-kubeadm-control-plane-system",
+            ] {
+                gone &= namespaces.get_opt(ns).await.ok().flatten().is_none();
+            }
+            gone
+        },
+    )
+    .await;
+    eventually("upstream's CRDs are removed", &management.pods, || async {
+        let mut gone = true;
+        for crd in [
+            "clusters.cluster.x-k8s.io",
+            "kubeadmconfigs.bootstrap.cluster.x-k8s.io",
+        ] {
+            gone &= crds.get_opt(crd).await.ok().flatten().is_none();
+        }
+        gone
+    })
+    .await;
+    let kept = format!("inmemoryclusters.{}", provider_inmemory::api::GROUP);
+    assert!(crds.get_opt(&kept).await.unwrap().is_some());
+    assert!(
+        namespaces
+            .get_opt(PROVIDER_NAMESPACE)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(inventory(client).await.is_empty());
+}
+
+/// The simulated cloud in its own process, so that instances outlive the managers.
+struct CloudProcess {
+    url: String,
+    _child: tokio::process::Child,
+}
+
+impl CloudProcess {
+    async fn start() -> Self {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_inmemory-cloud"))
+            .args(["--listen", "127.0.0.1:0"])
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let first = lines.next_line().await.unwrap().unwrap();
+        let url = first.strip_prefix("listening on ").unwrap().to_string();
+        // Keep reading its output so that it never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Self { url, _child: child }
+    }
+
+    /// Every instance of `namespace/cluster`: `id tag`, sorted.
+    async fn instances(&self, namespace: &str, cluster: &str) -> Vec<String> {
+        use provider_inmemory::cloud::Compute;
+        let cloud = provider_inmemory::cloud::RemoteCloud::new(self.url.clone());
+        let key = provider_inmemory::cloud::cluster_key(namespace, cluster);
+        let mut found: Vec<String> = cloud
+            .cluster_instances(&key)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|i| format!("{} {}", i.id, i.tag))
+            .collect();
+        found.sort();
+        found
+    }
+}
+
+/// `status.instanceState` of InMemoryMachine: the optional field release 0.1.0 of this test
+/// does not have and 0.2.0 adds.
+const NEW_FIELD: &str = "instanceState";
+
+/// Release 0.1.0 as this test makes it: the workspace's, without [`NEW_FIELD`] in the
+/// InMemoryMachine schema (so the API server prunes it while 0.1.0 is installed).
+fn without_the_new_field(version: &str, release: &mut capi_provider::clusterctl::Release) {
+    if version != "0.1.0" {
+        return;
+    }
+    let crd = release
+        .components
+        .crds
+        .iter_mut()
+        .find(|c| c.spec.names.kind == "InMemoryMachine")
+        .unwrap();
+    for served in &mut crd.spec.versions {
+        let schema = served
+            .schema
+            .as_mut()
+            .unwrap()
+            .open_api_v3_schema
+            .as_mut()
+            .unwrap();
+        let status = schema
+            .properties
+            .as_mut()
+            .unwrap()
+            .get_mut("status")
+            .unwrap();
+        assert!(
+            status
+                .properties
+                .as_mut()
+                .unwrap()
+                .remove(NEW_FIELD)
+                .is_some()
+        );
+    }
+}
+
+/// `uid providerID` of every object of `kind` in `namespace`, sorted.
+async fn identities(client: &Client, group: &str, kind: &str, namespace: &str) -> Vec<String> {
+    let api = dynamic(client, group, "v1beta2", kind, Some(namespace));
+    let mut found: Vec<String> = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|o| {
+            format!(
+                "{} {}",
+                o.uid().unwrap_or_default(),
+                o.data["spec"]["providerID"].as_str().unwrap_or("-")
+            )
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clusterctl_upgrade_apply_replaces_the_manager_and_leaves_a_running_cluster_untouched() {
+    let cloud = CloudProcess::start().await;
+    let management = Management::with(
+        &["0.1.0", "0.2.0"],
+        &[],
+        Some(cloud.url.clone()),
+        without_the_new_field,
+    )
+    .await;
+    management.init(Some("0.1.0")).await;
+    let client = &management.client;
+    assert!(
+        inventory(client)
+            .await
+            .contains(&"capi-inmemory-system/infrastructure-capirs-inmemory v0.1.0".to_string())
+    );
+
+    // A cluster whose control-plane machine has its instance.
+    let name = "upgraded";
+    management.create_cluster(name, "0").await;
+    let group = provider_inmemory::api::GROUP;
+    let machines = dynamic(client, group, "v1beta2", "InMemoryMachine", Some(name));
+    eventually(
+        "an InMemoryMachine is provisioned",
+        &management.pods,
+        || async {
+            machines.list(&ListParams::default()).await.is_ok_and(|l| {
+                l.items
+                    .iter()
+                    .any(|m| m.data["status"]["initialization"]["provisioned"] == Value::Bool(true))
+            })
+        },
+    )
+    .await;
+    // 0.1.0's schema has no such field: the API server pruned what the manager wrote.
+    let listed = machines.list(&ListParams::default()).await.unwrap();
+    assert!(
+        listed
+            .items
+            .iter()
+            .all(|m| m.data["status"][NEW_FIELD].is_null())
+    );
+
+    let before = (
+        identities(client, "cluster.x-k8s.io", "Machine", name).await,
+        identities(client, group, "InMemoryMachine", name).await,
+        cloud.instances(name, name).await,
+    );
+    assert_eq!(before.2.len(), 1, "one control-plane instance: {before:?}");
+
+    let plan = management.clusterctl(&["upgrade", "plan"]).await.stdout;
+    assert!(
+        plan.lines()
+            .any(|l| l.contains("infrastructure-capirs-inmemory") && l.contains("v0.2.0")),
+        "{plan}"
+    );
+    management
+        .clusterctl(&[
+            "upgrade",
+            "apply",
+            "--infrastructure",
+            &format!("{PROVIDER}:v0.2.0"),
+            "--wait-providers",
+        ])
+        .await;
+    assert!(
+        inventory(client)
+            .await
+            .contains(&"capi-inmemory-system/infrastructure-capirs-inmemory v0.2.0".to_string())
+    );
+
+    // The new manager runs the new image and adopts the cluster: it fills the field 0.2.0
+    // added, on the same objects.
+    eventually("the 0.2.0 manager runs", &management.pods, || async {
+        management
+            .pods
+            .starts()
+            .iter()
+            .any(|s| s.starts_with(PROVIDER_NAMESPACE) && s.ends_with(":v0.2.0"))
+    })
+    .await;
+    eventually("the new field is filled", &management.pods, || async {
+        machines.list(&ListParams::default()).await.is_ok_and(|l| {
+            !l.items.is_empty()
+                && l.items
+                    .iter()
+                    .all(|m| m.data["status"][NEW_FIELD].is_string())
+        })
+    })
+    .await;
+
+    // Nothing was replaced: the same machines with the same provider IDs, the same instance.
+    let after = (
+        identities(client, "cluster.x-k8s.io", "Machine", name).await,
+        identities(client, group, "InMemoryMachine", name).await,
+        cloud.instances(name, name).await,
+    );
+    assert_eq!(before, after);
+}
