@@ -39,8 +39,14 @@ const PROVIDER_NAMESPACE: &str = "capi-inmemory-system";
 /// Values for the variables without a default of the other providers' templates (their managers
 /// do not run here; their objects only have to be accepted).
 const TEMPLATE_VARIABLES: &[(&str, &str)] = &[
+    // The Ignition flavors need upstream's kubeadm bootstrap and control plane with this gate.
+    ("EXP_KUBEADM_BOOTSTRAP_FORMAT_IGNITION", "true"),
     ("OPENSTACK_CLOUD", "local"),
     ("OPENSTACK_CLOUD_YAML_B64", "Y2xvdWRzOiB7fQo="),
+    // clusterctl counts an empty default (`${VAR:=}`) as not set.
+    ("OPENSTACK_CLOUD_CACERT_B64", "Cg=="),
+    ("AWS_SESSION_TOKEN", "example-session"),
+    ("AZURE_SSH_PUBLIC_KEY_B64", "Cg=="),
     ("OPENSTACK_CONTROL_PLANE_MACHINE_FLAVOR", "m1.medium"),
     ("OPENSTACK_NODE_MACHINE_FLAVOR", "m1.small"),
     ("OPENSTACK_IMAGE_NAME", "ubuntu-2404-kube-v1.33.0"),
@@ -514,7 +520,7 @@ async fn clusterctl_describe_cluster_shows_the_providers_objects_with_their_cond
     let clusters = dynamic(
         &management.client,
         provider_inmemory::api::GROUP,
-        "v1beta2",
+        provider_inmemory::api::VERSION,
         "InMemoryCluster",
         Some(name),
     );
@@ -782,9 +788,14 @@ fn without_the_new_field(version: &str, release: &mut capi_provider::clusterctl:
     }
 }
 
-/// `uid providerID` of every object of `kind` in `namespace`, sorted.
-async fn identities(client: &Client, group: &str, kind: &str, namespace: &str) -> Vec<String> {
-    let api = dynamic(client, group, "v1beta2", kind, Some(namespace));
+/// `uid providerID` of every object of `kind` (`group/version`) in `namespace`, sorted.
+async fn identities(
+    client: &Client,
+    (group, version): (&str, &str),
+    kind: &str,
+    namespace: &str,
+) -> Vec<String> {
+    let api = dynamic(client, group, version, kind, Some(namespace));
     let mut found: Vec<String> = api
         .list(&ListParams::default())
         .await
@@ -825,7 +836,13 @@ async fn clusterctl_upgrade_apply_replaces_the_manager_and_leaves_a_running_clus
     let name = "upgraded";
     management.create_cluster(name, "0").await;
     let group = provider_inmemory::api::GROUP;
-    let machines = dynamic(client, group, "v1beta2", "InMemoryMachine", Some(name));
+    let machines = dynamic(
+        client,
+        group,
+        provider_inmemory::api::VERSION,
+        "InMemoryMachine",
+        Some(name),
+    );
     eventually(
         "an InMemoryMachine is provisioned",
         &management.pods,
@@ -835,6 +852,23 @@ async fn clusterctl_upgrade_apply_replaces_the_manager_and_leaves_a_running_clus
                     .iter()
                     .any(|m| m.data["status"]["initialization"]["provisioned"] == Value::Bool(true))
             })
+        },
+    )
+    .await;
+    let core_machines = dynamic(client, "cluster.x-k8s.io", "v1beta2", "Machine", Some(name));
+    eventually(
+        "the Machine has its provider ID",
+        &management.pods,
+        || async {
+            core_machines
+                .list(&ListParams::default())
+                .await
+                .is_ok_and(|l| {
+                    !l.items.is_empty()
+                        && l.items
+                            .iter()
+                            .all(|m| m.data["spec"]["providerID"].is_string())
+                })
         },
     )
     .await;
@@ -848,8 +882,14 @@ async fn clusterctl_upgrade_apply_replaces_the_manager_and_leaves_a_running_clus
     );
 
     let before = (
-        identities(client, "cluster.x-k8s.io", "Machine", name).await,
-        identities(client, group, "InMemoryMachine", name).await,
+        identities(client, ("cluster.x-k8s.io", "v1beta2"), "Machine", name).await,
+        identities(
+            client,
+            (group, provider_inmemory::api::VERSION),
+            "InMemoryMachine",
+            name,
+        )
+        .await,
         cloud.instances(name, name).await,
     );
     assert_eq!(before.2.len(), 1, "one control-plane instance: {before:?}");
@@ -897,8 +937,14 @@ async fn clusterctl_upgrade_apply_replaces_the_manager_and_leaves_a_running_clus
 
     // Nothing was replaced: the same machines with the same provider IDs, the same instance.
     let after = (
-        identities(client, "cluster.x-k8s.io", "Machine", name).await,
-        identities(client, group, "InMemoryMachine", name).await,
+        identities(client, ("cluster.x-k8s.io", "v1beta2"), "Machine", name).await,
+        identities(
+            client,
+            (group, provider_inmemory::api::VERSION),
+            "InMemoryMachine",
+            name,
+        )
+        .await,
         cloud.instances(name, name).await,
     );
     assert_eq!(before, after);
