@@ -49,13 +49,16 @@ const PERIOD: Duration = Duration::from_millis(500);
 /// The field manager of what the runner writes.
 const MANAGER: &str = "capi-testing-pods";
 
+/// What gives a pod's process its extra flags.
+pub type Flags = Box<dyn Fn(&PodContext) -> Vec<String> + Send + Sync>;
+
 /// A binary that runs an image, and the flags that make it a good neighbour on a shared machine.
 pub struct LocalImage {
     /// The binary standing for the image's entry point.
     pub binary: PathBuf,
     /// Flags given to the process after the container's own. A flag named here (`--name` or
     /// `--name=value`) replaces every occurrence of that flag among the container's arguments.
-    pub flags: Box<dyn Fn(&PodContext) -> Vec<String> + Send + Sync>,
+    pub flags: Flags,
 }
 
 impl std::fmt::Debug for LocalImage {
@@ -203,23 +206,31 @@ impl Drop for Pod {
 /// here release their leases and exit well within this).
 const GRACE: Duration = Duration::from_secs(5);
 
-/// SIGTERM to every process, then SIGKILL to those still running after [`GRACE`].
-fn stop(processes: &mut [Child]) {
-    for child in processes.iter() {
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+/// SIGTERM to every process now, SIGKILL after [`GRACE`] to those still running — by a shell of
+/// its own, so that nothing here waits (it outlives this process if need be) — and a thread that
+/// reaps them.
+fn stop(processes: &mut Vec<Child>) {
+    if processes.is_empty() {
+        return;
     }
-    let deadline = std::time::Instant::now() + GRACE;
-    for child in processes.iter_mut() {
-        while std::time::Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
-            std::thread::sleep(Duration::from_millis(50));
+    let pids: Vec<String> = processes.iter().map(|c| c.id().to_string()).collect();
+    let pids = pids.join(" ");
+    let _ = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "kill -TERM {pids} 2>/dev/null; sleep {}; kill -KILL {pids} 2>/dev/null",
+            GRACE.as_secs()
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    let children = std::mem::take(processes);
+    std::thread::spawn(move || {
+        for mut child in children {
+            let _ = child.wait();
         }
-        let _ = child.kill();
-        let _ = child.wait();
-    }
+    });
 }
 
 /// What the runner reports of one Deployment's pod.

@@ -164,13 +164,10 @@ fn install_cert_manager(bin: &Path, dir: &Path) -> Result<()> {
         "capi-rs.local/cert-manager/cainjector",
     ];
     let missing: Vec<Target<'_>> = packages
-        .iter()
+        .into_iter()
         .zip(CERT_MANAGER_BINARIES)
         .filter(|(_, binary)| !bin.join(binary).is_file())
-        .map(|(package, binary)| Target {
-            package: *package,
-            binary,
-        })
+        .map(|(package, binary)| Target { package, binary })
         .collect();
     if !missing.is_empty() {
         step(&format!(
