@@ -485,12 +485,7 @@ impl Node {
                 scaled_down.push(deployment);
                 continue;
             }
-            let key = format!(
-                "{}/{}",
-                deployment.namespace().unwrap_or_default(),
-                deployment.name_any()
-            );
-            wanted.insert(key, deployment);
+            wanted.insert(deployment_key(&deployment), deployment);
         }
         // Stop what is no longer wanted, or wanted differently.
         let stale: Vec<Pod> = {
@@ -965,34 +960,63 @@ impl Node {
     /// The Deployment's status as the Deployment controller would write it for one available
     /// replica of the current template.
     async fn report_available(&self, deployment: &Deployment) {
+        self.write_status(deployment, 1).await;
+    }
+
+    /// The status of a Deployment scaled to zero, as the Deployment controller writes it once
+    /// its pods are gone (what `clusterctl upgrade` waits for before replacing a provider).
+    async fn report_scaled_down(&self, deployment: &Deployment) {
+        let stopped = self
+            .state
+            .lock()
+            .map(|s| !s.pods.contains_key(&deployment_key(deployment)))
+            .unwrap_or(false);
+        if stopped {
+            self.write_status(deployment, 0).await;
+        }
+    }
+
+    /// `replicas` (0 or 1) ready and available replicas of the current generation, unless the
+    /// status already says so.
+    async fn write_status(&self, deployment: &Deployment, replicas: i32) {
         let generation = deployment.metadata.generation.unwrap_or_default();
         let current = deployment.status.as_ref();
         if current.and_then(|s| s.observed_generation) == Some(generation)
-            && current.and_then(|s| s.available_replicas) == Some(1)
+            && current.and_then(|s| s.available_replicas).unwrap_or(0) == replicas
+            && current.and_then(|s| s.replicas).unwrap_or(0) == replicas
         {
             return;
         }
-        let api: Api<Deployment> = Api::namespaced(
-            self.client.clone(),
-            &deployment.namespace().unwrap_or_default(),
-        );
+        let (available, reason, message) = if replicas > 0 {
+            (
+                "True",
+                "MinimumReplicasAvailable",
+                "The pod runs as a local process.",
+            )
+        } else {
+            ("False", "ScaledToZero", "The Deployment has no replicas.")
+        };
         let status = json!({
             "apiVersion": "apps/v1",
             "kind": "Deployment",
             "status": {
                 "observedGeneration": generation,
-                "replicas": 1,
-                "updatedReplicas": 1,
-                "readyReplicas": 1,
-                "availableReplicas": 1,
+                "replicas": replicas,
+                "updatedReplicas": replicas,
+                "readyReplicas": replicas,
+                "availableReplicas": replicas,
                 "conditions": [{
                     "type": "Available",
-                    "status": "True",
-                    "reason": "MinimumReplicasAvailable",
-                    "message": "The pod runs as a local process.",
+                    "status": available,
+                    "reason": reason,
+                    "message": message,
                 }],
             },
         });
+        let api: Api<Deployment> = Api::namespaced(
+            self.client.clone(),
+            &deployment.namespace().unwrap_or_default(),
+        );
         let _ = api
             .patch_status(
                 &deployment.name_any(),
@@ -1003,57 +1027,13 @@ impl Node {
     }
 }
 
-impl Node {
-    /// The status of a Deployment scaled to zero, as the Deployment controller writes it once
-    /// its pods are gone (what `clusterctl upgrade` waits for before replacing a provider).
-    async fn report_scaled_down(&self, deployment: &Deployment) {
-        let key = format!(
-            "{}/{}",
-            deployment.namespace().unwrap_or_default(),
-            deployment.name_any()
-        );
-        let stopped = self
-            .state
-            .lock()
-            .map(|s| !s.pods.contains_key(&key))
-            .unwrap_or(false);
-        let generation = deployment.metadata.generation.unwrap_or_default();
-        let current = deployment.status.as_ref();
-        if !stopped
-            || (current.and_then(|s| s.observed_generation) == Some(generation)
-                && current.and_then(|s| s.replicas).unwrap_or(0) == 0)
-        {
-            return;
-        }
-        let api: Api<Deployment> = Api::namespaced(
-            self.client.clone(),
-            &deployment.namespace().unwrap_or_default(),
-        );
-        let status = json!({
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "status": {
-                "observedGeneration": generation,
-                "replicas": 0,
-                "updatedReplicas": 0,
-                "readyReplicas": 0,
-                "availableReplicas": 0,
-                "conditions": [{
-                    "type": "Available",
-                    "status": "False",
-                    "reason": "ScaledToZero",
-                    "message": "The Deployment has no replicas.",
-                }],
-            },
-        });
-        let _ = api
-            .patch_status(
-                &deployment.name_any(),
-                &PatchParams::apply(MANAGER).force(),
-                &Patch::Apply(&status),
-            )
-            .await;
-    }
+/// `namespace/name` of a Deployment: how the runner keys its pod.
+fn deployment_key(deployment: &Deployment) -> String {
+    format!(
+        "{}/{}",
+        deployment.namespace().unwrap_or_default(),
+        deployment.name_any()
+    )
 }
 
 fn pod_spec(deployment: &Deployment) -> Result<&PodSpec, PodError> {
@@ -1151,7 +1131,7 @@ fn free_port() -> Result<u16, PodError> {
 }
 
 /// Whether `GET path` on the local `port` answers 200 within two seconds.
-async fn http_ok(port: u16, path: &str) -> bool {
+pub(crate) async fn http_ok(port: u16, path: &str) -> bool {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let attempt = async {
         let mut stream = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)).await?;

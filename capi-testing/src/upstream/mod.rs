@@ -32,7 +32,6 @@ use std::time::{Duration, Instant};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::{Api, ResourceExt};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::envtest::control_plane::{
     Process, free_ports, scratch_dir, spawn_watchdog, tail, write,
@@ -522,19 +521,5 @@ async fn wait_ready(manager: &mut Process, port: u16) -> Result<(), UpstreamErro
 }
 
 async fn readyz(port: u16) -> bool {
-    let attempt = async {
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-        stream
-            .write_all(b"GET /readyz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-            .await?;
-        let mut response = Vec::new();
-        stream.read_to_end(&mut response).await?;
-        Ok::<bool, std::io::Error>(
-            response.starts_with(b"HTTP/1.0 200") || response.starts_with(b"HTTP/1.1 200"),
-        )
-    };
-    matches!(
-        tokio::time::timeout(Duration::from_secs(2), attempt).await,
-        Ok(Ok(true))
-    )
+    crate::pods::http_ok(port, "/readyz").await
 }

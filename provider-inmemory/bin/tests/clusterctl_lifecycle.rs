@@ -814,6 +814,24 @@ async fn identities(
     found
 }
 
+/// What an upgrade must not change of the cluster `name` (in namespace `name`): its Machines'
+/// and InMemoryMachines' UIDs and provider IDs, and its instances in the cloud.
+async fn cluster_identities(
+    client: &Client,
+    cloud: &CloudProcess,
+    name: &str,
+) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let infrastructure = (
+        provider_inmemory::api::GROUP,
+        provider_inmemory::api::VERSION,
+    );
+    (
+        identities(client, ("cluster.x-k8s.io", "v1beta2"), "Machine", name).await,
+        identities(client, infrastructure, "InMemoryMachine", name).await,
+        cloud.instances(name, name).await,
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clusterctl_upgrade_apply_replaces_the_manager_and_leaves_a_running_cluster_untouched() {
     let cloud = CloudProcess::start().await;
@@ -881,17 +899,7 @@ async fn clusterctl_upgrade_apply_replaces_the_manager_and_leaves_a_running_clus
             .all(|m| m.data["status"][NEW_FIELD].is_null())
     );
 
-    let before = (
-        identities(client, ("cluster.x-k8s.io", "v1beta2"), "Machine", name).await,
-        identities(
-            client,
-            (group, provider_inmemory::api::VERSION),
-            "InMemoryMachine",
-            name,
-        )
-        .await,
-        cloud.instances(name, name).await,
-    );
+    let before = cluster_identities(client, &cloud, name).await;
     assert_eq!(before.2.len(), 1, "one control-plane instance: {before:?}");
 
     let plan = management.clusterctl(&["upgrade", "plan"]).await.stdout;
@@ -936,16 +944,6 @@ async fn clusterctl_upgrade_apply_replaces_the_manager_and_leaves_a_running_clus
     .await;
 
     // Nothing was replaced: the same machines with the same provider IDs, the same instance.
-    let after = (
-        identities(client, ("cluster.x-k8s.io", "v1beta2"), "Machine", name).await,
-        identities(
-            client,
-            (group, provider_inmemory::api::VERSION),
-            "InMemoryMachine",
-            name,
-        )
-        .await,
-        cloud.instances(name, name).await,
-    );
+    let after = cluster_identities(client, &cloud, name).await;
     assert_eq!(before, after);
 }
