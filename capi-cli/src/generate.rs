@@ -255,6 +255,36 @@ mod tests {
         }
     }
 
+    /// `clusterctl move` carries a Secret of the cluster's namespace only when something moved
+    /// owns it, when it is named `<cluster>-<purpose>` for one of Cluster API's own purposes
+    /// (kubeconfig, ca, etcd, sa, proxy, apiserver-etcd-client), or when it is labelled
+    /// `clusterctl.cluster.x-k8s.io/move`. A template's credentials Secret is none of the first
+    /// two, so it carries the label: without it the moved cluster's infrastructure would lose its
+    /// credentials (CAPZ #6643).
+    #[test]
+    fn every_secret_of_a_template_is_carried_by_clusterctl_move() {
+        let mut secrets = 0;
+        for template in BUILT_IN {
+            let text = render_with_placeholders(template);
+            for document in text.split("\n---\n") {
+                let object: serde_json::Value = serde_saphyr::from_str(document).unwrap();
+                if object["kind"] != "Secret" {
+                    continue;
+                }
+                secrets += 1;
+                let labels = &object["metadata"]["labels"];
+                assert_eq!(
+                    labels[capi_core::labels::CLUSTERCTL_MOVE],
+                    "",
+                    "{} {:?}: {document}",
+                    template.provider,
+                    template.flavor
+                );
+            }
+        }
+        assert!(secrets >= 4, "the credentials Secrets of 4 templates");
+    }
+
     /// Upstream: a MachineDeployment must not manage control-plane machines (it knows nothing of
     /// etcd quorum). Every built-in template runs its control plane as a KubeadmControlPlane that
     /// the Cluster references.

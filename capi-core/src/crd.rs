@@ -175,6 +175,14 @@ pub fn with_contract_version(
     with_label(crd, &labels::contract_label_key(), versions)
 }
 
+/// Labels a provider's CRD [`labels::CLUSTERCTL_MOVE_HIERARCHY`] (empty value, as upstream's
+/// providers do), so that `clusterctl move` carries every object of the kind, and what each owns,
+/// to the target management cluster: for identities and the credentials Secrets they own, which
+/// no ownership from a Cluster reaches.
+pub fn moved_with_what_it_owns(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    with_label(crd, labels::CLUSTERCTL_MOVE_HIERARCHY, "")
+}
+
 fn with_label(
     mut crd: CustomResourceDefinition,
     key: &str,

@@ -24,6 +24,13 @@ pub const THIS_INSTALLATION: &str = "capi-rs";
 pub const PROVIDER: &str = "cluster.x-k8s.io/provider";
 /// Label on a Secret that a cluster's controllers must watch (kubeconfig, CA …).
 pub const WATCH: &str = "cluster.x-k8s.io/watch";
+/// On an object (or a CRD: every object of its kind), `clusterctl move` carries it to the target
+/// management cluster even when no ownership reaches it from a Cluster (credentials Secrets).
+pub const CLUSTERCTL_MOVE: &str = "clusterctl.cluster.x-k8s.io/move";
+/// On an object (or a CRD: every object of its kind), `clusterctl move` carries it and every
+/// object it owns, directly or not (identities and the Secrets they own). A cluster-scoped
+/// object is created on the target only if absent there and kept on the source.
+pub const CLUSTERCTL_MOVE_HIERARCHY: &str = "clusterctl.cluster.x-k8s.io/move-hierarchy";
 
 /// Annotation that pauses reconciliation of the object it is on (any value).
 pub const PAUSED: &str = "cluster.x-k8s.io/paused";

@@ -447,10 +447,17 @@ impl InMemoryActuator {
     }
 }
 
+/// The tag of the cluster's load balancer: from the Cluster's namespace and name, which
+/// `clusterctl move` keeps (its UID is new on the target), as CAPA and CAPO name a cluster's
+/// resources. A Cluster of the same name can only come back once this one's deletion removed its
+/// load balancer (the finalizer waits for it).
 fn cluster_tag(scope: &ClusterScope<InMemoryCluster>) -> String {
     format!(
         "capi-cluster-{}",
-        scope.cluster.metadata.uid.as_deref().unwrap_or_default()
+        crate::cloud::cluster_key(
+            scope.cluster.metadata.namespace.as_deref().unwrap_or_default(),
+            scope.cluster.metadata.name.as_deref().unwrap_or_default()
+        )
     )
 }
 
@@ -460,20 +467,6 @@ impl ClusterActuator<InMemoryCluster> for InMemoryActuator {
         &self,
         scope: &ClusterScope<InMemoryCluster>,
     ) -> Result<ClusterInfrastructure, ActuatorError> {
-        if scope
-            .cluster
-            .metadata
-            .uid
-            .as_deref()
-            .unwrap_or_default()
-            .is_empty()
-        {
-            return Err(ActuatorError::requeue_after(
-                self.poll,
-                "WaitingForCluster",
-                "the Cluster has no UID yet",
-            ));
-        }
         let tag = cluster_tag(scope);
         let oldest = || async {
             let mut found = self

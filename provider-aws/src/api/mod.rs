@@ -44,21 +44,54 @@ pub const GROUP: &str = "infrastructure.capi-rs.dev";
 /// Their version, recorded in the CRDs' contract label.
 pub const VERSION: &str = "v1alpha1";
 
-/// The provider's CRDs, labelled with the Cluster API contract version.
+/// The provider's CRDs, labelled with the Cluster API contract version; the identities' also so
+/// that `clusterctl move` carries each identity, and whatever it owns, to the target management
+/// cluster (created there when absent, kept on the source), as CAPA's.
 pub fn crds()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
 {
+    use capi_core::crd::{moved_with_what_it_owns, with_contract_version};
     use kube::CustomResourceExt;
-    [
+    let kinds = [
         AWSCluster::crd(),
         AWSClusterTemplate::crd(),
         AWSMachine::crd(),
         AWSMachineTemplate::crd(),
+    ];
+    let identities = [
         identity::controller_identity_crd(),
         AWSClusterStaticIdentity::crd(),
         AWSClusterRoleIdentity::crd(),
-    ]
-    .into_iter()
-    .map(|crd| capi_core::crd::with_contract_version(crd, VERSION))
-    .collect()
+    ];
+    kinds
+        .into_iter()
+        .chain(identities.into_iter().map(moved_with_what_it_owns))
+        .map(|crd| with_contract_version(crd, VERSION))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    /// `clusterctl move` carries the identities (cluster-scoped: created on the target when
+    /// absent, kept on the source) and what they own; the other kinds move through their Cluster.
+    #[test]
+    fn only_the_identities_are_moved_with_what_they_own() {
+        let moved: Vec<String> = super::crds()
+            .into_iter()
+            .filter(|crd| {
+                crd.metadata.labels.as_ref().is_some_and(|labels| {
+                    labels.get(capi_core::labels::CLUSTERCTL_MOVE_HIERARCHY) == Some(&String::new())
+                })
+            })
+            .map(|crd| crd.spec.names.kind)
+            .collect();
+        assert_eq!(
+            moved,
+            [
+                "AWSClusterControllerIdentity",
+                "AWSClusterStaticIdentity",
+                "AWSClusterRoleIdentity"
+            ]
+        );
+    }
 }

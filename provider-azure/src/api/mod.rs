@@ -38,19 +38,41 @@ pub const GROUP: &str = "infrastructure.capi-rs.dev";
 /// Their version, recorded in the CRDs' contract label.
 pub const VERSION: &str = "v1alpha1";
 
-/// The provider's CRDs, labelled with the Cluster API contract version.
+/// The provider's CRDs, labelled with the Cluster API contract version; the identity's also so
+/// that `clusterctl move` of its namespace carries every identity, and whatever it owns, to the
+/// target management cluster.
 pub fn crds()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
 {
+    use capi_core::crd::{moved_with_what_it_owns, with_contract_version};
     use kube::CustomResourceExt;
     [
         AzureCluster::crd(),
         AzureClusterTemplate::crd(),
         AzureMachine::crd(),
         AzureMachineTemplate::crd(),
-        AzureClusterIdentity::crd(),
+        moved_with_what_it_owns(AzureClusterIdentity::crd()),
     ]
     .into_iter()
-    .map(|crd| capi_core::crd::with_contract_version(crd, VERSION))
+    .map(|crd| with_contract_version(crd, VERSION))
     .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    /// `clusterctl move` carries the identities of the moved namespace and the Secrets they own;
+    /// the other kinds move through their Cluster.
+    #[test]
+    fn only_the_identity_is_moved_with_what_it_owns() {
+        let moved: Vec<String> = super::crds()
+            .into_iter()
+            .filter(|crd| {
+                crd.metadata.labels.as_ref().is_some_and(|labels| {
+                    labels.get(capi_core::labels::CLUSTERCTL_MOVE_HIERARCHY) == Some(&String::new())
+                })
+            })
+            .map(|crd| crd.spec.names.kind)
+            .collect();
+        assert_eq!(moved, ["AzureClusterIdentity"]);
+    }
 }

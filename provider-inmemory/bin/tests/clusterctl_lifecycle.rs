@@ -259,14 +259,19 @@ async fn inventory(client: &Client) -> Vec<String> {
     found
 }
 
+/// Creates the namespace `name` unless it exists.
 async fn create_namespace(client: &Client, name: &str) {
-    Api::<Namespace>::all(client.clone())
+    let created = Api::<Namespace>::all(client.clone())
         .create(
             &Default::default(),
             &serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap(),
         )
-        .await
-        .unwrap();
+        .await;
+    match created {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.is_already_exists() => {}
+        Err(e) => panic!("namespace {name}: {e}"),
+    }
 }
 
 async fn eventually<F, Fut>(what: &str, pods: &PodRunner, mut check: F)
@@ -713,10 +718,25 @@ struct CloudProcess {
 }
 
 impl CloudProcess {
+    /// The cloud alone: its instances never become nodes.
     async fn start() -> Self {
+        Self::start_with(None).await
+    }
+
+    /// The cloud whose running instances register as `Node`s in the workload cluster of
+    /// `workload` (its first control-plane instance uploads `kube-system/kubeadm-config`, as
+    /// `kubeadm init` does), so that upstream's managers see the control plane initialized and
+    /// every Machine's node.
+    async fn start_with(workload: Option<&ControlPlane>) -> Self {
         use tokio::io::AsyncBufReadExt;
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_inmemory-cloud"))
-            .args(["--listen", "127.0.0.1:0"])
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_inmemory-cloud"));
+        command.args(["--listen", "127.0.0.1:0"]);
+        if let Some(workload) = workload {
+            command
+                .arg("--workload-kubeconfig")
+                .arg(workload.kubeconfig_path());
+        }
+        let mut child = command
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
@@ -728,6 +748,15 @@ impl CloudProcess {
         // Keep reading its output so that it never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         Self { url, _child: child }
+    }
+
+    /// What the cloud holds and has done: every instance and load balancer, and its count of
+    /// `create_instance` calls.
+    async fn inspect(&self) -> provider_inmemory::cloud::Inspection {
+        provider_inmemory::cloud::RemoteCloud::new(self.url.clone())
+            .inspect()
+            .await
+            .unwrap()
     }
 
     /// Every instance of `namespace/cluster`: `id tag`, sorted.
@@ -946,4 +975,259 @@ async fn clusterctl_upgrade_apply_replaces_the_manager_and_leaves_a_running_clus
     // Nothing was replaced: the same machines with the same provider IDs, the same instance.
     let after = cluster_identities(client, &cloud, name).await;
     assert_eq!(before, after);
+}
+
+/// Every kind a cluster of the in-memory template is made of, `(group, version, kind)`.
+const CLUSTER_KINDS: &[(&str, &str, &str)] = &[
+    ("cluster.x-k8s.io", "v1beta2", "Cluster"),
+    ("cluster.x-k8s.io", "v1beta2", "MachineDeployment"),
+    ("cluster.x-k8s.io", "v1beta2", "MachineSet"),
+    ("cluster.x-k8s.io", "v1beta2", "Machine"),
+    ("cluster.x-k8s.io", "v1beta2", "MachineHealthCheck"),
+    (
+        "controlplane.cluster.x-k8s.io",
+        "v1beta2",
+        "KubeadmControlPlane",
+    ),
+    ("bootstrap.cluster.x-k8s.io", "v1beta2", "KubeadmConfig"),
+    (
+        "bootstrap.cluster.x-k8s.io",
+        "v1beta2",
+        "KubeadmConfigTemplate",
+    ),
+    (
+        provider_inmemory::api::GROUP,
+        provider_inmemory::api::VERSION,
+        "InMemoryCluster",
+    ),
+    (
+        provider_inmemory::api::GROUP,
+        provider_inmemory::api::VERSION,
+        "InMemoryMachine",
+    ),
+    (
+        provider_inmemory::api::GROUP,
+        provider_inmemory::api::VERSION,
+        "InMemoryMachineTemplate",
+    ),
+    ("", "v1", "Secret"),
+];
+
+/// `Kind name` of every object of [`CLUSTER_KINDS`] in `namespace`, sorted.
+async fn cluster_objects(client: &Client, namespace: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (group, version, kind) in CLUSTER_KINDS {
+        let api = dynamic(client, group, version, kind, Some(namespace));
+        for object in api.list(&ListParams::default()).await.unwrap().items {
+            found.push(format!("{kind} {}", object.name_any()));
+        }
+    }
+    found.sort();
+    found
+}
+
+/// `name providerID` of every object of `kind` in `namespace`, sorted: what a move keeps of a
+/// machine (UIDs are new on the target).
+async fn provider_ids(
+    client: &Client,
+    (group, version): (&str, &str),
+    kind: &str,
+    namespace: &str,
+) -> Vec<String> {
+    let api = dynamic(client, group, version, kind, Some(namespace));
+    let mut found: Vec<String> = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|o| {
+            format!(
+                "{} {}",
+                o.name_any(),
+                o.data["spec"]["providerID"].as_str().unwrap_or("-")
+            )
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// The cloud's instances and load balancers by ID, and its `create_instance` calls so far.
+async fn cloud_inventory(cloud: &CloudProcess) -> (Vec<String>, Vec<String>, u64) {
+    let inspection = cloud.inspect().await;
+    let mut instances: Vec<String> = inspection
+        .instances
+        .iter()
+        .map(|i| format!("{} {}", i.id, i.tag))
+        .collect();
+    instances.sort();
+    let mut load_balancers: Vec<String> = inspection
+        .load_balancers
+        .iter()
+        .map(|lb| lb.id.clone())
+        .collect();
+    load_balancers.sort();
+    (instances, load_balancers, inspection.create_calls)
+}
+
+/// Whether the Cluster `name` in `namespace` has its control plane initialized and every one
+/// of its `machines` Machines a node: what `clusterctl move` checks before it moves anything.
+async fn ready_to_move(client: &Client, name: &str, machines: usize) -> bool {
+    let clusters = dynamic(client, "cluster.x-k8s.io", "v1beta2", "Cluster", Some(name));
+    let Ok(cluster) = clusters.get(name).await else {
+        return false;
+    };
+    let initialization = &cluster.data["status"]["initialization"];
+    let initialized = initialization["infrastructureProvisioned"] == Value::Bool(true)
+        && initialization["controlPlaneInitialized"] == Value::Bool(true)
+        && cluster.data["status"]["conditions"]
+            .as_array()
+            .is_some_and(|conditions| {
+                conditions
+                    .iter()
+                    .any(|c| c["type"] == "ControlPlaneInitialized" && c["status"] == "True")
+            });
+    let listed = dynamic(client, "cluster.x-k8s.io", "v1beta2", "Machine", Some(name))
+        .list(&ListParams::default())
+        .await;
+    initialized
+        && listed.is_ok_and(|l| {
+            l.items.len() == machines
+                && l.items
+                    .iter()
+                    .all(|m| m.data["status"]["nodeRef"]["name"].is_string())
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clusterctl_move_carries_a_running_cluster_to_another_management_cluster_untouched() {
+    // One workload cluster whose nodes the cloud registers, one cloud, two management clusters
+    // initialised alike, each running the provider's manager against that cloud.
+    let workload = ControlPlane::start().await.unwrap();
+    let cloud = CloudProcess::start_with(Some(&workload)).await;
+    let source = Management::with(&["0.1.0"], &[], Some(cloud.url.clone()), |_, _| {}).await;
+    let target = Management::with(&["0.1.0"], &[], Some(cloud.url.clone()), |_, _| {}).await;
+    source.init(None).await;
+    target.init(None).await;
+
+    // A cluster of a control-plane machine and a worker, its kubeconfig the workload cluster's
+    // (upstream's control plane keeps a kubeconfig Secret it finds).
+    let name = "moved";
+    create_namespace(&source.client, name).await;
+    let kubeconfig: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("{name}-kubeconfig"),
+                     "labels": {"cluster.x-k8s.io/cluster-name": name}},
+        "stringData": {"value": workload.kubeconfig_yaml()},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(source.client.clone(), name)
+        .create(&Default::default(), &kubeconfig)
+        .await
+        .unwrap();
+    source.create_cluster(name, "1").await;
+    eventually(
+        "the control plane initialized and both machines with their nodes",
+        &source.pods,
+        || ready_to_move(&source.client, name, 2),
+    )
+    .await;
+
+    let infrastructure = (
+        provider_inmemory::api::GROUP,
+        provider_inmemory::api::VERSION,
+    );
+    let objects = cluster_objects(&source.client, name).await;
+    let machines = provider_ids(&source.client, infrastructure, "InMemoryMachine", name).await;
+    let before = cloud_inventory(&cloud).await;
+    assert_eq!(before.0.len(), 2, "one instance per machine: {before:?}");
+    assert_eq!(before.1.len(), 1, "the cluster's load balancer: {before:?}");
+    for kind in ["InMemoryCluster", "InMemoryMachine", "InMemoryMachineTemplate"] {
+        assert!(
+            objects.iter().any(|o| o.starts_with(&format!("{kind} "))),
+            "{kind} in {objects:?}"
+        );
+    }
+
+    // The source's Cluster, watched while it moves: clusterctl pauses it before anything else.
+    let clusters = dynamic(
+        &source.client,
+        "cluster.x-k8s.io",
+        "v1beta2",
+        "Cluster",
+        Some(name),
+    );
+    let watch = tokio::spawn(async move {
+        let mut paused = false;
+        while let Ok(Some(cluster)) = clusters.get_opt(name).await {
+            paused |= cluster.data["spec"]["paused"] == Value::Bool(true);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        paused
+    });
+    let to = target.kubeconfig().to_str().unwrap().to_string();
+    source
+        .clusterctl(&["move", "--namespace", name, "--to-kubeconfig", &to])
+        .await;
+    assert!(
+        watch.await.unwrap(),
+        "the Cluster was paused on the source before it was deleted there"
+    );
+
+    // The source holds nothing of the cluster; the target holds every object, resumed.
+    assert_eq!(cluster_objects(&source.client, name).await, Vec::<String>::new());
+    assert_eq!(cluster_objects(&target.client, name).await, objects);
+    let moved = dynamic(
+        &target.client,
+        "cluster.x-k8s.io",
+        "v1beta2",
+        "Cluster",
+        Some(name),
+    )
+    .get(name)
+    .await
+    .unwrap();
+    assert_ne!(moved.data["spec"]["paused"], Value::Bool(true), "{moved:?}");
+    assert_eq!(
+        provider_ids(&target.client, infrastructure, "InMemoryMachine", name).await,
+        machines
+    );
+
+    // Status, which the move does not carry, is the target's controllers' again: the provider's
+    // objects provisioned and ready, upstream's machines with their nodes.
+    let in_memory = |kind: &'static str| {
+        dynamic(
+            &target.client,
+            infrastructure.0,
+            infrastructure.1,
+            kind,
+            Some(name),
+        )
+    };
+    let ready = |object: &DynamicObject| {
+        object.data["status"]["initialization"]["provisioned"] == Value::Bool(true)
+            && object.data["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+    };
+    eventually(
+        "the target's provider reports its cluster and machines ready",
+        &target.pods,
+        || async {
+            let clusters = in_memory("InMemoryCluster").list(&ListParams::default()).await;
+            let machines = in_memory("InMemoryMachine").list(&ListParams::default()).await;
+            clusters.is_ok_and(|l| l.items.len() == 1 && l.items.iter().all(ready))
+                && machines.is_ok_and(|l| l.items.len() == 2 && l.items.iter().all(ready))
+        },
+    )
+    .await;
+    eventually(
+        "the target's Machines have their nodes",
+        &target.pods,
+        || ready_to_move(&target.client, name, 2),
+    )
+    .await;
+
+    // No instance or load balancer was created, deleted or duplicated on the way.
+    assert_eq!(cloud_inventory(&cloud).await, before);
 }
