@@ -455,7 +455,12 @@ fn cluster_tag(scope: &ClusterScope<InMemoryCluster>) -> String {
     format!(
         "capi-cluster-{}",
         crate::cloud::cluster_key(
-            scope.cluster.metadata.namespace.as_deref().unwrap_or_default(),
+            scope
+                .cluster
+                .metadata
+                .namespace
+                .as_deref()
+                .unwrap_or_default(),
             scope.cluster.metadata.name.as_deref().unwrap_or_default()
         )
     )

@@ -1142,7 +1142,11 @@ async fn clusterctl_move_carries_a_running_cluster_to_another_management_cluster
     let before = cloud_inventory(&cloud).await;
     assert_eq!(before.0.len(), 2, "one instance per machine: {before:?}");
     assert_eq!(before.1.len(), 1, "the cluster's load balancer: {before:?}");
-    for kind in ["InMemoryCluster", "InMemoryMachine", "InMemoryMachineTemplate"] {
+    for kind in [
+        "InMemoryCluster",
+        "InMemoryMachine",
+        "InMemoryMachineTemplate",
+    ] {
         assert!(
             objects.iter().any(|o| o.starts_with(&format!("{kind} "))),
             "{kind} in {objects:?}"
@@ -1175,7 +1179,10 @@ async fn clusterctl_move_carries_a_running_cluster_to_another_management_cluster
     );
 
     // The source holds nothing of the cluster; the target holds every object, resumed.
-    assert_eq!(cluster_objects(&source.client, name).await, Vec::<String>::new());
+    assert_eq!(
+        cluster_objects(&source.client, name).await,
+        Vec::<String>::new()
+    );
     assert_eq!(cluster_objects(&target.client, name).await, objects);
     let moved = dynamic(
         &target.client,
@@ -1208,14 +1215,21 @@ async fn clusterctl_move_carries_a_running_cluster_to_another_management_cluster
         object.data["status"]["initialization"]["provisioned"] == Value::Bool(true)
             && object.data["status"]["conditions"]
                 .as_array()
-                .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                })
     };
     eventually(
         "the target's provider reports its cluster and machines ready",
         &target.pods,
         || async {
-            let clusters = in_memory("InMemoryCluster").list(&ListParams::default()).await;
-            let machines = in_memory("InMemoryMachine").list(&ListParams::default()).await;
+            let clusters = in_memory("InMemoryCluster")
+                .list(&ListParams::default())
+                .await;
+            let machines = in_memory("InMemoryMachine")
+                .list(&ListParams::default())
+                .await;
             clusters.is_ok_and(|l| l.items.len() == 1 && l.items.iter().all(ready))
                 && machines.is_ok_and(|l| l.items.len() == 2 && l.items.iter().all(ready))
         },
