@@ -177,8 +177,7 @@ pub fn with_contract_version(
 
 /// Labels a provider's CRD [`labels::CLUSTERCTL_MOVE_HIERARCHY`] (empty value, as upstream's
 /// providers do), so that `clusterctl move` carries every object of the kind, and what each owns,
-/// to the target management cluster: for identities and the credentials Secrets they own, which
-/// no ownership from a Cluster reaches.
+/// to the target management cluster: for identities, which no ownership from a Cluster reaches.
 pub fn moved_with_what_it_owns(crd: CustomResourceDefinition) -> CustomResourceDefinition {
     with_label(crd, labels::CLUSTERCTL_MOVE_HIERARCHY, "")
 }

@@ -28,7 +28,7 @@ pub const WATCH: &str = "cluster.x-k8s.io/watch";
 /// management cluster even when no ownership reaches it from a Cluster (credentials Secrets).
 pub const CLUSTERCTL_MOVE: &str = "clusterctl.cluster.x-k8s.io/move";
 /// On an object (or a CRD: every object of its kind), `clusterctl move` carries it and every
-/// object it owns, directly or not (identities and the Secrets they own). A cluster-scoped
+/// object it owns through owner references, directly or not (identities). A cluster-scoped
 /// object is created on the target only if absent there and kept on the source.
 pub const CLUSTERCTL_MOVE_HIERARCHY: &str = "clusterctl.cluster.x-k8s.io/move-hierarchy";
 

@@ -447,23 +447,17 @@ impl InMemoryActuator {
     }
 }
 
-/// The tag of the cluster's load balancer: from the Cluster's namespace and name, which
-/// `clusterctl move` keeps (its UID is new on the target), as CAPA and CAPO name a cluster's
-/// resources. A Cluster of the same name can only come back once this one's deletion removed its
-/// load balancer (the finalizer waits for it).
+/// The tag of the cluster's load balancer: from the `InMemoryCluster`'s namespace and name,
+/// always at hand (even once the `Cluster` is gone) and kept by `clusterctl move` (UIDs are new
+/// on the target), as CAPA and CAPO name a cluster's resources. An object of the same name can
+/// only come back once this one's deletion removed its load balancer (the finalizer waits for it).
 fn cluster_tag(scope: &ClusterScope<InMemoryCluster>) -> String {
-    format!(
-        "capi-cluster-{}",
-        crate::cloud::cluster_key(
-            scope
-                .cluster
-                .metadata
-                .namespace
-                .as_deref()
-                .unwrap_or_default(),
-            scope.cluster.metadata.name.as_deref().unwrap_or_default()
-        )
-    )
+    let infra = &scope.infra_cluster;
+    let key = crate::cloud::cluster_key(
+        infra.metadata.namespace.as_deref().unwrap_or_default(),
+        infra.metadata.name.as_deref().unwrap_or_default(),
+    );
+    format!("capi-cluster-{key}")
 }
 
 #[async_trait]

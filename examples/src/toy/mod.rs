@@ -146,10 +146,15 @@ fn cpus(size: &str) -> Result<u64, ActuatorError> {
     }
 }
 
-/// The load balancer of a cluster is tagged with the `Cluster`'s UID.
+/// The load balancer of a cluster is tagged with the `ToyCluster`'s namespace and name: always at
+/// hand, and kept by `clusterctl move` (UIDs are new on the target management cluster).
 fn load_balancer_tag(scope: &ClusterScope<ToyCluster>) -> String {
-    let uid = scope.cluster.uid().unwrap_or_default();
-    format!("lb-{uid}")
+    let infra = &scope.infra_cluster;
+    format!(
+        "lb-{}.{}",
+        infra.namespace().unwrap_or_default(),
+        infra.name_any()
+    )
 }
 
 /// What the loop records of instance `id`.

@@ -2,8 +2,9 @@
 //! beside upstream's core, kubeadm bootstrap and kubeadm control plane providers and cert-manager
 //! (all from local repositories, see `capi_testing::clusterctl`), `generate cluster` renders every
 //! template into objects the API server accepts under strict field validation, `describe
-//! cluster` shows the provider's objects and conditions, and `delete` removes what upstream
-//! documents and keeps what it keeps.
+//! cluster` shows the provider's objects and conditions, `move` carries a running cluster to a
+//! second management cluster without touching the cloud, `upgrade apply` replaces the manager
+//! with a cluster untouched, and `delete` removes what upstream documents and keeps what it keeps.
 //!
 //! There is no kubelet here: `capi_testing::pods` runs every Deployment clusterctl installs as a
 //! local process — upstream's managers and cert-manager's from the peer's binaries, this
@@ -817,12 +818,14 @@ fn without_the_new_field(version: &str, release: &mut capi_provider::clusterctl:
     }
 }
 
-/// `uid providerID` of every object of `kind` (`group/version`) in `namespace`, sorted.
+/// `<key> providerID` of every object of `kind` (`group/version`) in `namespace`, sorted, where
+/// `key` is each object's UID (what an upgrade keeps) or name (what a move keeps).
 async fn identities(
     client: &Client,
     (group, version): (&str, &str),
     kind: &str,
     namespace: &str,
+    key: fn(&DynamicObject) -> String,
 ) -> Vec<String> {
     let api = dynamic(client, group, version, kind, Some(namespace));
     let mut found: Vec<String> = api
@@ -834,13 +837,21 @@ async fn identities(
         .map(|o| {
             format!(
                 "{} {}",
-                o.uid().unwrap_or_default(),
+                key(o),
                 o.data["spec"]["providerID"].as_str().unwrap_or("-")
             )
         })
         .collect();
     found.sort();
     found
+}
+
+fn by_uid(object: &DynamicObject) -> String {
+    object.uid().unwrap_or_default()
+}
+
+fn by_name(object: &DynamicObject) -> String {
+    object.name_any()
 }
 
 /// What an upgrade must not change of the cluster `name` (in namespace `name`): its Machines'
@@ -855,8 +866,15 @@ async fn cluster_identities(
         provider_inmemory::api::VERSION,
     );
     (
-        identities(client, ("cluster.x-k8s.io", "v1beta2"), "Machine", name).await,
-        identities(client, infrastructure, "InMemoryMachine", name).await,
+        identities(
+            client,
+            ("cluster.x-k8s.io", "v1beta2"),
+            "Machine",
+            name,
+            by_uid,
+        )
+        .await,
+        identities(client, infrastructure, "InMemoryMachine", name, by_uid).await,
         cloud.instances(name, name).await,
     )
 }
@@ -1026,33 +1044,6 @@ async fn cluster_objects(client: &Client, namespace: &str) -> Vec<String> {
     found
 }
 
-/// `name providerID` of every object of `kind` in `namespace`, sorted: what a move keeps of a
-/// machine (UIDs are new on the target).
-async fn provider_ids(
-    client: &Client,
-    (group, version): (&str, &str),
-    kind: &str,
-    namespace: &str,
-) -> Vec<String> {
-    let api = dynamic(client, group, version, kind, Some(namespace));
-    let mut found: Vec<String> = api
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|o| {
-            format!(
-                "{} {}",
-                o.name_any(),
-                o.data["spec"]["providerID"].as_str().unwrap_or("-")
-            )
-        })
-        .collect();
-    found.sort();
-    found
-}
-
 /// The cloud's instances and load balancers by ID, and its `create_instance` calls so far.
 async fn cloud_inventory(cloud: &CloudProcess) -> (Vec<String>, Vec<String>, u64) {
     let inspection = cloud.inspect().await;
@@ -1138,7 +1129,21 @@ async fn clusterctl_move_carries_a_running_cluster_to_another_management_cluster
         provider_inmemory::api::VERSION,
     );
     let objects = cluster_objects(&source.client, name).await;
-    let machines = provider_ids(&source.client, infrastructure, "InMemoryMachine", name).await;
+    // What a move keeps of the machines: names and provider IDs (UIDs are new on the target).
+    let kept = |client: Client| async move {
+        (
+            identities(
+                &client,
+                ("cluster.x-k8s.io", "v1beta2"),
+                "Machine",
+                name,
+                by_name,
+            )
+            .await,
+            identities(&client, infrastructure, "InMemoryMachine", name, by_name).await,
+        )
+    };
+    let machines = kept(source.client.clone()).await;
     let before = cloud_inventory(&cloud).await;
     assert_eq!(before.0.len(), 2, "one instance per machine: {before:?}");
     assert_eq!(before.1.len(), 1, "the cluster's load balancer: {before:?}");
@@ -1162,9 +1167,15 @@ async fn clusterctl_move_carries_a_running_cluster_to_another_management_cluster
         Some(name),
     );
     let watch = tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + WITHIN;
         let mut paused = false;
-        while let Ok(Some(cluster)) = clusters.get_opt(name).await {
-            paused |= cluster.data["spec"]["paused"] == Value::Bool(true);
+        while tokio::time::Instant::now() < deadline {
+            match clusters.get_opt(name).await {
+                Ok(Some(cluster)) => paused |= cluster.data["spec"]["paused"] == Value::Bool(true),
+                Ok(None) => break,
+                // A failed read is read again.
+                Err(_) => {}
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         paused
@@ -1195,10 +1206,7 @@ async fn clusterctl_move_carries_a_running_cluster_to_another_management_cluster
     .await
     .unwrap();
     assert_ne!(moved.data["spec"]["paused"], Value::Bool(true), "{moved:?}");
-    assert_eq!(
-        provider_ids(&target.client, infrastructure, "InMemoryMachine", name).await,
-        machines
-    );
+    assert_eq!(kept(target.client.clone()).await, machines);
 
     // Status, which the move does not carry, is the target's controllers' again: the provider's
     // objects provisioned and ready, upstream's machines with their nodes.
