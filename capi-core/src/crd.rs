@@ -182,6 +182,15 @@ pub fn moved_with_what_it_owns(crd: CustomResourceDefinition) -> CustomResourceD
     with_label(crd, labels::CLUSTERCTL_MOVE_HIERARCHY, "")
 }
 
+/// Whether `clusterctl move` carries every object of `crd`'s kind with what each owns: the CRD
+/// carries [`labels::CLUSTERCTL_MOVE_HIERARCHY`] (clusterctl looks at the key, not the value).
+pub fn is_moved_with_what_it_owns(crd: &CustomResourceDefinition) -> bool {
+    crd.metadata
+        .labels
+        .as_ref()
+        .is_some_and(|labels| labels.contains_key(labels::CLUSTERCTL_MOVE_HIERARCHY))
+}
+
 fn with_label(
     mut crd: CustomResourceDefinition,
     key: &str,

@@ -215,6 +215,12 @@
 //! CRDs, the RBAC and the hardened Deployment, metadata, cluster templates — into a clusterctl
 //! repository: `clusterctl init --infrastructure mycloud` then installs all of it.
 //!
+//! For `clusterctl move`, name the cloud resources after your `XxxCluster`'s namespace and name
+//! (a move keeps them; UIDs are new on the target), and label what no ownership from the Cluster
+//! reaches: identity CRDs with [`capi_core::crd::moved_with_what_it_owns`], credentials Secrets of
+//! the cluster's namespace (in your templates) with
+//! [`capi_core::labels::CLUSTERCTL_MOVE`].
+//!
 //! ## 6. Testing
 //!
 //! **The actuator's decisions, with mocks.** Put the cloud behind a narrow trait and mock it with

@@ -78,11 +78,7 @@ mod tests {
     fn only_the_identities_are_moved_with_what_they_own() {
         let moved: Vec<String> = super::crds()
             .into_iter()
-            .filter(|crd| {
-                crd.metadata.labels.as_ref().is_some_and(|labels| {
-                    labels.get(capi_core::labels::CLUSTERCTL_MOVE_HIERARCHY) == Some(&String::new())
-                })
-            })
+            .filter(capi_core::crd::is_moved_with_what_it_owns)
             .map(|crd| crd.spec.names.kind)
             .collect();
         assert_eq!(

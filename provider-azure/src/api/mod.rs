@@ -60,17 +60,13 @@ pub fn crds()
 
 #[cfg(test)]
 mod tests {
-    /// `clusterctl move` carries the identities of the moved namespace and the Secrets they own;
-    /// the other kinds move through their Cluster.
+    /// `clusterctl move` carries the identities of the moved namespace and what they own; the
+    /// other kinds move through their Cluster.
     #[test]
     fn only_the_identity_is_moved_with_what_it_owns() {
         let moved: Vec<String> = super::crds()
             .into_iter()
-            .filter(|crd| {
-                crd.metadata.labels.as_ref().is_some_and(|labels| {
-                    labels.get(capi_core::labels::CLUSTERCTL_MOVE_HIERARCHY) == Some(&String::new())
-                })
-            })
+            .filter(capi_core::crd::is_moved_with_what_it_owns)
             .map(|crd| crd.spec.names.kind)
             .collect();
         assert_eq!(moved, ["AzureClusterIdentity"]);
