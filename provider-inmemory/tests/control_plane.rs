@@ -673,13 +673,34 @@ async fn set_scheduler(world: &World, node: &str, broken: bool) {
 async fn a_failing_control_plane_component_is_reported_and_no_machine_joins_until_it_recovers() {
     let world = world(EtcdMode::Simulated).await;
     world.settled(1, "v1.33.0").await;
-    let first = world
-        .machines()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .remove(0);
+    const HEALTHY: [&str; 5] = [
+        "APIServerPodHealthy",
+        "ControllerManagerPodHealthy",
+        "SchedulerPodHealthy",
+        "EtcdPodHealthy",
+        "EtcdMemberHealthy",
+    ];
+    // The machine is Ready once its node is; its pods' conditions follow the next pass that
+    // reads them (a static pod may still be Pending then).
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    let first = loop {
+        let first = world
+            .machines()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .remove(0);
+        let conditions = &first.status.as_ref().unwrap().conditions;
+        if HEALTHY.iter().all(|c| condition::is_true(conditions, c)) {
+            break first;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first machine's components never all became healthy: {conditions:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let machine = first.name_any();
     let node = first
         .status
@@ -690,20 +711,6 @@ async fn a_failing_control_plane_component_is_reported_and_no_machine_joins_unti
         .unwrap()
         .name
         .clone();
-    let conditions = first.status.as_ref().unwrap().conditions.clone();
-    for healthy in [
-        "APIServerPodHealthy",
-        "ControllerManagerPodHealthy",
-        "SchedulerPodHealthy",
-        "EtcdPodHealthy",
-        "EtcdMemberHealthy",
-    ] {
-        assert!(
-            condition::is_true(&conditions, healthy),
-            "{healthy}: {:?}",
-            condition::get(&conditions, healthy)
-        );
-    }
 
     // The scheduler crash-loops; then the control plane is asked for 3 machines.
     set_scheduler(&world, &node, true).await;

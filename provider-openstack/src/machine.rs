@@ -5,7 +5,11 @@
 //!
 //! At most one server per machine: `exists` finds a server by provider ID, else by name *and* the
 //! idempotency key in its metadata, so a create retried after a crash or a lost response finds the
-//! server the first attempt made (Nova records it before answering).
+//! server the first attempt made (Nova records it before answering). Nova deduplicates nothing,
+//! so a request whose answer was lost may still be on its way into Nova when the retry looks: the
+//! machine's first port carries the time its server was last asked for (a Neutron tag written
+//! before the request), and a retry that finds the machine's ports but no server waits until
+//! [`OpenStackMachineActuator::server_request_settle`] has passed since then before it asks again.
 //!
 //! One reconcile of an existing machine reads its server from Nova and the server's ports from
 //! Neutron once: `exists` hands both to `update` as a [`ServerRecord`]. The cluster's settings
@@ -27,10 +31,15 @@ use capi_core::{
 use kube::ResourceExt;
 
 use crate::api::{OpenStackCluster, OpenStackMachine, OpenStackMachineSpec, PortOpts};
-use crate::cloud::{Port, PortAddressPair, PortCreate, PortFixedIp, Server, ServerCreate};
+use crate::cloud::{
+    NeutronResource, Port, PortAddressPair, PortCreate, PortFixedIp, Server, ServerCreate,
+};
 use crate::cluster::api_server_port;
 use crate::connector::{Clients, Connector, actuator_error};
-use crate::naming::{ClusterNames, MACHINE_KEY_METADATA, machine_port, machine_port_description};
+use crate::naming::{
+    ClusterNames, MACHINE_KEY_METADATA, is_server_requested_tag, machine_port,
+    machine_port_description, server_requested_at, server_requested_tag,
+};
 use crate::resolve::{self, by_name};
 
 /// The provider ID prefix: `openstack:///<server-id>`, what the OpenStack cloud provider sets on
@@ -40,10 +49,17 @@ pub const PROVIDER_ID_PREFIX: &str = "openstack:///";
 const BUILD_POLL: Duration = Duration::from_secs(5);
 const DELETE_POLL: Duration = Duration::from_secs(2);
 
+/// How long after a request for a server whose answer never came (a crash, a lost connection, a
+/// timeout) the provider assumes Nova has recorded it or never will: twice the longest a request
+/// may take.
+pub const SERVER_REQUEST_SETTLE: Duration =
+    Duration::from_secs(2 * crate::cloud::session::REQUEST_TIMEOUT.as_secs());
+
 /// Reconciles `OpenStackMachine`s in the cloud their scope's `OpenStackCluster` names, with the
 /// clients its [`Connector`] gives for that cluster's `identityRef`.
 pub struct OpenStackMachineActuator {
     pub(crate) connector: Arc<dyn Connector>,
+    server_request_settle: Duration,
 }
 
 /// What [`Actuator::exists`] found of a machine's instance, handed unchanged to
@@ -58,9 +74,28 @@ pub struct ServerRecord {
 }
 
 impl OpenStackMachineActuator {
-    /// An actuator reaching the cloud through `connector`.
+    /// An actuator reaching the cloud through `connector`, waiting [`SERVER_REQUEST_SETTLE`]
+    /// before it asks again for a server whose earlier request went unanswered.
     pub fn new(connector: Arc<dyn Connector>) -> Self {
-        Self { connector }
+        Self {
+            connector,
+            server_request_settle: SERVER_REQUEST_SETTLE,
+        }
+    }
+
+    /// The same actuator, waiting `settle` instead: how long after a request for a server whose
+    /// answer never came a retry waits before it asks Nova again. Shorter than the time Nova may
+    /// take to record a request risks a second server; a cloud known to record within seconds (a
+    /// test cloud) may use less than the default.
+    pub fn with_server_request_settle(mut self, settle: Duration) -> Self {
+        self.server_request_settle = settle;
+        self
+    }
+
+    /// How long after a request for a server whose answer never came a retry waits before it
+    /// asks Nova again.
+    pub fn server_request_settle(&self) -> Duration {
+        self.server_request_settle
     }
 
     async fn context(
@@ -247,8 +282,8 @@ impl Ctx {
     }
 
     /// The machine's ports as the spec asks (one on the cluster network by default), created or
-    /// adopted; returns their IDs in order.
-    async fn ensure_ports(&self, machine: &OpenStackMachine) -> Result<Vec<String>, ActuatorError> {
+    /// adopted, in order.
+    async fn ensure_ports(&self, machine: &OpenStackMachine) -> Result<Vec<Port>, ActuatorError> {
         let net = self.clients.network.as_ref();
         let mut groups = Vec::new();
         if self.cluster.spec.managed_security_groups.is_some() {
@@ -278,21 +313,22 @@ impl Ctx {
             groups.push(resolve::security_group(net, param, &field).await?.id);
         }
         let description = machine_port_description(&self.key);
-        let mut ids = Vec::new();
+        let mut ports = Vec::new();
         for (i, opts) in wanted_ports(&machine.spec).iter().enumerate() {
             let name = machine_port(&self.name, i, opts.name_suffix.as_deref());
             let pairs = address_pairs(opts);
-            let existing = net
+            let mut existing = net
                 .ports(&by_name(&name))
                 .await
                 .map_err(|e| actuator_error("finding the machine's ports", e))?;
-            if let Some(port) = existing.iter().find(|p| p.description == description) {
+            let mine = existing.iter().position(|p| p.description == description);
+            if let Some(port) = mine.map(|i| existing.swap_remove(i)) {
                 if port.allowed_address_pairs != pairs {
                     net.set_allowed_address_pairs(&port.id, &pairs)
                         .await
                         .map_err(|e| actuator_error("updating allowed address pairs", e))?;
                 }
-                ids.push(port.id.clone());
+                ports.push(port);
                 continue;
             }
             if !existing.is_empty() {
@@ -332,9 +368,56 @@ impl Ctx {
                 })
                 .await
                 .map_err(|e| actuator_error("creating the machine's port", e))?;
-            ids.push(port.id);
+            ports.push(port);
         }
-        Ok(ids)
+        Ok(ports)
+    }
+
+    /// Marks `ports`' first port with the time a server is asked for now, or, when it already
+    /// carries a request younger than `settle`, refuses to ask again: that request's answer was
+    /// lost (no server was found), and Nova may not have recorded it yet. Nothing latches: a
+    /// time more than `settle` ahead of this clock (a clock set back) is taken as stale.
+    async fn mark_server_request(
+        &self,
+        ports: &[Port],
+        settle: Duration,
+    ) -> Result<(), ActuatorError> {
+        let Some(first) = ports.first() else {
+            return Ok(());
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        if let Some(at) = server_requested_at(&first.tags) {
+            let waited = Duration::from_secs(now.saturating_sub(at));
+            let ahead = Duration::from_secs(at.saturating_sub(now));
+            if waited < settle && ahead <= settle {
+                return Err(ActuatorError::requeue_after(
+                    settle.saturating_sub(waited).max(Duration::from_secs(1)),
+                    "WaitingForEarlierServerRequest",
+                    format!(
+                        "the answer to an earlier request for this machine's server was lost and \
+                         Nova shows no server yet; asking again once {}s have passed since it",
+                        settle.as_secs()
+                    ),
+                ));
+            }
+        }
+        let mut tags: Vec<String> = first
+            .tags
+            .iter()
+            .filter(|t| !is_server_requested_tag(t))
+            .cloned()
+            .collect();
+        tags.push(server_requested_tag(now));
+        self.clients
+            .network
+            .set_tags(Port::COLLECTION, &first.id, &tags)
+            .await
+            .map_err(|e| {
+                actuator_error("marking the machine's port before asking for its server", e)
+            })
     }
 
     /// Sets the allowed address pairs (mutable in Neutron) the spec asks for on the machine's
@@ -583,7 +666,9 @@ impl Actuator<OpenStackMachine, OpenStackCluster> for OpenStackMachineActuator {
             }
             None => None,
         };
-        let port_ids = ctx.ensure_ports(&scope.infra_machine).await?;
+        let ports = ctx.ensure_ports(&scope.infra_machine).await?;
+        ctx.mark_server_request(&ports, self.server_request_settle)
+            .await?;
         let mut metadata: BTreeMap<String, String> = spec
             .server_metadata
             .iter()
@@ -598,7 +683,7 @@ impl Actuator<OpenStackMachine, OpenStackCluster> for OpenStackMachineActuator {
                 flavor_id: flavor.id,
                 image_id: image.id,
                 key_name: spec.ssh_key_name.clone(),
-                port_ids,
+                port_ids: ports.into_iter().map(|p| p.id).collect(),
                 user_data: bootstrap.expose().to_vec(),
                 metadata,
                 tags,
@@ -1037,6 +1122,13 @@ mod tests {
                     ..Port::default()
                 })
             });
+        network
+            .expect_set_tags()
+            .times(1)
+            .withf(|collection, id, tags| {
+                collection == "ports" && id == "port-1" && server_requested_at(tags).is_some()
+            })
+            .returning(|_, _, _| Ok(()));
         let bootstrap = BootstrapData::new(
             BootstrapFormat::CloudConfig,
             b"#cloud-config\nruncmd: [kubeadm join]\n".to_vec(),
@@ -1050,6 +1142,105 @@ mod tests {
             created.provider_id,
             format!("{PROVIDER_ID_PREFIX}srv-{}", scope.idempotency_key)
         );
+    }
+
+    /// A create that finds `port` (the machine's, adopted) and no server, with an image and a
+    /// flavor to boot from; `booted` counts the servers it asks Nova for.
+    fn retried_create(port: Port, booted: &Calls) -> OpenStackMachineActuator {
+        let scope = scope();
+        let key = scope.idempotency_key.as_str().to_string();
+        let mut compute = MockCompute::new();
+        compute.expect_servers_named().returning(|_| Ok(vec![]));
+        compute.expect_find_flavor().returning(|_| {
+            Ok(Some(Flavor {
+                id: "flavor-1".into(),
+                name: "m1".into(),
+                ..Flavor::default()
+            }))
+        });
+        let booted = booted.clone();
+        compute
+            .expect_create_server()
+            .returning(move |_| Ok(booted.answer(server(&key, "BUILD"))));
+        let mut images = MockImages::new();
+        images
+            .expect_find_images()
+            .returning(|_, _| Ok(vec![image_img()]));
+        let mut network = MockNetworking::new();
+        network
+            .expect_ports()
+            .returning(move |_| Ok(vec![port.clone()]));
+        network.expect_set_tags().returning(|_, _, _| Ok(()));
+        actuator_over(compute, images, network)
+    }
+
+    fn adopted_port(tags: Vec<String>) -> Port {
+        Port {
+            id: "port-1".into(),
+            name: machine_port("m-0", 0, None),
+            description: machine_port_description(scope().idempotency_key.as_str()),
+            tags,
+            ..Port::default()
+        }
+    }
+
+    fn unix_now() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    }
+
+    #[tokio::test]
+    async fn a_server_request_whose_answer_was_lost_is_not_repeated_until_nova_has_had_time_to_record_it()
+     {
+        let bootstrap =
+            BootstrapData::new(BootstrapFormat::CloudConfig, b"#cloud-config\n".to_vec());
+        let booted = Calls::default();
+        let just_asked = adopted_port(vec![server_requested_tag(unix_now() - 3)]);
+        let error = retried_create(just_asked, &booted)
+            .create(&scope(), &bootstrap)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            booted.count(),
+            0,
+            "no second request while the first may be in flight"
+        );
+        let wait = error.requeue_delay().expect("a requeue, not a failure");
+        assert!(
+            wait <= SERVER_REQUEST_SETTLE - Duration::from_secs(2)
+                && wait >= Duration::from_secs(50),
+            "{wait:?}"
+        );
+
+        let long_ago = adopted_port(vec![server_requested_tag(unix_now() - 61)]);
+        retried_create(long_ago, &booted)
+            .create(&scope(), &bootstrap)
+            .await
+            .unwrap();
+        assert_eq!(
+            booted.count(),
+            1,
+            "asked again once the first cannot be in flight"
+        );
+
+        // A request time far ahead of this clock (a clock set back) does not hold the machine.
+        let ahead = adopted_port(vec![server_requested_tag(unix_now() + 3600)]);
+        retried_create(ahead, &booted)
+            .create(&scope(), &bootstrap)
+            .await
+            .unwrap();
+        assert_eq!(booted.count(), 2);
+
+        // A shorter settle, for a cloud that records within seconds.
+        let recent = adopted_port(vec![server_requested_tag(unix_now() - 10)]);
+        retried_create(recent, &booted)
+            .with_server_request_settle(Duration::from_secs(5))
+            .create(&scope(), &bootstrap)
+            .await
+            .unwrap();
+        assert_eq!(booted.count(), 3);
     }
 
     #[tokio::test]

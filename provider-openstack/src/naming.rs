@@ -71,6 +71,29 @@ pub fn machine_port_description(key: &str) -> String {
     format!("capi-rs machine {key}")
 }
 
+/// The prefix of the tag a machine's first port carries from the moment the provider asks Nova
+/// for the machine's server: `capi-rs-server-requested-at:<unix seconds>`.
+const SERVER_REQUESTED_AT: &str = "capi-rs-server-requested-at:";
+
+/// The tag saying a server was asked for at `unix_seconds` (38 characters at most, within
+/// Neutron's 60).
+pub fn server_requested_tag(unix_seconds: u64) -> String {
+    format!("{SERVER_REQUESTED_AT}{unix_seconds}")
+}
+
+/// When a server was last asked for, by the latest of `tags`' server-requested tags; `None` when
+/// none carries one (a tag that does not parse is not one).
+pub fn server_requested_at<'a>(tags: impl IntoIterator<Item = &'a String>) -> Option<u64> {
+    tags.into_iter()
+        .filter_map(|tag| tag.strip_prefix(SERVER_REQUESTED_AT)?.parse().ok())
+        .max()
+}
+
+/// Whether `tag` is a server-requested tag (replaced, never accumulated).
+pub fn is_server_requested_tag(tag: &str) -> bool {
+    tag.starts_with(SERVER_REQUESTED_AT)
+}
+
 /// The name of a machine's `index`th port (`<machine>-<suffix>` when the spec names it).
 pub fn machine_port(machine: &str, index: usize, suffix: Option<&str>) -> String {
     match suffix {
@@ -101,5 +124,20 @@ mod tests {
     fn tags_fit_neutron() {
         let names = ClusterNames::new(&"n".repeat(63), &"c".repeat(63));
         assert_eq!(names.tag().len(), 60);
+        assert!(server_requested_tag(u64::MAX).len() <= 60);
+    }
+
+    #[test]
+    fn the_latest_server_request_is_read_back_and_other_tags_are_not_one() {
+        let tags = [
+            "capi-rs-team-a-demo".to_string(),
+            server_requested_tag(1_700_000_000),
+            server_requested_tag(1_800_000_000),
+            "capi-rs-server-requested-at:soon".to_string(),
+        ];
+        assert_eq!(server_requested_at(&tags), Some(1_800_000_000));
+        assert_eq!(server_requested_at(&tags[..1]), None);
+        assert!(is_server_requested_tag(&tags[3]));
+        assert!(!is_server_requested_tag(&tags[0]));
     }
 }

@@ -143,7 +143,12 @@ async fn the_openstack_provider_conforms_on_a_real_openstack() {
     }))
     .unwrap();
     let machines = MachineSuite::new(
-        Arc::new(OpenStackMachineActuator::new(connector.clone())),
+        // The local Nova records a request within a second or two of receiving it, also under
+        // CI's load; a crash point between a server request and its record waits this long.
+        Arc::new(
+            OpenStackMachineActuator::new(connector.clone())
+                .with_server_request_settle(Duration::from_secs(15)),
+        ),
         inventory.clone(),
         infra_machine,
         infra_cluster.clone(),
