@@ -63,23 +63,36 @@ fn provider_rules(plural: &str) -> Vec<PolicyRule> {
     )
 }
 
-/// `provider`'s CRDs and the rules of its own controllers. The OpenStack manager reads the
-/// `identityRef` Secrets (which the machine reconciler's rules grant); the AWS and Azure managers
-/// also read their identity kinds and the namespaces their selectors need.
-fn parts(provider: &str) -> Option<(Vec<CustomResourceDefinition>, Vec<PolicyRule>)> {
+/// What a provider's components are made of: its CRDs, the rules of its own controllers, and
+/// the rules it needs in its manager's namespace only.
+type Parts = (
+    Vec<CustomResourceDefinition>,
+    Vec<PolicyRule>,
+    Vec<PolicyRule>,
+);
+
+/// `provider`'s [`Parts`]. The OpenStack manager reads the `identityRef` Secrets (which the
+/// machine reconciler's rules grant); the AWS and Azure managers also read their identity kinds
+/// and the namespaces their selectors need; the AWS manager makes each static identity the owner
+/// of its Secret in the manager's namespace.
+fn parts(provider: &str) -> Option<Parts> {
     let rules = provider_rules(provider);
     Some(match provider {
-        "inmemory" => (provider_inmemory::api::crds(), rules),
-        "openstack" => (provider_openstack::api::crds(), rules),
+        "inmemory" => (provider_inmemory::api::crds(), rules, Vec::new()),
+        "openstack" => (provider_openstack::api::crds(), rules, Vec::new()),
         "aws" => {
             let mut rules = rules;
             rules.extend(provider_aws::connector::rbac());
-            (provider_aws::api::crds(), rules)
+            (
+                provider_aws::api::crds(),
+                rules,
+                provider_aws::connector::identity_namespace_rbac(),
+            )
         }
         "azure" => {
             let mut rules = rules;
             rules.extend(provider_azure::connector::rbac());
-            (provider_azure::api::crds(), rules)
+            (provider_azure::api::crds(), rules, Vec::new())
         }
         _ => return None,
     })
@@ -89,9 +102,10 @@ fn parts(provider: &str) -> Option<(Vec<CustomResourceDefinition>, Vec<PolicyRul
 /// namespace `capi-<provider>-system`, manager `capi-<provider>-manager`, image
 /// `ghcr.io/capi-rs/<provider>-manager:v<version>` (what `cargo xtask image` builds).
 pub fn components(provider: &str) -> Result<Components, ManifestError> {
-    let (crds, rules) =
+    let (crds, rules, namespace_rules) =
         parts(provider).ok_or_else(|| ManifestError::UnknownProvider(provider.to_string()))?;
     let mut components = Components::new(&clusterctl_name(provider), crds, rules)?;
+    components.namespace_rules = namespace_rules;
     components.namespace = format!("capi-{provider}-system");
     components.manager = format!("capi-{provider}-manager");
     components.image = format!(

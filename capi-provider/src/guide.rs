@@ -219,7 +219,11 @@
 //! (a move keeps them; UIDs are new on the target), and label what no ownership from the Cluster
 //! reaches: identity CRDs with [`capi_core::crd::moved_with_what_it_owns`], credentials Secrets of
 //! the cluster's namespace (in your templates) with
-//! [`capi_core::labels::CLUSTERCTL_MOVE`].
+//! [`capi_core::labels::CLUSTERCTL_MOVE`]. A Secret in your manager's namespace that a
+//! cluster-scoped identity names moves only when that identity owns it: set the owner reference
+//! when the identity is used (as the AWS provider does for `AWSClusterStaticIdentity`), with
+//! `patch` on Secrets granted in that namespace only
+//! ([`crate::clusterctl::Components::namespace_rules`]).
 //!
 //! ## 6. Testing
 //!

@@ -101,6 +101,7 @@ pub struct ProviderManager {
     args: ManagerArgs,
     crds: Vec<CustomResourceDefinition>,
     rules: Vec<PolicyRule>,
+    namespace_rules: Vec<PolicyRule>,
     bootstrap: BootstrapSettings,
     core: CoreSettings,
     etcd: Option<Arc<dyn EtcdAccess>>,
@@ -124,10 +125,12 @@ impl ProviderManager {
         }
         items.push(serde_json::to_value(role).map_err(ProviderError::Manifests)?);
         if let Some(lease) = &self.args.leader_elect {
+            let mut rules = capi_runtime::rbac::leader_election();
+            rules.extend(self.namespace_rules.iter().cloned());
             let role = capi_runtime::rbac::role(
                 &lease.namespace,
                 &format!("{}-manager", self.name),
-                capi_runtime::rbac::leader_election(),
+                rules,
             );
             let mut role = serde_json::to_value(role).map_err(ProviderError::Manifests)?;
             role["apiVersion"] = serde_json::json!("rbac.authorization.k8s.io/v1");
@@ -235,6 +238,7 @@ impl ProviderManager {
             args,
             crds: Vec::new(),
             rules: Vec::new(),
+            namespace_rules: Vec::new(),
             bootstrap: BootstrapSettings::default(),
             core: CoreSettings::default(),
             etcd: None,
@@ -284,6 +288,14 @@ impl ProviderManager {
     ) -> Self {
         self.crds = crds;
         self.rules = rules;
+        self
+    }
+
+    /// Rules the manager needs in its own namespace only, such as `patch` on the Secrets its
+    /// cluster-scoped identities name there: with `--leader-elect NAMESPACE/NAME`,
+    /// `--print-manifests` grants them in the Lease's Role, in that namespace.
+    pub fn namespace_rules(mut self, rules: Vec<PolicyRule>) -> Self {
+        self.namespace_rules = rules;
         self
     }
 
@@ -426,7 +438,8 @@ mod tests {
                 "x-system/x",
             ]),
         )
-        .manifests(vec![crd("infrastructure.example.com", "xmachines")], rules);
+        .manifests(vec![crd("infrastructure.example.com", "xmachines")], rules)
+        .namespace_rules(vec![capi_runtime::rbac::rule("", &["secrets"], &["patch"])]);
         let list = manager.manifests_list().unwrap();
         let items = list["items"].as_array().unwrap();
         assert_eq!(items[0]["kind"], "CustomResourceDefinition");
@@ -458,5 +471,7 @@ mod tests {
             (Some("Role"), Some("x-system"))
         );
         assert_eq!(election["rules"][0]["resources"][0], "leases");
+        assert_eq!(election["rules"][1]["resources"][0], "secrets");
+        assert_eq!(election["rules"][1]["verbs"][0], "patch");
     }
 }

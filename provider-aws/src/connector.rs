@@ -39,6 +39,13 @@ pub const IDENTITY_NOT_FOUND: &str = "IdentityNotFound";
 #[cfg(feature = "sdk")]
 const MAX_CHAIN: usize = 4;
 
+/// What the manager needs in its own namespace, where `AWSClusterStaticIdentity` Secrets are:
+/// to make each static identity the owner of its Secret (`patch`), as CAPA does. Grant it with a
+/// Role there, never cluster-wide.
+pub fn identity_namespace_rbac() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
+    vec![capi_runtime::rbac::rule("", &["secrets"], &["patch"])]
+}
+
 /// What resolving identities reads beside Secrets (which the infrastructure reconcilers'
 /// rules already grant): the identity kinds, and namespaces for `allowedNamespaces` selectors.
 pub fn rbac() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
@@ -162,6 +169,9 @@ pub struct SecretConnector {
     budgets: crate::throttle::Budgets,
     endpoint_url: Option<String>,
     cache: Arc<ClientCache>,
+    /// The UIDs of the static identities whose Secret could not be made theirs, warned about
+    /// once each.
+    unowned: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 /// The namespace of `AWSClusterStaticIdentity` Secrets when none is given: the manager's, as
@@ -179,6 +189,7 @@ impl SecretConnector {
             budgets: crate::throttle::Budgets::default(),
             endpoint_url: None,
             cache: Arc::default(),
+            unowned: Arc::default(),
         }
     }
 
@@ -216,11 +227,91 @@ impl SecretConnector {
         namespace: &str,
         name: &str,
     ) -> Result<(String, crate::credentials::StaticCredentials), ActuatorError> {
+        let secret = self.secret(namespace, name).await?;
+        Self::credentials_of(namespace, name, secret)
+    }
+
+    /// The credentials of static identity `identity`, from its Secret in the manager's
+    /// namespace, and that Secret's `resourceVersion`. The Secret is made owned by the identity
+    /// first (as CAPA does): `clusterctl move` carries a Secret of a provider's namespace only
+    /// when something it moves owns it, and the identity moves. A refused patch (an installation
+    /// whose Role lacks [`identity_namespace_rbac`]) is logged and the credentials still used.
+    async fn static_identity_credentials(
+        &self,
+        identity: &crate::api::AWSClusterStaticIdentity,
+    ) -> Result<(String, crate::credentials::StaticCredentials), ActuatorError> {
+        let namespace = self.identity_namespace.as_str();
+        let name = identity.spec.secret_ref.as_str();
+        let secret = self.secret(namespace, name).await?;
+        let secret = self.owned_by_identity(secret, identity).await;
+        Self::credentials_of(namespace, name, secret)
+    }
+
+    /// `secret` with `identity` among its owners: as read when it already is, as patched
+    /// otherwise (a strategic merge, which adds the reference by its UID and keeps the others).
+    async fn owned_by_identity(
+        &self,
+        secret: k8s_openapi::api::core::v1::Secret,
+        identity: &crate::api::AWSClusterStaticIdentity,
+    ) -> k8s_openapi::api::core::v1::Secret {
+        use kube::Resource;
+        let Some(uid) = identity.meta().uid.clone() else {
+            return secret;
+        };
+        if secret.owner_references().iter().any(|o| o.uid == uid) {
+            return secret;
+        }
+        let owner = k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: crate::api::AWSClusterStaticIdentity::api_version(&()).into_owned(),
+            kind: crate::api::AWSClusterStaticIdentity::kind(&()).into_owned(),
+            name: identity.name_any(),
+            uid: uid.clone(),
+            ..Default::default()
+        };
+        let patch = serde_json::json!({"metadata": {"ownerReferences": [owner]}});
+        let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+            kube::Api::namespaced(self.client.clone(), &self.identity_namespace);
+        match secrets
+            .patch(
+                &secret.name_any(),
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Strategic(patch),
+            )
+            .await
+        {
+            Ok(patched) => patched,
+            Err(error) => {
+                let first = self
+                    .unowned
+                    .lock()
+                    .map(|mut warned| warned.insert(uid))
+                    .unwrap_or(true);
+                if first {
+                    tracing::warn!(
+                        identity = %identity.name_any(),
+                        secret = %secret.name_any(),
+                        %error,
+                        "could not make the static identity the owner of its Secret (tried again \
+                         on every use, warned once): clusterctl move will not carry the Secret \
+                         with it"
+                    );
+                }
+                secret
+            }
+        }
+    }
+
+    /// The Secret `namespace/name`.
+    async fn secret(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<k8s_openapi::api::core::v1::Secret, ActuatorError> {
         let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
             kube::Api::namespaced(self.client.clone(), namespace);
         // A missing or unusable Secret is retried with backoff, never latched: creating or
         // fixing it does not change the AWSCluster's generation.
-        let secret = secrets
+        secrets
             .get_opt(name)
             .await
             .map_err(|e| ActuatorError::transient("CredentialsSecretUnreadable", e))?
@@ -233,7 +324,15 @@ impl SecretConnector {
                          credentials)"
                     ),
                 )
-            })?;
+            })
+    }
+
+    /// The static credentials in `secret` (`namespace/name`), and its `resourceVersion`.
+    fn credentials_of(
+        namespace: &str,
+        name: &str,
+        secret: k8s_openapi::api::core::v1::Secret,
+    ) -> Result<(String, crate::credentials::StaticCredentials), ActuatorError> {
         let credentials =
             crate::credentials::StaticCredentials::from_secret(&secret).map_err(|e| {
                 ActuatorError::transient_message(
@@ -346,9 +445,8 @@ impl SecretConnector {
                         source,
                     ));
                 }
-                let (secret_version, credentials) = self
-                    .secret_credentials(&self.identity_namespace, &identity.spec.secret_ref)
-                    .await?;
+                let (secret_version, credentials) =
+                    self.static_identity_credentials(&identity).await?;
                 Ok((
                     Principal::Static(credentials),
                     format!("{version}/{secret_version}"),

@@ -221,11 +221,39 @@ async fn an_identity_that_does_not_admit_the_namespace_lets_no_request_reach_aws
         Vec::<String>::new(),
         "a request reached AWS"
     );
+    let operator_secret = || async {
+        Api::<Secret>::namespaced(world.env.client(), &world.manager_ns)
+            .get("operator-credentials")
+            .await
+            .unwrap()
+    };
+    assert_eq!(
+        operator_secret().await.metadata.owner_references,
+        None,
+        "a refused cluster's reconcile changed the operator's Secret"
+    );
 
     // The operator admits the namespace by its label: the next reconcile reaches AWS.
     world.label_namespace(json!({"team": "blue"})).await;
     world.status_with(&["AuthenticationFailed"]).await;
     assert!(!world.received().is_empty());
+    // The identity in use owns its Secret (as CAPA's does), so that `clusterctl move`, which
+    // carries a provider namespace's Secret only with an object that owns it, carries it with the
+    // identity.
+    let uid = Api::<AWSClusterStaticIdentity>::all(world.env.client())
+        .get("shared")
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let owners = operator_secret().await.metadata.owner_references.unwrap();
+    assert!(
+        owners
+            .iter()
+            .any(|o| o.uid == uid && o.kind == "AWSClusterStaticIdentity" && o.name == "shared"),
+        "{owners:?}"
+    );
 
     // And revokes it: no request after the cluster says so.
     world.label_namespace(json!({"team": null})).await;

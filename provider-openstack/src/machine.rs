@@ -8,8 +8,11 @@
 //! server the first attempt made (Nova records it before answering). Nova deduplicates nothing,
 //! so a request whose answer was lost may still be on its way into Nova when the retry looks: the
 //! machine's first port carries the time its server was last asked for (a Neutron tag written
-//! before the request), and a retry that finds the machine's ports but no server waits until
-//! [`OpenStackMachineActuator::server_request_settle`] has passed since then before it asks again.
+//! right before the request), and a retry that finds the machine's ports but no server waits until
+//! [`OpenStackMachineActuator::server_request_settle`] has passed since then before it asks again
+//! — and a deletion before it removes the ports, so that a server Nova records late is still found
+//! and deleted (a deletion that finds the server removes the mark). The mark is by the managers'
+//! clocks, assumed in step.
 //!
 //! One reconcile of an existing machine reads its server from Nova and the server's ports from
 //! Neutron once: `exists` hands both to `update` as a [`ServerRecord`]. The cluster's settings
@@ -48,6 +51,17 @@ pub const PROVIDER_ID_PREFIX: &str = "openstack:///";
 
 const BUILD_POLL: Duration = Duration::from_secs(5);
 const DELETE_POLL: Duration = Duration::from_secs(2);
+
+/// The longest marking a machine's port may take for the server request to follow it at once.
+const MARK_BUDGET: Duration = Duration::from_secs(5);
+
+/// Seconds since the Unix epoch, by this machine's clock.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs()
+}
 
 /// How long after a request for a server whose answer never came (a crash, a lost connection, a
 /// timeout) the provider assumes Nova has recorded it or never will: twice the longest a request
@@ -373,51 +387,98 @@ impl Ctx {
         Ok(ports)
     }
 
-    /// Marks `ports`' first port with the time a server is asked for now, or, when it already
-    /// carries a request younger than `settle`, refuses to ask again: that request's answer was
-    /// lost (no server was found), and Nova may not have recorded it yet. Nothing latches: a
-    /// time more than `settle` ahead of this clock (a clock set back) is taken as stale.
+    /// Refuses to go on while a request for this machine's server may still be on its way into
+    /// Nova: when the latest server-requested tag among `ports` is younger than `settle` (no
+    /// server was found, so that request's answer was lost, and Nova may not have recorded it
+    /// yet). `then` says what waits. Nothing latches: a time more than `settle` ahead of this
+    /// clock (a clock set back) is taken as stale. Replicas' clocks are assumed in step (NTP).
+    fn wait_for_earlier_server_request(
+        ports: &[Port],
+        settle: Duration,
+        then: &str,
+    ) -> Result<(), ActuatorError> {
+        let Some(at) = server_requested_at(ports.iter().flat_map(|p| &p.tags)) else {
+            return Ok(());
+        };
+        let now = unix_now();
+        let waited = Duration::from_secs(now.saturating_sub(at));
+        let ahead = Duration::from_secs(at.saturating_sub(now));
+        if waited < settle && ahead <= settle {
+            return Err(ActuatorError::requeue_after(
+                settle.saturating_sub(waited).max(Duration::from_secs(1)),
+                "WaitingForEarlierServerRequest",
+                format!(
+                    "the answer to an earlier request for this machine's server was lost and Nova \
+                     shows no server yet; {then} once {}s have passed since that request",
+                    settle.as_secs()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Marks `ports`' first port with the time a server is asked for now, keeping its other
+    /// tags, unless [`Ctx::wait_for_earlier_server_request`] refuses. The request must follow
+    /// at once: when marking took long (Neutron retried), it is not made this time, so that no
+    /// request ever leaves later than its mark says.
     async fn mark_server_request(
         &self,
         ports: &[Port],
         settle: Duration,
     ) -> Result<(), ActuatorError> {
+        Self::wait_for_earlier_server_request(ports, settle, "asking again")?;
         let Some(first) = ports.first() else {
             return Ok(());
         };
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs();
-        if let Some(at) = server_requested_at(&first.tags) {
-            let waited = Duration::from_secs(now.saturating_sub(at));
-            let ahead = Duration::from_secs(at.saturating_sub(now));
-            if waited < settle && ahead <= settle {
-                return Err(ActuatorError::requeue_after(
-                    settle.saturating_sub(waited).max(Duration::from_secs(1)),
-                    "WaitingForEarlierServerRequest",
-                    format!(
-                        "the answer to an earlier request for this machine's server was lost and \
-                         Nova shows no server yet; asking again once {}s have passed since it",
-                        settle.as_secs()
-                    ),
-                ));
-            }
-        }
         let mut tags: Vec<String> = first
             .tags
             .iter()
             .filter(|t| !is_server_requested_tag(t))
             .cloned()
             .collect();
-        tags.push(server_requested_tag(now));
+        tags.push(server_requested_tag(unix_now()));
+        let started = std::time::Instant::now();
         self.clients
             .network
             .set_tags(Port::COLLECTION, &first.id, &tags)
             .await
             .map_err(|e| {
                 actuator_error("marking the machine's port before asking for its server", e)
-            })
+            })?;
+        if started.elapsed() > MARK_BUDGET {
+            return Err(ActuatorError::requeue_after(
+                settle,
+                "WaitingForEarlierServerRequest",
+                "marking the machine's port took long; asking for its server once the mark has \
+                 settled",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Removes the server-requested marks from the machine's ports (listing them by their
+    /// description; one call per marked port): the request they announced has its server.
+    async fn consume_server_request_marks(&self) -> Result<(), ActuatorError> {
+        let net = &self.clients.network;
+        let ports = net
+            .ports(&[("description".into(), machine_port_description(&self.key))])
+            .await
+            .map_err(|e| actuator_error("finding the machine's ports", e))?;
+        for port in &ports {
+            if !port.tags.iter().any(|t| is_server_requested_tag(t)) {
+                continue;
+            }
+            let tags: Vec<String> = port
+                .tags
+                .iter()
+                .filter(|t| !is_server_requested_tag(t))
+                .cloned()
+                .collect();
+            net.set_tags(Port::COLLECTION, &port.id, &tags)
+                .await
+                .map_err(|e| actuator_error("unmarking the machine's port", e))?;
+        }
+        Ok(())
     }
 
     /// Sets the allowed address pairs (mutable in Neutron) the spec asks for on the machine's
@@ -765,6 +826,9 @@ impl Actuator<OpenStackMachine, OpenStackCluster> for OpenStackMachineActuator {
                 .delete_server(&server.id)
                 .await
                 .map_err(|e| actuator_error("deleting the server", e))?;
+            // The request the ports' mark announced has its server: once it is gone, the ports
+            // go without waiting for another.
+            ctx.consume_server_request_marks().await?;
             return Err(ActuatorError::requeue_after(
                 DELETE_POLL,
                 "DeletingServer",
@@ -776,6 +840,12 @@ impl Actuator<OpenStackMachine, OpenStackCluster> for OpenStackMachineActuator {
             .ports(&[("description".into(), machine_port_description(&ctx.key))])
             .await
             .map_err(|e| actuator_error("finding the machine's ports", e))?;
+        // A server Nova records after this would be no machine's: look for it once more later.
+        Ctx::wait_for_earlier_server_request(
+            &ports,
+            self.server_request_settle,
+            "deleting the ports",
+        )?;
         for port in ports {
             net.delete_port(&port.id)
                 .await
@@ -1116,17 +1186,22 @@ mod tests {
             .expect_create_port()
             .times(1)
             .withf(|port| port.network_id == "net-1" && port.name == "m-0-0")
-            .returning(|_| {
+            .returning(|create| {
                 Ok(Port {
                     id: "port-1".into(),
+                    tags: create.tags.clone(),
                     ..Port::default()
                 })
             });
+        let cluster_tag = ClusterNames::new("ns", "demo").tag();
         network
             .expect_set_tags()
             .times(1)
-            .withf(|collection, id, tags| {
-                collection == "ports" && id == "port-1" && server_requested_at(tags).is_some()
+            .withf(move |collection, id, tags| {
+                collection == "ports"
+                    && id == "port-1"
+                    && server_requested_at(tags).is_some()
+                    && tags.contains(&cluster_tag)
             })
             .returning(|_, _, _| Ok(()));
         let bootstrap = BootstrapData::new(
@@ -1182,13 +1257,6 @@ mod tests {
             tags,
             ..Port::default()
         }
-    }
-
-    fn unix_now() -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
     }
 
     #[tokio::test]
@@ -1257,7 +1325,56 @@ mod tests {
             .returning(|_| Ok(()));
         let mut network = MockNetworking::new();
         network.expect_delete_port().never();
+        // The mark of the request that made the server goes with it, the cluster's tag stays.
+        let port = adopted_port(vec![
+            "capi-rs-ns-demo".into(),
+            server_requested_tag(unix_now() - 3),
+        ]);
+        network
+            .expect_ports()
+            .returning(move |_| Ok(vec![port.clone()]));
+        network
+            .expect_set_tags()
+            .times(1)
+            .withf(|_, id, tags| id == "port-1" && tags == ["capi-rs-ns-demo"])
+            .returning(|_, _, _| Ok(()));
         let error = actuator(compute, network).delete(&scope).await.unwrap_err();
         assert_eq!(error.reason(), "DeletingServer");
+    }
+
+    #[tokio::test]
+    async fn delete_keeps_the_ports_while_a_lost_server_request_may_still_reach_nova() {
+        let deleted = Calls::default();
+        let delete_with = |tags: Vec<String>| {
+            let mut compute = MockCompute::new();
+            compute.expect_servers_named().returning(|_| Ok(vec![]));
+            let mut network = MockNetworking::new();
+            let port = adopted_port(tags);
+            network
+                .expect_ports()
+                .returning(move |_| Ok(vec![port.clone()]));
+            let deleted = deleted.clone();
+            network.expect_delete_port().returning(move |_| {
+                deleted.answer(());
+                Ok(())
+            });
+            actuator(compute, network)
+        };
+        let error = delete_with(vec![server_requested_tag(unix_now() - 3)])
+            .delete(&scope())
+            .await
+            .unwrap_err();
+        assert_eq!(error.reason(), "WaitingForEarlierServerRequest");
+        assert_eq!(
+            deleted.count(),
+            0,
+            "a port went while a server may still come"
+        );
+
+        delete_with(vec![server_requested_tag(unix_now() - 61)])
+            .delete(&scope())
+            .await
+            .unwrap();
+        assert_eq!(deleted.count(), 1);
     }
 }

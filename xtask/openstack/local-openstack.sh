@@ -358,6 +358,10 @@ amp_boot_network_list = 00000000-0000-0000-0000-000000000001
 amp_secgroup_list = 00000000-0000-0000-0000-000000000002
 [task_flow]
 jobboard_enabled = false
+# Each flow on the thread that received it: with the default parallel engine, a worker's thread
+# pool once hung a load balancer's creation for good (eventlet: "cannot switch to a different
+# thread"), leaving it PENDING_CREATE.
+engine = serial
 [certificates]
 ca_certificate = $BASE/octavia/certs/ca.crt
 ca_private_key = $BASE/octavia/certs/ca.key

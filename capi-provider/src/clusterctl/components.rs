@@ -77,6 +77,10 @@ pub struct Components {
     /// The rules of the provider's own controllers (`capi_actuator::rbac::provider` and what its
     /// cloud code reads).
     pub rules: Vec<PolicyRule>,
+    /// Rules in the manager's own namespace only, beside its Lease's (the Role there): what the
+    /// provider does to objects of that namespace, such as marking the Secrets its cluster-scoped
+    /// identities name as owned by them. Empty from [`Components::new`].
+    pub namespace_rules: Vec<PolicyRule>,
     /// More manager arguments, after the shared ones (they may hold `${VAR}`s).
     pub args: Vec<String>,
 }
@@ -99,6 +103,7 @@ impl Components {
             image: format!("localhost/{name}-manager:latest"),
             crds,
             rules,
+            namespace_rules: Vec::new(),
             args: Vec::new(),
         })
     }
@@ -226,7 +231,8 @@ impl Components {
     /// The ServiceAccount; two ClusterRoles, `<namespace>-provider` (the provider's own rules)
     /// and `<namespace>-standalone` (also the core, bootstrap and control plane controllers'),
     /// bound by `<NAME>_CONTROLLERS`; the ClusterRole upstream's managers aggregate; the
-    /// `/metrics` reader; the Lease's Role in the manager's namespace only.
+    /// `/metrics` reader; the Role in the manager's namespace only (its Lease, and
+    /// [`Components::namespace_rules`]).
     fn rbac(&self) -> Vec<Value> {
         let (namespace, manager) = (self.namespace.as_str(), self.manager.as_str());
         let rbac = "rbac.authorization.k8s.io/v1";
@@ -253,6 +259,8 @@ impl Components {
                    "metadata": {"name": name, "labels": labels}, "rules": rules})
         };
         let subject = json!([{"kind": "ServiceAccount", "name": manager, "namespace": namespace}]);
+        let mut own_namespace = capi_runtime::rbac::leader_election();
+        own_namespace.extend(self.namespace_rules.iter().cloned());
         vec![
             json!({"apiVersion": "v1", "kind": "ServiceAccount",
                    "metadata": {"name": manager, "namespace": namespace}}),
@@ -279,7 +287,7 @@ impl Components {
             ),
             json!({"apiVersion": rbac, "kind": "Role",
                    "metadata": {"name": manager, "namespace": namespace},
-                   "rules": capi_runtime::rbac::leader_election()}),
+                   "rules": own_namespace}),
             json!({"apiVersion": rbac, "kind": "RoleBinding",
                    "metadata": {"name": manager, "namespace": namespace},
                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": manager},

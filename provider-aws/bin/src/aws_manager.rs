@@ -61,6 +61,7 @@ async fn main() -> Result<()> {
     let identity_namespace = args.identity_namespace;
     ProviderManager::new("AWS", args.manager)
         .manifests(provider_aws::api::crds(), rules)
+        .namespace_rules(provider_aws::connector::identity_namespace_rbac())
         .body_log_targets(provider_aws::cloud::SDK_LOG_TARGETS)
         .run(move |manager| {
             let client = manager.client();

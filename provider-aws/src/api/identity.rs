@@ -69,7 +69,9 @@ pub struct AWSClusterStaticIdentitySpec {
     #[serde(default)]
     pub allowed_namespaces: Option<AllowedNamespaces>,
     /// The Secret in the manager's namespace with keys `AccessKeyID`, `SecretAccessKey` and
-    /// optionally `SessionToken`. Immutable.
+    /// optionally `SessionToken`. Immutable. Once a cluster uses the identity, the identity owns
+    /// the Secret (as CAPA's does): `clusterctl move` carries the Secret with the identity, and
+    /// deleting the identity deletes the Secret.
     #[schemars(
         length(min = 1, max = 253),
         pattern(validation::DNS_SUBDOMAIN),

@@ -2,8 +2,10 @@
 //! beside upstream's core, kubeadm bootstrap and kubeadm control plane providers and cert-manager
 //! (all from local repositories, see `capi_testing::clusterctl`), `generate cluster` renders every
 //! template into objects the API server accepts under strict field validation, `describe
-//! cluster` shows the provider's objects and conditions, `move` carries a running cluster to a
-//! second management cluster without touching the cloud, `upgrade apply` replaces the manager
+//! cluster` shows the provider's objects and conditions, `move` carries a generated cluster that
+//! has become Available (with the feature `real-etcd`: real etcd members behind simulated
+//! kubelets) to a second management cluster without touching the cloud, where it is Available
+//! again, `upgrade apply` replaces the manager
 //! with a cluster untouched, and `delete` removes what upstream documents and keeps what it keeps.
 //!
 //! There is no kubelet here: `capi_testing::pods` runs every Deployment clusterctl installs as a
@@ -715,7 +717,29 @@ async fn clusterctl_delete_removes_the_provider_and_keeps_its_crds_and_namespace
 /// The simulated cloud in its own process, so that instances outlive the managers.
 struct CloudProcess {
     url: String,
-    _child: tokio::process::Child,
+    child: tokio::process::Child,
+}
+
+impl Drop for CloudProcess {
+    /// SIGTERM first, so that the cloud stops the etcd members it started; SIGKILL (the child's
+    /// `kill_on_drop`) if it has not exited within five seconds. Drop cannot await: it blocks
+    /// its thread those few seconds at most, at the end of a test.
+    #[allow(clippy::disallowed_methods)]
+    fn drop(&mut self) {
+        let Some(pid) = self.child.id() else {
+            return;
+        };
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
 
 impl CloudProcess {
@@ -727,7 +751,11 @@ impl CloudProcess {
     /// The cloud whose running instances register as `Node`s in the workload cluster of
     /// `workload` (its first control-plane instance uploads `kube-system/kubeadm-config`, as
     /// `kubeadm init` does), so that upstream's managers see the control plane initialized and
-    /// every Machine's node.
+    /// every Machine's node; with the feature `real-etcd` (as CI runs), each control-plane
+    /// instance also runs a real etcd member that the node's simulated kubelet forwards
+    /// `etcd-<node>:2379` to, so that upstream's KubeadmControlPlane reaches etcd through the
+    /// workload API server's `pods/portforward`, as on a real cloud, and the cluster becomes
+    /// Available.
     async fn start_with(workload: Option<&ControlPlane>) -> Self {
         use tokio::io::AsyncBufReadExt;
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_inmemory-cloud"));
@@ -736,6 +764,11 @@ impl CloudProcess {
             command
                 .arg("--workload-kubeconfig")
                 .arg(workload.kubeconfig_path());
+            if cfg!(feature = "real-etcd") {
+                command
+                    .arg("--etcd")
+                    .arg(capi_testing::envtest::Assets::locate().unwrap().etcd);
+            }
         }
         let mut child = command
             .stdout(std::process::Stdio::piped())
@@ -748,7 +781,7 @@ impl CloudProcess {
         let url = first.strip_prefix("listening on ").unwrap().to_string();
         // Keep reading its output so that it never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Self { url, _child: child }
+        Self { url, child }
     }
 
     /// What the cloud holds and has done: every instance and load balancer, and its count of
@@ -1062,6 +1095,22 @@ async fn cloud_inventory(cloud: &CloudProcess) -> (Vec<String>, Vec<String>, u64
     (instances, load_balancers, inspection.create_calls)
 }
 
+/// Whether the Cluster `name` (in the namespace of that name) is `Available` as upstream's
+/// core controller judges it: infrastructure ready, control plane available (etcd healthy
+/// through the workload API server), workers available, the workload cluster reachable.
+async fn available(client: &Client, name: &str) -> bool {
+    let clusters = dynamic(client, "cluster.x-k8s.io", "v1beta2", "Cluster", Some(name));
+    clusters.get(name).await.is_ok_and(|cluster| {
+        cluster.data["status"]["conditions"]
+            .as_array()
+            .is_some_and(|conditions| {
+                conditions
+                    .iter()
+                    .any(|c| c["type"] == "Available" && c["status"] == "True")
+            })
+    })
+}
+
 /// Whether the Cluster `name` in `namespace` has its control plane initialized and every one
 /// of its `machines` Machines a node: what `clusterctl move` checks before it moves anything.
 async fn ready_to_move(client: &Client, name: &str, machines: usize) -> bool {
@@ -1123,6 +1172,14 @@ async fn clusterctl_move_carries_a_running_cluster_to_another_management_cluster
         || ready_to_move(&source.client, name, 2),
     )
     .await;
+    // What clusterctl generated reaches Available as upstream judges it (etcd's health
+    // included, which needs the real members).
+    if cfg!(feature = "real-etcd") {
+        eventually("the Cluster Available", &source.pods, || {
+            available(&source.client, name)
+        })
+        .await;
+    }
 
     let infrastructure = (
         provider_inmemory::api::GROUP,
@@ -1249,6 +1306,12 @@ async fn clusterctl_move_carries_a_running_cluster_to_another_management_cluster
         || ready_to_move(&target.client, name, 2),
     )
     .await;
+    if cfg!(feature = "real-etcd") {
+        eventually("the Cluster Available on the target", &target.pods, || {
+            available(&target.client, name)
+        })
+        .await;
+    }
 
     // No instance or load balancer was created, deleted or duplicated on the way.
     assert_eq!(cloud_inventory(&cloud).await, before);

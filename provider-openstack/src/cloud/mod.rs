@@ -615,7 +615,7 @@ pub trait Networking: Send + Sync {
 
     /// Ports matching every given query parameter.
     async fn ports(&self, query: &[(String, String)]) -> CloudResult<Vec<Port>>;
-    /// Creates a port.
+    /// Creates a port, tagged with `port.tags`; the port as created, with those tags.
     async fn create_port(&self, port: &PortCreate) -> CloudResult<Port>;
     /// Replaces a port's allowed address pairs.
     async fn set_allowed_address_pairs(

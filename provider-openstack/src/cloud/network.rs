@@ -180,7 +180,7 @@ impl Networking for Session {
         if !port.allowed_address_pairs.is_empty() {
             body["allowed_address_pairs"] = json!(port.allowed_address_pairs);
         }
-        let created: Port = self
+        let mut created: Port = self
             .json(
                 Call::post(NET, "ports")
                     .body(json!({ "port": body }))
@@ -190,6 +190,8 @@ impl Networking for Session {
         if !port.tags.is_empty() {
             self.set_tags(Port::COLLECTION, &created.id, &port.tags)
                 .await?;
+            // The answer to the create was written before the tags.
+            created.tags = port.tags.clone();
         }
         Ok(created)
     }

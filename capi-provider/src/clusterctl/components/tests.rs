@@ -200,6 +200,34 @@ fn the_manager_is_hardened_and_named_manager_with_its_lease_in_its_own_namespace
 }
 
 #[test]
+fn namespace_rules_are_granted_in_the_managers_namespace_only() {
+    let mut components = components();
+    components.namespace_rules = vec![capi_runtime::rbac::rule("", &["secrets"], &["patch"])];
+    let objects = objects_with(&[]);
+    let role = find(&objects, "Role", "my-cloud-manager");
+    assert_eq!(role["rules"].as_array().unwrap().len(), 1, "{role}");
+    let objects = objects_with_components(&components, &[]);
+    let role = find(&objects, "Role", "my-cloud-manager");
+    assert_eq!(role["metadata"]["namespace"], "my-cloud-system");
+    assert_eq!(role["rules"][0]["resources"], json!(["leases"]));
+    assert_eq!(role["rules"][1]["resources"], json!(["secrets"]));
+    assert_eq!(role["rules"][1]["verbs"], json!(["patch"]));
+    // The provider's own cluster-wide rules do not patch Secrets because of it.
+    let cluster_role = find(&objects, "ClusterRole", "my-cloud-system-provider");
+    {
+        for rule in cluster_role["rules"].as_array().unwrap() {
+            let secrets = rule["resources"]
+                .as_array()
+                .is_some_and(|r| r.contains(&json!("secrets")));
+            let patch = rule["verbs"]
+                .as_array()
+                .is_some_and(|v| v.contains(&json!("patch")));
+            assert!(!(secrets && patch), "{cluster_role}");
+        }
+    }
+}
+
+#[test]
 fn the_controllers_variable_switches_the_flag_and_the_bound_role_together() {
     for (mode, role) in [("provider", "provider"), ("standalone", "standalone")] {
         let objects = objects_with(&[("MY_CLOUD_CONTROLLERS", mode)]);
