@@ -388,24 +388,26 @@ impl Ctx {
     }
 
     /// Refuses to go on while a request for this machine's server may still be on its way into
-    /// Nova: when the latest server-requested tag among `ports` is younger than `settle` (no
-    /// server was found, so that request's answer was lost, and Nova may not have recorded it
-    /// yet). `then` says what waits. Nothing latches: a time more than `settle` ahead of this
-    /// clock (a clock set back) is taken as stale. Replicas' clocks are assumed in step (NTP).
+    /// Nova: when the latest server-requested tag among `ports` was less than `settle` old at
+    /// `looked_at` (the second before Nova was last asked for the server and showed none), that
+    /// request's answer was lost and Nova may not have recorded it by then. Whole seconds on both
+    /// sides: a mark exactly `settle` old still waits. `then` says what waits. Nothing latches: a
+    /// time more than `settle` ahead of this clock (a clock set back) is taken as stale.
+    /// Replicas' clocks are assumed in step (NTP).
     fn wait_for_earlier_server_request(
         ports: &[Port],
+        looked_at: u64,
         settle: Duration,
         then: &str,
     ) -> Result<(), ActuatorError> {
         let Some(at) = server_requested_at(ports.iter().flat_map(|p| &p.tags)) else {
             return Ok(());
         };
-        let now = unix_now();
-        let waited = Duration::from_secs(now.saturating_sub(at));
-        let ahead = Duration::from_secs(at.saturating_sub(now));
-        if waited < settle && ahead <= settle {
+        let waited = Duration::from_secs(looked_at.saturating_sub(at));
+        let ahead = Duration::from_secs(at.saturating_sub(looked_at));
+        if waited <= settle && ahead <= settle {
             return Err(ActuatorError::requeue_after(
-                settle.saturating_sub(waited).max(Duration::from_secs(1)),
+                (settle + Duration::from_secs(1)).saturating_sub(waited),
                 "WaitingForEarlierServerRequest",
                 format!(
                     "the answer to an earlier request for this machine's server was lost and Nova \
@@ -418,15 +420,17 @@ impl Ctx {
     }
 
     /// Marks `ports`' first port with the time a server is asked for now, keeping its other
-    /// tags, unless [`Ctx::wait_for_earlier_server_request`] refuses. The request must follow
-    /// at once: when marking took long (Neutron retried), it is not made this time, so that no
-    /// request ever leaves later than its mark says.
+    /// tags (and adding the cluster's, should creating the port have failed to), unless
+    /// [`Ctx::wait_for_earlier_server_request`] refuses for Nova's answer at `looked_at`. The
+    /// request must follow at once: when marking took long (Neutron retried), it is not made
+    /// this time, so that no request ever leaves later than its mark says.
     async fn mark_server_request(
         &self,
         ports: &[Port],
+        looked_at: u64,
         settle: Duration,
     ) -> Result<(), ActuatorError> {
-        Self::wait_for_earlier_server_request(ports, settle, "asking again")?;
+        Self::wait_for_earlier_server_request(ports, looked_at, settle, "asking again")?;
         let Some(first) = ports.first() else {
             return Ok(());
         };
@@ -436,6 +440,9 @@ impl Ctx {
             .filter(|t| !is_server_requested_tag(t))
             .cloned()
             .collect();
+        if !tags.contains(&self.names.tag()) {
+            tags.push(self.names.tag());
+        }
         tags.push(server_requested_tag(unix_now()));
         let started = std::time::Instant::now();
         self.clients
@@ -700,6 +707,8 @@ impl Actuator<OpenStackMachine, OpenStackCluster> for OpenStackMachineActuator {
     ) -> Result<MachineInstance, ActuatorError> {
         let ctx = self.context(scope).await?;
         // Never a second server: look again right before creating.
+        // The mark of an earlier request is judged against when Nova last showed no server.
+        let looked_at = unix_now();
         if let Some(server) = ctx.find_server(None).await? {
             return Ok(ctx.observe(server).await?.reported);
         }
@@ -728,7 +737,7 @@ impl Actuator<OpenStackMachine, OpenStackCluster> for OpenStackMachineActuator {
             None => None,
         };
         let ports = ctx.ensure_ports(&scope.infra_machine).await?;
-        ctx.mark_server_request(&ports, self.server_request_settle)
+        ctx.mark_server_request(&ports, looked_at, self.server_request_settle)
             .await?;
         let mut metadata: BTreeMap<String, String> = spec
             .server_metadata
@@ -815,6 +824,7 @@ impl Actuator<OpenStackMachine, OpenStackCluster> for OpenStackMachineActuator {
             }
         }
         let provider_id = scope.infra_machine.spec.provider_id.as_deref();
+        let looked_at = unix_now();
         let mut server = ctx.find_server(provider_id).await?;
         if server.is_none() && provider_id.is_some() {
             // Recorded ID gone: make sure no server of this machine exists under its name either.
@@ -843,6 +853,7 @@ impl Actuator<OpenStackMachine, OpenStackCluster> for OpenStackMachineActuator {
         // A server Nova records after this would be no machine's: look for it once more later.
         Ctx::wait_for_earlier_server_request(
             &ports,
+            looked_at,
             self.server_request_settle,
             "deleting the ports",
         )?;
