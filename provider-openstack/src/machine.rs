@@ -55,6 +55,14 @@ const DELETE_POLL: Duration = Duration::from_secs(2);
 /// The longest marking a machine's port may take for the server request to follow it at once.
 const MARK_BUDGET: Duration = Duration::from_secs(5);
 
+/// `tags` without server-requested marks.
+fn without_marks(tags: &[String]) -> Vec<String> {
+    tags.iter()
+        .filter(|t| !is_server_requested_tag(t))
+        .cloned()
+        .collect()
+}
+
 /// Seconds since the Unix epoch, by this machine's clock.
 fn unix_now() -> u64 {
     std::time::SystemTime::now()
@@ -434,12 +442,7 @@ impl Ctx {
         let Some(first) = ports.first() else {
             return Ok(());
         };
-        let mut tags: Vec<String> = first
-            .tags
-            .iter()
-            .filter(|t| !is_server_requested_tag(t))
-            .cloned()
-            .collect();
+        let mut tags = without_marks(&first.tags);
         if !tags.contains(&self.names.tag()) {
             tags.push(self.names.tag());
         }
@@ -475,12 +478,7 @@ impl Ctx {
             if !port.tags.iter().any(|t| is_server_requested_tag(t)) {
                 continue;
             }
-            let tags: Vec<String> = port
-                .tags
-                .iter()
-                .filter(|t| !is_server_requested_tag(t))
-                .cloned()
-                .collect();
+            let tags = without_marks(&port.tags);
             net.set_tags(Port::COLLECTION, &port.id, &tags)
                 .await
                 .map_err(|e| actuator_error("unmarking the machine's port", e))?;
@@ -987,6 +985,14 @@ mod tests {
         }
     }
 
+    fn flavor_m1() -> Flavor {
+        Flavor {
+            id: "flavor-1".into(),
+            name: "m1".into(),
+            ..Flavor::default()
+        }
+    }
+
     fn image_img() -> Image {
         Image {
             id: "img-1".into(),
@@ -1165,13 +1171,9 @@ mod tests {
         let key = scope.idempotency_key.as_str().to_string();
         let mut compute = MockCompute::new();
         compute.expect_servers_named().returning(|_| Ok(vec![]));
-        compute.expect_find_flavor().returning(|_| {
-            Ok(Some(Flavor {
-                id: "flavor-1".into(),
-                name: "m1".into(),
-                ..Flavor::default()
-            }))
-        });
+        compute
+            .expect_find_flavor()
+            .returning(|_| Ok(Some(flavor_m1())));
         compute
             .expect_create_server()
             .times(1)
@@ -1237,13 +1239,9 @@ mod tests {
         let key = scope.idempotency_key.as_str().to_string();
         let mut compute = MockCompute::new();
         compute.expect_servers_named().returning(|_| Ok(vec![]));
-        compute.expect_find_flavor().returning(|_| {
-            Ok(Some(Flavor {
-                id: "flavor-1".into(),
-                name: "m1".into(),
-                ..Flavor::default()
-            }))
-        });
+        compute
+            .expect_find_flavor()
+            .returning(|_| Ok(Some(flavor_m1())));
         let booted = booted.clone();
         compute
             .expect_create_server()
