@@ -32,6 +32,13 @@ pub const CLUSTERCTL_MOVE: &str = "clusterctl.cluster.x-k8s.io/move";
 /// object is created on the target only if absent there and kept on the source.
 pub const CLUSTERCTL_MOVE_HIERARCHY: &str = "clusterctl.cluster.x-k8s.io/move-hierarchy";
 
+/// Annotation on an infrastructure machine: the idempotency key its instance is created under
+/// (`capi-<Machine UID>`), written by the infrastructure loop with its finalizer, before anything
+/// is created. `clusterctl move` keeps annotations and names but gives every object a new UID:
+/// the recorded key is how the target's controllers recognise the instances the source created.
+/// (This workspace's own; upstream has no such mark.)
+pub const IDEMPOTENCY_KEY: &str = "capi-rs.dev/idempotency-key";
+
 /// Annotation that pauses reconciliation of the object it is on (any value).
 pub const PAUSED: &str = "cluster.x-k8s.io/paused";
 /// Annotation that makes a machine the first to go when its set scales down.

@@ -56,7 +56,7 @@ pub use actuator::{
     Actuator, ActuatorError, ActuatorErrorKind, BootstrapData, BootstrapDataError, BootstrapFormat,
     ClusterActuator, ClusterInfrastructure, ClusterScope, Found, IdempotencyKey, ImmutableChange,
     InstanceState, MachineCapacity, MachineInstance, MachineScope, MachineTemplateActuator,
-    MissingUid, ProviderStatus, ProviderStatusError, TemplateScope, UpdateOutcome,
+    MalformedKey, MissingUid, ProviderStatus, ProviderStatusError, TemplateScope, UpdateOutcome,
 };
 #[cfg(feature = "mock")]
 pub use actuator::{MockActuator, MockClusterActuator, MockMachineTemplateActuator};

@@ -216,7 +216,12 @@
 //! repository: `clusterctl init --infrastructure mycloud` then installs all of it.
 //!
 //! For `clusterctl move`, name the cloud resources after your `XxxCluster`'s namespace and name
-//! (a move keeps them; UIDs are new on the target), and label what no ownership from the Cluster
+//! (a move keeps them; UIDs are new on the target) and tag each instance with the scope's
+//! idempotency key, which the loop records on the infrastructure machine before anything is
+//! created ([`capi_core::labels::IDEMPOTENCY_KEY`]) so that it is the same on the target (the
+//! annotation is a tenant's to write: adopt an instance found under a key only if it carries the
+//! cluster's ownership tags and the machine's name); and
+//! label what no ownership from the Cluster
 //! reaches: identity CRDs with [`capi_core::crd::moved_with_what_it_owns`], credentials Secrets of
 //! the cluster's namespace (in your templates) with
 //! [`capi_core::labels::CLUSTERCTL_MOVE`]. A Secret in your manager's namespace that a

@@ -51,6 +51,9 @@ pub const INSTANCE_CREATED: &str = "InstanceCreated";
 pub const INSTANCE_DELETED: &str = "InstanceDeleted";
 /// The spec cannot work as it is (event).
 pub const INVALID_CONFIGURATION: &str = "InvalidConfiguration";
+/// An infrastructure machine's idempotency key annotation (`capi-rs.dev/idempotency-key`) holds
+/// something else than a key: nothing is created, updated or deleted until it holds one again.
+pub const INVALID_IDEMPOTENCY_KEY: &str = "InvalidIdempotencyKey";
 /// The instance matches the spec.
 pub const UP_TO_DATE: &str = "UpToDate";
 /// Immutable fields of the spec differ from the instance.

@@ -96,28 +96,48 @@ where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
     match change {
-        FinalizerChange::Add => add_finalizer(api, object, finalizer).await,
+        FinalizerChange::Add => add_finalizer_and_annotate(api, object, finalizer, &[]).await,
         FinalizerChange::Remove => remove_finalizer(api, object, finalizer).await,
         FinalizerChange::Keep => Ok(()),
     }
 }
 
-/// Adds `finalizer`, guarded by the resource version that was read: a concurrent change makes the
-/// patch fail (and the reconcile retry) instead of being overwritten.
-async fn add_finalizer<K>(api: &Api<K>, object: &K, finalizer: &str) -> Result<(), kube::Error>
+/// Adds `finalizer` and sets `annotations` in one write, guarded by the resource version that
+/// was read: a concurrent change makes the patch fail (and the reconcile retry) instead of being
+/// overwritten. With the finalizer already there, only annotations that differ are written (no
+/// write when none does).
+pub async fn add_finalizer_and_annotate<K>(
+    api: &Api<K>,
+    object: &K,
+    finalizer: &str,
+    annotations: &[(&str, &str)],
+) -> Result<(), kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
+    let mut metadata = serde_json::Map::new();
     let mut finalizers = object.finalizers().to_vec();
-    if finalizers.iter().any(|f| f == finalizer) {
+    if !finalizers.iter().any(|f| f == finalizer) {
+        finalizers.push(finalizer.to_string());
+        metadata.insert("finalizers".into(), json!(finalizers));
+    }
+    let current = object.annotations();
+    let changed: serde_json::Map<String, serde_json::Value> = annotations
+        .iter()
+        .filter(|(k, v)| current.get(*k).map(String::as_str) != Some(*v))
+        .map(|(k, v)| ((*k).to_string(), json!(v)))
+        .collect();
+    if !changed.is_empty() {
+        metadata.insert("annotations".into(), serde_json::Value::Object(changed));
+    }
+    if metadata.is_empty() {
         return Ok(());
     }
-    finalizers.push(finalizer.to_string());
-    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": object.resource_version()}});
+    metadata.insert("resourceVersion".into(), json!(object.resource_version()));
     api.patch(
         &object.name_any(),
         &PatchParams::default(),
-        &Patch::Merge(&patch),
+        &Patch::Merge(&json!({ "metadata": metadata })),
     )
     .await
     .map(drop)

@@ -11,8 +11,8 @@ use capi_core::api::{Cluster, Machine, MachineAddress};
 use capi_core::condition::{self, ConditionStatus};
 use capi_core::infra::{InfraCluster, InfraMachine};
 use capi_core::{
-    Actuator, BootstrapData, IdempotencyKey, InstanceState, MachineInstance, MachineScope,
-    ProviderStatus, labels,
+    Actuator, ActuatorError, BootstrapData, IdempotencyKey, InstanceState, MachineInstance,
+    MachineScope, ProviderStatus, labels,
 };
 use kube::ResourceExt;
 
@@ -59,6 +59,9 @@ pub(crate) struct MachineRecord {
     pub(crate) failure_domain: Option<String>,
     pub(crate) provider_status: ProviderStatus,
     pub(crate) provisioned: bool,
+    /// Record the idempotency key on the object (with the finalizer, before anything is
+    /// created), where none is.
+    pub(crate) idempotency_key: Option<IdempotencyKey>,
 }
 
 /// What one machine reconcile decided.
@@ -244,7 +247,19 @@ where
         // Persisted before anything is created, so that a deletion can never skip the cloud.
         // Only the finalizer: the pass its write triggers writes the status, once, with all it
         // finds (a `Paused`-only status now would be a write for nothing).
+        // The idempotency key with it: recorded before any instance exists, it names the
+        // instance for good, whatever UID a move gives the Machine later. Whatever the
+        // annotation held before (copied from a template or another object) is replaced: no
+        // instance can have been created under it by this object yet.
+        let Ok(key) = IdempotencyKey::for_machine(&machine) else {
+            return plan.not_ready(
+                reasons::WAITING_FOR_OWNER,
+                "the owning Machine has no UID yet",
+                Next::Requeue(poll),
+            );
+        };
         plan.finalizer = FinalizerChange::Add;
+        plan.record.idempotency_key = Some(key);
         plan.conditions.clear();
         return plan;
     }
@@ -293,12 +308,27 @@ where
         plan.next = Next::InvalidConfiguration;
         return plan;
     }
-    let Ok(idempotency_key) = IdempotencyKey::for_machine(&machine) else {
-        return plan.not_ready(
-            reasons::WAITING_FOR_OWNER,
-            "the owning Machine has no UID yet",
-            Next::Requeue(poll),
-        );
+    let idempotency_key = match IdempotencyKey::recorded(infra.meta()) {
+        Ok(Some(key)) => key,
+        // An object from before keys were recorded gets its key now: the one its instance was
+        // created under, derived from the same Machine.
+        Ok(None) => {
+            let Ok(key) = IdempotencyKey::for_machine(&machine) else {
+                return plan.not_ready(
+                    reasons::WAITING_FOR_OWNER,
+                    "the owning Machine has no UID yet",
+                    Next::Requeue(poll),
+                );
+            };
+            plan.record.idempotency_key = Some(key.clone());
+            key
+        }
+        Err(malformed) => {
+            return plan.actuator_error(ActuatorError::invalid_configuration(
+                reasons::INVALID_IDEMPOTENCY_KEY,
+                malformed.to_string(),
+            ));
+        }
     };
 
     let recorded_provider_id = infra.provider_id().map(str::to_string);
@@ -439,12 +469,25 @@ where
     if !has_finalizer {
         return plan;
     }
-    // Creation needs an owner, whose UID is the idempotency key: no owner, nothing was created.
-    let Some(idempotency_key) = snapshot
-        .owner_uid
-        .as_deref()
-        .and_then(IdempotencyKey::from_owner_uid)
-    else {
+    // Creation needs an owner, whose UID is the idempotency key unless one is recorded: no
+    // owner, nothing was created.
+    let recorded = match IdempotencyKey::recorded(snapshot.infra.meta()) {
+        Ok(recorded) => recorded,
+        // Deleting under another key could leave the instance behind: the finalizer stays
+        // until the annotation holds a key again.
+        Err(malformed) => {
+            return plan.deletion_error(ActuatorError::invalid_configuration(
+                reasons::INVALID_IDEMPOTENCY_KEY,
+                malformed.to_string(),
+            ));
+        }
+    };
+    let Some(idempotency_key) = recorded.or_else(|| {
+        snapshot
+            .owner_uid
+            .as_deref()
+            .and_then(IdempotencyKey::from_owner_uid)
+    }) else {
         plan.finalizer = FinalizerChange::Remove;
         return plan;
     };

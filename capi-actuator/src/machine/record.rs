@@ -1,8 +1,8 @@
 //! Writing a machine [`Plan`]: provider ID first, then the finalizer (when added), then status
 //! (only if it changed), then the finalizer (when removed), then events.
 
-use capi_core::condition;
 use capi_core::infra::{InfraInitialization, InfraMachine, InfraMachineStatus};
+use capi_core::{condition, labels};
 use capi_runtime::events::EventRecorder;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -38,7 +38,27 @@ pub(crate) async fn record<M: InfraMachine>(
             generation = next;
         }
     }
-    write::change_finalizer(&api, infra, plan.finalizer, INFRA_MACHINE_FINALIZER).await?;
+    // The finalizer with the idempotency key, in one write (the key alone for an object that
+    // has the finalizer from before keys were recorded).
+    match (&plan.record.idempotency_key, plan.finalizer) {
+        (Some(key), FinalizerChange::Add) => {
+            write::add_finalizer_and_annotate(
+                &api,
+                infra,
+                INFRA_MACHINE_FINALIZER,
+                &[(labels::IDEMPOTENCY_KEY, key.as_str())],
+            )
+            .await?;
+        }
+        (Some(key), FinalizerChange::Keep) => {
+            let patch =
+                json!({"metadata": {"annotations": {labels::IDEMPOTENCY_KEY: key.as_str()}}});
+            write::patch_returning(&api, &name, patch).await?;
+        }
+        (_, change) => {
+            write::change_finalizer(&api, infra, change, INFRA_MACHINE_FINALIZER).await?;
+        }
+    }
     // Status, only when it changed: an unchanged pass writes nothing and so triggers nothing.
     // (Not for an object whose finalizer just went: it is about to disappear.)
     if plan.finalizer != FinalizerChange::Remove {

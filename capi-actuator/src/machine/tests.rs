@@ -212,6 +212,124 @@ async fn finalizer_is_added_before_anything_is_created() {
         plan.conditions.is_empty(),
         "the finalizer's pass writes no status: the pass it triggers does, once"
     );
+    // The idempotency key is recorded with the finalizer, before any instance exists.
+    assert_eq!(
+        plan.record.idempotency_key.map(|k| k.as_str().to_string()),
+        Some(format!("capi-{OWNER_UID}"))
+    );
+}
+
+/// The key recorded on the object before it was moved, whose Machine had another UID.
+const MOVED_KEY: &str = "capi-0ld0e1d";
+
+/// `infra` as `clusterctl move` recreates it: the key recorded on the source kept, the owner's
+/// UID (the Machine's, [`OWNER_UID`], on the target) new.
+fn moved(mut infra: TestMachine) -> TestMachine {
+    infra.metadata.annotations = Some(
+        [(
+            capi_core::labels::IDEMPOTENCY_KEY.to_string(),
+            MOVED_KEY.to_string(),
+        )]
+        .into(),
+    );
+    infra
+}
+
+#[tokio::test]
+async fn a_moved_machine_finds_its_instance_under_the_key_recorded_before_the_move() {
+    let mut actuator = MockActuator::new();
+    actuator.expect_exists().times(1).returning(|scope| {
+        assert_eq!(scope.idempotency_key.as_str(), MOVED_KEY);
+        Ok(Some(Found::new(running("test:///i-1"))))
+    });
+    actuator.expect_create().never();
+    actuator.expect_update().times(1).returning(|_, found| {
+        Ok(UpdateOutcome {
+            instance: found.reported,
+            immutable_changes: Vec::new(),
+        })
+    });
+    let plan = decide(&actuator, snapshot(moved(infra())), POLL).await;
+    assert!(
+        plan.record.idempotency_key.is_none(),
+        "the recorded key is kept, not replaced by the new UID's"
+    );
+    assert_eq!(
+        ready(&plan),
+        Some((ConditionStatus::True, reasons::INSTANCE_RUNNING.into()))
+    );
+}
+
+#[tokio::test]
+async fn the_finalizers_pass_replaces_a_key_copied_onto_a_new_object() {
+    let mut infra = moved(infra());
+    infra.metadata.finalizers = None;
+    let plan = decide(&untouched(), snapshot(infra), POLL).await;
+    assert_eq!(plan.finalizer, FinalizerChange::Add);
+    assert_eq!(
+        plan.record.idempotency_key.map(|k| k.as_str().to_string()),
+        Some(format!("capi-{OWNER_UID}")),
+        "a key on an object that has created nothing yet is this Machine's, not a copy's"
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_key_is_an_invalid_configuration_and_nothing_is_called() {
+    let malformed = |mut infra: TestMachine| {
+        infra.metadata.annotations = Some(
+            [(
+                capi_core::labels::IDEMPOTENCY_KEY.to_string(),
+                "not a key".to_string(),
+            )]
+            .into(),
+        );
+        infra
+    };
+    let plan = decide(&untouched(), snapshot(malformed(infra())), POLL).await;
+    assert_eq!(
+        ready(&plan),
+        Some((
+            ConditionStatus::False,
+            reasons::INVALID_IDEMPOTENCY_KEY.into()
+        ))
+    );
+    assert!(plan.record.idempotency_key.is_none(), "not replaced");
+    assert!(matches!(plan.next, Next::InvalidConfiguration));
+    // Nor deleted under another key: the finalizer stays.
+    let plan = decide(&untouched(), snapshot(malformed(deleting())), POLL).await;
+    assert_eq!(plan.finalizer, FinalizerChange::Keep);
+}
+
+#[tokio::test]
+async fn a_moved_machine_is_deleted_under_the_key_recorded_before_the_move() {
+    let mut actuator = MockActuator::<TestMachine, TestCluster>::new();
+    actuator.expect_delete().times(1).returning(|scope| {
+        assert_eq!(scope.idempotency_key.as_str(), MOVED_KEY);
+        Ok(())
+    });
+    let plan = decide(&actuator, snapshot(moved(deleting())), POLL).await;
+    assert_eq!(plan.finalizer, FinalizerChange::Remove);
+}
+
+#[tokio::test]
+async fn an_object_from_before_keys_were_recorded_gets_the_key_it_was_created_under() {
+    let mut actuator = MockActuator::new();
+    actuator
+        .expect_exists()
+        .times(1)
+        .returning(|_| Ok(Some(Found::new(running("test:///i-1")))));
+    actuator.expect_update().times(1).returning(|_, found| {
+        Ok(UpdateOutcome {
+            instance: found.reported,
+            immutable_changes: Vec::new(),
+        })
+    });
+    let plan = decide(&actuator, snapshot(infra()), POLL).await;
+    assert_eq!(plan.finalizer, FinalizerChange::Keep);
+    assert_eq!(
+        plan.record.idempotency_key.map(|k| k.as_str().to_string()),
+        Some(format!("capi-{OWNER_UID}"))
+    );
 }
 
 #[tokio::test]

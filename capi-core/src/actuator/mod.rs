@@ -43,7 +43,7 @@ pub use error::{ActuatorError, ActuatorErrorKind};
 pub use provider_status::{CONTRACT_STATUS_FIELDS, ProviderStatus, ProviderStatusError};
 pub use scope::{
     BootstrapData, BootstrapDataError, BootstrapFormat, ClusterScope, IdempotencyKey, MachineScope,
-    MissingUid,
+    MalformedKey, MissingUid,
 };
 #[cfg(any(test, feature = "mock"))]
 pub use template::MockMachineTemplateActuator;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::api::{Cluster, Machine};
 
@@ -140,12 +141,20 @@ impl<C> Clone for ClusterScope<C> {
 }
 
 /// The durable identity under which an instance is created, derived from the owning `Machine`'s
-/// UID.
+/// UID and recorded on the infrastructure machine ([`labels::IDEMPOTENCY_KEY`]).
 ///
 /// Guarantees: the key is the same on every reconcile of the same `Machine` object, across
-/// controller restarts, and differs between any two `Machine` objects (including a deleted machine
-/// and a new one of the same name). It is at most 64 ASCII characters, so it fits AWS
-/// `ClientToken`s, OpenStack metadata values and Azure tags unchanged.
+/// controller restarts and across `clusterctl move` (which gives objects new UIDs but keeps the
+/// recorded key), and differs between any two `Machine` objects (including a deleted machine
+/// and a new one of the same name). It is at most 64 ASCII characters (`capi-` and lowercase
+/// letters, digits and `-`), so it fits AWS `ClientToken`s, OpenStack metadata values and Azure
+/// tags unchanged.
+///
+/// The annotation is on an object a tenant may write. A provider must therefore adopt an
+/// instance found under a key only if it also carries the cluster's ownership marks: a key
+/// written by hand can then at worst confuse the machines of the writer's own cluster.
+///
+/// [`labels::IDEMPOTENCY_KEY`]: crate::labels::IDEMPOTENCY_KEY
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct IdempotencyKey(String);
 
@@ -157,6 +166,19 @@ pub struct IdempotencyKey(String);
 pub struct MissingUid {
     kind: &'static str,
     name: String,
+}
+
+/// The idempotency key annotation of an infrastructure machine holds something else than a key.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error(
+    "annotation {annotation} holds {value:?}, which is not an idempotency key (`capi-` and up to \
+     59 lowercase letters, digits and dashes): restore the value it had, which the machine's \
+     instance carries as its idempotency key",
+    annotation = crate::labels::IDEMPOTENCY_KEY
+)]
+pub struct MalformedKey {
+    /// The annotation's value (its first 80 characters).
+    pub value: String,
 }
 
 impl IdempotencyKey {
@@ -171,6 +193,36 @@ impl IdempotencyKey {
                 kind: "Machine",
                 name: machine.metadata.name.clone().unwrap_or_default(),
             })
+    }
+
+    /// The key recorded on an infrastructure machine (`meta`'s [`labels::IDEMPOTENCY_KEY`]
+    /// annotation): `None` when there is none, an error when the annotation holds something
+    /// else than a key (which names no instance, and must not be replaced by another key: the
+    /// instance may carry the one it held before).
+    ///
+    /// [`labels::IDEMPOTENCY_KEY`]: crate::labels::IDEMPOTENCY_KEY
+    pub fn recorded(meta: &ObjectMeta) -> Result<Option<Self>, MalformedKey> {
+        let Some(value) = meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::labels::IDEMPOTENCY_KEY))
+        else {
+            return Ok(None);
+        };
+        let valid = value.strip_prefix("capi-").is_some_and(|rest| {
+            !rest.is_empty()
+                && value.len() <= 64
+                && rest
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        });
+        if valid {
+            Ok(Some(Self(value.clone())))
+        } else {
+            Err(MalformedKey {
+                value: value.chars().take(80).collect(),
+            })
+        }
     }
 
     /// The key for the instance of the `Machine` with this UID (as found in an owner reference,
@@ -450,5 +502,37 @@ mod tests {
         assert_eq!(key.as_str(), "capi-7c0f4a8e-2b1d-4b8e-9a55-0d3b7f6e1c2a");
         assert!(key.as_str().len() <= 64);
         assert_eq!(key, IdempotencyKey::for_machine(&machine.clone()).unwrap());
+    }
+
+    #[test]
+    fn a_recorded_key_is_read_back_and_a_malformed_one_is_an_error() {
+        let annotated = |value: &str| ObjectMeta {
+            annotations: Some(
+                [(
+                    crate::labels::IDEMPOTENCY_KEY.to_string(),
+                    value.to_string(),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        };
+        let recorded = "capi-7c0f4a8e-2b1d-4b8e-9a55-0d3b7f6e1c2a";
+        let key = IdempotencyKey::recorded(&annotated(recorded)).unwrap();
+        assert_eq!(key.as_ref().map(IdempotencyKey::as_str), Some(recorded));
+        assert_eq!(IdempotencyKey::recorded(&ObjectMeta::default()), Ok(None));
+        for malformed in [
+            "",
+            "capi-",
+            "7c0f4a8e",
+            "capi-UPPER",
+            "capi-a b",
+            &format!("capi-{}", "a".repeat(60)),
+        ] {
+            let error = IdempotencyKey::recorded(&annotated(malformed)).unwrap_err();
+            assert!(
+                error.to_string().contains(crate::labels::IDEMPOTENCY_KEY),
+                "{error}"
+            );
+        }
     }
 }

@@ -47,7 +47,7 @@ use serde::Serialize;
 use crate::api::{AWSCluster, AWSMachine, Filter, InstanceState};
 use crate::cloud::{Clients, CloudError, Instance};
 use crate::connector::Connector;
-use crate::naming::{ClusterNaming, IDEMPOTENCY_KEY_TAG};
+use crate::naming::{ClusterNaming, IDEMPOTENCY_KEY_TAG, MACHINE_NAME_TAG};
 
 pub use launch::{
     DEFAULT_IMAGE_LOOKUP_BASE_OS, DEFAULT_IMAGE_LOOKUP_FORMAT, DEFAULT_IMAGE_LOOKUP_ORG,
@@ -215,6 +215,8 @@ impl AwsMachineActuator {
         let tags = instance.tags.iter().map(|(k, v)| (k.as_str(), v.as_str()));
         let missing = if !ctx.naming.owns(tags) {
             "this cluster's ownership tags"
+        } else if !Self::named_for(ctx, instance) {
+            "this machine's name tag"
         } else if instance.tags.get(IDEMPOTENCY_KEY_TAG) != Some(&ctx.key) {
             "this machine's idempotency key tag"
         } else {
@@ -230,8 +232,14 @@ impl AwsMachineActuator {
         ))
     }
 
-    /// The live instance tagged with the machine's idempotency key (the oldest, should there
-    /// ever be more than one).
+    /// Whether `instance` was made for a machine of this namespace and name (which a move keeps).
+    fn named_for(ctx: &Ctx, instance: &Instance) -> bool {
+        instance.tags.get(MACHINE_NAME_TAG).map(String::as_str)
+            == Some(format!("{}/{}", ctx.namespace, ctx.name).as_str())
+    }
+
+    /// The live instance of this cluster tagged with the machine's name and idempotency key (the
+    /// oldest, should there ever be more than one).
     async fn by_key(&self, ctx: &Ctx) -> Result<Option<Instance>, ActuatorError> {
         let mut found = ctx
             .clients
@@ -248,6 +256,13 @@ impl AwsMachineActuator {
             ])
             .await
             .map_err(|e| ctx.clients.error(e))?;
+        // The key is recorded on an object a tenant may write (and templates may copy): only an
+        // instance of this cluster, made for a machine of this name, is adopted under it.
+        found.retain(|i| {
+            ctx.naming
+                .owns(i.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                && Self::named_for(ctx, i)
+        });
         if found.len() > 1 {
             tracing::warn!(
                 key = %ctx.key,

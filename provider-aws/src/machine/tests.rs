@@ -142,10 +142,12 @@ fn instance(id: &str, state: InstanceState) -> Instance {
     }
 }
 
-/// The tags of an instance of this machine: the cluster's ownership tags and the machine's key.
+/// The tags of an instance of this machine: the cluster's ownership tags, the machine's name
+/// and key.
 fn ours() -> BTreeMap<String, String> {
     let mut tags = BTreeMap::from(ClusterNaming::new("ns", "demo").ownership());
     tags.insert(IDEMPOTENCY_KEY_TAG.to_string(), KEY.to_string());
+    tags.insert(MACHINE_NAME_TAG.to_string(), "ns/demo-md-0-abc".to_string());
     tags
 }
 
@@ -286,10 +288,14 @@ async fn an_instance_a_provider_id_names_that_is_not_this_machines_is_never_touc
     other_cluster.insert(IDEMPOTENCY_KEY_TAG.to_string(), KEY.to_string());
     let mut other_machine = ours();
     other_machine.insert(IDEMPOTENCY_KEY_TAG.to_string(), "capi-uid-2".to_string());
+    // This machine's key (a copied annotation), another machine's name.
+    let mut other_name = ours();
+    other_name.insert(MACHINE_NAME_TAG.to_string(), "ns/demo-md-0-xyz".to_string());
     for (tags, missing) in [
         (BTreeMap::new(), "ownership tags"),
         (other_cluster, "ownership tags"),
         (other_machine, "idempotency key"),
+        (other_name, "name tag"),
     ] {
         let mut compute = MockCompute::new();
         let found = foreign(tags);

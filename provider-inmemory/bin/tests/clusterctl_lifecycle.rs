@@ -22,17 +22,17 @@ use std::time::Duration;
 
 use capi_provider::clusterctl::Version;
 use capi_testing::clusterctl::{
-    Clusterctl, ClusterctlOutput, InfrastructureRelease, upstream_images,
+    ClusterctlOutput, InfrastructureRelease, KUBEADM_CLUSTER_KINDS, Management, by_name, by_uid,
+    upstream_images,
 };
 use capi_testing::envtest::ControlPlane;
-use capi_testing::pods::PodRunner;
 use capi_testing::upstream::UpstreamAssets;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
-use kube::{Api, Client, ResourceExt};
+use kube::api::{DynamicObject, ListParams};
+use kube::{Api, ResourceExt};
 use serde_json::Value;
 
 /// The provider's name in clusterctl.
@@ -76,24 +76,29 @@ const TEMPLATE_VARIABLES: &[(&str, &str)] = &[
 /// How long a step may take on 2 busy cores.
 const WITHIN: Duration = Duration::from_secs(120);
 
-/// A management cluster initialised by clusterctl, its pods running.
-struct Management {
-    pods: PodRunner,
-    clusterctl: Clusterctl,
-    client: Client,
-    control_plane: ControlPlane,
+/// A management cluster initialised by clusterctl, its pods running, with this provider's
+/// releases in a repository of its own.
+struct InMemory {
+    management: Management,
     _releases: tempfile::TempDir,
 }
 
-impl Management {
-    /// A control plane with kube-controller-manager and a pod runner, and clusterctl configured
-    /// with this provider's releases `versions` (and `others` of the workspace's providers,
-    /// which run no manager here).
+impl std::ops::Deref for InMemory {
+    type Target = Management;
+
+    fn deref(&self) -> &Management {
+        &self.management
+    }
+}
+
+impl InMemory {
+    /// clusterctl configured with this provider's releases `versions` (and `others` of the
+    /// workspace's providers, which run no manager here).
     async fn new(versions: &[&str], others: &[&str]) -> Self {
         Self::with(versions, others, None, |_, _| {}).await
     }
 
-    /// [`Management::new`] whose provider's manager uses the cloud at `cloud_url` (default: one
+    /// [`InMemory::new`] whose provider's manager uses the cloud at `cloud_url` (default: one
     /// in its own process), each release of it first changed by `edit(version, release)`.
     async fn with(
         versions: &[&str],
@@ -102,9 +107,6 @@ impl Management {
         edit: impl Fn(&str, &mut capi_provider::clusterctl::Release),
     ) -> Self {
         let assets = UpstreamAssets::locate().expect("cargo xtask upstream install");
-        let mut control_plane = ControlPlane::start().await.unwrap();
-        control_plane.start_controller_manager().await.unwrap();
-        let client = control_plane.client().await.unwrap();
         let releases = tempfile::tempdir().unwrap();
         let mut infrastructure = Vec::new();
         for version in versions {
@@ -134,71 +136,45 @@ impl Management {
                 flags
             },
         );
-        let pods =
-            PodRunner::start(client.clone(), control_plane.kubeconfig_yaml(), images).unwrap();
-        let clusterctl = Clusterctl::new(&assets, &infrastructure, TEMPLATE_VARIABLES).unwrap();
+        let management = Management::start(&assets, &infrastructure, images, TEMPLATE_VARIABLES)
+            .await
+            .unwrap();
         Self {
-            pods,
-            clusterctl,
-            client,
-            control_plane,
+            management,
             _releases: releases,
-        }
-    }
-
-    fn kubeconfig(&self) -> &Path {
-        self.control_plane.kubeconfig_path()
-    }
-
-    /// `clusterctl <args>`, with the pods' logs in the failure's report; what it printed.
-    async fn clusterctl(&self, args: &[&str]) -> ClusterctlOutput {
-        match self.clusterctl.run(self.kubeconfig(), args).await {
-            Ok(out) => out,
-            Err(e) => panic!("{e}\n{}", self.pods.log_tails()),
         }
     }
 
     /// `clusterctl generate cluster <name> --infrastructure <provider> …` into namespace
     /// `<name>` (created), applied with strict field validation.
     async fn create_cluster(&self, name: &str, workers: &str) {
-        let yaml = self
-            .clusterctl(&[
-                "generate",
-                "cluster",
+        let objects = self
+            .generate_cluster(
                 name,
-                "--infrastructure",
-                PROVIDER,
-                "--kubernetes-version",
-                "v1.33.0",
-                "--worker-machine-count",
-                workers,
-                "--target-namespace",
-                name,
-            ])
+                &[
+                    "--infrastructure",
+                    PROVIDER,
+                    "--kubernetes-version",
+                    "v1.33.0",
+                    "--worker-machine-count",
+                    workers,
+                ],
+            )
             .await
-            .stdout;
-        create_namespace(&self.client, name).await;
-        let objects: Vec<Value> = serde_saphyr::from_multiple(&yaml).unwrap();
-        for object in objects.iter().filter(|o| !o.is_null()) {
-            apply_strictly(&self.client, object).await.unwrap();
+            .unwrap();
+        self.create_namespace(name).await.unwrap();
+        for object in &objects {
+            self.apply_strictly(object).await.unwrap();
         }
     }
 
     /// `clusterctl init --infrastructure capirs-inmemory[:version] --wait-providers`.
-    async fn init(&self, version: Option<&str>) -> ClusterctlOutput {
+    async fn install(&self, version: Option<&str>) -> ClusterctlOutput {
         let infrastructure = match version {
             Some(v) => format!("{PROVIDER}:v{v}"),
             None => PROVIDER.to_string(),
         };
-        self.clusterctl(&[
-            "init",
-            "--infrastructure",
-            &infrastructure,
-            "--wait-providers",
-            "--wait-provider-timeout",
-            "180",
-        ])
-        .await
+        self.init(&infrastructure).await.unwrap()
     }
 }
 
@@ -219,89 +195,25 @@ fn write_release(
     }
 }
 
-fn dynamic(
-    client: &Client,
-    group: &str,
-    version: &str,
-    kind: &str,
-    ns: Option<&str>,
-) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
-    match ns {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-        None => Api::all_with(client.clone(), &resource),
-    }
-}
-
-/// clusterctl's inventory: `namespace/name version` of every installed provider.
-async fn inventory(client: &Client) -> Vec<String> {
-    let providers = dynamic(
-        client,
-        "clusterctl.cluster.x-k8s.io",
-        "v1alpha3",
-        "Provider",
-        None,
-    );
-    // Without its CRD (`delete --all --include-crd` removes it), nothing is installed.
-    let Ok(listed) = providers.list(&ListParams::default()).await else {
-        return Vec::new();
-    };
-    let mut found: Vec<String> = listed
-        .items
-        .iter()
-        .map(|p| {
-            format!(
-                "{}/{} {}",
-                p.namespace().unwrap_or_default(),
-                p.name_any(),
-                p.data["version"].as_str().unwrap_or("?")
-            )
-        })
-        .collect();
-    found.sort();
-    found
-}
-
-/// Creates the namespace `name` unless it exists.
-async fn create_namespace(client: &Client, name: &str) {
-    let created = Api::<Namespace>::all(client.clone())
-        .create(
-            &Default::default(),
-            &serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap(),
-        )
-        .await;
-    match created {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.is_already_exists() => {}
-        Err(e) => panic!("namespace {name}: {e}"),
-    }
-}
-
-async fn eventually<F, Fut>(what: &str, pods: &PodRunner, mut check: F)
+/// Waits [`WITHIN`] at most until `check` holds on `management`.
+async fn eventually<F, Fut>(what: &str, management: &Management, check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    while tokio::time::Instant::now() < deadline {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    panic!("not within {WITHIN:?}: {what}\n{}", pods.log_tails());
+    management.eventually(what, WITHIN, check).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clusterctl_init_installs_the_provider_beside_upstream_and_every_manager_serves() {
-    let management = Management::new(&["0.1.0"], &[]).await;
-    let out = management.init(None).await;
+    let management = InMemory::new(&["0.1.0"], &[]).await;
+    let out = management.install(None).await;
     assert!(out.stderr.contains("Installing cert-manager"), "{out:?}");
     let client = &management.client;
 
     // clusterctl's inventory records the four providers it installed.
     assert_eq!(
-        inventory(client).await,
+        management.inventory().await.unwrap(),
         [
             "capi-inmemory-system/infrastructure-capirs-inmemory v0.1.0",
             "capi-kubeadm-bootstrap-system/bootstrap-kubeadm v1.14.2",
@@ -317,16 +229,17 @@ async fn clusterctl_init_installs_the_provider_beside_upstream_and_every_manager
         .await
         .unwrap();
     assert!(secret.data.unwrap().contains_key("tls.crt"));
-    let webhooks = dynamic(
-        client,
-        "admissionregistration.k8s.io",
-        "v1",
-        "ValidatingWebhookConfiguration",
+    let webhooks = management.api(
+        (
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingWebhookConfiguration",
+        ),
         None,
     );
     eventually(
         "the CA injector filled the caBundle",
-        &management.pods,
+        &management,
         || async {
             webhooks
                 .get("capi-validating-webhook-configuration")
@@ -374,8 +287,8 @@ async fn clusterctl_init_installs_the_provider_beside_upstream_and_every_manager
     // Upstream's webhooks answer through their Service: a Cluster with a topology is refused
     // while ClusterTopology is off, which only upstream's validating webhook says.
     let ns = "webhook-check";
-    create_namespace(client, ns).await;
-    let clusters = dynamic(client, "cluster.x-k8s.io", "v1beta2", "Cluster", Some(ns));
+    management.create_namespace(ns).await.unwrap();
+    let clusters = management.api(("cluster.x-k8s.io", "v1beta2", "Cluster"), Some(ns));
     let cluster: DynamicObject = serde_json::from_value(serde_json::json!({
         "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
         "metadata": {"name": "topology", "namespace": ns},
@@ -393,23 +306,26 @@ async fn clusterctl_init_installs_the_provider_beside_upstream_and_every_manager
 
     // The provider's manager holds its lease in its own namespace, as its ServiceAccount.
     let lease = Api::<Lease>::namespaced(client.clone(), PROVIDER_NAMESPACE);
-    let pods = &management.pods;
-    eventually("the provider's manager holds its lease", pods, || async {
-        lease
-            .get_opt("capi-inmemory-manager")
-            .await
-            .ok()
-            .flatten()
-            .and_then(|l| l.spec?.holder_identity)
-            .is_some()
-    })
+    eventually(
+        "the provider's manager holds its lease",
+        &management,
+        || async {
+            lease
+                .get_opt("capi-inmemory-manager")
+                .await
+                .ok()
+                .flatten()
+                .and_then(|l| l.spec?.holder_identity)
+                .is_some()
+        },
+    )
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clusterctl_generate_cluster_renders_every_template_and_the_api_server_takes_it_strictly() {
     let others = ["openstack", "aws", "azure"];
-    let management = Management::new(&["0.1.0"], &others).await;
+    let management = InMemory::new(&["0.1.0"], &others).await;
     // The three other providers have no manager here: their CRDs are what this test needs.
     management
         .clusterctl(&[
@@ -417,7 +333,8 @@ async fn clusterctl_generate_cluster_renders_every_template_and_the_api_server_t
             "--infrastructure",
             "capirs-inmemory,capirs-openstack,capirs-aws,capirs-azure",
         ])
-        .await;
+        .await
+        .unwrap();
     for deployment in [
         ("capi-system", "capi-controller-manager"),
         (
@@ -457,8 +374,8 @@ async fn clusterctl_generate_cluster_renders_every_template_and_the_api_server_t
         if let Some(flavor) = template.flavor {
             args.extend(["--flavor", flavor]);
         }
-        let yaml = management.clusterctl(&args).await.stdout;
-        create_namespace(&management.client, &name).await;
+        let yaml = management.clusterctl(&args).await.unwrap().stdout;
+        management.create_namespace(&name).await.unwrap();
         let objects: Vec<Value> = serde_saphyr::from_multiple(&yaml).unwrap();
         let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
         assert!(
@@ -466,75 +383,35 @@ async fn clusterctl_generate_cluster_renders_every_template_and_the_api_server_t
             "{name} rendered {kinds:?}"
         );
         for object in objects.iter().filter(|o| !o.is_null()) {
-            apply_strictly(&management.client, object)
+            management
+                .apply_strictly(object)
                 .await
-                .unwrap_or_else(|e| panic!("{name}: {e}\n{}", management.pods.log_tails()));
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
         }
         // The API server holds what was rendered: the Cluster is there, in its namespace.
-        let clusters = dynamic(
-            &management.client,
-            "cluster.x-k8s.io",
-            "v1beta2",
-            "Cluster",
-            Some(&name),
-        );
+        let clusters = management.api(("cluster.x-k8s.io", "v1beta2", "Cluster"), Some(&name));
         assert!(clusters.get_opt(&name).await.unwrap().is_some(), "{name}");
     }
 }
 
-/// Server-side apply of `object` with strict field validation: an unknown or duplicated field is
-/// an error, not a warning.
-async fn apply_strictly(client: &Client, object: &Value) -> Result<(), String> {
-    let object: DynamicObject =
-        serde_json::from_value(object.clone()).map_err(|e| e.to_string())?;
-    let types = object
-        .types
-        .clone()
-        .ok_or("an object without apiVersion/kind")?;
-    let (group, version) = types
-        .api_version
-        .split_once('/')
-        .unwrap_or(("", &types.api_version));
-    let gvk = GroupVersionKind::gvk(group, version, &types.kind);
-    let (resource, capabilities) = kube::discovery::pinned_kind(client, &gvk)
-        .await
-        .map_err(|e| format!("{gvk:?}: {e}"))?;
-    let api: Api<DynamicObject> = if capabilities.scope == kube::discovery::Scope::Namespaced {
-        Api::namespaced_with(
-            client.clone(),
-            &object.namespace().unwrap_or_default(),
-            &resource,
-        )
-    } else {
-        Api::all_with(client.clone(), &resource)
-    };
-    api.patch(
-        &object.name_any(),
-        &PatchParams::apply("clusterctl-lifecycle").validation_strict(),
-        &Patch::Apply(&object),
-    )
-    .await
-    .map(|_| ())
-    .map_err(|e| format!("{} {}: {e}", types.kind, object.name_any()))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clusterctl_describe_cluster_shows_the_providers_objects_with_their_conditions() {
-    let management = Management::new(&["0.1.0"], &[]).await;
-    management.init(None).await;
+    let management = InMemory::new(&["0.1.0"], &[]).await;
+    management.install(None).await;
     let name = "described";
     management.create_cluster(name, "1").await;
     // The provider's controller has judged its cluster object: a Ready condition is there.
-    let clusters = dynamic(
-        &management.client,
-        provider_inmemory::api::GROUP,
-        provider_inmemory::api::VERSION,
-        "InMemoryCluster",
+    let clusters = management.api(
+        (
+            provider_inmemory::api::GROUP,
+            provider_inmemory::api::VERSION,
+            "InMemoryCluster",
+        ),
         Some(name),
     );
     eventually(
         "the InMemoryCluster has conditions",
-        &management.pods,
+        &management,
         || async {
             clusters
                 .get_opt(name)
@@ -560,6 +437,7 @@ async fn clusterctl_describe_cluster_shows_the_providers_objects_with_their_cond
             "all",
         ])
         .await
+        .unwrap()
         .stdout;
     // Rows read `<Kind> <namespace>/<name>`, each followed by its conditions.
     assert!(out.contains(&format!("Cluster {name}/{name}")), "{out}");
@@ -586,8 +464,8 @@ async fn clusterctl_describe_cluster_shows_the_providers_objects_with_their_cond
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clusterctl_delete_removes_the_provider_and_keeps_its_crds_and_namespace() {
-    let management = Management::new(&["0.1.0"], &[]).await;
-    management.init(None).await;
+    let management = InMemory::new(&["0.1.0"], &[]).await;
+    management.install(None).await;
     let client = &management.client;
     assert!(
         management
@@ -595,13 +473,7 @@ async fn clusterctl_delete_removes_the_provider_and_keeps_its_crds_and_namespace
             .wait_ready(PROVIDER_NAMESPACE, "capi-inmemory-manager", WITHIN)
             .await
     );
-    let roles = dynamic(
-        client,
-        "rbac.authorization.k8s.io",
-        "v1",
-        "ClusterRole",
-        None,
-    );
+    let roles = management.api(("rbac.authorization.k8s.io", "v1", "ClusterRole"), None);
     let provider_roles = || async {
         roles
             .list(&ListParams::default())
@@ -620,7 +492,8 @@ async fn clusterctl_delete_removes_the_provider_and_keeps_its_crds_and_namespace
     );
     management
         .clusterctl(&["delete", "--infrastructure", PROVIDER])
-        .await;
+        .await
+        .unwrap();
 
     // The Deployment and the cluster-scoped RBAC (named <namespace>-…) are gone, so is the
     // inventory's entry; the pod stopped.
@@ -634,8 +507,15 @@ async fn clusterctl_delete_removes_the_provider_and_keeps_its_crds_and_namespace
     );
     let left = provider_roles().await;
     assert!(left.is_empty(), "ClusterRoles left: {left:?}");
-    assert!(!inventory(client).await.iter().any(|p| p.contains(PROVIDER)));
-    eventually("the provider's pod stopped", &management.pods, || async {
+    assert!(
+        !management
+            .inventory()
+            .await
+            .unwrap()
+            .iter()
+            .any(|p| p.contains(PROVIDER))
+    );
+    eventually("the provider's pod stopped", &management, || async {
         !management
             .pods
             .pods()
@@ -666,18 +546,19 @@ async fn clusterctl_delete_removes_the_provider_and_keeps_its_crds_and_namespace
             .is_some()
     );
     // Upstream's providers are untouched.
-    assert_eq!(inventory(client).await.len(), 3);
+    assert_eq!(management.inventory().await.unwrap().len(), 3);
 
     // With both flags, every provider still installed goes with its CRDs and namespace (the
     // namespace controller removes what they hold); this provider's, deleted before without them,
     // stay.
     management
         .clusterctl(&["delete", "--all", "--include-crd", "--include-namespace"])
-        .await;
+        .await
+        .unwrap();
     let namespaces = Api::<Namespace>::all(client.clone());
     eventually(
         "upstream's providers' namespaces are gone",
-        &management.pods,
+        &management,
         || async {
             let mut gone = true;
             for ns in [
@@ -691,7 +572,7 @@ async fn clusterctl_delete_removes_the_provider_and_keeps_its_crds_and_namespace
         },
     )
     .await;
-    eventually("upstream's CRDs are removed", &management.pods, || async {
+    eventually("upstream's CRDs are removed", &management, || async {
         let mut gone = true;
         for crd in [
             "clusters.cluster.x-k8s.io",
@@ -711,7 +592,7 @@ async fn clusterctl_delete_removes_the_provider_and_keeps_its_crds_and_namespace
             .unwrap()
             .is_some()
     );
-    assert!(inventory(client).await.is_empty());
+    assert!(management.inventory().await.unwrap().is_empty());
 }
 
 /// The simulated cloud in its own process, so that instances outlive the managers.
@@ -851,63 +732,31 @@ fn without_the_new_field(version: &str, release: &mut capi_provider::clusterctl:
     }
 }
 
-/// `<key> providerID` of every object of `kind` (`group/version`) in `namespace`, sorted, where
-/// `key` is each object's UID (what an upgrade keeps) or name (what a move keeps).
-async fn identities(
-    client: &Client,
-    (group, version): (&str, &str),
-    kind: &str,
-    namespace: &str,
-    key: fn(&DynamicObject) -> String,
-) -> Vec<String> {
-    let api = dynamic(client, group, version, kind, Some(namespace));
-    let mut found: Vec<String> = api
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|o| {
-            format!(
-                "{} {}",
-                key(o),
-                o.data["spec"]["providerID"].as_str().unwrap_or("-")
-            )
-        })
-        .collect();
-    found.sort();
-    found
-}
-
-fn by_uid(object: &DynamicObject) -> String {
-    object.uid().unwrap_or_default()
-}
-
-fn by_name(object: &DynamicObject) -> String {
-    object.name_any()
-}
+/// The cluster's Machines.
+const MACHINE: (&str, &str, &str) = ("cluster.x-k8s.io", "v1beta2", "Machine");
+/// The cluster's InMemoryMachines.
+const IN_MEMORY_MACHINE: (&str, &str, &str) = (
+    provider_inmemory::api::GROUP,
+    provider_inmemory::api::VERSION,
+    "InMemoryMachine",
+);
 
 /// What an upgrade must not change of the cluster `name` (in namespace `name`): its Machines'
 /// and InMemoryMachines' UIDs and provider IDs, and its instances in the cloud.
 async fn cluster_identities(
-    client: &Client,
+    management: &Management,
     cloud: &CloudProcess,
     name: &str,
 ) -> (Vec<String>, Vec<String>, Vec<String>) {
-    let infrastructure = (
-        provider_inmemory::api::GROUP,
-        provider_inmemory::api::VERSION,
-    );
     (
-        identities(
-            client,
-            ("cluster.x-k8s.io", "v1beta2"),
-            "Machine",
-            name,
-            by_uid,
-        )
-        .await,
-        identities(client, infrastructure, "InMemoryMachine", name, by_uid).await,
+        management
+            .provider_ids(MACHINE, name, by_uid)
+            .await
+            .unwrap(),
+        management
+            .provider_ids(IN_MEMORY_MACHINE, name, by_uid)
+            .await
+            .unwrap(),
         cloud.instances(name, name).await,
     )
 }
@@ -915,18 +764,19 @@ async fn cluster_identities(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clusterctl_upgrade_apply_replaces_the_manager_and_leaves_a_running_cluster_untouched() {
     let cloud = CloudProcess::start().await;
-    let management = Management::with(
+    let management = InMemory::with(
         &["0.1.0", "0.2.0"],
         &[],
         Some(cloud.url.clone()),
         without_the_new_field,
     )
     .await;
-    management.init(Some("0.1.0")).await;
-    let client = &management.client;
+    management.install(Some("0.1.0")).await;
     assert!(
-        inventory(client)
+        management
+            .inventory()
             .await
+            .unwrap()
             .contains(&"capi-inmemory-system/infrastructure-capirs-inmemory v0.1.0".to_string())
     );
 
@@ -934,41 +784,30 @@ async fn clusterctl_upgrade_apply_replaces_the_manager_and_leaves_a_running_clus
     let name = "upgraded";
     management.create_cluster(name, "0").await;
     let group = provider_inmemory::api::GROUP;
-    let machines = dynamic(
-        client,
-        group,
-        provider_inmemory::api::VERSION,
-        "InMemoryMachine",
+    let machines = management.api(
+        (group, provider_inmemory::api::VERSION, "InMemoryMachine"),
         Some(name),
     );
-    eventually(
-        "an InMemoryMachine is provisioned",
-        &management.pods,
-        || async {
-            machines.list(&ListParams::default()).await.is_ok_and(|l| {
-                l.items
-                    .iter()
-                    .any(|m| m.data["status"]["initialization"]["provisioned"] == Value::Bool(true))
-            })
-        },
-    )
+    eventually("an InMemoryMachine is provisioned", &management, || async {
+        machines.list(&ListParams::default()).await.is_ok_and(|l| {
+            l.items
+                .iter()
+                .any(|m| m.data["status"]["initialization"]["provisioned"] == Value::Bool(true))
+        })
+    })
     .await;
-    let core_machines = dynamic(client, "cluster.x-k8s.io", "v1beta2", "Machine", Some(name));
-    eventually(
-        "the Machine has its provider ID",
-        &management.pods,
-        || async {
-            core_machines
-                .list(&ListParams::default())
-                .await
-                .is_ok_and(|l| {
-                    !l.items.is_empty()
-                        && l.items
-                            .iter()
-                            .all(|m| m.data["spec"]["providerID"].is_string())
-                })
-        },
-    )
+    let core_machines = management.api(("cluster.x-k8s.io", "v1beta2", "Machine"), Some(name));
+    eventually("the Machine has its provider ID", &management, || async {
+        core_machines
+            .list(&ListParams::default())
+            .await
+            .is_ok_and(|l| {
+                !l.items.is_empty()
+                    && l.items
+                        .iter()
+                        .all(|m| m.data["spec"]["providerID"].is_string())
+            })
+    })
     .await;
     // 0.1.0's schema has no such field: the API server pruned what the manager wrote.
     let listed = machines.list(&ListParams::default()).await.unwrap();
@@ -979,10 +818,14 @@ async fn clusterctl_upgrade_apply_replaces_the_manager_and_leaves_a_running_clus
             .all(|m| m.data["status"][NEW_FIELD].is_null())
     );
 
-    let before = cluster_identities(client, &cloud, name).await;
+    let before = cluster_identities(&management, &cloud, name).await;
     assert_eq!(before.2.len(), 1, "one control-plane instance: {before:?}");
 
-    let plan = management.clusterctl(&["upgrade", "plan"]).await.stdout;
+    let plan = management
+        .clusterctl(&["upgrade", "plan"])
+        .await
+        .unwrap()
+        .stdout;
     assert!(
         plan.lines()
             .any(|l| l.contains("infrastructure-capirs-inmemory") && l.contains("v0.2.0")),
@@ -996,16 +839,19 @@ async fn clusterctl_upgrade_apply_replaces_the_manager_and_leaves_a_running_clus
             &format!("{PROVIDER}:v0.2.0"),
             "--wait-providers",
         ])
-        .await;
+        .await
+        .unwrap();
     assert!(
-        inventory(client)
+        management
+            .inventory()
             .await
+            .unwrap()
             .contains(&"capi-inmemory-system/infrastructure-capirs-inmemory v0.2.0".to_string())
     );
 
     // The new manager runs the new image and adopts the cluster: it fills the field 0.2.0
     // added, on the same objects.
-    eventually("the 0.2.0 manager runs", &management.pods, || async {
+    eventually("the 0.2.0 manager runs", &management, || async {
         management
             .pods
             .starts()
@@ -1013,7 +859,7 @@ async fn clusterctl_upgrade_apply_replaces_the_manager_and_leaves_a_running_clus
             .any(|s| s.starts_with(PROVIDER_NAMESPACE) && s.ends_with(":v0.2.0"))
     })
     .await;
-    eventually("the new field is filled", &management.pods, || async {
+    eventually("the new field is filled", &management, || async {
         machines.list(&ListParams::default()).await.is_ok_and(|l| {
             !l.items.is_empty()
                 && l.items
@@ -1024,57 +870,28 @@ async fn clusterctl_upgrade_apply_replaces_the_manager_and_leaves_a_running_clus
     .await;
 
     // Nothing was replaced: the same machines with the same provider IDs, the same instance.
-    let after = cluster_identities(client, &cloud, name).await;
+    let after = cluster_identities(&management, &cloud, name).await;
     assert_eq!(before, after);
 }
 
-/// Every kind a cluster of the in-memory template is made of, `(group, version, kind)`.
-const CLUSTER_KINDS: &[(&str, &str, &str)] = &[
-    ("cluster.x-k8s.io", "v1beta2", "Cluster"),
-    ("cluster.x-k8s.io", "v1beta2", "MachineDeployment"),
-    ("cluster.x-k8s.io", "v1beta2", "MachineSet"),
-    ("cluster.x-k8s.io", "v1beta2", "Machine"),
-    ("cluster.x-k8s.io", "v1beta2", "MachineHealthCheck"),
-    (
-        "controlplane.cluster.x-k8s.io",
-        "v1beta2",
-        "KubeadmControlPlane",
-    ),
-    ("bootstrap.cluster.x-k8s.io", "v1beta2", "KubeadmConfig"),
-    (
-        "bootstrap.cluster.x-k8s.io",
-        "v1beta2",
-        "KubeadmConfigTemplate",
-    ),
+/// The provider's kinds a cluster is made of, `(group, version, kind)`.
+const PROVIDER_KINDS: &[(&str, &str, &str)] = &[
     (
         provider_inmemory::api::GROUP,
         provider_inmemory::api::VERSION,
         "InMemoryCluster",
     ),
-    (
-        provider_inmemory::api::GROUP,
-        provider_inmemory::api::VERSION,
-        "InMemoryMachine",
-    ),
+    IN_MEMORY_MACHINE,
     (
         provider_inmemory::api::GROUP,
         provider_inmemory::api::VERSION,
         "InMemoryMachineTemplate",
     ),
-    ("", "v1", "Secret"),
 ];
 
-/// `Kind name` of every object of [`CLUSTER_KINDS`] in `namespace`, sorted.
-async fn cluster_objects(client: &Client, namespace: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for (group, version, kind) in CLUSTER_KINDS {
-        let api = dynamic(client, group, version, kind, Some(namespace));
-        for object in api.list(&ListParams::default()).await.unwrap().items {
-            found.push(format!("{kind} {}", object.name_any()));
-        }
-    }
-    found.sort();
-    found
+/// Every kind a cluster is made of.
+fn cluster_kinds() -> Vec<(&'static str, &'static str, &'static str)> {
+    [KUBEADM_CLUSTER_KINDS, PROVIDER_KINDS].concat()
 }
 
 /// The cloud's instances and load balancers by ID, and its `create_instance` calls so far.
@@ -1095,49 +912,19 @@ async fn cloud_inventory(cloud: &CloudProcess) -> (Vec<String>, Vec<String>, u64
     (instances, load_balancers, inspection.create_calls)
 }
 
-/// Whether the Cluster `name` (in the namespace of that name) is `Available` as upstream's
-/// core controller judges it: infrastructure ready, control plane available (etcd healthy
-/// through the workload API server), workers available, the workload cluster reachable.
-async fn available(client: &Client, name: &str) -> bool {
-    let clusters = dynamic(client, "cluster.x-k8s.io", "v1beta2", "Cluster", Some(name));
-    clusters.get(name).await.is_ok_and(|cluster| {
-        cluster.data["status"]["conditions"]
-            .as_array()
-            .is_some_and(|conditions| {
-                conditions
-                    .iter()
-                    .any(|c| c["type"] == "Available" && c["status"] == "True")
-            })
-    })
-}
-
-/// Whether the Cluster `name` in `namespace` has its control plane initialized and every one
-/// of its `machines` Machines a node: what `clusterctl move` checks before it moves anything.
-async fn ready_to_move(client: &Client, name: &str, machines: usize) -> bool {
-    let clusters = dynamic(client, "cluster.x-k8s.io", "v1beta2", "Cluster", Some(name));
-    let Ok(cluster) = clusters.get(name).await else {
-        return false;
-    };
-    let initialization = &cluster.data["status"]["initialization"];
-    let initialized = initialization["infrastructureProvisioned"] == Value::Bool(true)
-        && initialization["controlPlaneInitialized"] == Value::Bool(true)
-        && cluster.data["status"]["conditions"]
-            .as_array()
-            .is_some_and(|conditions| {
-                conditions
-                    .iter()
-                    .any(|c| c["type"] == "ControlPlaneInitialized" && c["status"] == "True")
-            });
-    let listed = dynamic(client, "cluster.x-k8s.io", "v1beta2", "Machine", Some(name))
-        .list(&ListParams::default())
-        .await;
-    initialized
-        && listed.is_ok_and(|l| {
-            l.items.len() == machines
-                && l.items
-                    .iter()
-                    .all(|m| m.data["status"]["nodeRef"]["name"].is_string())
-        })
+/// What a move keeps of the machines of cluster `name` (in namespace `name`): their names and
+/// provider IDs (UIDs are new on the target).
+async fn moved_identities(management: &Management, name: &str) -> (Vec<String>, Vec<String>) {
+    (
+        management
+            .provider_ids(MACHINE, name, by_name)
+            .await
+            .unwrap(),
+        management
+            .provider_ids(IN_MEMORY_MACHINE, name, by_name)
+            .await
+            .unwrap(),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1146,15 +933,15 @@ async fn clusterctl_move_carries_a_running_cluster_to_another_management_cluster
     // initialised alike, each running the provider's manager against that cloud.
     let workload = ControlPlane::start().await.unwrap();
     let cloud = CloudProcess::start_with(Some(&workload)).await;
-    let source = Management::with(&["0.1.0"], &[], Some(cloud.url.clone()), |_, _| {}).await;
-    let target = Management::with(&["0.1.0"], &[], Some(cloud.url.clone()), |_, _| {}).await;
-    source.init(None).await;
-    target.init(None).await;
+    let source = InMemory::with(&["0.1.0"], &[], Some(cloud.url.clone()), |_, _| {}).await;
+    let target = InMemory::with(&["0.1.0"], &[], Some(cloud.url.clone()), |_, _| {}).await;
+    source.install(None).await;
+    target.install(None).await;
 
     // A cluster of a control-plane machine and a worker, its kubeconfig the workload cluster's
     // (upstream's control plane keeps a kubeconfig Secret it finds).
     let name = "moved";
-    create_namespace(&source.client, name).await;
+    source.create_namespace(name).await.unwrap();
     let kubeconfig: Secret = serde_json::from_value(serde_json::json!({
         "metadata": {"name": format!("{name}-kubeconfig"),
                      "labels": {"cluster.x-k8s.io/cluster-name": name}},
@@ -1168,15 +955,15 @@ async fn clusterctl_move_carries_a_running_cluster_to_another_management_cluster
     source.create_cluster(name, "1").await;
     eventually(
         "the control plane initialized and both machines with their nodes",
-        &source.pods,
-        || ready_to_move(&source.client, name, 2),
+        &source,
+        || source.ready_to_move(name, name, 2),
     )
     .await;
     // What clusterctl generated reaches Available as upstream judges it (etcd's health
     // included, which needs the real members).
     if cfg!(feature = "real-etcd") {
-        eventually("the Cluster Available", &source.pods, || {
-            available(&source.client, name)
+        eventually("the Cluster Available", &source, || {
+            source.available(name, name)
         })
         .await;
     }
@@ -1185,22 +972,8 @@ async fn clusterctl_move_carries_a_running_cluster_to_another_management_cluster
         provider_inmemory::api::GROUP,
         provider_inmemory::api::VERSION,
     );
-    let objects = cluster_objects(&source.client, name).await;
-    // What a move keeps of the machines: names and provider IDs (UIDs are new on the target).
-    let kept = |client: Client| async move {
-        (
-            identities(
-                &client,
-                ("cluster.x-k8s.io", "v1beta2"),
-                "Machine",
-                name,
-                by_name,
-            )
-            .await,
-            identities(&client, infrastructure, "InMemoryMachine", name, by_name).await,
-        )
-    };
-    let machines = kept(source.client.clone()).await;
+    let objects = source.objects(name, &cluster_kinds()).await.unwrap();
+    let machines = moved_identities(&source, name).await;
     let before = cloud_inventory(&cloud).await;
     assert_eq!(before.0.len(), 2, "one instance per machine: {before:?}");
     assert_eq!(before.1.len(), 1, "the cluster's load balancer: {before:?}");
@@ -1215,67 +988,30 @@ async fn clusterctl_move_carries_a_running_cluster_to_another_management_cluster
         );
     }
 
-    // The source's Cluster, watched while it moves: clusterctl pauses it before anything else.
-    let clusters = dynamic(
-        &source.client,
-        "cluster.x-k8s.io",
-        "v1beta2",
-        "Cluster",
-        Some(name),
-    );
-    let watch = tokio::spawn(async move {
-        let deadline = tokio::time::Instant::now() + WITHIN;
-        let mut paused = false;
-        while tokio::time::Instant::now() < deadline {
-            match clusters.get_opt(name).await {
-                Ok(Some(cluster)) => paused |= cluster.data["spec"]["paused"] == Value::Bool(true),
-                Ok(None) => break,
-                // A failed read is read again.
-                Err(_) => {}
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        paused
-    });
-    let to = target.kubeconfig().to_str().unwrap().to_string();
-    source
-        .clusterctl(&["move", "--namespace", name, "--to-kubeconfig", &to])
-        .await;
+    // clusterctl pauses the cluster on the source before it moves anything of it.
+    let moved = source.move_cluster(&target, name, name).await.unwrap();
     assert!(
-        watch.await.unwrap(),
+        moved.paused_on_source,
         "the Cluster was paused on the source before it was deleted there"
     );
 
     // The source holds nothing of the cluster; the target holds every object, resumed.
     assert_eq!(
-        cluster_objects(&source.client, name).await,
+        source.objects(name, &cluster_kinds()).await.unwrap(),
         Vec::<String>::new()
     );
-    assert_eq!(cluster_objects(&target.client, name).await, objects);
-    let moved = dynamic(
-        &target.client,
-        "cluster.x-k8s.io",
-        "v1beta2",
-        "Cluster",
-        Some(name),
-    )
-    .get(name)
-    .await
-    .unwrap();
+    assert_eq!(
+        target.objects(name, &cluster_kinds()).await.unwrap(),
+        objects
+    );
+    let moved = moved.cluster;
     assert_ne!(moved.data["spec"]["paused"], Value::Bool(true), "{moved:?}");
-    assert_eq!(kept(target.client.clone()).await, machines);
+    assert_eq!(moved_identities(&target, name).await, machines);
 
     // Status, which the move does not carry, is the target's controllers' again: the provider's
     // objects provisioned and ready, upstream's machines with their nodes.
-    let in_memory = |kind: &'static str| {
-        dynamic(
-            &target.client,
-            infrastructure.0,
-            infrastructure.1,
-            kind,
-            Some(name),
-        )
-    };
+    let in_memory =
+        |kind: &'static str| target.api((infrastructure.0, infrastructure.1, kind), Some(name));
     let ready = |object: &DynamicObject| {
         object.data["status"]["initialization"]["provisioned"] == Value::Bool(true)
             && object.data["status"]["conditions"]
@@ -1287,7 +1023,7 @@ async fn clusterctl_move_carries_a_running_cluster_to_another_management_cluster
     };
     eventually(
         "the target's provider reports its cluster and machines ready",
-        &target.pods,
+        &target,
         || async {
             let clusters = in_memory("InMemoryCluster")
                 .list(&ListParams::default())
@@ -1300,15 +1036,13 @@ async fn clusterctl_move_carries_a_running_cluster_to_another_management_cluster
         },
     )
     .await;
-    eventually(
-        "the target's Machines have their nodes",
-        &target.pods,
-        || ready_to_move(&target.client, name, 2),
-    )
+    eventually("the target's Machines have their nodes", &target, || {
+        target.ready_to_move(name, name, 2)
+    })
     .await;
     if cfg!(feature = "real-etcd") {
-        eventually("the Cluster Available on the target", &target.pods, || {
-            available(&target.client, name)
+        eventually("the Cluster Available on the target", &target, || {
+            target.available(name, name)
         })
         .await;
     }

@@ -19,10 +19,18 @@
 //! infrastructure providers a test adds (a provider's release, as `capi_provider::clusterctl`
 //! writes it), with its own home (overrides, caches) and no version check. [`upstream_images`]
 //! tells a [`PodRunner`](crate::pods::PodRunner) which binary runs each of those images.
+//! [`Management`] puts them together: a management cluster that clusterctl initialises, with
+//! what a lifecycle test asks of it (inventory, readiness to move, `Available`, objects).
 
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
+
+mod management;
+
+pub use management::{
+    KUBEADM_CLUSTER_KINDS, Management, ManagementError, Moved, by_name, by_uid, has_condition,
+};
 
 use crate::pods::LocalImages;
 use crate::upstream::{CLUSTER_API_VERSION, COMPONENTS, Component, UpstreamAssets};
