@@ -258,7 +258,8 @@ impl MachineTemplateActuator<InMemoryMachineTemplate, InMemoryCluster> for InMem
 }
 
 impl InMemoryActuator {
-    /// The oldest live instance of this machine: by recorded provider ID, else by idempotency tag.
+    /// The oldest live instance of this machine: by recorded provider ID (which must be
+    /// [ours](Self::ensure_ours)), else by idempotency tag among the instances of its cluster.
     async fn find(&self, scope: &Scope) -> Result<Option<Instance>, ActuatorError> {
         if let Some(id) = scope
             .infra_machine
@@ -267,29 +268,85 @@ impl InMemoryActuator {
             .as_deref()
             .and_then(instance_id)
         {
-            if let Some(cluster) = steady_cluster(scope) {
-                match self
-                    .listings
-                    .running(&cluster, id, || {
-                        self.retried(|| self.compute.cluster_instances(&cluster))
-                    })
-                    .await
-                {
-                    Ok(Some(listed)) => return Ok(Some(listed)),
-                    Ok(None) => {}
-                    // The instance alone may still be read.
-                    Err(error) => {
-                        tracing::debug!(%cluster, %error, "listing the cluster's instances failed")
-                    }
-                }
+            let found = self.find_recorded(scope, id).await?;
+            if let Some(instance) = &found {
+                ensure_ours(scope, instance)?;
             }
-            return self.retried(|| self.compute.get_instance(id)).await;
+            return Ok(found);
         }
-        let tag = scope.idempotency_key.as_str();
-        let mut found = self.retried(|| self.compute.find_instances(tag)).await?;
+        let mut found = self.tagged(scope).await?;
         found.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(found.into_iter().next())
     }
+
+    /// The instance `id` names, from the cluster's listing when the machine runs, else read alone.
+    async fn find_recorded(
+        &self,
+        scope: &Scope,
+        id: &str,
+    ) -> Result<Option<Instance>, ActuatorError> {
+        if let Some(cluster) = steady_cluster(scope) {
+            match self
+                .listings
+                .running(&cluster, id, || {
+                    self.retried(|| self.compute.cluster_instances(&cluster))
+                })
+                .await
+            {
+                Ok(Some(listed)) => return Ok(Some(listed)),
+                Ok(None) => {}
+                // The instance alone may still be read.
+                Err(error) => {
+                    tracing::debug!(%cluster, %error, "listing the cluster's instances failed")
+                }
+            }
+        }
+        self.retried(|| self.compute.get_instance(id)).await
+    }
+
+    /// The instances carrying this machine's idempotency tag that were made for its cluster:
+    /// the tag is read from an annotation a tenant may write, so another cluster's instance
+    /// under the same tag is never this machine's.
+    async fn tagged(&self, scope: &Scope) -> Result<Vec<Instance>, ActuatorError> {
+        let tag = scope.idempotency_key.as_str();
+        let cluster = machine_cluster(scope);
+        let found = self.retried(|| self.compute.find_instances(tag)).await?;
+        Ok(found
+            .into_iter()
+            .filter(|instance| made_for(instance, &cluster))
+            .collect())
+    }
+}
+
+/// Whether `instance` was made for `cluster`; one made before instances carried their cluster
+/// (none is made so any more) is judged by its tag alone.
+fn made_for(instance: &Instance, cluster: &str) -> bool {
+    instance
+        .cluster
+        .as_deref()
+        .is_none_or(|made| made == cluster)
+}
+
+/// An instance found by a recorded ID — `spec.providerID` is written by whoever may write the
+/// `InMemoryMachine`, a tenant among them — is this machine's only if it was made for this
+/// machine's cluster under this machine's idempotency tag. Anything else is an invalid
+/// configuration and is never touched: not reported, not deleted.
+fn ensure_ours(scope: &Scope, instance: &Instance) -> Result<(), ActuatorError> {
+    let missing = if !made_for(instance, &machine_cluster(scope)) {
+        "was not made for this machine's cluster"
+    } else if instance.tag != scope.idempotency_key.as_str() {
+        "does not carry this machine's idempotency tag"
+    } else {
+        return Ok(());
+    };
+    Err(ActuatorError::invalid_configuration(
+        "InstanceNotOwned",
+        format!(
+            "instance {} (from spec.providerID) {missing}: it is not this machine's and is left \
+             untouched; correct spec.providerID",
+            instance.id
+        ),
+    ))
 }
 
 #[async_trait]
@@ -359,7 +416,7 @@ impl Actuator<InMemoryMachine, InMemoryCluster> for InMemoryActuator {
         // Everything this machine may own: the recorded instance and anything carrying its tag
         // (a create whose response was lost), so that nothing leaks.
         let tag = scope.idempotency_key.as_str();
-        let mut owned = self.retried(|| self.compute.find_instances(tag)).await?;
+        let mut owned = self.tagged(scope).await?;
         if let Some(id) = scope
             .infra_machine
             .spec
@@ -369,6 +426,7 @@ impl Actuator<InMemoryMachine, InMemoryCluster> for InMemoryActuator {
             && !owned.iter().any(|i| i.id == id)
             && let Some(recorded) = self.retried(|| self.compute.get_instance(id)).await?
         {
+            ensure_ours(scope, &recorded)?;
             owned.push(recorded);
         }
         if owned.is_empty() {
@@ -715,15 +773,21 @@ mod tests {
             provider_id: Some(created.provider_id.clone()),
             flavor: "small".into(),
         };
-        // Another tag, same provider ID: found by ID.
+        // A second instance under the machine's tag: the recorded ID still names the first.
+        cloud
+            .create_instance(bare_request(
+                scope("u2", small()).idempotency_key.to_string(),
+            ))
+            .await
+            .unwrap();
         let found = actuator
-            .exists(&scope("other", recorded))
+            .exists(&scope("u2", recorded))
             .await
             .unwrap()
             .unwrap();
         assert_eq!(found.reported.provider_id, created.provider_id);
         assert_eq!(found.reported.state, InstanceState::Running);
-        assert_eq!(cloud.instance_count(), 1);
+        assert_eq!(cloud.instance_count(), 2);
     }
 
     #[tokio::test]
@@ -905,7 +969,9 @@ mod tests {
         // Made without a cluster (before instances carried one): no listing shows it.
         let untagged = compute
             .cloud
-            .create_instance(bare_request("old"))
+            .create_instance(bare_request(
+                in_cluster("o1", None, None).idempotency_key.to_string(),
+            ))
             .await
             .unwrap();
         let recorded = to_machine_instance(&untagged);
@@ -934,6 +1000,47 @@ mod tests {
             "{after:?}"
         );
         assert_eq!(count(&compute.gets), 2);
+    }
+
+    #[tokio::test]
+    async fn another_clusters_instance_is_never_this_machines_whatever_the_tenant_writes() {
+        let (cloud, actuator) = setup(CloudConfig::default());
+        let mine = in_cluster("t1", None, None);
+        // Another cluster's instance, under the tag this machine's (tenant-written) key names.
+        let theirs = cloud
+            .create_instance(InstanceRequest {
+                cluster: Some(crate::cloud::cluster_key("other", "c")),
+                ..bare_request(mine.idempotency_key.to_string())
+            })
+            .await
+            .unwrap();
+        assert!(actuator.exists(&mine).await.unwrap().is_none());
+        // Named by spec.providerID: refused, and neither reported nor deleted.
+        let named = in_cluster("t1", Some(&to_machine_instance(&theirs)), None);
+        for error in [
+            actuator.exists(&named).await.map(|_| ()).unwrap_err(),
+            Actuator::delete(&actuator, &named).await.unwrap_err(),
+        ] {
+            assert_eq!(error.kind(), ActuatorErrorKind::InvalidConfiguration);
+            assert_eq!(error.reason(), "InstanceNotOwned");
+        }
+        // Of this cluster but under another machine's tag: refused too.
+        let neighbour = actuator
+            .create(&in_cluster("t2", None, None), &boot())
+            .await
+            .unwrap();
+        let error = actuator
+            .exists(&in_cluster("t1", Some(&neighbour), None))
+            .await
+            .map(|_| ())
+            .unwrap_err();
+        assert_eq!(error.reason(), "InstanceNotOwned");
+        // The deletion by tag leaves the other cluster's instance alone.
+        if let Err(error) = Actuator::delete(&actuator, &mine).await {
+            assert_eq!(error.kind(), ActuatorErrorKind::RequeueAfter, "{error}");
+        }
+        assert_eq!(cloud.instance_count(), 2);
+        assert!(cloud.get_instance(&theirs.id).await.unwrap().is_some());
     }
 
     #[tokio::test]

@@ -99,14 +99,7 @@ pub(crate) fn run_images(args: ImageArgs) -> Result<()> {
         }
         crate::bench::rig::Build::Debug => {
             step("The managers the tests ran (debug; built already by cargo xtask test)");
-            let build = [
-                "test",
-                "--no-run",
-                "--workspace",
-                "--all-targets",
-                "--all-features",
-            ];
-            (build.to_vec(), "debug")
+            (crate::bench::rig::Build::DEBUG_AS_TESTED.to_vec(), "debug")
         }
     };
     run(&mut cargo(&build))?;

@@ -7,6 +7,10 @@
 //!   each packaged `.crate`, unpacked with its checksum. The generated project replaces crates.io
 //!   with it, so every crate it builds — ours and everyone else's — comes from a package, never
 //!   from a path into the workspace, and a dependency missing from what we publish fails the build.
+//! - Beside it, a project depending on every packaged crate with every feature is checked
+//!   (`cargo check`): each crate builds from its own package, so a file outside it or a
+//!   dependency we do not publish fails here. (`cargo xtask package` builds each crate alone, with
+//!   only its own features, as `cargo package` verifies.)
 //! - The project is generated into a temporary directory outside the repository and checked with
 //!   `cargo fmt --check` (the templates, rendered for `acme`, are rustfmt-clean as they stand),
 //!   `cargo clippy --all-targets -D warnings` and `cargo test` (its mock unit tests, the
@@ -123,6 +127,10 @@ fn check_in(parent: &Path, registry: &Path, packaged: &[Packaged], checks: &Chec
             .args(rest);
         command
     };
+    // Every published crate, with every feature, as a dependency of one project: each is built
+    // from its own package (a file outside it, or a dependency we do not publish, fails here).
+    let every_crate = parent.join("every-published-crate");
+    write_every_crate_project(&every_crate, packaged)?;
     let stamp = target.join("packaged.sha256");
     let checksums = packaged
         .iter()
@@ -135,23 +143,21 @@ fn check_in(parent: &Path, registry: &Path, packaged: &[Packaged], checks: &Chec
         // The first build has nothing to clean; `cargo clean -p` takes only the packages the
         // project depends on.
         if target.exists() {
-            let metadata = output(&mut in_project(
-                &dir,
-                &["metadata", "--offline", "--format-version", "1"],
-            ))?;
-            let metadata: serde_json::Value = serde_json::from_str(&metadata)?;
-            let used: Vec<&str> = metadata["packages"]
-                .as_array()
-                .map(|packages| packages.iter().filter_map(|p| p["name"].as_str()).collect())
-                .unwrap_or_default();
-            let mut clean = vec!["clean"];
-            for crate_file in packaged.iter().filter(|c| used.contains(&c.name.as_str())) {
+            // That project depends on every packaged crate; `clean -p` removes a package's
+            // artifacts whichever project built them.
+            let mut clean = vec!["clean", "--offline"];
+            for crate_file in packaged {
                 clean.extend(["-p", crate_file.name.as_str()]);
             }
-            run(&mut in_project(&dir, &clean))?;
+            run(&mut in_project(&every_crate, &clean))?;
         }
     }
     if checks.tests {
+        step(
+            "Every published crate, all features on, builds from its own package (cargo check \
+             of a project depending on each from the local registry)",
+        );
+        run(&mut in_project(&every_crate, &["check", "--offline"]))?;
         step("The generated project: formatted as generated, lint-free, its tests pass (offline)");
         run(cargo(&["fmt", "--check", "--manifest-path"]).arg(dir.join("Cargo.toml")))?;
         let clippy = [
@@ -250,6 +256,59 @@ fn check_in(parent: &Path, registry: &Path, packaged: &[Packaged], checks: &Chec
         println!("    written: {}", archive.display());
         std::fs::write(&stamp, &checksums)?;
     }
+    Ok(())
+}
+
+/// Writes into `dir` a library project depending on every packaged crate at its packaged version,
+/// each with every feature it declares (as `cargo metadata` lists them).
+fn write_every_crate_project(dir: &Path, packaged: &[Packaged]) -> Result<()> {
+    let metadata = output(&mut cargo(&[
+        "metadata",
+        "--no-deps",
+        "--format-version",
+        "1",
+    ]))?;
+    let metadata: serde_json::Value =
+        serde_json::from_str(&metadata).context("reading `cargo metadata`")?;
+    let packages = metadata["packages"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let mut manifest = String::from(
+        "[package]\nname = \"every-published-crate\"\nversion = \"0.0.0\"\nedition = \"2024\"\n\
+         publish = false\n\n[dependencies]\n",
+    );
+    for crate_file in packaged {
+        let package = packages
+            .iter()
+            .find(|p| p["name"].as_str() == Some(crate_file.name.as_str()))
+            .with_context(|| format!("{} is not in `cargo metadata`", crate_file.name))?;
+        let features: Vec<String> = package["features"]
+            .as_object()
+            .map(|features| {
+                features
+                    .keys()
+                    .filter(|name| *name != "default")
+                    .map(|name| format!("{name:?}"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        manifest.push_str(&format!(
+            "{} = {{ version = \"={}\", features = [{}] }}\n",
+            crate_file.name,
+            env!("CARGO_PKG_VERSION"),
+            features.join(", ")
+        ));
+    }
+    std::fs::create_dir_all(dir.join("src"))?;
+    std::fs::write(dir.join("Cargo.toml"), manifest)?;
+    std::fs::write(dir.join("src/lib.rs"), "")?;
+    // The crates leave the Kubernetes version to the binary; this project picks the SDK's.
+    std::fs::create_dir_all(dir.join(".cargo"))?;
+    std::fs::write(
+        dir.join(".cargo/config.toml"),
+        "[env]\nK8S_OPENAPI_ENABLED_VERSION = \"1.33\"\n",
+    )?;
     Ok(())
 }
 

@@ -326,7 +326,7 @@ pub(crate) fn build_binaries(build: Build) -> Result<PathBuf> {
             &["build", "--release", "-p", "provider-inmemory-bin"],
             "release",
         ),
-        Build::Debug => (&["build", "-p", "provider-inmemory-bin"], "debug"),
+        Build::Debug => (&Build::DEBUG_AS_TESTED, "debug"),
     };
     run(&mut crate::command::cargo(args))?;
     Ok(crate::command::target_dir().join(dir))

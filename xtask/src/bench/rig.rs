@@ -78,8 +78,22 @@ pub(crate) enum Build {
     #[default]
     Release,
     /// Unoptimised, with debug assertions and overflow checks: for checking that the commands and
-    /// the guarantees they assert still work (CI), where the figures are not judged.
+    /// the guarantees they assert still work (CI), where the figures are not judged. The binaries
+    /// are the ones `cargo xtask test` ran its tests against ([`Build::DEBUG_AS_TESTED`]).
     Debug,
+}
+
+impl Build {
+    /// The cargo command that builds the debug binaries: the build `cargo nextest run --workspace
+    /// --all-targets --all-features` makes, so that after the tests nothing is compiled (a build
+    /// of one package with its own features rebuilt the crates under it, 131 s in a warm CI run).
+    pub(crate) const DEBUG_AS_TESTED: [&str; 5] = [
+        "test",
+        "--no-run",
+        "--workspace",
+        "--all-targets",
+        "--all-features",
+    ];
 }
 
 impl Build {
