@@ -139,12 +139,18 @@ impl InMemoryActuator {
     }
 }
 
-/// The cloud's key of the machine's cluster ([`cluster_key`](crate::cloud::cluster_key)).
-fn machine_cluster(scope: &Scope) -> String {
-    crate::cloud::cluster_key(
-        &kube::ResourceExt::namespace(scope.machine.as_ref()).unwrap_or_default(),
-        &scope.machine.spec.cluster_name,
-    )
+/// The cloud's key of the machine's cluster ([`cluster_key`](crate::cloud::cluster_key)): the
+/// infrastructure machine's namespace, and the Machine's cluster name, else the infrastructure
+/// machine's cluster-name label (a deletion whose Machine is gone has only a stand-in for it).
+/// None when neither names the cluster.
+fn machine_cluster(scope: &Scope) -> Option<String> {
+    let namespace = kube::ResourceExt::namespace(scope.infra_machine.as_ref())
+        .or_else(|| kube::ResourceExt::namespace(scope.machine.as_ref()))
+        .unwrap_or_default();
+    let name = Some(scope.machine.spec.cluster_name.as_str())
+        .filter(|name| !name.is_empty())
+        .or_else(|| capi_core::labels::cluster_name(&scope.infra_machine.metadata))?;
+    Some(crate::cloud::cluster_key(&namespace, name))
 }
 
 /// The machine's cluster key when its status says its instance runs: a resync, which a listing
@@ -157,7 +163,7 @@ fn steady_cluster(scope: &Scope) -> Option<String> {
         .as_ref()?
         .instance_state
         .as_deref()?;
-    (state == running).then(|| machine_cluster(scope))
+    (state == running).then(|| machine_cluster(scope)).flatten()
 }
 
 /// The provider ID of an instance.
@@ -313,18 +319,19 @@ impl InMemoryActuator {
         let found = self.retried(|| self.compute.find_instances(tag)).await?;
         Ok(found
             .into_iter()
-            .filter(|instance| made_for(instance, &cluster))
+            .filter(|instance| made_for(instance, cluster.as_deref()))
             .collect())
     }
 }
 
-/// Whether `instance` was made for `cluster`; one made before instances carried their cluster
-/// (none is made so any more) is judged by its tag alone.
-fn made_for(instance: &Instance, cluster: &str) -> bool {
-    instance
-        .cluster
-        .as_deref()
-        .is_none_or(|made| made == cluster)
+/// Whether `instance` was made for `cluster`. One made before instances carried their cluster
+/// (none is made so any more), or a machine whose cluster is not named, is judged by the tag
+/// alone.
+fn made_for(instance: &Instance, cluster: Option<&str>) -> bool {
+    match (instance.cluster.as_deref(), cluster) {
+        (Some(made), Some(cluster)) => made == cluster,
+        _ => true,
+    }
 }
 
 /// An instance found by a recorded ID — `spec.providerID` is written by whoever may write the
@@ -332,7 +339,7 @@ fn made_for(instance: &Instance, cluster: &str) -> bool {
 /// machine's cluster under this machine's idempotency tag. Anything else is an invalid
 /// configuration and is never touched: not reported, not deleted.
 fn ensure_ours(scope: &Scope, instance: &Instance) -> Result<(), ActuatorError> {
-    let missing = if !made_for(instance, &machine_cluster(scope)) {
+    let missing = if !made_for(instance, machine_cluster(scope).as_deref()) {
         "was not made for this machine's cluster"
     } else if instance.tag != scope.idempotency_key.as_str() {
         "does not carry this machine's idempotency tag"
@@ -375,9 +382,10 @@ impl Actuator<InMemoryMachine, InMemoryCluster> for InMemoryActuator {
             etcd_cluster: scope
                 .machine
                 .is_control_plane()
-                .then(|| machine_cluster(scope)),
+                .then(|| machine_cluster(scope))
+                .flatten(),
             client_token: Some(scope.idempotency_key.as_str().to_string()),
-            cluster: Some(machine_cluster(scope)),
+            cluster: machine_cluster(scope),
         };
         // The tag makes a retry after a lost response find the first instance instead of
         // creating a second one; the client token does while lists do not show it yet.
@@ -387,6 +395,9 @@ impl Actuator<InMemoryMachine, InMemoryCluster> for InMemoryActuator {
                 || self.compute.create_instance(request.clone()),
             )
             .await?;
+        // The cloud answers a known client token with the instance it made for it, whoever
+        // asked: one made for another cluster is not reported as this machine's.
+        ensure_ours(scope, &created)?;
         Ok(to_machine_instance(&created))
     }
 
@@ -415,8 +426,11 @@ impl Actuator<InMemoryMachine, InMemoryCluster> for InMemoryActuator {
     async fn delete(&self, scope: &Scope) -> Result<(), ActuatorError> {
         // Everything this machine may own: the recorded instance and anything carrying its tag
         // (a create whose response was lost), so that nothing leaks.
+        // A recorded instance that is not this machine's is left alone, and reported once the
+        // machine's own instances are gone.
         let tag = scope.idempotency_key.as_str();
         let mut owned = self.tagged(scope).await?;
+        let mut not_ours = None;
         if let Some(id) = scope
             .infra_machine
             .spec
@@ -426,11 +440,16 @@ impl Actuator<InMemoryMachine, InMemoryCluster> for InMemoryActuator {
             && !owned.iter().any(|i| i.id == id)
             && let Some(recorded) = self.retried(|| self.compute.get_instance(id)).await?
         {
-            ensure_ours(scope, &recorded)?;
-            owned.push(recorded);
+            match ensure_ours(scope, &recorded) {
+                Ok(()) => owned.push(recorded),
+                Err(error) => not_ours = Some(error),
+            }
         }
         if owned.is_empty() {
-            return self.gone_once_listed(scope);
+            return match not_ours {
+                Some(error) => Err(error),
+                None => self.gone_once_listed(scope),
+            };
         }
         self.saw(tag, Sighting::Listed);
         for instance in owned
@@ -1041,6 +1060,86 @@ mod tests {
         }
         assert_eq!(cloud.instance_count(), 2);
         assert!(cloud.get_instance(&theirs.id).await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_deletion_whose_machine_is_gone_finds_the_instance_by_the_cluster_label() {
+        let (cloud, actuator) = setup(CloudConfig::default());
+        let made = in_cluster("g1", None, None);
+        let created = actuator.create(&made, &boot()).await.unwrap();
+        // The loop's stand-in for a Machine that is gone: its UID's key, nothing else; the
+        // infrastructure machine keeps its namespace and cluster label.
+        let mut infra = (*made.infra_machine).clone();
+        infra.metadata.namespace = Some("ns".into());
+        infra.metadata.labels = Some(
+            [(capi_core::labels::CLUSTER_NAME.to_string(), "c".to_string())]
+                .into_iter()
+                .collect(),
+        );
+        let mut orphaned = scope("g1", small());
+        orphaned.infra_machine = Arc::new(infra.clone());
+        assert!(actuator.exists(&orphaned).await.unwrap().is_some());
+        infra.spec.provider_id = Some(created.provider_id.clone());
+        orphaned.infra_machine = Arc::new(infra);
+        let first = Actuator::delete(&actuator, &orphaned).await.unwrap_err();
+        assert_eq!(first.kind(), ActuatorErrorKind::RequeueAfter, "{first}");
+        assert!(
+            cloud
+                .instances()
+                .iter()
+                .all(|i| i.status == InstanceStatus::Deleting)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_create_answered_with_another_clusters_instance_does_not_report_it() {
+        let (cloud, actuator) = setup(CloudConfig::default());
+        let mine = in_cluster("k1", None, None);
+        // Another cluster's instance, made under the client token this machine's key gives.
+        cloud
+            .create_instance(InstanceRequest {
+                cluster: Some(crate::cloud::cluster_key("other", "c")),
+                client_token: Some(mine.idempotency_key.to_string()),
+                ..bare_request(mine.idempotency_key.to_string())
+            })
+            .await
+            .unwrap();
+        let error = actuator.create(&mine, &boot()).await.unwrap_err();
+        assert_eq!(error.reason(), "InstanceNotOwned", "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_foreign_provider_id_does_not_keep_the_machines_own_instances_running() {
+        let (cloud, actuator) = setup(CloudConfig {
+            delete_time: Duration::from_millis(10),
+            ..CloudConfig::default()
+        });
+        let theirs = actuator
+            .create(&in_cluster("f2", None, None), &boot())
+            .await
+            .unwrap();
+        let mine = in_cluster("f1", None, None);
+        actuator.create(&mine, &boot()).await.unwrap();
+        let named = in_cluster("f1", Some(&theirs), None);
+        let first = Actuator::delete(&actuator, &named).await.unwrap_err();
+        assert_eq!(first.kind(), ActuatorErrorKind::RequeueAfter, "{first}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut last = Actuator::delete(&actuator, &named).await;
+        for _ in 0..20 {
+            if last
+                .as_ref()
+                .is_err_and(|e| e.kind() == ActuatorErrorKind::RequeueAfter)
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                last = Actuator::delete(&actuator, &named).await;
+            }
+        }
+        assert_eq!(last.unwrap_err().reason(), "InstanceNotOwned");
+        // The machine's own instance is gone; the one its spec.providerID named is untouched.
+        let left = cloud.instances();
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert_eq!(provider_id(&left[0].id), theirs.provider_id);
+        assert_eq!(left[0].status, InstanceStatus::Active);
     }
 
     #[tokio::test]

@@ -252,29 +252,43 @@ impl Ctx {
             .servers_named(&self.name)
             .await
             .map_err(|e| actuator_error("looking up the server by name", e))?;
-        Ok(named.into_iter().find(|s| {
-            s.metadata.get(MACHINE_KEY_METADATA).map(String::as_str) == Some(self.key.as_str())
-        }))
+        Ok(named
+            .into_iter()
+            .find(|s| self.carries_key(s) && self.carries_cluster_tag(s)))
     }
 
-    /// A server found by `spec.providerID` — which whoever may write the `OpenStackMachine`
-    /// writes, a tenant among them — is this machine's only if its metadata carries this
-    /// machine's idempotency key. Anything else is an invalid configuration and is never
-    /// touched: not updated, not deleted, its ports and floating IPs left alone.
-    fn ensure_ours(&self, server: Server) -> Result<Server, ActuatorError> {
-        if server
+    /// Whether `server`'s metadata carries this machine's idempotency key.
+    fn carries_key(&self, server: &Server) -> bool {
+        server
             .metadata
             .get(MACHINE_KEY_METADATA)
             .map(String::as_str)
             == Some(self.key.as_str())
-        {
+    }
+
+    /// Whether `server` carries this cluster's tag. The key is read from an annotation a tenant
+    /// may write; a server of another cluster in the same project is never this machine's.
+    fn carries_cluster_tag(&self, server: &Server) -> bool {
+        server.tags.contains(&self.names.tag())
+    }
+
+    /// A server found by `spec.providerID` — which whoever may write the `OpenStackMachine`
+    /// writes, a tenant among them — is this machine's only if it carries this cluster's tag
+    /// and this machine's idempotency key. Anything else is an invalid configuration and is
+    /// never touched: not updated, not deleted, its ports and floating IPs left alone.
+    fn ensure_ours(&self, server: Server) -> Result<Server, ActuatorError> {
+        let missing = if !self.carries_cluster_tag(&server) {
+            "this cluster's tag"
+        } else if !self.carries_key(&server) {
+            "this machine's idempotency key"
+        } else {
             return Ok(server);
-        }
+        };
         Err(ActuatorError::invalid_configuration(
             "ServerNotOwned",
             format!(
-                "server {} named by spec.providerID does not carry this machine's idempotency \
-                 key: it is not this machine's and is left untouched; correct spec.providerID",
+                "server {} named by spec.providerID does not carry {missing}: it is not this \
+                 machine's and is left untouched; correct spec.providerID",
                 server.id
             ),
         ))
@@ -950,6 +964,7 @@ mod tests {
             name: "m-0".into(),
             status: status.into(),
             metadata: BTreeMap::from([(MACHINE_KEY_METADATA.to_string(), key.to_string())]),
+            tags: vec![ClusterNames::new("ns", "demo").tag()],
             fault: Some(ServerFault {
                 message: "No valid host was found.".into(),
             }),
@@ -1039,6 +1054,40 @@ mod tests {
             let message = error.to_string();
             assert!(message.contains("srv-capi-another-machine"), "{message}");
             assert!(message.contains("idempotency key"), "{message}");
+        }
+    }
+
+    #[tokio::test]
+    async fn another_clusters_server_under_this_machines_key_is_never_this_machines() {
+        // The key is read from an annotation a tenant may write: another cluster's server in the
+        // same project may carry it.
+        let scope = scope();
+        let key = scope.idempotency_key.as_str().to_string();
+        let theirs = move || Server {
+            tags: vec![ClusterNames::new("team-b", "demo").tag()],
+            ..server(&key, "ACTIVE")
+        };
+        let mut compute = MockCompute::new();
+        let by_name = theirs.clone();
+        compute
+            .expect_servers_named()
+            .returning(move |_| Ok(vec![by_name()]));
+        compute
+            .expect_get_server()
+            .returning(move |_| Ok(Some(theirs())));
+        compute.expect_delete_server().never();
+        let mut network = MockNetworking::new();
+        network.expect_ports().never();
+        let actuator = actuator(compute, network);
+        assert_eq!(actuator.exists(&scope).await.unwrap(), None);
+        let named = recorded(scope, "srv-theirs");
+        for error in [
+            actuator.exists(&named).await.unwrap_err(),
+            actuator.delete(&named).await.unwrap_err(),
+        ] {
+            assert_eq!(error.reason(), "ServerNotOwned");
+            let message = error.to_string();
+            assert!(message.contains("this cluster's tag"), "{message}");
         }
     }
 

@@ -432,6 +432,20 @@ async fn machines_boot_join_the_pool_and_leave_nothing_behind() {
     assert_eq!(refused.reason(), "ServerNotOwned", "{refused}");
     let refused = actuator.delete(&hijack).await.unwrap_err();
     assert_eq!(refused.reason(), "ServerNotOwned", "{refused}");
+    // Not even under this machine's idempotency key, which the annotation a tenant writes may
+    // name: the server carries another cluster's tag.
+    let mut forged = recorded(
+        &machine_scope(&elsewhere, "beta", "team-b-md-0", false, spec.clone()),
+        &first,
+    );
+    forged.idempotency_key = worker.idempotency_key.clone();
+    for refused in [
+        actuator.exists(&forged).await.map(|_| ()).unwrap_err(),
+        actuator.delete(&forged).await.unwrap_err(),
+    ] {
+        assert_eq!(refused.reason(), "ServerNotOwned", "{refused}");
+        assert!(refused.to_string().contains("cluster's tag"), "{refused}");
+    }
     assert_eq!(
         session.servers_named("beta-md-0").await.unwrap().len(),
         1,

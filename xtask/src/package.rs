@@ -107,7 +107,7 @@ pub(crate) fn sha256(file: &Path) -> Result<String> {
 
 /// Removes the fingerprints of `crates` (`<name>-<16 hex digits>` under `.fingerprint`) from
 /// the target directory `dir`, so that cargo builds them again.
-fn forget_built(dir: &Path, crates: &[String]) -> Result<()> {
+pub(crate) fn forget_built(dir: &Path, crates: &[String]) -> Result<()> {
     let Ok(profiles) = std::fs::read_dir(dir) else {
         return Ok(());
     };

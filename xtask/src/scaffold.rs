@@ -8,7 +8,7 @@
 //!   with it, so every crate it builds — ours and everyone else's — comes from a package, never
 //!   from a path into the workspace, and a dependency missing from what we publish fails the build.
 //! - Beside it, a project depending on every packaged crate with every feature is checked
-//!   (`cargo check`): each crate builds from its own package, so a file outside it or a
+//!   (`cargo check`): each library builds from its own package, so a file outside it or a
 //!   dependency we do not publish fails here. (`cargo xtask package` builds each crate alone, with
 //!   only its own features, as `cargo package` verifies.)
 //! - The project is generated into a temporary directory outside the repository and checked with
@@ -25,7 +25,7 @@
 //!
 //! The project's build has a target directory of its own (`<target>/scaffold-target`), kept
 //! between runs. A registry crate's version is all cargo fingerprints it by, so when the packaged
-//! crates change, their artifacts there are removed (`cargo clean -p`) before the build.
+//! crates change, their fingerprints there are removed, in every profile, before the build.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -127,10 +127,6 @@ fn check_in(parent: &Path, registry: &Path, packaged: &[Packaged], checks: &Chec
             .args(rest);
         command
     };
-    // Every published crate, with every feature, as a dependency of one project: each is built
-    // from its own package (a file outside it, or a dependency we do not publish, fails here).
-    let every_crate = parent.join("every-published-crate");
-    write_every_crate_project(&every_crate, packaged)?;
     let stamp = target.join("packaged.sha256");
     let checksums = packaged
         .iter()
@@ -138,25 +134,21 @@ fn check_in(parent: &Path, registry: &Path, packaged: &[Packaged], checks: &Chec
         .collect::<Vec<_>>()
         .join("\n");
     if std::fs::read_to_string(&stamp).ok().as_deref() != Some(checksums.as_str()) {
-        step("The packaged crates changed: removing their artifacts from the projects' target dir");
+        step("The packaged crates changed: forgetting what the projects' target dir built of them");
         let _ = std::fs::remove_file(&stamp);
-        // The first build has nothing to clean; `cargo clean -p` takes only the packages the
-        // project depends on.
-        if target.exists() {
-            // That project depends on every packaged crate; `clean -p` removes a package's
-            // artifacts whichever project built them.
-            let mut clean = vec!["clean", "--offline"];
-            for crate_file in packaged {
-                clean.extend(["-p", crate_file.name.as_str()]);
-            }
-            run(&mut in_project(&every_crate, &clean))?;
-        }
+        // In every profile (an image is built in release from the same target dir).
+        let names: Vec<String> = packaged.iter().map(|c| c.name.clone()).collect();
+        crate::package::forget_built(&target, &names)?;
     }
     if checks.tests {
         step(
-            "Every published crate, all features on, builds from its own package (cargo check \
+            "Every published library, all features on, builds from its own package (cargo check \
              of a project depending on each from the local registry)",
         );
+        // Each library is built from its own package: a file outside it, or a dependency we do
+        // not publish, fails here.
+        let every_crate = parent.join("every-published-crate");
+        write_every_crate_project(&every_crate, packaged)?;
         run(&mut in_project(&every_crate, &["check", "--offline"]))?;
         step("The generated project: formatted as generated, lint-free, its tests pass (offline)");
         run(cargo(&["fmt", "--check", "--manifest-path"]).arg(dir.join("Cargo.toml")))?;
@@ -274,9 +266,12 @@ fn write_every_crate_project(dir: &Path, packaged: &[Packaged]) -> Result<()> {
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or_default();
+    // The crates leave the Kubernetes version to the binary: this project picks the one the
+    // generated provider does, with the same features, so that both share one build of it.
     let mut manifest = String::from(
         "[package]\nname = \"every-published-crate\"\nversion = \"0.0.0\"\nedition = \"2024\"\n\
-         publish = false\n\n[dependencies]\n",
+         publish = false\n\n[workspace]\n\n[dependencies]\nk8s-openapi = { version = \"*\", \
+         default-features = false, features = [\"std\", \"schemars\", \"v1_33\"] }\n",
     );
     for crate_file in packaged {
         let package = packages
@@ -303,12 +298,6 @@ fn write_every_crate_project(dir: &Path, packaged: &[Packaged]) -> Result<()> {
     std::fs::create_dir_all(dir.join("src"))?;
     std::fs::write(dir.join("Cargo.toml"), manifest)?;
     std::fs::write(dir.join("src/lib.rs"), "")?;
-    // The crates leave the Kubernetes version to the binary; this project picks the SDK's.
-    std::fs::create_dir_all(dir.join(".cargo"))?;
-    std::fs::write(
-        dir.join(".cargo/config.toml"),
-        "[env]\nK8S_OPENAPI_ENABLED_VERSION = \"1.33\"\n",
-    )?;
     Ok(())
 }
 

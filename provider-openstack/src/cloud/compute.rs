@@ -108,6 +108,7 @@ impl Compute for Session {
             name: server.name.clone(),
             status: "BUILD".into(),
             metadata: server.metadata.clone(),
+            tags: server.tags.clone(),
             ..Server::default()
         })
     }

@@ -100,6 +100,9 @@ pub struct Server {
     /// Its metadata (the provider's machine UID key among them).
     #[serde(default)]
     pub metadata: std::collections::BTreeMap<String, String>,
+    /// Its tags (Nova 2.26+; the cluster's tag among them).
+    #[serde(default)]
+    pub tags: Vec<String>,
     /// Nova's fault, when `status` is `ERROR`.
     #[serde(default)]
     pub fault: Option<ServerFault>,

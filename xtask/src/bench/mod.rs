@@ -319,8 +319,12 @@ fn headline(result: &serde_json::Value) -> String {
     line
 }
 
-/// Builds `inmemory-manager` and `inmemory-cloud` with `build`'s profile; returns where they are.
+/// Builds `inmemory-manager` and `inmemory-cloud` with `build`'s profile (debug: as the tests
+/// build the whole workspace, protoc included); returns where they are.
 pub(crate) fn build_binaries(build: Build) -> Result<PathBuf> {
+    if build == Build::Debug {
+        crate::test::ensure_protoc()?;
+    }
     let (args, dir): (&[&str], &str) = match build {
         Build::Release => (
             &["build", "--release", "-p", "provider-inmemory-bin"],
