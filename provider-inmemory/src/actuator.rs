@@ -139,18 +139,22 @@ impl InMemoryActuator {
     }
 }
 
-/// The cloud's key of the machine's cluster ([`cluster_key`](crate::cloud::cluster_key)): the
-/// infrastructure machine's namespace, and the Machine's cluster name, else the infrastructure
-/// machine's cluster-name label (a deletion whose Machine is gone has only a stand-in for it).
-/// None when neither names the cluster.
-fn machine_cluster(scope: &Scope) -> Option<String> {
-    let namespace = kube::ResourceExt::namespace(scope.infra_machine.as_ref())
+/// The machine's namespace: the infrastructure machine's (a deletion whose Machine is gone has
+/// only a stand-in for it), else the Machine's.
+fn machine_namespace(scope: &Scope) -> String {
+    kube::ResourceExt::namespace(scope.infra_machine.as_ref())
         .or_else(|| kube::ResourceExt::namespace(scope.machine.as_ref()))
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// The cloud's key of the machine's cluster ([`cluster_key`](crate::cloud::cluster_key)): its
+/// namespace, and the Machine's cluster name, else the infrastructure machine's cluster-name
+/// label. None when neither names the cluster.
+fn machine_cluster(scope: &Scope) -> Option<String> {
     let name = Some(scope.machine.spec.cluster_name.as_str())
         .filter(|name| !name.is_empty())
         .or_else(|| capi_core::labels::cluster_name(&scope.infra_machine.metadata))?;
-    Some(crate::cloud::cluster_key(&namespace, name))
+    Some(crate::cloud::cluster_key(&machine_namespace(scope), name))
 }
 
 /// The machine's cluster key when its status says its instance runs: a resync, which a listing
@@ -276,7 +280,7 @@ impl InMemoryActuator {
         {
             let found = self.find_recorded(scope, id).await?;
             if let Some(instance) = &found {
-                ensure_ours(scope, instance)?;
+                ensure_ours(scope, instance, Source::ProviderId)?;
             }
             return Ok(found);
         }
@@ -315,42 +319,62 @@ impl InMemoryActuator {
     /// under the same tag is never this machine's.
     async fn tagged(&self, scope: &Scope) -> Result<Vec<Instance>, ActuatorError> {
         let tag = scope.idempotency_key.as_str();
-        let cluster = machine_cluster(scope);
         let found = self.retried(|| self.compute.find_instances(tag)).await?;
         Ok(found
             .into_iter()
-            .filter(|instance| made_for(instance, cluster.as_deref()))
+            .filter(|instance| made_for(instance, scope))
             .collect())
     }
 }
 
-/// Whether `instance` was made for `cluster`. One made before instances carried their cluster
-/// (none is made so any more), or a machine whose cluster is not named, is judged by the tag
-/// alone.
-fn made_for(instance: &Instance, cluster: Option<&str>) -> bool {
-    match (instance.cluster.as_deref(), cluster) {
-        (Some(made), Some(cluster)) => made == cluster,
-        _ => true,
+/// Whether `instance` was made for the machine's cluster; when the machine's objects do not
+/// name its cluster, for any cluster of its namespace (never another namespace's). One made
+/// before instances carried their cluster (none is made so any more) is judged by its tag alone.
+fn made_for(instance: &Instance, scope: &Scope) -> bool {
+    let Some(made) = instance.cluster.as_deref() else {
+        return true;
+    };
+    match machine_cluster(scope) {
+        Some(cluster) => made == cluster,
+        None => made
+            .strip_prefix(machine_namespace(scope).as_str())
+            .is_some_and(|cluster| cluster.starts_with('.')),
     }
 }
 
-/// An instance found by a recorded ID — `spec.providerID` is written by whoever may write the
-/// `InMemoryMachine`, a tenant among them — is this machine's only if it was made for this
-/// machine's cluster under this machine's idempotency tag. Anything else is an invalid
-/// configuration and is never touched: not reported, not deleted.
-fn ensure_ours(scope: &Scope, instance: &Instance) -> Result<(), ActuatorError> {
-    let missing = if !made_for(instance, machine_cluster(scope).as_deref()) {
+/// Where an instance that must be this machine's came from, for the error that says it is not.
+#[derive(Clone, Copy)]
+enum Source {
+    /// Named by `spec.providerID`, which whoever may write the `InMemoryMachine` writes.
+    ProviderId,
+    /// The cloud's answer to this machine's create: the instance an earlier request with the
+    /// same client token (the idempotency key, from an annotation a tenant may write) made.
+    Create,
+}
+
+/// An instance is this machine's only if it was [made for](made_for) this machine's cluster
+/// under this machine's idempotency tag. Anything else is an invalid configuration and is never
+/// touched: not reported, not deleted.
+fn ensure_ours(scope: &Scope, instance: &Instance, source: Source) -> Result<(), ActuatorError> {
+    let missing = if !made_for(instance, scope) {
         "was not made for this machine's cluster"
     } else if instance.tag != scope.idempotency_key.as_str() {
         "does not carry this machine's idempotency tag"
     } else {
         return Ok(());
     };
+    let (from, correct) = match source {
+        Source::ProviderId => ("named by spec.providerID", "spec.providerID"),
+        Source::Create => (
+            "answered to this machine's create under its idempotency key",
+            "the idempotency-key annotation",
+        ),
+    };
     Err(ActuatorError::invalid_configuration(
         "InstanceNotOwned",
         format!(
-            "instance {} (from spec.providerID) {missing}: it is not this machine's and is left \
-             untouched; correct spec.providerID",
+            "instance {} ({from}) {missing}: it is not this machine's and is left untouched; \
+             correct {correct}",
             instance.id
         ),
     ))
@@ -397,7 +421,7 @@ impl Actuator<InMemoryMachine, InMemoryCluster> for InMemoryActuator {
             .await?;
         // The cloud answers a known client token with the instance it made for it, whoever
         // asked: one made for another cluster is not reported as this machine's.
-        ensure_ours(scope, &created)?;
+        ensure_ours(scope, &created, Source::Create)?;
         Ok(to_machine_instance(&created))
     }
 
@@ -440,7 +464,7 @@ impl Actuator<InMemoryMachine, InMemoryCluster> for InMemoryActuator {
             && !owned.iter().any(|i| i.id == id)
             && let Some(recorded) = self.retried(|| self.compute.get_instance(id)).await?
         {
-            match ensure_ours(scope, &recorded) {
+            match ensure_ours(scope, &recorded, Source::ProviderId) {
                 Ok(()) => owned.push(recorded),
                 Err(error) => not_ours = Some(error),
             }
@@ -1092,6 +1116,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_machine_naming_no_cluster_never_reaches_another_namespaces_instance() {
+        let (cloud, actuator) = setup(CloudConfig::default());
+        let theirs = actuator
+            .create(&in_cluster("n1", None, None), &boot())
+            .await
+            .unwrap();
+        // A tenant's InMemoryMachine with no Machine, no cluster label, and the other machine's
+        // key: the loop's stand-in Machine names no cluster either.
+        let mut forged = scope("n1", small());
+        let mut infra = (*forged.infra_machine).clone();
+        infra.metadata.namespace = Some("tenant".into());
+        forged.infra_machine = Arc::new(infra.clone());
+        assert!(actuator.exists(&forged).await.unwrap().is_none());
+        if let Err(error) = Actuator::delete(&actuator, &forged).await {
+            assert_eq!(error.kind(), ActuatorErrorKind::RequeueAfter, "{error}");
+        }
+        infra.spec.provider_id = Some(theirs.provider_id.clone());
+        forged.infra_machine = Arc::new(infra);
+        let error = Actuator::delete(&actuator, &forged).await.unwrap_err();
+        assert_eq!(error.reason(), "InstanceNotOwned", "{error}");
+        assert!(
+            cloud
+                .instances()
+                .iter()
+                .all(|i| i.status == InstanceStatus::Active)
+        );
+    }
+
+    #[tokio::test]
     async fn a_create_answered_with_another_clusters_instance_does_not_report_it() {
         let (cloud, actuator) = setup(CloudConfig::default());
         let mine = in_cluster("k1", None, None);
@@ -1106,6 +1159,10 @@ mod tests {
             .unwrap();
         let error = actuator.create(&mine, &boot()).await.unwrap_err();
         assert_eq!(error.reason(), "InstanceNotOwned", "{error}");
+        assert!(
+            error.to_string().contains("idempotency-key annotation"),
+            "{error}"
+        );
     }
 
     #[tokio::test]

@@ -266,8 +266,10 @@ impl Ctx {
             == Some(self.key.as_str())
     }
 
-    /// Whether `server` carries this cluster's tag. The key is read from an annotation a tenant
-    /// may write; a server of another cluster in the same project is never this machine's.
+    /// Whether `server` carries this cluster's tag, as every server this provider creates does.
+    /// The key is read from an annotation a tenant may write, so the tag also must match: it is
+    /// made of the namespace and the cluster's name joined by `-` and cut at 60 characters, so
+    /// only clusters whose names collide there share it.
     fn carries_cluster_tag(&self, server: &Server) -> bool {
         server.tags.contains(&self.names.tag())
     }

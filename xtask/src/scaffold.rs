@@ -267,11 +267,20 @@ fn write_every_crate_project(dir: &Path, packaged: &[Packaged]) -> Result<()> {
         .map(Vec::as_slice)
         .unwrap_or_default();
     // The crates leave the Kubernetes version to the binary: this project picks the one the
-    // generated provider does, with the same features, so that both share one build of it.
-    let mut manifest = String::from(
+    // generated provider does, at the version our crates require, with the same features, so
+    // that both share one build of it.
+    let k8s_openapi = packages
+        .iter()
+        .filter_map(|p| p["dependencies"].as_array())
+        .flatten()
+        .find(|d| d["name"].as_str() == Some("k8s-openapi"))
+        .and_then(|d| d["req"].as_str())
+        .context("no published crate depends on k8s-openapi")?;
+    let mut manifest = format!(
         "[package]\nname = \"every-published-crate\"\nversion = \"0.0.0\"\nedition = \"2024\"\n\
-         publish = false\n\n[workspace]\n\n[dependencies]\nk8s-openapi = { version = \"*\", \
-         default-features = false, features = [\"std\", \"schemars\", \"v1_33\"] }\n",
+         publish = false\n\n[workspace]\n\n[dependencies]\nk8s-openapi = {{ version = \
+         {k8s_openapi:?}, default-features = false, features = [\"std\", \"schemars\", \
+         \"v1_33\"] }}\n",
     );
     for crate_file in packaged {
         let package = packages
