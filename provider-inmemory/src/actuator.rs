@@ -269,7 +269,7 @@ impl MachineTemplateActuator<InMemoryMachineTemplate, InMemoryCluster> for InMem
 
 impl InMemoryActuator {
     /// The oldest live instance of this machine: by recorded provider ID (which must be
-    /// [ours](Self::ensure_ours)), else by idempotency tag among the instances of its cluster.
+    /// [ours](ensure_ours)), else by idempotency tag among the instances of its cluster.
     async fn find(&self, scope: &Scope) -> Result<Option<Instance>, ActuatorError> {
         if let Some(id) = scope
             .infra_machine

@@ -142,17 +142,21 @@ pub(crate) fn quietly_succeeds(command: &mut Command) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// The names of the workspace's packages, sorted, that are published (`published`: those
-/// without `publish = false`) or not.
-pub(crate) fn workspace_packages(published: bool) -> Result<Vec<String>> {
+/// The workspace's own packages as `cargo metadata --no-deps` describes them.
+pub(crate) fn workspace_metadata() -> Result<serde_json::Value> {
     let metadata = output(&mut cargo(&[
         "metadata",
         "--no-deps",
         "--format-version",
         "1",
     ]))?;
-    let metadata: serde_json::Value =
-        serde_json::from_str(&metadata).context("reading `cargo metadata`")?;
+    serde_json::from_str(&metadata).context("reading `cargo metadata`")
+}
+
+/// The names of the workspace's packages, sorted, that are published (`published`: those
+/// without `publish = false`) or not.
+pub(crate) fn workspace_packages(published: bool) -> Result<Vec<String>> {
+    let metadata = workspace_metadata()?;
     let mut names: Vec<String> = metadata["packages"]
         .as_array()
         .map(Vec::as_slice)

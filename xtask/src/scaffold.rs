@@ -254,14 +254,7 @@ fn check_in(parent: &Path, registry: &Path, packaged: &[Packaged], checks: &Chec
 /// Writes into `dir` a library project depending on every packaged crate at its packaged version,
 /// each with every feature it declares (as `cargo metadata` lists them).
 fn write_every_crate_project(dir: &Path, packaged: &[Packaged]) -> Result<()> {
-    let metadata = output(&mut cargo(&[
-        "metadata",
-        "--no-deps",
-        "--format-version",
-        "1",
-    ]))?;
-    let metadata: serde_json::Value =
-        serde_json::from_str(&metadata).context("reading `cargo metadata`")?;
+    let metadata = crate::command::workspace_metadata()?;
     let packages = metadata["packages"]
         .as_array()
         .map(Vec::as_slice)
