@@ -2,14 +2,19 @@
 //! actuators, the same way for every cloud.
 //!
 //! A provider implements [`capi_core::Actuator`] for its machine kind (a type implementing
-//! [`capi_core::infra::InfraMachine`]), [`capi_core::ClusterActuator`] for its cluster kind and
-//! [`capi_core::MachineTemplateActuator`] for its machine template kind; this crate does the rest:
+//! [`capi_core::infra::InfraMachine`]), [`capi_core::ClusterActuator`] for its cluster kind,
+//! [`capi_core::MachineTemplateActuator`] for its machine template kind and, if its cloud has
+//! scaling groups, [`capi_core::PoolActuator`] for its machine pool kind; this crate does the
+//! rest:
 //!
 //! - [`machine`]: the infrastructure machine reconciler — owner lookup, pause, finalizer, waiting
 //!   for cluster infrastructure and bootstrap data, `exists` → `update` or `create`, recording the
 //!   provider ID before anything else, deletion until the instance is gone, conditions and events;
 //! - [`cluster`]: the infrastructure cluster reconciler — endpoint, failure domains, deletion only
 //!   after the cluster's machines are gone;
+//! - [`pool`]: the infrastructure machine pool reconciler — a cloud's scale set behind a
+//!   `MachinePool`, its size, removals and rollouts decided the same way for every cloud, and one
+//!   machine per instance for the `MachinePool` controller's `Machine`s;
 //! - [`template`]: the machine template reconciler — `status.capacity` and `status.nodeInfo` from
 //!   a [`capi_core::MachineTemplateActuator`], for the cluster autoscaler's scale from zero;
 //! - [`rbac`]: the ClusterRole rules each of them needs (least privilege, generated into
@@ -17,7 +22,7 @@
 //!
 //! Each reconciler module has the same shape as every controller of the SDK: a
 //! [`Reconciler`](capi_runtime::Reconciler) type alias and a `run(reconciler, shutdown)` function.
-//! [`InfrastructureControllers`] registers the three with a
+//! [`InfrastructureControllers`] registers them with a
 //! [`capi_runtime::Manager`] on one client, the infrastructure family's.
 //!
 //! Error semantics follow [`capi_core::ActuatorError`]: `RequeueAfter` is not a failure (no
@@ -48,16 +53,18 @@
 //! # }
 //! ```
 
+mod bootstrap_data;
 pub mod cluster;
 mod instrument;
 pub mod machine;
+pub mod pool;
 pub mod rbac;
 pub mod template;
 
 use std::sync::Arc;
 
-use capi_core::infra::{InfraCluster, InfraMachine, InfraMachineTemplate};
-use capi_core::{Actuator, ClusterActuator, MachineTemplateActuator};
+use capi_core::infra::{InfraCluster, InfraMachine, InfraMachinePool, InfraMachineTemplate};
+use capi_core::{Actuator, ClusterActuator, MachineTemplateActuator, PoolActuator};
 use capi_runtime::manager::{Controllers, Manager};
 
 /// The name of the family the infrastructure reconcilers share a client under
@@ -88,6 +95,15 @@ pub trait InfrastructureControllers {
         &mut self,
         actuator: Arc<dyn MachineTemplateActuator<T, C>>,
     ) -> &mut Self;
+
+    /// Registers the reconciler of a provider's machine pool kind `P`, whose cluster kind is `C`
+    /// (its machine kind, `P::Machine`, should have its machine reconciler registered too: that
+    /// one leaves the pool's machines alone).
+    fn add_machine_pool_reconciler<P, C, A>(&mut self, actuator: Arc<A>) -> &mut Self
+    where
+        P: InfraMachinePool,
+        C: InfraCluster,
+        A: PoolActuator<P, C> + ?Sized + 'static;
 }
 
 impl InfrastructureControllers for Manager {
@@ -113,6 +129,15 @@ impl InfrastructureControllers for Manager {
     ) -> &mut Self {
         self.add_to(FAMILY, Registration(actuator))
     }
+
+    fn add_machine_pool_reconciler<P, C, A>(&mut self, actuator: Arc<A>) -> &mut Self
+    where
+        P: InfraMachinePool,
+        C: InfraCluster,
+        A: PoolActuator<P, C> + ?Sized + 'static,
+    {
+        self.add_to(FAMILY, Registration(pool::erase(actuator)))
+    }
 }
 
 /// One infrastructure reconciler waiting to be registered: the actuator it drives.
@@ -129,6 +154,15 @@ impl<C: InfraCluster> Controllers for Registration<dyn ClusterActuator<C>> {
     fn register(self, manager: &mut Manager) {
         let reconciler: cluster::InfraClusterReconciler<C> = manager.reconciler(self.0);
         manager.add_controller(move |shutdown| cluster::run(reconciler, shutdown.wait()));
+    }
+}
+
+impl<P: InfraMachinePool, C: InfraCluster> Controllers
+    for Registration<pool::DynPoolActuator<P, C>>
+{
+    fn register(self, manager: &mut Manager) {
+        let reconciler: pool::InfraMachinePoolReconciler<P, C> = manager.reconciler(self.0);
+        manager.add_controller(move |shutdown| pool::run(reconciler, shutdown.wait()));
     }
 }
 

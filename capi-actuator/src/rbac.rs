@@ -2,6 +2,8 @@
 //! (least privilege: exactly the verbs the reconcilers use). `cargo xtask crds` writes the
 //! in-memory provider's from these.
 //!
+//! A provider with machine pools adds [`infra_machine_pool`]'s rules.
+//!
 //! ```
 //! use capi_actuator::rbac;
 //!
@@ -46,6 +48,25 @@ pub fn infra_machine_template(group: &str, plural: &str) -> Vec<PolicyRule> {
         rule(group, &[plural], READ),
         rule(group, &[&format!("{plural}/status")], &["patch"]),
         rule(CORE, &["clusters"], &["get"]),
+    ]
+}
+
+/// The infrastructure machine pool reconciler of a provider's pool kind (`plural` in `group`),
+/// whose machine kind is `machines`: it makes, records and deletes one machine per instance, and
+/// deletes the `Machine` of an instance it releases (whose node is drained first).
+pub fn infra_machine_pool(group: &str, plural: &str, machines: &str) -> Vec<PolicyRule> {
+    vec![
+        rule(group, &[plural], &["get", "list", "watch", "patch"]),
+        rule(group, &[&format!("{plural}/status")], &["patch"]),
+        rule(
+            group,
+            &[machines],
+            &["get", "list", "watch", "create", "patch", "delete"],
+        ),
+        rule(group, &[&format!("{machines}/status")], &["patch"]),
+        rule(CORE, &["machinepools", "clusters"], READ),
+        rule(CORE, &["machines"], &["get", "list", "watch", "delete"]),
+        rule("", &["secrets"], &["get"]),
     ]
 }
 

@@ -6,7 +6,9 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::api::{Cluster, Machine, MachineDeployment, MachineHealthCheck, MachineSet};
+use crate::api::{
+    Cluster, Machine, MachineDeployment, MachineHealthCheck, MachinePool, MachineSet,
+};
 use crate::labels;
 
 /// The CRDs of the core kinds, labelled as upstream labels them
@@ -18,6 +20,7 @@ pub fn core() -> Vec<CustomResourceDefinition> {
         MachineSet::crd(),
         MachineDeployment::crd(),
         MachineHealthCheck::crd(),
+        MachinePool::crd(),
     ]
     .into_iter()
     .map(|crd| as_upstream(with_label(crd, labels::PROVIDER, "cluster-api")))

@@ -11,6 +11,9 @@ pub const CLUSTER_NAME: &str = "cluster.x-k8s.io/cluster-name";
 pub const MACHINE_SET_NAME: &str = "cluster.x-k8s.io/set-name";
 /// Label on machines and sets created for a `MachineDeployment`: the deployment's name.
 pub const MACHINE_DEPLOYMENT_NAME: &str = "cluster.x-k8s.io/deployment-name";
+/// Label on the infrastructure machines and `Machine`s of a `MachinePool`: the pool's name as a
+/// label value ([`label_value`]).
+pub const MACHINE_POOL_NAME: &str = "cluster.x-k8s.io/pool-name";
 /// Label (empty value) on control-plane machines.
 pub const MACHINE_CONTROL_PLANE: &str = "cluster.x-k8s.io/control-plane";
 /// Label on control-plane machines: the control plane object's name.
@@ -101,6 +104,67 @@ pub fn contract_label_key() -> String {
     format!("{CONTRACT_LABEL_PREFIX}{CONTRACT}")
 }
 
+/// Annotation on a `MachinePool` (or a `MachineDeployment`) whose size an autoscaler sets: the
+/// controllers then never write `spec.replicas`, and a pool's phase while it changes size is
+/// `Scaling`.
+pub const REPLICAS_MANAGED_BY: &str = "cluster.x-k8s.io/replicas-managed-by";
+
+/// Whether an autoscaler manages the object's size: [`REPLICAS_MANAGED_BY`] is present with any
+/// value but `false` (an empty value counts, as upstream counts it).
+pub fn replicas_managed_externally(meta: &ObjectMeta) -> bool {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(REPLICAS_MANAGED_BY))
+        .is_some_and(|value| value != "false")
+}
+
+/// `name` as a label value, as upstream formats the values of [`MACHINE_POOL_NAME`]: unchanged
+/// when it is a valid label value (at most 63 characters of letters, digits, `-`, `_` and `.`,
+/// beginning and ending with a letter or digit), else `hash_<FNV-32a of name, URL-safe base64
+/// without padding>_z`. Upstream's controllers and this SDK's find a pool's objects by the same
+/// value.
+pub fn label_value(name: &str) -> std::borrow::Cow<'_, str> {
+    let valid = name.is_empty()
+        || (name.len() <= 63
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            && name
+                .as_bytes()
+                .first()
+                .is_some_and(u8::is_ascii_alphanumeric)
+            && name
+                .as_bytes()
+                .last()
+                .is_some_and(u8::is_ascii_alphanumeric));
+    if valid {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in name.bytes() {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    std::borrow::Cow::Owned(format!("hash_{}_z", url_safe_base64(&hash.to_be_bytes())))
+}
+
+/// URL-safe base64 (RFC 4648 §5) without padding.
+fn url_safe_base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let word = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |word, (i, b)| word | u32::from(*b) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            let index = (word >> (18 - 6 * i)) & 0x3f;
+            out.push(char::from(ALPHABET[index as usize]));
+        }
+    }
+    out
+}
+
 /// Whether the object carries the [`PAUSED`] annotation (with any value).
 pub fn has_paused_annotation(meta: &ObjectMeta) -> bool {
     meta.annotations
@@ -138,6 +202,30 @@ mod tests {
         assert_eq!(cluster_name(&meta), None);
         meta.labels = Some([(CLUSTER_NAME.to_string(), "demo".to_string())].into());
         assert_eq!(cluster_name(&meta), Some("demo"));
+    }
+
+    #[test]
+    fn pool_names_are_formatted_as_upstream_formats_them() {
+        assert_eq!(label_value("workers-a"), "workers-a");
+        assert_eq!(label_value(""), "");
+        // As Go's `format.MustFormatValue` (upstream's) formats them.
+        assert_eq!(label_value(&"p".repeat(64)), "hash_X-hqxQ_z");
+        assert_eq!(label_value("-starts-with-a-dash"), "hash_paCNnQ_z");
+        assert_eq!(label_value("pool_"), "hash_e6bVVA_z");
+        // FNV-32a of "a" is 0xe40c292c.
+        assert_eq!(url_safe_base64(&0xe40c_292c_u32.to_be_bytes()), "5AwpLA");
+        assert_eq!(url_safe_base64(b"foob"), "Zm9vYg");
+        assert_eq!(url_safe_base64(b"\xfb\xff"), "-_8");
+    }
+
+    #[test]
+    fn an_autoscaler_manages_replicas_unless_the_annotation_says_false() {
+        let mut meta = ObjectMeta::default();
+        assert!(!replicas_managed_externally(&meta));
+        for (value, managed) in [("", true), ("cluster-autoscaler", true), ("false", false)] {
+            meta.annotations = Some([(REPLICAS_MANAGED_BY.to_string(), value.to_string())].into());
+            assert_eq!(replicas_managed_externally(&meta), managed, "{value:?}");
+        }
     }
 
     #[test]

@@ -161,6 +161,21 @@ fn printer_columns_match_upstream_v1beta2_kubectl_get() {
         ])
     );
     assert_eq!(
+        printer_columns("machinepools"),
+        columns(&[
+            ("Cluster", 0),
+            ("Desired", 0),
+            ("Current", 0),
+            ("Ready", 0),
+            ("Available", 0),
+            ("Up-to-date", 0),
+            ("Paused", 10),
+            ("Phase", 0),
+            ("Age", 0),
+            ("Version", 0),
+        ])
+    );
+    assert_eq!(
         printer_columns("machinehealthchecks"),
         columns(&[
             ("Cluster", 0),

@@ -4,7 +4,7 @@
 #[test]
 fn checked_in_crds_match_the_types() {
     let crds = capi_core::crd::core();
-    assert_eq!(crds.len(), 5, "one CRD per core kind");
+    assert_eq!(crds.len(), 6, "one CRD per core kind");
     capi_testing::crd_files::assert_checked_in(
         concat!(env!("CARGO_MANIFEST_DIR"), "/../crds/core"),
         &crds,

@@ -168,3 +168,17 @@ pub const NEEDS_ROLLOUT: &str = "NeedsRollout";
 /// A field is stored but this workspace's standalone controllers do not act on it (a Cluster's
 /// `spec.topology`): the condition's message names the field and what to run instead.
 pub const TOPOLOGY_NOT_SUPPORTED: &str = "TopologyNotSupported";
+
+/// A machine pool's scale set was created (event).
+pub const SCALE_SET_CREATED: &str = "ScaleSetCreated";
+/// A machine pool's scale set and its instances were deleted (event).
+pub const SCALE_SET_DELETED: &str = "ScaleSetDeleted";
+/// A machine pool's scale set holds as many up-to-date, running instances as asked.
+pub const SCALE_SET_READY: &str = "ScaleSetReady";
+/// A machine pool's scale set has fewer instances than asked.
+pub const SCALING_UP: &str = "ScalingUp";
+/// A machine pool's scale set has more instances than asked; the surplus is being drained and
+/// removed.
+pub const SCALING_DOWN: &str = "ScalingDown";
+/// A machine pool's instances are being replaced by instances of its current model.
+pub const ROLLING_OUT: &str = "RollingOut";

@@ -69,6 +69,7 @@ async fn every_core_crd_installs_and_is_served() {
         "machinesets",
         "machinedeployments",
         "machinehealthchecks",
+        "machinepools",
     ] {
         assert!(
             installed.contains(&format!("{name}.cluster.x-k8s.io")),
@@ -87,6 +88,8 @@ async fn every_core_crd_installs_and_is_served() {
         "machinesets/scale",
         "machinedeployments/scale",
         "machinehealthchecks/status",
+        "machinepools/status",
+        "machinepools/scale",
     ];
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {

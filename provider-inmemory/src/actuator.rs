@@ -222,7 +222,7 @@ fn to_machine_instance(instance: &Instance) -> MachineInstance {
     reported
 }
 
-fn cloud_error(error: CloudError) -> ActuatorError {
+pub(crate) fn cloud_error(error: CloudError) -> ActuatorError {
     match error {
         CloudError::QuotaExceeded { limit } => ActuatorError::requeue_after(
             Duration::from_secs(30),

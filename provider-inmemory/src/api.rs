@@ -4,8 +4,8 @@
 use capi_core::api::ApiEndpoint;
 use capi_core::api::TemplateMetadata;
 use capi_core::infra::{
-    InfraCluster, InfraClusterStatus, InfraMachine, InfraMachineStatus, InfraMachineTemplate,
-    MachineTemplateStatus,
+    InfraCluster, InfraClusterStatus, InfraMachine, InfraMachinePool, InfraMachinePoolStatus,
+    InfraMachineStatus, InfraMachineTemplate, MachineTemplateStatus, PoolRollout,
 };
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -271,7 +271,155 @@ pub struct InMemoryClusterTemplateResource {
     pub spec: InMemoryClusterSpec,
 }
 
-/// The provider's CRDs, with the contract label `cluster.x-k8s.io/v1beta2: v1alpha1`.
+/// A pool of machines kept by a scale set of the simulated cloud, for a `MachinePool`.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "infrastructure.capi-rs.dev",
+    version = "v1alpha1",
+    kind = "InMemoryMachinePool",
+    plural = "inmemorymachinepools",
+    namespaced,
+    status = "InMemoryMachinePoolStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    category = "cluster-api",
+    doc = "InMemoryMachinePool is a scale set of the simulated cloud running a MachinePool's machines.",
+    printcolumn(
+        name = "Cluster",
+        type_ = "string",
+        json_path = ".metadata.labels.cluster\\.x-k8s\\.io/cluster-name"
+    ),
+    printcolumn(name = "Flavor", type_ = "string", json_path = ".spec.flavor"),
+    printcolumn(name = "Replicas", type_ = "integer", json_path = ".status.replicas"),
+    printcolumn(
+        name = "Provisioned",
+        type_ = "boolean",
+        json_path = ".status.initialization.provisioned"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct InMemoryMachinePoolSpec {
+    /// The scale set's provider ID, `inmemory:///scalesets/<id>`; set by the controller.
+    #[serde(
+        rename = "providerID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(length(min = 1, max = 512))]
+    pub provider_id: Option<String>,
+
+    /// The provider IDs of the pool's instances; set by the controller.
+    #[serde(
+        rename = "providerIDList",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    #[schemars(length(max = 10000), inner(length(min = 1, max = 512)))]
+    pub provider_id_list: Vec<String>,
+
+    /// The instance size: `small`, `medium` or `large` in the default cloud. A change rolls the
+    /// pool's instances.
+    #[serde(default = "default_flavor")]
+    #[schemars(length(min = 1, max = 63))]
+    pub flavor: String,
+
+    /// The failure domains the instances are spread over, in turn; none when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10), inner(length(min = 1, max = 63)))]
+    pub failure_domains: Vec<String>,
+
+    /// How instances are replaced when the flavor, the Kubernetes version or the bootstrap
+    /// configuration changes; one new instance at a time, none missing, when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<InMemoryPoolStrategy>,
+}
+
+/// `InMemoryMachinePool.spec.strategy`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InMemoryPoolStrategy {
+    /// Instances beyond the pool's size while new ones start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 1000))]
+    pub max_surge: Option<u32>,
+    /// Instances below the pool's size that may be missing or not ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 1000))]
+    pub max_unavailable: Option<u32>,
+}
+
+/// The observed state of an `InMemoryMachinePool`: the contract's fields and the simulated
+/// cloud's own.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InMemoryMachinePoolStatus {
+    /// `initialization`, `ready`, `replicas`, `infrastructureMachineKind`, `conditions`
+    /// (infrastructure machine pool contract).
+    #[serde(flatten)]
+    pub contract: InfraMachinePoolStatus,
+    /// The scale set's ID in the simulated cloud.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "scaleSetID"
+    )]
+    #[schemars(length(max = 256))]
+    pub scale_set_id: Option<String>,
+    /// The revision of the model the scale set launches new instances from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub model_revision: Option<String>,
+}
+
+impl InfraMachinePool for InMemoryMachinePool {
+    type Machine = InMemoryMachine;
+
+    fn machine_for(&self, instance: &capi_core::PoolInstance) -> InMemoryMachine {
+        InMemoryMachine::new(
+            "",
+            InMemoryMachineSpec {
+                provider_id: Some(instance.provider_id.clone()),
+                flavor: self.spec.flavor.clone(),
+            },
+        )
+    }
+
+    fn provider_id(&self) -> Option<&str> {
+        self.spec.provider_id.as_deref()
+    }
+
+    fn provider_id_list(&self) -> &[String] {
+        &self.spec.provider_id_list
+    }
+
+    fn pool_status(&self) -> Option<&InfraMachinePoolStatus> {
+        self.status.as_ref().map(|s| &s.contract)
+    }
+
+    fn rollout(&self) -> PoolRollout {
+        let defaults = PoolRollout::default();
+        let strategy = self.spec.strategy.clone().unwrap_or_default();
+        PoolRollout {
+            max_surge: strategy.max_surge.unwrap_or(defaults.max_surge),
+            max_unavailable: strategy.max_unavailable.unwrap_or(defaults.max_unavailable),
+        }
+    }
+
+    /// The flavor alone makes an instance: failure domains place new instances and the strategy
+    /// paces rollouts, and changing them rolls nothing.
+    fn model(&self) -> serde_json::Value {
+        serde_json::json!({ "flavor": self.spec.flavor })
+    }
+}
+
+/// The provider's CRDs, with the contract label `cluster.x-k8s.io/v1beta2: v1alpha1`
+/// (`InMemoryMachinePool`'s is not among them while the provider's manager runs no pool
+/// reconciler).
 pub fn crds()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
 {

@@ -4,14 +4,17 @@
 //! integration tests, the benchmarks and the chaos tests run against it.
 //!
 //! - [`cloud`]: the simulated cloud behind narrow client traits ([`cloud::Compute`],
-//!   [`cloud::LoadBalancers`]) — latency, jitter, failure injection (including creates whose
+//!   [`cloud::ScaleSets`], [`cloud::LoadBalancers`]) — latency, jitter, failure injection (including creates whose
 //!   response is lost), quota, and an inspection API that tells how many instances exist and how
 //!   many were ever created per idempotency key.
-//! - [`api`]: the `InMemoryCluster`, `InMemoryMachine` and `InMemoryMachineTemplate` kinds.
+//! - [`api`]: the `InMemoryCluster`, `InMemoryMachine`, `InMemoryMachineTemplate` and
+//!   `InMemoryMachinePool` kinds.
 //! - [`actuator`]: [`actuator::InMemoryActuator`], implementing `Actuator` and `ClusterActuator`
 //!   the way a real provider would: find by provider ID or idempotency tag, create only after
 //!   looking, delete everything carrying the tag; running machines' resyncs read a listing of
 //!   their cluster's instances ([`listing`]) instead of one call each.
+//! - [`pool`]: [`pool::InMemoryPoolActuator`], implementing `PoolActuator` over the cloud's scale
+//!   sets ([`cloud::ScaleSets`]).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -52,3 +55,4 @@ pub mod fake_hypervisor;
 pub mod kubelet;
 pub mod listing;
 pub mod nodes;
+pub mod pool;

@@ -145,6 +145,8 @@ mod tests {
             status,
             control_plane: false,
             cluster: Some("ns.c".into()),
+            scale_set: None,
+            revision: None,
         }
     }
 

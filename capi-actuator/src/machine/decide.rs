@@ -22,18 +22,7 @@ use capi_runtime::reasons;
 /// The finalizer the loop puts on infrastructure machines before creating anything.
 pub const INFRA_MACHINE_FINALIZER: &str = "infrastructure.cluster.x-k8s.io/machine";
 
-/// What the loop found about the bootstrap data.
-#[derive(Debug)]
-pub(crate) enum BootstrapLookup {
-    /// The owner `Machine` has no `spec.bootstrap.dataSecretName` yet.
-    NotSet,
-    /// The named Secret does not exist (yet).
-    SecretMissing(String),
-    /// The Secret exists but cannot be used; the message says why.
-    Invalid(String),
-    /// Decoded data.
-    Ready(BootstrapData),
-}
+pub(crate) use crate::bootstrap_data::BootstrapLookup;
 
 /// Everything observed for one reconcile.
 #[derive(Debug)]
@@ -209,6 +198,17 @@ where
     let infra = Arc::clone(&snapshot.infra);
     let generation = infra.meta().generation;
     let mut plan = Plan::new(generation);
+    let of_a_pool = infra.labels().contains_key(labels::MACHINE_POOL_NAME)
+        && infra
+            .owner_references()
+            .iter()
+            .any(|r| r.kind.ends_with("MachinePool") && r.api_version == M::api_version(&()));
+    if of_a_pool {
+        // A machine standing for an instance of a pool (labelled with the pool's name and owned
+        // by a pool of its own group): the pool loop makes, records and removes it
+        // (`crate::pool`); nothing is created for it here, and nothing written.
+        return plan;
+    }
 
     let paused = labels::has_paused_annotation(infra.meta())
         || snapshot.cluster.as_ref().is_some_and(|c| c.is_paused());

@@ -168,4 +168,4 @@ async fn reconcile_once<M: InfraMachine, C: InfraCluster>(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

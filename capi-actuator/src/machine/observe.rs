@@ -5,9 +5,8 @@ use std::sync::Arc;
 
 use capi_core::api::{Cluster, Machine};
 use capi_core::infra::{InfraCluster, InfraMachine};
-use capi_core::{BootstrapData, labels};
-use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, Client, ResourceExt};
+use capi_core::labels;
+use kube::{Client, ResourceExt};
 
 use super::decide::{BootstrapLookup, Snapshot};
 use capi_runtime::cache::lookup::Cached;
@@ -63,22 +62,13 @@ pub(crate) async fn observe<M: InfraMachine, C: InfraCluster>(
         None => None,
     };
     let deleting = infra.meta().deletion_timestamp.is_some();
-    let bootstrap = match machine
-        .as_ref()
-        .and_then(|m| m.spec.bootstrap.data_secret_name.clone())
-    {
-        _ if deleting || infra.provider_id().is_some() => BootstrapLookup::NotSet,
-        None => BootstrapLookup::NotSet,
-        Some(name) => match Api::<Secret>::namespaced(client.clone(), &namespace)
-            .get_opt(&name)
-            .await?
-        {
-            None => BootstrapLookup::SecretMissing(name),
-            Some(secret) => match BootstrapData::from_secret(&secret) {
-                Ok(data) => BootstrapLookup::Ready(data),
-                Err(error) => BootstrapLookup::Invalid(error.to_string()),
-            },
-        },
+    let bootstrap = if deleting || infra.provider_id().is_some() {
+        BootstrapLookup::NotSet
+    } else {
+        let name = machine
+            .as_ref()
+            .and_then(|m| m.spec.bootstrap.data_secret_name.clone());
+        crate::bootstrap_data::lookup(client, &namespace, name).await?
     };
     Ok(Snapshot {
         infra,

@@ -33,13 +33,13 @@ use capi_runtime::reasons;
     status = "InfraMachineStatus"
 )]
 #[serde(rename_all = "camelCase")]
-struct TestMachineSpec {
+pub(crate) struct TestMachineSpec {
     #[serde(
         rename = "providerID",
         default,
         skip_serializing_if = "Option::is_none"
     )]
-    provider_id: Option<String>,
+    pub(crate) provider_id: Option<String>,
 }
 
 impl InfraMachine for TestMachine {
@@ -874,4 +874,45 @@ async fn a_failed_instance_carries_the_clouds_reason() {
         ready(&plan),
         Some((ConditionStatus::False, "OutOfCapacity".into()))
     );
+}
+
+#[tokio::test]
+async fn a_machine_standing_for_a_pool_instance_is_left_to_the_pool_loop() {
+    let mut member = infra();
+    member.metadata.labels = Some(
+        [(
+            capi_core::labels::MACHINE_POOL_NAME.to_string(),
+            "workers".to_string(),
+        )]
+        .into(),
+    );
+    member.metadata.finalizers = None;
+    // The label alone (copied from a template, say) does not make a machine a pool's.
+    let mut labelled_only = member.clone();
+    labelled_only.metadata.finalizers = Some(vec![INFRA_MACHINE_FINALIZER.into()]);
+    let mut actuator = MockActuator::new();
+    actuator.expect_exists().times(1).returning(|_| Ok(None));
+    actuator
+        .expect_create()
+        .times(1)
+        .returning(|_, _| Ok(running("test:///m-0")));
+    let plan = decide(&actuator, snapshot(labelled_only), POLL).await;
+    assert_eq!(plan.record.provider_id.as_deref(), Some("test:///m-0"));
+
+    member
+        .metadata
+        .owner_references
+        .get_or_insert_with(Vec::new)
+        .push(OwnerReference {
+            api_version: "infrastructure.test.io/v1alpha1".into(),
+            kind: "TestMachinePool".into(),
+            name: "workers".into(),
+            uid: "77aa".into(),
+            ..OwnerReference::default()
+        });
+    let plan = decide(&untouched(), snapshot(member), POLL).await;
+    assert!(plan.conditions.is_empty(), "nothing written: {plan:?}");
+    assert_eq!(plan.finalizer, FinalizerChange::Keep);
+    assert!(plan.record.provider_id.is_none());
+    assert!(matches!(plan.next, Next::AwaitChange));
 }

@@ -1,15 +1,16 @@
 //! The contract between the generic reconcile loop and a cloud.
 //!
 //! A provider implements [`Actuator`] for its machine kind, [`ClusterActuator`] for its cluster
-//! kind and [`MachineTemplateActuator`] for its machine template kind; the loop in
-//! `capi-actuator` drives them.
+//! kind and [`MachineTemplateActuator`] for its machine template kind, and, if its cloud has
+//! scaling groups, [`PoolActuator`] for its machine pool kind; the loops in `capi-actuator` drive
+//! them.
 //!
-//! # One shape for all three
+//! # One shape for all four
 //!
 //! Every call receives a scope holding every object the loop has read for this reconcile, from
 //! the manager's own watches: the `Cluster`, the provider's infrastructure cluster object, the
 //! owner `Machine` and the provider's machine ([`MachineScope`], [`ClusterScope`],
-//! [`TemplateScope`]). An actuator talks to its cloud and to nothing else: it never reads the API
+//! [`TemplateScope`], [`PoolScope`]). An actuator talks to its cloud and to nothing else: it never reads the API
 //! server for what a scope carries, and nothing of one reconcile has to be kept for the next call
 //! — what [`Actuator::exists`] found is handed to [`Actuator::update`] as a value ([`Found`]),
 //! and [`Actuator::create`] receives the bootstrap data as a value. (What a provider must
@@ -30,6 +31,7 @@
 //! - Errors are classified by [`ActuatorError`]; see its table for what the loop does with each.
 
 mod error;
+mod pool;
 mod provider_status;
 mod scope;
 mod template;
@@ -40,6 +42,9 @@ use crate::api::{ApiEndpoint, FailureDomain, MachineAddress};
 use crate::condition::DesiredCondition;
 
 pub use error::{ActuatorError, ActuatorErrorKind};
+#[cfg(any(test, feature = "mock"))]
+pub use pool::MockPoolActuator;
+pub use pool::{ModelRevision, PoolActuator, PoolInstance, PoolScope, PoolSize, ScaleSetReport};
 pub use provider_status::{CONTRACT_STATUS_FIELDS, ProviderStatus, ProviderStatusError};
 pub use scope::{
     BootstrapData, BootstrapDataError, BootstrapFormat, ClusterScope, IdempotencyKey, MachineScope,
@@ -109,8 +114,9 @@ pub trait Actuator<M: Send + Sync + 'static, C: Send + Sync + 'static>: Send + S
     async fn delete(&self, scope: &MachineScope<M, C>) -> Result<(), ActuatorError>;
 }
 
-/// What [`Actuator::exists`] found: the contract's view of the instance, which the loop records,
-/// and the provider's own record of it, which the loop hands to [`Actuator::update`].
+/// What [`Actuator::exists`] (or [`PoolActuator::exists`]) found: the contract's view of it,
+/// which the loop records — a [`MachineInstance`], or a [`ScaleSetReport`] — and the provider's own
+/// record of it, which the loop hands to `update`.
 ///
 /// ```
 /// use capi_core::{Found, InstanceState, MachineInstance};
@@ -126,16 +132,16 @@ pub trait Actuator<M: Send + Sync + 'static, C: Send + Sync + 'static>: Send + S
 /// assert_eq!(found.reported.provider_id, "fake:///4b0f");
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Found<I> {
-    /// What the loop records of the instance.
-    pub reported: MachineInstance,
-    /// The provider's own record of the instance.
+pub struct Found<I, R = MachineInstance> {
+    /// What the loop records of it.
+    pub reported: R,
+    /// The provider's own record of it.
     pub instance: I,
 }
 
-impl Found<()> {
-    /// An instance of a provider that hands nothing to `update` beyond what the loop records.
-    pub fn new(reported: MachineInstance) -> Self {
+impl<R> Found<(), R> {
+    /// What a provider found that hands nothing to `update` beyond what the loop records.
+    pub fn new(reported: R) -> Self {
         Self {
             reported,
             instance: (),
@@ -143,15 +149,15 @@ impl Found<()> {
     }
 }
 
-impl<I> Found<I> {
-    /// An instance as the loop records it, and as the provider's cloud answered.
-    pub fn with(reported: MachineInstance, instance: I) -> Self {
+impl<I, R> Found<I, R> {
+    /// What the loop records, and what the provider's cloud answered.
+    pub fn with(reported: R, instance: I) -> Self {
         Self { reported, instance }
     }
 
-    /// The same instance with the provider's record mapped by `f` (for an adapter between two
+    /// The same with the provider's record mapped by `f` (for an adapter between two
     /// actuators).
-    pub fn map<J>(self, f: impl FnOnce(I) -> J) -> Found<J> {
+    pub fn map<J>(self, f: impl FnOnce(I) -> J) -> Found<J, R> {
         Found {
             reported: self.reported,
             instance: f(self.instance),
@@ -353,5 +359,7 @@ pub struct ClusterInfrastructure {
 /// # });
 /// ```
 pub mod mock {
-    pub use super::{MockActuator, MockClusterActuator, MockMachineTemplateActuator};
+    pub use super::{
+        MockActuator, MockClusterActuator, MockMachineTemplateActuator, MockPoolActuator,
+    };
 }

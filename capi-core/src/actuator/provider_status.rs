@@ -13,6 +13,9 @@ pub const CONTRACT_STATUS_FIELDS: &[&str] = &[
     "failureDomain",
     "failureDomains",
     "deprecated",
+    "ready",
+    "replicas",
+    "infrastructureMachineKind",
 ];
 
 /// A provider's own status fields (for example an OpenStack server's `instanceID` and

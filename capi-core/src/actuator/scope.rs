@@ -140,8 +140,9 @@ impl<C> Clone for ClusterScope<C> {
     }
 }
 
-/// The durable identity under which an instance is created, derived from the owning `Machine`'s
-/// UID and recorded on the infrastructure machine ([`labels::IDEMPOTENCY_KEY`]).
+/// The durable identity under which an instance (or a pool's scale set) is created, derived from
+/// the owning `Machine`'s (or `MachinePool`'s) UID and recorded on the infrastructure object
+/// ([`labels::IDEMPOTENCY_KEY`]).
 ///
 /// Guarantees: the key is the same on every reconcile of the same `Machine` object, across
 /// controller restarts and across `clusterctl move` (which gives objects new UIDs but keeps the
@@ -192,6 +193,19 @@ impl IdempotencyKey {
             .ok_or_else(|| MissingUid {
                 kind: "Machine",
                 name: machine.metadata.name.clone().unwrap_or_default(),
+            })
+    }
+
+    /// The key for the scale set of `pool` (the same shape as a machine's; a `MachinePool`'s UID
+    /// and a `Machine`'s never collide).
+    pub fn for_machine_pool(pool: &crate::api::MachinePool) -> Result<Self, MissingUid> {
+        pool.metadata
+            .uid
+            .as_deref()
+            .and_then(Self::from_owner_uid)
+            .ok_or_else(|| MissingUid {
+                kind: "MachinePool",
+                name: pool.metadata.name.clone().unwrap_or_default(),
             })
     }
 

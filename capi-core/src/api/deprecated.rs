@@ -115,3 +115,29 @@ pub struct MachineDeploymentV1Beta1Status {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unavailable_replicas: Option<i32>,
 }
+
+/// The `v1beta1` status fields of a MachinePool.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachinePoolV1Beta1Status {
+    /// Conditions in the `v1beta1` shape.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<V1Beta1Condition>,
+    /// A terminal failure's reason (informational).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_reason: Option<String>,
+    /// A terminal failure's message (informational).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 10240))]
+    pub failure_message: Option<String>,
+    /// Instances whose Node is ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
+    /// Instances available.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available_replicas: Option<i32>,
+    /// Instances still needed for the pool's full capacity: running but not available yet, or
+    /// not created yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable_replicas: Option<i32>,
+}

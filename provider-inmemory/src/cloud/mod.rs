@@ -1,9 +1,11 @@
 //! The simulated cloud's API, behind the same kind of narrow traits a real provider puts its cloud
-//! client behind: [`Compute`] for instances, [`LoadBalancers`] for API-server endpoints,
-//! [`EtcdClusters`] for the etcd members control-plane instances run.
+//! client behind: [`Compute`] for instances, [`ScaleSets`] for groups of instances the cloud
+//! keeps at a size, [`LoadBalancers`] for API-server endpoints, [`EtcdClusters`] for the etcd
+//! members control-plane instances run.
 //!
-//! [`SimulatedCloud`] implements both in memory, with configurable latency, failure injection and
-//! quota, and an inspection API for tests.
+//! [`SimulatedCloud`] implements them in memory, with configurable latency, failure injection and
+//! quota, and an inspection API for tests; [`CloudServer`] serves it over HTTP and
+//! [`RemoteCloud`] reaches it there.
 
 pub mod boot;
 #[cfg(feature = "real-etcd")]
@@ -86,6 +88,12 @@ pub struct Instance {
     /// [`Compute::cluster_instances`] lists it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<String>,
+    /// The scale set that launched it, if one did ([`ScaleSets`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_set: Option<String>,
+    /// The revision of the scale set's model it was launched from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
 }
 
 /// An instance size, as the cloud describes it.
@@ -273,4 +281,83 @@ pub trait LoadBalancers: Send + Sync {
     async fn find_load_balancers(&self, tag: &str) -> Result<Vec<LoadBalancer>, CloudError>;
     /// Deletes a load balancer; deleting a missing one is not an error.
     async fn delete_load_balancer(&self, id: &str) -> Result<(), CloudError>;
+}
+
+/// What a scale set launches its instances from: its model.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ScaleSetModel {
+    /// The flavor of its instances.
+    pub flavor: String,
+    /// The revision the caller gives the model; each instance reports the one it was launched
+    /// from.
+    pub revision: String,
+    /// The size of the user data its instances boot with, in bytes (the data itself stays with
+    /// the caller, as for instances that run no etcd member).
+    pub user_data_len: usize,
+}
+
+/// What scale set to create.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ScaleSetRequest {
+    /// The idempotency tag (the loop's idempotency key).
+    pub tag: String,
+    /// The cluster its instances belong to ([`cluster_key`]).
+    pub cluster: String,
+    /// The failure domains its instances are spread over, in turn (none: no zone).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zones: Vec<String>,
+    /// How many instances it keeps.
+    pub capacity: u32,
+    /// What it launches them from.
+    pub model: ScaleSetModel,
+    /// Makes the create idempotent, as for instances ([`InstanceRequest::client_token`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_token: Option<String>,
+}
+
+/// A scale set as the cloud reports it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ScaleSet {
+    /// The cloud's identifier.
+    pub id: String,
+    /// The idempotency tag it was created with.
+    pub tag: String,
+    /// The cluster its instances belong to.
+    pub cluster: String,
+    /// How many instances it keeps (removals lower it).
+    pub capacity: u32,
+    /// What it launches new instances from.
+    pub model: ScaleSetModel,
+    /// Being deleted, with all its instances.
+    pub deleting: bool,
+    /// Its instances, whatever their state.
+    pub instances: Vec<Instance>,
+}
+
+/// Groups of instances the cloud keeps at a size, launching each from the group's current model
+/// (an Auto Scaling group, a virtual machine scale set): an instance that vanishes is replaced.
+/// The cloud removes one only when asked to by name, or when the group's capacity drops below
+/// its count (then the newest), which a careful caller never lets happen.
+#[async_trait]
+pub trait ScaleSets: Send + Sync {
+    /// Creates a scale set (not idempotent by itself, unless a client token is given).
+    async fn create_scale_set(&self, request: ScaleSetRequest) -> Result<ScaleSet, CloudError>;
+    /// The scale set with this ID.
+    async fn get_scale_set(&self, id: &str) -> Result<Option<ScaleSet>, CloudError>;
+    /// The scale sets carrying this tag; like every list, it may lag behind creates.
+    async fn find_scale_sets(&self, tag: &str) -> Result<Vec<ScaleSet>, CloudError>;
+    /// Sets the model new instances are launched from (the running ones keep theirs).
+    async fn set_scale_set_model(&self, id: &str, model: ScaleSetModel) -> Result<(), CloudError>;
+    /// Sets the number of instances the scale set keeps. Below its count, the cloud terminates
+    /// instances of its own choosing (the newest first).
+    async fn set_scale_set_capacity(&self, id: &str, capacity: u32) -> Result<(), CloudError>;
+    /// Terminates these instances of the scale set, lowering its capacity by one for each that
+    /// was in it and not already leaving; instances that are not are ignored.
+    async fn remove_scale_set_instances(
+        &self,
+        id: &str,
+        instances: &[String],
+    ) -> Result<(), CloudError>;
+    /// Starts deleting the scale set and all its instances; a missing one is not an error.
+    async fn delete_scale_set(&self, id: &str) -> Result<(), CloudError>;
 }

@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use super::server::{Inspection, encode};
 use super::{
     CloudError, Compute, EtcdCluster, EtcdClusters, Faults, Flavor, Instance, InstanceRequest,
-    LoadBalancer, LoadBalancers,
+    LoadBalancer, LoadBalancers, ScaleSet, ScaleSetModel, ScaleSetRequest, ScaleSets,
 };
 
 /// The simulated cloud in another process, reached over HTTP.
@@ -157,6 +157,80 @@ impl Compute for RemoteCloud {
 }
 
 #[async_trait]
+impl ScaleSets for RemoteCloud {
+    async fn create_scale_set(&self, request: ScaleSetRequest) -> Result<ScaleSet, CloudError> {
+        let body = serde_json::to_vec(&request).map_err(unreachable)?;
+        self.call(Method::POST, "/v1/scalesets", Some(body)).await
+    }
+
+    async fn get_scale_set(&self, id: &str) -> Result<Option<ScaleSet>, CloudError> {
+        let (status, body) = self
+            .send(Method::GET, &format!("/v1/scalesets/{}", encode(id)), None)
+            .await?;
+        if status == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        serde_json::from_slice(&body).map(Some).map_err(unreachable)
+    }
+
+    async fn find_scale_sets(&self, tag: &str) -> Result<Vec<ScaleSet>, CloudError> {
+        self.call(
+            Method::GET,
+            &format!("/v1/scalesets?tag={}", encode(tag)),
+            None,
+        )
+        .await
+    }
+
+    async fn set_scale_set_model(&self, id: &str, model: ScaleSetModel) -> Result<(), CloudError> {
+        let body = serde_json::to_vec(&model).map_err(unreachable)?;
+        self.send(
+            Method::PUT,
+            &format!("/v1/scalesets/{}/model", encode(id)),
+            Some(body),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn set_scale_set_capacity(&self, id: &str, capacity: u32) -> Result<(), CloudError> {
+        let body = serde_json::to_vec(&capacity).map_err(unreachable)?;
+        self.send(
+            Method::PUT,
+            &format!("/v1/scalesets/{}/capacity", encode(id)),
+            Some(body),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn remove_scale_set_instances(
+        &self,
+        id: &str,
+        instances: &[String],
+    ) -> Result<(), CloudError> {
+        let body = serde_json::to_vec(instances).map_err(unreachable)?;
+        self.send(
+            Method::POST,
+            &format!("/v1/scalesets/{}/removals", encode(id)),
+            Some(body),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn delete_scale_set(&self, id: &str) -> Result<(), CloudError> {
+        self.send(
+            Method::DELETE,
+            &format!("/v1/scalesets/{}", encode(id)),
+            None,
+        )
+        .await
+        .map(drop)
+    }
+}
+
+#[async_trait]
 impl LoadBalancers for RemoteCloud {
     async fn create_load_balancer(&self, tag: &str) -> Result<LoadBalancer, CloudError> {
         self.call(
@@ -212,5 +286,76 @@ impl EtcdClusters for RemoteCloud {
         )
         .await
         .map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::cloud::{CloudServer, InstanceStatus, SimulatedCloud};
+
+    #[tokio::test]
+    async fn scale_sets_answer_over_http_as_in_process() {
+        let cloud = Arc::new(SimulatedCloud::new(crate::cloud::CloudConfig {
+            delete_time: std::time::Duration::from_secs(60),
+            ..crate::cloud::CloudConfig::default()
+        }));
+        let server = CloudServer::start(Arc::clone(&cloud), "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let remote = RemoteCloud::new(server.url());
+        let model = ScaleSetModel {
+            flavor: "small".into(),
+            revision: "r-1".into(),
+            user_data_len: 4,
+        };
+        let made = remote
+            .create_scale_set(ScaleSetRequest {
+                tag: "capi-pool".into(),
+                cluster: "ns.c".into(),
+                zones: Vec::new(),
+                capacity: 2,
+                model: model.clone(),
+                client_token: Some("capi-pool".into()),
+            })
+            .await
+            .unwrap();
+        assert_eq!(made.instances.len(), 2);
+        assert_eq!(
+            remote.find_scale_sets("capi-pool").await.unwrap(),
+            std::slice::from_ref(&made)
+        );
+        let removed = made.instances[0].id.clone();
+        remote
+            .remove_scale_set_instances(&made.id, std::slice::from_ref(&removed))
+            .await
+            .unwrap();
+        remote.set_scale_set_capacity(&made.id, 3).await.unwrap();
+        remote
+            .set_scale_set_model(
+                &made.id,
+                ScaleSetModel {
+                    revision: "r-2".into(),
+                    ..model
+                },
+            )
+            .await
+            .unwrap();
+        let set = remote.get_scale_set(&made.id).await.unwrap().unwrap();
+        assert_eq!(set.capacity, 3);
+        assert_eq!(set.model.revision, "r-2");
+        assert!(set.instances.iter().any(|i| i.id == removed));
+        assert_eq!(
+            set.instances
+                .iter()
+                .filter(|i| i.status != InstanceStatus::Deleting)
+                .count(),
+            3
+        );
+        remote.delete_scale_set(&made.id).await.unwrap();
+        assert_eq!(remote.get_scale_set("ss-missing").await.unwrap(), None);
+        assert_eq!(remote.inspect().await.unwrap().max_scale_sets_per_tag, 1);
     }
 }

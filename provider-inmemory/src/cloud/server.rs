@@ -9,6 +9,13 @@
 //! | `GET /v1/instances/ID` | | `200` `Instance`, `404` |
 //! | `DELETE /v1/instances/ID` | | `204` |
 //! | `GET /v1/flavors/NAME` | | `200` `Flavor`, `404` |
+//! | `POST /v1/scalesets` | `ScaleSetRequest` | `201` `ScaleSet` |
+//! | `GET /v1/scalesets?tag=T` | | `200` `[ScaleSet]` |
+//! | `GET /v1/scalesets/ID` | | `200` `ScaleSet`, `404` |
+//! | `PUT /v1/scalesets/ID/model` | `ScaleSetModel` | `204` |
+//! | `PUT /v1/scalesets/ID/capacity` | `u32` | `204` |
+//! | `POST /v1/scalesets/ID/removals` | `[instance ID]` | `204` |
+//! | `DELETE /v1/scalesets/ID` | | `204` |
 //! | `POST /v1/loadbalancers?tag=T` | | `201` `LoadBalancer` |
 //! | `GET /v1/loadbalancers?tag=T` | | `200` `[LoadBalancer]` |
 //! | `DELETE /v1/loadbalancers/ID` | | `204` |
@@ -38,7 +45,7 @@ use tokio::task::JoinHandle;
 
 use super::{
     CloudError, Compute, EtcdClusters, Faults, Instance, InstanceRequest, LoadBalancer,
-    LoadBalancers, SimulatedCloud,
+    LoadBalancers, ScaleSet, ScaleSetModel, ScaleSetRequest, ScaleSets, SimulatedCloud,
 };
 
 /// What `GET /v1/inspect` reports.
@@ -49,6 +56,12 @@ pub struct Inspection {
     pub instances: Vec<Instance>,
     /// Load balancers that exist now.
     pub load_balancers: Vec<LoadBalancer>,
+    /// Scale sets that exist now, with their instances.
+    #[serde(default)]
+    pub scale_sets: Vec<ScaleSet>,
+    /// The most scale sets ever created under one tag.
+    #[serde(default)]
+    pub max_scale_sets_per_tag: u32,
     /// `create_instance` calls so far.
     pub create_calls: u64,
     /// The most instances ever created under one tag.
@@ -71,6 +84,8 @@ impl SimulatedCloud {
         Inspection {
             instances: self.instances(),
             load_balancers: self.load_balancers(),
+            scale_sets: self.scale_sets(),
+            max_scale_sets_per_tag: self.max_scale_sets_per_tag(),
             create_calls: self.create_calls(),
             max_created_per_tag: self.max_created_per_tag(),
             faults_injected,
@@ -169,6 +184,39 @@ async fn route(cloud: &SimulatedCloud, request: Request<Incoming>) -> Response<F
             Ok(None) => empty(StatusCode::NOT_FOUND),
             other => reply(StatusCode::OK, other),
         },
+        (&Method::POST, ["v1", "scalesets"]) => {
+            match serde_json::from_slice::<ScaleSetRequest>(&body) {
+                Ok(create) => reply(StatusCode::CREATED, cloud.create_scale_set(create).await),
+                Err(error) => bad_request(&error.to_string()),
+            }
+        }
+        (&Method::GET, ["v1", "scalesets"]) => match tag {
+            Some(tag) => reply(StatusCode::OK, cloud.find_scale_sets(&tag).await),
+            None => bad_request("the tag query parameter is required"),
+        },
+        (&Method::GET, ["v1", "scalesets", id]) => match cloud.get_scale_set(id).await {
+            Ok(None) => empty(StatusCode::NOT_FOUND),
+            other => reply(StatusCode::OK, other),
+        },
+        (&Method::PUT, ["v1", "scalesets", id, "model"]) => {
+            match serde_json::from_slice::<ScaleSetModel>(&body) {
+                Ok(model) => no_content(cloud.set_scale_set_model(id, model).await),
+                Err(error) => bad_request(&error.to_string()),
+            }
+        }
+        (&Method::PUT, ["v1", "scalesets", id, "capacity"]) => {
+            match serde_json::from_slice::<u32>(&body) {
+                Ok(capacity) => no_content(cloud.set_scale_set_capacity(id, capacity).await),
+                Err(error) => bad_request(&error.to_string()),
+            }
+        }
+        (&Method::POST, ["v1", "scalesets", id, "removals"]) => {
+            match serde_json::from_slice::<Vec<String>>(&body) {
+                Ok(instances) => no_content(cloud.remove_scale_set_instances(id, &instances).await),
+                Err(error) => bad_request(&error.to_string()),
+            }
+        }
+        (&Method::DELETE, ["v1", "scalesets", id]) => no_content(cloud.delete_scale_set(id).await),
         (&Method::POST, ["v1", "loadbalancers"]) => match tag {
             Some(tag) => reply(StatusCode::CREATED, cloud.create_load_balancer(&tag).await),
             None => bad_request("the tag query parameter is required"),

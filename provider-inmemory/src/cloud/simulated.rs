@@ -10,7 +10,8 @@ use tokio::time::Instant;
 
 use super::{
     CloudError, Compute, EtcdCluster, EtcdClusters, EtcdMember, Flavor, Instance, InstanceRequest,
-    InstanceStatus, LoadBalancer, LoadBalancers, MemberEvent,
+    InstanceStatus, LoadBalancer, LoadBalancers, MemberEvent, ScaleSet, ScaleSetModel,
+    ScaleSetRequest, ScaleSets, UserData,
 };
 
 /// How the simulated cloud behaves.
@@ -125,6 +126,38 @@ struct State {
     etcd: BTreeMap<String, StoredEtcd>,
     failed_members: std::collections::BTreeSet<String>,
     member_events: Option<tokio::sync::mpsc::UnboundedSender<MemberEvent>>,
+    scale_sets: BTreeMap<String, StoredScaleSet>,
+    /// The scale set each client token created.
+    scale_set_tokens: BTreeMap<String, String>,
+    created_scale_sets_per_tag: BTreeMap<String, u32>,
+}
+
+/// A scale set: what it keeps (its instances are in [`State::instances`], each naming it).
+struct StoredScaleSet {
+    id: String,
+    tag: String,
+    cluster: String,
+    zones: Vec<String>,
+    capacity: u32,
+    model: ScaleSetModel,
+    /// From when lists show it.
+    listed_at: Instant,
+    /// When it vanishes, once deleted.
+    gone_at: Option<Instant>,
+    /// The zone of its next instance, in turn.
+    next_zone: usize,
+}
+
+/// What a new instance is made of.
+struct Launch {
+    tag: String,
+    flavor: String,
+    zone: Option<String>,
+    user_data: Option<UserData>,
+    etcd_cluster: Option<String>,
+    cluster: Option<String>,
+    scale_set: Option<String>,
+    revision: Option<String>,
 }
 
 impl State {
@@ -309,8 +342,9 @@ impl SimulatedCloud {
 
     /// Instances that exist now (building, active or deleting).
     pub fn instances(&self) -> Vec<Instance> {
+        let config = lock(&self.config).clone();
         let mut state = lock(&self.state);
-        state.settle(Instant::now());
+        self.advance(&mut state, &config, Instant::now());
         state
             .instances
             .values()
@@ -333,7 +367,8 @@ impl SimulatedCloud {
         self.instances().len()
     }
 
-    /// How many instances were ever created with `tag`.
+    /// How many instances were ever created with `tag` by `create_instance` (a scale set's
+    /// launches are not counted: [`Self::max_scale_sets_per_tag`] counts their scale sets).
     pub fn created_with_tag(&self, tag: &str) -> u32 {
         lock(&self.state)
             .created_per_tag
@@ -367,15 +402,187 @@ impl SimulatedCloud {
 
     /// The instances a list shows now (lists lag behind creates) that `wanted` picks.
     fn listed(&self, wanted: impl Fn(&Instance) -> bool) -> Vec<Instance> {
+        let config = lock(&self.config).clone();
         let mut state = lock(&self.state);
         let now = Instant::now();
-        state.settle(now);
+        self.advance(&mut state, &config, now);
         state
             .instances
             .values()
             .filter(|s| s.listed_at <= now && wanted(&s.instance))
             .map(|s| s.instance.clone())
             .collect()
+    }
+
+    /// Stores a new instance: `Building` until it boots, listed after the list lag. An instance
+    /// a caller created (not a scale set) counts towards [`Self::created_with_tag`].
+    fn launch(
+        &self,
+        state: &mut State,
+        config: &CloudConfig,
+        now: Instant,
+        launch: Launch,
+    ) -> Instance {
+        state.next_id += 1;
+        let n = state.next_id;
+        let instance = Instance {
+            id: format!("i-{n:08x}"),
+            tag: launch.tag.clone(),
+            flavor: launch.flavor,
+            zone: launch.zone,
+            address: if config.loopback_addresses {
+                // 127.1.0.0/16 upwards: never 127.0.0.1, reachable on this machine.
+                format!(
+                    "127.{}.{}.{}",
+                    1 + ((n >> 16) & 0x7f),
+                    (n >> 8) & 0xff,
+                    n & 0xff
+                )
+            } else {
+                format!("10.{}.{}.{}", (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff)
+            },
+            status: InstanceStatus::Building,
+            control_plane: launch.etcd_cluster.is_some(),
+            cluster: launch.cluster,
+            scale_set: launch.scale_set,
+            revision: launch.revision,
+        };
+        let ready_at = now + self.jittered(config.boot_time, config.jitter);
+        state.instances.insert(
+            instance.id.clone(),
+            StoredInstance {
+                instance: instance.clone(),
+                listed_at: now + self.lag(config.list_lag),
+                ready_at,
+                gone_at: None,
+                etcd_ca: launch
+                    .etcd_cluster
+                    .as_ref()
+                    .and(launch.user_data.as_ref())
+                    .and_then(super::boot::etcd_ca),
+                cluster_configuration: launch
+                    .etcd_cluster
+                    .as_ref()
+                    .and(launch.user_data.as_ref())
+                    .and_then(super::boot::init_cluster_configuration),
+                etcd_cluster: launch.etcd_cluster,
+            },
+        );
+        if instance.scale_set.is_none() {
+            *state.created_per_tag.entry(launch.tag).or_insert(0) += 1;
+        }
+        instance
+    }
+
+    /// Advances the cloud to `now`, scale sets included: each keeps its capacity, launching
+    /// instances of its model (as far as the quota allows) or terminating its newest, and a
+    /// deleted one vanishes once its instances are gone.
+    fn advance(&self, state: &mut State, config: &CloudConfig, now: Instant) {
+        state.settle(now);
+        let instances = &state.instances;
+        state.scale_sets.retain(|id, set| {
+            set.gone_at.is_none_or(|gone| now < gone)
+                || instances
+                    .values()
+                    .any(|s| s.instance.scale_set.as_deref() == Some(id.as_str()))
+        });
+        let ids: Vec<String> = state
+            .scale_sets
+            .iter()
+            .filter(|(_, set)| set.gone_at.is_none())
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ids {
+            let mut members: Vec<String> = state
+                .instances
+                .values()
+                .filter(|s| s.gone_at.is_none() && s.instance.scale_set.as_deref() == Some(&id))
+                .map(|s| s.instance.id.clone())
+                .collect();
+            members.sort();
+            let Some(set) = state.scale_sets.get(&id) else {
+                continue;
+            };
+            let capacity = usize::try_from(set.capacity).unwrap_or(usize::MAX);
+            // Below its count: the cloud's own choice, the newest first.
+            while members.len() > capacity {
+                let Some(victim) = members.pop() else { break };
+                if let Some(stored) = state.instances.get_mut(&victim) {
+                    stored.instance.status = InstanceStatus::Deleting;
+                    stored.gone_at = Some(now + self.jittered(config.delete_time, config.jitter));
+                }
+            }
+            for _ in members.len()..capacity {
+                if config
+                    .max_instances
+                    .is_some_and(|limit| state.instances.len() >= limit)
+                {
+                    break;
+                }
+                let Some(set) = state.scale_sets.get_mut(&id) else {
+                    break;
+                };
+                let zone = (!set.zones.is_empty())
+                    .then(|| set.zones[set.next_zone % set.zones.len()].clone());
+                set.next_zone += 1;
+                let launch = Launch {
+                    tag: set.tag.clone(),
+                    flavor: set.model.flavor.clone(),
+                    zone,
+                    user_data: None,
+                    etcd_cluster: None,
+                    cluster: Some(set.cluster.clone()),
+                    scale_set: Some(id.clone()),
+                    revision: Some(set.model.revision.clone()),
+                };
+                self.launch(state, config, now, launch);
+            }
+        }
+        state.settle(now);
+    }
+
+    /// The scale set `id` as the cloud reports it now: its instances as lists show them.
+    fn scale_set_view(state: &State, id: &str, now: Instant) -> Option<ScaleSet> {
+        let set = state.scale_sets.get(id)?;
+        let mut instances: Vec<Instance> = state
+            .instances
+            .values()
+            .filter(|s| s.listed_at <= now && s.instance.scale_set.as_deref() == Some(id))
+            .map(|s| s.instance.clone())
+            .collect();
+        instances.sort_by(|a, b| a.id.cmp(&b.id));
+        Some(ScaleSet {
+            id: set.id.clone(),
+            tag: set.tag.clone(),
+            cluster: set.cluster.clone(),
+            capacity: set.capacity,
+            model: set.model.clone(),
+            deleting: set.gone_at.is_some(),
+            instances,
+        })
+    }
+
+    /// Scale sets that exist now, with all their instances.
+    pub fn scale_sets(&self) -> Vec<ScaleSet> {
+        let config = lock(&self.config).clone();
+        let mut state = lock(&self.state);
+        let now = Instant::now();
+        self.advance(&mut state, &config, now);
+        let ids: Vec<String> = state.scale_sets.keys().cloned().collect();
+        ids.iter()
+            .filter_map(|id| Self::scale_set_view(&state, id, now + MAX_LIST_LAG))
+            .collect()
+    }
+
+    /// The most scale sets ever created under one tag: 1 means no pool's key was ever used
+    /// twice.
+    pub fn max_scale_sets_per_tag(&self) -> u32 {
+        lock(&self.state)
+            .created_scale_sets_per_tag
+            .values()
+            .copied()
+            .max()
+            .unwrap_or(0)
     }
 
     /// Waits the call latency and decides whether `method` fails.
@@ -425,50 +632,21 @@ impl Compute for SimulatedCloud {
             {
                 return Err(CloudError::QuotaExceeded { limit });
             }
-            state.next_id += 1;
-            let n = state.next_id;
-            let instance = Instance {
-                id: format!("i-{n:08x}"),
-                tag: request.tag.clone(),
-                flavor: request.flavor,
-                zone: request.zone,
-                address: if config.loopback_addresses {
-                    // 127.1.0.0/16 upwards: never 127.0.0.1, reachable on this machine.
-                    format!(
-                        "127.{}.{}.{}",
-                        1 + ((n >> 16) & 0x7f),
-                        (n >> 8) & 0xff,
-                        n & 0xff
-                    )
-                } else {
-                    format!("10.{}.{}.{}", (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff)
-                },
-                status: InstanceStatus::Building,
-                control_plane: request.etcd_cluster.is_some(),
-                cluster: request.cluster,
-            };
-            let ready_at = now + self.jittered(config.boot_time, config.jitter);
-            state.instances.insert(
-                instance.id.clone(),
-                StoredInstance {
-                    instance: instance.clone(),
-                    listed_at: now + self.lag(config.list_lag),
-                    ready_at,
-                    gone_at: None,
-                    etcd_ca: request
-                        .etcd_cluster
-                        .as_ref()
-                        .and(request.user_data.as_ref())
-                        .and_then(super::boot::etcd_ca),
-                    cluster_configuration: request
-                        .etcd_cluster
-                        .as_ref()
-                        .and(request.user_data.as_ref())
-                        .and_then(super::boot::init_cluster_configuration),
+            let instance = self.launch(
+                &mut state,
+                &config,
+                now,
+                Launch {
+                    tag: request.tag,
+                    flavor: request.flavor,
+                    zone: request.zone,
+                    user_data: request.user_data,
                     etcd_cluster: request.etcd_cluster,
+                    cluster: request.cluster,
+                    scale_set: None,
+                    revision: None,
                 },
             );
-            *state.created_per_tag.entry(request.tag).or_insert(0) += 1;
             if let Some(token) = request.client_token {
                 state.client_tokens.insert(token, instance.id.clone());
             }
@@ -537,6 +715,158 @@ impl Compute for SimulatedCloud {
     async fn get_flavor(&self, name: &str) -> Result<Option<Flavor>, CloudError> {
         let config = self.call("get_flavor").await?;
         Ok(config.flavors.into_iter().find(|f| f.name == name))
+    }
+}
+
+#[async_trait]
+impl ScaleSets for SimulatedCloud {
+    async fn create_scale_set(&self, request: ScaleSetRequest) -> Result<ScaleSet, CloudError> {
+        let config = self.call("create_scale_set").await?;
+        if !config
+            .flavors
+            .iter()
+            .any(|f| f.name == request.model.flavor)
+        {
+            return Err(CloudError::UnknownFlavor {
+                flavor: request.model.flavor,
+            });
+        }
+        let mut state = lock(&self.state);
+        let now = Instant::now();
+        self.advance(&mut state, &config, now);
+        let existing = request
+            .client_token
+            .as_ref()
+            .and_then(|token| state.scale_set_tokens.get(token))
+            .cloned();
+        if let Some(view) = existing.and_then(|id| Self::scale_set_view(&state, &id, now)) {
+            return Ok(view);
+        }
+        state.next_id += 1;
+        let id = format!("ss-{:08x}", state.next_id);
+        state.scale_sets.insert(
+            id.clone(),
+            StoredScaleSet {
+                id: id.clone(),
+                tag: request.tag.clone(),
+                cluster: request.cluster,
+                zones: request.zones,
+                capacity: request.capacity,
+                model: request.model,
+                listed_at: now + self.lag(config.list_lag),
+                gone_at: None,
+                next_zone: 0,
+            },
+        );
+        *state
+            .created_scale_sets_per_tag
+            .entry(request.tag)
+            .or_insert(0) += 1;
+        if let Some(token) = request.client_token {
+            state.scale_set_tokens.insert(token, id.clone());
+        }
+        self.advance(&mut state, &config, now);
+        Self::scale_set_view(&state, &id, now).ok_or_else(|| CloudError::Unreachable {
+            reason: format!("scale set {id} vanished as it was created"),
+        })
+    }
+
+    async fn get_scale_set(&self, id: &str) -> Result<Option<ScaleSet>, CloudError> {
+        let config = self.call("get_scale_set").await?;
+        let mut state = lock(&self.state);
+        let now = Instant::now();
+        self.advance(&mut state, &config, now);
+        Ok(Self::scale_set_view(&state, id, now))
+    }
+
+    async fn find_scale_sets(&self, tag: &str) -> Result<Vec<ScaleSet>, CloudError> {
+        let config = self.call("find_scale_sets").await?;
+        let mut state = lock(&self.state);
+        let now = Instant::now();
+        self.advance(&mut state, &config, now);
+        let ids: Vec<String> = state
+            .scale_sets
+            .values()
+            .filter(|set| set.tag == tag && set.listed_at <= now)
+            .map(|set| set.id.clone())
+            .collect();
+        Ok(ids
+            .iter()
+            .filter_map(|id| Self::scale_set_view(&state, id, now))
+            .collect())
+    }
+
+    async fn set_scale_set_model(&self, id: &str, model: ScaleSetModel) -> Result<(), CloudError> {
+        let config = self.call("set_scale_set_model").await?;
+        if !config.flavors.iter().any(|f| f.name == model.flavor) {
+            return Err(CloudError::UnknownFlavor {
+                flavor: model.flavor,
+            });
+        }
+        let mut state = lock(&self.state);
+        if let Some(set) = state.scale_sets.get_mut(id) {
+            set.model = model;
+        }
+        Ok(())
+    }
+
+    async fn set_scale_set_capacity(&self, id: &str, capacity: u32) -> Result<(), CloudError> {
+        let config = self.call("set_scale_set_capacity").await?;
+        let mut state = lock(&self.state);
+        if let Some(set) = state.scale_sets.get_mut(id) {
+            set.capacity = capacity;
+        }
+        self.advance(&mut state, &config, Instant::now());
+        Ok(())
+    }
+
+    async fn remove_scale_set_instances(
+        &self,
+        id: &str,
+        instances: &[String],
+    ) -> Result<(), CloudError> {
+        let config = self.call("remove_scale_set_instances").await?;
+        let mut guard = lock(&self.state);
+        let state = &mut *guard;
+        let now = Instant::now();
+        state.settle(now);
+        for instance in instances {
+            let Some(stored) = state.instances.get_mut(instance) else {
+                continue;
+            };
+            if stored.instance.scale_set.as_deref() != Some(id) || stored.gone_at.is_some() {
+                continue;
+            }
+            stored.instance.status = InstanceStatus::Deleting;
+            stored.gone_at = Some(now + self.jittered(config.delete_time, config.jitter));
+            if let Some(set) = state.scale_sets.get_mut(id) {
+                set.capacity = set.capacity.saturating_sub(1);
+            }
+        }
+        self.advance(state, &config, now);
+        Ok(())
+    }
+
+    async fn delete_scale_set(&self, id: &str) -> Result<(), CloudError> {
+        let config = self.call("delete_scale_set").await?;
+        let mut guard = lock(&self.state);
+        let state = &mut *guard;
+        let now = Instant::now();
+        let Some(set) = state.scale_sets.get_mut(id) else {
+            return Ok(());
+        };
+        if set.gone_at.is_none() {
+            set.gone_at = Some(now + self.jittered(config.delete_time, config.jitter));
+            set.capacity = 0;
+        }
+        for stored in state.instances.values_mut() {
+            if stored.instance.scale_set.as_deref() == Some(id) && stored.gone_at.is_none() {
+                stored.instance.status = InstanceStatus::Deleting;
+                stored.gone_at = Some(now + self.jittered(config.delete_time, config.jitter));
+            }
+        }
+        self.advance(state, &config, now);
+        Ok(())
     }
 }
 
@@ -639,6 +969,101 @@ mod tests {
             client_token: None,
             cluster: None,
         }
+    }
+
+    fn scale_set_request(tag: &str, capacity: u32) -> ScaleSetRequest {
+        ScaleSetRequest {
+            tag: tag.into(),
+            cluster: "ns.c".into(),
+            zones: vec!["zone-a".into(), "zone-b".into()],
+            capacity,
+            model: ScaleSetModel {
+                flavor: "small".into(),
+                revision: "r-1".into(),
+                user_data_len: 10,
+            },
+            client_token: Some(tag.into()),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_scale_set_keeps_its_capacity_from_its_model_and_removes_only_what_it_is_told() {
+        let cloud = SimulatedCloud::new(CloudConfig {
+            boot_time: Duration::from_secs(10),
+            delete_time: Duration::from_secs(5),
+            ..CloudConfig::default()
+        });
+        let made = cloud
+            .create_scale_set(scale_set_request("pool", 3))
+            .await
+            .unwrap();
+        let again = cloud
+            .create_scale_set(scale_set_request("pool", 3))
+            .await
+            .unwrap();
+        assert_eq!(made.id, again.id, "a client token makes one scale set");
+        assert_eq!(cloud.max_scale_sets_per_tag(), 1);
+        assert_eq!(made.instances.len(), 3);
+        assert!(made.instances.iter().all(|i| {
+            i.revision.as_deref() == Some("r-1")
+                && i.cluster.as_deref() == Some("ns.c")
+                && i.scale_set.as_deref() == Some(made.id.as_str())
+        }));
+        let zones: Vec<_> = made.instances.iter().map(|i| i.zone.clone()).collect();
+        assert_eq!(
+            zones,
+            [Some("zone-a"), Some("zone-b"), Some("zone-a")].map(|z| z.map(String::from))
+        );
+        assert_eq!(cloud.created_with_tag("pool"), 0);
+
+        tokio::time::advance(Duration::from_secs(11)).await;
+        let set = cloud.get_scale_set(&made.id).await.unwrap().unwrap();
+        assert!(
+            set.instances
+                .iter()
+                .all(|i| i.status == InstanceStatus::Active)
+        );
+        let model = ScaleSetModel {
+            revision: "r-2".into(),
+            ..set.model.clone()
+        };
+        cloud.set_scale_set_model(&made.id, model).await.unwrap();
+        let victim = set.instances[0].id.clone();
+        cloud
+            .remove_scale_set_instances(&made.id, &[victim.clone(), "i-elsewhere".into()])
+            .await
+            .unwrap();
+        let set = cloud.get_scale_set(&made.id).await.unwrap().unwrap();
+        assert_eq!(set.capacity, 2, "each removal lowers the capacity");
+        assert_eq!(
+            set.instances.len(),
+            3,
+            "the victim is leaving, nothing new launched"
+        );
+        assert!(
+            set.instances
+                .iter()
+                .any(|i| i.id == victim && i.status == InstanceStatus::Deleting)
+        );
+
+        cloud.set_scale_set_capacity(&made.id, 3).await.unwrap();
+        let set = cloud.get_scale_set(&made.id).await.unwrap().unwrap();
+        let new: Vec<_> = set
+            .instances
+            .iter()
+            .filter(|i| i.status == InstanceStatus::Building)
+            .collect();
+        assert_eq!(new.len(), 1);
+        assert_eq!(
+            new[0].revision.as_deref(),
+            Some("r-2"),
+            "launched from the new model"
+        );
+
+        cloud.delete_scale_set(&made.id).await.unwrap();
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert!(cloud.scale_sets().is_empty());
+        assert_eq!(cloud.instance_count(), 0);
     }
 
     #[tokio::test]
