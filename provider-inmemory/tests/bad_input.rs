@@ -65,6 +65,12 @@ fn base(kind: &str) -> Value {
                                       "rollout": {"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}},
                                       "remediation": {"maxInFlight": 1}})
         }
+        "MachinePool" => json!({"clusterName": "demo", "replicas": 2,
+                                "template": {"metadata": {"labels": {"pool": "a"}},
+                                             "spec": {"clusterName": "demo", "version": "v1.33.0",
+                                                      "bootstrap": {"dataSecretName": "x"},
+                                                      "infrastructureRef": reference("InMemoryMachinePool")}},
+                                "providerIDList": ["inmemory:///i-1"], "failureDomains": ["zone-a"]}),
         "MachineHealthCheck" => json!({"clusterName": "demo", "selector": selector,
                                        "checks": {"nodeStartupTimeoutSeconds": 600,
                                                   "unhealthyNodeConditions": [{"type": "Ready", "status": "Unknown", "timeoutSeconds": 300}]},
