@@ -16,6 +16,7 @@ use kube::ResourceExt;
 
 use crate::actuator::{PROVIDER_ID_PREFIX, cloud_error, provider_id};
 use crate::api::{InMemoryCluster, InMemoryMachinePool, InMemoryMachinePoolStatus};
+use crate::cloud::lock;
 use crate::cloud::{
     CloudError, InstanceStatus, ScaleSet, ScaleSetModel, ScaleSetRequest, ScaleSets, cluster_key,
 };
@@ -326,12 +327,6 @@ impl PoolActuator<InMemoryMachinePool, InMemoryCluster> for InMemoryPoolActuator
             )),
         }
     }
-}
-
-fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

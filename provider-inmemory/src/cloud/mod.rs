@@ -19,6 +19,7 @@ use async_trait::async_trait;
 pub use boot::{EtcdCa, UserData};
 pub use remote::RemoteCloud;
 pub use server::{CloudServer, Inspection};
+pub(crate) use simulated::lock;
 pub use simulated::{CloudConfig, Faults, MAX_LIST_LAG, SimulatedCloud};
 
 #[cfg(feature = "real-etcd")]

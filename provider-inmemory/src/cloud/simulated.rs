@@ -948,7 +948,8 @@ impl LoadBalancers for SimulatedCloud {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// The guarded value, also after a panic elsewhere poisoned the lock (the state stays usable).
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
