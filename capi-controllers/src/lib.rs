@@ -30,6 +30,11 @@
 //!   cache from causing duplicates;
 //! - [`machine_deployment`]: RollingUpdate (upstream's rounding of `maxSurge`/`maxUnavailable`) and
 //!   OnDelete, revision annotations, one MachineSet per template, `paused`;
+//! - [`machine_pool`]: a pool's bootstrap config and infrastructure pool owned, the data
+//!   secret's name and the instances' provider IDs copied, a `Machine` per machine the
+//!   infrastructure makes for an instance, the workload nodes matched by provider ID (those of
+//!   instances that left deleted), upstream's phases and conditions; deletion takes the
+//!   infrastructure first, then what it left;
 //! - [`machine_health_check`]: node startup timeout, unhealthy node and machine conditions with
 //!   timeouts, `unhealthyLessThanOrEqualTo`/`unhealthyInRange` short-circuits, remediation by
 //!   marking machines (`OwnerRemediated=False`) for their MachineSet to replace.
@@ -53,6 +58,7 @@ pub mod cluster;
 pub mod machine;
 pub mod machine_deployment;
 pub mod machine_health_check;
+pub mod machine_pool;
 pub mod machine_set;
 pub mod naming;
 
@@ -67,12 +73,15 @@ mod workload;
 use std::sync::Arc;
 use std::time::Duration;
 
-use capi_core::api::{Cluster, Machine, MachineDeployment, MachineHealthCheck, MachineSet};
+use capi_core::api::{
+    Cluster, Machine, MachineDeployment, MachineHealthCheck, MachinePool, MachineSet,
+};
 use capi_runtime::manager::{Controllers, Manager};
 use capi_runtime::rbac::rule;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
 pub use machine_deployment::{MACHINE_DEPLOYMENT_FINALIZER, TEMPLATE_HASH_LABEL, template_hash};
+pub use machine_pool::MACHINE_POOL_FINALIZER;
 pub use machine_set::MACHINE_SET_FINALIZER;
 pub use references::ReferenceError;
 pub use workload::{SECRET_RECHECK, WorkloadError, client_from_secret};
@@ -84,6 +93,7 @@ use cluster::ClusterController;
 use machine::MachineController;
 use machine_deployment::DeploymentController;
 use machine_health_check::HealthCheckController;
+use machine_pool::MachinePoolController;
 use machine_set::MachineSetController;
 use references::ReferenceWatches;
 use workload::WorkloadClusters;
@@ -124,7 +134,7 @@ impl Default for CoreSettings {
     }
 }
 
-/// The five core controllers as one family for [`Manager::add`]: they share the workload
+/// The six core controllers as one family for [`Manager::add`]: they share the workload
 /// clusters' caches (one connection and one `Node` watch per workload cluster).
 #[derive(Clone, Debug, Default)]
 pub struct CoreControllers {
@@ -162,6 +172,13 @@ impl Controllers for CoreControllers {
             node_changes,
             settings.clone(),
         )));
+        let pool = manager.reconciler::<MachinePool, _>(Arc::new(MachinePoolController::new(
+            &watches,
+            client.clone(),
+            namespace.clone(),
+            Arc::clone(&workloads),
+            settings.clone(),
+        )));
         let set = manager.reconciler::<MachineSet, _>(Arc::new(MachineSetController::new(
             &watches,
             client,
@@ -178,6 +195,7 @@ impl Controllers for CoreControllers {
             .add_controller(move |shutdown| cluster::run(cluster, shutdown.wait()))
             .add_controller(move |shutdown| machine::run(machine, shutdown.wait()))
             .add_controller(move |shutdown| machine_set::run(set, shutdown.wait()))
+            .add_controller(move |shutdown| machine_pool::run(pool, shutdown.wait()))
             .add_controller(move |shutdown| machine_deployment::run(deployment, shutdown.wait()))
             .add_controller(move |shutdown| machine_health_check::run(health, shutdown.wait()));
     }
@@ -209,12 +227,18 @@ pub fn rbac(infra_group: &str, infra_plurals: &[&str]) -> Vec<PolicyRule> {
         ),
         rule(
             CORE,
+            &["machinepools"],
+            &["get", "list", "watch", "patch", "delete"],
+        ),
+        rule(
+            CORE,
             &[
                 "clusters/status",
                 "machines/status",
                 "machinesets/status",
                 "machinedeployments/status",
                 "machinehealthchecks/status",
+                "machinepools/status",
             ],
             &["patch"],
         ),

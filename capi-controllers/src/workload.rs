@@ -67,6 +67,8 @@ pub(crate) struct Workload {
 pub(crate) struct CachedNode {
     /// `metadata.name`.
     pub(crate) name: Box<str>,
+    /// `metadata.uid` (what a MachinePool's node references carry).
+    pub(crate) uid: Option<Box<str>>,
     /// `spec.providerID`.
     pub(crate) provider_id: Option<Box<str>>,
     /// `status.conditions`, as reported.
@@ -107,6 +109,7 @@ impl CachedNode {
             .unwrap_or_default();
         Some(Self {
             name: node.metadata.name.as_deref()?.into(),
+            uid: node.metadata.uid.as_deref().map(Into::into),
             provider_id: node
                 .spec
                 .as_ref()
@@ -117,12 +120,14 @@ impl CachedNode {
     }
 }
 
-/// A watched node cut down to what [`CachedNode`] and the change report read (name, provider
-/// ID, conditions) before anything holds it — a re-list's nodes are held until its end.
+/// A watched node cut down to what [`CachedNode`] and the change report read (name, UID,
+/// provider ID, conditions) before anything holds it — a re-list's nodes are held until its end.
 fn slim_node(node: &mut Node) {
     let name = node.metadata.name.take();
+    let uid = node.metadata.uid.take();
     node.metadata = ObjectMeta {
         name,
+        uid,
         ..ObjectMeta::default()
     };
     let provider_id = node.spec.take().and_then(|s| s.provider_id);
@@ -240,7 +245,8 @@ struct Entry {
 pub(crate) struct WorkloadClusters {
     management: Client,
     entries: Mutex<HashMap<(String, String), Entry>>,
-    changes: mpsc::UnboundedSender<NodeChange>,
+    /// Where node changes go: one channel per controller that follows nodes.
+    subscribers: Arc<Mutex<Vec<mpsc::UnboundedSender<NodeChange>>>>,
 }
 
 impl Drop for WorkloadClusters {
@@ -258,17 +264,28 @@ impl Drop for WorkloadClusters {
 
 impl WorkloadClusters {
     /// Workload clusters found through Secrets read with `management`; node changes arrive on the
-    /// returned receiver.
+    /// returned receiver (and on those of [`WorkloadClusters::subscribe`]).
     pub(crate) fn new(management: Client) -> (Self, mpsc::UnboundedReceiver<NodeChange>) {
-        // Unbounded for the reason the reference caches' channel is (`references`): drained as
-        // changes come by the controller's scheduler, which keeps one entry per object.
-        let (changes, receiver) = mpsc::unbounded_channel();
         let clusters = Self {
             management,
             entries: Mutex::new(HashMap::new()),
-            changes,
+            subscribers: Arc::default(),
         };
+        let receiver = clusters.subscribe();
         (clusters, receiver)
+    }
+
+    /// A receiver of every node change from now on, for one more controller. Unbounded for the
+    /// reason the reference caches' channel is (`references`): drained as changes come by the
+    /// controller's scheduler, which keeps one entry per object. A dropped receiver is forgotten
+    /// at the next change.
+    pub(crate) fn subscribe(&self) -> mpsc::UnboundedReceiver<NodeChange> {
+        let (changes, receiver) = mpsc::unbounded_channel();
+        self.subscribers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(changes);
+        receiver
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Entry>> {
@@ -350,7 +367,7 @@ impl WorkloadClusters {
         namespace: &str,
         cluster: &str,
     ) -> (Workload, tokio::task::JoinHandle<()>) {
-        let changes = self.changes.clone();
+        let subscribers = Arc::clone(&self.subscribers);
         let (namespace, cluster) = (namespace.to_string(), cluster.to_string());
         let api: Api<Node> = Api::all(client.clone());
         let nodes = Arc::new(Mutex::new(NodeCache::default()));
@@ -360,11 +377,15 @@ impl WorkloadClusters {
             slim_node,
             move |event| lock_nodes(&cache).apply(event),
             move |node: Node| {
-                let _ = changes.send(NodeChange {
+                let change = NodeChange {
                     namespace: namespace.clone(),
                     cluster: cluster.clone(),
                     provider_id: node.spec.and_then(|s| s.provider_id),
-                });
+                };
+                subscribers
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .retain(|subscriber| subscriber.send(change.clone()).is_ok());
             },
         );
         let workload = Workload {
@@ -494,6 +515,7 @@ mod tests {
         );
         assert!(slimmed.status.as_ref().unwrap().images.is_none());
         assert_eq!(&*cached.name, "n-0");
+        assert_eq!(cached.uid.as_deref(), Some("u"));
         assert_eq!(cached.provider_id.as_deref(), Some("inmemory:///i-1"));
         assert_eq!(
             *cached.conditions,

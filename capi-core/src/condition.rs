@@ -53,8 +53,11 @@ pub const DELETING: &str = "Deleting";
 /// The object matches its spec; `False` lists what cannot be applied in place.
 pub const UP_TO_DATE: &str = "UpToDate";
 /// A `MachineSet` or `MachineDeployment` can add replicas; `False` says what stops it (a selector
-/// that does not select the template's labels).
+/// that does not select the template's labels). On a `MachinePool`: it has fewer instances than
+/// it wants.
 pub const SCALING_UP: &str = "ScalingUp";
+/// A `MachinePool` has more instances than it wants and is removing some.
+pub const SCALING_DOWN: &str = "ScalingDown";
 /// A `MachineHealthCheck` may remediate now.
 pub const REMEDIATION_ALLOWED: &str = "RemediationAllowed";
 

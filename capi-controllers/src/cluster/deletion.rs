@@ -3,7 +3,7 @@
 use std::sync::{Arc, OnceLock};
 
 use capi_core::api::{
-    Cluster, ClusterPhase, Machine, MachineDeployment, MachineHealthCheck, MachineSet,
+    Cluster, ClusterPhase, Machine, MachineDeployment, MachineHealthCheck, MachinePool, MachineSet,
 };
 use capi_core::condition::{self, ConditionStatus, DesiredCondition};
 use capi_core::{cluster_objects, labels};
@@ -22,7 +22,7 @@ use capi_runtime::reasons;
 use capi_runtime::write;
 use capi_runtime::{Context, ReconcileError};
 
-/// One pass of deleting a cluster: deployments, sets, health checks and machines first; then the
+/// One pass of deleting a cluster: deployments, sets, pools, health checks and machines first; then the
 /// control plane and infrastructure objects; then the Secrets and ConfigMaps the cluster owns;
 /// then the finalizer.
 pub(super) async fn delete(
@@ -51,15 +51,19 @@ pub(super) async fn delete(
     let sets = of_cluster
         .delete_all(&deps.sets, |s: &MachineSet| &s.spec.cluster_name)
         .await?;
+    let pools = of_cluster
+        .delete_all(&deps.pools, |p: &MachinePool| &p.spec.cluster_name)
+        .await?;
     of_cluster
         .delete_all(&deps.health_checks, |h: &MachineHealthCheck| {
             &h.spec.cluster_name
         })
         .await?;
-    // Machines of sets go with their sets; the others now — except a control plane provider's,
-    // which it deletes itself once it is deleted (after the workers, as upstream).
+    // Machines of sets and pools go with their sets and pools (a pool's Machine deleted before
+    // its infrastructure pool would be replaced); the others now — except a control plane
+    // provider's, which it deletes itself once it is deleted (after the workers, as upstream).
     let ours = |m: &Machine| cluster.spec.control_plane_ref.is_none() || !m.is_control_plane();
-    let machines = if deployments + sets == 0 {
+    let machines = if deployments + sets + pools == 0 {
         of_cluster
             .delete_all_where(&deps.machines, |m: &Machine| &m.spec.cluster_name, ours)
             .await?
@@ -74,6 +78,7 @@ pub(super) async fn delete(
     for (count, what) in [
         (deployments, "MachineDeployments"),
         (sets, "MachineSets"),
+        (pools, "MachinePools"),
         (machines, "Machines"),
     ] {
         if count > 0 {
@@ -129,6 +134,9 @@ pub(super) async fn delete(
             .await?
             .len()
             + list_of_cluster::<MachineSet>(client, namespace, &name, |s| &s.spec.cluster_name)
+                .await?
+                .len()
+            + list_of_cluster::<MachinePool>(client, namespace, &name, |p| &p.spec.cluster_name)
                 .await?
                 .len()
             + list_of_cluster::<MachineHealthCheck>(client, namespace, &name, |h| {

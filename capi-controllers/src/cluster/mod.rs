@@ -9,7 +9,7 @@
 //! initialised once a control-plane machine has a node, as upstream does for machine-based
 //! control planes.
 //!
-//! Watches: Clusters; their machines; their deployments, sets and health checks going away (for
+//! Watches: Clusters; their machines; their deployments, sets, pools and health checks going away (for
 //! a deletion to go on); the infrastructure clusters and control planes they own or name.
 //!
 //! Phases (`reconcile_once`, in `phases`): a deleted cluster is taken apart in order by
@@ -26,7 +26,8 @@ use std::ops::ControlFlow::Break;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use capi_core::api::{
-    ApiEndpoint, Cluster, ClusterStatus, Machine, MachineDeployment, MachineHealthCheck, MachineSet,
+    ApiEndpoint, Cluster, ClusterStatus, Machine, MachineDeployment, MachineHealthCheck,
+    MachinePool, MachineSet,
 };
 use capi_core::condition::{self, ConditionStatus, DesiredCondition};
 use capi_core::labels;
@@ -56,6 +57,7 @@ pub(crate) struct ClusterController {
     /// before the finalizer goes).
     deployments: OnceLock<Store<MachineDeployment>>,
     sets: OnceLock<Store<MachineSet>>,
+    pools: OnceLock<Store<MachinePool>>,
     health_checks: OnceLock<Store<MachineHealthCheck>>,
     /// Spaces this summary's status writes (see [`capi_runtime::pace`]).
     pacer: StatusPacer,
@@ -78,6 +80,7 @@ impl ClusterController {
             machines: OnceLock::new(),
             deployments: OnceLock::new(),
             sets: OnceLock::new(),
+            pools: OnceLock::new(),
             health_checks: OnceLock::new(),
             pacer: StatusPacer::default(),
             settings,
@@ -97,6 +100,8 @@ pub(crate) async fn run(
     let _ = reconciler.state().deployments.set(deployments);
     let (sets, set_changes) = cache(reconciler.informer::<MachineSet>());
     let _ = reconciler.state().sets.set(sets);
+    let (pools, pool_changes) = cache(reconciler.informer::<MachinePool>());
+    let _ = reconciler.state().pools.set(pools);
     let (health_checks, health_check_changes) = cache(reconciler.informer::<MachineHealthCheck>());
     let _ = reconciler.state().health_checks.set(health_checks);
     // A referenced object changed: the clusters that own it, and those that name it (a control
@@ -159,6 +164,7 @@ pub(crate) async fn run(
             leaving(&d.metadata, &d.spec.cluster_name)
         })
         .watches_stream(set_changes, |s| leaving(&s.metadata, &s.spec.cluster_name))
+        .watches_stream(pool_changes, |p| leaving(&p.metadata, &p.spec.cluster_name))
         .watches_stream(health_check_changes, |h| {
             leaving(&h.metadata, &h.spec.cluster_name)
         })
