@@ -78,7 +78,11 @@ type Parts = (
 fn parts(provider: &str) -> Option<Parts> {
     let rules = provider_rules(provider);
     Some(match provider {
-        "inmemory" => (provider_inmemory::api::crds(), rules, Vec::new()),
+        "inmemory" => {
+            let mut rules = rules;
+            rules.extend(provider_inmemory::api::pool_rbac());
+            (provider_inmemory::api::crds(), rules, Vec::new())
+        }
         "openstack" => (provider_openstack::api::crds(), rules, Vec::new()),
         "aws" => {
             let mut rules = rules;

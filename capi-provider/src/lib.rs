@@ -144,8 +144,13 @@ impl ProviderManager {
 /// The kinds of the infrastructure contract the core controllers read and write: the
 /// provider's clusters, cluster templates, machines and machine templates (by their kinds'
 /// endings; identities and other kinds are the provider's own business).
-pub(crate) const CORE_KINDS: [&str; 4] =
-    ["Cluster", "ClusterTemplate", "Machine", "MachineTemplate"];
+pub(crate) const CORE_KINDS: [&str; 5] = [
+    "Cluster",
+    "ClusterTemplate",
+    "Machine",
+    "MachineTemplate",
+    "MachinePool",
+];
 
 /// The kinds the KubeadmControlPlane controller reads and writes: machines and their templates.
 pub(crate) const CONTROL_PLANE_KINDS: [&str; 2] = ["Machine", "MachineTemplate"];

@@ -417,9 +417,13 @@ impl InfraMachinePool for InMemoryMachinePool {
     }
 }
 
-/// The provider's CRDs, with the contract label `cluster.x-k8s.io/v1beta2: v1alpha1`
-/// (`InMemoryMachinePool`'s is not among them while the provider's manager runs no pool
-/// reconciler).
+/// The rules of the pool reconciler for `InMemoryMachinePool` (whose machines are
+/// `InMemoryMachine`s), beside [`capi_actuator::rbac::provider`]'s for the other kinds.
+pub fn pool_rbac() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
+    capi_actuator::rbac::infra_machine_pool(GROUP, "inmemorymachinepools", "inmemorymachines")
+}
+
+/// The provider's CRDs, with the contract label `cluster.x-k8s.io/v1beta2: v1alpha1`.
 pub fn crds()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
 {
@@ -429,6 +433,7 @@ pub fn crds()
         InMemoryClusterTemplate::crd(),
         InMemoryMachine::crd(),
         InMemoryMachineTemplate::crd(),
+        InMemoryMachinePool::crd(),
     ]
     .into_iter()
     .map(|crd| capi_core::crd::with_contract_version(crd, VERSION))

@@ -27,6 +27,8 @@ pub mod secret_data;
 
 /// The permissions of a provider's manager.
 pub mod rbac {
-    pub use capi_actuator::rbac::{infra_cluster, infra_machine, infra_machine_template, provider};
+    pub use capi_actuator::rbac::{
+        infra_cluster, infra_machine, infra_machine_pool, infra_machine_template, provider,
+    };
     pub use capi_runtime::rbac::{READ, cluster_role, manager, rule};
 }

@@ -15,9 +15,12 @@ use capi_provider::support::rbac;
 use capi_provider::{ManagerArgs, ProviderManager};
 use clap::Parser;
 use provider_inmemory::actuator::InMemoryActuator;
-use provider_inmemory::api::{InMemoryCluster, InMemoryMachineTemplate};
-use provider_inmemory::cloud::{Compute, EtcdClusters, LoadBalancers, RemoteCloud, SimulatedCloud};
+use provider_inmemory::api::{InMemoryCluster, InMemoryMachinePool, InMemoryMachineTemplate};
+use provider_inmemory::cloud::{
+    Compute, EtcdClusters, LoadBalancers, RemoteCloud, ScaleSets, SimulatedCloud,
+};
 use provider_inmemory::etcd::SimulatedEtcdAccess;
+use provider_inmemory::pool::InMemoryPoolActuator;
 
 /// jemalloc rather than the system allocator: a manager's heap is many small, long-lived objects
 /// (cached Kubernetes objects) replaced at every change from several threads, where glibc's
@@ -44,29 +47,35 @@ async fn main() -> Result<()> {
         Arc<dyn Compute>,
         Arc<dyn LoadBalancers>,
         Arc<dyn EtcdClusters>,
+        Arc<dyn ScaleSets>,
     );
-    let (compute, load_balancers, etcd): Cloud = match args.cloud_url {
+    let (compute, load_balancers, etcd, scale_sets): Cloud = match args.cloud_url {
         Some(url) => {
             let remote = Arc::new(RemoteCloud::new(url));
-            (remote.clone(), remote.clone(), remote)
+            (remote.clone(), remote.clone(), remote.clone(), remote)
         }
         None => {
             let local = Arc::new(SimulatedCloud::default());
-            (local.clone(), local.clone(), local)
+            (local.clone(), local.clone(), local.clone(), local)
         }
     };
+    let pools = Arc::new(InMemoryPoolActuator::new(
+        scale_sets,
+        Duration::from_secs(2),
+    ));
     let actuator = Arc::new(InMemoryActuator::new(
         compute,
         load_balancers,
         Duration::from_secs(2),
     ));
     let group = provider_inmemory::api::GROUP;
-    let rules = rbac::provider(
+    let mut rules = rbac::provider(
         group,
         "inmemorymachines",
         "inmemoryclusters",
         "inmemorymachinetemplates",
     );
+    rules.extend(provider_inmemory::api::pool_rbac());
     ProviderManager::new("in-memory", args.manager)
         .manifests(provider_inmemory::api::crds(), rules)
         .etcd_access(Arc::new(SimulatedEtcdAccess::new(etcd)))
@@ -75,6 +84,7 @@ async fn main() -> Result<()> {
             manager.add_machine_template_reconciler::<InMemoryMachineTemplate, InMemoryCluster>(
                 actuator.clone(),
             );
+            manager.add_machine_pool_reconciler::<InMemoryMachinePool, InMemoryCluster, _>(pools);
             manager.add_cluster_reconciler::<InMemoryCluster>(actuator);
         })
         .await?;
