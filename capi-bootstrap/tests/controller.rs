@@ -683,3 +683,138 @@ async fn a_kubeconfig_that_does_not_parse_is_a_condition_without_its_content() {
     );
     task.abort();
 }
+
+/// The bootstrap token IDs in the workload cluster (here: the same API server).
+async fn join_token_ids(client: &Client) -> std::collections::BTreeSet<String> {
+    Api::<Secret>::namespaced(client.clone(), "kube-system")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|s| s.type_.as_deref() == Some("bootstrap.kubernetes.io/token"))
+        .filter_map(|s| {
+            s.name_any()
+                .strip_prefix("bootstrap-token-")
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_pools_config_joins_workers_and_its_token_is_rotated_in_the_same_secret() {
+    let (env, ns) = environment().await;
+    let client = env.client();
+    demo_cluster(&client, &ns, true).await;
+    let kubeconfig: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "demo-kubeconfig"},
+        "data": {"value": ByteString(env.control_plane().kubeconfig_yaml().as_bytes().to_vec())}
+    }))
+    .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    secrets
+        .create(&PostParams::default(), &kubeconfig)
+        .await
+        .unwrap();
+    let pool: capi_core::api::MachinePool = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachinePool",
+        "metadata": {"name": "workers"},
+        "spec": {"clusterName": "demo", "replicas": 3, "template": {"spec": {
+            "clusterName": "demo", "version": "v1.31.1",
+            "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io",
+                "kind": "KubeadmConfig", "name": "workers"}},
+            "infrastructureRef": {"apiGroup": "infrastructure.capi-rs.dev",
+                "kind": "InMemoryMachinePool", "name": "workers"}}}}
+    }))
+    .unwrap();
+    let pool = Api::<capi_core::api::MachinePool>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &pool)
+        .await
+        .unwrap();
+    let mut config = KubeadmConfig::new("workers", KubeadmConfigSpec::default());
+    config.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "cluster.x-k8s.io/v1beta2".into(),
+        kind: "MachinePool".into(),
+        name: "workers".into(),
+        uid: pool.uid().unwrap(),
+        controller: Some(true),
+        ..OwnerReference::default()
+    }]);
+    let configs: Api<KubeadmConfig> = Api::namespaced(client.clone(), &ns);
+    configs
+        .create(&PostParams::default(), &config)
+        .await
+        .unwrap();
+
+    // A TTL short enough to see two rotations: each once less than half of it is left.
+    let settings = BootstrapSettings {
+        token_ttl: Duration::from_secs(6),
+        extra_files: vec![std::sync::Arc::new(CloudConf)],
+        ..BootstrapSettings::default()
+    };
+    let retry = RetryPolicy {
+        poll: Duration::from_millis(200),
+        backoff_base: Duration::from_millis(50),
+        ..RetryPolicy::default()
+    };
+    let reconciler = KubeadmConfigReconciler::new(client.clone(), std::sync::Arc::new(settings))
+        .options(
+            ReconcilerOptions::default()
+                .namespace(&ns)
+                .retry_policy(retry),
+        );
+    let task = tokio::spawn(capi_bootstrap::controller::run(
+        reconciler,
+        std::future::pending(),
+    ));
+
+    eventually("the pool's data", || async {
+        recorded_data(&configs, "workers").await.as_deref() == Some("workers")
+    })
+    .await;
+    let first = data(&secrets, "workers").await.unwrap();
+    assert!(first.contains("kubeadm join"), "{first}");
+    assert!(
+        first.contains("machine = workers"),
+        "provider files see the pool as its machines: {first}"
+    );
+    let first_secret = secrets.get("workers").await.unwrap();
+    let first_token = first_secret.annotations()["bootstrap.cluster.x-k8s.io/token-id"].clone();
+    assert!(
+        first_secret
+            .annotations()
+            .contains_key("bootstrap.cluster.x-k8s.io/token-expires")
+    );
+    assert!(join_token_ids(&client).await.contains(&first_token));
+
+    // Rotated: a new token in the workload cluster, the same Secret rendered again with it.
+    let seen = std::sync::Mutex::new(std::collections::BTreeSet::from([first_token.clone()]));
+    eventually("two rotations", || async {
+        let secret = secrets.get("workers").await.unwrap();
+        let id = secret.annotations()["bootstrap.cluster.x-k8s.io/token-id"].clone();
+        let mut seen = seen.lock().unwrap();
+        seen.insert(id);
+        seen.len() >= 3
+    })
+    .await;
+    let rotated = secrets.get("workers").await.unwrap();
+    assert_eq!(
+        rotated.owner_references()[0].uid,
+        configs.get("workers").await.unwrap().uid().unwrap(),
+        "still the config's Secret"
+    );
+    let token = rotated.annotations()["bootstrap.cluster.x-k8s.io/token-id"].clone();
+    let value = data(&secrets, "workers").await.unwrap();
+    assert!(
+        value.contains(&format!("{token}.")),
+        "the data carries the new token"
+    );
+    assert!(!value.contains(&format!("{first_token}.")));
+    assert!(join_token_ids(&client).await.contains(&token));
+    assert_eq!(
+        recorded_data(&configs, "workers").await.as_deref(),
+        Some("workers"),
+        "the config's status names the same Secret"
+    );
+    task.abort();
+}

@@ -97,6 +97,9 @@ fn base(kind: &str) -> Value {
             json!({"template": {"metadata": {"labels": {"a": "b"}}, "spec": {"failureDomains": ["zone-a"]}}})
         }
         "InMemoryMachine" => json!({"flavor": "small"}),
+        "InMemoryMachinePool" => json!({"flavor": "small", "providerIDList": ["inmemory:///i-1"],
+                                        "failureDomains": ["zone-a"],
+                                        "strategy": {"maxSurge": 1, "maxUnavailable": 0}}),
         "InMemoryMachineTemplate" => json!({"template": {"spec": {"flavor": "small"}}}),
         other => panic!("no base object for {other}"),
     };

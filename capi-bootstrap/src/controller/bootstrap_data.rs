@@ -1,6 +1,13 @@
 //! A config's bootstrap data: rendered once into its Secret, or data rendered before kept as the
 //! config's. The Secret is owned by the config and labelled with the cluster; a joining
 //! machine's carries the ID of its join token, which is kept valid until the machine joins.
+//!
+//! A `MachinePool`'s config is the one exception to "rendered once": every instance the pool
+//! launches, now or in a month, boots from the same Secret, so its join token cannot be kept
+//! valid by extending it until one machine joins. As upstream's bootstrap provider does for
+//! pools, the token is rotated instead: once less than half its TTL is left, a new token is made
+//! and the Secret's data rendered again with it (same name, same configuration), so that a new
+//! instance always gets a token valid for at least half the TTL; the old token expires on its own.
 
 use std::ops::ControlFlow::{self, Break, Continue};
 
@@ -21,10 +28,14 @@ use kube::api::PostParams;
 use kube::{Api, Resource, ResourceExt};
 
 use super::join_token::{create_join_token, delete_join_token, refresh_join_token};
-use super::reconcile::{Failure, Owner, Scope};
+use super::reconcile::{Failure, OwnedBy, Owner, Scope};
 
 /// The annotation on a bootstrap data Secret naming its join token's ID (not its secret).
 pub(crate) const TOKEN_ID_ANNOTATION: &str = "bootstrap.cluster.x-k8s.io/token-id";
+
+/// The annotation on a `MachinePool`'s bootstrap data Secret saying when its join token expires
+/// (RFC 3339): the token is rotated once less than half its TTL is left.
+pub(crate) const TOKEN_EXPIRES_ANNOTATION: &str = "bootstrap.cluster.x-k8s.io/token-expires";
 
 /// A config's rendered data: recorded in its status, or found as its Secret (a render that
 /// did not get as far as the status).
@@ -36,6 +47,15 @@ pub(super) enum DataSecret {
 /// Renders a config's bootstrap data into its Secret: `scope.data_secret_name` is set when the
 /// config has data (this render's, or an earlier one's found by the create).
 pub(super) async fn render(scope: &mut Scope<'_>, owner: &Owner) -> Result<(), Failure> {
+    let Some((role, secret)) = prepare(scope, owner).await? else {
+        return Ok(());
+    };
+    create_data_secret(scope, owner, &role, secret).await
+}
+
+/// The role and the data Secret (not created) of a render, or `None` when the plan says what
+/// it waits for.
+async fn prepare(scope: &mut Scope<'_>, owner: &Owner) -> Result<Option<(Role, Secret)>, Failure> {
     let cluster = owner.cluster.as_ref();
     let endpoint = cluster
         .spec
@@ -49,12 +69,16 @@ pub(super) async fn render(scope: &mut Scope<'_>, owner: &Owner) -> Result<(), F
             reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE,
             "waiting for the cluster infrastructure and its control plane endpoint",
         );
-        return Ok(());
+        return Ok(None);
     };
-    let Some(version) = owner.machine.spec.version.as_deref() else {
+    let Some(version) = owner.version() else {
+        let field = match owner.owned_by {
+            OwnedBy::Machine(_) => "the Machine has no spec.version",
+            OwnedBy::Pool(_) => "the MachinePool has no spec.template.spec.version",
+        };
         return Err(Failure::Invalid(
             reasons::VERSION_MISSING,
-            "the Machine has no spec.version; kubeadm needs one".into(),
+            format!("{field}; kubeadm needs one"),
         ));
     };
     let version = KubernetesVersion::parse(version)
@@ -71,7 +95,7 @@ pub(super) async fn render(scope: &mut Scope<'_>, owner: &Owner) -> Result<(), F
     };
     let role = match choose_role(scope, owner, &pki).await? {
         Continue(role) => role,
-        Break(()) => return Ok(()),
+        Break(()) => return Ok(None),
     };
     let resolved_files = resolve_files(scope).await?;
     let extra_files = extra_files(scope, owner, &role, &pki).await?;
@@ -84,7 +108,7 @@ pub(super) async fn render(scope: &mut Scope<'_>, owner: &Owner) -> Result<(), F
         extra_files,
     };
     let secret = data_secret(scope, cluster, &input)?;
-    create_data_secret(scope, owner, &role, secret).await
+    Ok(Some((role, secret)))
 }
 
 /// The machine's role: the first control-plane machine to take the init lock initialises the
@@ -95,21 +119,21 @@ async fn choose_role(
     owner: &Owner,
     pki: &ClusterPki,
 ) -> Result<ControlFlow<(), Role>, Failure> {
-    let (cluster, machine) = (owner.cluster.as_ref(), owner.machine.as_ref());
+    let cluster = owner.cluster.as_ref();
     let initialized = cluster
         .status
         .as_ref()
         .and_then(|s| s.initialization.as_ref())
         .and_then(|i| i.control_plane_initialized)
         .unwrap_or(false);
-    let control_plane = machine.is_control_plane();
+    let control_plane = owner.is_control_plane();
     if control_plane && !initialized {
         let lock = InitLock::new(
             scope.context.client.clone(),
             &scope.namespace,
             &cluster.name_any(),
         );
-        return match lock.try_acquire(&machine.name_any(), &owner.uid).await? {
+        return match lock.try_acquire(&owner.name(), &owner.uid).await? {
             LockState::Acquired => Ok(Continue(Role::Init { token: token()? })),
             LockState::HeldBy(holder) => Err(Failure::Waiting(
                 reasons::WAITING_FOR_CONTROL_PLANE_INITIALIZATION,
@@ -193,7 +217,7 @@ async fn extra_files(
     };
     for hook in &scope.context.state.extra_files {
         let files = hook
-            .files(&scope.context.client, &owner.cluster, &owner.machine)
+            .files(&scope.context.client, &owner.cluster, &owner.as_machine())
             .await
             .map_err(|message| {
                 Failure::Waiting(
@@ -269,9 +293,12 @@ async fn create_data_secret(
         create_join_token(owners, &scope.secrets, cluster, token, settings.token_ttl).await?;
     }
     if let Some(id) = &join_token_id {
-        // The token's ID (not its secret) is kept for refreshing it until the machine joins.
-        let annotation = (TOKEN_ID_ANNOTATION.to_string(), id.clone());
-        secret.metadata.annotations = Some(std::collections::BTreeMap::from([annotation]));
+        // The token's ID (not its secret) is kept for refreshing it until the machine joins, and
+        // a pool's its expiry, for rotating it.
+        secret.metadata.annotations = Some(token_annotations(
+            id,
+            matches!(owner.owned_by, OwnedBy::Pool(_)).then_some(settings.token_ttl),
+        ));
     }
     match scope.secrets.create(&PostParams::default(), &secret).await {
         Ok(_) => {
@@ -280,7 +307,10 @@ async fn create_data_secret(
                 owners
                     .extended_tokens
                     .put(config.uid().unwrap_or_default(), ());
-                scope.plan.next = Next::Requeue(settings.token_refresh);
+                scope.plan.next = Next::Requeue(match owner.owned_by {
+                    OwnedBy::Machine(_) => settings.token_refresh,
+                    OwnedBy::Pool(_) => settings.token_ttl / 2,
+                });
             }
         }
         Err(kube::Error::Api(status)) if status.is_already_exists() => {
@@ -372,8 +402,11 @@ pub(super) async fn keep_existing(
         "",
     );
     let settings = &scope.context.state;
-    let joined = owner
-        .machine
+    let machine = match &owner.owned_by {
+        OwnedBy::Machine(machine) => machine,
+        OwnedBy::Pool(_) => return rotate_pool_token(scope, owner, &name, secret).await,
+    };
+    let joined = machine
         .status
         .as_ref()
         .is_some_and(|s| s.node_ref.is_some());
@@ -406,6 +439,105 @@ pub(super) async fn keep_existing(
             scope.plan.next = Next::Requeue(settings.token_refresh / 2);
         }
     }
+    Ok(())
+}
+
+/// The annotations of a data Secret whose join token is `id`: the ID, and for a pool's (`ttl`
+/// given) when the token made now expires.
+fn token_annotations(
+    id: &str,
+    ttl: Option<std::time::Duration>,
+) -> std::collections::BTreeMap<String, String> {
+    let mut annotations =
+        std::collections::BTreeMap::from([(TOKEN_ID_ANNOTATION.to_string(), id.to_string())]);
+    if let Some(expires) =
+        ttl.and_then(|ttl| crate::tokens::expiration(ttl, jiff::Timestamp::now()))
+    {
+        annotations.insert(TOKEN_EXPIRES_ANNOTATION.to_string(), expires);
+    }
+    annotations
+}
+
+/// How long before its token should be rotated a pool's data Secret has: `None` when it is due
+/// now (less than half of `ttl` left, or no expiry recorded), at `now`.
+fn rotation_in(
+    secret: &Secret,
+    ttl: std::time::Duration,
+    now: jiff::Timestamp,
+) -> Option<std::time::Duration> {
+    let expires: jiff::Timestamp = secret
+        .annotations()
+        .get(TOKEN_EXPIRES_ANNOTATION)?
+        .parse()
+        .ok()?;
+    let due = expires
+        .checked_sub(jiff::SignedDuration::try_from(ttl / 2).ok()?)
+        .ok()?;
+    std::time::Duration::try_from(now.duration_until(due))
+        .ok()
+        .filter(|left| !left.is_zero())
+}
+
+/// A pool's data kept, its join token rotated when due: a new token made in the workload
+/// cluster, then the Secret's data rendered again with it, replacing the content of the Secret
+/// as it was read (a concurrent change fails the write, and the next pass starts over; the
+/// token made for it expires unused).
+async fn rotate_pool_token(
+    scope: &mut Scope<'_>,
+    owner: &Owner,
+    name: &str,
+    found: Option<Secret>,
+) -> Result<(), Failure> {
+    let ttl = scope.context.state.token_ttl;
+    let existing = match found {
+        Some(found) => Some(found),
+        None => scope.secrets.get_opt(name).await?,
+    };
+    let Some(existing) = existing else {
+        return Ok(());
+    };
+    if let Some(left) = rotation_in(&existing, ttl, jiff::Timestamp::now()) {
+        scope.plan.next = Next::Requeue(left);
+        return Ok(());
+    }
+    let Some((role, mut secret)) = prepare(scope, owner).await? else {
+        // Waiting for something (the plan says what): the data stays as it is meanwhile.
+        scope.plan.condition(
+            condition::READY,
+            ConditionStatus::True,
+            reasons::DATA_SECRET_AVAILABLE,
+            "",
+        );
+        return Ok(());
+    };
+    let (Role::JoinWorker { token, .. } | Role::JoinControlPlane { token, .. }) = &role else {
+        return Ok(());
+    };
+    let Some((id, _)) = token.split_once('.') else {
+        return Ok(());
+    };
+    let settings = &scope.context.state;
+    create_join_token(
+        scope.owners,
+        &scope.secrets,
+        &owner.cluster,
+        token,
+        settings.token_ttl,
+    )
+    .await?;
+    secret.metadata.annotations = Some(token_annotations(id, Some(ttl)));
+    secret.metadata.name = Some(name.to_string());
+    secret.metadata.resource_version = existing.metadata.resource_version.clone();
+    scope
+        .secrets
+        .replace(name, &PostParams::default(), &secret)
+        .await?;
+    scope.plan.event(
+        false,
+        reasons::DATA_SECRET_CREATED,
+        format!("rotated the join token in bootstrap data Secret {name}"),
+    );
+    scope.plan.next = Next::Requeue(ttl / 2);
     Ok(())
 }
 
@@ -469,4 +601,52 @@ async fn ensure_pki(
             }
             EnsureError::Api(error) => Failure::Api(error),
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn secret_expiring(at: Option<&str>) -> Secret {
+        let mut secret = Secret::default();
+        if let Some(at) = at {
+            secret.metadata.annotations = Some(std::collections::BTreeMap::from([(
+                TOKEN_EXPIRES_ANNOTATION.to_string(),
+                at.to_string(),
+            )]));
+        }
+        secret
+    }
+
+    #[test]
+    fn a_pools_token_is_rotated_once_less_than_half_its_ttl_is_left() {
+        let ttl = Duration::from_secs(15 * 60);
+        let now: jiff::Timestamp = "2026-11-30T10:00:00Z"
+            .parse()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let fresh = secret_expiring(Some("2026-11-30T10:15:00Z"));
+        assert_eq!(
+            rotation_in(&fresh, ttl, now),
+            Some(Duration::from_secs(450)),
+            "due when 7.5 of its 15 minutes are left"
+        );
+        let aging = secret_expiring(Some("2026-11-30T10:07:00Z"));
+        assert_eq!(rotation_in(&aging, ttl, now), None, "less than half left");
+        assert_eq!(rotation_in(&secret_expiring(None), ttl, now), None);
+        assert_eq!(
+            rotation_in(&secret_expiring(Some("not a time")), ttl, now),
+            None,
+            "an expiry that does not parse is rotated, not trusted"
+        );
+    }
+
+    #[test]
+    fn a_pools_secret_records_its_tokens_expiry_and_a_machines_does_not() {
+        let pool = token_annotations("abcdef", Some(Duration::from_secs(60)));
+        assert_eq!(pool[TOKEN_ID_ANNOTATION], "abcdef");
+        assert!(pool.contains_key(TOKEN_EXPIRES_ANNOTATION));
+        let machine = token_annotations("abcdef", None);
+        assert!(!machine.contains_key(TOKEN_EXPIRES_ANNOTATION));
+    }
 }

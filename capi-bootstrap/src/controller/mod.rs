@@ -1,8 +1,9 @@
 //! The kubeadm bootstrap provider's controller: renders each `KubeadmConfig` owned by a `Machine`
-//! into the bootstrap-data Secret of the contract, once.
+//! into the bootstrap-data Secret of the contract, once — or, for a `MachinePool`'s config, with
+//! a join token rotated as it ages (see `bootstrap_data.rs`).
 //!
-//! Watches: KubeadmConfigs; the Machine its `bootstrap.configRef` names (created, deleted,
-//! joined); their Cluster (infrastructure ready, control plane initialised) reaches all its
+//! Watches: KubeadmConfigs; the Machine or MachinePool whose `bootstrap.configRef` names it
+//! (created, deleted, joined); their Cluster (infrastructure ready, control plane initialised) reaches all its
 //! configs.
 //!
 //! Phases (`reconcile_once`, in `phases.rs`): a copy older than this controller's own last status
@@ -44,7 +45,7 @@ use std::time::Duration;
 
 use crate::api::KubeadmConfig;
 use crate::render::PlanFile;
-use capi_core::api::{Cluster, Machine};
+use capi_core::api::{Cluster, Machine, MachinePool};
 use futures::Future;
 use kube::ResourceExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
@@ -135,24 +136,27 @@ pub async fn run(
     let (trigger, reader) = reconciler.packed_trigger();
     reconciler.offer_packed_as_referenced();
     let (machines, machine_stream) = reconciler.cached::<Machine>();
+    let (pools, pool_stream) = reconciler.cached::<MachinePool>();
     let (clusters, cluster_stream) = reconciler.cached::<Cluster>();
     let token_refresh = reconciler.state().token_refresh;
-    let owners = Arc::new(reconcile::Owners::new(machines, clusters, token_refresh));
+    let owners = Arc::new(reconcile::Owners::new(
+        machines,
+        pools,
+        clusters,
+        token_refresh,
+    ));
     let by_cluster = reader.clone();
     let concurrency = reconciler.concurrency();
     let context = reconciler.into_context(|settings, _, _| settings);
     let results = Controller::for_stream(trigger, reader)
         .trigger_backoff(capi_runtime::retry::WatchBackoff::default())
         .with_config(ControllerConfig::default().concurrency(concurrency))
-        // A Machine changes (created, deleted): reconcile its config.
+        // A Machine or MachinePool changes (created, deleted): reconcile its config.
         .watches_stream(machine_stream, |machine| {
-            let reference = machine.spec.bootstrap.config_ref.as_ref()?;
-            let ours = reference.kind == "KubeadmConfig"
-                && reference.api_group == "bootstrap.cluster.x-k8s.io";
-            let namespace = machine.namespace().unwrap_or_default();
-            ours.then(|| {
-                ObjectRef::<Packed<KubeadmConfig>>::new(&reference.name).within(&namespace)
-            })
+            config_of(&machine.spec.bootstrap, machine.namespace())
+        })
+        .watches_stream(pool_stream, |pool| {
+            config_of(&pool.spec.template.spec.bootstrap, pool.namespace())
         })
         // A Cluster changes (infrastructure ready, control plane initialised): reconcile its configs.
         .watches_stream(
@@ -182,6 +186,20 @@ pub async fn run(
     drain(results).await;
 }
 
+/// The config `bootstrap` names, when it is a `KubeadmConfig`.
+fn config_of(
+    bootstrap: &capi_core::api::Bootstrap,
+    namespace: Option<String>,
+) -> Option<ObjectRef<Packed<KubeadmConfig>>> {
+    let reference = bootstrap.config_ref.as_ref()?;
+    let ours =
+        reference.kind == "KubeadmConfig" && reference.api_group == "bootstrap.cluster.x-k8s.io";
+    ours.then(|| {
+        ObjectRef::<Packed<KubeadmConfig>>::new(&reference.name)
+            .within(&namespace.unwrap_or_default())
+    })
+}
+
 /// The permissions this controller needs in the management cluster — exactly the verbs its code
 /// uses — for a least-privilege ClusterRole (see `capi_runtime::rbac`).
 pub fn rbac() -> Vec<PolicyRule> {
@@ -195,7 +213,7 @@ pub fn rbac() -> Vec<PolicyRule> {
             &["get", "list", "watch", "patch"],
         ),
         rule(&bootstrap, &["kubeadmconfigs/status"], &["patch"]),
-        rule(CORE, &["machines", "clusters"], READ),
+        rule(CORE, &["machines", "machinepools", "clusters"], READ),
         rule("", &["secrets"], &["get", "create", "patch"]),
         rule("", &["configmaps"], &["get", "create", "delete"]),
     ]

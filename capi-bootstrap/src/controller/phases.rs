@@ -13,7 +13,7 @@ use capi_runtime::reasons;
 use kube::{Resource, ResourceExt};
 
 use super::bootstrap_data::{self, DataSecret, earlier_data, keep_existing};
-use super::reconcile::{Failure, Owner, Owners, Scope};
+use super::reconcile::{Failure, OwnedBy, Owner, Owners, Scope};
 
 /// How soon a config whose cached copy predates this controller's own last write is looked at
 /// again.
@@ -30,48 +30,67 @@ pub(super) fn await_own_write(config: &KubeadmConfig, owners: &Owners) -> Contro
     Continue(())
 }
 
-/// The owning Machine (by UID) and its Cluster, from the caches (else read fresh). A config no
-/// Machine owns yet says so on `Ready`; a missing Machine or Cluster is waited for.
+/// The owning Machine or MachinePool (by UID) and its Cluster, from the caches (else read
+/// fresh). A config nothing owns yet says so on `Ready`; a missing owner or Cluster is waited
+/// for.
 pub(super) async fn find_owner(scope: &mut Scope<'_>) -> Result<ControlFlow<(), Owner>, Failure> {
     let (config, owners) = (scope.config, scope.owners);
     let Some(reference) = config
         .owner_references()
         .iter()
-        .find(|r| r.kind == "Machine" && r.api_version.starts_with("cluster.x-k8s.io/"))
+        .find(|r| {
+            (r.kind == "Machine" || r.kind == "MachinePool")
+                && r.api_version.starts_with("cluster.x-k8s.io/")
+        })
         .cloned()
     else {
         scope.plan.condition(
             condition::READY,
             ConditionStatus::False,
             reasons::WAITING_FOR_OWNER,
-            "waiting for a Machine to own this config",
+            "waiting for a Machine or MachinePool to own this config",
         );
         return Ok(Break(()));
     };
-    let Some(machine) = owners
-        .machines
-        .get(&scope.namespace, &reference.name)
-        .await?
-        .filter(|m| m.metadata.uid.as_deref() == Some(reference.uid.as_str()))
-    else {
-        return Err(Failure::Waiting(
-            reasons::WAITING_FOR_OWNER,
-            format!("waiting for Machine {:?}", reference.name),
-        ));
+    let same = |uid: Option<&str>| uid == Some(reference.uid.as_str());
+    let (owned_by, cluster_name) = if reference.kind == "Machine" {
+        let machine = owners
+            .machines
+            .get(&scope.namespace, &reference.name)
+            .await?
+            .filter(|m| same(m.metadata.uid.as_deref()));
+        let Some(machine) = machine else {
+            return Err(Failure::Waiting(
+                reasons::WAITING_FOR_OWNER,
+                format!("waiting for Machine {:?}", reference.name),
+            ));
+        };
+        let cluster_name = machine.spec.cluster_name.clone();
+        (OwnedBy::Machine(machine), cluster_name)
+    } else {
+        let pool = owners
+            .pools
+            .get(&scope.namespace, &reference.name)
+            .await?
+            .filter(|p| same(p.metadata.uid.as_deref()));
+        let Some(pool) = pool else {
+            return Err(Failure::Waiting(
+                reasons::WAITING_FOR_OWNER,
+                format!("waiting for MachinePool {:?}", reference.name),
+            ));
+        };
+        let cluster_name = pool.spec.cluster_name.clone();
+        (OwnedBy::Pool(pool), cluster_name)
     };
-    let Some(cluster) = owners
-        .clusters
-        .get(&scope.namespace, &machine.spec.cluster_name)
-        .await?
-    else {
+    let Some(cluster) = owners.clusters.get(&scope.namespace, &cluster_name).await? else {
         return Err(Failure::Waiting(
             reasons::WAITING_FOR_CLUSTER,
-            format!("waiting for Cluster {:?}", machine.spec.cluster_name),
+            format!("waiting for Cluster {cluster_name:?}"),
         ));
     };
     Ok(Continue(Owner {
         uid: reference.uid,
-        machine,
+        owned_by,
         cluster,
     }))
 }
@@ -140,7 +159,7 @@ pub(super) async fn recover_earlier_data(
         condition::get(&s.conditions, condition::READY)
             .is_some_and(|c| c.reason == reasons::DATA_SECRET_CONFLICT)
     });
-    let deleting = owner.machine.metadata.deletion_timestamp.is_some();
+    let deleting = owner.deleting();
     scope.looked = deleting || conflicted;
     if scope.looked
         && let Some(earlier) = earlier_data(scope).await?
@@ -151,20 +170,27 @@ pub(super) async fn recover_earlier_data(
     Ok(Continue(()))
 }
 
-/// A machine being deleted gets no data: data rendered now could outlive the machine's
-/// deletion, which removes it.
+/// A machine (or pool) being deleted gets no data: data rendered now could outlive the
+/// owner's deletion, which removes it.
 pub(super) fn withhold_from_deleting_machine(
     scope: &mut Scope<'_>,
     owner: &Owner,
 ) -> ControlFlow<()> {
-    if owner.machine.metadata.deletion_timestamp.is_none() {
+    if !owner.deleting() {
         return Continue(());
     }
     scope.plan.condition(
         condition::READY,
         ConditionStatus::False,
         reasons::DELETING,
-        "the machine is being deleted; no bootstrap data is rendered for it",
+        format!(
+            "{} {:?} is being deleted; no bootstrap data is rendered for it",
+            match owner.owned_by {
+                OwnedBy::Machine(_) => "Machine",
+                OwnedBy::Pool(_) => "MachinePool",
+            },
+            owner.name()
+        ),
     );
     Break(())
 }

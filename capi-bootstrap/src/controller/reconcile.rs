@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::api::KubeadmConfig;
 use crate::pki::ClusterPki;
-use capi_core::api::{Cluster, Machine};
+use capi_core::api::{Cluster, Machine, MachinePool};
 use capi_runtime::cache::lookup::Cached;
 use capi_runtime::cache::memo::Memo;
 use capi_runtime::plan::{Next, Plan};
@@ -19,10 +19,11 @@ use super::{BootstrapSettings, phases, status};
 
 pub(super) type BootstrapPlan = Plan<()>;
 
-/// Where a reconcile reads the owner `Machine` and its `Cluster` from: the controller's own
-/// watches, the API server for what they have not seen yet.
+/// Where a reconcile reads the owner `Machine` or `MachinePool` and its `Cluster` from: the
+/// controller's own watches, the API server for what they have not seen yet.
 pub(crate) struct Owners {
     pub(crate) machines: Cached<Machine>,
+    pub(crate) pools: Cached<MachinePool>,
     pub(crate) clusters: Cached<Cluster>,
     /// The config versions this controller's own status writes replaced: a pass over such a
     /// copy waits for the newer one instead of writing the same status again.
@@ -38,15 +39,17 @@ pub(crate) struct Owners {
 }
 
 impl Owners {
-    /// What a reconcile reads from `machines` and `clusters`, with nothing remembered yet; join
-    /// tokens are extended at most every half `token_refresh`.
+    /// What a reconcile reads from `machines`, `pools` and `clusters`, with nothing remembered
+    /// yet; join tokens are extended at most every half `token_refresh`.
     pub(crate) fn new(
         machines: Cached<Machine>,
+        pools: Cached<MachinePool>,
         clusters: Cached<Cluster>,
         token_refresh: std::time::Duration,
     ) -> Self {
         Self {
             machines,
+            pools,
             clusters,
             own_writes: write::OwnWrites::default(),
             pki: Memo::new(CLUSTER_FACTS_KEPT),
@@ -95,12 +98,75 @@ impl<'a> Scope<'a> {
     }
 }
 
-/// The config's owner, found by [`phases::find_owner`]: the Machine and its Cluster.
+/// The config's owner, found by [`phases::find_owner`]: the Machine or MachinePool, and its
+/// Cluster.
 pub(super) struct Owner {
-    /// The owning Machine's UID.
+    /// The owner's UID.
     pub(super) uid: String,
-    pub(super) machine: Arc<Machine>,
+    pub(super) owned_by: OwnedBy,
     pub(super) cluster: Arc<Cluster>,
+}
+
+/// What owns a config: one machine, or a pool whose every instance boots from its data.
+pub(super) enum OwnedBy {
+    Machine(Arc<Machine>),
+    Pool(Arc<MachinePool>),
+}
+
+impl Owner {
+    /// The Kubernetes version the owner's nodes run (`spec.version`, or the pool template's).
+    pub(super) fn version(&self) -> Option<&str> {
+        match &self.owned_by {
+            OwnedBy::Machine(machine) => machine.spec.version.as_deref(),
+            OwnedBy::Pool(pool) => pool.spec.template.spec.version.as_deref(),
+        }
+    }
+
+    /// Whether the owner is a control-plane machine (a pool's nodes are workers).
+    pub(super) fn is_control_plane(&self) -> bool {
+        match &self.owned_by {
+            OwnedBy::Machine(machine) => machine.is_control_plane(),
+            OwnedBy::Pool(_) => false,
+        }
+    }
+
+    /// Whether the owner is being deleted.
+    pub(super) fn deleting(&self) -> bool {
+        match &self.owned_by {
+            OwnedBy::Machine(machine) => machine.metadata.deletion_timestamp.is_some(),
+            OwnedBy::Pool(pool) => pool.metadata.deletion_timestamp.is_some(),
+        }
+    }
+
+    /// The owner's name.
+    pub(super) fn name(&self) -> String {
+        match &self.owned_by {
+            OwnedBy::Machine(machine) => machine.name_any(),
+            OwnedBy::Pool(pool) => pool.name_any(),
+        }
+    }
+
+    /// The owner as a Machine, for the hooks that add files ([`super::BootstrapFiles`]): the
+    /// Machine itself, or one made of a pool's template (its name and labels, its template's
+    /// spec), as every instance of the pool is.
+    pub(super) fn as_machine(&self) -> std::borrow::Cow<'_, Machine> {
+        match &self.owned_by {
+            OwnedBy::Machine(machine) => std::borrow::Cow::Borrowed(machine.as_ref()),
+            OwnedBy::Pool(pool) => {
+                let mut machine = Machine::default();
+                machine.metadata.name = pool.metadata.name.clone();
+                machine.metadata.namespace = pool.metadata.namespace.clone();
+                machine.metadata.labels = pool
+                    .spec
+                    .template
+                    .metadata
+                    .as_ref()
+                    .map(|m| m.labels.clone());
+                machine.spec = pool.spec.template.spec.clone();
+                std::borrow::Cow::Owned(machine)
+            }
+        }
+    }
 }
 
 /// Why a pass ends without data; [`status::conclude`] records it on `Ready`.

@@ -9,7 +9,8 @@
 //!
 //! Phases (`reconcile_once`, in `phases`): a deleted pool is taken apart by `deletion`;
 //! otherwise the cluster is found, the finalizer, cluster-name label and Cluster owner written
-//! first, pause honoured, the bootstrap config owned and its data secret's name copied to the
+//! first, pause honoured, an absent `spec.replicas` defaulted (from the cluster autoscaler's
+//! size annotations as for a MachineDeployment), the bootstrap config owned and its data secret's name copied to the
 //! template, the infrastructure pool owned and read (provisioned, replicas, provider IDs), a
 //! `Machine` made for each infrastructure machine that has none (`machines`), the nodes matched
 //! and those of instances no longer in the pool deleted (`nodes`); spec changes and the status
@@ -269,6 +270,9 @@ async fn reconcile_once(
         return Ok(next);
     }
     if let Break(next) = phases::honour_pause(&mut scope, &cluster).await? {
+        return Ok(next);
+    }
+    if let Break(next) = phases::default_replicas(&mut scope).await? {
         return Ok(next);
     }
     let bootstrap = phases::reconcile_bootstrap(&mut scope).await?;

@@ -14,8 +14,8 @@ use serde_json::json;
 
 use super::{MACHINE_POOL_FINALIZER, Scope};
 use crate::machine::status::Step;
-use crate::ownership;
 use crate::references::{ReferenceError, initialization_flag};
+use crate::{ownership, replicas};
 use capi_runtime::ReconcileError;
 use capi_runtime::plan::Next;
 use capi_runtime::reasons;
@@ -75,6 +75,37 @@ pub(super) async fn honour_pause(
         write::patch_status_guarded(&scope.pools, pool, value).await?;
     }
     Ok(Break(Next::AwaitChange))
+}
+
+/// An absent `spec.replicas` is defaulted and written back, from the cluster autoscaler's size
+/// annotations as for a MachineDeployment (see [`crate::replicas`]); malformed annotations are
+/// recorded on `ScalingUp` and stop the pass.
+pub(super) async fn default_replicas(
+    scope: &mut Scope<'_>,
+) -> Result<ControlFlow<Next>, ReconcileError> {
+    let pool = scope.pool;
+    let current = pool.status.as_ref().and_then(|s| s.replicas);
+    match replicas::defaulted(pool.spec.replicas, pool.annotations(), current) {
+        Ok(Some(replicas)) => {
+            replicas::write(&scope.pools, pool, replicas).await?;
+            Ok(Break(Next::AwaitChange))
+        }
+        Ok(None) => Ok(Continue(())),
+        Err(message) => {
+            let wanted = DesiredCondition::new(
+                condition::SCALING_UP,
+                ConditionStatus::False,
+                reasons::INVALID_SPEC,
+            )
+            .message(message)
+            .observed_generation(pool.metadata.generation);
+            if condition::set(&mut scope.status.conditions, wanted) {
+                let value = json!({"conditions": scope.status.conditions});
+                write::patch_status_guarded(&scope.pools, pool, value).await?;
+            }
+            Ok(Break(Next::AwaitChange))
+        }
+    }
 }
 
 /// The reference that makes the pool the controller of its bootstrap config and infrastructure
