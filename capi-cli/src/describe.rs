@@ -1,13 +1,14 @@
 //! `capictl describe cluster`: a cluster as a tree — Cluster → infrastructure cluster → control
 //! plane (a control plane provider's object such as a `KubeadmControlPlane` with its machines, by
 //! its `Available` condition, or control-plane machines of MachineDeployments) →
-//! MachineDeployments → MachineSets → Machines — with each object's readiness, reason, age and
-//! message, like `clusterctl describe cluster`.
+//! MachineDeployments → MachineSets → Machines, and MachinePools → their infrastructure pool and
+//! Machines — with each object's readiness, reason, age and message, like `clusterctl describe
+//! cluster`.
 
 use std::sync::Arc;
 
 use capi_core::api::{
-    Cluster, ContractVersionedObjectReference, Machine, MachineDeployment, MachineSet,
+    Cluster, ContractVersionedObjectReference, Machine, MachineDeployment, MachinePool, MachineSet,
 };
 use capi_core::condition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -173,6 +174,13 @@ pub async fn tree(client: &Client, namespace: &str, name: &str) -> Result<TreeNo
         .into_iter()
         .filter(|s| in_cluster(&s.spec.cluster_name))
         .collect();
+    let pools: Vec<MachinePool> = Api::<MachinePool>::namespaced(client.clone(), namespace)
+        .list(&list)
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| in_cluster(&p.spec.cluster_name))
+        .collect();
     let mut machines: Vec<Arc<Machine>> = Api::<Machine>::namespaced(client.clone(), namespace)
         .list(&list)
         .await?
@@ -271,10 +279,50 @@ pub async fn tree(client: &Client, namespace: &str, name: &str) -> Result<TreeNo
     }) {
         workers.push(set_node(set));
     }
+    for pool in &pools {
+        let conditions = pool
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let mut node = from_conditions(
+            format!("MachinePool/{}", pool.name_any()),
+            &conditions,
+            condition::AVAILABLE,
+            pool.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        );
+        let status = pool.status.clone().unwrap_or_default();
+        if node.message.is_empty() {
+            node.message = format!(
+                "{}/{} ready",
+                status.ready_replicas.unwrap_or(0),
+                pool.desired_replicas()
+            );
+        }
+        let (infrastructure, _) = referenced_node(
+            client,
+            &pool.spec.template.spec.infrastructure_ref,
+            namespace,
+            "MachinePoolInfrastructure",
+            condition::READY,
+        )
+        .await;
+        node.children.push(infrastructure);
+        node.children.extend(
+            machines
+                .iter()
+                .filter(|m| controlled_by(&m.metadata, &pool.metadata.uid))
+                .map(|m| machine_node(m)),
+        );
+        workers.push(node);
+    }
     for machine in machines.iter().filter(|m| {
         !sets
             .iter()
             .any(|s| controlled_by(&m.metadata, &s.metadata.uid))
+            && !pools
+                .iter()
+                .any(|p| controlled_by(&m.metadata, &p.metadata.uid))
             && !controlled_by(&m.metadata, &control_plane_uid)
     }) {
         if machine.is_control_plane() {

@@ -6,7 +6,12 @@
 //! machine template, and delete the cluster with no instance left in the simulated cloud. It
 //! proves the provider contract as upstream reads it: `spec.providerID`,
 //! `status.initialization.provisioned`, addresses, failure domains, the control-plane endpoint,
-//! conditions, and deletion.
+//! conditions, and deletion. A MachinePool (upstream's kubeadm bootstrap for pools, this
+//! provider's `InMemoryMachinePool` over a scale set of the simulated cloud) is scaled 1 → 3 → 1
+//! and rolled to another flavor on the way, with upstream's MachinePool controller making a
+//! `Machine` for every instance from the provider's MachinePool Machines — the infrastructure
+//! machine pool contract as upstream reads it: `spec.providerIDList`, `status.replicas`,
+//! `status.infrastructureMachineKind`, one machine per instance.
 //!
 //! Upstream's KubeadmControlPlane reaches into the workload cluster, and the simulated cloud is
 //! made good enough for it:
@@ -55,9 +60,10 @@ use kube::api::{
 };
 use kube::{Api, Client};
 use provider_inmemory::actuator::InMemoryActuator;
-use provider_inmemory::api::{InMemoryCluster, InMemoryMachine};
+use provider_inmemory::api::{InMemoryCluster, InMemoryMachine, InMemoryMachinePool};
 use provider_inmemory::cloud::{CloudConfig, EtcdProcesses, SimulatedCloud};
 use provider_inmemory::nodes::NodeRegistrar;
+use provider_inmemory::pool::InMemoryPoolActuator;
 use serde_json::{Value, json};
 
 const NAMESPACE: &str = "upstream-drives";
@@ -205,6 +211,9 @@ async fn upstreams_managers_drive_the_in_memory_provider_through_a_clusters_life
     ));
     manager.add_machine_reconciler(actuator.clone());
     manager.add_cluster_reconciler::<InMemoryCluster>(actuator);
+    manager.add_machine_pool_reconciler::<InMemoryMachinePool, InMemoryCluster, _>(Arc::new(
+        InMemoryPoolActuator::new(cloud.clone(), Duration::from_millis(200)),
+    ));
     let provider = tokio::spawn(async move {
         let _ = manager.run_until(std::future::pending()).await;
     });
@@ -489,6 +498,8 @@ async fn upstreams_managers_drive_the_in_memory_provider_through_a_clusters_life
         "the worker runs the rolled template's flavor"
     );
 
+    drive_a_pool(&mut world, &client, &cloud).await;
+
     // Delete: nothing left in the cloud.
     api(&client, "cluster.x-k8s.io", "Cluster")
         .delete(CLUSTER, &DeleteParams::default())
@@ -508,10 +519,169 @@ async fn upstreams_managers_drive_the_in_memory_provider_through_a_clusters_life
         .await;
     assert_eq!(cloud.instance_count(), 0, "instances left in the cloud");
     assert!(
+        cloud.scale_sets().is_empty(),
+        "scale sets left in the cloud"
+    );
+    assert!(
         cloud.load_balancers().is_empty(),
         "load balancers left in the cloud"
     );
     provider.abort();
     kubelets.abort();
     drop(etcd);
+}
+
+const POOL: &str = "driven-mp-0";
+
+const POOL_MANIFESTS: &str = r##"
+apiVersion: bootstrap.cluster.x-k8s.io/v1beta2
+kind: KubeadmConfig
+metadata: {name: driven-mp-0, namespace: upstream-drives}
+spec: {format: cloud-config}
+---
+apiVersion: infrastructure.capi-rs.dev/v1alpha1
+kind: InMemoryMachinePool
+metadata: {name: driven-mp-0, namespace: upstream-drives}
+spec: {flavor: small}
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachinePool
+metadata: {name: driven-mp-0, namespace: upstream-drives}
+spec:
+  clusterName: driven
+  replicas: 1
+  template:
+    spec:
+      clusterName: driven
+      version: v1.34.0
+      bootstrap:
+        configRef: {apiGroup: bootstrap.cluster.x-k8s.io, kind: KubeadmConfig, name: driven-mp-0}
+      infrastructureRef: {apiGroup: infrastructure.capi-rs.dev, kind: InMemoryMachinePool, name: driven-mp-0}
+"##;
+
+/// The pool's instances in the cloud (active), by provider ID, with their flavors.
+fn pool_instances(cloud: &SimulatedCloud) -> Vec<(String, String)> {
+    cloud
+        .instances()
+        .into_iter()
+        .filter(|i| {
+            i.scale_set.is_some() && i.status == provider_inmemory::cloud::InstanceStatus::Active
+        })
+        .map(|i| (provider_inmemory::actuator::provider_id(&i.id), i.flavor))
+        .collect()
+}
+
+/// Upstream's MachinePool controller and kubeadm bootstrap drive an `InMemoryMachinePool`:
+/// `n` instances of `flavor`, each with a `Machine` upstream made for it, Running on its node,
+/// the pool's provider ID list and ready replicas as upstream computes them.
+async fn pool_converged(
+    world: &mut World,
+    cloud: &Arc<SimulatedCloud>,
+    n: usize,
+    flavor: &'static str,
+) {
+    let cloud = cloud.clone();
+    world
+        .until(
+            &format!("the pool at {n} instances of {flavor}"),
+            |client| {
+                let instances = pool_instances(&cloud);
+                async move {
+                    let pool = api(&client, "cluster.x-k8s.io", "MachinePool")
+                        .get(POOL)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let machines = api(&client, "cluster.x-k8s.io", "Machine")
+                        .list(
+                            &ListParams::default()
+                                .labels(&format!("cluster.x-k8s.io/pool-name={POOL}")),
+                        )
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let running: std::collections::BTreeSet<String> = machines
+                        .items
+                        .iter()
+                        .filter(|m| {
+                            m.data["status"]["phase"] == "Running"
+                                && m.metadata.deletion_timestamp.is_none()
+                        })
+                        .filter_map(|m| m.data["spec"]["providerID"].as_str().map(str::to_string))
+                        .collect();
+                    let ids: std::collections::BTreeSet<String> =
+                        instances.iter().map(|(id, _)| id.clone()).collect();
+                    let listed: std::collections::BTreeSet<String> =
+                        pool.data["spec"]["providerIDList"]
+                            .as_array()
+                            .map(|l| {
+                                l.iter()
+                                    .filter_map(|v| v.as_str().map(str::to_string))
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                    let settled = instances.len() == n
+                        && instances.iter().all(|(_, f)| f == flavor)
+                        && listed == ids
+                        && running == ids
+                        && machines.items.len() == n
+                        && pool.data["status"]["readyReplicas"] == json!(n)
+                        && pool.data["status"]["phase"] == "Running";
+                    settled.then_some(()).ok_or(format!(
+                        "instances {instances:?}\nproviderIDList {listed:?}\nrunning machines \
+                     {running:?} of {}\npool status {:#}",
+                        machines.items.len(),
+                        pool.data["status"]
+                    ))
+                }
+            },
+        )
+        .await;
+}
+
+/// A MachinePool through its life, upstream's controllers driving this provider's pool:
+/// created, scaled 1 → 3 → 1, rolled to another flavor (every instance replaced, one scale set
+/// throughout); it goes with the cluster.
+async fn drive_a_pool(world: &mut World, client: &Client, cloud: &Arc<SimulatedCloud>) {
+    let objects = capi_cli::apply::parse(POOL_MANIFESTS).unwrap();
+    capi_cli::apply::apply(client, &objects, Some(NAMESPACE), |_| {})
+        .await
+        .unwrap_or_else(|e| panic!("{e}: {:?}", std::error::Error::source(&e)));
+    pool_converged(world, cloud, 1, "small").await;
+    let pools = api(client, "cluster.x-k8s.io", "MachinePool");
+    for replicas in [3, 1] {
+        pools
+            .patch(
+                POOL,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+            )
+            .await
+            .unwrap();
+        pool_converged(world, cloud, replicas, "small").await;
+    }
+    let before: Vec<String> = pool_instances(cloud)
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    Api::<InMemoryMachinePool>::namespaced(client.clone(), NAMESPACE)
+        .patch(
+            POOL,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"flavor": "medium"}})),
+        )
+        .await
+        .unwrap();
+    pool_converged(world, cloud, 1, "medium").await;
+    let after: Vec<String> = pool_instances(cloud)
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert!(
+        before.iter().all(|id| !after.contains(id)),
+        "the instance was replaced: {before:?} → {after:?}"
+    );
+    assert_eq!(
+        cloud.max_scale_sets_per_tag(),
+        1,
+        "one scale set for the pool"
+    );
 }

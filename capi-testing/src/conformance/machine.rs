@@ -469,7 +469,7 @@ where
 }
 
 /// `value` as an object, replaced by an empty one if it is not an object.
-fn object(value: &mut Value) -> &mut serde_json::Map<String, Value> {
+pub(super) fn object(value: &mut Value) -> &mut serde_json::Map<String, Value> {
     if !value.is_object() {
         *value = Value::Object(serde_json::Map::new());
     }
@@ -480,7 +480,7 @@ fn object(value: &mut Value) -> &mut serde_json::Map<String, Value> {
 }
 
 /// The object under `key` of `value`, created empty when missing or not an object.
-fn field<'a>(value: &'a mut Value, key: &str) -> &'a mut serde_json::Map<String, Value> {
+pub(super) fn field<'a>(value: &'a mut Value, key: &str) -> &'a mut serde_json::Map<String, Value> {
     object(object(value).entry(key).or_insert_with(|| json!({})))
 }
 

@@ -25,6 +25,22 @@
 //! and per cluster: [`CLUSTER_RECONCILE_IS_IDEMPOTENT`], [`CLUSTER_DELETE_RETURNS_ONLY_WHEN_GONE`]
 //! (with [`NOTHING_LEAKED`]).
 //!
+//! Per pool ([`PoolSuite`], a [`PoolActuator`] over the cloud's scale sets; the inventory's
+//! resources must include the scale sets and whatever they own):
+//!
+//! | rule | how |
+//! |---|---|
+//! | [`POOL_EXISTS_NEVER_CREATES`] | `exists` on a new pool finds nothing and the cloud is unchanged |
+//! | [`POOL_CREATE_IS_FOUND`] | after `create`, `exists` finds the same scale set, by idempotency key and by provider ID |
+//! | [`POOL_HOLDS_ITS_CAPACITY`] | the scale set comes to hold the instances of its capacity |
+//! | [`POOL_REMOVES_ONLY_THE_NAMED`] | an instance named for removal, with the capacity lowered by one, goes, and no other |
+//! | [`POOL_LAUNCHES_THE_CURRENT_REVISION`] | after the model moves to a new revision, new instances report it |
+//! | [`POOL_CREATE_IS_IDEMPOTENT`] | `create` again after its response was lost returns the same scale set |
+//! | [`POOL_CREATE_SURVIVES_CRASHES`] | `create` stopped at each await point, recovered and deleted, leaves nothing |
+//! | [`POOL_DELETE_RETURNS_ONLY_WHEN_GONE`] | once `delete` returns `Ok`, `exists` finds nothing and no instance of it is left |
+//!
+//! with [`DELETE_IS_IDEMPOTENT`] and [`NOTHING_LEAKED`].
+//!
 //! "Retried as the loop would" means: [`ActuatorError::RequeueAfter`] and
 //! [`ActuatorError::Transient`] are retried (waiting the requested time, capped by
 //! [`Settings::max_wait`]) until [`Settings::deadline`]; an invalid configuration ends the check.
@@ -51,6 +67,7 @@
 mod cluster;
 mod drive;
 mod machine;
+mod pool;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -60,9 +77,10 @@ use async_trait::async_trait;
 
 pub use cluster::ClusterSuite;
 pub use machine::MachineSuite;
+pub use pool::PoolSuite;
 
 #[cfg(doc)]
-use capi_core::{Actuator, ActuatorError, ClusterActuator};
+use capi_core::{Actuator, ActuatorError, ClusterActuator, PoolActuator};
 
 /// One guarantee of the provider contract.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -128,6 +146,47 @@ pub const CLUSTER_RECONCILE_IS_IDEMPOTENT: Rule = Rule {
 pub const CLUSTER_DELETE_RETURNS_ONLY_WHEN_GONE: Rule = Rule {
     id: "cluster-delete-returns-only-when-gone",
     text: "ClusterActuator::delete returns Ok only once all cluster infrastructure is gone",
+};
+/// A pool's `exists` never creates or changes anything.
+pub const POOL_EXISTS_NEVER_CREATES: Rule = Rule {
+    id: "pool-exists-never-creates",
+    text: "PoolActuator::exists finds a scale set, it never creates or changes one",
+};
+/// What a pool's `create` made, `exists` finds, by idempotency key and by provider ID.
+pub const POOL_CREATE_IS_FOUND: Rule = Rule {
+    id: "pool-create-is-found",
+    text: "after create, exists finds the same scale set by idempotency key and by provider ID",
+};
+/// A pool's `create` retried after a lost response returns the scale set it made.
+pub const POOL_CREATE_IS_IDEMPOTENT: Rule = Rule {
+    id: "pool-create-is-idempotent",
+    text: "create retried after a lost response returns the first scale set, never a second",
+};
+/// A pool's `create` interrupted anywhere, recovered and deleted leaves nothing.
+pub const POOL_CREATE_SURVIVES_CRASHES: Rule = Rule {
+    id: "pool-create-survives-crashes",
+    text: "create stopped at any await point, then found or created again and deleted, leaves \
+           no scale set and no instance",
+};
+/// The scale set comes to hold its capacity.
+pub const POOL_HOLDS_ITS_CAPACITY: Rule = Rule {
+    id: "pool-holds-its-capacity",
+    text: "update keeps the scale set at its capacity: its instances are launched and reported",
+};
+/// Scale-in removes exactly the instances the loop names.
+pub const POOL_REMOVES_ONLY_THE_NAMED: Rule = Rule {
+    id: "pool-removes-only-the-named",
+    text: "an instance named for removal (the capacity lowered by one) goes, and no other",
+};
+/// New instances carry the model's current revision.
+pub const POOL_LAUNCHES_THE_CURRENT_REVISION: Rule = Rule {
+    id: "pool-launches-the-current-revision",
+    text: "after the model moves to a new revision, the instances launched from it report it",
+};
+/// A pool's `delete` returns `Ok` only when the scale set and its instances are gone.
+pub const POOL_DELETE_RETURNS_ONLY_WHEN_GONE: Rule = Rule {
+    id: "pool-delete-returns-only-when-gone",
+    text: "PoolActuator::delete returns Ok only once the scale set and its instances are gone",
 };
 /// The actuator answered within the deadline.
 pub const CONVERGES: Rule = Rule {
@@ -263,5 +322,7 @@ fn listed(
     }
 }
 
+#[cfg(test)]
+mod pool_tests;
 #[cfg(test)]
 mod tests;
