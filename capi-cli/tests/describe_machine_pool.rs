@@ -13,7 +13,7 @@ const CLUSTER: &str = r#"
 apiVersion: cluster.x-k8s.io/v1beta2
 kind: Cluster
 metadata: {name: demo}
-spec: {}
+spec: {paused: false}
 ---
 apiVersion: infrastructure.capi-rs.dev/v1alpha1
 kind: InMemoryMachinePool

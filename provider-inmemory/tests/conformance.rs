@@ -8,9 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use capi_testing::conformance::{
-    CloudInventory, ClusterSuite, MachineSuite, PoolSuite, Settings,
-};
+use capi_testing::conformance::{CloudInventory, ClusterSuite, MachineSuite, PoolSuite, Settings};
 use provider_inmemory::actuator::InMemoryActuator;
 use provider_inmemory::api::{
     InMemoryCluster, InMemoryMachine, InMemoryMachinePool, InMemoryMachinePoolSpec,

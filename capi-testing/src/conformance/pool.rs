@@ -174,10 +174,10 @@ where
             return self.delete_and_check(report, &recorded, &before).await;
         };
 
-        // One instance named for removal, the capacity lowered by one: that instance goes, the
-        // other stays.
-        let names = live(&full);
-        let (gone, kept) = (names[0].clone(), names[1].clone());
+        // One instance named for removal (by provider ID), the capacity lowered by one: that
+        // instance goes, the other stays.
+        let ids = live(&full);
+        let (gone, kept) = (ids[0].clone(), ids[1].clone());
         let Some(shrunk) = self.resized(report, &recorded, 1, [gone.clone()].into(), &first) else {
             return;
         };
@@ -200,7 +200,7 @@ where
             .converge(report, &rolled, |r| {
                 r.instances
                     .iter()
-                    .any(|i| !i.leaving && i.name != kept && i.is_up_to_date(&second))
+                    .any(|i| !i.leaving && i.provider_id != kept && i.is_up_to_date(&second))
             })
             .await;
         report.check(POOL_LAUNCHES_THE_CURRENT_REVISION, launched.is_some(), || {
@@ -566,14 +566,14 @@ where
     }
 }
 
-/// The names of the instances a report lists that are not leaving, sorted.
+/// The provider IDs of the instances a report lists that are not leaving, sorted.
 fn live(report: &ScaleSetReport) -> Vec<String> {
-    let mut names: Vec<String> = report
+    let mut ids: Vec<String> = report
         .instances
         .iter()
         .filter(|i| !i.leaving)
-        .map(|i| i.name.clone())
+        .map(|i| i.provider_id.clone())
         .collect();
-    names.sort();
-    names
+    ids.sort();
+    ids
 }

@@ -192,7 +192,8 @@ impl PoolActuator<Value, Value> for Fake {
                     set.instances.remove(&newest);
                 }
             } else {
-                set.instances.retain(|name, _| !remove.contains(name));
+                set.instances
+                    .retain(|name, _| !remove.contains(&format!("fake:///{name}")));
             }
             set.capacity = capacity;
             if flaw != Flaw::KeepsTheFirstModel {
