@@ -33,6 +33,11 @@ pub const BUILT_IN: &[BuiltIn] = &[
         text: include_str!("../templates/inmemory/cluster-template-ignition.yaml"),
     },
     BuiltIn {
+        provider: "inmemory",
+        flavor: Some("machinepool"),
+        text: include_str!("../templates/inmemory/cluster-template-machinepool.yaml"),
+    },
+    BuiltIn {
         provider: "openstack",
         flavor: None,
         text: include_str!("../templates/openstack/cluster-template.yaml"),

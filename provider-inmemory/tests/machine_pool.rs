@@ -4,6 +4,11 @@
 //! 1 → 5 → 2, rolled to another flavor, and deleted; at every step the cloud, the MachinePool
 //! Machines, the provider ID list, the node references and the workload's nodes agree, and in
 //! the end nothing is left in the cloud, the management cluster or the workload cluster.
+//!
+//! The `machinepool` flavor of the in-memory templates then runs whole in standalone mode: a
+//! KubeadmControlPlane and a MachinePool bootstrapped by the kubeadm bootstrap controller (one
+//! KubeadmConfig for the pool, its join token rotated in its Secret), until its pool's instances
+//! are Running nodes, and the cluster's deletion takes the pool with it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -14,7 +19,7 @@ use std::time::Duration;
 
 use capi_actuator::InfrastructureControllers;
 use capi_controllers::{CoreControllers, CoreSettings};
-use capi_core::api::{Machine, MachinePhase, MachinePool, MachinePoolPhase};
+use capi_core::api::{Cluster, Machine, MachinePhase, MachinePool, MachinePoolPhase};
 use capi_core::{condition, labels};
 use capi_runtime::manager::Manager;
 use capi_testing::envtest::ControlPlane;
@@ -394,4 +399,159 @@ async fn a_pool_scales_rolls_and_goes_leaving_nothing() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+#[tokio::test]
+async fn the_machinepool_flavor_runs_standalone_and_goes_with_its_cluster() {
+    use capi_control_plane::controller::{ControlPlaneSettings, KubeadmControlPlanes};
+    use provider_inmemory::etcd::SimulatedEtcdAccess;
+
+    let _ = capi_runtime::telemetry::init_logging(capi_runtime::telemetry::LogFormat::Text);
+    let mut crds = capi_core::crd::core();
+    crds.extend(capi_bootstrap::api::crds());
+    crds.extend(capi_control_plane::api::crds());
+    crds.extend(provider_inmemory::api::crds());
+    let env = TestEnv::start_with_crds(&crds).await.unwrap();
+    let ns = env.namespace().await.unwrap();
+    let workload = ControlPlane::start().await.unwrap();
+    let cloud = Arc::new(SimulatedCloud::new(CloudConfig {
+        boot_time: Duration::from_millis(200),
+        delete_time: Duration::from_millis(100),
+        ..CloudConfig::default()
+    }));
+    workload_kubeconfig(&env.client(), &ns, "demo", &workload).await;
+    let kubelets = tokio::spawn(
+        NodeRegistrar::new(workload.client().await.unwrap(), cloud.clone())
+            .run(Duration::from_millis(100)),
+    );
+    let mut manager = Manager::new(
+        env.control_plane().config().await.unwrap(),
+        manager_config(&ns),
+    )
+    .await
+    .unwrap();
+    let machines = Arc::new(InMemoryActuator::new(
+        cloud.clone(),
+        cloud.clone(),
+        Duration::from_millis(50),
+    ));
+    manager.add_machine_reconciler(machines.clone());
+    manager.add_machine_template_reconciler::<InMemoryMachineTemplate, InMemoryCluster>(
+        machines.clone(),
+    );
+    manager.add_cluster_reconciler::<InMemoryCluster>(machines);
+    manager.add_machine_pool_reconciler::<InMemoryMachinePool, InMemoryCluster, _>(Arc::new(
+        InMemoryPoolActuator::new(cloud.clone(), Duration::from_millis(50)),
+    ));
+    manager.add(capi_bootstrap::controller::KubeadmBootstrap::default());
+    manager.add(CoreControllers::new(CoreSettings {
+        poll: Duration::from_millis(200),
+        ..CoreSettings::default()
+    }));
+    manager.add(KubeadmControlPlanes::new(ControlPlaneSettings {
+        poll: Duration::from_millis(200),
+        ..ControlPlaneSettings::new(Arc::new(SimulatedEtcdAccess::new(cloud.clone())))
+    }));
+    let running = tokio::spawn(async move {
+        let _ = manager.run_until(std::future::pending()).await;
+    });
+
+    let inputs = capi_cli::generate::Inputs {
+        cluster_name: "demo".into(),
+        namespace: Some(ns.clone()),
+        kubernetes_version: Some("v1.34.0".into()),
+        control_plane_machine_count: Some(1),
+        worker_machine_count: Some(2),
+        ..capi_cli::generate::Inputs::default()
+    };
+    let yaml = capi_cli::generate::render(
+        capi_cli::generate::built_in("inmemory", Some("machinepool")).unwrap(),
+        &inputs,
+        |_| None,
+    )
+    .unwrap();
+    let objects = capi_cli::apply::parse(&yaml).unwrap();
+    capi_cli::apply::apply(&env.client(), &objects, Some(&ns), |_| {})
+        .await
+        .unwrap();
+
+    let pools: Api<MachinePool> = Api::namespaced(env.client(), &ns);
+    let machines: Api<Machine> = Api::namespaced(env.client(), &ns);
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let pool = pools.get("demo-mp-0").await.unwrap();
+        let status = pool.status.clone().unwrap_or_default();
+        let pool_machines = machines
+            .list(
+                &ListParams::default().labels(&format!("{}=demo-mp-0", labels::MACHINE_POOL_NAME)),
+            )
+            .await
+            .unwrap()
+            .items;
+        let running = pool_machines
+            .iter()
+            .filter(|m| m.phase() == Some(MachinePhase::Running))
+            .count();
+        if status.phase == Some(MachinePoolPhase::Running)
+            && status.ready_replicas == Some(2)
+            && running == 2
+            && pool_machines.len() == 2
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the pool did not run: {status:#?}\n{} machines, {running} running",
+            pool_machines.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(env.client(), &ns);
+    let data = secrets.get("demo-mp-0").await.unwrap();
+    assert!(
+        data.annotations()
+            .contains_key("bootstrap.cluster.x-k8s.io/token-expires"),
+        "the pool's bootstrap data carries a rotated join token"
+    );
+    assert_eq!(
+        pools
+            .get("demo-mp-0")
+            .await
+            .unwrap()
+            .spec
+            .template
+            .spec
+            .bootstrap
+            .data_secret_name
+            .as_deref(),
+        Some("demo-mp-0")
+    );
+    assert_eq!(cloud.scale_sets().len(), 1);
+
+    Api::<Cluster>::namespaced(env.client(), &ns)
+        .delete("demo", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let cluster_gone = Api::<Cluster>::namespaced(env.client(), &ns)
+            .get_opt("demo")
+            .await
+            .unwrap()
+            .is_none();
+        if cluster_gone && cloud.instance_count() == 0 && cloud.scale_sets().is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the cluster's deletion left cluster={} instances={} scale sets={}",
+            !cluster_gone,
+            cloud.instance_count(),
+            cloud.scale_sets().len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(pools.get_opt("demo-mp-0").await.unwrap().is_none());
+    running.abort();
+    kubelets.abort();
 }
