@@ -247,15 +247,21 @@ mod tests {
         for template in BUILT_IN {
             let text = render_with_placeholders(template);
             assert!(!text.contains("${"), "{text}");
-            // Cluster, infrastructure cluster, two machine templates, KubeadmControlPlane,
-            // KubeadmConfigTemplate, MachineDeployment (and a credentials Secret for some).
+            // Cluster, infrastructure cluster, the control plane's machine template,
+            // KubeadmControlPlane, and the workers: a machine template, KubeadmConfigTemplate
+            // and MachineDeployment, or a pool, its KubeadmConfig and MachinePool (and a
+            // credentials Secret for some).
             let documents = text.split("\n---\n").count();
             assert!(
                 documents >= 7,
                 "{}: {documents} documents",
                 template.provider
             );
-            assert!(text.contains("name: demo-md-0"));
+            let workers = match template.flavor {
+                Some("machinepool") => "name: demo-mp-0",
+                _ => "name: demo-md-0",
+            };
+            assert!(text.contains(workers), "{:?}: {workers}", template.flavor);
             assert!(text.contains("replicas: 3"), "worker default");
         }
     }

@@ -20,6 +20,10 @@
 //!
 //! The `openstack-manager` binary (package `provider-openstack-bin`) runs them in a `Manager`.
 //!
+//! No `MachinePool` kind: OpenStack's compute API has no scale-set resource (Nova runs servers one
+//! by one), and upstream's provider (CAPO) offers no MachinePool either. Groups of OpenStack
+//! servers are MachineDeployments.
+//!
 //! ```no_run
 //! # async fn demo(client: kube::Client) {
 //! use std::sync::Arc;

@@ -479,16 +479,32 @@ fn rotation_in(
 }
 
 /// A pool's data kept, its join token rotated when due: a new token made in the workload
-/// cluster, then the Secret's data rendered again with it, replacing the content of the Secret
-/// as it was read (a concurrent change fails the write, and the next pass starts over; the
-/// token made for it expires unused).
+/// cluster, then the Secret's data rendered again with it and merge-patched in, guarded by the
+/// version read (a concurrent change fails the write and the next pass starts over; the token
+/// made for it expires unused). The Secret is read at most once per [`Owners::pool_tokens`]
+/// period; a pool being deleted gets no new token. A rotation that cannot be rendered now (the
+/// pool's template changed to something invalid, the workload cluster unreachable) keeps the data
+/// as it is, says why in the logs, and is tried again: the data stays usable until its token
+/// expires.
+///
+/// [`Owners::pool_tokens`]: super::reconcile::Owners
 async fn rotate_pool_token(
     scope: &mut Scope<'_>,
     owner: &Owner,
     name: &str,
     found: Option<Secret>,
 ) -> Result<(), Failure> {
-    let ttl = scope.context.state.token_ttl;
+    let settings = &scope.context.state;
+    let ttl = settings.token_ttl;
+    let recheck = ttl / 4;
+    scope.plan.next = Next::Requeue(recheck);
+    if owner.deleting() {
+        return Ok(());
+    }
+    let config_uid = scope.config.uid().unwrap_or_default();
+    if scope.owners.pool_tokens.get(&config_uid).is_some() {
+        return Ok(());
+    }
     let existing = match found {
         Some(found) => Some(found),
         None => scope.secrets.get_opt(name).await?,
@@ -497,48 +513,76 @@ async fn rotate_pool_token(
         return Ok(());
     };
     if let Some(left) = rotation_in(&existing, ttl, jiff::Timestamp::now()) {
-        scope.plan.next = Next::Requeue(left);
+        scope.owners.pool_tokens.put(config_uid, ());
+        scope.plan.next = Next::Requeue(left.min(recheck).max(std::time::Duration::from_secs(1)));
         return Ok(());
     }
-    let Some((role, mut secret)) = prepare(scope, owner).await? else {
-        // Waiting for something (the plan says what): the data stays as it is meanwhile.
-        scope.plan.condition(
-            condition::READY,
-            ConditionStatus::True,
-            reasons::DATA_SECRET_AVAILABLE,
-            "",
-        );
-        return Ok(());
+    match render_rotation(scope, owner, name, &existing).await {
+        Ok(true) => {
+            scope.owners.pool_tokens.put(config_uid, ());
+            scope.plan.event(
+                false,
+                reasons::DATA_SECRET_CREATED,
+                format!("rotated the join token in bootstrap data Secret {name}"),
+            );
+        }
+        Ok(false) => {}
+        Err(failure) => {
+            let why = match &failure {
+                Failure::Waiting(reason, message) | Failure::Invalid(reason, message) => {
+                    format!("{reason}: {message}")
+                }
+                Failure::Api(error) => error.to_string(),
+            };
+            tracing::warn!(secret = name, %why, "the pool's join token could not be rotated; the data is kept and the rotation tried again");
+            scope.plan.next = Next::Requeue(settings.token_refresh.min(recheck));
+        }
+    }
+    // Whatever the rotation met, the data is there and usable.
+    scope.plan.condition(
+        condition::READY,
+        ConditionStatus::True,
+        reasons::DATA_SECRET_AVAILABLE,
+        "",
+    );
+    Ok(())
+}
+
+/// Renders a pool's data with a new join token into `existing`; `false` when the render waits
+/// for something.
+async fn render_rotation(
+    scope: &mut Scope<'_>,
+    owner: &Owner,
+    name: &str,
+    existing: &Secret,
+) -> Result<bool, Failure> {
+    let Some((role, secret)) = prepare(scope, owner).await? else {
+        return Ok(false);
     };
     let (Role::JoinWorker { token, .. } | Role::JoinControlPlane { token, .. }) = &role else {
-        return Ok(());
+        return Ok(false);
     };
     let Some((id, _)) = token.split_once('.') else {
-        return Ok(());
+        return Ok(false);
     };
-    let settings = &scope.context.state;
-    create_join_token(
-        scope.owners,
-        &scope.secrets,
-        &owner.cluster,
-        token,
-        settings.token_ttl,
-    )
-    .await?;
-    secret.metadata.annotations = Some(token_annotations(id, Some(ttl)));
-    secret.metadata.name = Some(name.to_string());
-    secret.metadata.resource_version = existing.metadata.resource_version.clone();
+    let ttl = scope.context.state.token_ttl;
+    create_join_token(scope.owners, &scope.secrets, &owner.cluster, token, ttl).await?;
+    let patch = serde_json::json!({
+        "metadata": {
+            "resourceVersion": existing.metadata.resource_version,
+            "annotations": token_annotations(id, Some(ttl)),
+        },
+        "data": secret.data,
+    });
     scope
         .secrets
-        .replace(name, &PostParams::default(), &secret)
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
         .await?;
-    scope.plan.event(
-        false,
-        reasons::DATA_SECRET_CREATED,
-        format!("rotated the join token in bootstrap data Secret {name}"),
-    );
-    scope.plan.next = Next::Requeue(ttl / 2);
-    Ok(())
+    Ok(true)
 }
 
 /// The config's data Secret, if an earlier render made it: one read. A Secret of that name that

@@ -139,11 +139,13 @@ pub async fn run(
     let (pools, pool_stream) = reconciler.cached::<MachinePool>();
     let (clusters, cluster_stream) = reconciler.cached::<Cluster>();
     let token_refresh = reconciler.state().token_refresh;
+    let token_ttl = reconciler.state().token_ttl;
     let owners = Arc::new(reconcile::Owners::new(
         machines,
         pools,
         clusters,
         token_refresh,
+        token_ttl,
     ));
     let by_cluster = reader.clone();
     let concurrency = reconciler.concurrency();

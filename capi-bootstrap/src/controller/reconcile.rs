@@ -36,16 +36,21 @@ pub(crate) struct Owners {
     /// The configs (by UID) whose join token was extended or created lately: a config's every
     /// reconcile does not extend its token again, nor read its data Secret for the token's ID.
     pub(crate) extended_tokens: Memo<()>,
+    /// The pools' configs (by UID) whose token was found fresh or rotated lately (within a
+    /// quarter of the token TTL): a pass does not read their data Secret again.
+    pub(crate) pool_tokens: Memo<()>,
 }
 
 impl Owners {
     /// What a reconcile reads from `machines`, `pools` and `clusters`, with nothing remembered
-    /// yet; join tokens are extended at most every half `token_refresh`.
+    /// yet; join tokens are extended at most every half `token_refresh`, pools' looked at every
+    /// quarter `token_ttl`.
     pub(crate) fn new(
         machines: Cached<Machine>,
         pools: Cached<MachinePool>,
         clusters: Cached<Cluster>,
         token_refresh: std::time::Duration,
+        token_ttl: std::time::Duration,
     ) -> Self {
         Self {
             machines,
@@ -55,6 +60,7 @@ impl Owners {
             pki: Memo::new(CLUSTER_FACTS_KEPT),
             workloads: Memo::new(CLUSTER_FACTS_KEPT),
             extended_tokens: Memo::new(token_refresh / 2),
+            pool_tokens: Memo::new(token_ttl / 4),
         }
     }
 }

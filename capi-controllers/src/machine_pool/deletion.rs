@@ -11,7 +11,7 @@ use std::time::Duration;
 use capi_core::api::{Cluster, Machine, MachinePool, MachinePoolPhase};
 use capi_core::condition::{self, ConditionStatus, DesiredCondition};
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{DeleteParams, ListParams};
+use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
 use super::machines::{is_member, selector};
@@ -29,7 +29,8 @@ pub(super) async fn delete(
     scope: &mut Scope<'_>,
     cluster: Option<&Cluster>,
 ) -> Result<Next, ReconcileError> {
-    let (pool, deps) = (scope.pool, scope.deps());
+    let pool = scope.pool;
+    let deps = scope.deps();
     if !pool
         .finalizers()
         .iter()
@@ -115,8 +116,9 @@ pub(super) async fn delete(
     Ok(Next::AwaitChange)
 }
 
-/// Deletes the nodes the pool references (their instances are gone). A workload cluster that
-/// cannot be reached has nothing to delete from (its kubeconfig went with the cluster).
+/// Deletes the nodes the pool references (their instances are gone), each only if it is still
+/// the node referenced (same UID). A workload cluster that cannot be reached has nothing to
+/// delete from (its kubeconfig went with the cluster).
 async fn delete_nodes(scope: &Scope<'_>, cluster: &Cluster) -> Result<(), ReconcileError> {
     let deps = scope.deps();
     let Ok(workload) = deps
@@ -127,20 +129,11 @@ async fn delete_nodes(scope: &Scope<'_>, cluster: &Cluster) -> Result<(), Reconc
         return Ok(());
     };
     let api: Api<Node> = Api::all(workload.client.clone());
-    for name in scope
-        .status
-        .node_refs
-        .iter()
-        .filter_map(|r| r.name.as_deref())
-    {
-        match api.delete(name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.is_not_found() => {}
-            Err(error) => {
-                deps.workloads
-                    .recheck(&scope.namespace, &cluster.name_any());
-                return Err(error.into());
-            }
+    for reference in &scope.status.node_refs {
+        if let Err(error) = super::nodes::delete_node(&api, reference).await {
+            deps.workloads
+                .recheck(&scope.namespace, &cluster.name_any());
+            return Err(error.into());
         }
     }
     Ok(())

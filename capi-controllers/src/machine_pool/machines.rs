@@ -23,10 +23,20 @@ use crate::{ownership, synced};
 use capi_runtime::ReconcileError;
 use capi_runtime::plan::EventNote;
 use capi_runtime::reasons;
+use capi_runtime::write;
+use serde_json::json;
 
-/// The pool's Machines: `None` when its infrastructure pool makes no machines for its instances,
-/// or while the Machine cache is still filling.
-pub(super) type Members = Option<Vec<Arc<Machine>>>;
+/// The pool's Machines, as far as the pass knows them.
+#[derive(Debug, Default)]
+pub(super) enum Members {
+    /// Its infrastructure pool makes no machines for its instances.
+    #[default]
+    None,
+    /// The Machine cache is still filling: the counts stay as they were.
+    Unknown,
+    /// The pool's Machines.
+    Machines(Vec<Arc<Machine>>),
+}
 
 /// The label selector of the objects made for `pool`'s instances (upstream's).
 pub(super) fn selector(pool: &MachinePool) -> String {
@@ -51,20 +61,22 @@ pub(super) fn is_member(pool: &MachinePool, uid: &str, machine: &Machine) -> boo
         && ownership::controller_of(&machine.metadata).is_none_or(|owner| owner.uid == uid)
 }
 
-/// Makes the missing Machines, and returns the pool's Machines as the cache shows them.
+/// Makes the missing Machines, adopts those of the pool nothing controls (restored from a backup,
+/// or made before a crash wrote their owner), and returns the pool's Machines as the cache shows
+/// them.
 pub(super) async fn reconcile(
     scope: &mut Scope<'_>,
     infra: &Infrastructure,
 ) -> Result<Members, ReconcileError> {
     let Some(object) = &infra.object else {
-        return Ok(None);
+        return Ok(Members::None);
     };
     let Some(reference) = machine_kind(object) else {
-        return Ok(None);
+        return Ok(Members::None);
     };
     let deps = scope.deps();
     let Some(store) = synced(&deps.machines) else {
-        return Ok(None);
+        return Ok(Members::Unknown);
     };
     let pool = scope.pool;
     let ours: Vec<Arc<Machine>> = store
@@ -81,10 +93,22 @@ pub(super) async fn reconcile(
             error @ (ReferenceError::UnknownKind { .. } | ReferenceError::NotAProviderKind { .. }),
         ) => {
             tracing::warn!(%error, "the infrastructure pool names a machine kind that is not a provider's; no Machines are made for its instances");
-            return Ok(Some(ours));
+            return Ok(Members::Machines(ours));
         }
         Err(error) => return Err(error.into()),
     };
+    for orphan in ours
+        .iter()
+        .filter(|m| ownership::controller_of(&m.metadata).is_none())
+    {
+        let mut owners = orphan.owner_references().to_vec();
+        owners.extend(as_controller(pool));
+        let patch = json!({"metadata": {
+            "ownerReferences": owners,
+            "resourceVersion": orphan.resource_version(),
+        }});
+        write::patch(&scope.machines, &orphan.name_any(), patch).await?;
+    }
     let made: HashSet<&str> = ours
         .iter()
         .map(|m| m.spec.infrastructure_ref.name.as_str())
@@ -119,7 +143,17 @@ pub(super) async fn reconcile(
             note: format!("Created {created} Machines for the pool's instances"),
         });
     }
-    Ok(Some(ours))
+    Ok(Members::Machines(ours))
+}
+
+/// The pool as the controller of its Machines.
+fn as_controller(
+    pool: &MachinePool,
+) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+    pool.controller_owner_ref(&()).map(|mut owner| {
+        owner.block_owner_deletion = Some(true);
+        owner
+    })
 }
 
 /// The kind (and group) of the machines the infrastructure pool makes, from its status; the
@@ -163,10 +197,7 @@ fn machine_for(
     if !template.annotations.is_empty() {
         machine.metadata.annotations = Some(template.annotations);
     }
-    machine.metadata.owner_references = pool.controller_owner_ref(&()).map(|mut owner| {
-        owner.block_owner_deletion = Some(true);
-        vec![owner]
-    });
+    machine.metadata.owner_references = as_controller(pool).map(|owner| vec![owner]);
     machine.spec.cluster_name = pool.spec.cluster_name.clone();
     machine.spec.bootstrap.data_secret_name = Some(String::new());
     machine.spec.infrastructure_ref = ContractVersionedObjectReference {

@@ -261,6 +261,12 @@ async fn reconcile_once(
         None => None,
     };
     if pool.metadata.deletion_timestamp.is_some() {
+        // A paused pool deletes nothing either (a cluster being moved keeps its nodes).
+        if let Some(cluster) = cluster.as_deref()
+            && let Break(next) = phases::honour_pause(&mut scope, cluster).await?
+        {
+            return Ok(next);
+        }
         return deletion::delete(&mut scope, cluster.as_deref()).await;
     }
     let Some(cluster) = cluster else {

@@ -123,7 +123,8 @@ fn count(
 
 /// Deletes the nodes the pool referenced whose provider ID is no longer in its list (the
 /// instance left the scale set) — not while the list is empty and the pool wants instances
-/// (nothing was listed yet).
+/// (nothing was listed yet). Only the node referenced is deleted: one that took its name since
+/// (another UID) stays.
 async fn delete_retired(
     workload: &Workload,
     pool: &MachinePool,
@@ -135,24 +136,46 @@ async fn delete_retired(
     }
     let listed: BTreeSet<&str> = provider_ids.iter().map(String::as_str).collect();
     let api: Api<Node> = Api::all(workload.client.clone());
-    for name in previous.iter().filter_map(|r| r.name.as_deref()) {
-        let Some(node) = workload.node(name) else {
+    for reference in previous {
+        let Some(node) = reference
+            .name
+            .as_deref()
+            .and_then(|name| workload.node(name))
+        else {
             continue;
         };
+        let same = reference.uid.as_deref() == node.uid.as_deref();
         let retired = node
             .provider_id
             .as_deref()
             .is_some_and(|id| !listed.contains(id));
-        if retired {
-            match api.delete(name, &DeleteParams::default()).await {
-                Err(kube::Error::Api(status)) if status.is_not_found() => {}
-                other => {
-                    other?;
-                }
-            }
+        if same && retired {
+            delete_node(&api, reference).await?;
         }
     }
     Ok(())
+}
+
+/// Deletes the node `reference` names, and only if it still has the referenced UID; a node
+/// already gone, or replaced by another of its name, is not an error.
+pub(super) async fn delete_node(
+    api: &Api<Node>,
+    reference: &ObjectReference,
+) -> Result<(), kube::Error> {
+    let Some(name) = reference.name.as_deref() else {
+        return Ok(());
+    };
+    let params = DeleteParams {
+        preconditions: reference.uid.clone().map(|uid| kube::api::Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Err(kube::Error::Api(status)) if status.is_not_found() || status.code == 409 => Ok(()),
+        other => other.map(drop),
+    }
 }
 
 /// Puts upstream's annotations (cluster, namespace, owner kind and name) on the nodes the pool

@@ -12,6 +12,7 @@ use capi_core::condition::{self, ConditionStatus, DesiredCondition};
 use capi_core::labels;
 
 use super::Scope;
+use super::machines::Members;
 use super::nodes::Nodes;
 use crate::machine::status::Step;
 use capi_runtime::ReconcileError;
@@ -32,7 +33,7 @@ pub(super) struct Facts {
     /// The infrastructure pool's `status.replicas`.
     pub(super) replicas: Option<i32>,
     /// The pool's Machines, when its infrastructure makes them.
-    pub(super) members: Option<Vec<Arc<Machine>>>,
+    pub(super) members: Members,
     /// Its nodes, when the workload cluster could be read.
     pub(super) nodes: Option<Nodes>,
 }
@@ -113,12 +114,19 @@ fn compute(pool: &MachinePool, facts: &Facts, status: &mut MachinePoolStatus) ->
     }
     let node_ready = facts.nodes.as_ref().map(|n| (n.ready, n.available));
     match &facts.members {
-        Some(machines) => {
+        Members::Machines(machines) => {
             status.ready_replicas = Some(count(machines, condition::READY));
             status.available_replicas = Some(count(machines, condition::AVAILABLE));
-            status.up_to_date_replicas = Some(count(machines, condition::UP_TO_DATE));
+            // A Machine being deleted is not up to date (upstream marks it `UpToDate=False`).
+            let staying: Vec<Arc<Machine>> = machines
+                .iter()
+                .filter(|m| m.metadata.deletion_timestamp.is_none())
+                .cloned()
+                .collect();
+            status.up_to_date_replicas = Some(count(&staying, condition::UP_TO_DATE));
         }
-        None => {
+        Members::Unknown => {}
+        Members::None => {
             if let Some((ready, available)) = node_ready {
                 status.ready_replicas = Some(ready);
                 status.available_replicas = Some(available);
@@ -129,7 +137,16 @@ fn compute(pool: &MachinePool, facts: &Facts, status: &mut MachinePoolStatus) ->
         }
     }
     let available = status.available_replicas.unwrap_or(0);
-    let ready = node_ready.map_or(0, |(ready, _)| ready);
+    // Ready nodes as this pass counted them, or as the last pass did while the workload cluster
+    // cannot be read (a phase must not flap with a cache that fills after a restart).
+    let ready = node_ready.map(|(ready, _)| ready).unwrap_or_else(|| {
+        status
+            .deprecated
+            .as_ref()
+            .and_then(|d| d.v1beta1.as_ref())
+            .and_then(|v| v.ready_replicas)
+            .unwrap_or(0)
+    });
     let set = |status: &mut MachinePoolStatus, type_, value, reason, message: String| {
         condition::set(
             &mut status.conditions,
@@ -283,9 +300,37 @@ mod tests {
             infrastructure: Step::done(reasons::INFRASTRUCTURE_READY),
             infrastructure_provisioned: true,
             replicas: Some(replicas),
-            members: None,
+            members: Members::None,
             nodes,
         }
+    }
+
+    /// A Machine whose `Ready`, `Available` and `UpToDate` are all `ready`, being deleted or not.
+    fn machine_with(ready: bool, deleting: bool) -> Arc<Machine> {
+        let value = if ready {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        };
+        let mut status = capi_core::api::MachineStatus::default();
+        for type_ in [
+            condition::READY,
+            condition::AVAILABLE,
+            condition::UP_TO_DATE,
+        ] {
+            condition::set(
+                &mut status.conditions,
+                DesiredCondition::new(type_, value, "R"),
+            );
+        }
+        let mut machine = Machine::default();
+        machine.status = Some(status);
+        if deleting {
+            machine.metadata.deletion_timestamp = Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+            );
+        }
+        Arc::new(machine)
     }
 
     fn condition_of(status: &MachinePoolStatus, type_: &str) -> Option<ConditionStatus> {
@@ -362,29 +407,10 @@ mod tests {
 
     #[test]
     fn machines_of_the_pool_count_its_replicas_when_the_infrastructure_makes_them() {
-        let machine = |ready: bool| {
-            let mut machine = Machine::default();
-            let mut status = capi_core::api::MachineStatus::default();
-            for type_ in [
-                condition::READY,
-                condition::AVAILABLE,
-                condition::UP_TO_DATE,
-            ] {
-                let value = if ready {
-                    ConditionStatus::True
-                } else {
-                    ConditionStatus::False
-                };
-                condition::set(
-                    &mut status.conditions,
-                    DesiredCondition::new(type_, value, "R"),
-                );
-            }
-            machine.status = Some(status);
-            Arc::new(machine)
-        };
+        let machine = |ready: bool| machine_with(ready, false);
         let mut with_members = facts(3, Some(nodes(3, 3)));
-        with_members.members = Some(vec![machine(true), machine(true), machine(false)]);
+        with_members.members =
+            Members::Machines(vec![machine(true), machine(true), machine(false)]);
         let mut status = MachinePoolStatus::default();
         compute(&pool(3), &with_members, &mut status);
         assert_eq!(status.ready_replicas, Some(2));
@@ -405,6 +431,40 @@ mod tests {
         compute(&pool(2), &facts(2, None), &mut status);
         assert_eq!(status.node_refs.len(), 2);
         assert_eq!(status.replicas, Some(2));
+    }
+
+    #[test]
+    fn a_running_pool_whose_nodes_cannot_be_read_stays_running() {
+        let pool = pool(2);
+        let mut status = MachinePoolStatus::default();
+        compute(&pool, &facts(2, Some(nodes(2, 2))), &mut status);
+        assert_eq!(status.phase, Some(MachinePoolPhase::Running));
+        let mut written = pool.clone();
+        written.status = Some(status.clone());
+        compute(&written, &facts(2, None), &mut status);
+        assert_eq!(
+            status.phase,
+            Some(MachinePoolPhase::Running),
+            "the ready nodes the last pass counted stand while the cache fills"
+        );
+    }
+
+    #[test]
+    fn a_machine_being_deleted_is_not_up_to_date_and_unknown_machines_keep_the_counts() {
+        let machine = |deleting: bool| machine_with(true, deleting);
+        let mut with_members = facts(2, Some(nodes(2, 2)));
+        with_members.members = Members::Machines(vec![machine(false), machine(true)]);
+        let mut status = MachinePoolStatus::default();
+        compute(&pool(2), &with_members, &mut status);
+        assert_eq!(status.up_to_date_replicas, Some(1));
+        let mut unknown = facts(2, Some(nodes(2, 2)));
+        unknown.members = Members::Unknown;
+        compute(&pool(2), &unknown, &mut status);
+        assert_eq!(
+            status.up_to_date_replicas,
+            Some(1),
+            "kept while the cache fills"
+        );
     }
 
     #[test]

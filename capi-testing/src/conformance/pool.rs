@@ -110,6 +110,9 @@ where
         let Some(before) = self.instances(report).await else {
             return;
         };
+        let Some(resources_before) = self.resources(report).await else {
+            return;
+        };
         let first = ModelRevision::new("r-conformance-1");
         let Some(fresh) = self.scope(report, "lifecycle", None, 2, BTreeSet::new(), &first) else {
             return;
@@ -125,13 +128,15 @@ where
             ),
             Err(error) => return report.fail(CONVERGES, format!("exists: {error}")),
         }
-        let Some(now) = self.instances(report).await else {
+        // A scale set `exists` made would launch its instances later: the resources say.
+        tokio::time::sleep(self.settings.max_wait).await;
+        let Some(now) = self.resources(report).await else {
             return;
         };
-        report.check(POOL_EXISTS_NEVER_CREATES, now == before, || {
+        report.check(POOL_EXISTS_NEVER_CREATES, now == resources_before, || {
             format!(
-                "exists on a new pool changed the cloud's instances: {:?} appeared",
-                now.difference(&before).collect::<Vec<_>>()
+                "exists on a new pool changed the cloud: {:?} appeared",
+                now.difference(&resources_before).collect::<Vec<_>>()
             )
         });
         let created = match settle(&self.settings, || {

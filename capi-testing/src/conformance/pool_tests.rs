@@ -27,6 +27,14 @@ enum Flaw {
     KeepsTheFirstModel,
     /// `delete` returns `Ok` as soon as the deletion started.
     DeleteReturnsEarly,
+    /// `exists` creates an empty scale set when it finds none.
+    ExistsCreates,
+    /// `exists` finds a scale set by provider ID only, never by idempotency key.
+    FindsOnlyById,
+    /// The scale set never launches instances.
+    NeverLaunches,
+    /// `create` makes an untagged scale set, then tags it in a second call.
+    TagsAfterCreate,
 }
 
 #[derive(Default)]
@@ -47,7 +55,7 @@ struct Cloud {
 
 impl Cloud {
     /// The cloud's own work between calls: sets fill up to their capacity, deletions finish.
-    fn advance(&mut self) {
+    fn advance(&mut self, launches: bool) {
         // A deleting set loses its instances at one call and is gone at the next.
         self.sets.retain(|_, set| {
             if !set.deleting {
@@ -57,7 +65,7 @@ impl Cloud {
             set.instances.clear();
             !was_empty
         });
-        for set in self.sets.values_mut().filter(|s| !s.deleting) {
+        for set in self.sets.values_mut().filter(|s| !s.deleting && launches) {
             while set.instances.len() < set.capacity as usize {
                 self.next += 1;
                 set.instances
@@ -83,7 +91,7 @@ impl Fake {
     async fn call<T>(&self, f: impl FnOnce(&mut Cloud) -> T) -> T {
         tokio::task::yield_now().await;
         let mut cloud = self.cloud.lock().unwrap();
-        cloud.advance();
+        cloud.advance(self.flaw != Flaw::NeverLaunches);
         f(&mut cloud)
     }
 
@@ -108,14 +116,14 @@ impl Fake {
             .and_then(|p| p.strip_prefix("fake:///sets/"))
             .map(str::to_string);
         let tag = scope.idempotency_key.as_str().to_string();
+        let by_key = self.flaw != Flaw::FindsOnlyById;
         self.call(move |cloud| {
             cloud
                 .sets
                 .iter()
-                .find(|(id, set)| {
-                    by_id
-                        .as_ref()
-                        .map_or(set.tag == tag, |wanted| *id == wanted)
+                .find(|(id, set)| match &by_id {
+                    Some(wanted) => *id == wanted,
+                    None => by_key && set.tag == tag,
                 })
                 .map(|(id, set)| Self::report(id, set))
         })
@@ -131,7 +139,16 @@ impl PoolActuator<Value, Value> for Fake {
         &self,
         scope: &PoolScope<Value, Value>,
     ) -> Result<Option<Found<(), ScaleSetReport>>, ActuatorError> {
-        Ok(self.find(scope).await.map(Found::new))
+        let found = self.find(scope).await;
+        if found.is_none() && self.flaw == Flaw::ExistsCreates {
+            self.call(|cloud| {
+                cloud.next += 1;
+                let id = format!("set-{}", cloud.next);
+                cloud.sets.insert(id, Set::default());
+            })
+            .await;
+        }
+        Ok(found.map(Found::new))
     }
 
     async fn create(
@@ -147,21 +164,36 @@ impl PoolActuator<Value, Value> for Fake {
         let tag = scope.idempotency_key.as_str().to_string();
         let capacity = scope.size.capacity.unwrap_or(1);
         let revision = scope.revision.as_str().to_string();
-        Ok(self
+        let tag_later = self.flaw == Flaw::TagsAfterCreate;
+        let first_tag = if tag_later {
+            String::new()
+        } else {
+            tag.clone()
+        };
+        let (id, report) = self
             .call(move |cloud| {
                 cloud.next += 1;
                 let id = format!("set-{}", cloud.next);
                 let set = Set {
-                    tag,
+                    tag: first_tag,
                     capacity,
                     revision,
                     ..Set::default()
                 };
                 let report = Self::report(&id, &set);
-                cloud.sets.insert(id, set);
-                report
+                cloud.sets.insert(id.clone(), set);
+                (id, report)
             })
-            .await)
+            .await;
+        if tag_later {
+            self.call(move |cloud| {
+                if let Some(set) = cloud.sets.get_mut(&id) {
+                    set.tag = tag;
+                }
+            })
+            .await;
+        }
+        Ok(report)
     }
 
     async fn update(
@@ -327,4 +359,28 @@ async fn a_pool_delete_that_returns_before_its_instances_are_gone_is_named() {
         "{report:?}"
     );
     assert!(report.broke(NOTHING_LEAKED));
+}
+
+#[tokio::test]
+async fn an_exists_that_creates_a_scale_set_is_named() {
+    let report = pools(Flaw::ExistsCreates).await;
+    assert!(report.broke(POOL_EXISTS_NEVER_CREATES), "{report:?}");
+}
+
+#[tokio::test]
+async fn an_exists_that_cannot_find_by_key_is_named() {
+    let report = pools(Flaw::FindsOnlyById).await;
+    assert!(report.broke(POOL_CREATE_IS_FOUND), "{report:?}");
+}
+
+#[tokio::test]
+async fn a_scale_set_that_never_holds_its_capacity_is_named() {
+    let report = pools(Flaw::NeverLaunches).await;
+    assert!(report.broke(POOL_HOLDS_ITS_CAPACITY), "{report:?}");
+}
+
+#[tokio::test]
+async fn a_create_that_tags_after_creating_is_named_by_the_crash_check() {
+    let report = pools(Flaw::TagsAfterCreate).await;
+    assert!(report.broke(POOL_CREATE_SURVIVES_CRASHES), "{report:?}");
 }
