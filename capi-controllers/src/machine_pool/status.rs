@@ -323,8 +323,10 @@ mod tests {
                 DesiredCondition::new(type_, value, "R"),
             );
         }
-        let mut machine = Machine::default();
-        machine.status = Some(status);
+        let mut machine = Machine {
+            status: Some(status),
+            ..Machine::default()
+        };
         if deleting {
             machine.metadata.deletion_timestamp = Some(
                 k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
