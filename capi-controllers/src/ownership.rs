@@ -27,6 +27,42 @@ pub(crate) fn is_owned_by(meta: &ObjectMeta, uid: &str) -> bool {
     meta.owner_references.iter().flatten().any(|r| r.uid == uid)
 }
 
+/// The reference that makes `object` the controller of what it creates or adopts, blocking the
+/// owner's foreground deletion until they are gone.
+pub(crate) fn as_blocking_controller<K: kube::Resource<DynamicType = ()>>(
+    object: &K,
+) -> Option<OwnerReference> {
+    object.controller_owner_ref(&()).map(|mut owner| {
+        owner.block_owner_deletion = Some(true);
+        owner
+    })
+}
+
+/// Whether the API server (read fresh, metadata only, a page at a time) still has a Machine
+/// matching label `selector` that the object with this UID controls — what a deleting owner
+/// checks before its finalizer goes, since its cache may not show a Machine made just before.
+pub(crate) async fn controlled_machine_left(
+    machines: &kube::Api<capi_core::api::Machine>,
+    selector: &str,
+    uid: &str,
+) -> Result<bool, kube::Error> {
+    let mut params = kube::api::ListParams::default().labels(selector).limit(100);
+    loop {
+        let page = machines.list_metadata(&params).await?;
+        if page
+            .items
+            .iter()
+            .any(|m| is_controlled_by(&m.metadata, uid))
+        {
+            return Ok(true);
+        }
+        match page.metadata.continue_.filter(|token| !token.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(false),
+        }
+    }
+}
+
 /// Makes `owner` an owner of the referenced `object` (its controller, unless something else
 /// controls it already) and labels it with its cluster's name, as upstream does for the objects
 /// a Machine or Cluster refers to (controllers find them by that label). The patch is guarded by

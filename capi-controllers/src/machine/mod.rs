@@ -210,10 +210,7 @@ impl<'a> Scope<'a> {
             context,
             api: Api::namespaced(context.client.clone(), &namespace),
             namespace,
-            owner: machine.controller_owner_ref(&()).map(|mut r| {
-                r.block_owner_deletion = Some(true);
-                r
-            }),
+            owner: crate::ownership::as_blocking_controller(machine.as_ref()),
             written: None,
         }
     }

@@ -11,7 +11,6 @@ use std::time::Duration;
 use capi_core::api::{Cluster, Machine, MachinePool, MachinePoolPhase};
 use capi_core::condition::{self, ConditionStatus, DesiredCondition};
 use k8s_openapi::api::core::v1::Node;
-use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
 use super::machines::{is_member, selector};
@@ -73,7 +72,9 @@ pub(super) async fn delete(
         }
         if !ours.is_empty() {
             left.push(format!("{} Machines", ours.len()));
-        } else if machine_left(&scope.machines, pool, &scope.uid).await? {
+        } else if ownership::controlled_machine_left(&scope.machines, &selector(pool), &scope.uid)
+            .await?
+        {
             // The cache may not show a Machine made just before the deletion.
             left.push("Machines".to_string());
         }
@@ -156,28 +157,4 @@ fn node_deletion_timed_out(pool: &MachinePool) -> bool {
     let elapsed = jiff::Timestamp::now().duration_since(since.0);
     Duration::try_from(elapsed)
         .is_ok_and(|elapsed| elapsed > Duration::from_secs(timeout.unsigned_abs().into()))
-}
-
-/// Whether the API server (read fresh, metadata only, a page at a time) still has a Machine of
-/// `pool` controlled by `uid`.
-async fn machine_left(
-    machines: &Api<Machine>,
-    pool: &MachinePool,
-    uid: &str,
-) -> Result<bool, kube::Error> {
-    let mut params = ListParams::default().labels(&selector(pool)).limit(100);
-    loop {
-        let page = machines.list_metadata(&params).await?;
-        if page
-            .items
-            .iter()
-            .any(|m| ownership::is_controlled_by(&m.metadata, uid))
-        {
-            return Ok(true);
-        }
-        match page.metadata.continue_.filter(|token| !token.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(false),
-        }
-    }
 }

@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use capi_core::api::{ContractVersionedObjectReference, Machine, MachinePool};
 use capi_core::labels;
+use kube::ResourceExt;
 use kube::api::{DynamicObject, ListParams, PostParams};
-use kube::{Resource, ResourceExt};
 
 use super::Scope;
 use super::phases::Infrastructure;
@@ -102,7 +102,7 @@ pub(super) async fn reconcile(
         .filter(|m| ownership::controller_of(&m.metadata).is_none())
     {
         let mut owners = orphan.owner_references().to_vec();
-        owners.extend(as_controller(pool));
+        owners.extend(ownership::as_blocking_controller(pool));
         let patch = json!({"metadata": {
             "ownerReferences": owners,
             "resourceVersion": orphan.resource_version(),
@@ -146,16 +146,6 @@ pub(super) async fn reconcile(
     Ok(Members::Machines(ours))
 }
 
-/// The pool as the controller of its Machines.
-fn as_controller(
-    pool: &MachinePool,
-) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
-    pool.controller_owner_ref(&()).map(|mut owner| {
-        owner.block_owner_deletion = Some(true);
-        owner
-    })
-}
-
 /// The kind (and group) of the machines the infrastructure pool makes, from its status; the
 /// group is the pool's own.
 fn machine_kind(object: &DynamicObject) -> Option<ContractVersionedObjectReference> {
@@ -197,7 +187,8 @@ fn machine_for(
     if !template.annotations.is_empty() {
         machine.metadata.annotations = Some(template.annotations);
     }
-    machine.metadata.owner_references = as_controller(pool).map(|owner| vec![owner]);
+    machine.metadata.owner_references =
+        ownership::as_blocking_controller(pool).map(|owner| vec![owner]);
     machine.spec.cluster_name = pool.spec.cluster_name.clone();
     machine.spec.bootstrap.data_secret_name = Some(String::new());
     machine.spec.infrastructure_ref = ContractVersionedObjectReference {

@@ -4,10 +4,9 @@
 use std::ops::ControlFlow::{self, Break, Continue};
 use std::sync::Arc;
 
-use capi_core::api::{Cluster, ContractVersionedObjectReference, MachinePool};
+use capi_core::api::{Cluster, ContractVersionedObjectReference};
 use capi_core::condition::{self, ConditionStatus, DesiredCondition};
 use capi_core::labels;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::DynamicObject;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -108,15 +107,6 @@ pub(super) async fn default_replicas(
     }
 }
 
-/// The reference that makes the pool the controller of its bootstrap config and infrastructure
-/// pool.
-fn pool_as_controller(pool: &MachinePool) -> Option<OwnerReference> {
-    pool.controller_owner_ref(&()).map(|mut owner| {
-        owner.block_owner_deletion = Some(true);
-        owner
-    })
-}
-
 /// A referenced object, owned by the pool and labelled with its cluster, or the step that says
 /// why there is none.
 async fn owned_reference(
@@ -142,7 +132,7 @@ async fn owned_reference(
             format!("waiting for {} {:?}", reference.kind, reference.name),
         )));
     };
-    if let Some(owner) = pool_as_controller(scope.pool) {
+    if let Some(owner) = ownership::as_blocking_controller(scope.pool) {
         ownership::ensure_owner(
             &deps.references,
             reference,

@@ -8,8 +8,7 @@ use capi_core::api::{Cluster, Machine, MachineSet, MachineSetStatus};
 use capi_core::condition::{self, ConditionStatus, DesiredCondition};
 use capi_core::labels;
 use futures::{StreamExt, stream};
-use kube::api::ListParams;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::creation::{complete_machine, create_machine};
@@ -45,7 +44,8 @@ pub(super) async fn reconcile_delete(scope: &Scope<'_>) -> Result<Next, Reconcil
     if owned.is_empty() {
         // The cache may not show yet a machine created just before the deletion: the finalizer
         // goes only once the API server, read fresh (metadata only), has none either.
-        if owned_machine_left(&scope.machines, &set.name_any(), &scope.uid).await? {
+        let selector = format!("{}={}", labels::MACHINE_SET_NAME, set.name_any());
+        if ownership::controlled_machine_left(&scope.machines, &selector, &scope.uid).await? {
             return Ok(Next::Requeue(deps.settings.poll));
         }
         deps.expectations.forget(&scope.uid);
@@ -65,31 +65,6 @@ pub(super) async fn reconcile_delete(scope: &Scope<'_>) -> Result<Next, Reconcil
         write::delete(&scope.machines, &machine.name_any()).await?;
     }
     Ok(Next::Requeue(deps.settings.poll))
-}
-
-/// Whether the API server (read fresh, metadata only, a page at a time) still has a machine of
-/// set `name` controlled by `uid`.
-async fn owned_machine_left(
-    machines: &Api<Machine>,
-    name: &str,
-    uid: &str,
-) -> Result<bool, kube::Error> {
-    let selector = format!("{}={name}", labels::MACHINE_SET_NAME);
-    let mut params = ListParams::default().labels(&selector).limit(100);
-    loop {
-        let page = machines.list_metadata(&params).await?;
-        if page
-            .items
-            .iter()
-            .any(|m| ownership::is_controlled_by(&m.metadata, uid))
-        {
-            return Ok(true);
-        }
-        match page.metadata.continue_.filter(|token| !token.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(false),
-        }
-    }
 }
 
 /// The finalizer, before anything else: a set that creates machines is never deleted without

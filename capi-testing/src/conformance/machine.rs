@@ -442,19 +442,13 @@ where
         cluster_name: &str,
         provider_id: Option<&str>,
     ) -> Option<M> {
-        let built = serde_json::to_value(&self.infra_machine).and_then(|mut value| {
-            let metadata = field(&mut value, "metadata");
-            metadata.insert("name".into(), json!(name));
-            metadata.insert("namespace".into(), json!(namespace));
-            object(metadata.entry("labels").or_insert_with(|| json!({})))
-                .insert(labels::CLUSTER_NAME.into(), json!(cluster_name));
-            let spec = field(&mut value, "spec");
-            match provider_id {
-                Some(id) => spec.insert("providerID".into(), json!(id)),
-                None => spec.remove("providerID"),
-            };
-            serde_json::from_value(value)
-        });
+        let built = made_from(
+            &self.infra_machine,
+            name,
+            namespace,
+            cluster_name,
+            provider_id,
+        );
         match built {
             Ok(infra) => Some(infra),
             Err(error) => {
@@ -468,8 +462,31 @@ where
     }
 }
 
+/// A copy of the provider's object `template` (a machine or a pool) named `name` in `namespace`,
+/// labelled with `cluster_name`, with `spec.providerID` set to `provider_id` (or removed).
+pub(super) fn made_from<T: Serialize + DeserializeOwned>(
+    template: &T,
+    name: &str,
+    namespace: &str,
+    cluster_name: &str,
+    provider_id: Option<&str>,
+) -> Result<T, serde_json::Error> {
+    let mut value = serde_json::to_value(template)?;
+    let metadata = field(&mut value, "metadata");
+    metadata.insert("name".into(), json!(name));
+    metadata.insert("namespace".into(), json!(namespace));
+    object(metadata.entry("labels").or_insert_with(|| json!({})))
+        .insert(labels::CLUSTER_NAME.into(), json!(cluster_name));
+    let spec = field(&mut value, "spec");
+    match provider_id {
+        Some(id) => spec.insert("providerID".into(), json!(id)),
+        None => spec.remove("providerID"),
+    };
+    serde_json::from_value(value)
+}
+
 /// `value` as an object, replaced by an empty one if it is not an object.
-pub(super) fn object(value: &mut Value) -> &mut serde_json::Map<String, Value> {
+fn object(value: &mut Value) -> &mut serde_json::Map<String, Value> {
     if !value.is_object() {
         *value = Value::Object(serde_json::Map::new());
     }
@@ -480,7 +497,7 @@ pub(super) fn object(value: &mut Value) -> &mut serde_json::Map<String, Value> {
 }
 
 /// The object under `key` of `value`, created empty when missing or not an object.
-pub(super) fn field<'a>(value: &'a mut Value, key: &str) -> &'a mut serde_json::Map<String, Value> {
+fn field<'a>(value: &'a mut Value, key: &str) -> &'a mut serde_json::Map<String, Value> {
     object(object(value).entry(key).or_insert_with(|| json!({})))
 }
 

@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use super::drive::{interrupted, settle};
-use super::machine::{field, object, unique_uid};
+use super::machine::{made_from, unique_uid};
 use super::{
     CONVERGES, CloudInventory, DELETE_IS_IDEMPOTENT, NOTHING_LEAKED, POOL_CREATE_IS_FOUND,
     POOL_CREATE_IS_IDEMPOTENT, POOL_CREATE_SURVIVES_CRASHES, POOL_DELETE_RETURNS_ONLY_WHEN_GONE,
@@ -545,19 +545,7 @@ where
         cluster_name: &str,
         provider_id: Option<&str>,
     ) -> Option<P> {
-        let built = serde_json::to_value(&self.infra_pool).and_then(|mut value| {
-            let metadata = field(&mut value, "metadata");
-            metadata.insert("name".into(), json!(name));
-            metadata.insert("namespace".into(), json!(namespace));
-            object(metadata.entry("labels").or_insert_with(|| json!({})))
-                .insert(labels::CLUSTER_NAME.into(), json!(cluster_name));
-            let spec = field(&mut value, "spec");
-            match provider_id {
-                Some(id) => spec.insert("providerID".into(), json!(id)),
-                None => spec.remove("providerID"),
-            };
-            serde_json::from_value(value)
-        });
+        let built = made_from(&self.infra_pool, name, namespace, cluster_name, provider_id);
         match built {
             Ok(infra) => Some(infra),
             Err(error) => {
