@@ -54,6 +54,11 @@ pub const BUILT_IN: &[BuiltIn] = &[
     },
     BuiltIn {
         provider: "aws",
+        flavor: Some("machinepool"),
+        text: include_str!("../templates/aws/cluster-template-machinepool.yaml"),
+    },
+    BuiltIn {
+        provider: "aws",
         flavor: Some("static-credentials"),
         text: include_str!("../templates/aws/cluster-template-static-credentials.yaml"),
     },

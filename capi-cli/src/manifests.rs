@@ -86,6 +86,7 @@ fn parts(provider: &str) -> Option<Parts> {
         "openstack" => (provider_openstack::api::crds(), rules, Vec::new()),
         "aws" => {
             let mut rules = rules;
+            rules.extend(provider_aws::api::pool_rbac());
             rules.extend(provider_aws::connector::rbac());
             (
                 provider_aws::api::crds(),

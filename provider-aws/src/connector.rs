@@ -574,6 +574,7 @@ impl Connector for SecretConnector {
             aws_sdk_ec2::config::Builder::from(&shared).build(),
             aws_sdk_elasticloadbalancingv2::config::Builder::from(&shared).build(),
             aws_sdk_secretsmanager::config::Builder::from(&shared).build(),
+            aws_sdk_autoscaling::config::Builder::from(&shared).build(),
             self.budgets.region(region),
             principal.redaction(),
         );

@@ -14,6 +14,8 @@
 //! - [`cluster`]: the [`ClusterActuator`](capi_core::ClusterActuator) (VPC → subnets → gateways →
 //!   route tables → security groups → network load balancer, and back);
 //! - [`machine`]: the [`Actuator`](capi_core::Actuator) — exactly one instance per Machine;
+//! - [`pool`]: the [`PoolActuator`](capi_core::PoolActuator) — one Auto Scaling group per
+//!   MachinePool, whose instances leave only when the pool loop names them;
 //! - [`template`]: machine template capacity from the instance type.
 //!
 //! The actuators read nothing from the API server but an `identityRef` Secret: every call finds
@@ -48,5 +50,6 @@ pub mod connector;
 pub mod credentials;
 pub mod machine;
 pub mod naming;
+pub mod pool;
 pub mod template;
 pub mod throttle;

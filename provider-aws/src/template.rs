@@ -100,6 +100,7 @@ mod tests {
             network: Arc::new(MockNetwork::new()),
             load_balancing: Arc::new(MockLoadBalancing::new()),
             secrets: Arc::new(crate::cloud::MockSecrets::new()),
+            scaling: Arc::new(crate::cloud::MockScaling::new()),
             redaction: Default::default(),
         };
         let mut connector = MockConnector::new();

@@ -7,6 +7,8 @@
 
 mod common;
 
+use std::collections::BTreeSet;
+
 use aws_sdk_ec2::types::Filter;
 use aws_sdk_elasticloadbalancingv2::types::LoadBalancerTypeEnum;
 use common::Moto;
@@ -121,4 +123,155 @@ async fn moto_makes_a_second_load_balancer_of_a_taken_name_and_calls_an_nlb_app(
         .filter(|lb| lb.load_balancer_name() == Some("demo-apiserver"))
         .count();
     assert_eq!(named, 2);
+}
+
+/// A group and a launch template in `moto`'s account, the template tagging its instances
+/// `rev=<revision>`.
+async fn template(moto: &Moto, name: &str, revision: &str) -> String {
+    use aws_sdk_ec2::types::{
+        LaunchTemplateTagSpecificationRequest, RequestLaunchTemplateData, ResourceType, Tag,
+    };
+    let image = moto.any_image().await;
+    moto.ec2
+        .create_launch_template()
+        .launch_template_name(name)
+        .launch_template_data(
+            RequestLaunchTemplateData::builder()
+                .image_id(image)
+                .instance_type(aws_sdk_ec2::types::InstanceType::T3Micro)
+                .tag_specifications(
+                    LaunchTemplateTagSpecificationRequest::builder()
+                        .resource_type(ResourceType::Instance)
+                        .tags(Tag::builder().key("rev").value(revision).build())
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap()
+        .launch_template()
+        .and_then(|t| t.launch_template_id())
+        .unwrap()
+        .to_string()
+}
+
+async fn create_group(moto: &Moto, template: &str, subnet: &str, desired: i32) {
+    moto.autoscaling
+        .create_auto_scaling_group()
+        .auto_scaling_group_name("g")
+        .launch_template(
+            aws_sdk_autoscaling::types::LaunchTemplateSpecification::builder()
+                .launch_template_id(template)
+                .version("$Default")
+                .build(),
+        )
+        .min_size(0)
+        .max_size(10)
+        .desired_capacity(desired)
+        .vpc_zone_identifier(subnet)
+        .send()
+        .await
+        .unwrap();
+}
+
+async fn members(moto: &Moto) -> Vec<aws_sdk_autoscaling::types::Instance> {
+    let groups = moto
+        .autoscaling
+        .describe_auto_scaling_groups()
+        .auto_scaling_group_names("g")
+        .send()
+        .await
+        .unwrap();
+    groups.auto_scaling_groups()[0].instances().to_vec()
+}
+
+/// AWS refuses a second group of a name (`AlreadyExists`); moto replaces the first with it. The
+/// pool actuator looks a group up by name before it creates one, which keeps a pool single on
+/// both.
+#[tokio::test]
+async fn moto_replaces_a_group_created_twice_under_one_name() {
+    let moto = Moto::new();
+    let (_, subnets) = moto.network().await;
+    let first = template(&moto, "lt-first", "r1").await;
+    create_group(&moto, &first, &subnets[0], 2).await;
+    let before: Vec<String> = members(&moto)
+        .await
+        .iter()
+        .filter_map(|i| i.instance_id().map(str::to_string))
+        .collect();
+    create_group(&moto, &first, &subnets[0], 1).await;
+    let after: Vec<String> = members(&moto)
+        .await
+        .iter()
+        .filter_map(|i| i.instance_id().map(str::to_string))
+        .collect();
+    assert_eq!(
+        after.len(),
+        1,
+        "moto now refuses a second group of one name"
+    );
+    assert!(after.iter().all(|id| !before.contains(id)));
+}
+
+/// AWS reports, per instance of a group, the template it was launched from; moto reports the
+/// group's current template for every instance. The template's own instance tags are right
+/// (EC2 keeps them), which is what the pool actuator reads an instance's revision from.
+#[tokio::test]
+async fn moto_reports_the_groups_current_template_for_every_member() {
+    let moto = Moto::new();
+    let (_, subnets) = moto.network().await;
+    let first = template(&moto, "lt-r1", "r1").await;
+    let second = template(&moto, "lt-r2", "r2").await;
+    create_group(&moto, &first, &subnets[0], 1).await;
+    moto.autoscaling
+        .update_auto_scaling_group()
+        .auto_scaling_group_name("g")
+        .launch_template(
+            aws_sdk_autoscaling::types::LaunchTemplateSpecification::builder()
+                .launch_template_id(&second)
+                .version("$Default")
+                .build(),
+        )
+        .desired_capacity(2)
+        .send()
+        .await
+        .unwrap();
+    let members = members(&moto).await;
+    let reported: BTreeSet<String> = members
+        .iter()
+        .filter_map(|i| {
+            i.launch_template()?
+                .launch_template_id()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(
+        reported,
+        BTreeSet::from([second.clone()]),
+        "moto now reports each member's own template"
+    );
+    let ids: Vec<String> = members
+        .iter()
+        .filter_map(|i| i.instance_id().map(str::to_string))
+        .collect();
+    let described = moto
+        .ec2
+        .describe_instances()
+        .set_instance_ids(Some(ids))
+        .send()
+        .await
+        .unwrap();
+    let revisions: BTreeSet<String> = described
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .flat_map(|i| i.tags())
+        .filter(|t| t.key() == Some("rev"))
+        .filter_map(|t| t.value().map(str::to_string))
+        .collect();
+    assert_eq!(
+        revisions,
+        BTreeSet::from(["r1".to_string(), "r2".to_string()])
+    );
 }

@@ -1,5 +1,5 @@
 //! Bad input the AWS schemas can judge: every constraint of `AWSCluster`, `AWSClusterTemplate`,
-//! `AWSMachine`, `AWSMachineTemplate` and the three identity kinds gets proptest-generated edits that break it, sent to a
+//! `AWSMachine`, `AWSMachineTemplate`, `AWSMachinePool` and the three identity kinds gets proptest-generated edits that break it, sent to a
 //! real API server, which must refuse each naming the field
 //! (`capi_testing::schema_violations`). The base objects set every field, so that every
 //! constraint has something to break.
@@ -78,6 +78,40 @@ fn base(kind: &str) -> Value {
         "AWSMachine" => machine_spec(),
         "AWSMachineTemplate" => {
             json!({"template": {"metadata": {"labels": {"a": "b"}}, "spec": machine_spec()}})
+        }
+        "AWSMachinePool" => {
+            let machine = machine_spec();
+            let mut template = json!({});
+            for field in [
+                "ami",
+                "imageLookupFormat",
+                "imageLookupOrg",
+                "imageLookupBaseOS",
+                "instanceType",
+                "iamInstanceProfile",
+                "sshKeyName",
+                "rootVolume",
+                "additionalSecurityGroups",
+                "spotMarketOptions",
+                "instanceMetadataOptions",
+            ] {
+                if !machine[field].is_null() {
+                    template[field] = machine[field].clone();
+                }
+            }
+            json!({
+                "providerID": "arn:aws:autoscaling:eu-west-1:111122223333:autoScalingGroup:0:autoScalingGroupName/capi-1",
+                "providerIDList": ["aws:///eu-west-1a/i-0123456789abcdef0"],
+                "minSize": 1,
+                "maxSize": 5,
+                "availabilityZones": ["eu-west-1a"],
+                "availabilityZoneSubnetType": "private",
+                "subnets": [{"id": "subnet-0123456789abcdef0"}],
+                "additionalTags": {"team": "a"},
+                "awsLaunchTemplate": template,
+                "capacityRebalance": true,
+                "cloudInit": machine["cloudInit"].clone(),
+            })
         }
         "AWSClusterControllerIdentity" => {
             let spec = json!({"allowedNamespaces": {"list": ["team-a"],

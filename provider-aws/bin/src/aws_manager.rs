@@ -1,7 +1,8 @@
 //! `aws-manager`: the AWS provider's controllers in a `Manager`, talking to the cluster of the
 //! current kubeconfig (in a pod: its ServiceAccount).
 //!
-//! It reconciles `AWSCluster`s, `AWSMachine`s and `AWSMachineTemplate`s in each cluster's region,
+//! It reconciles `AWSCluster`s, `AWSMachine`s, `AWSMachineTemplate`s and `AWSMachinePool`s in each
+//! cluster's region,
 //! with the credentials of the identity its `identityRef` names, if that identity admits the
 //! cluster's namespace ([`provider_aws::api::identity`]; without `identityRef`, the controller
 //! identity `default`: the manager's own credentials, the AWS SDK's default chain). All calls to a region share
@@ -18,10 +19,11 @@ use capi_actuator::InfrastructureControllers;
 use capi_provider::support::rbac;
 use capi_provider::{ManagerArgs, ProviderManager};
 use clap::Parser;
-use provider_aws::api::{AWSCluster, AWSMachine, AWSMachineTemplate};
+use provider_aws::api::{AWSCluster, AWSMachine, AWSMachinePool, AWSMachineTemplate};
 use provider_aws::cluster::AwsClusterActuator;
 use provider_aws::connector::SecretConnector;
 use provider_aws::machine::AwsMachineActuator;
+use provider_aws::pool::AwsPoolActuator;
 use provider_aws::throttle::{Budgets, DEFAULT_BURST, DEFAULT_RATE};
 
 /// The AWS provider's manager.
@@ -55,6 +57,7 @@ async fn main() -> Result<()> {
         "awsclusters",
         "awsmachinetemplates",
     );
+    rules.extend(provider_aws::api::pool_rbac());
     rules.extend(provider_aws::connector::rbac());
     let budgets = Budgets::new(args.aws_api_rate, args.aws_api_burst);
     let endpoint = args.aws_endpoint_url;
@@ -75,6 +78,8 @@ async fn main() -> Result<()> {
             manager.add_cluster_reconciler::<AWSCluster>(Arc::new(AwsClusterActuator::new(
                 connector.clone(),
             )));
+            let pools = Arc::new(AwsPoolActuator::new(connector.clone()));
+            manager.add_machine_pool_reconciler::<AWSMachinePool, AWSCluster, _>(pools);
             let machines = Arc::new(AwsMachineActuator::new(connector));
             manager.add_machine_reconciler::<AWSMachine, AWSCluster, _>(machines.clone());
             manager.add_machine_template_reconciler::<AWSMachineTemplate, AWSCluster>(machines);

@@ -1,5 +1,5 @@
 //! The AWS provider's kinds — `AWSCluster`, `AWSClusterTemplate`, `AWSMachine`,
-//! `AWSMachineTemplate` — in group `infrastructure.capi-rs.dev` (upstream CAPA's kinds live in
+//! `AWSMachineTemplate`, `AWSMachinePool` — in group `infrastructure.capi-rs.dev` (upstream CAPA's kinds live in
 //! `infrastructure.cluster.x-k8s.io`, so both can be installed side by side). Field names and
 //! shapes follow CAPA's `v1beta2` API where they overlap, so a CAPA manifest reads the same; what
 //! is supported is listed here, and nothing else is accepted (the schema is closed: a CAPA field
@@ -27,6 +27,7 @@
 mod cluster;
 pub mod identity;
 mod machine;
+mod machine_pool;
 mod network;
 mod tags;
 
@@ -36,6 +37,7 @@ pub use self::identity::{
     AWSClusterRoleIdentitySpec, AWSClusterStaticIdentity, AWSClusterStaticIdentitySpec,
 };
 pub use self::machine::*;
+pub use self::machine_pool::*;
 pub use self::network::*;
 pub use self::tags::{MAX_USER_TAGS, RESERVED_TAG_PREFIXES, Tags};
 
@@ -57,6 +59,7 @@ pub fn crds()
         AWSClusterTemplate::crd(),
         AWSMachine::crd(),
         AWSMachineTemplate::crd(),
+        AWSMachinePool::crd(),
     ];
     let identities = [
         identity::controller_identity_crd(),
@@ -68,6 +71,12 @@ pub fn crds()
         .chain(identities.into_iter().map(moved_with_what_it_owns))
         .map(|crd| with_contract_version(crd, VERSION))
         .collect()
+}
+
+/// The rules of the pool reconciler for `AWSMachinePool` (whose machines are `AWSMachine`s),
+/// beside [`capi_actuator::rbac::provider`]'s for the other kinds.
+pub fn pool_rbac() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
+    capi_actuator::rbac::infra_machine_pool(GROUP, "awsmachinepools", "awsmachines")
 }
 
 #[cfg(test)]

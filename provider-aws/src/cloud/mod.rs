@@ -1,5 +1,5 @@
 //! The provider's view of AWS: narrow traits per service ([`Compute`], [`Network`],
-//! [`LoadBalancing`], [`Secrets`]; `mockall` mocks with feature `mock`), their adapters on the official SDK
+//! [`LoadBalancing`], [`Secrets`], [`Scaling`]; `mockall` mocks with feature `mock`), their adapters on the official SDK
 //! ([`sdk`], feature `sdk`), and what an AWS error answer means ([`error`]).
 //!
 //! The traits hold what the actuators need and nothing else, in the provider's own types, so
@@ -11,6 +11,7 @@ pub mod compute;
 pub mod error;
 pub mod load_balancing;
 pub mod network;
+pub mod scaling;
 #[cfg(feature = "sdk")]
 pub mod sdk;
 pub mod secrets;
@@ -35,6 +36,12 @@ pub use network::{
     Route, RouteTable, RouteTarget, SecurityGroup, Subnet, Vpc,
 };
 #[cfg(any(test, feature = "mock"))]
+pub use scaling::MockScaling;
+pub use scaling::{
+    CreateGroup, CreateLaunchTemplate, Group, GroupInstance, GroupSize, GroupUpdate,
+    LaunchTemplate, Scaling,
+};
+#[cfg(any(test, feature = "mock"))]
 pub use secrets::MockSecrets;
 pub use secrets::Secrets;
 
@@ -48,6 +55,7 @@ pub const SDK_LOG_TARGETS: &[&str] = &[
     "aws_smithy_runtime_api",
     "aws_smithy_http_client",
     "aws_smithy_http",
+    "aws_sdk_autoscaling",
     "aws_sdk_ec2",
     "aws_sdk_elasticloadbalancingv2",
     "aws_sdk_secretsmanager",
@@ -70,6 +78,8 @@ pub struct Clients {
     pub load_balancing: Arc<dyn LoadBalancing>,
     /// Secrets Manager (bootstrap data).
     pub secrets: Arc<dyn Secrets>,
+    /// Auto Scaling groups and launch templates (machine pools).
+    pub scaling: Arc<dyn Scaling>,
     /// The credentials' secret values, blanked from every cloud message shown to a user.
     pub redaction: Redaction,
 }
@@ -84,17 +94,25 @@ impl Clients {
 
 #[cfg(feature = "sdk")]
 impl Clients {
-    /// Clients on the SDK for one region's EC2, ELBv2 and Secrets Manager configurations, under
-    /// `budget`.
+    /// Clients on the SDK for one region's EC2, ELBv2, Secrets Manager and Auto Scaling
+    /// configurations, under `budget`.
     pub fn from_sdk(
         ec2: aws_sdk_ec2::Config,
         elb: aws_sdk_elasticloadbalancingv2::Config,
         secrets: aws_sdk_secretsmanager::Config,
+        autoscaling: aws_sdk_autoscaling::Config,
         budget: crate::throttle::RegionBudget,
         redaction: Redaction,
     ) -> Self {
-        let ec2 = sdk::Ec2::new(aws_sdk_ec2::Client::from_conf(ec2), budget.clone());
+        let ec2_client = aws_sdk_ec2::Client::from_conf(ec2);
+        let scaling = sdk::AutoScaling::new(
+            aws_sdk_autoscaling::Client::from_conf(autoscaling),
+            ec2_client.clone(),
+            budget.clone(),
+        );
+        let ec2 = sdk::Ec2::new(ec2_client, budget.clone());
         Self {
+            scaling: Arc::new(scaling),
             compute: Arc::new(ec2.clone()),
             network: Arc::new(ec2),
             load_balancing: Arc::new(sdk::Elb::new(

@@ -32,6 +32,7 @@ fn ctx(network: MockNetwork, load_balancing: MockLoadBalancing, spec: serde_json
             network: Arc::new(network),
             load_balancing: Arc::new(load_balancing),
             secrets: Arc::new(crate::cloud::MockSecrets::new()),
+            scaling: Arc::new(crate::cloud::MockScaling::new()),
             redaction: Redaction::default(),
         },
         cluster: Arc::new(aws_cluster(spec)),

@@ -63,7 +63,7 @@ pub fn names(key: &str, nonce: &str, count: usize) -> Vec<String> {
 }
 
 /// 128 random bits in hex, from the system's secure generator.
-fn nonce() -> Result<String, ActuatorError> {
+pub(crate) fn nonce() -> Result<String, ActuatorError> {
     let mut bytes = [0u8; 16];
     ring::rand::SystemRandom::new()
         .fill(&mut bytes)
@@ -87,6 +87,22 @@ pub fn chunks(data: &[u8]) -> Vec<Vec<u8>> {
 /// anything is deleted, and a failed delete does not stop the boot (the manager deletes the
 /// secrets once the node registers). At a later boot the script does nothing.
 pub fn user_data(names: &[String], region: &str) -> String {
+    script(names, region, true)
+}
+
+/// The user data of a pool's launch template: as [`user_data`], but the secrets are left in
+/// place, for every instance launched from the template (the pool actuator deletes them with
+/// the template, once no instance of the pool was launched from it).
+pub fn pool_user_data(names: &[String], region: &str) -> String {
+    script(names, region, false)
+}
+
+fn script(names: &[String], region: &str, forget_after: bool) -> String {
+    let forget = if forget_after {
+        "for secret in $SECRETS; do try forget \"$secret\" || true; done\n"
+    } else {
+        ""
+    };
     let boundary = "==capi-rs-bootstrap-boundary==";
     let script = format!(
         r#"#cloud-boothook
@@ -123,8 +139,7 @@ done
 for n in $(seq 0 $((count - 1))); do cat "{TARGET}.part.$n"; done > {TARGET}.gz
 rm -f {TARGET}.part.*
 gunzip {TARGET}.gz
-for secret in $SECRETS; do try forget "$secret" || true; done
-systemctl restart cloud-init
+{forget}systemctl restart cloud-init
 "#,
         names = names.join(" "),
     );
@@ -248,6 +263,25 @@ mod tests {
         assert!(document.contains("REGION='eu-west-1'"));
         assert!(document.contains("file:///etc/capi-rs-bootstrap-data"));
         assert!(document.len() < 4096, "{}", document.len());
+    }
+
+    #[test]
+    fn a_pools_user_data_leaves_the_secrets_for_the_next_instance() {
+        let names = names("capi-1234", "00ff", 1);
+        let decode = |encoded: String| {
+            String::from_utf8(
+                base64::engine::general_purpose::STANDARD
+                    .decode(encoded)
+                    .unwrap(),
+            )
+            .unwrap()
+        };
+        let machine = decode(user_data(&names, "eu-west-1"));
+        let pool = decode(pool_user_data(&names, "eu-west-1"));
+        assert!(machine.contains("try forget \"$secret\""));
+        assert!(!pool.contains("try forget"), "{pool}");
+        assert!(pool.contains("SECRETS='aws.cluster.x-k8s.io/capi-1234-00ff-0'"));
+        assert!(pool.contains("systemctl restart cloud-init"));
     }
 
     #[test]

@@ -45,24 +45,7 @@ pub(super) async fn plan(
             })?)
         };
     let image = image(ctx).await?;
-    let root_volume = match &spec.root_volume {
-        None => None,
-        Some(volume) => {
-            let device = match (&volume.device_name, &image.root_device_name) {
-                (Some(device), _) | (None, Some(device)) => device.clone(),
-                (None, None) => {
-                    return Err(ActuatorError::invalid_configuration(
-                        "RootDeviceUnknown",
-                        format!(
-                            "AMI {} names no root device; set spec.rootVolume.deviceName",
-                            image.id
-                        ),
-                    ));
-                }
-            };
-            Some((device, volume.clone()))
-        }
-    };
+    let root_volume = root_volume(ctx, &image)?;
     let subnet_id = subnet(ctx).await?;
     let security_group_ids = security_groups(ctx).await?;
     let mut tags = tags(ctx);
@@ -97,8 +80,32 @@ pub(super) async fn plan(
     })
 }
 
+/// The root volume and the device it goes on: the volume's own device, else the AMI's root
+/// device.
+pub(crate) fn root_volume(
+    ctx: &Ctx,
+    image: &Image,
+) -> Result<Option<(String, crate::api::Volume)>, ActuatorError> {
+    let Some(volume) = &ctx.infra.spec.root_volume else {
+        return Ok(None);
+    };
+    let device = match (&volume.device_name, &image.root_device_name) {
+        (Some(device), _) | (None, Some(device)) => device.clone(),
+        (None, None) => {
+            return Err(ActuatorError::invalid_configuration(
+                "RootDeviceUnknown",
+                format!(
+                    "AMI {} names no root device; set the root volume's deviceName",
+                    image.id
+                ),
+            ));
+        }
+    };
+    Ok(Some((device, volume.clone())))
+}
+
 /// The SSH key pair: the machine's, else the cluster's.
-pub(super) fn key_name(ctx: &Ctx) -> Option<String> {
+pub(crate) fn key_name(ctx: &Ctx) -> Option<String> {
     ctx.infra
         .spec
         .ssh_key_name
@@ -107,7 +114,7 @@ pub(super) fn key_name(ctx: &Ctx) -> Option<String> {
 }
 
 /// The user's tags: the cluster's `additionalTags`, then the machine's.
-pub(super) fn additional_tags(ctx: &Ctx) -> Tags {
+pub(crate) fn additional_tags(ctx: &Ctx) -> Tags {
     let mut tags = ctx.cluster.spec.additional_tags.clone();
     tags.extend(ctx.infra.spec.additional_tags.clone());
     tags
@@ -151,7 +158,7 @@ fn secret_tags(ctx: &Ctx) -> Tags {
 /// The AMI: `spec.ami.id` (described only when its root device is needed), else the newest AMI
 /// of the lookup's owner whose name matches the lookup format for the Machine's version and the
 /// instance type's architecture.
-async fn image(ctx: &Ctx) -> Result<Image, ActuatorError> {
+pub(crate) async fn image(ctx: &Ctx) -> Result<Image, ActuatorError> {
     let spec = &ctx.infra.spec;
     if let Some(id) = spec.ami.as_ref().and_then(|a| a.id.clone()) {
         let needs_device = spec
@@ -340,7 +347,7 @@ fn no_subnet(subnets: &[SubnetStatus], public: bool, zone: Option<&str>) -> Actu
 }
 
 /// The security groups: the cluster's for the machine's role, then `additionalSecurityGroups`.
-pub(super) async fn security_groups(ctx: &Ctx) -> Result<Vec<String>, ActuatorError> {
+pub(crate) async fn security_groups(ctx: &Ctx) -> Result<Vec<String>, ActuatorError> {
     let role = if ctx.control_plane {
         SecurityGroupRole::ControlPlane
     } else {
@@ -384,13 +391,13 @@ pub(super) async fn security_groups(ctx: &Ctx) -> Result<Vec<String>, ActuatorEr
 }
 
 #[derive(Clone, Copy)]
-enum Kind {
+pub(crate) enum Kind {
     Subnet,
     SecurityGroup,
 }
 
 /// The IDs a reference matches (an ID is checked to exist).
-async fn resolve(
+pub(crate) async fn resolve(
     ctx: &Ctx,
     reference: &AwsResourceReference,
     id_filter: &str,
@@ -424,7 +431,7 @@ async fn resolve(
     Ok(ids)
 }
 
-fn describe(reference: &AwsResourceReference) -> String {
+pub(crate) fn describe(reference: &AwsResourceReference) -> String {
     match (&reference.id, &reference.filters) {
         (Some(id), _) => format!("id {id}"),
         (None, Some(filters)) => {

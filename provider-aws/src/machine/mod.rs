@@ -28,7 +28,7 @@
 //! and what is left once a deleted machine's instance is.
 
 pub mod bootstrap_secrets;
-mod launch;
+pub(crate) mod launch;
 pub mod user_data;
 pub mod visibility;
 

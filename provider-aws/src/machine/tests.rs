@@ -96,6 +96,7 @@ fn clients(
         network: Arc::new(network),
         load_balancing: Arc::new(load_balancing),
         secrets: Arc::new(stored_secrets()),
+        scaling: Arc::new(crate::cloud::MockScaling::new()),
         redaction: Redaction::default().secret("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
     }
 }
@@ -448,6 +449,7 @@ async fn a_lost_launch_answer_and_a_restart_end_with_exactly_one_instance() {
         network: Arc::new(MockNetwork::new()),
         load_balancing: Arc::new(MockLoadBalancing::new()),
         secrets: Arc::new(stored_secrets()),
+        scaling: Arc::new(crate::cloud::MockScaling::new()),
         redaction: Redaction::default(),
     };
     let before = actuator_with(shared.clone());

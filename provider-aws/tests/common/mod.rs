@@ -63,10 +63,12 @@ pub struct Moto {
     pub ec2: aws_sdk_ec2::Client,
     pub elb: aws_sdk_elasticloadbalancingv2::Client,
     pub secrets: aws_sdk_secretsmanager::Client,
-    /// The configurations of all three, for the provider's own clients.
+    pub autoscaling: aws_sdk_autoscaling::Client,
+    /// The configurations of all four, for the provider's own clients.
     pub ec2_config: aws_sdk_ec2::Config,
     pub elb_config: aws_sdk_elasticloadbalancingv2::Config,
     pub secrets_config: aws_sdk_secretsmanager::Config,
+    pub autoscaling_config: aws_sdk_autoscaling::Config,
 }
 
 impl Moto {
@@ -109,8 +111,20 @@ impl Moto {
             .retry_config(aws_sdk_secretsmanager::config::retry::RetryConfig::disabled())
             .interceptor(Account(account.to_string()))
             .build();
+        let autoscaling = aws_sdk_autoscaling::Config::builder()
+            .behavior_version(aws_sdk_autoscaling::config::BehaviorVersion::latest())
+            .region(aws_sdk_autoscaling::config::Region::new(REGION))
+            .endpoint_url(endpoint)
+            .credentials_provider(aws_sdk_autoscaling::config::Credentials::new(
+                "moto", "moto", None, None, "moto",
+            ))
+            .retry_config(aws_sdk_autoscaling::config::retry::RetryConfig::disabled())
+            .interceptor(Account(account.to_string()))
+            .build();
         Self {
             account: account.to_string(),
+            autoscaling: aws_sdk_autoscaling::Client::from_conf(autoscaling.clone()),
+            autoscaling_config: autoscaling,
             secrets: aws_sdk_secretsmanager::Client::from_conf(secrets.clone()),
             secrets_config: secrets,
             ec2: aws_sdk_ec2::Client::from_conf(ec2.clone()),
@@ -175,6 +189,7 @@ pub fn provider_clients(moto: &Moto) -> provider_aws::cloud::Clients {
         moto.ec2_config.clone(),
         moto.elb_config.clone(),
         moto.secrets_config.clone(),
+        moto.autoscaling_config.clone(),
         provider_aws::throttle::RegionBudget::new(50.0, 100),
         capi_provider::support::redact::Redaction::default(),
     )

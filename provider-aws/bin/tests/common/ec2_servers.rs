@@ -3,7 +3,8 @@
 //! user data EC2 keeps for it (`DescribeInstanceAttribute userData`, what cloud-init reads from
 //! the instance metadata service; gunzipped when the provider compressed it). User data that is
 //! the provider's Secrets Manager script is run as the instance would: the secrets it names are
-//! fetched, deleted, joined and gunzipped. An instance's node
+//! fetched, joined and gunzipped, and deleted when the script deletes them (a machine's does, a
+//! pool's leaves them for the next instance). An instance's node
 //! is named by its private DNS name, as kubeadm names it with the templates'
 //! `{{ ds.meta_data.local_hostname }}`.
 
@@ -94,8 +95,8 @@ impl CloudServers for Ec2Servers {
 
 impl Ec2Servers {
     /// What the provider's boot script (`SECRETS='…'` in a `text/cloud-boothook` part) hands
-    /// cloud-init: the secrets' values joined and gunzipped, each secret deleted once read;
-    /// `None` for other user data.
+    /// cloud-init: the secrets' values joined and gunzipped, each secret deleted once read if the
+    /// script deletes it; `None` for other user data.
     async fn fetched(&self, script: &str) -> Result<Option<String>, String> {
         if !script.contains("text/cloud-boothook") {
             return Ok(None);
@@ -119,7 +120,8 @@ impl Ec2Servers {
                 .ok_or("a secret without SecretBinary")?;
             compressed.extend_from_slice(bytes.as_ref());
         }
-        for name in names.split(' ') {
+        let forgets = script.contains("try forget");
+        for name in names.split(' ').filter(|_| forgets) {
             self.secrets
                 .delete_secret()
                 .secret_id(name)

@@ -1,5 +1,5 @@
-//! The cloud traits on the official AWS SDK (`aws-sdk-ec2`, `aws-sdk-elasticloadbalancingv2`,
-//! `aws-sdk-secretsmanager`).
+//! The cloud traits on the official AWS SDK (`aws-sdk-ec2`, `aws-sdk-autoscaling`,
+//! `aws-sdk-elasticloadbalancingv2`, `aws-sdk-secretsmanager`).
 //!
 //! Every call first takes a permit of its region's [`RegionBudget`]; a throttled answer tells the
 //! budget (which slows the region down) and comes back as a [`CloudError`] carrying the wait the
@@ -9,13 +9,14 @@
 //!
 //! One module per service, as the traits are: `compute` ([`Compute`](super::Compute) on
 //! [`Ec2`]), `network` ([`Network`](super::Network) on [`Ec2`]) and `load_balancing`
-//! ([`LoadBalancing`](super::LoadBalancing) on [`Elb`]) and `secrets` ([`Secrets`](super::Secrets)
-//! on [`SecretsManager`]); what they share — the budgeted call,
+//! ([`LoadBalancing`](super::LoadBalancing) on [`Elb`]) `secrets` ([`Secrets`](super::Secrets)
+//! on [`SecretsManager`]) and `scaling` ([`Scaling`](super::Scaling) on [`AutoScaling`]); what they share — the budgeted call,
 //! the SDK's settings, EC2's filters and tags — is here.
 
 mod compute;
 mod load_balancing;
 mod network;
+mod scaling;
 mod secrets;
 
 use std::future::Future;
@@ -29,6 +30,7 @@ use crate::api::{Filter, Tags};
 use crate::throttle::RegionBudget;
 
 pub use load_balancing::Elb;
+pub use scaling::AutoScaling;
 pub use secrets::SecretsManager;
 
 /// The longest an API call may take, retries excluded (there are none), before it fails as a

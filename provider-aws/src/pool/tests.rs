@@ -1,0 +1,433 @@
+//! The pool actuator's decisions over mocked clouds: whose group it takes, which instances it
+//! removes, a create whose answer was lost, and deletion step by step. What moto shows — a group
+//! created, scaled, rolled and deleted for real — is in `tests/pool_on_moto.rs`.
+
+use std::collections::BTreeSet;
+
+use capi_core::api::{Cluster, MachinePool};
+use capi_core::{ActuatorErrorKind, BootstrapData, BootstrapFormat, IdempotencyKey, PoolSize};
+use capi_provider::support::redact::Redaction;
+
+use super::*;
+use crate::cloud::{
+    CloudError, GroupInstance, LaunchTemplate, MockCompute, MockLoadBalancing, MockNetwork,
+    MockScaling, MockSecrets,
+};
+use crate::connector::MockConnector;
+use crate::naming::CLUSTER_TAG;
+
+const KEY: &str = "capi-pool-uid-1";
+const ARN: &str =
+    "arn:aws:autoscaling:us-east-1:1:autoScalingGroup:0-1:autoScalingGroupName/capi-pool-uid-1";
+
+fn aws_cluster() -> AWSCluster {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "infrastructure.capi-rs.dev/v1alpha1", "kind": "AWSCluster",
+        "metadata": {"name": "demo", "namespace": "ns"},
+        "spec": {"region": "us-east-1"},
+        "status": {"networkStatus": {
+            "vpc": {"id": "vpc-1"},
+            "subnets": [
+                {"id": "a", "resourceID": "subnet-a", "availabilityZone": "us-east-1a",
+                 "isPublic": false},
+                {"id": "pa", "resourceID": "subnet-pa", "availabilityZone": "us-east-1a",
+                 "isPublic": true}],
+            "securityGroups": {"node": {"id": "sg-node"}}}},
+    }))
+    .unwrap()
+}
+
+fn pool(provider_id: Option<&str>) -> AWSMachinePool {
+    let mut pool: AWSMachinePool = serde_json::from_value(serde_json::json!({
+        "apiVersion": "infrastructure.capi-rs.dev/v1alpha1", "kind": "AWSMachinePool",
+        "metadata": {"name": "workers", "namespace": "ns",
+                     "labels": {"cluster.x-k8s.io/cluster-name": "demo"}},
+        "spec": {"minSize": 1, "maxSize": 5,
+                 "awsLaunchTemplate": {"instanceType": "t3.large", "ami": {"id": "ami-0abc"}}},
+    }))
+    .unwrap();
+    pool.spec.provider_id = provider_id.map(str::to_string);
+    pool
+}
+
+fn scope(
+    pool: AWSMachinePool,
+    capacity: u32,
+    remove: &[&str],
+) -> PoolScope<AWSMachinePool, AWSCluster> {
+    let mut machine_pool = MachinePool::default();
+    machine_pool.metadata.uid = Some("pool-uid-1".into());
+    machine_pool.spec.cluster_name = "demo".into();
+    let idempotency_key = IdempotencyKey::for_machine_pool(&machine_pool).unwrap();
+    assert_eq!(idempotency_key.as_str(), KEY);
+    PoolScope {
+        cluster: Arc::new(Cluster::default()),
+        infra_cluster: Some(Arc::new(aws_cluster())),
+        machine_pool: Arc::new(machine_pool),
+        infra_pool: Arc::new(pool),
+        idempotency_key,
+        size: PoolSize {
+            capacity: Some(capacity),
+            remove: remove.iter().map(|id| (*id).to_string()).collect(),
+        },
+        revision: ModelRevision::new("r-1"),
+    }
+}
+
+/// The tags of a group made for the pool of [`scope`].
+fn our_tags() -> Tags {
+    [
+        (
+            "sigs.k8s.io/cluster-api-provider-aws/cluster/demo".to_string(),
+            OWNED.to_string(),
+        ),
+        (CLUSTER_TAG.to_string(), "ns/demo".to_string()),
+        (IDEMPOTENCY_KEY_TAG.to_string(), KEY.to_string()),
+    ]
+    .into()
+}
+
+fn group(instances: &[(&str, &str)]) -> Group {
+    Group {
+        name: KEY.into(),
+        arn: ARN.into(),
+        desired: u32::try_from(instances.len()).unwrap(),
+        min: 1,
+        max: 5,
+        launch_template_id: Some("lt-1".into()),
+        subnet_ids: vec!["subnet-a".into()],
+        tags: our_tags(),
+        suspended: SUSPENDED_PROCESSES
+            .iter()
+            .map(|p| (*p).to_string())
+            .collect(),
+        instances: instances
+            .iter()
+            .map(|(id, lifecycle)| GroupInstance {
+                id: (*id).to_string(),
+                zone: Some("us-east-1a".into()),
+                lifecycle: (*lifecycle).to_string(),
+                unhealthy: false,
+            })
+            .collect(),
+        deleting: false,
+    }
+}
+
+fn described(id: &str) -> Instance {
+    Instance {
+        id: id.into(),
+        state: Some(InstanceState::Running),
+        zone: Some("us-east-1a".into()),
+        private_ip: Some("10.0.0.1".into()),
+        tags: [
+            (model::REVISION_TAG.to_string(), "r-1".to_string()),
+            (model::LAUNCHED_FROM_TAG.to_string(), "lt-1".to_string()),
+        ]
+        .into(),
+        ..Instance::default()
+    }
+}
+
+/// EC2 describing every instance asked for as running, of revision `r-1`.
+fn compute() -> MockCompute {
+    let mut compute = MockCompute::new();
+    compute
+        .expect_instances_by_id()
+        .returning(|ids| Ok(ids.iter().map(|id| described(id)).collect()));
+    compute
+}
+
+fn actuator(compute: MockCompute, scaling: MockScaling, secrets: MockSecrets) -> AwsPoolActuator {
+    let clients = Clients {
+        compute: Arc::new(compute),
+        network: Arc::new(MockNetwork::new()),
+        load_balancing: Arc::new(MockLoadBalancing::new()),
+        secrets: Arc::new(secrets),
+        scaling: Arc::new(scaling),
+        redaction: Redaction::default(),
+    };
+    let mut connector = MockConnector::new();
+    connector
+        .expect_connect()
+        .returning(move |_| Ok(clients.clone()));
+    AwsPoolActuator::new(Arc::new(connector))
+}
+
+fn bootstrap() -> BootstrapData {
+    BootstrapData::new(BootstrapFormat::CloudConfig, "#cloud-config\nruncmd: []\n")
+}
+
+/// The template of revision `r-1` for [`bootstrap`], as `model::ensure` names it.
+fn current_template() -> LaunchTemplate {
+    LaunchTemplate {
+        id: "lt-1".into(),
+        name: String::new(),
+        tags: our_tags(),
+    }
+}
+
+#[test]
+fn the_group_name_is_read_off_its_arn() {
+    assert_eq!(group_name_of(ARN), Some(KEY));
+    assert_eq!(group_name_of("aws:///us-east-1a/i-1"), None);
+    assert_eq!(
+        group_name_of("arn:aws:autoscaling:r:1:autoScalingGroup:x:autoScalingGroupName/"),
+        None
+    );
+}
+
+#[tokio::test]
+async fn a_group_named_in_the_provider_id_without_the_pools_tags_is_never_touched() {
+    let mut scaling = MockScaling::new();
+    scaling.expect_group().returning(|name| {
+        let mut other = group(&[("i-1", "InService")]);
+        other.name = name.to_string();
+        other
+            .tags
+            .insert(IDEMPOTENCY_KEY_TAG.into(), "capi-another".into());
+        Ok(Some(other))
+    });
+    let arn = ARN.replace(KEY, "someone-elses");
+    let actuator = actuator(compute(), scaling, MockSecrets::new());
+    let error = actuator
+        .exists(&scope(pool(Some(&arn)), 1, &[]))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(error.reason(), "ScaleSetNotOwned");
+    assert!(matches!(
+        error.kind(),
+        ActuatorErrorKind::InvalidConfiguration
+    ));
+}
+
+#[tokio::test]
+async fn update_removes_exactly_the_named_instances_that_are_not_leaving_already() {
+    let mut scaling = MockScaling::new();
+    let removed = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&removed);
+    scaling.expect_terminate_instance().returning(move |id| {
+        seen.lock().unwrap().push(id.to_string());
+        Ok(())
+    });
+    scaling
+        .expect_update_group()
+        .withf(|_, update| {
+            update.size
+                == Some(GroupSize {
+                    min: 1,
+                    max: 5,
+                    desired: Some(2),
+                })
+                && update.launch_template_id.is_none()
+        })
+        .times(1)
+        .returning(|_, _| Ok(()));
+    scaling
+        .expect_group()
+        .returning(|_| Ok(Some(group(&[("i-1", "InService"), ("i-4", "InService")]))));
+    let before = group(&[
+        ("i-1", "InService"),
+        ("i-2", "InService"),
+        ("i-3", "Terminating"),
+        ("i-4", "InService"),
+    ]);
+    let found = FoundGroup {
+        instances: before.instances.iter().map(|i| described(&i.id)).collect(),
+        group: before,
+    };
+    let actuator = actuator(compute(), scaling, MockSecrets::new());
+    let scope = scope(
+        pool(Some(ARN)),
+        2,
+        &[
+            "aws:///us-east-1a/i-2",
+            "aws:///us-east-1a/i-3",
+            "aws:///us-east-1a/i-9",
+        ],
+    );
+    let reported = actuator
+        .update(
+            &scope,
+            Found::with(report(&found, None, None).unwrap(), found),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        *removed.lock().unwrap(),
+        ["i-2"],
+        "i-3 is leaving, i-9 is not the group's"
+    );
+    assert_eq!(
+        reported.provider_ids(),
+        ["aws:///us-east-1a/i-1", "aws:///us-east-1a/i-4"]
+    );
+    assert!(
+        reported
+            .instances
+            .iter()
+            .all(|i| i.is_up_to_date(&ModelRevision::new("r-1")))
+    );
+}
+
+#[tokio::test]
+async fn a_create_whose_answer_was_lost_takes_the_group_it_made() {
+    let mut scaling = MockScaling::new();
+    let mut looked = 0;
+    scaling.expect_group().returning(move |_| {
+        looked += 1;
+        // Not described yet on the first look; there once the create is refused.
+        Ok((looked > 1).then(|| group(&[("i-1", "Pending")])))
+    });
+    scaling
+        .expect_launch_templates()
+        .returning(|_, _| Ok(Vec::new()));
+    scaling
+        .expect_create_launch_template()
+        .times(1)
+        .returning(|_| Ok(current_template()));
+    scaling.expect_create_group().times(1).returning(|_| {
+        Err(CloudError::new(
+            "CreateAutoScalingGroup",
+            Some("AlreadyExists".into()),
+            "AutoScalingGroup by this name already exists",
+        ))
+    });
+    let mut secrets = MockSecrets::new();
+    secrets
+        .expect_put_secret()
+        .times(1)
+        .returning(|_, _, _| Ok(()));
+    let actuator = actuator(compute(), scaling, secrets);
+    let reported = actuator
+        .create(&scope(pool(None), 1, &[]), &bootstrap())
+        .await
+        .unwrap();
+    assert_eq!(reported.provider_id, ARN);
+    assert_eq!(reported.provider_ids(), ["aws:///us-east-1a/i-1"]);
+    assert_eq!(reported.instances[0].state, LoopState::Provisioning);
+}
+
+#[tokio::test]
+async fn a_rotated_token_replaces_the_one_secret_of_the_template_and_rolls_nothing() {
+    let mut scaling = MockScaling::new();
+    // The template of r-1 exists, made for other data.
+    scaling.expect_launch_templates().returning(|_, _| {
+        Ok(vec![LaunchTemplate {
+            name: model_name_of_r1(),
+            tags: {
+                let mut tags = our_tags();
+                tags.insert(model::SECRETS_TAG.into(), "00ff-1".into());
+                tags.insert(model::DATA_DIGEST_TAG.into(), "old".into());
+                tags
+            },
+            ..current_template()
+        }])
+    });
+    scaling.expect_create_launch_template().never();
+    scaling
+        .expect_tag_launch_template()
+        .withf(|id, tags| id == "lt-1" && tags.contains_key(model::DATA_DIGEST_TAG))
+        .times(1)
+        .returning(|_, _| Ok(()));
+    scaling.expect_update_group().never();
+    scaling
+        .expect_group()
+        .returning(|_| Ok(Some(group(&[("i-1", "InService")]))));
+    let mut secrets = MockSecrets::new();
+    secrets
+        .expect_put_secret()
+        .withf(|name, _, _| name == format!("aws.cluster.x-k8s.io/{KEY}-00ff-0"))
+        .times(1)
+        .returning(|_, _, _| Ok(()));
+    secrets
+        .expect_secret_names()
+        .returning(|_| Ok(vec![format!("aws.cluster.x-k8s.io/{KEY}-00ff-0")]));
+    secrets.expect_delete_secret().never();
+    let before = group(&[("i-1", "InService")]);
+    let found = FoundGroup {
+        instances: vec![described("i-1")],
+        group: before,
+    };
+    let actuator = actuator(compute(), scaling, secrets);
+    let reported = actuator
+        .update(
+            &scope(pool(Some(ARN)), 1, &[]),
+            Found::with(report(&found, None, None).unwrap(), found),
+            Some(bootstrap()),
+        )
+        .await
+        .unwrap();
+    assert!(reported.instances[0].is_up_to_date(&ModelRevision::new("r-1")));
+}
+
+/// The name `model::ensure` gives the template of revision `r-1` whose data fits one secret.
+fn model_name_of_r1() -> String {
+    model::template_name(KEY, &ModelRevision::new("r-1"), "secrets-1")
+}
+
+#[tokio::test]
+async fn deletion_empties_the_group_deletes_it_then_its_templates_and_secrets() {
+    let state = Arc::new(std::sync::Mutex::new(Some(group(&[("i-1", "InService")]))));
+    let mut scaling = MockScaling::new();
+    let current = Arc::clone(&state);
+    scaling
+        .expect_group()
+        .returning(move |_| Ok(current.lock().unwrap().clone()));
+    let emptied = Arc::clone(&state);
+    scaling
+        .expect_update_group()
+        .withf(|_, update| {
+            update
+                .size
+                .is_some_and(|s| s.desired == Some(0) && s.min == 0)
+        })
+        .times(1)
+        .returning(move |_, _| {
+            let mut state = emptied.lock().unwrap();
+            if let Some(group) = state.as_mut() {
+                group.instances.clear();
+                group.desired = 0;
+                group.min = 0;
+            }
+            Ok(())
+        });
+    let deleted = Arc::clone(&state);
+    scaling.expect_delete_group().times(1).returning(move |_| {
+        *deleted.lock().unwrap() = None;
+        Ok(())
+    });
+    scaling
+        .expect_launch_templates()
+        .returning(|_, _| Ok(vec![current_template()]));
+    scaling
+        .expect_delete_launch_template()
+        .withf(|id| id == "lt-1")
+        .times(1)
+        .returning(|_| Ok(()));
+    let mut compute = compute();
+    compute.expect_instances().returning(|_| Ok(Vec::new()));
+    let mut secrets = MockSecrets::new();
+    secrets
+        .expect_secret_names()
+        .returning(|_| Ok(vec![format!("aws.cluster.x-k8s.io/{KEY}-00ff-0")]));
+    secrets
+        .expect_delete_secret()
+        .times(1)
+        .returning(|_| Ok(()));
+    let actuator = actuator(compute, scaling, secrets);
+    let scope = scope(pool(Some(ARN)), 0, &[]);
+    let mut steps = BTreeSet::new();
+    for _ in 0..3 {
+        let error = actuator.delete(&scope).await.err().unwrap();
+        assert!(matches!(error.kind(), ActuatorErrorKind::RequeueAfter));
+        steps.insert(error.reason().to_string());
+        if state.lock().unwrap().is_none() {
+            break;
+        }
+    }
+    assert_eq!(steps, BTreeSet::from(["DeletingScaleSet".to_string()]));
+    actuator.delete(&scope).await.unwrap();
+}
