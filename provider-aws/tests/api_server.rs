@@ -5,7 +5,7 @@
 use capi_testing::TestEnv;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, PostParams};
-use provider_aws::api::{AWSCluster, AWSMachine, AWSMachineTemplate};
+use provider_aws::api::{AWSCluster, AWSMachine, AWSMachinePool, AWSMachineTemplate};
 use serde_json::{Value, json};
 
 fn object<K: serde::de::DeserializeOwned>(kind: &str, name: &str, spec: Value) -> K {
@@ -218,6 +218,52 @@ async fn capa_shaped_objects_apply_and_what_the_rules_forbid_is_refused_with_a_r
     ] {
         let error = raw_clusters
             .create(&PostParams::default(), &untyped("AWSCluster", name, spec))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains(path) && error.contains(why),
+            "{name}: {error}"
+        );
+    }
+
+    // A pool as CAPA's machinepool templates write it applies; bounds out of order are refused.
+    let pools = raw::<AWSMachinePool>(&env, &ns);
+    let pool = json!({"minSize": 1, "maxSize": 10, "availabilityZones": ["eu-west-1a"],
+                      "awsLaunchTemplate": {"instanceType": "t3.large",
+                                            "iamInstanceProfile": "nodes.cluster-api-provider-aws.sigs.k8s.io"}});
+    pools
+        .create(
+            &PostParams::default(),
+            &untyped("AWSMachinePool", "workers", pool),
+        )
+        .await
+        .unwrap();
+    for (name, spec, path, why) in [
+        (
+            "bounds-reversed",
+            json!({"minSize": 5, "maxSize": 2, "awsLaunchTemplate": {"instanceType": "t3.large"}}),
+            "spec",
+            "minSize must not be greater than maxSize",
+        ),
+        (
+            "no-launch-template",
+            json!({"minSize": 1, "maxSize": 2}),
+            "spec.awsLaunchTemplate",
+            "Required value",
+        ),
+        (
+            "unknown-subnet-type",
+            json!({"availabilityZoneSubnetType": "dual", "awsLaunchTemplate": {"instanceType": "t3.large"}}),
+            "spec.availabilityZoneSubnetType",
+            "Unsupported value",
+        ),
+    ] {
+        let error = pools
+            .create(
+                &PostParams::default(),
+                &untyped("AWSMachinePool", name, spec),
+            )
             .await
             .unwrap_err()
             .to_string();

@@ -27,7 +27,8 @@ fn bounds_in_order(schema: &mut schemars::Schema) {
 /// What an `AWSMachinePool` runs: one Auto Scaling group of instances launched from a launch
 /// template the provider makes from `awsLaunchTemplate`. A change of `awsLaunchTemplate` or
 /// `cloudInit` (or of the `MachinePool`'s version or bootstrap configuration) rolls the
-/// instances, surge first; sizes, subnets and tags change in place.
+/// instances, surge first; sizes, subnets and tags change in place (a tag removed from
+/// `additionalTags` stays on the group and its instances).
 ///
 /// Differences from CAPA's `AWSMachinePool`: no `mixedInstancesPolicy`, `lifecycleHooks`,
 /// `refreshPreferences` (the pool loop replaces instances itself, one at a time with none
@@ -129,7 +130,8 @@ pub struct AWSMachinePoolSpec {
     /// What every instance is launched with.
     pub aws_launch_template: AWSLaunchTemplate,
 
-    /// Replace spot instances at an elevated risk of interruption ahead of time.
+    /// Have Auto Scaling replace spot instances at an elevated risk of interruption ahead of
+    /// time. It picks those instances itself: their nodes are not drained first.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub capacity_rebalance: bool,
 

@@ -36,6 +36,8 @@ pub struct Group {
     pub instances: Vec<GroupInstance>,
     /// The group itself is being deleted.
     pub deleting: bool,
+    /// Auto Scaling replaces spot instances at an elevated risk of interruption ahead of time.
+    pub capacity_rebalance: bool,
 }
 
 /// An instance of a group, as the group reports it.
@@ -97,6 +99,8 @@ pub struct GroupUpdate {
     pub launch_template_id: Option<String>,
     /// New subnets for instances launched from now on.
     pub subnet_ids: Option<Vec<String>>,
+    /// Capacity rebalancing on or off.
+    pub capacity_rebalance: Option<bool>,
 }
 
 /// An EC2 launch template.
@@ -152,6 +156,10 @@ pub trait Scaling: Send + Sync {
 
     /// Changes a group's size or launch template.
     async fn update_group(&self, name: &str, update: &GroupUpdate) -> Result<(), CloudError>;
+
+    /// Adds or replaces `tags` on a group, each also put on every instance it launches from now
+    /// on.
+    async fn tag_group(&self, name: &str, tags: &Tags) -> Result<(), CloudError>;
 
     /// Suspends `processes` on a group (suspending a suspended one is no error).
     async fn suspend_processes(&self, name: &str, processes: &[String]) -> Result<(), CloudError>;

@@ -12,6 +12,11 @@
 //! has a node or the instance is gone, then sets the tag to `0`, and once more when the machine
 //! is deleted, after its instance is gone.
 //!
+//! A pool's secrets ([`crate::pool::model`]) are read by every instance launched from one launch
+//! template: that template's user data names them (and its tag, which the manager reads them
+//! back from), they are not deleted at boot ([`pool_user_data`]), and they go with the template,
+//! at most [`GRACE`](crate::pool::model::GRACE) after the last instance was launched from it.
+//!
 //! The manager's credentials need `secretsmanager:CreateSecret`, `PutSecretValue`,
 //! `TagResource`, `ListSecrets` and `DeleteSecret`; the instance profile `GetSecretValue` and
 //! `DeleteSecret` on `arn:*:secretsmanager:*:*:secret:aws.cluster.x-k8s.io/*` (CAPA's node
@@ -53,6 +58,23 @@ pub fn applies(infra: &AWSMachine, format: BootstrapFormat) -> bool {
 /// The names of every secret of the machine with idempotency key `key` start with this.
 pub fn names_start(key: &str) -> String {
     format!("{NAME_PREFIX}{key}-")
+}
+
+/// Whether `name` is the name of a secret stored for idempotency key `key` (by [`names`]: the
+/// key, a nonce of 32 hex digits, a number), not merely one starting like it: a key written by
+/// hand that is the start of another's (`capi-0f1e2d3c` of `capi-0f1e2d3c-…`) names none of the
+/// other's secrets.
+pub fn is_stored_for(key: &str, name: &str) -> bool {
+    let Some(rest) = name.strip_prefix(&names_start(key)) else {
+        return false;
+    };
+    let Some((nonce, number)) = rest.split_once('-') else {
+        return false;
+    };
+    nonce.len() == 32
+        && nonce.bytes().all(|b| b.is_ascii_hexdigit())
+        && !number.is_empty()
+        && number.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// The names of `count` secrets of one store, for the machine with idempotency key `key`.
@@ -205,12 +227,15 @@ pub(super) async fn release_when_done(
 
 /// Deletes every secret of the machine of `ctx` that Secrets Manager lists, and says how many.
 pub(super) async fn release(ctx: &Ctx) -> Result<usize, ActuatorError> {
-    let names = ctx
+    let names: Vec<String> = ctx
         .clients
         .secrets
         .secret_names(&names_start(&ctx.key))
         .await
-        .map_err(|e| ctx.clients.error(e))?;
+        .map_err(|e| ctx.clients.error(e))?
+        .into_iter()
+        .filter(|name| is_stored_for(&ctx.key, name))
+        .collect();
     for name in &names {
         ctx.clients
             .secrets
@@ -263,6 +288,25 @@ mod tests {
         assert!(document.contains("REGION='eu-west-1'"));
         assert!(document.contains("file:///etc/capi-rs-bootstrap-data"));
         assert!(document.len() < 4096, "{}", document.len());
+    }
+
+    #[test]
+    fn only_names_of_a_keys_own_stores_are_its_secrets() {
+        let own = names("capi-0f1e2d3c", &nonce().unwrap(), 1);
+        assert!(is_stored_for("capi-0f1e2d3c", &own[0]));
+        let longer = names("capi-0f1e2d3c-aaaa-bbbb", &nonce().unwrap(), 1);
+        assert!(
+            !is_stored_for("capi-0f1e2d3c", &longer[0]),
+            "a key that is the start of another names none of its secrets"
+        );
+        assert!(!is_stored_for(
+            "capi-0f1e2d3c",
+            "aws.cluster.x-k8s.io/capi-0f1e2d3c-ab-0"
+        ));
+        assert!(!is_stored_for(
+            "capi-0f1e2d3c",
+            "aws.cluster.x-k8s.io/capi-0f1e2d3c-"
+        ));
     }
 
     #[test]

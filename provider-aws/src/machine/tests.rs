@@ -17,6 +17,8 @@ use crate::cloud::{
 use crate::connector::MockConnector;
 
 const KEY: &str = "capi-uid-1";
+/// A nonce as `bootstrap_secrets` makes them: 128 bits in hex.
+const NONCE: &str = "000102030405060708090a0b0c0d0e0f";
 const TARGET_GROUP: &str = "arn:aws:elasticloadbalancing:us-east-1:1:targetgroup/demo-tg/1";
 
 fn aws_cluster() -> AWSCluster {
@@ -915,7 +917,12 @@ async fn bootstrap_data_secrets_go_once_the_node_registers_and_never_before() {
             .expect_secret_names()
             .times(usize::from(node))
             .withf(move |start| *start == bootstrap_secrets::names_start(&key))
-            .returning(|start| Ok(vec![format!("{start}ab-0"), format!("{start}ab-1")]));
+            .returning(|start| {
+                Ok(vec![
+                    format!("{start}{NONCE}-0"),
+                    format!("{start}{NONCE}-1"),
+                ])
+            });
         secrets
             .expect_delete_secret()
             .times(2 * usize::from(node))
@@ -940,6 +947,6 @@ async fn bootstrap_data_secrets_go_once_the_node_registers_and_never_before() {
     let key = reconcile(true, deleted.clone()).await;
     assert_eq!(
         *deleted.lock().unwrap(),
-        bootstrap_secrets::names(&key, "ab", 2)
+        bootstrap_secrets::names(&key, NONCE, 2)
     );
 }

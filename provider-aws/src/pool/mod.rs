@@ -225,6 +225,18 @@ impl AwsPoolActuator {
         Ok(FoundGroup { group, instances })
     }
 
+    /// Sends `update` to the pool's group, unless it changes nothing.
+    async fn update_group(&self, ctx: &PoolCtx, update: GroupUpdate) -> Result<(), ActuatorError> {
+        if update == GroupUpdate::default() {
+            return Ok(());
+        }
+        ctx.clients()
+            .scaling
+            .update_group(&ctx.group_name, &update)
+            .await
+            .map_err(|e| ctx.clients().error(e))
+    }
+
     /// The group of this pool as it is now, described; waited for when not visible yet.
     async fn current(&self, ctx: &PoolCtx) -> Result<FoundGroup, ActuatorError> {
         let group = ctx
@@ -264,21 +276,15 @@ fn ensure_ours(ctx: &PoolCtx, group: Group) -> Result<Group, ActuatorError> {
     ))
 }
 
-/// The group's bounds and desired capacity for `capacity` (`None`: an autoscaler's): the
-/// pool's bounds, widened to take the capacity.
-fn size_for(pool: &AWSMachinePool, capacity: Option<u32>) -> GroupSize {
-    let (min, max) = (pool.spec.min_size, pool.spec.max_size);
-    match capacity {
-        Some(capacity) => GroupSize {
-            min: min.min(capacity),
-            max: max.max(capacity),
-            desired: Some(capacity),
-        },
-        None => GroupSize {
-            min,
-            max,
-            desired: None,
-        },
+/// The group's bounds and desired capacity for `capacity` (`None`: an autoscaler's, the group
+/// holding `current`): the pool's bounds, widened to take the capacity — never narrowed below
+/// what the group holds, which would have Auto Scaling terminate instances of its choosing.
+fn size_for(pool: &AWSMachinePool, capacity: Option<u32>, current: u32) -> GroupSize {
+    let held = capacity.unwrap_or(current);
+    GroupSize {
+        min: pool.spec.min_size.min(held),
+        max: pool.spec.max_size.max(held),
+        desired: capacity,
     }
 }
 
@@ -449,21 +455,27 @@ fn addresses(instance: &Instance) -> Vec<MachineAddress> {
     .collect()
 }
 
-/// The templates instances of `found` were launched from; `None` when an instance does not say
-/// (then no template may be deleted).
-fn templates_in_use(found: &FoundGroup) -> Option<BTreeSet<String>> {
-    found
-        .group
-        .instances
-        .iter()
-        .map(|member| {
-            found
-                .instances
-                .iter()
-                .find(|i| i.id == member.id)
-                .and_then(|i| i.tags.get(model::LAUNCHED_FROM_TAG).cloned())
-        })
-        .collect()
+/// The templates an instance of `found` was launched from in the last [`model::GRACE`]; `None`
+/// when an instance does not say which (then no template may be deleted).
+fn recently_launched(found: &FoundGroup) -> Option<BTreeSet<String>> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs();
+    let since = i64::try_from(now.saturating_sub(model::GRACE.as_secs())).ok()?;
+    let mut recent = BTreeSet::new();
+    for member in &found.group.instances {
+        let described = found.instances.iter().find(|i| i.id == member.id)?;
+        let template = described.tags.get(model::LAUNCHED_FROM_TAG)?;
+        // An instance whose launch EC2 does not date counts as recent.
+        if described
+            .launch_time
+            .is_none_or(|launched| launched >= since)
+        {
+            recent.insert(template.clone());
+        }
+    }
+    Some(recent)
 }
 
 /// Suspends the processes of [`SUSPENDED_PROCESSES`] that are not on `group`.
@@ -518,6 +530,7 @@ impl PoolActuator<AWSMachinePool, AWSCluster> for AwsPoolActuator {
             size: size_for(
                 &ctx.pool,
                 Some(scope.size.capacity.unwrap_or(ctx.pool.spec.min_size)),
+                0,
             ),
             subnet_ids: subnets(&ctx, &scope.machine_pool.spec.failure_domains).await?,
             tags: ctx.instance_tags(),
@@ -542,54 +555,114 @@ impl PoolActuator<AWSMachinePool, AWSCluster> for AwsPoolActuator {
         let ctx = self.context(scope).await?;
         let found = found.instance;
         let group = &found.group;
-        // The named instances first, each taking one off the desired capacity.
-        for provider_id in &scope.size.remove {
-            let Some(id) = instance_id_of(provider_id) else {
-                continue;
-            };
-            let member = group.instances.iter().find(|i| i.id == id);
-            if member.is_some_and(|m| !m.is_leaving()) {
-                ctx.clients()
-                    .scaling
-                    .terminate_instance(id)
-                    .await
-                    .map_err(|e| ctx.clients().error(e))?;
-                tracing::info!(instance = %id, group = %group.name, "removed an instance");
-            }
-        }
-        suspend_processes(&ctx, group).await?;
-        let mut template = None;
-        let mut templates = Vec::new();
-        if let Some(bootstrap) = &bootstrap {
-            templates = model::templates(&ctx).await?;
-            template = Some(model::ensure(&ctx, &templates, &scope.revision, bootstrap).await?);
-        }
-        let size = size_for(&ctx.pool, scope.size.capacity);
-        let subnet_ids = subnets(&ctx, &scope.machine_pool.spec.failure_domains).await?;
+        // What new instances launch from, and where, first: whatever the capacity launches is of
+        // the current model. Should either not be known (an AMI not found, the cluster's subnets
+        // not reported yet), the size is done all the same — no drained machine waits, no
+        // scale-up is held back — and the error reported after.
+        let (templates, template) = match &bootstrap {
+            None => (Vec::new(), None),
+            Some(bootstrap) => match model::templates(&ctx).await {
+                Ok(templates) => {
+                    let template =
+                        model::ensure(&ctx, &templates, &scope.revision, bootstrap).await;
+                    (templates, Some(template))
+                }
+                Err(error) => (Vec::new(), Some(Err(error))),
+            },
+        };
+        let subnet_ids = subnets(&ctx, &scope.machine_pool.spec.failure_domains).await;
         let mut current_subnets = group.subnet_ids.clone();
         current_subnets.sort();
-        let update = GroupUpdate {
-            size: (size.min != group.min
-                || size.max != group.max
-                || size.desired.is_some_and(|d| d != group.desired)
-                || !scope.size.remove.is_empty())
-            .then_some(size),
-            launch_template_id: template
-                .as_ref()
-                .filter(|t| group.launch_template_id.as_deref() != Some(t.id.as_str()))
-                .map(|t| t.id.clone()),
-            subnet_ids: (subnet_ids != current_subnets).then_some(subnet_ids),
-        };
-        if update != GroupUpdate::default() {
+        self.update_group(
+            &ctx,
+            GroupUpdate {
+                launch_template_id: template
+                    .as_ref()
+                    .and_then(|t| t.as_ref().ok())
+                    .filter(|t| group.launch_template_id.as_deref() != Some(t.id.as_str()))
+                    .map(|t| t.id.clone()),
+                subnet_ids: subnet_ids
+                    .as_ref()
+                    .ok()
+                    .filter(|ids| **ids != current_subnets)
+                    .cloned(),
+                ..GroupUpdate::default()
+            },
+        )
+        .await?;
+        // The named instances removed, the capacity set.
+        let leaving: Vec<&str> = scope
+            .size
+            .remove
+            .iter()
+            .filter_map(|provider_id| instance_id_of(provider_id))
+            .filter(|id| {
+                group
+                    .instances
+                    .iter()
+                    .any(|m| m.id == *id && !m.is_leaving())
+            })
+            .collect();
+        let size = size_for(&ctx.pool, scope.size.capacity, group.desired);
+        let after = group
+            .desired
+            .saturating_sub(u32::try_from(leaving.len()).unwrap_or(u32::MAX));
+        if !leaving.is_empty() && after < group.min {
+            // Auto Scaling refuses to take the desired capacity below the group's lower bound:
+            // the bound goes down first (which changes nothing else).
+            self.update_group(
+                &ctx,
+                GroupUpdate {
+                    size: Some(GroupSize {
+                        min: size.min.min(after),
+                        max: group.max,
+                        desired: None,
+                    }),
+                    ..GroupUpdate::default()
+                },
+            )
+            .await?;
+        }
+        for id in &leaving {
             ctx.clients()
                 .scaling
-                .update_group(&group.name, &update)
+                .terminate_instance(id)
+                .await
+                .map_err(|e| ctx.clients().error(e))?;
+            tracing::info!(instance = %id, group = %group.name, "removed an instance");
+        }
+        let resized = size.min != group.min
+            || size.max != group.max
+            || size.desired.is_some_and(|d| d != group.desired)
+            || !leaving.is_empty();
+        let rebalance = ctx.pool.spec.capacity_rebalance;
+        self.update_group(
+            &ctx,
+            GroupUpdate {
+                size: resized.then_some(size),
+                capacity_rebalance: (rebalance != group.capacity_rebalance).then_some(rebalance),
+                ..GroupUpdate::default()
+            },
+        )
+        .await?;
+        suspend_processes(&ctx, group).await?;
+        let missing: Tags = ctx
+            .instance_tags()
+            .into_iter()
+            .filter(|(k, v)| group.tags.get(k) != Some(v))
+            .collect();
+        if !missing.is_empty() {
+            ctx.clients()
+                .scaling
+                .tag_group(&group.name, &missing)
                 .await
                 .map_err(|e| ctx.clients().error(e))?;
         }
+        subnet_ids?;
+        let template = template.transpose()?;
         let now = self.current(&ctx).await?;
-        if let (Some(template), Some(in_use)) = (&template, templates_in_use(&now)) {
-            model::sweep(&ctx, &templates, template, &in_use).await?;
+        if let (Some(template), Some(recent)) = (&template, recently_launched(&now)) {
+            model::sweep(&ctx, &templates, template, &recent).await?;
         }
         report(
             &now,
@@ -605,8 +678,19 @@ impl PoolActuator<AWSMachinePool, AWSCluster> for AwsPoolActuator {
         let ctx = self.context(scope).await?;
         if let Some(group) = self.find(&ctx).await? {
             let emptied = group.instances.is_empty() && group.desired == 0 && group.min == 0;
+            let at_zero = group.desired == 0 && group.min == 0;
             if group.deleting {
                 // Auto Scaling is deleting it already.
+            } else if at_zero && !emptied {
+                // What the group keeps at a capacity of zero (an instance on standby) goes
+                // through EC2.
+                for member in group.instances.iter().filter(|m| !m.is_leaving()) {
+                    ctx.clients()
+                        .compute
+                        .terminate_instance(&member.id)
+                        .await
+                        .map_err(|e| ctx.clients().error(e))?;
+                }
             } else if !emptied {
                 ctx.clients()
                     .scaling

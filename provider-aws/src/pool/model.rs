@@ -1,19 +1,20 @@
 //! The launch templates of a pool: what its instances are launched from, one template per model
-//! revision (and per bootstrap data, where the data cannot be replaced in place), each of one
-//! version — a new version of a template in use would change what the group launches before
-//! the loop decided it.
+//! revision and bootstrap data, each of one version — a new version of a template in use would
+//! change what the group launches before the loop decided it.
 //!
 //! Cloud-init data goes through Secrets Manager as for a machine
 //! ([`crate::machine::bootstrap_secrets`]), in secrets named after the pool's idempotency key
 //! and 128 random bits chosen when the template is made; the template's user data fetches them
 //! and leaves them for the next instance. When the data changes (a kubeadm bootstrap provider
-//! rotates a pool's join token every few minutes) and fits one secret, that secret's value is
-//! replaced — one atomic write, so an instance fetching it meanwhile gets the old data or the
-//! new, never a mix — and no new template is made: the running instances are not outdated.
-//! Data of several secrets, or in plain user data, makes a new template.
+//! rotates a pool's join token every few minutes) a new template is made, with secrets of its
+//! own, and the group launches from it: the running instances are not outdated (the revision is
+//! the same), and no secret is ever given a new value (Secrets Manager keeps each version of a
+//! secret for a day, and a value replaced every few minutes would reach its quota of versions).
 //!
-//! A template, and its secrets, go once the group launches from another one and no instance of
-//! the group was launched from it.
+//! A template that is not the group's goes, with its secrets, once no instance of the group was
+//! launched from it in the last [`GRACE`]: every instance launched from it has fetched its data
+//! by then, or never will (the join token in it has expired). Secrets are deleted only with
+//! their template (named by its [`SECRETS_TAG`]), and all of the pool's once the pool is gone.
 
 use std::collections::BTreeSet;
 
@@ -33,11 +34,15 @@ pub const REVISION_TAG: &str = "capi-rs.dev/model-revision";
 pub const DATA_DIGEST_TAG: &str = "capi-rs.dev/bootstrap-data-digest";
 
 /// The tag of a template whose data is in Secrets Manager: `<nonce>-<count>` of its secrets'
-/// names.
+/// names (which its user data holds too).
 pub const SECRETS_TAG: &str = "capi-rs.dev/bootstrap-data-secrets";
 
 /// The tag EC2 puts on an instance launched from a template, naming it.
 pub const LAUNCHED_FROM_TAG: &str = "aws:ec2launchtemplate:id";
+
+/// How long a template that is not the group's is kept after an instance was last launched from
+/// it.
+pub const GRACE: std::time::Duration = std::time::Duration::from_secs(20 * 60);
 
 /// A short digest of `parts`, for names and tags: 16 hex digits of their SHA-256.
 fn digest(parts: &[&[u8]]) -> String {
@@ -72,12 +77,11 @@ impl Delivery {
             .map_err(|e| ActuatorError::invalid_configuration("UserDataTooLarge", e.to_string()))
     }
 
-    /// What, beside the revision, sets a template apart: data that can be replaced in place
-    /// (one secret) does not.
+    /// What, beside the revision, sets a template apart: how its data is delivered, and the
+    /// data's digest.
     fn identity(&self, data_digest: &str) -> String {
         match self {
-            Self::Secrets(pieces) if pieces.len() == 1 => "secrets-1".to_string(),
-            Self::Secrets(pieces) => format!("secrets-{}-{data_digest}", pieces.len()),
+            Self::Secrets(_) => format!("secrets-{data_digest}"),
             Self::UserData(_) => format!("data-{data_digest}"),
         }
     }
@@ -108,8 +112,8 @@ pub(super) async fn templates(ctx: &PoolCtx) -> Result<Vec<LaunchTemplate>, Actu
     Ok(found)
 }
 
-/// The template of `revision` delivering `bootstrap`: found among `templates` (its secrets
-/// given the data when it changed), or made.
+/// The template of `revision` delivering `bootstrap`: found among `templates`, or made (its
+/// secrets stored first).
 pub(super) async fn ensure(
     ctx: &PoolCtx,
     templates: &[LaunchTemplate],
@@ -120,11 +124,6 @@ pub(super) async fn ensure(
     let data_digest = digest(&[bootstrap.expose()]);
     let name = template_name(&ctx.machine.key, revision, &delivery.identity(&data_digest));
     if let Some(template) = templates.iter().find(|t| t.name == name) {
-        if let Delivery::Secrets(pieces) = &delivery
-            && template.tags.get(DATA_DIGEST_TAG) != Some(&data_digest)
-        {
-            replace_data(ctx, template, pieces, &data_digest).await?;
-        }
         return Ok(template.clone());
     }
     let request = plan(ctx, &name, revision, &delivery, &data_digest).await?;
@@ -156,64 +155,11 @@ pub(super) async fn ensure(
     }
 }
 
-/// Puts new data into the one secret of `template` (atomically), then records its digest.
-async fn replace_data(
-    ctx: &PoolCtx,
-    template: &LaunchTemplate,
-    pieces: &[Vec<u8>],
-    data_digest: &str,
-) -> Result<(), ActuatorError> {
-    let names = secret_names(ctx, template).ok_or_else(|| {
-        ActuatorError::transient_message(
-            "LaunchTemplateUnreadable",
-            format!(
-                "launch template {} does not name its bootstrap data secrets ({SECRETS_TAG})",
-                template.id
-            ),
-        )
-    })?;
-    if names.len() != pieces.len() {
-        return Err(ActuatorError::transient_message(
-            "LaunchTemplateUnreadable",
-            format!(
-                "launch template {} holds {} secrets, the data needs {}",
-                template.id,
-                names.len(),
-                pieces.len()
-            ),
-        ));
-    }
-    for (name, piece) in names.iter().zip(pieces) {
-        ctx.clients()
-            .secrets
-            .put_secret(name, piece, &secret_tags(ctx))
-            .await
-            .map_err(|e| ctx.clients().error(e))?;
-    }
-    let recorded: Tags = [(DATA_DIGEST_TAG.to_string(), data_digest.to_string())].into();
-    ctx.clients()
-        .scaling
-        .tag_launch_template(&template.id, &recorded)
-        .await
-        .map_err(|e| ctx.clients().error(e))?;
-    tracing::info!(template = %template.id, "replaced the pool's bootstrap data");
-    Ok(())
-}
-
 /// The names of the secrets of `template`, from its [`SECRETS_TAG`].
 fn secret_names(ctx: &PoolCtx, template: &LaunchTemplate) -> Option<Vec<String>> {
     let (nonce, count) = template.tags.get(SECRETS_TAG)?.rsplit_once('-')?;
     let count: usize = count.parse().ok()?;
     Some(bootstrap_secrets::names(&ctx.machine.key, nonce, count))
-}
-
-/// The nonce of the secrets of `template`, if its data is in Secrets Manager.
-fn nonce_of(template: &LaunchTemplate) -> Option<&str> {
-    template
-        .tags
-        .get(SECRETS_TAG)
-        .and_then(|tag| tag.rsplit_once('-'))
-        .map(|(nonce, _)| nonce)
 }
 
 /// The tags of the pool's secrets: the cluster's ownership and the pool's key (not the user's
@@ -284,63 +230,60 @@ async fn plan(
     })
 }
 
-/// Deletes the templates of `templates` (listed before `current` may have been made) the group
-/// no longer needs — neither `current` nor one an instance in `in_use` was launched from — and
-/// every secret of the pool no remaining template names.
+/// Deletes the templates of `templates` the group no longer needs — neither `current` nor one
+/// an instance was launched from in the last [`GRACE`] (`recent`) — each with its secrets.
 pub(super) async fn sweep(
     ctx: &PoolCtx,
     templates: &[LaunchTemplate],
     current: &LaunchTemplate,
-    in_use: &BTreeSet<String>,
+    recent: &BTreeSet<String>,
 ) -> Result<(), ActuatorError> {
-    let (mut kept, gone): (Vec<&LaunchTemplate>, Vec<&LaunchTemplate>) = templates
+    for template in templates
         .iter()
-        .partition(|t| t.id == current.id || in_use.contains(&t.id));
-    kept.push(current);
-    for template in gone {
-        ctx.clients()
-            .scaling
-            .delete_launch_template(&template.id)
-            .await
-            .map_err(|e| ctx.clients().error(e))?;
-        tracing::info!(template = %template.id, "deleted a launch template no instance uses");
+        .filter(|t| t.id != current.id && !recent.contains(&t.id))
+    {
+        delete(ctx, template).await?;
+        tracing::info!(template = %template.id, "deleted a launch template no instance needs");
     }
-    let nonces: BTreeSet<&str> = kept.into_iter().filter_map(nonce_of).collect();
-    release_secrets(ctx, &nonces).await
+    Ok(())
 }
 
-/// Deletes every template of the pool and every secret.
-pub(super) async fn release(ctx: &PoolCtx) -> Result<(), ActuatorError> {
-    for template in templates(ctx).await? {
-        ctx.clients()
-            .scaling
-            .delete_launch_template(&template.id)
-            .await
-            .map_err(|e| ctx.clients().error(e))?;
-    }
-    release_secrets(ctx, &BTreeSet::new()).await
-}
-
-/// Deletes the pool's secrets but those of `keep` (nonces).
-async fn release_secrets(ctx: &PoolCtx, keep: &BTreeSet<&str>) -> Result<(), ActuatorError> {
-    let start = bootstrap_secrets::names_start(&ctx.machine.key);
-    let names = ctx
-        .clients()
-        .secrets
-        .secret_names(&start)
+/// Deletes `template`, then its secrets.
+async fn delete(ctx: &PoolCtx, template: &LaunchTemplate) -> Result<(), ActuatorError> {
+    ctx.clients()
+        .scaling
+        .delete_launch_template(&template.id)
         .await
         .map_err(|e| ctx.clients().error(e))?;
-    for name in names {
-        let nonce = name
-            .strip_prefix(&start)
-            .and_then(|rest| rest.split('-').next())
-            .unwrap_or_default();
-        if keep.contains(nonce) {
-            continue;
-        }
+    for name in secret_names(ctx, template).unwrap_or_default() {
         ctx.clients()
             .secrets
             .delete_secret(&name)
+            .await
+            .map_err(|e| ctx.clients().error(e))?;
+    }
+    Ok(())
+}
+
+/// Deletes every template of the pool with its secrets, then every secret of the pool a
+/// template never named (stored by a creation that failed after it).
+pub(super) async fn release(ctx: &PoolCtx) -> Result<(), ActuatorError> {
+    for template in templates(ctx).await? {
+        delete(ctx, &template).await?;
+    }
+    let names = ctx
+        .clients()
+        .secrets
+        .secret_names(&bootstrap_secrets::names_start(&ctx.machine.key))
+        .await
+        .map_err(|e| ctx.clients().error(e))?;
+    for name in names
+        .iter()
+        .filter(|name| bootstrap_secrets::is_stored_for(&ctx.machine.key, name))
+    {
+        ctx.clients()
+            .secrets
+            .delete_secret(name)
             .await
             .map_err(|e| ctx.clients().error(e))?;
     }
@@ -352,41 +295,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_secret_of_data_keeps_its_template_other_data_makes_another() {
+    fn other_data_or_another_revision_makes_another_template() {
         let revision = ModelRevision::new("r-1");
-        let one = Delivery::Secrets(vec![vec![1]]);
-        assert_eq!(
-            template_name("capi-k", &revision, &one.identity("aaaa")),
-            template_name("capi-k", &revision, &one.identity("bbbb")),
-            "a rotated token reaches the template's one secret, not a new template"
-        );
-        let two = Delivery::Secrets(vec![vec![1], vec![2]]);
+        let secrets = Delivery::Secrets(vec![vec![1]]);
         assert_ne!(
-            template_name("capi-k", &revision, &two.identity("aaaa")),
-            template_name("capi-k", &revision, &two.identity("bbbb"))
+            template_name("capi-k", &revision, &secrets.identity("aaaa")),
+            template_name("capi-k", &revision, &secrets.identity("bbbb")),
+            "a rotated token is a new template"
         );
         let plain = Delivery::UserData("x".into());
         assert_ne!(
             template_name("capi-k", &revision, &plain.identity("aaaa")),
-            template_name("capi-k", &revision, &plain.identity("bbbb"))
+            template_name("capi-k", &revision, &secrets.identity("aaaa"))
         );
         assert_ne!(
-            template_name("capi-k", &revision, &one.identity("aaaa")),
-            template_name("capi-k", &ModelRevision::new("r-2"), &one.identity("aaaa")),
+            template_name("capi-k", &revision, &secrets.identity("aaaa")),
+            template_name(
+                "capi-k",
+                &ModelRevision::new("r-2"),
+                &secrets.identity("aaaa")
+            ),
             "a new revision is a new template"
         );
+        assert_eq!(
+            template_name("capi-k", &revision, &secrets.identity("aaaa")),
+            template_name("capi-k", &revision, &secrets.identity("aaaa"))
+        );
         assert!(template_name("capi-k", &revision, "x").starts_with("capi-k-"));
-    }
-
-    #[test]
-    fn a_templates_secrets_are_read_off_its_tag() {
-        let template = LaunchTemplate {
-            id: "lt-1".into(),
-            name: "n".into(),
-            tags: [(SECRETS_TAG.to_string(), "00ff-2".to_string())].into(),
-        };
-        assert_eq!(nonce_of(&template), Some("00ff"));
-        let untagged = LaunchTemplate::default();
-        assert_eq!(nonce_of(&untagged), None);
     }
 }

@@ -17,6 +17,8 @@ use crate::connector::MockConnector;
 use crate::naming::CLUSTER_TAG;
 
 const KEY: &str = "capi-pool-uid-1";
+/// A nonce as the provider makes them: 128 bits in hex.
+const NONCE: &str = "000102030405060708090a0b0c0d0e0f";
 const ARN: &str =
     "arn:aws:autoscaling:us-east-1:1:autoScalingGroup:0-1:autoScalingGroupName/capi-pool-uid-1";
 
@@ -111,6 +113,7 @@ fn group(instances: &[(&str, &str)]) -> Group {
             })
             .collect(),
         deleting: false,
+        capacity_rebalance: false,
     }
 }
 
@@ -227,6 +230,7 @@ async fn update_removes_exactly_the_named_instances_that_are_not_leaving_already
     scaling
         .expect_group()
         .returning(|_| Ok(Some(group(&[("i-1", "InService"), ("i-4", "InService")]))));
+    scaling.expect_tag_group().returning(|_, _| Ok(()));
     let before = group(&[
         ("i-1", "InService"),
         ("i-2", "InService"),
@@ -310,62 +314,111 @@ async fn a_create_whose_answer_was_lost_takes_the_group_it_made() {
     assert_eq!(reported.instances[0].state, LoopState::Provisioning);
 }
 
-#[tokio::test]
-async fn a_rotated_token_replaces_the_one_secret_of_the_template_and_rolls_nothing() {
-    let mut scaling = MockScaling::new();
-    // The template of r-1 exists, made for other data.
-    scaling.expect_launch_templates().returning(|_, _| {
-        Ok(vec![LaunchTemplate {
-            name: model_name_of_r1(),
-            tags: {
-                let mut tags = our_tags();
-                tags.insert(model::SECRETS_TAG.into(), "00ff-1".into());
-                tags.insert(model::DATA_DIGEST_TAG.into(), "old".into());
-                tags
-            },
-            ..current_template()
-        }])
-    });
-    scaling.expect_create_launch_template().never();
+/// The template of revision `r-1` made for other data.
+fn old_template() -> LaunchTemplate {
+    LaunchTemplate {
+        id: "lt-1".into(),
+        name: format!("{KEY}-old"),
+        tags: {
+            let mut tags = our_tags();
+            tags.insert(model::SECRETS_TAG.into(), format!("{NONCE}-1"));
+            tags
+        },
+    }
+}
+
+/// `update` of a pool of one instance (launched from `lt-1` at `launched`, in seconds since
+/// the epoch; `None`: EC2 does not say) with new bootstrap data: the group is switched to a new
+/// template `lt-2`.
+async fn rotate(
+    launched: Option<i64>,
+    mut scaling: MockScaling,
+    secrets: MockSecrets,
+) -> ScaleSetReport {
     scaling
-        .expect_tag_launch_template()
-        .withf(|id, tags| id == "lt-1" && tags.contains_key(model::DATA_DIGEST_TAG))
+        .expect_launch_templates()
+        .returning(|_, _| Ok(vec![old_template()]));
+    scaling
+        .expect_create_launch_template()
+        .times(1)
+        .returning(|request| {
+            assert!(request.tags.contains_key(model::SECRETS_TAG));
+            Ok(LaunchTemplate {
+                id: "lt-2".into(),
+                name: request.name.clone(),
+                tags: request.tags.clone(),
+            })
+        });
+    scaling
+        .expect_update_group()
+        .withf(|_, update| {
+            update.launch_template_id.as_deref() == Some("lt-2") && update.size.is_none()
+        })
         .times(1)
         .returning(|_, _| Ok(()));
-    scaling.expect_update_group().never();
+    scaling.expect_tag_group().returning(|_, _| Ok(()));
     scaling
         .expect_group()
         .returning(|_| Ok(Some(group(&[("i-1", "InService")]))));
-    let mut secrets = MockSecrets::new();
-    secrets
-        .expect_put_secret()
-        .withf(|name, _, _| name == format!("aws.cluster.x-k8s.io/{KEY}-00ff-0"))
-        .times(1)
-        .returning(|_, _, _| Ok(()));
-    secrets
-        .expect_secret_names()
-        .returning(|_| Ok(vec![format!("aws.cluster.x-k8s.io/{KEY}-00ff-0")]));
-    secrets.expect_delete_secret().never();
-    let before = group(&[("i-1", "InService")]);
+    let mut compute = MockCompute::new();
+    compute.expect_instances_by_id().returning(move |ids| {
+        Ok(ids
+            .iter()
+            .map(|id| Instance {
+                launch_time: launched,
+                ..described(id)
+            })
+            .collect())
+    });
     let found = FoundGroup {
         instances: vec![described("i-1")],
-        group: before,
+        group: group(&[("i-1", "InService")]),
     };
-    let actuator = actuator(compute(), scaling, secrets);
-    let reported = actuator
+    actuator(compute, scaling, secrets)
         .update(
             &scope(pool(Some(ARN)), 1, &[]),
             Found::with(report(&found, None, None).unwrap(), found),
             Some(bootstrap()),
         )
         .await
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_rotated_token_makes_a_template_with_secrets_of_its_own_and_rolls_nothing() {
+    let mut scaling = MockScaling::new();
+    // An instance was launched from the old template moments ago: it may still be fetching.
+    scaling.expect_delete_launch_template().never();
+    let mut secrets = MockSecrets::new();
+    secrets
+        .expect_put_secret()
+        .times(1)
+        .returning(|_, _, _| Ok(()));
+    secrets.expect_delete_secret().never();
+    let reported = rotate(None, scaling, secrets).await;
     assert!(reported.instances[0].is_up_to_date(&ModelRevision::new("r-1")));
 }
 
-/// The name `model::ensure` gives the template of revision `r-1` whose data fits one secret.
-fn model_name_of_r1() -> String {
-    model::template_name(KEY, &ModelRevision::new("r-1"), "secrets-1")
+#[tokio::test]
+async fn a_template_nothing_was_launched_from_lately_goes_with_its_secrets() {
+    let mut scaling = MockScaling::new();
+    scaling
+        .expect_delete_launch_template()
+        .withf(|id| id == "lt-1")
+        .times(1)
+        .returning(|_| Ok(()));
+    let mut secrets = MockSecrets::new();
+    secrets
+        .expect_put_secret()
+        .times(1)
+        .returning(|_, _, _| Ok(()));
+    secrets
+        .expect_delete_secret()
+        .withf(|name| *name == format!("aws.cluster.x-k8s.io/{KEY}-{NONCE}-0"))
+        .times(1)
+        .returning(|_| Ok(()));
+    // Launched at the epoch: long before the grace.
+    rotate(Some(0), scaling, secrets).await;
 }
 
 #[tokio::test]
@@ -410,11 +463,16 @@ async fn deletion_empties_the_group_deletes_it_then_its_templates_and_secrets() 
     let mut compute = compute();
     compute.expect_instances().returning(|_| Ok(Vec::new()));
     let mut secrets = MockSecrets::new();
-    secrets
-        .expect_secret_names()
-        .returning(|_| Ok(vec![format!("aws.cluster.x-k8s.io/{KEY}-00ff-0")]));
+    secrets.expect_secret_names().returning(|_| {
+        Ok(vec![
+            format!("aws.cluster.x-k8s.io/{KEY}-{NONCE}-0"),
+            // Not a name this pool's key makes: another key's that starts like it.
+            format!("aws.cluster.x-k8s.io/{KEY}-aaaa-{NONCE}-0"),
+        ])
+    });
     secrets
         .expect_delete_secret()
+        .withf(|name| *name == format!("aws.cluster.x-k8s.io/{KEY}-{NONCE}-0"))
         .times(1)
         .returning(|_| Ok(()));
     let actuator = actuator(compute, scaling, secrets);
@@ -430,4 +488,83 @@ async fn deletion_empties_the_group_deletes_it_then_its_templates_and_secrets() 
     }
     assert_eq!(steps, BTreeSet::from(["DeletingScaleSet".to_string()]));
     actuator.delete(&scope).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_removal_below_the_groups_lower_bound_lowers_the_bound_before_the_instance_goes() {
+    let mut sequence = mockall::Sequence::new();
+    let mut scaling = MockScaling::new();
+    scaling
+        .expect_update_group()
+        .withf(|_, update| {
+            update.size
+                == Some(GroupSize {
+                    min: 0,
+                    max: 5,
+                    desired: None,
+                })
+        })
+        .times(1)
+        .in_sequence(&mut sequence)
+        .returning(|_, _| Ok(()));
+    scaling
+        .expect_terminate_instance()
+        .withf(|id| id == "i-1")
+        .times(1)
+        .in_sequence(&mut sequence)
+        .returning(|_| Ok(()));
+    scaling
+        .expect_update_group()
+        .withf(|_, update| {
+            update.size
+                == Some(GroupSize {
+                    min: 0,
+                    max: 5,
+                    desired: Some(0),
+                })
+        })
+        .times(1)
+        .in_sequence(&mut sequence)
+        .returning(|_, _| Ok(()));
+    scaling.expect_tag_group().returning(|_, _| Ok(()));
+    scaling.expect_group().returning(|_| Ok(Some(group(&[]))));
+    let before = group(&[("i-1", "InService")]);
+    let found = FoundGroup {
+        instances: vec![described("i-1")],
+        group: before,
+    };
+    let reported = actuator(compute(), scaling, MockSecrets::new())
+        .update(
+            &scope(pool(Some(ARN)), 0, &["aws:///us-east-1a/i-1"]),
+            Found::with(report(&found, None, None).unwrap(), found),
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(reported.instances.is_empty());
+}
+
+#[test]
+fn an_autoscaled_groups_bounds_never_narrow_below_what_it_holds() {
+    let mut pool = pool(None);
+    pool.spec.min_size = 2;
+    pool.spec.max_size = 3;
+    // An autoscaler holds the group at 5, above the pool's upper bound: Auto Scaling would
+    // terminate two instances of its choosing were the bound set to 3.
+    assert_eq!(
+        size_for(&pool, None, 5),
+        GroupSize {
+            min: 2,
+            max: 5,
+            desired: None
+        }
+    );
+    assert_eq!(
+        size_for(&pool, Some(1), 5),
+        GroupSize {
+            min: 1,
+            max: 3,
+            desired: Some(1)
+        }
+    );
 }

@@ -171,6 +171,19 @@ impl Account {
         )
     }
 
+    /// An Auto Scaling client of the account.
+    pub fn autoscaling(&self) -> aws_sdk_autoscaling::Client {
+        aws_sdk_autoscaling::Client::from_conf(
+            aws_sdk_autoscaling::Config::builder()
+                .behavior_version(aws_sdk_autoscaling::config::BehaviorVersion::latest())
+                .region(aws_sdk_autoscaling::config::Region::new(REGION))
+                .endpoint_url(&self.endpoint)
+                .credentials_provider(self.credentials())
+                .retry_config(aws_sdk_autoscaling::config::retry::RetryConfig::disabled())
+                .build(),
+        )
+    }
+
     /// An ELBv2 client of the account.
     pub fn elb(&self) -> aws_sdk_elasticloadbalancingv2::Client {
         aws_sdk_elasticloadbalancingv2::Client::from_conf(

@@ -100,7 +100,23 @@ fn group_of(group: &asg::AutoScalingGroup) -> Option<Group> {
             })
             .collect(),
         deleting: group.status().is_some_and(|s| s.starts_with("Delete")),
+        capacity_rebalance: group.capacity_rebalance().unwrap_or(false),
     })
+}
+
+/// `tags` as tags of group `name`, each put on every instance it launches.
+fn group_tags(name: &str, tags: &Tags) -> Vec<asg::Tag> {
+    tags.iter()
+        .map(|(key, value)| {
+            asg::Tag::builder()
+                .key(key)
+                .value(value)
+                .propagate_at_launch(true)
+                .resource_id(name)
+                .resource_type("auto-scaling-group")
+                .build()
+        })
+        .collect()
 }
 
 fn template_of(template: &ec2::LaunchTemplate) -> Option<LaunchTemplate> {
@@ -220,19 +236,6 @@ impl Scaling for AutoScaling {
     }
 
     async fn create_group(&self, request: &CreateGroup) -> Result<(), CloudError> {
-        let tags = request
-            .tags
-            .iter()
-            .map(|(key, value)| {
-                asg::Tag::builder()
-                    .key(key)
-                    .value(value)
-                    .propagate_at_launch(true)
-                    .resource_id(&request.name)
-                    .resource_type("auto-scaling-group")
-                    .build()
-            })
-            .collect();
         let mut create = self
             .client
             .create_auto_scaling_group()
@@ -246,7 +249,7 @@ impl Scaling for AutoScaling {
             .min_size(count(request.size.min))
             .max_size(count(request.size.max))
             .vpc_zone_identifier(request.subnet_ids.join(","))
-            .set_tags(Some(tags))
+            .set_tags(Some(group_tags(&request.name, &request.tags)))
             .capacity_rebalance(request.capacity_rebalance);
         if let Some(desired) = request.size.desired {
             create = create.desired_capacity(count(desired));
@@ -274,7 +277,23 @@ impl Scaling for AutoScaling {
         if let Some(subnets) = &update.subnet_ids {
             request = request.vpc_zone_identifier(subnets.join(","));
         }
+        if let Some(rebalance) = update.capacity_rebalance {
+            request = request.capacity_rebalance(rebalance);
+        }
         call(&self.budget, "UpdateAutoScalingGroup", request.send()).await?;
+        Ok(())
+    }
+
+    async fn tag_group(&self, name: &str, tags: &Tags) -> Result<(), CloudError> {
+        call(
+            &self.budget,
+            "CreateOrUpdateTags",
+            self.client
+                .create_or_update_tags()
+                .set_tags(Some(group_tags(name, tags)))
+                .send(),
+        )
+        .await?;
         Ok(())
     }
 
