@@ -168,7 +168,9 @@ pub trait Scaling: Send + Sync {
     /// that it is not replaced.
     async fn terminate_instance(&self, instance_id: &str) -> Result<(), CloudError>;
 
-    /// Deletes a group that has no instances left (`Ok` when there is none).
+    /// Deletes a group with every instance it still holds (`Ok` when there is none). The pool
+    /// actuator deletes only a group at a capacity of zero, holding no instance or only
+    /// instances on standby.
     async fn delete_group(&self, name: &str) -> Result<(), CloudError>;
 
     /// The launch templates tagged `key` = `value` (all pages).

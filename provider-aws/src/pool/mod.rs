@@ -225,14 +225,19 @@ impl AwsPoolActuator {
         Ok(FoundGroup { group, instances })
     }
 
-    /// Sends `update` to the pool's group, unless it changes nothing.
-    async fn update_group(&self, ctx: &PoolCtx, update: GroupUpdate) -> Result<(), ActuatorError> {
+    /// Sends `update` to group `name`, unless it changes nothing.
+    async fn update_group(
+        &self,
+        name: &str,
+        ctx: &PoolCtx,
+        update: GroupUpdate,
+    ) -> Result<(), ActuatorError> {
         if update == GroupUpdate::default() {
             return Ok(());
         }
         ctx.clients()
             .scaling
-            .update_group(&ctx.group_name, &update)
+            .update_group(name, &update)
             .await
             .map_err(|e| ctx.clients().error(e))
     }
@@ -456,7 +461,8 @@ fn addresses(instance: &Instance) -> Vec<MachineAddress> {
 }
 
 /// The templates an instance of `found` was launched from in the last [`model::GRACE`]; `None`
-/// when an instance does not say which (then no template may be deleted).
+/// when EC2 does not describe an instance, or a recent one does not say which (then no
+/// template may be deleted).
 fn recently_launched(found: &FoundGroup) -> Option<BTreeSet<String>> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -466,14 +472,14 @@ fn recently_launched(found: &FoundGroup) -> Option<BTreeSet<String>> {
     let mut recent = BTreeSet::new();
     for member in &found.group.instances {
         let described = found.instances.iter().find(|i| i.id == member.id)?;
-        let template = described.tags.get(model::LAUNCHED_FROM_TAG)?;
         // An instance whose launch EC2 does not date counts as recent.
         if described
             .launch_time
-            .is_none_or(|launched| launched >= since)
+            .is_some_and(|launched| launched < since)
         {
-            recent.insert(template.clone());
+            continue;
         }
+        recent.insert(described.tags.get(model::LAUNCHED_FROM_TAG)?.clone());
     }
     Some(recent)
 }
@@ -573,23 +579,27 @@ impl PoolActuator<AWSMachinePool, AWSCluster> for AwsPoolActuator {
         let subnet_ids = subnets(&ctx, &scope.machine_pool.spec.failure_domains).await;
         let mut current_subnets = group.subnet_ids.clone();
         current_subnets.sort();
-        self.update_group(
-            &ctx,
-            GroupUpdate {
-                launch_template_id: template
-                    .as_ref()
-                    .and_then(|t| t.as_ref().ok())
-                    .filter(|t| group.launch_template_id.as_deref() != Some(t.id.as_str()))
-                    .map(|t| t.id.clone()),
-                subnet_ids: subnet_ids
-                    .as_ref()
-                    .ok()
-                    .filter(|ids| **ids != current_subnets)
-                    .cloned(),
-                ..GroupUpdate::default()
-            },
-        )
-        .await?;
+        // Auto Scaling may refuse a template or subnets itself (an instance profile that does
+        // not exist): reported after the size too.
+        let switched = self
+            .update_group(
+                &group.name,
+                &ctx,
+                GroupUpdate {
+                    launch_template_id: template
+                        .as_ref()
+                        .and_then(|t| t.as_ref().ok())
+                        .filter(|t| group.launch_template_id.as_deref() != Some(t.id.as_str()))
+                        .map(|t| t.id.clone()),
+                    subnet_ids: subnet_ids
+                        .as_ref()
+                        .ok()
+                        .filter(|ids| **ids != current_subnets)
+                        .cloned(),
+                    ..GroupUpdate::default()
+                },
+            )
+            .await;
         // The named instances removed, the capacity set.
         let leaving: Vec<&str> = scope
             .size
@@ -603,14 +613,29 @@ impl PoolActuator<AWSMachinePool, AWSCluster> for AwsPoolActuator {
                     .any(|m| m.id == *id && !m.is_leaving())
             })
             .collect();
-        let size = size_for(&ctx.pool, scope.size.capacity, group.desired);
         let after = group
             .desired
             .saturating_sub(u32::try_from(leaving.len()).unwrap_or(u32::MAX));
+        // While the current model cannot be launched and the group launches another revision, a
+        // surge would launch outdated instances for the loop to replace again: none is added.
+        let launches_current = match &template {
+            Some(Ok(_)) | None => switched.is_ok(),
+            Some(Err(_)) => templates.iter().any(|t| {
+                group.launch_template_id.as_deref() == Some(t.id.as_str())
+                    && t.tags.get(model::REVISION_TAG).map(String::as_str)
+                        == Some(scope.revision.as_str())
+            }),
+        };
+        let capacity = match launches_current {
+            true => scope.size.capacity,
+            false => scope.size.capacity.map(|c| c.min(after)),
+        };
+        let size = size_for(&ctx.pool, capacity, after);
         if !leaving.is_empty() && after < group.min {
             // Auto Scaling refuses to take the desired capacity below the group's lower bound:
             // the bound goes down first (which changes nothing else).
             self.update_group(
+                &group.name,
                 &ctx,
                 GroupUpdate {
                     size: Some(GroupSize {
@@ -637,6 +662,7 @@ impl PoolActuator<AWSMachinePool, AWSCluster> for AwsPoolActuator {
             || !leaving.is_empty();
         let rebalance = ctx.pool.spec.capacity_rebalance;
         self.update_group(
+            &group.name,
             &ctx,
             GroupUpdate {
                 size: resized.then_some(size),
@@ -658,6 +684,7 @@ impl PoolActuator<AWSMachinePool, AWSCluster> for AwsPoolActuator {
                 .await
                 .map_err(|e| ctx.clients().error(e))?;
         }
+        switched?;
         subnet_ids?;
         let template = template.transpose()?;
         let now = self.current(&ctx).await?;
@@ -677,21 +704,19 @@ impl PoolActuator<AWSMachinePool, AWSCluster> for AwsPoolActuator {
     ) -> Result<(), ActuatorError> {
         let ctx = self.context(scope).await?;
         if let Some(group) = self.find(&ctx).await? {
-            let emptied = group.instances.is_empty() && group.desired == 0 && group.min == 0;
             let at_zero = group.desired == 0 && group.min == 0;
+            let on_standby = group
+                .instances
+                .iter()
+                .filter(|m| m.lifecycle.starts_with("Standby"))
+                .count();
+            let settled = group
+                .instances
+                .iter()
+                .all(|m| m.is_leaving() || m.lifecycle.starts_with("Standby"));
             if group.deleting {
                 // Auto Scaling is deleting it already.
-            } else if at_zero && !emptied {
-                // What the group keeps at a capacity of zero (an instance on standby) goes
-                // through EC2.
-                for member in group.instances.iter().filter(|m| !m.is_leaving()) {
-                    ctx.clients()
-                        .compute
-                        .terminate_instance(&member.id)
-                        .await
-                        .map_err(|e| ctx.clients().error(e))?;
-                }
-            } else if !emptied {
+            } else if !at_zero {
                 ctx.clients()
                     .scaling
                     .update_group(
@@ -707,13 +732,15 @@ impl PoolActuator<AWSMachinePool, AWSCluster> for AwsPoolActuator {
                     )
                     .await
                     .map_err(|e| ctx.clients().error(e))?;
-            } else {
+            } else if group.instances.is_empty() || (settled && on_standby > 0) {
+                // Empty, or holding only instances on standby, which a capacity of zero keeps:
+                // the group goes with them.
                 ctx.clients()
                     .scaling
                     .delete_group(&group.name)
                     .await
                     .map_err(|e| ctx.clients().error(e))?;
-                tracing::info!(group = %group.name, "deleting the Auto Scaling group");
+                tracing::info!(group = %group.name, on_standby, "deleting the Auto Scaling group");
             }
             return Err(ActuatorError::requeue_after(
                 DELETE_POLL,

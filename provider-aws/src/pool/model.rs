@@ -248,13 +248,9 @@ pub(super) async fn sweep(
     Ok(())
 }
 
-/// Deletes `template`, then its secrets.
+/// Deletes the secrets of `template`, then the template (which names them: a failure in
+/// between leaves nothing unnamed).
 async fn delete(ctx: &PoolCtx, template: &LaunchTemplate) -> Result<(), ActuatorError> {
-    ctx.clients()
-        .scaling
-        .delete_launch_template(&template.id)
-        .await
-        .map_err(|e| ctx.clients().error(e))?;
     for name in secret_names(ctx, template).unwrap_or_default() {
         ctx.clients()
             .secrets
@@ -262,7 +258,11 @@ async fn delete(ctx: &PoolCtx, template: &LaunchTemplate) -> Result<(), Actuator
             .await
             .map_err(|e| ctx.clients().error(e))?;
     }
-    Ok(())
+    ctx.clients()
+        .scaling
+        .delete_launch_template(&template.id)
+        .await
+        .map_err(|e| ctx.clients().error(e))
 }
 
 /// Deletes every template of the pool with its secrets, then every secret of the pool a

@@ -568,3 +568,87 @@ fn an_autoscaled_groups_bounds_never_narrow_below_what_it_holds() {
         }
     );
 }
+
+#[tokio::test]
+async fn an_autoscaled_pools_removal_is_never_replaced() {
+    let mut scaling = MockScaling::new();
+    // Whatever is sent, the lower bound never exceeds what the group holds after the removal:
+    // Auto Scaling would raise the desired capacity to it and launch a replacement.
+    scaling
+        .expect_update_group()
+        .withf(|_, update| {
+            update
+                .size
+                .is_some_and(|s| s.min <= 1 && s.desired.is_none())
+        })
+        .times(1..)
+        .returning(|_, _| Ok(()));
+    scaling
+        .expect_terminate_instance()
+        .times(1)
+        .returning(|_| Ok(()));
+    scaling.expect_tag_group().returning(|_, _| Ok(()));
+    scaling
+        .expect_group()
+        .returning(|_| Ok(Some(group(&[("i-2", "InService")]))));
+    let mut pool = pool(Some(ARN));
+    pool.spec.min_size = 2;
+    let mut before = group(&[("i-1", "InService"), ("i-2", "InService")]);
+    before.min = 2;
+    let found = FoundGroup {
+        instances: vec![described("i-1"), described("i-2")],
+        group: before,
+    };
+    let mut scope = scope(pool, 0, &["aws:///us-east-1a/i-1"]);
+    scope.size.capacity = None;
+    actuator(compute(), scaling, MockSecrets::new())
+        .update(
+            &scope,
+            Found::with(report(&found, None, None).unwrap(), found),
+            None,
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_model_that_cannot_be_made_adds_no_surge_of_the_old_one_and_is_reported() {
+    let mut scaling = MockScaling::new();
+    scaling
+        .expect_launch_templates()
+        .returning(|_, _| Ok(Vec::new()));
+    scaling.expect_create_launch_template().returning(|_| {
+        Err(CloudError::new(
+            "CreateLaunchTemplate",
+            Some("InvalidParameterValue".into()),
+            "the template is refused",
+        ))
+    });
+    // The group holds two and launches another revision: the surge to three is not made.
+    scaling
+        .expect_update_group()
+        .withf(|_, update| update.size.is_some_and(|s| s.desired == Some(3)))
+        .never();
+    scaling.expect_update_group().returning(|_, _| Ok(()));
+    scaling.expect_tag_group().returning(|_, _| Ok(()));
+    let mut secrets = MockSecrets::new();
+    secrets.expect_put_secret().returning(|_, _, _| Ok(()));
+    let before = group(&[("i-1", "InService"), ("i-2", "InService")]);
+    let found = FoundGroup {
+        instances: vec![described("i-1"), described("i-2")],
+        group: before,
+    };
+    let error = actuator(compute(), scaling, secrets)
+        .update(
+            &scope(pool(Some(ARN)), 3, &[]),
+            Found::with(report(&found, None, None).unwrap(), found),
+            Some(bootstrap()),
+        )
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        error.to_string().contains("InvalidParameterValue"),
+        "{error}"
+    );
+}

@@ -335,6 +335,7 @@ impl Scaling for AutoScaling {
             self.client
                 .delete_auto_scaling_group()
                 .auto_scaling_group_name(name)
+                .force_delete(true)
                 .send(),
         )
         .await?;
