@@ -43,7 +43,7 @@ pub use scaling::{
 };
 #[cfg(any(test, feature = "mock"))]
 pub use secrets::MockSecrets;
-pub use secrets::Secrets;
+pub use secrets::{Secrets, StoredSecret};
 
 /// The log targets of the AWS SDK whose TRACE events print signed requests and bodies (user
 /// data, session tokens) and whose DEBUG events print the request's identity (the access key

@@ -6,6 +6,15 @@ use async_trait::async_trait;
 use super::error::CloudError;
 use crate::api::Tags;
 
+/// A secret as Secrets Manager lists it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoredSecret {
+    /// Its name.
+    pub name: String,
+    /// When it was made, in seconds since the Unix epoch, when Secrets Manager says.
+    pub created: Option<i64>,
+}
+
 /// The secrets of one region.
 #[cfg_attr(any(test, feature = "mock"), mockall::automock)]
 #[async_trait]
@@ -16,6 +25,9 @@ pub trait Secrets: Send + Sync {
 
     /// Deletes the secret `name` at once, without a recovery window; `Ok` when there is none.
     async fn delete_secret(&self, name: &str) -> Result<(), CloudError>;
+
+    /// The secrets whose name starts with `prefix`, with when each was made.
+    async fn secrets(&self, prefix: &str) -> Result<Vec<StoredSecret>, CloudError>;
 
     /// The names of the secrets whose name starts with `prefix`.
     async fn secret_names(&self, prefix: &str) -> Result<Vec<String>, CloudError>;

@@ -65,16 +65,18 @@ pub fn names_start(key: &str) -> String {
 /// hand that is the start of another's (`capi-0f1e2d3c` of `capi-0f1e2d3c-…`) names none of the
 /// other's secrets.
 pub fn is_stored_for(key: &str, name: &str) -> bool {
-    let Some(rest) = name.strip_prefix(&names_start(key)) else {
-        return false;
-    };
-    let Some((nonce, number)) = rest.split_once('-') else {
-        return false;
-    };
-    nonce.len() == 32
+    stored_nonce(key, name).is_some()
+}
+
+/// The nonce of the store that named `name` for idempotency key `key` (see [`is_stored_for`]).
+pub fn stored_nonce<'a>(key: &str, name: &'a str) -> Option<&'a str> {
+    let rest = name.strip_prefix(&names_start(key))?;
+    let (nonce, number) = rest.split_once('-')?;
+    let shaped = nonce.len() == 32
         && nonce.bytes().all(|b| b.is_ascii_hexdigit())
         && !number.is_empty()
-        && number.bytes().all(|b| b.is_ascii_digit())
+        && number.bytes().all(|b| b.is_ascii_digit());
+    shaped.then_some(nonce)
 }
 
 /// The names of `count` secrets of one store, for the machine with idempotency key `key`.

@@ -13,8 +13,9 @@
 //!
 //! A template that is not the group's goes, with its secrets, once no instance of the group was
 //! launched from it in the last [`GRACE`]: every instance launched from it has fetched its data
-//! by then, or never will (the join token in it has expired). Secrets are deleted only with
-//! their template (named by its [`SECRETS_TAG`]), and all of the pool's once the pool is gone.
+//! by then, or never will (the join token in it has expired). Secrets are deleted with their
+//! template (named by its [`SECRETS_TAG`]), those no template names once older than [`GRACE`]
+//! (stored by a creation that failed after them), and all of the pool's once the pool is gone.
 
 use std::collections::BTreeSet;
 
@@ -245,7 +246,47 @@ pub(super) async fn sweep(
         delete(ctx, template).await?;
         tracing::info!(template = %template.id, "deleted a launch template no instance needs");
     }
+    // Secrets a creation stored and no template came to name (it failed after them): once older
+    // than the grace, no template listed late can still be theirs.
+    let named: BTreeSet<&str> = templates
+        .iter()
+        .chain(std::iter::once(current))
+        .filter_map(nonce_of)
+        .collect();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default();
+    let before = i64::try_from(now.saturating_sub(GRACE.as_secs())).unwrap_or_default();
+    let key = &ctx.machine.key;
+    let stored = ctx
+        .clients()
+        .secrets
+        .secrets(&bootstrap_secrets::names_start(key))
+        .await
+        .map_err(|e| ctx.clients().error(e))?;
+    for secret in stored {
+        let orphan = bootstrap_secrets::stored_nonce(key, &secret.name)
+            .is_some_and(|nonce| !named.contains(nonce))
+            && secret.created.is_some_and(|created| created < before);
+        if orphan {
+            ctx.clients()
+                .secrets
+                .delete_secret(&secret.name)
+                .await
+                .map_err(|e| ctx.clients().error(e))?;
+        }
+    }
     Ok(())
+}
+
+/// The nonce of the secrets of `template`, if its data is in Secrets Manager.
+fn nonce_of(template: &LaunchTemplate) -> Option<&str> {
+    template
+        .tags
+        .get(SECRETS_TAG)?
+        .rsplit_once('-')
+        .map(|(nonce, _)| nonce)
 }
 
 /// Deletes the secrets of `template`, then the template (which names them: a failure in

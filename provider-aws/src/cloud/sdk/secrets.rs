@@ -7,7 +7,7 @@ use aws_sdk_secretsmanager::types as sm;
 use super::call;
 use crate::api::Tags;
 use crate::cloud::error::CloudError;
-use crate::cloud::secrets::Secrets;
+use crate::cloud::secrets::{Secrets, StoredSecret};
 use crate::throttle::RegionBudget;
 
 /// Secrets Manager in one region, under that region's budget.
@@ -80,6 +80,11 @@ impl Secrets for SecretsManager {
     }
 
     async fn secret_names(&self, prefix: &str) -> Result<Vec<String>, CloudError> {
+        let listed = self.secrets(prefix).await?;
+        Ok(listed.into_iter().map(|s| s.name).collect())
+    }
+
+    async fn secrets(&self, prefix: &str) -> Result<Vec<StoredSecret>, CloudError> {
         let mut names = Vec::new();
         let mut token = None;
         loop {
@@ -101,9 +106,13 @@ impl Secrets for SecretsManager {
             names.extend(
                 page.secret_list()
                     .iter()
-                    .filter_map(|s| s.name())
-                    .filter(|name| name.starts_with(prefix))
-                    .map(str::to_string),
+                    .filter_map(|s| {
+                        Some(StoredSecret {
+                            name: s.name()?.to_string(),
+                            created: s.created_date().map(|d| d.secs()),
+                        })
+                    })
+                    .filter(|s| s.name.starts_with(prefix)),
             );
             token = page.next_token().map(str::to_string);
             if token.is_none() {
