@@ -123,6 +123,13 @@ pub(crate) fn additional_tags(ctx: &Ctx) -> Tags {
 /// Every tag of the instance: the user's, then CAPA's and the provider's (which win), the
 /// idempotency key, the Machine, and the Kubernetes cloud provider's cluster tag.
 pub(super) fn tags(ctx: &Ctx) -> Tags {
+    owned_tags(ctx, MACHINE_NAME_TAG)
+}
+
+/// The tags of what `ctx` launches: the user's, then CAPA's and the provider's (which win), the
+/// idempotency key, `owner_tag` = `<namespace>/<name>`, and the Kubernetes cloud provider's
+/// cluster tag.
+pub(crate) fn owned_tags(ctx: &Ctx, owner_tag: &str) -> Tags {
     let mut tags = ctx.naming.tags(
         instance_role(ctx.control_plane),
         &ctx.name,
@@ -130,7 +137,7 @@ pub(super) fn tags(ctx: &Ctx) -> Tags {
     );
     tags.insert(IDEMPOTENCY_KEY_TAG.to_string(), ctx.key.clone());
     tags.insert(
-        MACHINE_NAME_TAG.to_string(),
+        owner_tag.to_string(),
         format!("{}/{}", ctx.namespace, ctx.name),
     );
     tags.insert(

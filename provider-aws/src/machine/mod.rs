@@ -72,6 +72,24 @@ pub fn instance_id_of(provider_id: &str) -> Option<&str> {
         .filter(|id| id.starts_with("i-"))
 }
 
+/// The addresses of `instance`: private and public, addresses and DNS names, those it has.
+pub(crate) fn addresses(instance: &Instance) -> Vec<MachineAddress> {
+    [
+        (MachineAddressType::InternalIp, &instance.private_ip),
+        (MachineAddressType::ExternalIp, &instance.public_ip),
+        (MachineAddressType::InternalDns, &instance.private_dns),
+        (MachineAddressType::ExternalDns, &instance.public_dns),
+    ]
+    .into_iter()
+    .filter_map(|(type_, address)| {
+        address.as_ref().map(|address| MachineAddress {
+            type_,
+            address: address.clone(),
+        })
+    })
+    .collect()
+}
+
 /// The provider ID of instance `id` in `zone`.
 pub fn provider_id(zone: &str, id: &str) -> String {
     format!("{PROVIDER_ID_PREFIX}{zone}/{id}")
@@ -286,20 +304,7 @@ impl AwsMachineActuator {
     /// What the loop records of `instance`.
     fn report(instance: &Instance) -> Result<MachineInstance, ActuatorError> {
         let zone = instance.zone.clone().unwrap_or_default();
-        let addresses = [
-            (MachineAddressType::InternalIp, &instance.private_ip),
-            (MachineAddressType::ExternalIp, &instance.public_ip),
-            (MachineAddressType::InternalDns, &instance.private_dns),
-            (MachineAddressType::ExternalDns, &instance.public_dns),
-        ]
-        .into_iter()
-        .filter_map(|(type_, address)| {
-            address.as_ref().map(|address| MachineAddress {
-                type_,
-                address: address.clone(),
-            })
-        })
-        .collect();
+        let addresses = addresses(instance);
         let reason = instance
             .state_reason
             .as_deref()

@@ -29,7 +29,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use capi_core::api::{MachineAddress, MachineAddressType};
 use capi_core::{
     ActuatorError, BootstrapData, Found, InstanceState as LoopState, ModelRevision, PoolActuator,
     PoolInstance, PoolScope, ProviderStatus, ScaleSetReport,
@@ -41,10 +40,8 @@ use crate::api::{AWSCluster, AWSMachine, AWSMachinePool, Filter, InstanceState, 
 use crate::cloud::scaling::SUSPENDED_PROCESSES;
 use crate::cloud::{Clients, CreateGroup, Group, GroupSize, GroupUpdate, Instance};
 use crate::connector::Connector;
-use crate::machine::{Ctx, instance_id_of, launch, provider_id};
-use crate::naming::{
-    ClusterNaming, IDEMPOTENCY_KEY_TAG, KUBERNETES_CLUSTER_TAG_PREFIX, OWNED, instance_role,
-};
+use crate::machine::{Ctx, addresses, instance_id_of, launch, provider_id};
+use crate::naming::{ClusterNaming, IDEMPOTENCY_KEY_TAG};
 
 /// The tag naming the `MachinePool` (`<namespace>/<name>`) on its group and instances.
 pub const POOL_NAME_TAG: &str = "MachinePoolName";
@@ -88,22 +85,7 @@ impl PoolCtx {
     /// ownership, the node role, the pool's key and name, and the Kubernetes cloud provider's
     /// cluster tag.
     fn instance_tags(&self) -> Tags {
-        let machine = &self.machine;
-        let mut tags = machine.naming.tags(
-            instance_role(false),
-            &machine.name,
-            &launch::additional_tags(machine),
-        );
-        tags.insert(IDEMPOTENCY_KEY_TAG.to_string(), machine.key.clone());
-        tags.insert(
-            POOL_NAME_TAG.to_string(),
-            format!("{}/{}", machine.namespace, machine.name),
-        );
-        tags.insert(
-            format!("{KUBERNETES_CLUSTER_TAG_PREFIX}{}", machine.cluster_name),
-            OWNED.to_string(),
-        );
-        tags
+        launch::owned_tags(&self.machine, POOL_NAME_TAG)
     }
 
     /// Whether `tags` mark a group or an instance as this pool's.
@@ -441,23 +423,6 @@ fn instance_state(member: &crate::cloud::GroupInstance, described: Option<&Insta
         ),
         _ => LoopState::Provisioning,
     }
-}
-
-fn addresses(instance: &Instance) -> Vec<MachineAddress> {
-    [
-        (MachineAddressType::InternalIp, &instance.private_ip),
-        (MachineAddressType::ExternalIp, &instance.public_ip),
-        (MachineAddressType::InternalDns, &instance.private_dns),
-        (MachineAddressType::ExternalDns, &instance.public_dns),
-    ]
-    .into_iter()
-    .filter_map(|(type_, address)| {
-        address.as_ref().map(|address| MachineAddress {
-            type_,
-            address: address.clone(),
-        })
-    })
-    .collect()
 }
 
 /// The templates an instance of `found` was launched from in the last [`model::GRACE`]; `None`

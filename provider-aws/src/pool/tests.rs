@@ -14,7 +14,7 @@ use crate::cloud::{
     MockScaling, MockSecrets, StoredSecret,
 };
 use crate::connector::MockConnector;
-use crate::naming::CLUSTER_TAG;
+use crate::naming::{CLUSTER_TAG, OWNED};
 
 const KEY: &str = "capi-pool-uid-1";
 /// A nonce as the provider makes them: 128 bits in hex.
