@@ -171,6 +171,10 @@ struct Sighting {
     replicas: Option<i32>,
     ready_replicas: Option<i32>,
     available: bool,
+    /// Every condition of the MachinePool and its InMemoryMachinePool, and whether the
+    /// InMemoryMachinePool is labelled, owned and finalized: what a timeout's message shows of
+    /// where the pool stopped.
+    why: Vec<String>,
 }
 
 async fn sighting(world: &World) -> Sighting {
@@ -218,7 +222,42 @@ async fn sighting(world: &World) -> Sighting {
         .into_iter()
         .filter_map(|n| n.spec.and_then(|s| s.provider_id))
         .collect();
+    let infra = world.infra_pools().get("workers").await.unwrap();
+    let mut why: Vec<String> = status
+        .conditions
+        .iter()
+        .map(|c| {
+            format!(
+                "MachinePool {} {} {}: {}",
+                c.type_, c.status, c.reason, c.message
+            )
+        })
+        .collect();
+    let infra_conditions = infra
+        .status
+        .as_ref()
+        .map(|s| s.contract.conditions.clone())
+        .unwrap_or_default();
+    why.extend(infra_conditions.iter().map(|c| {
+        format!(
+            "InMemoryMachinePool {} {} {}: {}",
+            c.type_, c.status, c.reason, c.message
+        )
+    }));
+    why.push(format!(
+        "InMemoryMachinePool labels {:?}, owners {:?}, finalizers {:?}",
+        infra.metadata.labels,
+        infra
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .map(|o| format!("{} {}", o.kind, o.name))
+            .collect::<Vec<_>>(),
+        infra.metadata.finalizers
+    ));
     Sighting {
+        why,
         instances,
         provider_id_list: pool.spec.provider_id_list.iter().cloned().collect(),
         node_refs: status
@@ -261,7 +300,8 @@ async fn converged(world: &World, n: usize, flavor: &str) -> Sighting {
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "timed out waiting for {n} instances of {flavor}: {seen:#?}"
+            "timed out waiting for {n} instances of {flavor}: {seen:#?}\nwhere it stands:\n{}",
+            seen.why.join("\n")
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
