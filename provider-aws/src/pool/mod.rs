@@ -72,13 +72,17 @@ pub struct FoundGroup {
 /// made of its launch template), and the group's name.
 pub(crate) struct PoolCtx {
     pub(crate) machine: Ctx,
-    pub(crate) group_name: String,
     pool: Arc<AWSMachinePool>,
 }
 
 impl PoolCtx {
     fn clients(&self) -> &Clients {
         &self.machine.clients
+    }
+
+    /// The group's name: the pool's idempotency key.
+    fn group_name(&self) -> &str {
+        &self.machine.key
     }
 
     /// The tags of the group, put on every instance it launches: the user's, the cluster's
@@ -146,7 +150,6 @@ impl AwsPoolActuator {
         let clients = self.connector.connect(&cluster).await?;
         let mut infra = AWSMachine::new(&pool.name_any(), pool.machine_spec());
         infra.metadata.namespace = Some(namespace.clone());
-        let key = scope.idempotency_key.as_str().to_string();
         Ok(PoolCtx {
             machine: Ctx {
                 clients,
@@ -157,12 +160,11 @@ impl AwsPoolActuator {
                 namespace,
                 cluster_name,
                 name: pool.name_any(),
-                key: key.clone(),
+                key: scope.idempotency_key.as_str().to_string(),
                 control_plane: false,
                 failure_domain: None,
                 machine_version: scope.machine_pool.spec.template.spec.version.clone(),
             },
-            group_name: key,
             pool: Arc::clone(pool),
         })
     }
@@ -172,7 +174,7 @@ impl AwsPoolActuator {
         let recorded = ctx.pool.spec.provider_id.as_deref().and_then(group_name_of);
         let names = recorded
             .into_iter()
-            .chain(std::iter::once(ctx.group_name.as_str()));
+            .chain(std::iter::once(ctx.group_name()));
         let mut looked = BTreeSet::new();
         for name in names {
             if !looked.insert(name) {
@@ -229,7 +231,7 @@ impl AwsPoolActuator {
         let group = ctx
             .clients()
             .scaling
-            .group(&ctx.group_name)
+            .group(ctx.group_name())
             .await
             .map_err(|e| ctx.clients().error(e))?
             .ok_or_else(|| {
@@ -238,7 +240,7 @@ impl AwsPoolActuator {
                     "GroupNotVisibleYet",
                     format!(
                         "Auto Scaling group {} was created and is not described yet",
-                        ctx.group_name
+                        ctx.group_name()
                     ),
                 )
             })?;
@@ -496,7 +498,7 @@ impl PoolActuator<AWSMachinePool, AWSCluster> for AwsPoolActuator {
         let templates = model::templates(&ctx).await?;
         let template = model::ensure(&ctx, &templates, &scope.revision, bootstrap).await?;
         let request = CreateGroup {
-            name: ctx.group_name.clone(),
+            name: ctx.group_name().to_string(),
             launch_template_id: template.id.clone(),
             size: size_for(
                 &ctx.pool,
