@@ -22,7 +22,7 @@ use capi_provider::support::redact::Redaction;
 use reqwest::header::HeaderMap;
 use serde_json::Value;
 
-use super::ResourceId;
+use super::{ResourceId, ResourceType};
 use super::error::ArmError;
 use crate::token::TokenSource;
 
@@ -31,6 +31,9 @@ pub const LOW_WATER: u64 = 5;
 
 /// How long a kind of request is held back once its budget is low.
 pub const HOLD: Duration = Duration::from_secs(10);
+
+/// The most pages of one listing followed (ARM's pages hold up to 1000 resources).
+const MAX_PAGES: usize = 100;
 
 /// How long one request may take.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -98,6 +101,28 @@ pub trait Arm: Send + Sync {
 
     /// Reads an operation's status once.
     async fn poll(&self, polling_url: &str) -> Result<Poll, ArmError>;
+
+    /// The resource with what `$expand` adds to it (`userData` of a virtual machine), or
+    /// `None` when it does not exist.
+    async fn get_expanded(&self, id: &ResourceId, expand: &str) -> Result<Option<Value>, ArmError>;
+
+    /// Every resource of `kind` in resource group `group` that the OData `filter` selects (all
+    /// of them with `None`), every page followed.
+    async fn list(
+        &self,
+        group: &ResourceId,
+        kind: ResourceType,
+        filter: Option<String>,
+    ) -> Result<Vec<Value>, ArmError>;
+
+    /// Carries out `action` on the resource (`POST <id>/<action>`, the removal of named
+    /// instances from a scale set), returning the operation when ARM goes on with it.
+    async fn post(
+        &self,
+        id: &ResourceId,
+        action: &str,
+        body: &Value,
+    ) -> Result<Option<PendingOperation>, ArmError>;
 }
 
 /// The kinds of request ARM counts separately.
@@ -341,6 +366,20 @@ fn refusal(status: u16, headers: &HeaderMap, body: &Value, redaction: &Redaction
         .retry_after(retry_after(headers))
 }
 
+/// `text` percent-encoded for a query value (unreserved characters kept).
+fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(char::from(byte));
+            }
+            _ => out.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    out
+}
+
 /// An error and its causes, on one line.
 fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut parts = vec![error.to_string()];
@@ -405,6 +444,81 @@ impl Arm for ArmClient {
             Err(error) if error.status == Some(404) => Ok(Deletion::Gone),
             Err(error) => Err(error),
         }
+    }
+
+    async fn get_expanded(&self, id: &ResourceId, expand: &str) -> Result<Option<Value>, ArmError> {
+        let url = format!("{}&$expand={}", self.url(id), encode(expand));
+        match self
+            .send(Budget::Reads, reqwest::Method::GET, &url, None)
+            .await
+        {
+            Ok((_, _, body)) => Ok(Some(body)),
+            Err(error) if error.status == Some(404) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    async fn list(
+        &self,
+        group: &ResourceId,
+        kind: ResourceType,
+        filter: Option<String>,
+    ) -> Result<Vec<Value>, ArmError> {
+        let namespace = kind.namespace().unwrap_or("Microsoft.Resources");
+        let mut url = format!(
+            "{}/subscriptions/{}/resourceGroups/{}/providers/{namespace}/{}?api-version={}",
+            self.base,
+            group.subscription,
+            group.resource_group,
+            kind.collection(),
+            kind.api_version()
+        );
+        if let Some(filter) = filter {
+            url = format!("{url}&$filter={}", encode(&filter));
+        }
+        let mut all = Vec::new();
+        for _ in 0..MAX_PAGES {
+            let (_, _, page) = self
+                .send(Budget::Reads, reqwest::Method::GET, &url, None)
+                .await?;
+            if let Some(values) = page["value"].as_array() {
+                all.extend(values.iter().cloned());
+            }
+            match page["nextLink"].as_str().filter(|l| !l.is_empty()) {
+                // A next page is only ever read from the Resource Manager itself.
+                Some(next) if self.is_ours(next) => url = next.to_string(),
+                Some(_) => {
+                    return Err(ArmError::new(
+                        None,
+                        "InvalidResponse",
+                        "ARM named a next page that is not on the Resource Manager",
+                    ));
+                }
+                None => return Ok(all),
+            }
+        }
+        Err(ArmError::new(
+            None,
+            "TooManyPages",
+            format!("listing {} took more than {MAX_PAGES} pages", kind.collection()),
+        ))
+    }
+
+    async fn post(
+        &self,
+        id: &ResourceId,
+        action: &str,
+        body: &Value,
+    ) -> Result<Option<PendingOperation>, ArmError> {
+        let url = format!(
+            "{}{id}/{action}?api-version={}",
+            self.base,
+            id.kind.api_version()
+        );
+        let (_, headers, _) = self
+            .send(Budget::Writes, reqwest::Method::POST, &url, Some(body))
+            .await?;
+        Ok(Self::pending(&headers))
     }
 
     async fn poll(&self, polling_url: &str) -> Result<Poll, ArmError> {

@@ -43,6 +43,8 @@ pub enum ResourceType {
     VirtualMachine,
     /// `Microsoft.Compute/disks`.
     Disk,
+    /// `Microsoft.Compute/virtualMachineScaleSets` (Flexible orchestration).
+    VirtualMachineScaleSet,
 }
 
 /// The api-version of Microsoft.Compute's virtual machines.
@@ -56,7 +58,7 @@ pub const RESOURCES_API_VERSION: &str = "2025-04-01";
 
 impl ResourceType {
     /// Every kind, children after their parents.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
         Self::ResourceGroup,
         Self::VirtualNetwork,
         Self::Subnet,
@@ -67,13 +69,14 @@ impl ResourceType {
         Self::NetworkInterface,
         Self::VirtualMachine,
         Self::Disk,
+        Self::VirtualMachineScaleSet,
     ];
 
     /// The api-version requests for it carry.
     pub fn api_version(self) -> &'static str {
         match self {
             Self::ResourceGroup => RESOURCES_API_VERSION,
-            Self::VirtualMachine => COMPUTE_API_VERSION,
+            Self::VirtualMachine | Self::VirtualMachineScaleSet => COMPUTE_API_VERSION,
             Self::Disk => DISKS_API_VERSION,
             Self::VirtualNetwork
             | Self::Subnet
@@ -89,7 +92,9 @@ impl ResourceType {
     pub fn namespace(self) -> Option<&'static str> {
         match self {
             Self::ResourceGroup => None,
-            Self::VirtualMachine | Self::Disk => Some("Microsoft.Compute"),
+            Self::VirtualMachine | Self::Disk | Self::VirtualMachineScaleSet => {
+                Some("Microsoft.Compute")
+            }
             _ => Some("Microsoft.Network"),
         }
     }
@@ -107,6 +112,7 @@ impl ResourceType {
             Self::NetworkInterface => "networkInterfaces",
             Self::VirtualMachine => "virtualMachines",
             Self::Disk => "disks",
+            Self::VirtualMachineScaleSet => "virtualMachineScaleSets",
         }
     }
 
@@ -123,6 +129,7 @@ impl ResourceType {
             Self::NetworkInterface => "interfaces",
             Self::VirtualMachine => "virtualmachine",
             Self::Disk => "disks",
+            Self::VirtualMachineScaleSet => "scalesets",
         }
     }
 
@@ -148,6 +155,7 @@ impl ResourceType {
             Self::NetworkInterface => "network:NetworkInterface",
             Self::VirtualMachine => "compute:VirtualMachine",
             Self::Disk => "compute:Disk",
+            Self::VirtualMachineScaleSet => "compute:VirtualMachineScaleSet",
         }
     }
 
