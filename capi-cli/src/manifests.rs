@@ -97,6 +97,7 @@ fn parts(provider: &str) -> Option<Parts> {
         "azure" => {
             let mut rules = rules;
             rules.extend(provider_azure::connector::rbac());
+            rules.extend(provider_azure::api::pool_rbac());
             (provider_azure::api::crds(), rules, Vec::new())
         }
         _ => return None,

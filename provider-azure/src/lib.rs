@@ -50,5 +50,6 @@ mod fake_arm;
 pub mod machine;
 pub mod naming;
 pub mod operations;
+pub mod pool;
 pub mod resource;
 pub mod token;

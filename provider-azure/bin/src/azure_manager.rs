@@ -18,10 +18,11 @@ use capi_actuator::InfrastructureControllers;
 use capi_provider::support::rbac;
 use capi_provider::{ManagerArgs, ProviderManager};
 use clap::Parser;
-use provider_azure::api::AzureCluster;
+use provider_azure::api::{AzureCluster, AzureMachinePool};
 use provider_azure::cluster::AzureClusterActuator;
 use provider_azure::connector::{Endpoints, SecretConnector};
 use provider_azure::machine::AzureMachineActuator;
+use provider_azure::pool::AzurePoolActuator;
 
 /// The Azure provider's manager.
 #[derive(Parser)]
@@ -66,6 +67,7 @@ async fn main() -> Result<()> {
         "azuremachinetemplates",
     );
     rules.extend(provider_azure::connector::rbac());
+    rules.extend(provider_azure::api::pool_rbac());
     let http = http_client(args.azure_ca_file.as_deref())?;
     let endpoints = Endpoints {
         resource_manager: args.azure_resource_manager_url,
@@ -79,7 +81,9 @@ async fn main() -> Result<()> {
             manager.add_cluster_reconciler::<AzureCluster>(Arc::new(AzureClusterActuator::new(
                 connector.clone(),
             )));
-            manager.add_machine_reconciler(Arc::new(AzureMachineActuator::new(connector)));
+            manager.add_machine_reconciler(Arc::new(AzureMachineActuator::new(connector.clone())));
+            let pools = Arc::new(AzurePoolActuator::new(connector));
+            manager.add_machine_pool_reconciler::<AzureMachinePool, AzureCluster, _>(pools);
         })
         .await?;
     Ok(())

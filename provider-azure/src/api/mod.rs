@@ -1,5 +1,5 @@
 //! The Azure provider's kinds — `AzureCluster`, `AzureClusterTemplate`, `AzureMachine`,
-//! `AzureMachineTemplate` — in group `infrastructure.capi-rs.dev` (upstream CAPZ's kinds live in
+//! `AzureMachineTemplate`, `AzureMachinePool` — in group `infrastructure.capi-rs.dev` (upstream CAPZ's kinds live in
 //! `infrastructure.cluster.x-k8s.io`, so both can be installed side by side). Field names and
 //! shapes follow CAPZ's `v1beta1` API where they overlap, so a CAPZ manifest reads the same; what
 //! is supported is listed here, and nothing else is accepted (the schema is closed: a CAPZ field
@@ -22,6 +22,7 @@
 mod cluster;
 mod identity;
 mod machine;
+mod machine_pool;
 mod network;
 mod operations;
 mod tags;
@@ -29,6 +30,7 @@ mod tags;
 pub use self::cluster::*;
 pub use self::identity::*;
 pub use self::machine::*;
+pub use self::machine_pool::*;
 pub use self::network::*;
 pub use self::operations::{LongRunningOperation, OperationType};
 pub use self::tags::{MAX_USER_TAGS, RESERVED_TAG_PREFIXES, Tags};
@@ -51,11 +53,18 @@ pub fn crds()
         AzureClusterTemplate::crd(),
         AzureMachine::crd(),
         AzureMachineTemplate::crd(),
+        AzureMachinePool::crd(),
         moved_with_what_it_owns(AzureClusterIdentity::crd()),
     ]
     .into_iter()
     .map(|crd| with_contract_version(crd, VERSION))
     .collect()
+}
+
+/// The rules of the pool reconciler for `AzureMachinePool` (whose machines are
+/// `AzureMachine`s), beside the provider's rules for the other kinds.
+pub fn pool_rbac() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
+    capi_actuator::rbac::infra_machine_pool(GROUP, "azuremachinepools", "azuremachines")
 }
 
 #[cfg(test)]

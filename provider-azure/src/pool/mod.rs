@@ -1,0 +1,627 @@
+//! The `AzureMachinePool` actuator: one virtual machine scale set in Flexible orchestration per
+//! `MachinePool`, exactly once, and only the VMs the pool loop names ever leave it.
+//!
+//! - **One scale set, by name.** The scale set is named after the pool's idempotency key
+//!   (`capi-<MachinePool UID>`): every PUT is a create-or-update of that name, so a PUT replayed
+//!   after a lost answer, a failed status write or a restart is the same scale set. One found
+//!   is the pool's only if it carries the cluster's ownership tags and the key ([`POOL_TAG`]).
+//! - **Only named VMs leave.** A VM leaves through the scale set's `delete` action naming it,
+//!   which lowers the capacity with it, and only once the loop names it (after its `Machine`
+//!   was drained). The capacity is never lowered by a PUT — Azure would pick the VMs — and is
+//!   raised only once the model is the current one.
+//! - **Rollouts.** The model carries the revision twice: as a tag of the scale set, and in the
+//!   model's `userData`, which each VM keeps as it was when the VM was made. A VM's revision is
+//!   read from its `userData` once and then kept in `status.instanceRevisions`. The bootstrap
+//!   data goes in the model's `customData`; when it changes within a revision (a rotated join
+//!   token) the model is put again, which reaches new VMs and rolls none.
+//! - **Operations recorded, not awaited** (as for an `AzureMachine`): the scale set's PUT and a
+//!   removal are recorded in `status.longRunningOperationStates` and read once per reconcile; no
+//!   other request is sent to the scale set while one is under way.
+//! - **Deletion.** The scale set is deleted with its VMs; VMs of it that outlive it (made by a
+//!   PUT another party sent) are deleted one by one; `Ok` once none is left.
+//!
+//! The scale set's provider ID is `azure:///<its resource ID>`, a VM's that of an `AzureMachine`
+//! ([`crate::machine::provider_id`]).
+
+mod body;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use base64::Engine;
+use capi_core::api::{MachineAddress, MachineAddressType};
+use capi_core::{
+    ActuatorError, BootstrapData, Found, InstanceState, ModelRevision, PoolActuator, PoolInstance,
+    PoolScope, ProviderStatus, ScaleSetReport,
+};
+use kube::ResourceExt;
+use serde::Serialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::api::{
+    AzureCluster, AzureMachinePool, InstanceRevision, LongRunningOperation, OperationType,
+};
+use crate::arm::{ResourceId, ResourceType};
+use crate::cluster::Ctx as ClusterCtx;
+use crate::connector::Connector;
+use crate::machine::{MAX_CUSTOM_DATA, provider_id};
+use crate::operations::Operations;
+use crate::resource::{Removal, provisioning_state, remove};
+
+/// The tag naming the pool's idempotency key on its scale set.
+pub const POOL_TAG: &str = "capi-rs.dev_machine-pool";
+/// The tag naming the revision of the scale set's model.
+pub const REVISION_TAG: &str = "capi-rs.dev_model-revision";
+/// The tag naming a digest of the bootstrap data in the scale set's model.
+pub const DATA_DIGEST_TAG: &str = "capi-rs.dev_bootstrap-digest";
+/// The key of the revision in the `userData` (JSON) of the model and of each VM.
+pub const REVISION_KEY: &str = "capi-rs.dev/model-revision";
+
+/// How soon a scale set being changed or deleted is looked at again.
+const POLL: Duration = Duration::from_secs(5);
+
+/// Reconciles `AzureMachinePool`s in the `AzureCluster` of their scope, through a
+/// [`Connector`]. It reads nothing from the API server but what the connector reads.
+pub struct AzurePoolActuator {
+    connector: Arc<dyn Connector>,
+}
+
+/// What ARM answered about a pool's scale set in one reconcile, for `update` to converge from
+/// without reading it again.
+#[derive(Clone, Debug)]
+pub struct ScaleSetRecord {
+    /// The scale set.
+    pub scale_set: Value,
+    /// Its VMs, as listed.
+    pub vms: Vec<Value>,
+    /// The revision each VM was made from, by VM name (those whose `userData` says).
+    pub revisions: BTreeMap<String, String>,
+    operations: Operations,
+}
+
+/// One call for one pool.
+pub(crate) struct PoolCtx {
+    pub(crate) cluster: ClusterCtx,
+    pub(crate) pool: Arc<AzureMachinePool>,
+    pub(crate) key: String,
+    pub(crate) version: Option<String>,
+}
+
+impl PoolCtx {
+    fn scale_set_id(&self) -> ResourceId {
+        ResourceId::new(
+            &self.cluster.subscription,
+            &self.cluster.resource_group,
+            ResourceType::VirtualMachineScaleSet,
+            &self.key,
+        )
+    }
+
+    fn group_id(&self) -> ResourceId {
+        ResourceId::resource_group(&self.cluster.subscription, &self.cluster.resource_group)
+    }
+
+    fn recorded(&self) -> Vec<LongRunningOperation> {
+        self.pool
+            .status
+            .as_ref()
+            .map(|s| s.long_running_operation_states.clone())
+            .unwrap_or_default()
+    }
+
+    /// Whether `tags` mark a scale set as this pool's.
+    fn owns(&self, tags: &Value) -> bool {
+        self.cluster.naming.owns(tags) && tags[POOL_TAG].as_str() == Some(self.key.as_str())
+    }
+
+    /// The OData filter selecting the scale set's VMs.
+    fn members_filter(&self) -> String {
+        format!(
+            "'virtualMachineScaleSet/id' eq '{}'",
+            self.scale_set_id()
+        )
+    }
+}
+
+/// What the provider reports in `AzureMachinePool.status` beyond the contract.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PoolStatus {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model_revision: Option<String>,
+    instance_revisions: Vec<InstanceRevision>,
+    long_running_operation_states: Vec<LongRunningOperation>,
+}
+
+/// A digest of bootstrap data, short enough for a tag value.
+fn data_digest(bootstrap: &BootstrapData) -> String {
+    Sha256::digest(bootstrap.expose())
+        .iter()
+        .take(16)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The revision a VM's (or a model's) base64 `userData` names.
+pub fn revision_in_user_data(user_data: &str) -> Option<String> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(user_data.trim())
+        .ok()?;
+    let document: Value = serde_json::from_slice(&bytes).ok()?;
+    document[REVISION_KEY]
+        .as_str()
+        .filter(|r| !r.is_empty() && r.len() <= 63)
+        .map(str::to_string)
+}
+
+/// The `userData` naming `revision`.
+fn user_data(revision: &ModelRevision) -> String {
+    base64::engine::general_purpose::STANDARD
+        .encode(json!({ REVISION_KEY: revision.as_str() }).to_string())
+}
+
+fn capacity_of(scale_set: &Value) -> u32 {
+    scale_set["sku"]["capacity"]
+        .as_u64()
+        .and_then(|c| u32::try_from(c).ok())
+        .unwrap_or(0)
+}
+
+fn is_deleting(vm: &Value) -> bool {
+    provisioning_state(vm).0.eq_ignore_ascii_case("Deleting")
+}
+
+impl AzurePoolActuator {
+    /// An actuator using `connector` for ARM clients.
+    pub fn new(connector: Arc<dyn Connector>) -> Self {
+        Self { connector }
+    }
+
+    async fn context(
+        &self,
+        scope: &PoolScope<AzureMachinePool, AzureCluster>,
+    ) -> Result<PoolCtx, ActuatorError> {
+        let pool = &scope.infra_pool;
+        let infra_cluster = scope.infra_cluster.clone().ok_or_else(|| {
+            ActuatorError::requeue_after(
+                Duration::from_secs(60),
+                "WaitingForClusterInfrastructure",
+                format!(
+                    "the AzureCluster of pool {} does not exist, and its scale set is reached \
+                     through it: recreate the AzureCluster, or delete the scale set by hand and \
+                     remove the finalizer",
+                    pool.name_any()
+                ),
+            )
+        })?;
+        if let Some(location) = pool.spec.location.as_deref()
+            && !location.eq_ignore_ascii_case(&infra_cluster.spec.location)
+        {
+            return Err(ActuatorError::invalid_configuration(
+                "LocationMismatch",
+                format!(
+                    "spec.location {location:?} is not the AzureCluster's {:?}: a scale set \
+                     lives in its cluster's network; unset spec.location or make it the same",
+                    infra_cluster.spec.location
+                ),
+            ));
+        }
+        let cluster_name = Some(scope.machine_pool.spec.cluster_name.clone())
+            .filter(|n| !n.is_empty())
+            .or_else(|| capi_core::labels::cluster_name(&pool.metadata).map(str::to_string))
+            .unwrap_or_else(|| scope.cluster.name_any());
+        let arm = self.connector.connect(&infra_cluster).await?;
+        let port = crate::cluster::api_server_port(&scope.cluster);
+        Ok(PoolCtx {
+            cluster: ClusterCtx::new(arm, infra_cluster, &cluster_name, port),
+            pool: Arc::clone(pool),
+            key: scope.idempotency_key.as_str().to_string(),
+            version: scope.machine_pool.spec.template.spec.version.clone(),
+        })
+    }
+
+    /// Reads the pool's scale set — after polling the operations recorded in status — and its
+    /// VMs, learning the revision of those not yet known. `None` when no scale set of the
+    /// pool's name exists. Never writes.
+    async fn find(ctx: &PoolCtx) -> Result<Option<ScaleSetRecord>, ActuatorError> {
+        let arm = ctx.cluster.arm.as_ref();
+        let mut operations = Operations::resume(arm, &ctx.recorded()).await;
+        let id = ctx.scale_set_id();
+        let Some(scale_set) = arm
+            .get(&id)
+            .await
+            .map_err(|e| e.into_actuator("reading the scale set"))?
+        else {
+            return Ok(None);
+        };
+        if !ctx.owns(&scale_set["tags"]) {
+            return Err(ActuatorError::invalid_configuration(
+                "ScaleSetNotOwned",
+                format!(
+                    "scale set {} in resource group {} does not carry cluster {}/{}'s ownership \
+                     tags and this pool's key: it is not this pool's and is left untouched",
+                    id.name,
+                    ctx.cluster.resource_group,
+                    ctx.cluster.naming.namespace,
+                    ctx.cluster.naming.name
+                ),
+            ));
+        }
+        operations.settle(&id, &provisioning_state(&scale_set));
+        let vms = arm
+            .list(
+                &ctx.group_id(),
+                ResourceType::VirtualMachine,
+                Some(ctx.members_filter()),
+            )
+            .await
+            .map_err(|e| e.into_actuator("listing the scale set's virtual machines"))?;
+        let known: BTreeMap<&str, &str> = ctx
+            .pool
+            .status
+            .iter()
+            .flat_map(|s| &s.instance_revisions)
+            .map(|r| (r.name.as_str(), r.revision.as_str()))
+            .collect();
+        let mut revisions = BTreeMap::new();
+        for vm in &vms {
+            let Some(name) = vm["name"].as_str() else {
+                continue;
+            };
+            if let Some(revision) = known.get(name) {
+                revisions.insert(name.to_string(), (*revision).to_string());
+                continue;
+            }
+            if is_deleting(vm) {
+                continue;
+            }
+            let vm_id = ResourceId::new(
+                &ctx.cluster.subscription,
+                &ctx.cluster.resource_group,
+                ResourceType::VirtualMachine,
+                name,
+            );
+            let expanded = arm
+                .get_expanded(&vm_id, "userData")
+                .await
+                .map_err(|e| e.into_actuator("reading a virtual machine's userData"))?;
+            if let Some(revision) = expanded
+                .as_ref()
+                .and_then(|v| v["properties"]["userData"].as_str())
+                .and_then(revision_in_user_data)
+            {
+                revisions.insert(name.to_string(), revision);
+            }
+        }
+        Ok(Some(ScaleSetRecord {
+            scale_set,
+            vms,
+            revisions,
+            operations,
+        }))
+    }
+
+    /// What the loop records of `record`; `revision` when the model is known to be of it.
+    fn report(
+        ctx: &PoolCtx,
+        record: &ScaleSetRecord,
+        revision: Option<&ModelRevision>,
+    ) -> Result<ScaleSetReport, ActuatorError> {
+        let id = ctx.scale_set_id();
+        let model_revision = revision
+            .map(|r| r.as_str().to_string())
+            .or_else(|| record.scale_set["tags"][REVISION_TAG].as_str().map(str::to_string));
+        let mut instance_revisions = Vec::new();
+        let mut reported = ScaleSetReport::new(
+            format!("{}{id}", crate::machine::PROVIDER_ID_PREFIX),
+            capacity_of(&record.scale_set),
+        );
+        for vm in &record.vms {
+            let Some(name) = vm["name"].as_str() else {
+                continue;
+            };
+            let vm_id = ResourceId::new(
+                &ctx.cluster.subscription,
+                &ctx.cluster.resource_group,
+                ResourceType::VirtualMachine,
+                name,
+            );
+            let state = provisioning_state(vm);
+            let loop_state = match state.0.to_ascii_lowercase().as_str() {
+                "succeeded" => InstanceState::Running,
+                "failed" | "canceled" => InstanceState::Failed {
+                    reason: "VMProvisionFailed".into(),
+                    message: format!(
+                        "virtual machine {name} of scale set {} failed to provision; delete its \
+                         Machine to replace it",
+                        id.name
+                    ),
+                },
+                _ => InstanceState::Provisioning,
+            };
+            let mut instance = PoolInstance::new(provider_id(&vm_id), name, loop_state);
+            if let Some(revision) = record.revisions.get(name) {
+                instance = instance.from_revision(ModelRevision::new(revision.clone()));
+                instance_revisions.push(InstanceRevision {
+                    name: name.to_string(),
+                    revision: revision.clone(),
+                });
+            }
+            if let Some(computer) = vm["properties"]["osProfile"]["computerName"].as_str() {
+                instance = instance.with_addresses(vec![MachineAddress {
+                    type_: MachineAddressType::InternalDns,
+                    address: computer.to_string(),
+                }]);
+            }
+            if let Some(zone) = vm["zones"][0].as_str() {
+                instance = instance.in_failure_domain(zone);
+            }
+            if is_deleting(vm) {
+                instance = instance.terminating();
+            }
+            reported = reported.with_instance(instance);
+        }
+        let status = ProviderStatus::from_typed(&PoolStatus {
+            model_revision,
+            instance_revisions,
+            long_running_operation_states: record.operations.to_record(),
+        })
+        .map_err(|e| ActuatorError::transient("ProviderStatusInvalid", e))?;
+        Ok(reported.with_provider_status(status))
+    }
+
+    /// PUTs the scale set at `capacity` with the model of `revision` and `bootstrap`, and
+    /// records its operation.
+    async fn put(
+        ctx: &PoolCtx,
+        capacity: u32,
+        revision: &ModelRevision,
+        bootstrap: &BootstrapData,
+        operations: &mut Operations,
+    ) -> Result<Value, ActuatorError> {
+        let custom_data = custom_data(bootstrap)?;
+        let body = ctx.scale_set_body(capacity, revision, &data_digest(bootstrap), custom_data)?;
+        let id = ctx.scale_set_id();
+        let accepted = ctx
+            .cluster
+            .arm
+            .put(&id, &body)
+            .await
+            .map_err(|e| e.into_actuator(&format!("putting scale set {}", id.name)))?;
+        if let Some(operation) = &accepted.operation {
+            operations.record(&id, OperationType::Put, operation);
+        }
+        tracing::info!(scale_set = %id.name, capacity, revision = %revision, "scale set accepted by ARM");
+        Ok(accepted.body)
+    }
+}
+
+/// The bootstrap data as `customData`, within Azure's limit.
+fn custom_data(bootstrap: &BootstrapData) -> Result<String, ActuatorError> {
+    let data = bootstrap.expose();
+    if data.len() > MAX_CUSTOM_DATA {
+        return Err(ActuatorError::invalid_configuration(
+            "BootstrapDataTooLarge",
+            format!(
+                "the bootstrap data is {} bytes; Azure's customData takes at most {MAX_CUSTOM_DATA}",
+                data.len()
+            ),
+        ));
+    }
+    Ok(base64::engine::general_purpose::STANDARD.encode(data))
+}
+
+#[async_trait]
+impl PoolActuator<AzureMachinePool, AzureCluster> for AzurePoolActuator {
+    /// The scale set, its VMs and their revisions as ARM answered them.
+    type ScaleSet = ScaleSetRecord;
+
+    async fn exists(
+        &self,
+        scope: &PoolScope<AzureMachinePool, AzureCluster>,
+    ) -> Result<Option<Found<ScaleSetRecord, ScaleSetReport>>, ActuatorError> {
+        let ctx = self.context(scope).await?;
+        let Some(record) = Self::find(&ctx).await? else {
+            return Ok(None);
+        };
+        let reported = Self::report(&ctx, &record, None)?;
+        Ok(Some(Found::with(reported, record)))
+    }
+
+    async fn create(
+        &self,
+        scope: &PoolScope<AzureMachinePool, AzureCluster>,
+        bootstrap: &BootstrapData,
+    ) -> Result<ScaleSetReport, ActuatorError> {
+        // Bootstrap data Azure would refuse is said before any request.
+        custom_data(bootstrap)?;
+        let ctx = self.context(scope).await?;
+        if let Some(record) = Self::find(&ctx).await? {
+            return Self::report(&ctx, &record, None);
+        }
+        let mut operations = Operations::resume(ctx.cluster.arm.as_ref(), &ctx.recorded()).await;
+        let capacity = scope.size.capacity.unwrap_or_else(|| {
+            scope
+                .machine_pool
+                .spec
+                .replicas
+                .and_then(|r| u32::try_from(r).ok())
+                .unwrap_or(1)
+        });
+        let scale_set = Self::put(&ctx, capacity, &scope.revision, bootstrap, &mut operations).await?;
+        Self::report(
+            &ctx,
+            &ScaleSetRecord {
+                scale_set,
+                vms: Vec::new(),
+                revisions: BTreeMap::new(),
+                operations,
+            },
+            Some(&scope.revision),
+        )
+    }
+
+    async fn update(
+        &self,
+        scope: &PoolScope<AzureMachinePool, AzureCluster>,
+        found: Found<ScaleSetRecord, ScaleSetReport>,
+        bootstrap: Option<BootstrapData>,
+    ) -> Result<ScaleSetReport, ActuatorError> {
+        let ctx = self.context(scope).await?;
+        let mut record = found.instance;
+        let id = ctx.scale_set_id();
+        let busy = record.operations.in_flight(&id, OperationType::Put)
+            || record.operations.in_flight(&id, OperationType::Delete)
+            || provisioning_state(&record.scale_set).in_progress();
+        if busy {
+            // ARM refuses a second operation on a scale set while one runs: looked at again
+            // once it ends.
+            return Self::report(&ctx, &record, None);
+        }
+        // The named VMs first, in one removal that lowers the capacity with them.
+        let leaving: Vec<String> = scope
+            .size
+            .remove
+            .iter()
+            .filter_map(|p| p.strip_prefix(crate::machine::PROVIDER_ID_PREFIX))
+            .filter_map(|p| ResourceId::parse(p).ok())
+            .filter(|vm| vm.kind == ResourceType::VirtualMachine)
+            .filter(|vm| {
+                record.vms.iter().any(|v| {
+                    v["name"]
+                        .as_str()
+                        .is_some_and(|n| n.eq_ignore_ascii_case(&vm.name))
+                        && !is_deleting(v)
+                })
+            })
+            .map(|vm| vm.name)
+            .collect();
+        if !leaving.is_empty() {
+            let pending = ctx
+                .cluster
+                .arm
+                .post(&id, "delete", &json!({ "instanceIds": leaving }))
+                .await
+                .map_err(|e| {
+                    e.into_actuator(&format!("removing VMs from scale set {}", id.name))
+                })?;
+            if let Some(operation) = &pending {
+                record.operations.record(&id, OperationType::Delete, operation);
+            }
+            tracing::info!(scale_set = %id.name, vms = ?leaving, "removing virtual machines");
+            for vm in record.vms.iter_mut() {
+                if vm["name"]
+                    .as_str()
+                    .is_some_and(|n| leaving.iter().any(|l| l.eq_ignore_ascii_case(n)))
+                {
+                    vm["properties"]["provisioningState"] = json!("Deleting");
+                }
+            }
+            let capacity = capacity_of(&record.scale_set)
+                .saturating_sub(u32::try_from(leaving.len()).unwrap_or(u32::MAX));
+            record.scale_set["sku"]["capacity"] = json!(capacity);
+            return Self::report(&ctx, &record, None);
+        }
+        // The model and the capacity: put again when either differs. Without bootstrap data
+        // (its Secret being replaced) nothing is put: the model would lose its customData.
+        let Some(bootstrap) = bootstrap else {
+            return Self::report(&ctx, &record, None);
+        };
+        let current = capacity_of(&record.scale_set);
+        // Never lower by a PUT (Azure would pick the VMs): a smaller size waits for the loop to
+        // name the VMs that go.
+        let capacity = scope.size.capacity.map_or(current, |c| c.max(current));
+        let tags = &record.scale_set["tags"];
+        let stale = tags[REVISION_TAG].as_str() != Some(scope.revision.as_str())
+            || tags[DATA_DIGEST_TAG].as_str() != Some(data_digest(&bootstrap).as_str())
+            || !crate::resource::contains(tags, &json!(ctx.scale_set_tags(&scope.revision, &data_digest(&bootstrap))))
+            || provisioning_state(&record.scale_set).failed();
+        if capacity != current || stale {
+            record.scale_set = Self::put(
+                &ctx,
+                capacity,
+                &scope.revision,
+                &bootstrap,
+                &mut record.operations,
+            )
+            .await?;
+            return Self::report(&ctx, &record, Some(&scope.revision));
+        }
+        Self::report(&ctx, &record, Some(&scope.revision))
+    }
+
+    async fn delete(
+        &self,
+        scope: &PoolScope<AzureMachinePool, AzureCluster>,
+    ) -> Result<(), ActuatorError> {
+        let ctx = self.context(scope).await?;
+        let arm = ctx.cluster.arm.as_ref();
+        let id = ctx.scale_set_id();
+        let found = arm
+            .get(&id)
+            .await
+            .map_err(|e| e.into_actuator("reading the scale set"))?;
+        if let Some(scale_set) = &found {
+            if !ctx.owns(&scale_set["tags"]) {
+                tracing::warn!(scale_set = %id.name, "a scale set of this name is not the pool's; left alone");
+                return Ok(());
+            }
+            return match remove(arm, Some(&ctx.cluster.naming), &id)
+                .await
+                .map_err(|e| e.into_actuator("deleting the scale set"))?
+            {
+                Removal::Refused(error) => Err(error.into_actuator("deleting the scale set")),
+                Removal::Gone | Removal::Deleting => Err(ActuatorError::requeue_after(
+                    POLL,
+                    "DeletingScaleSet",
+                    format!("waiting for scale set {} and its VMs to be deleted", id.name),
+                )),
+            };
+        }
+        // The scale set is gone: VMs it left behind go one by one, with their NICs and disks.
+        let left = arm
+            .list(
+                &ctx.group_id(),
+                ResourceType::VirtualMachine,
+                Some(ctx.members_filter()),
+            )
+            .await
+            .map_err(|e| e.into_actuator("listing the scale set's virtual machines"))?;
+        if left.is_empty() {
+            tracing::info!(scale_set = %id.name, "scale set and its virtual machines deleted");
+            return Ok(());
+        }
+        for vm in &left {
+            let Some(name) = vm["name"].as_str() else {
+                continue;
+            };
+            let vm_id = ResourceId::new(
+                &ctx.cluster.subscription,
+                &ctx.cluster.resource_group,
+                ResourceType::VirtualMachine,
+                name,
+            );
+            if let Removal::Refused(error) = remove(arm, None, &vm_id)
+                .await
+                .map_err(|e| e.into_actuator("deleting a virtual machine"))?
+            {
+                return Err(error.into_actuator(&format!("deleting virtual machine {name}")));
+            }
+        }
+        Err(ActuatorError::requeue_after(
+            POLL,
+            "DeletingVirtualMachines",
+            format!(
+                "waiting for {} virtual machines of scale set {} to be deleted",
+                left.len(),
+                id.name
+            ),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1 @@
+//! The pool actuator against a fake ARM.
