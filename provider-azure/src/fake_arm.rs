@@ -125,5 +125,68 @@ pub(crate) fn fake() -> (MockArm, Arc<Mutex<State>>) {
             .clone()
             .unwrap_or(Poll::InProgress { retry_after: None }))
     });
+    let s = state.clone();
+    arm.expect_get_expanded().returning(move |id, _| {
+        let mut st = s.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        st.calls.push(("GET+expand".into(), id.name.clone()));
+        Ok(st.get(id).cloned())
+    });
+    let s = state.clone();
+    arm.expect_list().returning(move |_, kind, filter| {
+        let mut st = s.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        st.calls.push(("LIST".into(), kind.collection().into()));
+        // `'virtualMachineScaleSet/id' eq '<id>'` is the only filter the provider sends.
+        let member_of = filter
+            .as_deref()
+            .and_then(|f| f.rsplit_once(" eq '"))
+            .map(|(_, id)| id.trim_end_matches('\'').to_lowercase());
+        Ok(st
+            .resources
+            .iter()
+            .filter(|(key, _)| key.contains(&format!("/{}/", kind.collection().to_lowercase())))
+            .filter(|(_, body)| {
+                member_of.as_ref().is_none_or(|wanted| {
+                    body["properties"]["virtualMachineScaleSet"]["id"]
+                        .as_str()
+                        .is_some_and(|id| id.to_lowercase() == *wanted)
+                })
+            })
+            .map(|(_, body)| body.clone())
+            .collect())
+    });
+    let s = state.clone();
+    arm.expect_post().returning(move |id, action, body| {
+        let mut st = s.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        st.calls.push((format!("POST {action}"), id.name.clone()));
+        if let Some(e) = st.error("POST", id) {
+            return Err(e);
+        }
+        let names: Vec<String> = body["instanceIds"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|n| n.as_str().map(str::to_lowercase))
+            .collect();
+        let removed: Vec<String> = st
+            .resources
+            .keys()
+            .filter(|k| {
+                k.contains("/virtualmachines/")
+                    && names.iter().any(|n| k.ends_with(&format!("/{n}")))
+            })
+            .cloned()
+            .collect();
+        for key in &removed {
+            st.resources.remove(key);
+        }
+        if let Some(set) = st.resources.get_mut(&id.to_string().to_lowercase()) {
+            let capacity = set["sku"]["capacity"].as_u64().unwrap_or(0);
+            set["sku"]["capacity"] = json!(capacity.saturating_sub(removed.len() as u64));
+        }
+        Ok(Some(PendingOperation {
+            polling_url: format!("https://arm.test/operations/post-{}", id.name),
+            retry_after: None,
+        }))
+    });
     (arm, state)
 }

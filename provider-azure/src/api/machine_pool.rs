@@ -42,7 +42,11 @@ use super::tags::{Tags, user_tags};
         type_ = "string",
         json_path = ".metadata.labels.cluster\\.x-k8s\\.io/cluster-name"
     ),
-    printcolumn(name = "VM size", type_ = "string", json_path = ".spec.template.vmSize"),
+    printcolumn(
+        name = "VM size",
+        type_ = "string",
+        json_path = ".spec.template.vmSize"
+    ),
     printcolumn(name = "Replicas", type_ = "integer", json_path = ".status.replicas"),
     printcolumn(
         name = "Provisioned",

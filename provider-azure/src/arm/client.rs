@@ -22,8 +22,8 @@ use capi_provider::support::redact::Redaction;
 use reqwest::header::HeaderMap;
 use serde_json::Value;
 
-use super::{ResourceId, ResourceType};
 use super::error::ArmError;
+use super::{ResourceId, ResourceType};
 use crate::token::TokenSource;
 
 /// When ARM says this few requests of a kind are left, the client holds that kind back.
@@ -500,7 +500,10 @@ impl Arm for ArmClient {
         Err(ArmError::new(
             None,
             "TooManyPages",
-            format!("listing {} took more than {MAX_PAGES} pages", kind.collection()),
+            format!(
+                "listing {} took more than {MAX_PAGES} pages",
+                kind.collection()
+            ),
         ))
     }
 

@@ -119,10 +119,7 @@ impl PoolCtx {
 
     /// The OData filter selecting the scale set's VMs.
     fn members_filter(&self) -> String {
-        format!(
-            "'virtualMachineScaleSet/id' eq '{}'",
-            self.scale_set_id()
-        )
+        format!("'virtualMachineScaleSet/id' eq '{}'", self.scale_set_id())
     }
 }
 
@@ -311,9 +308,11 @@ impl AzurePoolActuator {
         revision: Option<&ModelRevision>,
     ) -> Result<ScaleSetReport, ActuatorError> {
         let id = ctx.scale_set_id();
-        let model_revision = revision
-            .map(|r| r.as_str().to_string())
-            .or_else(|| record.scale_set["tags"][REVISION_TAG].as_str().map(str::to_string));
+        let model_revision = revision.map(|r| r.as_str().to_string()).or_else(|| {
+            record.scale_set["tags"][REVISION_TAG]
+                .as_str()
+                .map(str::to_string)
+        });
         let mut instance_revisions = Vec::new();
         let mut reported = ScaleSetReport::new(
             format!("{}{id}", crate::machine::PROVIDER_ID_PREFIX),
@@ -451,7 +450,8 @@ impl PoolActuator<AzureMachinePool, AzureCluster> for AzurePoolActuator {
                 .and_then(|r| u32::try_from(r).ok())
                 .unwrap_or(1)
         });
-        let scale_set = Self::put(&ctx, capacity, &scope.revision, bootstrap, &mut operations).await?;
+        let scale_set =
+            Self::put(&ctx, capacity, &scope.revision, bootstrap, &mut operations).await?;
         Self::report(
             &ctx,
             &ScaleSetRecord {
@@ -509,7 +509,9 @@ impl PoolActuator<AzureMachinePool, AzureCluster> for AzurePoolActuator {
                     e.into_actuator(&format!("removing VMs from scale set {}", id.name))
                 })?;
             if let Some(operation) = &pending {
-                record.operations.record(&id, OperationType::Delete, operation);
+                record
+                    .operations
+                    .record(&id, OperationType::Delete, operation);
             }
             tracing::info!(scale_set = %id.name, vms = ?leaving, "removing virtual machines");
             for vm in record.vms.iter_mut() {
@@ -537,7 +539,10 @@ impl PoolActuator<AzureMachinePool, AzureCluster> for AzurePoolActuator {
         let tags = &record.scale_set["tags"];
         let stale = tags[REVISION_TAG].as_str() != Some(scope.revision.as_str())
             || tags[DATA_DIGEST_TAG].as_str() != Some(data_digest(&bootstrap).as_str())
-            || !crate::resource::contains(tags, &json!(ctx.scale_set_tags(&scope.revision, &data_digest(&bootstrap))))
+            || !crate::resource::contains(
+                tags,
+                &json!(ctx.scale_set_tags(&scope.revision, &data_digest(&bootstrap))),
+            )
             || provisioning_state(&record.scale_set).failed();
         if capacity != current || stale {
             record.scale_set = Self::put(
@@ -577,7 +582,10 @@ impl PoolActuator<AzureMachinePool, AzureCluster> for AzurePoolActuator {
                 Removal::Gone | Removal::Deleting => Err(ActuatorError::requeue_after(
                     POLL,
                     "DeletingScaleSet",
-                    format!("waiting for scale set {} and its VMs to be deleted", id.name),
+                    format!(
+                        "waiting for scale set {} and its VMs to be deleted",
+                        id.name
+                    ),
                 )),
             };
         }

@@ -1,1 +1,406 @@
-//! The pool actuator against a fake ARM.
+//! Every branch of the pool actuator over a mocked ARM (`crate::fake_arm`).
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+use capi_core::api::{Cluster, MachinePool};
+use capi_core::{ActuatorErrorKind, BootstrapData, BootstrapFormat, IdempotencyKey, PoolSize};
+use serde_json::json;
+
+use super::*;
+use crate::arm::{Arm, MockArm, Poll};
+use crate::connector::MockConnector;
+use crate::fake_arm::{State, fake};
+
+const SUB: &str = "7b5e7a4c-1d2e-4f3a-9b8c-0d1e2f3a4b5c";
+const KEY: &str = "capi-pool-uid-1";
+
+fn azure_cluster() -> AzureCluster {
+    serde_json::from_value(json!({
+        "apiVersion": "infrastructure.capi-rs.dev/v1alpha1", "kind": "AzureCluster",
+        "metadata": {"name": "demo", "namespace": "ns"},
+        "spec": {"subscriptionID": SUB, "location": "westeurope",
+                 "identityRef": {"name": "creds", "kind": "Secret"}},
+    }))
+    .unwrap_or_default()
+}
+
+fn infra_pool(status: Value) -> AzureMachinePool {
+    serde_json::from_value(json!({
+        "apiVersion": "infrastructure.capi-rs.dev/v1alpha1", "kind": "AzureMachinePool",
+        "metadata": {"name": "workers", "namespace": "ns",
+                     "labels": {"cluster.x-k8s.io/cluster-name": "demo"}},
+        "spec": {"template": {"vmSize": "Standard_D2s_v3", "osDisk": {"diskSizeGB": 64}}},
+        "status": status,
+    }))
+    .unwrap_or_default()
+}
+
+fn scope_with(
+    pool: AzureMachinePool,
+    capacity: Option<u32>,
+    remove: &[&str],
+    revision: &str,
+) -> PoolScope<AzureMachinePool, AzureCluster> {
+    let mut machine_pool = MachinePool::default();
+    machine_pool.metadata.uid = Some("pool-uid-1".into());
+    machine_pool.spec.cluster_name = "demo".into();
+    machine_pool.spec.template.spec.version = Some("v1.33.1".into());
+    let idempotency_key = IdempotencyKey::for_machine_pool(&machine_pool)
+        .unwrap_or_else(|_| panic!("the pool has a UID"));
+    PoolScope {
+        cluster: Arc::new(Cluster::default()),
+        infra_cluster: Some(Arc::new(azure_cluster())),
+        machine_pool: Arc::new(machine_pool),
+        infra_pool: Arc::new(pool),
+        idempotency_key,
+        size: PoolSize {
+            capacity,
+            remove: remove
+                .iter()
+                .map(|r| (*r).to_string())
+                .collect::<BTreeSet<_>>(),
+        },
+        revision: ModelRevision::new(revision),
+    }
+}
+
+fn scope(
+    capacity: u32,
+    remove: &[&str],
+    revision: &str,
+) -> PoolScope<AzureMachinePool, AzureCluster> {
+    scope_with(infra_pool(json!({})), Some(capacity), remove, revision)
+}
+
+fn bootstrap_data(value: &str) -> BootstrapData {
+    BootstrapData::new(BootstrapFormat::CloudConfig, value)
+}
+
+fn bootstrap() -> BootstrapData {
+    bootstrap_data("#cloud-config\nruncmd: []\n")
+}
+
+fn actuator(arm: MockArm) -> AzurePoolActuator {
+    let arm: Arc<dyn Arm> = Arc::new(arm);
+    let mut connector = MockConnector::new();
+    connector
+        .expect_connect()
+        .returning(move |_| Ok(arm.clone()));
+    AzurePoolActuator::new(Arc::new(connector))
+}
+
+fn lock(state: &Arc<Mutex<State>>) -> std::sync::MutexGuard<'_, State> {
+    state
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn set_id() -> ResourceId {
+    ResourceId::new(SUB, "demo", ResourceType::VirtualMachineScaleSet, KEY)
+}
+
+fn vm_id(name: &str) -> ResourceId {
+    ResourceId::new(SUB, "demo", ResourceType::VirtualMachine, name)
+}
+
+/// A VM of the scale set, made from the model of `revision`.
+fn vm(name: &str, state: &str, revision: &str) -> Value {
+    json!({
+        "id": vm_id(name).to_string(), "name": name, "location": "westeurope",
+        "properties": {
+            "provisioningState": state,
+            "virtualMachineScaleSet": {"id": set_id().to_string()},
+            "osProfile": {"computerName": format!("workers-{name}")},
+            "userData": user_data(&ModelRevision::new(revision)),
+        },
+    })
+}
+
+/// Puts the scale set the provider would make (capacity, revision, data) and `vms` into the
+/// fake, all settled.
+async fn existing(
+    state: &Arc<Mutex<State>>,
+    actuator: &AzurePoolActuator,
+    vms: &[(&str, &str)],
+    revision: &str,
+) {
+    let created = actuator
+        .create(
+            &scope(u32::try_from(vms.len()).unwrap_or(0), &[], revision),
+            &bootstrap(),
+        )
+        .await;
+    assert!(created.is_ok(), "{created:?}");
+    let mut st = lock(state);
+    for (name, rev) in vms {
+        st.insert(&vm_id(name), vm(name, "Succeeded", rev));
+    }
+    st.calls.clear();
+}
+
+async fn look(
+    actuator: &AzurePoolActuator,
+    scope: &PoolScope<AzureMachinePool, AzureCluster>,
+) -> Found<ScaleSetRecord, ScaleSetReport> {
+    match actuator.exists(scope).await {
+        Ok(Some(found)) => found,
+        other => panic!("the scale set exists: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn nothing_is_asked_of_azure_for_bootstrap_data_it_would_refuse() {
+    let mut connector = MockConnector::new();
+    connector.expect_connect().never();
+    let actuator = AzurePoolActuator::new(Arc::new(connector));
+    let huge = bootstrap_data(&"x".repeat(MAX_CUSTOM_DATA + 1));
+    let error = actuator.create(&scope(2, &[], "r1"), &huge).await.err();
+    assert_eq!(
+        error.map(|e| e.reason().to_string()).as_deref(),
+        Some("BootstrapDataTooLarge")
+    );
+}
+
+#[tokio::test]
+async fn a_flexible_scale_set_is_made_once_at_the_pools_size_with_its_model_and_operation() {
+    let (arm, state) = fake();
+    lock(&state).put_state = "Creating".into();
+    let actuator = actuator(arm);
+    let report = actuator.create(&scope(3, &[], "r1"), &bootstrap()).await;
+    let report = report.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(report.capacity, 3);
+    assert!(
+        report
+            .provider_id
+            .ends_with(&format!("/virtualMachineScaleSets/{KEY}"))
+    );
+    assert!(report.provider_id.starts_with("azure:///subscriptions/"));
+    let operations = &report.provider_status.fields()["longRunningOperationStates"];
+    assert_eq!(operations[0]["serviceName"], "scalesets");
+    {
+        let st = lock(&state);
+        let body = st.get(&set_id()).cloned().unwrap_or_default();
+        assert_eq!(body["properties"]["orchestrationMode"], "Flexible");
+        assert_eq!(body["sku"]["name"], "Standard_D2s_v3");
+        let profile = &body["properties"]["virtualMachineProfile"];
+        let custom = profile["osProfile"]["customData"]
+            .as_str()
+            .unwrap_or_default();
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(custom)
+            .unwrap_or_default();
+        assert_eq!(decoded, bootstrap().expose());
+        assert_eq!(
+            revision_in_user_data(profile["userData"].as_str().unwrap_or_default()).as_deref(),
+            Some("r1")
+        );
+        assert_eq!(body["tags"][POOL_TAG], KEY);
+        assert_eq!(body["tags"][REVISION_TAG], "r1");
+    }
+    // A create replayed (its answer lost) finds the scale set and puts nothing.
+    lock(&state).calls.clear();
+    let again = actuator.create(&scope(3, &[], "r1"), &bootstrap()).await;
+    assert!(again.is_ok());
+    assert!(lock(&state).calls("PUT").is_empty());
+}
+
+#[tokio::test]
+async fn a_scale_set_of_the_name_that_is_not_the_pools_is_never_touched() {
+    let (arm, state) = fake();
+    lock(&state).insert(
+        &set_id(),
+        json!({"name": KEY, "sku": {"capacity": 1}, "tags": {"team": "other"},
+               "properties": {"provisioningState": "Succeeded"}}),
+    );
+    let actuator = actuator(arm);
+    let error = actuator.exists(&scope(1, &[], "r1")).await.err();
+    assert_eq!(
+        error.map(|e| e.reason().to_string()).as_deref(),
+        Some("ScaleSetNotOwned")
+    );
+    assert!(actuator.delete(&scope(1, &[], "r1")).await.is_ok());
+    assert!(lock(&state).calls("DELETE").is_empty());
+    assert!(lock(&state).get(&set_id()).is_some());
+}
+
+#[tokio::test]
+async fn only_the_named_vms_leave_and_the_capacity_goes_down_with_them_never_by_a_put() {
+    let (arm, state) = fake();
+    let actuator = actuator(arm);
+    existing(
+        &state,
+        &actuator,
+        &[("vm-a", "r1"), ("vm-b", "r1"), ("vm-c", "r1")],
+        "r1",
+    )
+    .await;
+    let leaving = provider_id(&vm_id("vm-b"));
+    let scope = scope(2, &[leaving.as_str()], "r1");
+    let found = look(&actuator, &scope).await;
+    let report = actuator.update(&scope, found, Some(bootstrap())).await;
+    let report = report.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(report.capacity, 2);
+    {
+        let st = lock(&state);
+        assert_eq!(st.calls("POST delete"), [KEY]);
+        assert!(
+            st.calls("PUT").is_empty(),
+            "a PUT would let Azure pick the VMs"
+        );
+        assert!(st.get(&vm_id("vm-b")).is_none());
+        assert!(st.get(&vm_id("vm-a")).is_some() && st.get(&vm_id("vm-c")).is_some());
+    }
+    // A smaller size with no VM named waits: nothing is removed, nothing put.
+    lock(&state).calls.clear();
+    lock(&state).poll = Some(Poll::Succeeded);
+    let smaller = scope_with(infra_pool(json!({})), Some(1), &[], "r1");
+    let found = look(&actuator, &smaller).await;
+    let report = actuator.update(&smaller, found, Some(bootstrap())).await;
+    assert_eq!(report.map(|r| r.capacity).ok(), Some(2));
+    assert!(lock(&state).calls("PUT").is_empty());
+    assert!(lock(&state).calls("POST delete").is_empty());
+}
+
+#[tokio::test]
+async fn nothing_is_sent_to_a_scale_set_while_its_operation_runs() {
+    let (arm, state) = fake();
+    let actuator = actuator(arm);
+    existing(&state, &actuator, &[("vm-a", "r1")], "r1").await;
+    // A removal under way (the scale set itself says Succeeded meanwhile).
+    let status = json!({"longRunningOperationStates": [{
+        "type": "DELETE", "serviceName": "scalesets", "name": KEY,
+        "pollingURL": "https://arm.test/operations/x",
+        "startedAt": jiff::Timestamp::now().to_string(),
+    }]});
+    lock(&state).poll = Some(Poll::InProgress { retry_after: None });
+    let leaving = provider_id(&vm_id("vm-a"));
+    let scope = scope_with(infra_pool(status), Some(3), &[leaving.as_str()], "r2");
+    let found = look(&actuator, &scope).await;
+    let report = actuator.update(&scope, found, Some(bootstrap())).await;
+    assert!(report.is_ok());
+    assert!(lock(&state).calls("PUT").is_empty() && lock(&state).calls("POST delete").is_empty());
+    // A PUT under way, as the scale set's own state says.
+    if let Some(set) = lock(&state)
+        .resources
+        .get_mut(&set_id().to_string().to_lowercase())
+    {
+        set["properties"]["provisioningState"] = json!("Updating");
+    }
+    let scope = scope_with(infra_pool(json!({})), Some(3), &[leaving.as_str()], "r2");
+    let found = look(&actuator, &scope).await;
+    assert!(
+        actuator
+            .update(&scope, found, Some(bootstrap()))
+            .await
+            .is_ok()
+    );
+    assert!(lock(&state).calls("PUT").is_empty() && lock(&state).calls("POST delete").is_empty());
+}
+
+#[tokio::test]
+async fn each_vms_revision_is_read_from_its_user_data_once_and_outdated_vms_are_reported() {
+    let (arm, state) = fake();
+    let actuator = actuator(arm);
+    existing(&state, &actuator, &[("vm-a", "r1"), ("vm-b", "r2")], "r1").await;
+    let scope = scope(2, &[], "r2");
+    let found = look(&actuator, &scope).await;
+    assert_eq!(lock(&state).calls("GET+expand").len(), 2);
+    let up_to_date: Vec<bool> = found
+        .reported
+        .instances
+        .iter()
+        .map(|i| i.is_up_to_date(&ModelRevision::new("r2")))
+        .collect();
+    assert_eq!(up_to_date, [false, true]);
+    // Recorded in status, the revisions are not read again.
+    let recorded = found.reported.provider_status.fields()["instanceRevisions"].clone();
+    assert_eq!(recorded[0], json!({"name": "vm-a", "revision": "r1"}));
+    lock(&state).calls.clear();
+    let again = scope_with(
+        infra_pool(json!({"instanceRevisions": recorded})),
+        Some(2),
+        &[],
+        "r2",
+    );
+    let _ = look(&actuator, &again).await;
+    assert!(lock(&state).calls("GET+expand").is_empty());
+}
+
+#[tokio::test]
+async fn a_new_revision_or_rotated_data_puts_the_model_and_a_surge_raises_the_capacity() {
+    let (arm, state) = fake();
+    let actuator = actuator(arm);
+    existing(&state, &actuator, &[("vm-a", "r1")], "r1").await;
+    // The same model, size and data: nothing is put.
+    let same = scope(1, &[], "r1");
+    let found_same = look(&actuator, &same).await;
+    assert!(
+        actuator
+            .update(&same, found_same, Some(bootstrap()))
+            .await
+            .is_ok()
+    );
+    assert!(lock(&state).calls("PUT").is_empty());
+    // A rotated token within the revision reaches the model, and no VM is touched.
+    let rotated = bootstrap_data("#cloud-config\nruncmd: [rotated]\n");
+    let found_rotated = look(&actuator, &same).await;
+    assert!(
+        actuator
+            .update(&same, found_rotated, Some(rotated.clone()))
+            .await
+            .is_ok()
+    );
+    assert_eq!(lock(&state).calls("PUT"), [KEY]);
+    assert!(lock(&state).calls("POST delete").is_empty());
+    // A new revision with a surge of one: the model and the capacity in one PUT.
+    lock(&state).calls.clear();
+    let surge = scope(2, &[], "r2");
+    let found_surge = look(&actuator, &surge).await;
+    let report = actuator.update(&surge, found_surge, Some(rotated)).await;
+    assert_eq!(report.map(|r| r.capacity).ok(), Some(2));
+    let body = lock(&state).get(&set_id()).cloned().unwrap_or_default();
+    assert_eq!(body["tags"][REVISION_TAG], "r2");
+    assert_eq!(body["sku"]["capacity"], 2);
+}
+
+#[tokio::test]
+async fn without_bootstrap_data_the_model_stays_and_removals_are_done_all_the_same() {
+    let (arm, state) = fake();
+    let actuator = actuator(arm);
+    existing(&state, &actuator, &[("vm-a", "r1"), ("vm-b", "r1")], "r1").await;
+    let grow = scope(4, &[], "r2");
+    let found_grow = look(&actuator, &grow).await;
+    assert!(actuator.update(&grow, found_grow, None).await.is_ok());
+    assert!(
+        lock(&state).calls("PUT").is_empty(),
+        "a PUT would drop the customData"
+    );
+    let leaving = provider_id(&vm_id("vm-a"));
+    let shrink = scope(1, &[leaving.as_str()], "r1");
+    let found_shrink = look(&actuator, &shrink).await;
+    assert!(actuator.update(&shrink, found_shrink, None).await.is_ok());
+    assert_eq!(lock(&state).calls("POST delete"), [KEY]);
+}
+
+#[tokio::test]
+async fn deletion_takes_the_scale_set_then_any_vm_it_left_and_ends_when_none_is_left() {
+    let (arm, state) = fake();
+    let actuator = actuator(arm);
+    existing(&state, &actuator, &[("vm-a", "r1")], "r1").await;
+    let scope = scope(1, &[], "r1");
+    let first = actuator.delete(&scope).await.err();
+    assert!(matches!(
+        first.as_ref().map(ActuatorError::kind),
+        Some(ActuatorErrorKind::RequeueAfter)
+    ));
+    assert!(lock(&state).get(&set_id()).is_none());
+    // The fake leaves the VM behind, as a scale set deleted by another party may.
+    let second = actuator.delete(&scope).await.err();
+    assert_eq!(
+        second.map(|e| e.reason().to_string()).as_deref(),
+        Some("DeletingVirtualMachines")
+    );
+    assert!(lock(&state).get(&vm_id("vm-a")).is_none());
+    assert!(actuator.delete(&scope).await.is_ok());
+}
