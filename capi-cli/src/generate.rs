@@ -69,6 +69,11 @@ pub const BUILT_IN: &[BuiltIn] = &[
     },
     BuiltIn {
         provider: "azure",
+        flavor: Some("machinepool"),
+        text: include_str!("../templates/azure/cluster-template-machinepool.yaml"),
+    },
+    BuiltIn {
+        provider: "azure",
         flavor: Some("static-credentials"),
         text: include_str!("../templates/azure/cluster-template-static-credentials.yaml"),
     },
