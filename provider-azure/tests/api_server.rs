@@ -208,6 +208,69 @@ async fn capz_shaped_objects_apply_and_what_the_rules_forbid_is_refused_with_a_r
         );
     }
 
+    // A pool as CAPZ's machinepool flavor writes it applies; what this provider does not
+    // implement is refused, never dropped.
+    let pool_spec = json!({
+        "location": "westeurope",
+        "template": {"vmSize": "Standard_D2s_v3", "osDisk": {"osType": "Linux", "diskSizeGB": 30},
+                     "sshPublicKey": ""},
+    });
+    let pools: Api<provider_azure::api::AzureMachinePool> = Api::namespaced(env.client(), &ns);
+    let stored = pools
+        .create(
+            &PostParams::default(),
+            &object("AzureMachinePool", "workers", pool_spec.clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        stored.spec,
+        object::<provider_azure::api::AzureMachinePool>("AzureMachinePool", "workers", pool_spec)
+            .spec,
+        "round trip"
+    );
+    let pool = |extra: Value| {
+        with(
+            json!({"template": {"vmSize": "Standard_D2s_v3", "osDisk": {"osType": "Linux"}}}),
+            extra,
+        )
+    };
+    for (name, spec, path, why) in [
+        (
+            "uniform",
+            pool(json!({"orchestrationMode": "Uniform"})),
+            "spec.orchestrationMode",
+            "Unsupported value: \"Uniform\"",
+        ),
+        (
+            "strategy",
+            pool(json!({"strategy": {"type": "RollingUpdate"}})),
+            "spec.strategy",
+            "unknown field",
+        ),
+        (
+            "data-disks",
+            pool(
+                json!({"template": {"vmSize": "Standard_D2s_v3", "osDisk": {"osType": "Linux"},
+                                     "dataDisks": [{"nameSuffix": "a", "diskSizeGB": 8}]}}),
+            ),
+            "spec.template.dataDisks",
+            "unknown field",
+        ),
+        (
+            "bad-location",
+            pool(json!({"location": "West Europe"})),
+            "spec.location",
+            "should match",
+        ),
+    ] {
+        let error = refused(&env, &ns, untyped("AzureMachinePool", name, spec)).await;
+        assert!(
+            error.contains(path) && error.contains(why),
+            "{name}: {error}"
+        );
+    }
+
     let cluster = |extra: Value| {
         with(
             json!({"subscriptionID": SUBSCRIPTION, "location": "westeurope"}),

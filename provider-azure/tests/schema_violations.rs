@@ -1,5 +1,5 @@
 //! Bad input the Azure schemas can judge: every constraint of `AzureCluster`,
-//! `AzureClusterTemplate`, `AzureMachine`, `AzureMachineTemplate` and `AzureClusterIdentity` gets proptest-generated edits
+//! `AzureClusterTemplate`, `AzureMachine`, `AzureMachineTemplate`, `AzureMachinePool` and `AzureClusterIdentity` gets proptest-generated edits
 //! that break it, sent to a real API server, which must refuse each naming the field
 //! (`capi_testing::schema_violations`). The base objects set every field, so that every
 //! constraint has something to break.
@@ -74,6 +74,21 @@ fn base(kind: &str) -> Value {
         "AzureMachineTemplate" => {
             json!({"template": {"metadata": {"labels": {"a": "b"}}, "spec": machine_spec()}})
         }
+        "AzureMachinePool" => json!({
+            "providerID": "azure:///subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/demo/providers/Microsoft.Compute/virtualMachineScaleSets/capi-x",
+            "providerIDList": ["azure:///subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/demo/providers/Microsoft.Compute/virtualMachines/capi-x_0a1b2c3d"],
+            "location": "westeurope",
+            "template": {
+                "vmSize": "Standard_D2s_v3",
+                "image": {"marketplace": {"publisher": "Canonical", "offer": "ubuntu-24_04-lts",
+                                           "sku": "server", "version": "latest", "thirdPartyImage": false}},
+                "osDisk": {"osType": "Linux", "diskSizeGB": 128,
+                           "managedDisk": {"storageAccountType": "Premium_LRS"}, "cachingType": "ReadWrite"},
+                "sshPublicKey": "c3NoLWVkMjU1MTkgQUFBQQ==",
+            },
+            "additionalTags": {"team": "a"},
+            "orchestrationMode": "Flexible",
+        }),
         "AzureClusterIdentity" => json!({
             "type": "ServicePrincipal",
             "clientID": "0b3c6e4a-1f2d-4c5b-8a9e-7d6c5b4a3f2e",

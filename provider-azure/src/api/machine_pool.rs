@@ -82,7 +82,7 @@ pub struct AzureMachinePoolSpec {
 
     /// The region; the `AzureCluster`'s when unset, and refused when it is another.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 64))]
+    #[schemars(length(min = 1, max = 64), pattern(r"^[a-z][a-z0-9]*$"))]
     pub location: Option<String>,
 
     /// What each VM is made of.
