@@ -14,7 +14,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use capi_core::api::Cluster;
-use capi_testing::conformance::{CloudInventory, ClusterSuite, PoolSuite, Settings};
+use capi_testing::conformance::{
+    CloudInventory, ClusterSuite, POOL_CREATE_IS_FOUND, POOL_CREATE_IS_IDEMPOTENT,
+    POOL_CREATE_SURVIVES_CRASHES, POOL_DELETE_RETURNS_ONLY_WHEN_GONE, POOL_EXISTS_NEVER_CREATES,
+    POOL_HOLDS_ITS_CAPACITY, POOL_LAUNCHES_THE_CURRENT_REVISION, POOL_REMOVES_ONLY_THE_NAMED,
+    PoolSuite, Settings,
+};
 use common::arm_server::ArmServer;
 use common::model_checker::ModelChecker;
 use common::{FixedConnector, arm_client};
@@ -111,7 +116,18 @@ async fn azure_pools_conform_on_the_arm_test_server() {
     for note in &report.notes {
         println!("conformance note: {note}");
     }
-    assert!(report.checked.len() >= 10, "{:?}", report.checked);
+    for rule in [
+        POOL_EXISTS_NEVER_CREATES,
+        POOL_CREATE_IS_FOUND,
+        POOL_CREATE_IS_IDEMPOTENT,
+        POOL_CREATE_SURVIVES_CRASHES,
+        POOL_HOLDS_ITS_CAPACITY,
+        POOL_REMOVES_ONLY_THE_NAMED,
+        POOL_LAUNCHES_THE_CURRENT_REVISION,
+        POOL_DELETE_RETURNS_ONLY_WHEN_GONE,
+    ] {
+        assert!(report.checked.contains(&rule), "{rule:?} was not checked");
+    }
     assert!(
         inventory.resources().await.unwrap().is_empty(),
         "nothing is left: {:?}",

@@ -1,5 +1,7 @@
-//! The provider's ARM client: PUT, GET and DELETE of resources by ID at their pinned
-//! api-version, and the status of long-running operations — never waiting on one.
+//! The provider's ARM client: PUT, GET (optionally expanded) and DELETE of resources by ID at
+//! their pinned api-version, actions (`POST <id>/<action>`), listings of a kind in a resource
+//! group (every page, a next page followed only on the Resource Manager's own host), and the
+//! status of long-running operations — never waiting on one.
 //!
 //! - **https only**, over the provider's `reqwest` client (rustls on aws-lc, the roots it is
 //!   given), a bearer token from a [`TokenSource`] on every request; the token is never shown.

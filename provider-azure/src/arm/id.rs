@@ -25,7 +25,7 @@ pub struct ResourceId {
 /// Why a string is not the ID of a resource the provider knows.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error(
-    "{id:?} is not the ID of a resource group, network, subnet, security group, public IP, load balancer, network interface, virtual machine or disk: {why}"
+    "{id:?} is not the ID of a resource group, network, subnet, security group, public IP, load balancer, network interface, virtual machine, disk or virtual machine scale set: {why}"
 )]
 pub struct ResourceIdError {
     id: String,

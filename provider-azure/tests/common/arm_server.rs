@@ -6,23 +6,44 @@
 //!   operation ends (`Succeeded`) after [`Faults::operation_time`] whether or not anyone polls;
 //!   resource groups are made at once. GET answers the resource with what ARM fills in (IDs of
 //!   children, addresses, the subnets' IP configurations, a pool's members, the NIC's VM, the
-//!   VM's OS disk); `customData` is never answered.
-//! - DELETE answers `202` + operation (`204` for nothing), the resource `Deleting` until it ends;
-//!   a resource group takes everything in it; a VM takes the NICs and disks it was told to
-//!   (`deleteOption: Delete`) and leaves the others unattached.
+//!   VM's OS disk, when a VM or scale set was made); `customData` is never answered, `userData`
+//!   only to `$expand=userData`.
+//! - A kind's resources in a group are listed (`GET .../providers/<namespace>/<collection>`) as
+//!   `{"value": [...], "nextLink"}`, [`PAGE_SIZE`] a page, each answered as GET answers it and
+//!   the next page's `$skiptoken` on the server itself. VMs are filtered by
+//!   `'virtualMachineScaleSet/id' eq '<ID>'` (IDs compared without case); any other `$filter`
+//!   is refused `400 InvalidParameter`.
+//! - DELETE answers `202` + operation (`204` for nothing), the resource `Deleting` (and still
+//!   listed) until it ends; a resource group takes everything in it; a VM takes the NICs and
+//!   disks it was told to (`deleteOption: Delete`) and leaves the others unattached.
+//! - Flexible scale sets: a PUT needs `orchestrationMode: Flexible`, `platformFaultDomainCount`,
+//!   `sku.name` and `sku.capacity`, and a VM profile with a network API version and NIC
+//!   configurations. At once the set is brought to its capacity: each missing VM is made
+//!   (`<set>_<8 hex>`, its NIC `<vm>-nic` with an address, its OS disk `<vm>_OsDisk_1_<32 hex>`
+//!   once made; the set's VM size, image, admin, zone, `customData` and `userData` as the model
+//!   had them then; none of the set's tags) and the newest surplus VMs are deleted; they settle
+//!   when the PUT's operation ends. A new model never touches the VMs there are. `POST
+//!   <set>/delete` with `instanceIds` (VM names) deletes those VMs and lowers `sku.capacity` by
+//!   as many at once, never replacing them; a name that is not a VM of the set is refused `400
+//!   InvalidParameter` and nothing is done. A VM deleted on its own lowers its set's capacity
+//!   too; a deleted set takes its VMs. A PUT or POST while another operation on the set is under
+//!   way is refused `409 OperationNotAllowed`.
 //! - ARM's dependency rules: a subnet (or network) with IP configurations in it, a NIC attached
 //!   to a VM, a security group used by a subnet, a public IP used by a frontend or NIC, a disk
 //!   attached to a VM cannot be deleted; references must exist; a VM's `customData` cannot
 //!   change.
 //! - A client-credentials token endpoint (`/<tenant>/oauth2/v2.0/token`); every ARM request
 //!   must carry a token it issued.
-//! - Faults on demand ([`Faults`]): throttling (`429` + `Retry-After`), conflicts (`409`),
-//!   failed and vanished operations, slow operations, lost responses (the request is carried
-//!   out, the connection closed unanswered), a low remaining-request budget.
+//! - Faults on demand ([`Faults`]), by method and kind ([`Target`]): throttling (`429` +
+//!   `Retry-After`), conflicts (`409`), failed and vanished operations, slow operations, lost
+//!   responses (the request is carried out, the connection closed unanswered), a low
+//!   remaining-request budget.
 //! - **Every request body the provider sends and every body the server answers is checked
 //!   against Azure's own models** ([`ModelChecker`]); a mismatch is recorded
-//!   ([`ArmServer::violations`]) and answered `400 ModelViolation`.
+//!   ([`ArmServer::violations`]) and answered `400 ModelViolation`. A listing's envelope has no
+//!   model of Azure's; each resource in it is checked.
 
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,7 +54,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use provider_azure::arm::{ResourceId, ResourceType};
+use provider_azure::arm::{ResourceId, ResourceIdError, ResourceType};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
@@ -49,7 +70,14 @@ pub const CLIENT: &str = "0b3c6e4a-1f2d-4c5b-8a9e-7d6c5b4a3f2e";
 /// Its secret.
 pub const SECRET: &str = "Qx8Q~abcDEF1234567890ghijKLMNOPqrstuvWXYZ";
 
-/// Which requests a fault applies to.
+/// The most resources one page of a listing holds.
+pub const PAGE_SIZE: usize = 50;
+
+/// The largest capacity of a Flexible scale set.
+const MAX_CAPACITY: u64 = 1000;
+
+/// Which requests a fault applies to: an action (`POST <id>/<action>`) is a POST of its
+/// resource's kind, a listing a GET of the kind listed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Target {
     /// The method (`None`: any).
@@ -148,18 +176,42 @@ pub struct Stored {
     pub id: String,
     /// Its kind.
     pub kind: ResourceType,
-    /// Its body as last written, without read-only properties.
+    /// Its body as last written, without read-only properties, `customData` or `userData`.
     pub body: Value,
     /// `Creating`, `Updating`, `Succeeded`, `Failed`, `Deleting`.
     pub state: String,
-    /// A digest of its `customData` (a VM's).
+    /// A digest of its `customData` (a VM's, a scale set's model's).
     custom_data: Option<String>,
     /// Its `customData` as sent (never answered; what the VM boots with).
     custom_data_sent: Option<String>,
+    /// Its `userData` (a VM's, a scale set's model's), answered only when expanded.
+    user_data: Option<String>,
     /// An address ARM assigned (a NIC's private, a public IP's public one).
     address: Option<String>,
-    /// A VM's unique ID.
+    /// A VM's `vmId`, a scale set's `uniqueId`.
     vm_id: Option<String>,
+    /// When a VM or scale set was made (`timeCreated`).
+    created: Option<String>,
+    /// The order it was made in (the newest has the highest).
+    serial: u64,
+}
+
+impl Stored {
+    fn new(id: String, kind: ResourceType, body: Value, state: &str) -> Self {
+        Self {
+            id,
+            kind,
+            body,
+            state: state.into(),
+            custom_data: None,
+            custom_data_sent: None,
+            user_data: None,
+            address: None,
+            vm_id: None,
+            created: None,
+            serial: 0,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -168,16 +220,114 @@ enum Outcome {
     Fail,
 }
 
+/// The request that started an operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verb {
+    Put,
+    Delete,
+    Post,
+}
+
+impl Verb {
+    fn method(self) -> Method {
+        match self {
+            Self::Put => Method::PUT,
+            Self::Delete => Method::DELETE,
+            Self::Post => Method::POST,
+        }
+    }
+}
+
+/// What an operation's end does to a resource it settles (its target, a scale set's VMs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Change {
+    /// Made: `Succeeded` (or `Failed`).
+    Make,
+    /// Deleted: gone (or `Failed`).
+    Remove,
+}
+
 /// An operation under way or ended.
 #[derive(Clone, Debug)]
 struct Operation {
     /// The resource's key.
     target: String,
-    delete: bool,
+    verb: Verb,
+    /// The other resources that settle with it (a scale set's VMs), by key.
+    members: Vec<(String, Change)>,
     done_at: Instant,
     outcome: Outcome,
     vanished: bool,
     ended: bool,
+}
+
+/// What `$expand` asks a GET to add.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Expand {
+    Nothing,
+    UserData,
+}
+
+impl Expand {
+    fn from_query(query: &str) -> Self {
+        let asked = query_param(query, "$expand").unwrap_or_default();
+        if asked
+            .split(',')
+            .any(|e| e.trim().eq_ignore_ascii_case("userData"))
+        {
+            Self::UserData
+        } else {
+            Self::Nothing
+        }
+    }
+}
+
+/// What a request's path names.
+#[derive(Clone, Debug)]
+enum Route {
+    /// A resource, by ID.
+    Resource(ResourceId),
+    /// An action on a resource (`POST <id>/<action>`).
+    Action(ResourceId, String),
+    /// The resources of a kind in a resource group (the group's ID).
+    Collection(ResourceId, ResourceType),
+}
+
+impl Route {
+    fn parse(path: &str) -> Result<Self, ResourceIdError> {
+        let refused = match ResourceId::parse(path) {
+            Ok(id) => return Ok(Self::Resource(id)),
+            Err(e) => e,
+        };
+        let Some((prefix, last)) = path.rsplit_once('/') else {
+            return Err(refused);
+        };
+        if let Some((group, namespace)) = prefix.rsplit_once('/')
+            && let Some(group) = group
+                .len()
+                .checked_sub("/providers".len())
+                .filter(|at| group[*at..].eq_ignore_ascii_case("/providers"))
+                .map(|at| &group[..at])
+            && let Ok(group) = ResourceId::parse(group)
+            && group.kind == ResourceType::ResourceGroup
+            && let Some(kind) = ResourceType::from_segments(Some(namespace), None, last)
+        {
+            return Ok(Self::Collection(group, kind));
+        }
+        match ResourceId::parse(prefix) {
+            Ok(id) if id.kind != ResourceType::ResourceGroup => {
+                Ok(Self::Action(id, last.to_string()))
+            }
+            _ => Err(refused),
+        }
+    }
+
+    fn kind(&self) -> ResourceType {
+        match self {
+            Self::Resource(id) | Self::Action(id, _) => id.kind,
+            Self::Collection(_, kind) => *kind,
+        }
+    }
 }
 
 /// Everything the server holds.
@@ -198,16 +348,18 @@ pub struct World {
     /// Model and protocol violations.
     pub violations: Vec<String>,
     next_address: u32,
+    next_serial: u64,
 }
 
 impl World {
-    /// How many `method` requests went to resources of `kind`.
+    /// How many `method` requests went to resources of `kind`, their actions or their
+    /// listings.
     pub fn count(&self, method: &str, kind: ResourceType) -> usize {
         self.requests
             .iter()
             .filter(|(m, path, _)| {
                 m == method
-                    && ResourceId::parse(path).is_ok_and(|id| id.kind == kind)
+                    && Route::parse(path).is_ok_and(|route| route.kind() == kind)
                     && !path.contains("/operations/")
                     && !path.contains("/operationResults/")
             })
@@ -232,6 +384,29 @@ impl World {
     /// What VM `id` was created with (`customData`, base64), which ARM never answers.
     pub fn custom_data(&self, id: &str) -> Option<String> {
         self.find(id).and_then(|vm| vm.custom_data_sent.clone())
+    }
+
+    /// The `userData` (base64) of VM or scale set `id`.
+    pub fn user_data(&self, id: &str) -> Option<String> {
+        self.find(id).and_then(|r| r.user_data.clone())
+    }
+
+    /// The VMs of scale set `id`, oldest first (those being deleted too).
+    pub fn instances(&self, id: &str) -> Vec<&Stored> {
+        let mut vms: Vec<&Stored> = self
+            .of_kind(ResourceType::VirtualMachine)
+            .into_iter()
+            .filter(|vm| Self::refers(&vm.body["properties"]["virtualMachineScaleSet"], id))
+            .collect();
+        vms.sort_by_key(|vm| vm.serial);
+        vms
+    }
+
+    /// Whether an operation on `key` is under way.
+    fn busy(&self, key: &str) -> bool {
+        self.operations
+            .values()
+            .any(|op| !op.ended && op.target == key)
     }
 
     /// The private address ARM gave NIC `id`.
@@ -259,24 +434,35 @@ impl World {
             };
             op.ended = true;
             let op = op.clone();
-            match (op.delete, &op.outcome) {
-                (true, Outcome::Succeed) => self.remove(&op.target),
-                (false, Outcome::Succeed) => {
-                    if let Some(r) = self.resources.get_mut(&op.target) {
-                        r.state = "Succeeded".into();
-                    }
-                    self.materialize(&op.target);
-                }
-                (_, Outcome::Fail) => {
-                    if let Some(r) = self.resources.get_mut(&op.target) {
-                        r.state = "Failed".into();
-                    }
-                }
+            let target = match op.verb {
+                Verb::Delete => Change::Remove,
+                Verb::Put | Verb::Post => Change::Make,
+            };
+            for (key, change) in op.members.iter().chain([&(op.target.clone(), target)]) {
+                self.settle(key, *change, &op.outcome);
             }
         }
     }
 
-    /// What a VM's success makes: its OS disk.
+    /// Ends what an operation did to `key`. A resource being deleted meanwhile is left to the
+    /// deletion.
+    fn settle(&mut self, key: &str, change: Change, outcome: &Outcome) {
+        let Some(r) = self.resources.get_mut(key) else {
+            return;
+        };
+        match (change, outcome) {
+            (Change::Make, _) if r.state == "Deleting" => {}
+            (Change::Remove, Outcome::Succeed) => self.remove(key),
+            (Change::Make, Outcome::Succeed) => {
+                r.state = "Succeeded".into();
+                self.materialize(key);
+            }
+            (_, Outcome::Fail) => r.state = "Failed".into(),
+        }
+    }
+
+    /// What a VM's success makes: its OS and data disks (made as the VM says: from its image,
+    /// empty, ...).
     fn materialize(&mut self, key: &str) {
         let Some(vm) = self.resources.get(key).cloned() else {
             return;
@@ -288,19 +474,28 @@ impl World {
             return;
         };
         let storage = &vm.body["properties"]["storageProfile"];
+        let os = &storage["osDisk"];
         let mut disks = vec![(
-            storage["osDisk"]["name"]
+            os["name"]
                 .as_str()
                 .map(str::to_string)
                 .unwrap_or_else(|| format!("{}_OsDisk_1", id.name)),
-            storage["osDisk"]["diskSizeGB"].as_i64().unwrap_or(30),
+            os["diskSizeGB"].as_i64().unwrap_or(30),
+            os["createOption"]
+                .as_str()
+                .unwrap_or("FromImage")
+                .to_string(),
         )];
         for disk in storage["dataDisks"].as_array().cloned().unwrap_or_default() {
             if let Some(name) = disk["name"].as_str() {
-                disks.push((name.to_string(), disk["diskSizeGB"].as_i64().unwrap_or(0)));
+                disks.push((
+                    name.to_string(),
+                    disk["diskSizeGB"].as_i64().unwrap_or(0),
+                    disk["createOption"].as_str().unwrap_or("Empty").to_string(),
+                ));
             }
         }
-        for (name, size) in disks {
+        for (name, size, create) in disks {
             let disk_id = ResourceId::new(
                 &id.subscription,
                 &id.resource_group,
@@ -308,19 +503,17 @@ impl World {
                 &name,
             );
             let disk_key = disk_id.to_string().to_lowercase();
-            self.resources.entry(disk_key).or_insert_with(|| Stored {
-                id: disk_id.to_string(),
-                kind: ResourceType::Disk,
-                body: json!({
-                    "location": vm.body["location"],
-                    "properties": {"diskSizeGB": size},
-                    "tags": vm.body.get("tags").cloned().unwrap_or(json!({})),
-                }),
-                state: "Succeeded".into(),
-                custom_data: None,
-                custom_data_sent: None,
-                address: None,
-                vm_id: None,
+            self.resources.entry(disk_key).or_insert_with(|| {
+                Stored::new(
+                    disk_id.to_string(),
+                    ResourceType::Disk,
+                    json!({
+                        "location": vm.body["location"],
+                        "properties": {"diskSizeGB": size, "creationData": {"createOption": create}},
+                        "tags": vm.body.get("tags").cloned().unwrap_or(json!({})),
+                    }),
+                    "Succeeded",
+                )
             });
         }
     }
@@ -380,6 +573,16 @@ impl World {
                     }
                 }
             }
+            ResourceType::VirtualMachineScaleSet => {
+                let left: Vec<String> = self
+                    .instances(&removed.id)
+                    .iter()
+                    .map(|vm| vm.id.to_lowercase())
+                    .collect();
+                for vm in left {
+                    self.remove(&vm);
+                }
+            }
             _ => {}
         }
     }
@@ -433,8 +636,13 @@ impl World {
             .is_some_and(|i| i.eq_ignore_ascii_case(id))
     }
 
-    /// The resource as ARM answers it.
+    /// The resource as ARM answers a plain GET.
     fn answer(&self, stored: &Stored) -> Value {
+        self.answer_expanded(stored, Expand::Nothing)
+    }
+
+    /// The resource as ARM answers it, with what `expand` adds.
+    fn answer_expanded(&self, stored: &Stored, expand: Expand) -> Value {
         let mut body = stored.body.clone();
         let id = stored.id.clone();
         let parsed = ResourceId::parse(&id).ok();
@@ -598,8 +806,11 @@ impl World {
             }
             ResourceType::VirtualMachine => {
                 properties["vmId"] = json!(stored.vm_id);
-                if let Some(os) = properties["osProfile"].as_object_mut() {
-                    os.remove("customData");
+                if let Some(created) = &stored.created {
+                    properties["timeCreated"] = json!(created);
+                }
+                if let (Expand::UserData, Some(data)) = (expand, &stored.user_data) {
+                    properties["userData"] = json!(data);
                 }
                 if let Some(parsed) = &parsed {
                     let disk_name = properties["storageProfile"]["osDisk"]["name"]
@@ -651,6 +862,15 @@ impl World {
                     body["managedBy"] = json!(vm.id);
                 }
             }
+            ResourceType::VirtualMachineScaleSet => {
+                properties["uniqueId"] = json!(stored.vm_id);
+                if let Some(created) = &stored.created {
+                    properties["timeCreated"] = json!(created);
+                }
+                if let (Expand::UserData, Some(data)) = (expand, &stored.user_data) {
+                    properties["virtualMachineProfile"]["userData"] = json!(data);
+                }
+            }
             _ => {}
         }
         body["properties"] = properties;
@@ -666,6 +886,372 @@ impl World {
             format!("10.{}.{}.{}", n / 65536 % 256, n / 256 % 256, 4 + n % 250)
         }
     }
+}
+
+/// Flexible scale sets: their VMs, made and deleted as the capacity asks.
+impl World {
+    /// Brings scale set `key` to its capacity: the missing VMs made (`Creating`), the newest of
+    /// the surplus ones `Deleting`. Returns them, to settle with the operation that changed it.
+    fn resize(&mut self, key: &str) -> Vec<(String, Change)> {
+        let Some(set) = self.resources.get(key).cloned() else {
+            return Vec::new();
+        };
+        let capacity = set.body["sku"]["capacity"].as_u64().unwrap_or(0);
+        let mut live: Vec<(u64, String)> = self
+            .instances(&set.id)
+            .into_iter()
+            .filter(|vm| vm.state != "Deleting")
+            .map(|vm| (vm.serial, vm.id.to_lowercase()))
+            .collect();
+        let count = live.len() as u64;
+        if count > capacity {
+            live.sort_by_key(|(serial, _)| Reverse(*serial));
+            live.truncate((count - capacity) as usize);
+            return live
+                .into_iter()
+                .map(|(_, vm)| {
+                    if let Some(vm) = self.resources.get_mut(&vm) {
+                        vm.state = "Deleting".into();
+                    }
+                    (vm, Change::Remove)
+                })
+                .collect();
+        }
+        (count..capacity)
+            .filter_map(|_| self.make_instance(&set))
+            .map(|vm| (vm, Change::Make))
+            .collect()
+    }
+
+    /// Makes one VM of scale set `set` from its model as it is now, with its NICs; returns the
+    /// VM's key.
+    fn make_instance(&mut self, set: &Stored) -> Option<String> {
+        let set_id = ResourceId::parse(&set.id).ok()?;
+        let model = &set.body["properties"]["virtualMachineProfile"];
+        let location = &set.body["location"];
+        let id = loop {
+            let name = format!("{}_{:08x}", set_id.name, fastrand_u64() & 0xffff_ffff);
+            let id = ResourceId::new(
+                &set_id.subscription,
+                &set_id.resource_group,
+                ResourceType::VirtualMachine,
+                &name,
+            );
+            if self.find(&id.to_string()).is_none() {
+                break id;
+            }
+        };
+        let mut nics = Vec::new();
+        for (index, configuration) in model["networkProfile"]["networkInterfaceConfigurations"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+        {
+            let name = match index {
+                0 => format!("{}-nic", id.name),
+                n => format!("{}-nic{n}", id.name),
+            };
+            let nic = ResourceId::new(
+                &id.subscription,
+                &id.resource_group,
+                ResourceType::NetworkInterface,
+                &name,
+            );
+            let mut stored = Stored::new(
+                nic.to_string(),
+                ResourceType::NetworkInterface,
+                nic_of(&configuration, location),
+                "Succeeded",
+            );
+            stored.address = Some(self.assign_address(false));
+            stored.serial = self.next_serial();
+            self.resources
+                .insert(nic.to_string().to_lowercase(), stored);
+            let properties = &configuration["properties"];
+            nics.push(json!({"id": nic.to_string(), "properties": {
+                "primary": properties["primary"].as_bool().unwrap_or(index == 0),
+                "deleteOption": properties["deleteOption"].as_str().unwrap_or("Detach"),
+            }}));
+        }
+        let mut os = json!({
+            "computerName": format!(
+                "{}{}",
+                model["osProfile"]["computerNamePrefix"]
+                    .as_str()
+                    .unwrap_or(&set_id.name),
+                base36(fastrand_u64(), 6)
+            ),
+        });
+        copy(
+            &model["osProfile"],
+            &mut os,
+            &[
+                "adminUsername",
+                "linuxConfiguration",
+                "windowsConfiguration",
+                "secrets",
+                "allowExtensionOperations",
+                "requireGuestProvisionSignal",
+            ],
+        );
+        let mut properties = json!({
+            "virtualMachineScaleSet": {"id": set.id},
+            "hardwareProfile": {"vmSize": set.body["sku"]["name"]},
+            "storageProfile": storage_of(&model["storageProfile"], &id.name),
+            "osProfile": os,
+            "networkProfile": {"networkInterfaces": nics},
+        });
+        copy(
+            model,
+            &mut properties,
+            &[
+                "securityProfile",
+                "diagnosticsProfile",
+                "priority",
+                "evictionPolicy",
+                "billingProfile",
+                "scheduledEventsProfile",
+                "licenseType",
+                "capacityReservation",
+            ],
+        );
+        let mut body = json!({"location": location, "properties": properties});
+        if let Some(zone) = self.emptiest_zone(set) {
+            body["zones"] = json!([zone]);
+        }
+        let mut vm = Stored::new(
+            id.to_string(),
+            ResourceType::VirtualMachine,
+            body,
+            "Creating",
+        );
+        vm.custom_data = set.custom_data.clone();
+        vm.custom_data_sent = set.custom_data_sent.clone();
+        vm.user_data = set.user_data.clone();
+        vm.vm_id = Some(new_uuid());
+        vm.created = Some(now());
+        vm.serial = self.next_serial();
+        let key = id.to_string().to_lowercase();
+        self.resources.insert(key.clone(), vm);
+        Some(key)
+    }
+
+    /// The zone of scale set `set` with the fewest of its VMs (`None` for a regional set).
+    fn emptiest_zone(&self, set: &Stored) -> Option<String> {
+        let zones: Vec<&str> = set.body["zones"]
+            .as_array()?
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        let vms = self.instances(&set.id);
+        zones
+            .into_iter()
+            .min_by_key(|zone| {
+                vms.iter()
+                    .filter(|vm| vm.state != "Deleting" && vm.body["zones"][0] == *zone)
+                    .count()
+            })
+            .map(str::to_string)
+    }
+
+    /// The key of the scale set VM `vm` belongs to, if any.
+    fn scale_set_of(&self, vm: &Stored) -> Option<String> {
+        vm.body["properties"]["virtualMachineScaleSet"]["id"]
+            .as_str()
+            .map(str::to_lowercase)
+            .filter(|key| self.resources.contains_key(key))
+    }
+
+    /// Lowers scale set `key`'s capacity by `by`.
+    fn lower_capacity(&mut self, key: &str, by: u64) {
+        if let Some(set) = self.resources.get_mut(key) {
+            let capacity = set.body["sku"]["capacity"].as_u64().unwrap_or(0);
+            set.body["sku"]["capacity"] = json!(capacity.saturating_sub(by));
+        }
+    }
+
+    fn next_serial(&mut self) -> u64 {
+        self.next_serial += 1;
+        self.next_serial
+    }
+}
+
+/// The NIC a scale set's NIC configuration makes (a `network:NetworkInterface` body).
+fn nic_of(configuration: &Value, location: &Value) -> Value {
+    let properties = &configuration["properties"];
+    let ip_configurations: Vec<Value> = properties["ipConfigurations"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .map(|(index, ip)| {
+            let mut made = json!({
+                "privateIPAllocationMethod": "Dynamic",
+                "primary": ip["properties"]["primary"].as_bool().unwrap_or(index == 0),
+            });
+            copy(
+                &ip["properties"],
+                &mut made,
+                &[
+                    "subnet",
+                    "privateIPAddressVersion",
+                    "loadBalancerBackendAddressPools",
+                ],
+            );
+            json!({"name": ip["name"], "properties": made})
+        })
+        .collect();
+    let mut made = json!({"ipConfigurations": ip_configurations});
+    copy(
+        properties,
+        &mut made,
+        &[
+            "networkSecurityGroup",
+            "enableAcceleratedNetworking",
+            "enableIPForwarding",
+        ],
+    );
+    json!({"location": location, "properties": made})
+}
+
+/// A VM's `storageProfile` from a scale set model's: its image, its OS disk `<vm>_OsDisk_1_<32
+/// hex>` and data disks `<vm>_disk<lun + 2>_<32 hex>`, deleted with the VM unless the model
+/// says `Detach`.
+fn storage_of(model: &Value, vm: &str) -> Value {
+    let disk = |from: &Value, name: String, keys: &[&str]| {
+        let mut disk = json!({
+            "name": name,
+            "deleteOption": from["deleteOption"].as_str().unwrap_or("Delete"),
+        });
+        copy(from, &mut disk, keys);
+        if let Some(kind) = from["managedDisk"]["storageAccountType"].as_str() {
+            disk["managedDisk"] = json!({"storageAccountType": kind});
+        }
+        disk
+    };
+    let os = disk(
+        &model["osDisk"],
+        format!(
+            "{vm}_OsDisk_1_{:016x}{:016x}",
+            fastrand_u64(),
+            fastrand_u64()
+        ),
+        &[
+            "osType",
+            "caching",
+            "writeAcceleratorEnabled",
+            "createOption",
+            "diffDiskSettings",
+            "diskSizeGB",
+        ],
+    );
+    let data: Vec<Value> = model["dataDisks"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|d| {
+            let lun = d["lun"].as_u64().unwrap_or(0);
+            disk(
+                d,
+                format!(
+                    "{vm}_disk{}_{:016x}{:016x}",
+                    lun + 2,
+                    fastrand_u64(),
+                    fastrand_u64()
+                ),
+                &[
+                    "lun",
+                    "caching",
+                    "writeAcceleratorEnabled",
+                    "createOption",
+                    "diskSizeGB",
+                ],
+            )
+        })
+        .collect();
+    let mut storage = json!({"osDisk": os});
+    copy(model, &mut storage, &["imageReference"]);
+    if !data.is_empty() {
+        storage["dataDisks"] = json!(data);
+    }
+    storage
+}
+
+/// Copies `keys` of `from` that are set into `to`.
+fn copy(from: &Value, to: &mut Value, keys: &[&str]) {
+    for key in keys {
+        if let Some(value) = from.get(*key).filter(|v| !v.is_null()) {
+            to[*key] = value.clone();
+        }
+    }
+}
+
+/// What a Flexible scale set's PUT must say, as ARM checks it.
+fn check_scale_set(body: &Value) -> Result<(), (u16, &'static str, String)> {
+    let invalid = |message: String| Err((400, "InvalidParameter", message));
+    let properties = &body["properties"];
+    let mode = properties["orchestrationMode"].as_str().unwrap_or_default();
+    if mode != "Flexible" {
+        return invalid(format!(
+            "Orchestration mode '{mode}' is not supported: this server models Flexible scale \
+             sets only."
+        ));
+    }
+    let model = &properties["virtualMachineProfile"];
+    let configurations = &model["networkProfile"]["networkInterfaceConfigurations"];
+    for (path, missing) in [
+        (
+            "properties.platformFaultDomainCount",
+            properties["platformFaultDomainCount"].as_u64().is_none(),
+        ),
+        ("sku.name", body["sku"]["name"].as_str().is_none()),
+        ("sku.capacity", body["sku"]["capacity"].as_u64().is_none()),
+        ("properties.virtualMachineProfile", !model.is_object()),
+        (
+            "properties.virtualMachineProfile.networkProfile.networkApiVersion",
+            model["networkProfile"]["networkApiVersion"]
+                .as_str()
+                .is_none(),
+        ),
+        (
+            "properties.virtualMachineProfile.networkProfile.networkInterfaceConfigurations",
+            configurations.as_array().is_none_or(Vec::is_empty),
+        ),
+    ] {
+        if missing {
+            return invalid(format!("Required parameter '{path}' is missing (null)."));
+        }
+    }
+    let capacity = body["sku"]["capacity"].as_u64().unwrap_or(0);
+    if capacity > MAX_CAPACITY {
+        return invalid(format!(
+            "The capacity {capacity} is more than the {MAX_CAPACITY} VMs a Flexible scale set \
+             holds."
+        ));
+    }
+    let ip_configurations = configurations
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|c| {
+            c["properties"]["ipConfigurations"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        });
+    for ip in ip_configurations {
+        if ip["properties"]["subnet"]["id"].as_str().is_none() {
+            return invalid(format!(
+                "IP configuration '{}' names no subnet.",
+                ip["name"].as_str().unwrap_or_default()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `Microsoft.Network/virtualNetworks` and the like.
@@ -964,24 +1550,21 @@ impl ArmServer {
         if path.contains("/operationResults/") {
             return Ok(self.operation_result(path).await);
         }
-        let id = match ResourceId::parse(path) {
-            Ok(id) => id,
+        let route = match Route::parse(path) {
+            Ok(route) => route,
             Err(e) => {
                 return Ok(self
                     .error(400, None, "InvalidResourceType", &e.to_string())
                     .await);
             }
         };
-        let kind = Some(id.kind);
-        let api_version = query
-            .split('&')
-            .find_map(|p| p.strip_prefix("api-version="))
-            .unwrap_or_default();
-        if api_version != id.kind.api_version() {
+        let kind = Some(route.kind());
+        let api_version = query_param(query, "api-version").unwrap_or_default();
+        if api_version != route.kind().api_version() {
             self.world.lock().unwrap().violations.push(format!(
                 "{} {path}: api-version {api_version:?}, not {}",
                 parts.method,
-                id.kind.api_version()
+                route.kind().api_version()
             ));
             return Ok(self
                 .error(
@@ -1028,10 +1611,14 @@ impl ArmServer {
                 )
                 .await);
         }
-        let mut response = match parts.method {
-            Method::GET => self.get(&id).await,
-            Method::PUT => self.put(&id, body).await,
-            Method::DELETE => self.delete(&id).await,
+        let mut response = match (&parts.method, &route) {
+            (&Method::GET, Route::Resource(id)) => self.get(id, Expand::from_query(query)).await,
+            (&Method::PUT, Route::Resource(id)) => self.put(id, body).await,
+            (&Method::DELETE, Route::Resource(id)) => self.delete(id).await,
+            (&Method::POST, Route::Action(id, action)) => self.post(id, action, body).await,
+            (&Method::GET, Route::Collection(group, kind)) => {
+                self.list(group, *kind, path, query).await
+            }
             _ => self.error(405, kind, "MethodNotAllowed", "no").await,
         };
         if let Some(left) = remaining {
@@ -1046,10 +1633,12 @@ impl ArmServer {
         Ok(response)
     }
 
-    async fn get(&self, id: &ResourceId) -> Response<Full<Bytes>> {
+    async fn get(&self, id: &ResourceId, expand: Expand) -> Response<Full<Bytes>> {
         let found = {
             let world = self.world.lock().unwrap();
-            world.find(&id.to_string()).map(|s| world.answer(s))
+            world
+                .find(&id.to_string())
+                .map(|s| world.answer_expanded(s, expand))
         };
         match found {
             Some(body) => {
@@ -1058,6 +1647,256 @@ impl ArmServer {
             }
             None => self.not_found(id).await,
         }
+    }
+
+    /// A page of the resources of `kind` in `group` (`path`: the listing's), from after the
+    /// `$skiptoken`'s name, the next page's link on this server.
+    async fn list(
+        &self,
+        group: &ResourceId,
+        kind: ResourceType,
+        path: &str,
+        query: &str,
+    ) -> Response<Full<Bytes>> {
+        let what = format!("GET {path}");
+        let scale_set = match query_param(query, "$filter") {
+            None => None,
+            Some(filter) => match scale_set_filter(kind, &filter) {
+                Some(id) => Some(id),
+                None => {
+                    return self
+                        .error(
+                            400,
+                            Some(kind),
+                            "InvalidParameter",
+                            &format!(
+                                "The $filter '{filter}' is not supported: {} are filtered by \
+                                 'virtualMachineScaleSet/id' eq '<scale set ID>' only.",
+                                kind.collection()
+                            ),
+                        )
+                        .await;
+                }
+            },
+        };
+        let after = query_param(query, "$skiptoken").map(|t| t.to_lowercase());
+        let page = {
+            let world = self.world.lock().unwrap();
+            world.find(&group.to_string()).map(|_| {
+                let prefix = format!(
+                    "{}/providers/{}/{}/",
+                    group.to_string().to_lowercase(),
+                    kind.namespace().unwrap_or_default().to_lowercase(),
+                    kind.collection().to_lowercase()
+                );
+                let mut found = world
+                    .resources
+                    .iter()
+                    .filter_map(|(key, r)| Some((key.strip_prefix(&prefix)?, r)))
+                    .filter(|(name, r)| {
+                        r.kind == kind
+                            && !name.contains('/')
+                            && after.as_deref().is_none_or(|after| *name > after)
+                            && scale_set.as_deref().is_none_or(|set| {
+                                World::refers(&r.body["properties"]["virtualMachineScaleSet"], set)
+                            })
+                    })
+                    .take(PAGE_SIZE + 1)
+                    .map(|(name, r)| (name.to_string(), world.answer(r)))
+                    .collect::<Vec<_>>();
+                let more = found.len() > PAGE_SIZE;
+                found.truncate(PAGE_SIZE);
+                let next = more
+                    .then(|| found.last().map(|(name, _)| name.clone()))
+                    .flatten();
+                (found.into_iter().map(|(_, v)| v).collect::<Vec<_>>(), next)
+            })
+        };
+        let Some((values, next)) = page else {
+            return self
+                .error(
+                    404,
+                    Some(kind),
+                    "ResourceGroupNotFound",
+                    &format!(
+                        "Resource group '{}' could not be found.",
+                        group.resource_group
+                    ),
+                )
+                .await;
+        };
+        for value in &values {
+            self.check(kind.model(), Direction::Response, value, &what)
+                .await;
+        }
+        let mut body = json!({"value": values});
+        if let Some(last) = next {
+            let kept: Vec<&str> = query
+                .split('&')
+                .filter(|p| {
+                    let key = percent_decode(p.split('=').next().unwrap_or_default());
+                    !key.eq_ignore_ascii_case("$skiptoken")
+                })
+                .collect();
+            body["nextLink"] = json!(format!(
+                "{}{path}?{}&$skiptoken={}",
+                self.url,
+                kept.join("&"),
+                percent_encode(&last)
+            ));
+        }
+        respond(200, &body, &[])
+    }
+
+    /// `POST <id>/<action>`: the deletion of named VMs of a scale set.
+    async fn post(&self, id: &ResourceId, action: &str, raw: &[u8]) -> Response<Full<Bytes>> {
+        let kind = Some(id.kind);
+        if id.kind != ResourceType::VirtualMachineScaleSet || !action.eq_ignore_ascii_case("delete")
+        {
+            return self
+                .error(
+                    404,
+                    kind,
+                    "NotFound",
+                    &format!(
+                        "No action '{action}' on {} on this server.",
+                        type_name(id.kind)
+                    ),
+                )
+                .await;
+        }
+        let model = "compute:VirtualMachineScaleSetVMInstanceRequiredIDs";
+        let what = format!("POST {id}/{action}");
+        let Ok(body) = serde_json::from_slice::<Value>(raw) else {
+            return self
+                .error(
+                    400,
+                    kind,
+                    "InvalidRequestContent",
+                    "The request content is not JSON.",
+                )
+                .await;
+        };
+        if !self.check(model, Direction::Request, &body, &what).await {
+            return self
+                .error(
+                    400,
+                    kind,
+                    "ModelViolation",
+                    "The body does not match Azure's model.",
+                )
+                .await;
+        }
+        let outcome = {
+            let mut world = self.world.lock().unwrap();
+            self.delete_instances(&mut world, id, &body)
+        };
+        match outcome {
+            Ok(headers) => respond(202, &Value::Null, &headers),
+            Err((status, code, message)) => self.error(status, kind, code, &message).await,
+        }
+    }
+
+    /// Marks the VMs `body` names `Deleting` and lowers the scale set's capacity by as many;
+    /// refuses them all when one is not a VM of the set.
+    #[allow(clippy::type_complexity)]
+    fn delete_instances(
+        &self,
+        world: &mut World,
+        id: &ResourceId,
+        body: &Value,
+    ) -> Result<Vec<(&'static str, String)>, (u16, &'static str, String)> {
+        let key = id.to_string().to_lowercase();
+        let Some(set) = world.resources.get(&key).cloned() else {
+            return Err((
+                404,
+                "ResourceNotFound",
+                format!(
+                    "The Resource '{}/{}' under resource group '{}' was not found.",
+                    type_name(id.kind),
+                    id.name,
+                    id.resource_group
+                ),
+            ));
+        };
+        if world.busy(&key) || set.state == "Deleting" {
+            return Err((
+                409,
+                "OperationNotAllowed",
+                format!(
+                    "Scale set {} is in the middle of another operation; try again once it \
+                     has ended.",
+                    id.name
+                ),
+            ));
+        }
+        let mut named: Vec<String> = Vec::new();
+        for name in body["instanceIds"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
+            if !named.iter().any(|n| n.eq_ignore_ascii_case(name)) {
+                named.push(name.to_string());
+            }
+        }
+        if named.is_empty() {
+            return Err((400, "InvalidParameter", "instanceIds names no VM.".into()));
+        }
+        let members: Vec<(String, String, String)> = world
+            .instances(&set.id)
+            .into_iter()
+            .map(|vm| {
+                let name = vm.id.rsplit('/').next().unwrap_or_default().to_string();
+                (name, vm.id.to_lowercase(), vm.state.clone())
+            })
+            .collect();
+        let member = |name: &str| {
+            members
+                .iter()
+                .find(|(n, _, _)| n.eq_ignore_ascii_case(name))
+        };
+        let strangers: Vec<&str> = named
+            .iter()
+            .map(String::as_str)
+            .filter(|n| member(n).is_none())
+            .collect();
+        if !strangers.is_empty() {
+            return Err((
+                400,
+                "InvalidParameter",
+                format!(
+                    "The instance IDs {} are not VMs of scale set {}.",
+                    strangers.join(", "),
+                    id.name
+                ),
+            ));
+        }
+        let mut doomed = Vec::new();
+        for name in &named {
+            let Some((_, vm, state)) = member(name) else {
+                continue;
+            };
+            if state == "Deleting" {
+                return Err((
+                    409,
+                    "OperationNotAllowed",
+                    format!("VM {name} is already being deleted."),
+                ));
+            }
+            doomed.push((vm.clone(), Change::Remove));
+        }
+        for (vm, _) in &doomed {
+            if let Some(vm) = world.resources.get_mut(vm) {
+                vm.state = "Deleting".into();
+            }
+        }
+        world.lower_capacity(&key, doomed.len() as u64);
+        if let Some(set) = world.resources.get_mut(&key) {
+            set.state = "Updating".into();
+        }
+        Ok(self.start_operation(world, id, Verb::Post, doomed))
     }
 
     async fn not_found(&self, id: &ResourceId) -> Response<Full<Bytes>> {
@@ -1097,19 +1936,20 @@ impl ArmServer {
         )
     }
 
-    /// Starts an operation on `key`; returns its polling headers.
+    /// Starts an operation on `id` (and `members` with it); returns its polling headers.
     fn start_operation(
         &self,
         world: &mut World,
         id: &ResourceId,
-        delete: bool,
+        verb: Verb,
+        members: Vec<(String, Change)>,
     ) -> Vec<(&'static str, String)> {
         let n = self.operations.fetch_add(1, Ordering::Relaxed) + 1;
         let op = format!(
             "{n:08x}-0000-4000-8000-{:012x}",
             fastrand_u64() & 0xffff_ffff_ffff
         );
-        let method = if delete { Method::DELETE } else { Method::PUT };
+        let method = verb.method();
         let kind = Some(id.kind);
         let faults = &mut world.faults;
         let duration = faults
@@ -1128,7 +1968,8 @@ impl ArmServer {
             op.clone(),
             Operation {
                 target: id.to_string().to_lowercase(),
-                delete,
+                verb,
+                members,
                 done_at: Instant::now() + duration,
                 outcome,
                 vanished,
@@ -1152,8 +1993,8 @@ impl ArmServer {
         ]
     }
 
-    /// A `Location` URL: `202` while under way; the resource or `204` once done; the error's
-    /// status when failed.
+    /// A `Location` URL: `202` while under way; the resource (a PUT's) or `204` once done; the
+    /// error's status when failed.
     async fn operation_result(&self, path: &str) -> Response<Full<Bytes>> {
         let op_id = path.rsplit('/').next().unwrap_or_default().to_string();
         let (op, body) = {
@@ -1187,7 +2028,7 @@ impl ArmServer {
                 )
                 .await
             }
-            (true, Outcome::Succeed, Some((kind, body))) if !op.delete => {
+            (true, Outcome::Succeed, Some((kind, body))) if op.verb == Verb::Put => {
                 self.answer(200, kind.model(), body, &[], "operation result")
                     .await
             }
@@ -1302,6 +2143,9 @@ impl ArmServer {
                 ));
             }
         }
+        if id.kind == ResourceType::VirtualMachineScaleSet {
+            check_scale_set(&body)?;
+        }
         if let Some(parent) = &id.parent {
             let vnet = ResourceId::new(
                 &id.subscription,
@@ -1334,6 +2178,17 @@ impl ArmServer {
                 ));
             }
         }
+        if id.kind == ResourceType::VirtualMachineScaleSet && world.busy(&key) {
+            return Err((
+                409,
+                "OperationNotAllowed",
+                format!(
+                    "Scale set {} is in the middle of another operation; try again once it has \
+                     ended.",
+                    id.name
+                ),
+            ));
+        }
         let existing = world.resources.get(&key).cloned();
         if existing.as_ref().is_some_and(|e| e.state == "Deleting") {
             return Err((
@@ -1342,13 +2197,24 @@ impl ArmServer {
                 format!("Resource {id} is being deleted."),
             ));
         }
-        let mut custom_data = None;
-        let mut custom_data_sent = None;
+        // What VMs boot with is kept aside: `customData` is never answered, `userData` only when
+        // asked for. Left out of an update, each stays as it was.
+        let (custom_data_sent, user_data) = match boot_profile(id.kind, &mut body) {
+            Some(profile) => (
+                profile
+                    .get_mut("osProfile")
+                    .and_then(Value::as_object_mut)
+                    .and_then(|os| os.remove("customData")),
+                profile.as_object_mut().and_then(|p| p.remove("userData")),
+            ),
+            None => (None, None),
+        };
+        let custom_data_sent = custom_data_sent.and_then(|d| d.as_str().map(str::to_string));
+        let user_data = user_data.and_then(|d| d.as_str().map(str::to_string));
+        let custom_data = custom_data_sent
+            .as_ref()
+            .map(|data| format!("{:x}", fnv(data.as_bytes())));
         if id.kind == ResourceType::VirtualMachine {
-            if let Some(data) = body["properties"]["osProfile"]["customData"].as_str() {
-                custom_data = Some(format!("{:x}", fnv(data.as_bytes())));
-                custom_data_sent = Some(data.to_string());
-            }
             if let Some(existing) = &existing
                 && custom_data.is_some()
                 && existing.custom_data != custom_data
@@ -1375,9 +2241,6 @@ impl ArmServer {
                     ));
                 }
             }
-            if let Some(os) = body["properties"]["osProfile"].as_object_mut() {
-                os.remove("customData");
-            }
         }
         let address = match (&existing, id.kind) {
             (Some(e), _) => e.address.clone(),
@@ -1385,19 +2248,22 @@ impl ArmServer {
             (None, ResourceType::PublicIpAddress) => Some(world.assign_address(true)),
             _ => None,
         };
-        let vm_id = existing.as_ref().and_then(|e| e.vm_id.clone()).or_else(|| {
-            (id.kind == ResourceType::VirtualMachine).then(|| {
-                let n = fastrand_u64();
-                format!(
-                    "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
-                    n >> 32,
-                    n & 0xffff,
-                    (n >> 16) & 0xfff,
-                    (n >> 4) & 0xfff,
-                    n & 0xffff_ffff_ffff
-                )
-            })
-        });
+        let made = matches!(
+            id.kind,
+            ResourceType::VirtualMachine | ResourceType::VirtualMachineScaleSet
+        );
+        let vm_id = existing
+            .as_ref()
+            .and_then(|e| e.vm_id.clone())
+            .or_else(|| made.then(new_uuid));
+        let time_created = existing
+            .as_ref()
+            .and_then(|e| e.created.clone())
+            .or_else(|| made.then(now));
+        let serial = match &existing {
+            Some(e) => e.serial,
+            None => world.next_serial(),
+        };
         let created = existing.is_none();
         let synchronous = id.kind == ResourceType::ResourceGroup;
         let state = if synchronous {
@@ -1420,14 +2286,23 @@ impl ArmServer {
                     .or_else(|| existing.as_ref().and_then(|e| e.custom_data.clone())),
                 custom_data_sent: custom_data_sent
                     .or_else(|| existing.as_ref().and_then(|e| e.custom_data_sent.clone())),
+                user_data: user_data
+                    .or_else(|| existing.as_ref().and_then(|e| e.user_data.clone())),
                 address,
                 vm_id,
+                created: time_created,
+                serial,
             },
         );
+        let members = if id.kind == ResourceType::VirtualMachineScaleSet {
+            world.resize(&key)
+        } else {
+            Vec::new()
+        };
         let headers = if synchronous {
             Vec::new()
         } else {
-            self.start_operation(world, id, false)
+            self.start_operation(world, id, Verb::Put, members)
         };
         let answer = world.answer(&world.resources[&key]);
         Ok((if created { 201 } else { 200 }, headers, answer))
@@ -1542,7 +2417,30 @@ impl ArmServer {
         if let Some(r) = world.resources.get_mut(&key) {
             r.state = "Deleting".into();
         }
-        Ok(Some(self.start_operation(world, id, true)))
+        let mut members = Vec::new();
+        match id.kind {
+            // A VM of a Flexible scale set deleted on its own is one fewer in the set.
+            ResourceType::VirtualMachine if stored.state != "Deleting" => {
+                if let Some(set) = world.scale_set_of(&stored) {
+                    world.lower_capacity(&set, 1);
+                }
+            }
+            ResourceType::VirtualMachineScaleSet => {
+                for vm in world
+                    .instances(&full)
+                    .into_iter()
+                    .map(|vm| vm.id.to_lowercase())
+                    .collect::<Vec<_>>()
+                {
+                    if let Some(vm) = world.resources.get_mut(&vm) {
+                        vm.state = "Deleting".into();
+                    }
+                    members.push((vm, Change::Remove));
+                }
+            }
+            _ => {}
+        }
+        Ok(Some(self.start_operation(world, id, Verb::Delete, members)))
     }
 }
 
@@ -1596,6 +2494,59 @@ fn base_resource(reference: &str) -> String {
     lower
 }
 
+/// Where a kind keeps what its VMs boot with (`osProfile.customData` and `userData`): a VM's
+/// properties, a scale set's model.
+fn boot_profile(kind: ResourceType, body: &mut Value) -> Option<&mut Value> {
+    let properties = body.get_mut("properties")?;
+    match kind {
+        ResourceType::VirtualMachine => Some(properties),
+        ResourceType::VirtualMachineScaleSet => properties.get_mut("virtualMachineProfile"),
+        _ => None,
+    }
+}
+
+/// The scale set ID a VM listing's `$filter` selects (`'virtualMachineScaleSet/id' eq
+/// '<ID>'`, the property's quotes optional); `None` for any other filter.
+fn scale_set_filter(kind: ResourceType, filter: &str) -> Option<String> {
+    if kind != ResourceType::VirtualMachine {
+        return None;
+    }
+    let (property, value) = filter.trim().split_once(" eq ")?;
+    if !property
+        .trim()
+        .trim_matches('\'')
+        .eq_ignore_ascii_case("virtualMachineScaleSet/id")
+    {
+        return None;
+    }
+    let id = value.trim().trim_matches('\'');
+    ResourceId::parse(id)
+        .ok()
+        .filter(|id| id.kind == ResourceType::VirtualMachineScaleSet)
+        .map(|_| id.to_string())
+}
+
+/// Query parameter `name` of `query`, decoded.
+fn query_param(query: &str, name: &str) -> Option<String> {
+    query.split('&').find_map(|pair| {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        percent_decode(key)
+            .eq_ignore_ascii_case(name)
+            .then(|| percent_decode(value))
+    })
+}
+
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -1619,6 +2570,36 @@ fn fnv(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     })
+}
+
+/// `len` lower-case base-36 digits of `n`.
+fn base36(mut n: u64, len: usize) -> String {
+    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    (0..len)
+        .map(|_| {
+            let digit = DIGITS[(n % 36) as usize];
+            n /= 36;
+            char::from(digit)
+        })
+        .collect()
+}
+
+/// A random version-4 UUID.
+fn new_uuid() -> String {
+    let (a, b) = (fastrand_u64(), fastrand_u64());
+    format!(
+        "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xfff,
+        0x8000 | (b >> 48) & 0x3fff,
+        b & 0xffff_ffff_ffff
+    )
+}
+
+/// Now, as ARM writes times.
+fn now() -> String {
+    jiff::Timestamp::now().to_string()
 }
 
 fn fastrand_u64() -> u64 {
