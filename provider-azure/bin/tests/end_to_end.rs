@@ -27,148 +27,26 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use capi_control_plane::api::KubeadmControlPlane;
-use capi_core::api::{Cluster, Machine};
-use capi_testing::TestEnv;
+use capi_core::api::Cluster;
 use capi_testing::deployed;
-use capi_testing::envtest::ControlPlane;
-use common::arm_server::{ArmServer, CLIENT, SECRET, TENANT, Target};
-use common::azure_servers::AzureServers;
-use common::model_checker::ModelChecker;
-use k8s_openapi::api::core::v1::{Event, Node, Secret};
+use common::arm_server::{CLIENT, SECRET, TENANT, Target};
+use common::manager::{Harness, SUBSCRIPTION, assert_nothing_secret, names};
+use k8s_openapi::api::core::v1::{Event, Node};
 use kube::api::{DeleteParams, ListParams};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt};
 use provider_azure::api::{AzureCluster, AzureMachine};
 use provider_azure::arm::ResourceType;
-use provider_inmemory::fake_hypervisor::FakeHypervisor;
-use provider_inmemory::nodes::NodeRegistrar;
-use serde_json::json;
 
 const CLUSTER: &str = "e2e";
-const SYSTEM_NAMESPACE: &str = "capi-azure-system";
-const MANAGER: &str = "capi-azure-manager";
-const SUBSCRIPTION: &str = "7b5e7a4c-1d2e-4f3a-9b8c-0d1e2f3a4b5c";
 const KUBERNETES_VERSION: &str = "v1.33.0";
 /// How long a VM takes to be created.
 const VM_CREATION: Duration = Duration::from_secs(4);
 /// Long enough for the slowest step (three control-plane machines joining etcd one after the
 /// other, a restart waiting out the old manager's lease) on 2 cores.
 const WITHIN: Duration = Duration::from_secs(300);
-
-struct World {
-    client: Client,
-    namespace: String,
-    manager: tokio::process::Child,
-    logs: Vec<PathBuf>,
-    token: String,
-    dir: PathBuf,
-    args: Vec<String>,
-}
-
-impl World {
-    fn spawn(&mut self, env: &TestEnv) {
-        let log = self
-            .dir
-            .join(format!("manager-{}.log", self.logs.len() + 1));
-        println!("the manager's log: {}", log.display());
-        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
-        self.manager = deployed::spawn(
-            Path::new(env!("CARGO_BIN_EXE_azure-manager")),
-            env.control_plane(),
-            &self.token,
-            &self.dir,
-            &log,
-            &args,
-        )
-        .unwrap();
-        self.logs.push(log);
-    }
-
-    fn log(&self) -> &Path {
-        self.logs
-            .last()
-            .map(PathBuf::as_path)
-            .unwrap_or(Path::new(""))
-    }
-
-    /// Waits until `done` answers `Ok`, failing with `what`, the last state and the manager's
-    /// log.
-    async fn until<T, F, Fut>(&mut self, what: &str, mut done: F) -> T
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Result<T, String>>,
-    {
-        let started = Instant::now();
-        loop {
-            if let Ok(Some(status)) = self.manager.try_wait() {
-                panic!(
-                    "azure-manager exited ({status}):\n{}",
-                    deployed::tail(self.log(), 60)
-                );
-            }
-            match done().await {
-                Ok(value) => {
-                    println!("{what}: after {:.1?}", started.elapsed());
-                    return value;
-                }
-                Err(state) if started.elapsed() > WITHIN => panic!(
-                    "{what}: not within {WITHIN:?}: {state}\n--- azure-manager's last warnings\n{}",
-                    deployed::warnings(self.log())
-                ),
-                Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
-            }
-        }
-    }
-
-    fn machines(&self) -> Api<Machine> {
-        Api::namespaced(self.client.clone(), &self.namespace)
-    }
-
-    fn tag(&self) -> String {
-        format!("{}/{CLUSTER}", self.namespace)
-    }
-}
-
-/// The names of the server's resources of `kind`.
-fn names(server: &ArmServer, kind: ResourceType) -> BTreeSet<String> {
-    server
-        .world
-        .lock()
-        .unwrap()
-        .of_kind(kind)
-        .into_iter()
-        .map(|r| r.id.rsplit('/').next().unwrap_or_default().to_string())
-        .collect()
-}
-
-/// Fails if `text` (what `source` shows a user) holds the client secret, a token or a VM's
-/// bootstrap data (`customData`).
-fn assert_nothing_secret(source: &str, text: &str, server: &ArmServer, custom_data: &[String]) {
-    assert!(
-        !text.contains(SECRET),
-        "{source} contains the client secret"
-    );
-    for (i, token) in server.world.lock().unwrap().issued.iter().enumerate() {
-        assert!(
-            !text.contains(token.as_str()),
-            "{source} contains token #{i}"
-        );
-    }
-    assert!(
-        !text.contains("Bearer ey"),
-        "{source} contains a bearer token"
-    );
-    for data in custom_data {
-        assert!(
-            !text.contains(data.as_str()),
-            "{source} contains a VM's customData"
-        );
-    }
-}
 
 /// The cluster as `capictl generate cluster e2e --infrastructure azure --flavor
 /// static-credentials` renders it with CAPZ's variables.
@@ -210,85 +88,20 @@ async fn the_manager_builds_and_tears_down_a_kubeadm_cluster_on_the_arm_test_ser
         .with_test_writer()
         .with_env_filter("provider_inmemory=info")
         .try_init();
-    let server = ArmServer::start(Arc::new(ModelChecker::start())).await;
-    server.faults(|f| {
+    let Harness {
+        server,
+        env,
+        mut world,
+        workload,
+        etcd,
+        kubelets,
+    } = Harness::start(CLUSTER, "azure-end-to-end-", WITHIN, |f| {
         f.slow
             .push((Target::of("PUT", ResourceType::VirtualMachine), VM_CREATION));
-    });
-
-    let mut crds = capi_core::crd::core();
-    crds.extend(capi_bootstrap::api::crds());
-    crds.extend(capi_control_plane::api::crds());
-    crds.extend(provider_azure::api::crds());
-    let env = TestEnv::start_with_crds(&crds).await.unwrap();
-    let client = env.client();
-    let namespace = env.namespace().await.unwrap();
-
-    // The manager process, as deployed: its ServiceAccount, leader election, JSON logs at debug
-    // level for every crate, Azure at the test server (whose CA it is told to trust).
-    let rbac = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/azure/rbac.yaml"),
-    )
-    .unwrap();
-    let token = deployed::service_account_token(&client, &rbac, SYSTEM_NAMESPACE, MANAGER)
-        .await
-        .unwrap();
-    // Kept after the test (in the target directory) to read when it fails.
-    let dir = tempfile::Builder::new()
-        .prefix("azure-end-to-end-")
-        .disable_cleanup(true)
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .unwrap();
-    let ca = dir.path().join("arm-ca.pem");
-    std::fs::write(&ca, &server.ca_pem).unwrap();
-    let args = vec![
-        "--with-bootstrap".to_string(),
-        "--with-core".into(),
-        "--with-control-plane".into(),
-        "--leader-elect".into(),
-        format!("{SYSTEM_NAMESPACE}/{MANAGER}"),
-        "--azure-resource-manager-url".into(),
-        server.url.clone(),
-        "--azure-authority-host".into(),
-        server.url.clone(),
-        "--azure-ca-file".into(),
-        ca.display().to_string(),
-    ];
-    let placeholder = tokio::process::Command::new("true").spawn().unwrap();
-    let mut world = World {
-        client: client.clone(),
-        namespace: namespace.clone(),
-        manager: placeholder,
-        logs: Vec::new(),
-        token,
-        dir: dir.path().to_path_buf(),
-        args,
-    };
-    world.spawn(&env);
-
-    // What would run in the VMs: kubelets, static pods, etcd members.
-    let workload = ControlPlane::start().await.unwrap();
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": format!("{CLUSTER}-kubeconfig"),
-                     "labels": {capi_core::labels::CLUSTER_NAME: CLUSTER}},
-        "stringData": {"value": workload.kubeconfig_yaml()},
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(client.clone(), &namespace)
-        .create(&Default::default(), &secret)
-        .await
-        .unwrap();
-    let etcd_binary = capi_testing::envtest::Assets::locate().unwrap().etcd;
-    let servers = AzureServers {
-        server: server.clone(),
-        cluster: world.tag(),
-    };
-    let (hosts, etcd) = FakeHypervisor::new(servers, world.tag(), &etcd_binary);
-    let kubelets = tokio::spawn(
-        NodeRegistrar::new(workload.client().await.unwrap(), Arc::new(hosts))
-            .with_kubelets(etcd.port_forward_targets())
-            .run(Duration::from_millis(500)),
-    );
+    })
+    .await;
+    let client = world.client.clone();
+    let namespace = world.namespace.clone();
 
     capi_cli::apply::apply(
         &client,
@@ -536,10 +349,7 @@ async fn the_manager_builds_and_tears_down_a_kubeadm_cluster_on_the_arm_test_ser
     world.manager.start_kill().unwrap();
     let _ = world.manager.wait().await;
     kubelets.abort();
-    let mut logs = String::new();
-    for log in &world.logs {
-        logs.push_str(&std::fs::read_to_string(log).unwrap());
-    }
+    let logs = world.all_logs();
     assert!(
         logs.contains(&namespace) && logs.contains(r#""target":"provider_azure::machine""#),
         "the logs cover the provider's reconciles"

@@ -2,7 +2,8 @@
 //! [`provider_inmemory::fake_hypervisor::FakeHypervisor`] boots each VM whose provisioning
 //! succeeded from the `customData` it was created with (what cloud-init reads from Azure's
 //! instance metadata), at its NIC's private address. A VM's node is named by its computer name,
-//! as kubeadm names it with the templates' `{{ ds.meta_data["local_hostname"] }}`.
+//! as kubeadm names it with the templates' `{{ ds.meta_data["local_hostname"] }}`; the VMs of
+//! the cluster's scale sets are booted too.
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -14,10 +15,17 @@ use provider_inmemory::fake_hypervisor::{BootData, CloudServers, Server};
 
 use super::arm_server::ArmServer;
 
-/// The VMs tagged `capi-rs.dev_cluster=<namespace>/<name>`.
+/// The VMs tagged `capi-rs.dev_cluster=<namespace>/<name>`, and those of scale sets so tagged
+/// (a Flexible scale set's VMs carry no tags of their own).
 pub struct AzureServers {
     pub server: Arc<ArmServer>,
     pub cluster: String,
+}
+
+impl AzureServers {
+    fn tagged(&self, tags: &serde_json::Value) -> bool {
+        tags[provider_azure::naming::CLUSTER_TAG].as_str() == Some(self.cluster.as_str())
+    }
 }
 
 #[async_trait::async_trait]
@@ -29,11 +37,18 @@ impl CloudServers for AzureServers {
             .into_iter()
             .filter(|vm| {
                 vm.state == "Succeeded"
-                    && vm.body["tags"][provider_azure::naming::CLUSTER_TAG].as_str()
-                        == Some(self.cluster.as_str())
+                    && (self.tagged(&vm.body["tags"])
+                        || vm.body["properties"]["virtualMachineScaleSet"]["id"]
+                            .as_str()
+                            .and_then(|set| world.read(set))
+                            .is_some_and(|set| self.tagged(&set["tags"])))
             })
             .map(|vm| {
-                let name = vm.id.rsplit('/').next().unwrap_or_default().to_string();
+                // The host is named by its computer name (a scale set's VM name has a `_`).
+                let name = vm.body["properties"]["osProfile"]["computerName"]
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| vm.id.rsplit('/').next().unwrap_or_default().to_string());
                 Server {
                     id: vm.id.clone(),
                     name,

@@ -1,5 +1,6 @@
 //! What the Azure manager's tests share: the ARM test server and Azure's model checker of the
-//! provider's own tests, and the VMs of that server as a fake hypervisor's servers.
+//! provider's own tests, the VMs of that server as a fake hypervisor's servers, and the manager
+//! running against them.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../../../tests/common/model_checker.rs"]
@@ -9,3 +10,4 @@ pub mod model_checker;
 pub mod arm_server;
 
 pub mod azure_servers;
+pub mod manager;
