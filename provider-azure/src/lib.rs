@@ -1,8 +1,8 @@
 //! The Azure infrastructure provider: virtual machines, virtual networks and a Standard load
 //! balancer over ARM REST, with long-running operations that never block a reconcile.
 //!
-//! - [`api`]: `AzureCluster`, `AzureClusterTemplate`, `AzureMachine`, `AzureMachineTemplate`
-//!   (group `infrastructure.capi-rs.dev`, CAPZ's field names, CAPZ's webhook checks as schema
+//! - [`api`]: `AzureCluster`, `AzureClusterTemplate`, `AzureMachine`, `AzureMachineTemplate`,
+//!   `AzureMachinePool` (group `infrastructure.capi-rs.dev`, CAPZ's field names, CAPZ's webhook checks as schema
 //!   constraints and CEL rules) and their CRDs;
 //! - [`arm`]: the ARM resources the provider manages — pinned api-versions, resource IDs and
 //!   typed bodies checked in the tests against Azure's own models — its client ([`arm::Arm`],
