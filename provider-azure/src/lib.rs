@@ -2,8 +2,8 @@
 //! balancer over ARM REST, with long-running operations that never block a reconcile.
 //!
 //! - [`api`]: `AzureCluster`, `AzureClusterTemplate`, `AzureMachine`, `AzureMachineTemplate`,
-//!   `AzureMachinePool` (group `infrastructure.capi-rs.dev`, CAPZ's field names, CAPZ's webhook checks as schema
-//!   constraints and CEL rules) and their CRDs;
+//!   `AzureMachinePool` (group `infrastructure.capi-rs.dev`, CAPZ's field names, CAPZ's webhook
+//!   checks as schema constraints and CEL rules) and their CRDs;
 //! - [`arm`]: the ARM resources the provider manages — pinned api-versions, resource IDs and
 //!   typed bodies checked in the tests against Azure's own models — its client ([`arm::Arm`],
 //!   mockable with feature `mock`; [`arm::ArmClient`] over the provider's https client) and what
@@ -16,8 +16,9 @@
 //!   deleted, without waiting;
 //! - [`naming`]: CAPZ's names and tags of everything the provider makes — deterministic, so a
 //!   replayed PUT is the same resource;
-//! - [`cluster`] and [`machine`]: the [`ClusterActuator`](capi_core::ClusterActuator) and the
-//!   [`Actuator`](capi_core::Actuator). Their scope carries the `AzureCluster` and the owners;
+//! - [`cluster`], [`machine`] and [`pool`]: the [`ClusterActuator`](capi_core::ClusterActuator),
+//!   the [`Actuator`](capi_core::Actuator) and the [`PoolActuator`](capi_core::PoolActuator) (a
+//!   virtual machine scale set in Flexible orchestration per `MachinePool`). Their scope carries the `AzureCluster` and the owners;
 //!   the only object they read from the API server is the `identityRef` Secret ([`connector`]).
 //!
 //! No maintained Rust management-plane SDK for Compute and Network exists, so the provider
