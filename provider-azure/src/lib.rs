@@ -18,8 +18,9 @@
 //!   replayed PUT is the same resource;
 //! - [`cluster`], [`machine`] and [`pool`]: the [`ClusterActuator`](capi_core::ClusterActuator),
 //!   the [`Actuator`](capi_core::Actuator) and the [`PoolActuator`](capi_core::PoolActuator) (a
-//!   virtual machine scale set in Flexible orchestration per `MachinePool`). Their scope carries the `AzureCluster` and the owners;
-//!   the only object they read from the API server is the `identityRef` Secret ([`connector`]).
+//!   virtual machine scale set in Flexible orchestration per `MachinePool`). Their scope carries
+//!   the `AzureCluster` and the owners; the only object they read from the API server is the
+//!   `identityRef` Secret ([`connector`]).
 //!
 //! No maintained Rust management-plane SDK for Compute and Network exists, so the provider
 //! models the few resources it uses itself ([`arm`] says why and how they are checked).
