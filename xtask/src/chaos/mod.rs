@@ -3,8 +3,13 @@
 //!
 //! ```text
 //! cargo xtask chaos [--machines N] [--error-rate F] [--conflict-rate F] [--kills N] [--seed N]
-//!                   [--out DIR]
+//!                   [--pool] [--out DIR]
 //! ```
+//!
+//! With `--pool` the workers are one `MachinePool` (an `InMemoryMachinePool`: a scale set of the
+//! simulated cloud, whose creates, removals and lists suffer the same faults and lag) instead of
+//! a `MachineDeployment`; it grows, scales to zero and goes with the cluster through the same
+//! disruptions, and it must never have had two scale sets.
 //!
 //! What goes wrong: every cloud call fails with probability `--error-rate` (default 0.2), 5 % of
 //! creates happen but answer with an error (a lost response), a new instance shows in the cloud's
@@ -21,8 +26,9 @@
 //! too, while machines are going.
 //!
 //! What it asserts and reports: every Machine reached Running; in no phase more instances than the
-//! cluster asks for in it, and no idempotency key ever mapped to more than one instance; after
-//! scaling to zero and deleting the cluster: zero instances and load balancers, zero objects of
+//! cluster asks for in it, no idempotency key ever mapped to more than one instance (with
+//! `--pool`: nor to more than one scale set); after
+//! scaling to zero and deleting the cluster: zero instances, scale sets and load balancers, zero objects of
 //! any kind left behind (a finalizer nobody removes), zero orphaned Secrets. The JSON report
 //! (`chaos-N.json`) records the seed, each phase's peak and the faults that landed in it, every
 //! kind's leak count, and the spread of the machines' times to Running (median, 90th percentile,
@@ -37,12 +43,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use capi_bootstrap::api::KubeadmConfig;
-use capi_core::api::{Cluster, Machine, MachineDeployment, MachineHealthCheck, MachineSet};
+use capi_core::api::{
+    Cluster, Machine, MachineDeployment, MachineHealthCheck, MachinePool, MachineSet,
+};
 use capi_testing::manifest;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
-use kube::{Api, Client, Resource, ResourceExt};
-use provider_inmemory::api::{InMemoryCluster, InMemoryMachine};
+use kube::{Api, Client, Resource};
+use provider_inmemory::api::{InMemoryCluster, InMemoryMachine, InMemoryMachinePool};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
@@ -86,6 +94,10 @@ pub(crate) struct ChaosArgs {
     /// overflow checks; its times are not comparable).
     #[arg(long, value_enum, default_value = "release")]
     build: Build,
+    /// The workers are one MachinePool (a scale set of the simulated cloud) instead of a
+    /// MachineDeployment.
+    #[arg(long)]
+    pool: bool,
     /// Where the JSON report goes (default: benches/results).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
@@ -109,6 +121,7 @@ pub(crate) struct Options {
     kills: u32,
     seed: u64,
     build: Build,
+    pool: bool,
     out: PathBuf,
     args: Vec<String>,
 }
@@ -123,6 +136,7 @@ impl Options {
             kills: args.kills,
             seed: args.seed.unwrap_or_else(|| fastrand::u64(..)),
             build: args.build,
+            pool: args.pool,
             out: args
                 .out
                 .unwrap_or_else(|| workspace_root().join("benches/results")),
@@ -151,6 +165,7 @@ pub(crate) fn run_chaos(options: Options) -> Result<()> {
 struct CloudWatch {
     peak_instances: AtomicUsize,
     max_per_key: AtomicUsize,
+    max_scale_sets_per_key: AtomicUsize,
     errors: AtomicUsize,
     stop: AtomicBool,
     /// The most instances seen during each phase so far (the last is the current one).
@@ -270,6 +285,10 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
                         watch
                             .max_per_key
                             .fetch_max(seen.max_created_per_tag as usize, Ordering::Relaxed);
+                        watch.max_scale_sets_per_key.fetch_max(
+                            seen.max_scale_sets_per_tag as usize,
+                            Ordering::Relaxed,
+                        );
                     }
                     Err(_) => {
                         watch.errors.fetch_add(1, Ordering::Relaxed);
@@ -280,7 +299,11 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
         })
     };
 
-    let mut objects = rig.generated_cluster(CLUSTER, NAMESPACE, n).await?;
+    let mut objects = if options.pool {
+        pool_cluster(&rig, n).await?
+    } else {
+        rig.generated_cluster(CLUSTER, NAMESPACE, n).await?
+    };
     let secrets_before = secret_names(&client).await?;
 
     // The cluster grows in stages, one disruption at the end of each: a stage can converge in a
@@ -288,7 +311,12 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
     // and the disruption lands while they are being created — at any size and speed.
     let plan = disruptions(options.kills);
     let replicas = stage_replicas(n - 1, plan.len() + 1);
-    let deployment = worker_deployment(&mut objects, replicas[0])?;
+    let workers_kind = if options.pool {
+        "MachinePool"
+    } else {
+        "MachineDeployment"
+    };
+    let workers = Workers::new(&client, &mut objects, workers_kind, replicas[0])?;
 
     step(&format!(
         "Creating cluster {CLUSTER} in {} stages and breaking things on the way",
@@ -309,7 +337,6 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
     watch.next_phase();
     let started = Instant::now();
     manifest::create_all(&client, NAMESPACE, &objects).await?;
-    let deployments: Api<MachineDeployment> = Api::namespaced(client.clone(), NAMESPACE);
     let mut events: Vec<String> = Vec::new();
     // The disruption of each stage after the first, in order.
     let mut stage_events: Vec<String> = Vec::new();
@@ -334,10 +361,7 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
                     events: Vec::new(),
                 });
                 phase_start = faults;
-                wait_for("the worker deployment scaled up", || {
-                    scale(&deployments, &deployment, grown)
-                })
-                .await?;
+                wait_for("the workers scaled up", || workers.scale(grown)).await?;
                 let at = started.elapsed().as_secs_f64();
                 let what = plan[stage].happen(&mut rig, &proxies).await?;
                 events.push(format!(
@@ -378,17 +402,17 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
     let times = follower.times_to_running();
     let spread = Spread::of(&times);
 
-    step("Scaling every MachineDeployment to zero (the control plane's machine stays)");
+    step(&format!(
+        "Scaling the worker {workers_kind} to zero (the control plane's machine stays)"
+    ));
     let started_scale = Instant::now();
-    for each in deployments.list(&ListParams::default()).await? {
-        scale(&deployments, &each.name_any(), 0).await?;
-    }
+    wait_for("the workers scaled to zero", || workers.scale(0)).await?;
     // A manager kill when half the workers are gone, an API server restart at a quarter: both
     // land while machines are being drained and their instances deleted.
-    let workers = (n - 1) as usize;
+    let worker_count = (n - 1) as usize;
     let mut teardown = vec![
-        (workers / 2, Disruption::KillManager),
-        (workers / 4, Disruption::RestartApiServer),
+        (worker_count / 2, Disruption::KillManager),
+        (worker_count / 4, Disruption::RestartApiServer),
     ];
     let mut scale_events = Vec::new();
     loop {
@@ -400,7 +424,7 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
             let at = started_scale.elapsed().as_secs_f64();
             let what = disruption.happen(&mut rig, &proxies).await?;
             scale_events.push(format!(
-                "{at:>6.1}s  {what} at {left}/{workers} workers left (scaling to zero)"
+                "{at:>6.1}s  {what} at {left}/{worker_count} workers left (scaling to zero)"
             ));
             println!(
                 "    {}",
@@ -489,6 +513,10 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
         .max_per_key
         .load(Ordering::Relaxed)
         .max(final_cloud.max_created_per_tag as usize);
+    let max_scale_sets_per_key = watch
+        .max_scale_sets_per_key
+        .load(Ordering::Relaxed)
+        .max(final_cloud.max_scale_sets_per_tag as usize);
     let stuck: usize = left.iter().map(|(_, names)| names.len()).sum();
     let conflicts = proxies.injected();
     let log = std::fs::read_to_string(rig.log_path()).unwrap_or_default();
@@ -496,7 +524,7 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
     rig.kill_manager();
 
     step(&format!(
-        "Results: chaos, {n} machines, seed {}",
+        "Results: chaos, {n} machines (workers: one {workers_kind}), seed {}",
         options.seed
     ));
     measure::print_table(&[
@@ -530,8 +558,16 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
             max_per_key.to_string(),
         ),
         (
+            "most scale sets per idempotency key".into(),
+            max_scale_sets_per_key.to_string(),
+        ),
+        (
             "instances left".into(),
             final_cloud.instances.len().to_string(),
+        ),
+        (
+            "scale sets left".into(),
+            final_cloud.scale_sets.len().to_string(),
         ),
         ("objects left (stuck finalizers)".into(), stuck.to_string()),
         ("orphaned Secrets".into(), orphaned.len().to_string()),
@@ -560,10 +596,12 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
         "load balancers".into(),
         json!(final_cloud.load_balancers.len()),
     );
+    leaks.insert("scale sets".into(), json!(final_cloud.scale_sets.len()));
     leaks.insert("orphaned Secrets".into(), json!(orphaned.len()));
     let result = json!({
         "scenario": "chaos",
         "machines": n,
+        "workers": workers_kind,
         "date": jiff::Timestamp::now().to_string(),
         "command": format!("cargo xtask chaos {}", options.args.join(" ")),
         "host": measure::host(),
@@ -592,12 +630,20 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
                                     "p90": spread.p90, "slowest": spread.slowest},
         "leaks": leaks,
         "cloud": {"create_calls": final_cloud.create_calls, "peak_instances": peak,
-                  "max_instances_per_key": max_per_key, "instances_left": final_cloud.instances.len()},
+                  "max_instances_per_key": max_per_key,
+                  "max_scale_sets_per_key": max_scale_sets_per_key,
+                  "instances_left": final_cloud.instances.len(),
+                  "scale_sets_left": final_cloud.scale_sets.len()},
         "objects_left": left.iter().filter(|(_, names)| !names.is_empty()).map(|(kind, names)| json!({"kind": kind, "names": names})).collect::<Vec<_>>(),
         "orphaned_secrets": orphaned,
         "manager_panics": panics,
     });
-    measure::write_result(&options.out, &format!("chaos-{n}.json"), &result)?;
+    let file = if options.pool {
+        format!("chaos-pool-{n}.json")
+    } else {
+        format!("chaos-{n}.json")
+    };
+    measure::write_result(&options.out, &file, &result)?;
 
     let mut failures = Vec::new();
     if peak > n as usize {
@@ -622,10 +668,21 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
             "an idempotency key mapped to {max_per_key} instances (a duplicate VM)"
         ));
     }
+    if max_scale_sets_per_key > 1 {
+        failures.push(format!(
+            "an idempotency key mapped to {max_scale_sets_per_key} scale sets (a duplicate scale set)"
+        ));
+    }
     if !final_cloud.instances.is_empty() {
         failures.push(format!(
             "{} instances leaked after deletion",
             final_cloud.instances.len()
+        ));
+    }
+    if !final_cloud.scale_sets.is_empty() {
+        failures.push(format!(
+            "{} scale sets leaked after deletion",
+            final_cloud.scale_sets.len()
         ));
     }
     if stuck > 0 {
@@ -770,40 +827,87 @@ fn stage_replicas(workers: u32, stages: usize) -> Vec<u32> {
         .collect()
 }
 
-/// Sets the worker MachineDeployment's replicas in the rendered objects; returns its name.
-fn worker_deployment(objects: &mut [kube::api::DynamicObject], replicas: u32) -> Result<String> {
-    let mut found = objects
-        .iter_mut()
-        .filter(|o| {
-            o.types
-                .as_ref()
-                .is_some_and(|t| t.kind == "MachineDeployment")
-        })
-        .filter(|o| {
-            o.data["spec"]["template"]["metadata"]["labels"]
-                .get(capi_core::labels::MACHINE_CONTROL_PLANE)
-                .is_none()
-        });
-    let (Some(deployment), None) = (found.next(), found.next()) else {
-        bail!("the chaos run expects exactly one worker MachineDeployment in the template");
-    };
-    deployment.data["spec"]["replicas"] = json!(replicas);
-    deployment
-        .metadata
-        .name
-        .clone()
-        .context("the worker MachineDeployment has no name")
+/// The cluster's workers: its one worker `MachineDeployment` or `MachinePool`.
+struct Workers {
+    kind: &'static str,
+    name: String,
+    deployments: Api<MachineDeployment>,
+    pools: Api<MachinePool>,
 }
 
-async fn scale(deployments: &Api<MachineDeployment>, name: &str, replicas: u32) -> Result<bool> {
-    deployments
-        .patch(
+impl Workers {
+    /// Finds the one worker object of `kind` in the rendered `objects` and sets its replicas.
+    fn new(
+        client: &Client,
+        objects: &mut [kube::api::DynamicObject],
+        kind: &'static str,
+        replicas: u32,
+    ) -> Result<Self> {
+        let mut found = objects
+            .iter_mut()
+            .filter(|o| o.types.as_ref().is_some_and(|t| t.kind == kind))
+            .filter(|o| {
+                o.data["spec"]["template"]["metadata"]["labels"]
+                    .get(capi_core::labels::MACHINE_CONTROL_PLANE)
+                    .is_none()
+            });
+        let (Some(workers), None) = (found.next(), found.next()) else {
+            bail!("the chaos run expects exactly one worker {kind} in the template");
+        };
+        workers.data["spec"]["replicas"] = json!(replicas);
+        let name = workers
+            .metadata
+            .name
+            .clone()
+            .with_context(|| format!("the worker {kind} has no name"))?;
+        Ok(Self {
+            kind,
             name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+            deployments: Api::namespaced(client.clone(), NAMESPACE),
+            pools: Api::namespaced(client.clone(), NAMESPACE),
+        })
+    }
+
+    /// Asks for `replicas` workers.
+    async fn scale(&self, replicas: u32) -> Result<bool> {
+        let patch = Patch::Merge(json!({"spec": {"replicas": replicas}}));
+        let params = PatchParams::default();
+        match self.kind {
+            "MachinePool" => {
+                self.pools.patch(&self.name, &params, &patch).await?;
+            }
+            _ => {
+                self.deployments.patch(&self.name, &params, &patch).await?;
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// The cluster with `--flavor machinepool`: the control plane's machine and a `MachinePool` of
+/// `machines - 1` workers; the workload kubeconfig Secret the bench's clusters get.
+async fn pool_cluster(rig: &Rig, machines: u32) -> Result<Vec<kube::api::DynamicObject>> {
+    let inputs = capi_cli::generate::Inputs {
+        cluster_name: CLUSTER.into(),
+        namespace: Some(NAMESPACE.into()),
+        kubernetes_version: Some("v1.33.0".into()),
+        control_plane_machine_count: Some(1),
+        worker_machine_count: Some(machines - 1),
+        ..Default::default()
+    };
+    let yaml = capi_cli::generate::render(
+        capi_cli::generate::built_in("inmemory", Some("machinepool"))?,
+        &inputs,
+        |_| None,
+    )?;
+    let objects = manifest::parse(&yaml)?;
+    Api::<Secret>::namespaced(rig.client.clone(), NAMESPACE)
+        .create(
+            &kube::api::PostParams::default(),
+            &rig.workload_kubeconfig(CLUSTER, NAMESPACE)?,
         )
         .await?;
-    Ok(true)
+    Ok(objects)
 }
 
 async fn wait_for<F, Fut>(what: &str, mut check: F) -> Result<()>
@@ -854,6 +958,8 @@ async fn leftovers(client: &Client) -> Result<Vec<(String, Vec<String>)>> {
         names::<Cluster>(client).await?,
         names::<InMemoryCluster>(client).await?,
         names::<MachineDeployment>(client).await?,
+        names::<MachinePool>(client).await?,
+        names::<InMemoryMachinePool>(client).await?,
         names::<capi_control_plane::api::KubeadmControlPlane>(client).await?,
         names::<MachineSet>(client).await?,
         names::<MachineHealthCheck>(client).await?,
