@@ -9,7 +9,7 @@ use anyhow::Result;
 use serde_json::json;
 
 use super::side_by_side::{self, Extras, Shape};
-use super::stack::Boot;
+use super::stack::{Boot, Workers};
 use super::{Options, measure};
 use crate::command::step;
 
@@ -19,6 +19,8 @@ pub(crate) async fn run(options: &Options) -> Result<serde_json::Value> {
     let shape = Shape {
         clusters: n,
         workers: 0,
+        workers_in: Workers::Deployment { health_check: true },
+        owner_ready: false,
         boot: Boot::default(),
     };
     let rounds = side_by_side::run_rounds(

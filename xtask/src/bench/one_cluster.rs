@@ -22,7 +22,7 @@ use super::Options;
 use super::measure::{self, Requests, difference, request_counts, total};
 use super::rig::Rig;
 use super::side_by_side::{self, Extras, Shape};
-use super::stack::Boot;
+use super::stack::{Boot, Workers};
 use crate::command::step;
 
 /// The longest any one phase may take before the run is declared failed.
@@ -53,6 +53,8 @@ pub(crate) async fn run(options: &Options, variant: Variant) -> Result<serde_jso
     let shape = Shape {
         clusters: 1,
         workers: machines - 1,
+        workers_in: Workers::Deployment { health_check: true },
+        owner_ready: false,
         boot,
     };
     let extras = Extras {

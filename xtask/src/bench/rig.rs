@@ -452,8 +452,11 @@ impl Rig {
     }
 
     /// Checks the provider's own status against the cloud: every `InMemoryMachine` in `namespace`
-    /// names its instance (`status.instanceID`, the one in its provider ID) and that instance's
-    /// state, every `InMemoryCluster` its load balancer. One LIST of each kind.
+    /// that the machine loop runs names its instance (`status.instanceID`, the one in its
+    /// provider ID) and that instance's state, every `InMemoryCluster` its load balancer. One
+    /// LIST of each kind. The machines standing for a pool's instances (labelled with the pool's
+    /// name) are the pool loop's, which records only the contract's status on them: they are
+    /// counted apart, not checked.
     pub(crate) async fn check_provider_status(
         &self,
         client: &Client,
@@ -467,9 +470,15 @@ impl Rig {
             .iter()
             .map(|i| (i.id.as_str(), format!("{:?}", i.status)))
             .collect();
-        let machines = Api::<InMemoryMachine>::namespaced(client.clone(), namespace)
-            .list(&Default::default())
-            .await?;
+        let (pool_members, machines): (Vec<InMemoryMachine>, Vec<InMemoryMachine>) =
+            Api::<InMemoryMachine>::namespaced(client.clone(), namespace)
+                .list(&Default::default())
+                .await?
+                .items
+                .into_iter()
+                .partition(|m| {
+                    kube::ResourceExt::labels(m).contains_key(capi_core::labels::MACHINE_POOL_NAME)
+                });
         for machine in &machines {
             let name = kube::ResourceExt::name_any(machine);
             let status = machine.status.clone().unwrap_or_default();
@@ -503,9 +512,10 @@ impl Rig {
             );
         }
         println!(
-            "    provider status checked: {} machines, {} clusters",
-            machines.items.len(),
-            clusters.items.len()
+            "    provider status checked: {} machines, {} clusters ({} machines of pools not checked)",
+            machines.len(),
+            clusters.items.len(),
+            pool_members.len()
         );
         Ok(())
     }

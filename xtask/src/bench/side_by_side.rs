@@ -4,12 +4,14 @@
 //!
 //! A round: the documents of every cluster are rendered (and capi-rs's `<cluster>-kubeconfig`
 //! Secrets written) and the stack has stopped writing (3 s without a write) before the clock
-//! starts; then the driver creates them, 32 clusters in flight,
-//! and follows Machines and Clusters with one watch each until every Machine is Running and every
-//! Cluster Available. Measured: both times; the management API server's request counters by
-//! verb and resource, 409s apart; CPU seconds and peak RSS of the controllers and of every process
-//! of the stack; a timeline (every 2 s: machines Running, clusters Available, requests so far);
-//! then every Cluster is deleted and the time until no Cluster and no Machine is left.
+//! starts; then the driver creates them, 32 clusters in flight, and follows Machines and Clusters
+//! with one watch each until every Machine is Running and every Cluster Available (and, when the
+//! shape asks, until each workers' owner — MachineDeployment or MachinePool — counts every worker
+//! in `status.readyReplicas`). Measured: these times; the management API server's request
+//! counters by verb and resource, 409s apart; CPU seconds and peak RSS of the controllers and of
+//! every process of the stack; a timeline (every 2 s: machines Running, clusters Available,
+//! requests so far); then every Cluster is deleted and the time until no Cluster and no Machine
+//! is left.
 
 use std::time::{Duration, Instant};
 
@@ -25,7 +27,7 @@ use super::Options;
 use super::floor::{self, Floor};
 use super::measure::{self, Scrape, Settle, is_write, scrape, total};
 use super::one_cluster::{Idle, PHASE_TIMEOUT, measure_idle};
-use super::stack::{Boot, Running, Stack, StackUsage, TEARDOWN_TIMEOUT};
+use super::stack::{Boot, Running, Stack, StackUsage, TEARDOWN_TIMEOUT, Workers};
 use crate::command::step;
 
 /// How many clusters the driver creates at once.
@@ -45,6 +47,12 @@ pub(crate) struct Shape {
     pub(crate) clusters: u32,
     /// Workers of each cluster (each also has one control-plane machine).
     pub(crate) workers: u32,
+    /// What runs each cluster's workers.
+    pub(crate) workers_in: Workers,
+    /// Whether convergence also waits for each cluster's workers' owner to count every worker
+    /// in `status.readyReplicas` (a Running Machine's node is ready before its owner's status
+    /// says so).
+    pub(crate) owner_ready: bool,
     pub(crate) boot: Boot,
 }
 
@@ -92,9 +100,13 @@ pub(crate) struct Sample {
 pub(crate) struct Round {
     pub(crate) stack: Stack,
     pub(crate) index: usize,
+    /// What ran the workers.
+    pub(crate) workers_in: Workers,
     pub(crate) driver_seconds: f64,
     pub(crate) running_seconds: f64,
     pub(crate) available_seconds: f64,
+    /// When every workers' owner counted all its workers ready (only when the shape asks).
+    pub(crate) owner_ready_seconds: Option<f64>,
     pub(crate) create: Scrape,
     /// CPU during the create (from the first create until converged); peak RSS at convergence.
     pub(crate) create_usage: StackUsage,
@@ -106,7 +118,7 @@ pub(crate) struct Round {
     /// CPU from start to the end of the teardown; peak RSS over the whole round.
     pub(crate) total_usage: StackUsage,
     pub(crate) floor: Option<Floor>,
-    /// capi-rs: instances the simulated cloud still held after the teardown.
+    /// capi-rs: instances (and scale sets) the simulated cloud still held after the teardown.
     pub(crate) instances_left: Option<usize>,
 }
 
@@ -118,10 +130,12 @@ impl Round {
 
     pub(crate) fn json(&self, shape: &Shape) -> Value {
         let n = f64::from(shape.machines());
-        let conflicts = |s: &Scrape| s.conflicts.values().sum::<f64>();
-        json!({
+        // Folded from +0.0: a float sum of nothing is -0.0.
+        let conflicts = |s: &Scrape| s.conflicts.values().fold(0.0, |sum, v| sum + v);
+        let mut round = json!({
             "stack": self.stack.name(),
             "round": self.index,
+            "workers": (shape.workers > 0).then(|| self.workers_in.owner_kind()),
             "driver_create_seconds": self.driver_seconds,
             "seconds_to_all_machines_running": self.running_seconds,
             "seconds_to_all_clusters_available": self.available_seconds,
@@ -163,7 +177,11 @@ impl Round {
             "floor": self.floor.as_ref().map(|f| json!({
                 "seconds": f.seconds, "writes": f.writes, "writes_per_machine": f.writes / n,
                 "ratio": self.running_seconds / f.seconds})),
-        })
+        });
+        if let Some(seconds) = self.owner_ready_seconds {
+            round["seconds_to_owner_ready_replicas"] = json!(seconds);
+        }
+        round
     }
 }
 
@@ -185,28 +203,39 @@ pub(crate) async fn run_rounds(
             } else {
                 Extras::default()
             };
-            step(&format!(
-                "Scenario {scenario}, round {index}/{rounds}: {} — {} cluster(s) of 1 control-plane machine + {} worker(s){}",
-                stack.name(),
-                shape.clusters,
-                shape.workers,
-                if shape.boot.ms > 0 {
-                    format!(
-                        ", booting in {} ms ± {:.0} %",
-                        shape.boot.ms,
-                        shape.boot.jitter * 100.0
-                    )
-                } else {
-                    String::new()
-                }
-            ));
+            announce(scenario, index, rounds, stack, &shape);
             done.push(run_round(options, stack, index, shape, extras).await?);
         }
     }
     Ok(done)
 }
 
-async fn run_round(
+/// Says which round of which scenario starts, and what it builds.
+pub(crate) fn announce(scenario: &str, index: usize, rounds: usize, stack: Stack, shape: &Shape) {
+    let owner = if shape.workers > 0 {
+        format!(" in a {}", shape.workers_in.owner_kind())
+    } else {
+        String::new()
+    };
+    let boot = if shape.boot.ms > 0 {
+        format!(
+            ", booting in {} ms ± {:.0} %",
+            shape.boot.ms,
+            shape.boot.jitter * 100.0
+        )
+    } else {
+        String::new()
+    };
+    step(&format!(
+        "Scenario {scenario}, round {index}/{rounds}: {} — {} cluster(s) of 1 control-plane machine + {} worker(s){owner}{boot}",
+        stack.name(),
+        shape.clusters,
+        shape.workers,
+    ));
+}
+
+/// Runs one round of `shape` with `stack` (see the module's documentation).
+pub(crate) async fn run_round(
     options: &Options,
     stack: Stack,
     index: usize,
@@ -220,11 +249,17 @@ async fn run_round(
     for i in 0..shape.clusters {
         prepared.push(
             running
-                .prepare_cluster(&shape.cluster_name(i), shape.workers, shape.boot)
+                .prepare_cluster(
+                    &shape.cluster_name(i),
+                    shape.workers,
+                    shape.workers_in,
+                    shape.boot,
+                )
                 .await?,
         );
     }
-    let follower = Follower::start(&client, namespace);
+    let owner = shape.owner_ready.then(|| shape.workers_in.owner_kind());
+    let follower = Follower::start(&client, namespace, owner);
     // Both stacks start from quiet: upstream's core manager migrates its CRDs' stored versions at
     // start, which is no work of the scenario's.
     measure::wait_until_quiet(&client, STARTUP_QUIET, SETTLE_LIMIT).await?;
@@ -314,11 +349,16 @@ async fn run_round(
     let mut instances_left = None;
     let mut floor_figures = None;
     if let Some(rig) = running.rig_mut() {
-        let left = rig.inspect().await?.instances.len();
+        let cloud = rig.inspect().await?;
+        let left = cloud.instances.len() + cloud.scale_sets.len();
         instances_left = Some(left);
         rig.kill_manager();
         if left != 0 {
-            bail!("{left} instances left in the simulated cloud after the teardown");
+            bail!(
+                "{} instances and {} scale sets left in the simulated cloud after the teardown",
+                cloud.instances.len(),
+                cloud.scale_sets.len()
+            );
         }
         if extras.floor {
             floor_figures = Some(floor::run(rig, options, shape.machines()).await?);
@@ -327,9 +367,11 @@ async fn run_round(
     Ok(Round {
         stack,
         index,
+        workers_in: shape.workers_in,
         driver_seconds,
         running_seconds: converged.running_seconds,
         available_seconds: converged.available_seconds,
+        owner_ready_seconds: converged.owner_ready_seconds,
         create,
         create_usage,
         timeline: converged.timeline,
@@ -355,11 +397,12 @@ fn dynamic(client: &kube::Client, namespace: &str, kind: &str) -> Api<DynamicObj
     Api::namespaced_with(client.clone(), namespace, &ApiResource::from_gvk(&gvk))
 }
 
-/// Machines and Clusters of either stack, followed with one watch each (read as JSON: the two
-/// stacks' objects are the same kinds).
+/// Machines and Clusters of either stack (and the workers' owners when asked), followed with one
+/// watch each (read as JSON: the two stacks' objects are the same kinds).
 struct Follower {
     machines: reflector::Store<DynamicObject>,
     clusters: reflector::Store<DynamicObject>,
+    owners: Option<reflector::Store<DynamicObject>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -367,11 +410,13 @@ struct Follower {
 struct Converged {
     running_seconds: f64,
     available_seconds: f64,
+    owner_ready_seconds: Option<f64>,
     timeline: Vec<Sample>,
 }
 
 impl Follower {
-    fn start(client: &kube::Client, namespace: &str) -> Self {
+    /// Follows Machines, Clusters and, given its kind, the workers' owners.
+    fn start(client: &kube::Client, namespace: &str, owner: Option<&str>) -> Self {
         let mut tasks = Vec::new();
         let mut follow = |kind: &str| {
             let api = dynamic(client, namespace, kind);
@@ -388,11 +433,29 @@ impl Follower {
         };
         let machines = follow("Machine");
         let clusters = follow("Cluster");
+        let owners = owner.map(&mut follow);
         Self {
             machines,
             clusters,
+            owners,
             tasks,
         }
+    }
+
+    /// Owners that count at least `workers` ready workers (`status.readyReplicas`).
+    fn owners_ready(&self, workers: u32) -> usize {
+        self.owners.as_ref().map_or(0, |owners| {
+            owners
+                .state()
+                .iter()
+                .filter(|o| {
+                    o.metadata.deletion_timestamp.is_none()
+                        && o.data["status"]["readyReplicas"]
+                            .as_u64()
+                            .is_some_and(|ready| ready >= u64::from(workers))
+                })
+                .count()
+        })
     }
 
     fn running(&self) -> usize {
@@ -432,6 +495,8 @@ impl Follower {
         let (want_machines, want_clusters) = (shape.machines() as usize, shape.clusters as usize);
         let mut running_at = None;
         let mut available_at = None;
+        // Not followed: counted as there from the start.
+        let mut owners_at = self.owners.is_none().then_some(0.0);
         let mut timeline = Vec::new();
         let mut last_sample: Option<Instant> = None;
         let mut last_print = Instant::now();
@@ -444,7 +509,11 @@ impl Follower {
             if clusters >= want_clusters && available_at.is_none() {
                 available_at = Some(now);
             }
-            let done = running_at.is_some() && available_at.is_some();
+            let owners = self.owners_ready(shape.workers);
+            if owners >= want_clusters && owners_at.is_none() {
+                owners_at = Some(now);
+            }
+            let done = running_at.is_some() && available_at.is_some() && owners_at.is_some();
             if done || last_sample.is_none_or(|t| t.elapsed() >= SAMPLE_EVERY) {
                 running.check()?;
                 let requests = scrape(&running.client)
@@ -460,22 +529,33 @@ impl Follower {
                 });
                 last_sample = Some(Instant::now());
             }
-            if let (Some(running_seconds), Some(available_seconds)) = (running_at, available_at) {
+            if let (Some(running_seconds), Some(available_seconds), Some(owner_ready)) =
+                (running_at, available_at, owners_at)
+            {
                 return Ok(Converged {
                     running_seconds,
                     available_seconds,
+                    owner_ready_seconds: self.owners.is_some().then_some(owner_ready),
                     timeline,
                 });
             }
+            let owners_said = if self.owners.is_some() {
+                format!(
+                    ", {owners}/{want_clusters} {}s with every worker ready",
+                    shape.workers_in.owner_kind()
+                )
+            } else {
+                String::new()
+            };
             if started.elapsed() > PHASE_TIMEOUT {
                 bail!(
-                    "{}: only {machines}/{want_machines} machines Running and {clusters}/{want_clusters} clusters Available after {PHASE_TIMEOUT:?}",
+                    "{}: only {machines}/{want_machines} machines Running and {clusters}/{want_clusters} clusters Available{owners_said} after {PHASE_TIMEOUT:?}",
                     running.stack.name()
                 );
             }
             if last_print.elapsed() > Duration::from_secs(10) {
                 println!(
-                    "    {now:>6.1}s  {machines}/{want_machines} machines Running, {clusters}/{want_clusters} clusters Available ({} machines exist)",
+                    "    {now:>6.1}s  {machines}/{want_machines} machines Running, {clusters}/{want_clusters} clusters Available{owners_said} ({} machines exist)",
                     self.machines.state().len()
                 );
                 last_print = Instant::now();
@@ -537,7 +617,8 @@ pub(crate) struct Summary {
 }
 
 impl Summary {
-    fn of(rounds: &[&Round], shape: &Shape) -> Self {
+    /// The means over `rounds`, each of `shape`.
+    pub(crate) fn of(rounds: &[&Round], shape: &Shape) -> Self {
         let n = f64::from(shape.machines());
         let count = rounds.len().max(1) as f64;
         let mean = |f: &dyn Fn(&Round) -> f64| rounds.iter().map(|r| f(r)).sum::<f64>() / count;
@@ -549,7 +630,9 @@ impl Summary {
             requests_per_machine: mean(&|r| {
                 (total(&r.create.requests, true) + total(&r.create.requests, false)) / n
             }),
-            conflicts_per_machine: mean(&|r| r.create.conflicts.values().sum::<f64>() / n),
+            conflicts_per_machine: mean(&|r| {
+                r.create.conflicts.values().fold(0.0, |sum, v| sum + v) / n
+            }),
             controllers_cpu_seconds: mean(&|r| r.create_usage.controllers.cpu_seconds),
             all_cpu_seconds: mean(&|r| r.create_usage.all.cpu_seconds),
             controllers_peak_rss_mib: mean(&|r| r.total_usage.controllers.peak_rss_mib),
@@ -596,7 +679,7 @@ impl Summary {
         ]
     }
 
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         json!({
             "rounds": self.rounds,
             "seconds_to_all_machines_running": self.running_seconds,

@@ -67,6 +67,36 @@ impl Stack {
     }
 }
 
+/// What runs a cluster's workers, and which built-in in-memory template renders it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Workers {
+    /// The default template: a MachineDeployment, with a MachineHealthCheck over it when
+    /// `health_check`.
+    Deployment { health_check: bool },
+    /// The `machinepool` flavor: one MachinePool over an `InMemoryMachinePool` (a scale set of
+    /// the simulated cloud), whose instances each get an `InMemoryMachine` and a Machine
+    /// (MachinePool Machines).
+    Pool,
+}
+
+impl Workers {
+    /// The kind of the workers' owner (`cluster.x-k8s.io/v1beta2`).
+    pub(crate) fn owner_kind(self) -> &'static str {
+        match self {
+            Self::Deployment { .. } => "MachineDeployment",
+            Self::Pool => "MachinePool",
+        }
+    }
+
+    /// The flavor of the built-in in-memory templates that renders them.
+    fn flavor(self) -> Option<&'static str> {
+        match self {
+            Self::Deployment { .. } => None,
+            Self::Pool => Some("machinepool"),
+        }
+    }
+}
+
 /// How long a simulated machine takes to boot.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct Boot {
@@ -265,16 +295,18 @@ impl Running {
         }
     }
 
-    /// The objects of cluster `name` with `workers` workers (and 1 control-plane machine);
-    /// whatever the stack needs outside the clock (capi-rs: the `<name>-kubeconfig` Secret
-    /// pointing at the workload API server) is created now.
+    /// The objects of cluster `name` with `workers` workers run by `kind` (and 1 control-plane
+    /// machine); whatever the stack needs outside the clock (capi-rs: the `<name>-kubeconfig`
+    /// Secret pointing at the workload API server) is created now.
     pub(crate) async fn prepare_cluster(
         &self,
         name: &str,
         workers: u32,
+        kind: Workers,
         boot: Boot,
     ) -> Result<Vec<DynamicObject>> {
-        let objects = generated_cluster(name, &self.namespace, workers)?;
+        let objects =
+            generated_cluster_with(name, &self.namespace, workers, kind, KUBERNETES_VERSION)?;
         match &self.world {
             World::Ours(rig) => {
                 Api::namespaced(self.client.clone(), &self.namespace)
@@ -335,21 +367,26 @@ const UPSTREAM_COMPONENT_STARTUP: &str = "0s";
 const UPSTREAM_ANNOTATION: &str = "bench.example/run";
 
 /// The documents of cluster `name`: the built-in in-memory template as `capictl generate`
-/// renders it, 1 control-plane machine and `workers` workers; without workers, without the
+/// renders it asking for Kubernetes `version`, 1 control-plane machine and `workers` workers in
+/// a MachineDeployment with a MachineHealthCheck; without workers, without the
 /// MachineDeployment, its templates and its MachineHealthCheck.
-pub(crate) fn generated_cluster(
-    name: &str,
-    namespace: &str,
-    workers: u32,
-) -> Result<Vec<DynamicObject>> {
-    generated_cluster_of_version(name, namespace, workers, KUBERNETES_VERSION)
-}
-
-/// [`generated_cluster`] asking for Kubernetes `version`.
 pub(crate) fn generated_cluster_of_version(
     name: &str,
     namespace: &str,
     workers: u32,
+    version: &str,
+) -> Result<Vec<DynamicObject>> {
+    let kind = Workers::Deployment { health_check: true };
+    generated_cluster_with(name, namespace, workers, kind, version)
+}
+
+/// [`generated_cluster_of_version`] with its `workers` workers run by `kind` (none: no
+/// workers' objects at all).
+pub(crate) fn generated_cluster_with(
+    name: &str,
+    namespace: &str,
+    workers: u32,
+    kind: Workers,
     version: &str,
 ) -> Result<Vec<DynamicObject>> {
     let inputs = capi_cli::generate::Inputs {
@@ -361,14 +398,25 @@ pub(crate) fn generated_cluster_of_version(
         ..Default::default()
     };
     let yaml = capi_cli::generate::render(
-        capi_cli::generate::built_in("inmemory", None)?,
+        capi_cli::generate::built_in("inmemory", kind.flavor())?,
         &inputs,
         |_| None,
     )?;
     let mut objects = capi_testing::manifest::parse(&yaml)?;
+    let kind_of = |o: &DynamicObject| o.types.as_ref().map(|t| t.kind.clone());
     if workers == 0 {
-        let worker_pool = format!("{name}-md-0");
-        objects.retain(|o| o.metadata.name.as_deref() != Some(worker_pool.as_str()));
+        let worker_pool = [format!("{name}-md-0"), format!("{name}-mp-0")];
+        objects.retain(|o| {
+            !worker_pool
+                .iter()
+                .any(|w| o.metadata.name.as_deref() == Some(w.as_str()))
+        });
+    } else if kind
+        == (Workers::Deployment {
+            health_check: false,
+        })
+    {
+        objects.retain(|o| kind_of(o).as_deref() != Some("MachineHealthCheck"));
     }
     Ok(objects)
 }
@@ -438,7 +486,7 @@ mod tests {
 
     #[test]
     fn upstream_gets_the_same_documents_with_its_own_infrastructure_kinds() {
-        let ours = generated_cluster("c1", "ns", 2).unwrap();
+        let ours = generated_cluster_of_version("c1", "ns", 2, KUBERNETES_VERSION).unwrap();
         let kinds: Vec<_> = ours
             .iter()
             .map(|o| o.types.as_ref().unwrap().kind.clone())
@@ -476,7 +524,7 @@ mod tests {
 
     #[test]
     fn a_single_node_cluster_has_no_worker_pool() {
-        let objects = generated_cluster("c1", "ns", 0).unwrap();
+        let objects = generated_cluster_of_version("c1", "ns", 0, KUBERNETES_VERSION).unwrap();
         let kinds: Vec<_> = objects
             .iter()
             .map(|o| o.types.as_ref().unwrap().kind.as_str())
@@ -490,5 +538,42 @@ mod tests {
                 "KubeadmControlPlane"
             ]
         );
+    }
+
+    #[test]
+    fn a_pool_cluster_is_the_machinepool_flavor_and_has_no_upstream_counterpart() {
+        let objects =
+            generated_cluster_with("c1", "ns", 7, Workers::Pool, KUBERNETES_VERSION).unwrap();
+        let pool = objects
+            .iter()
+            .find(|o| o.types.as_ref().unwrap().kind == "MachinePool")
+            .unwrap();
+        assert_eq!(pool.data["spec"]["replicas"], 7);
+        assert!(
+            objects
+                .iter()
+                .any(|o| o.types.as_ref().unwrap().kind == "InMemoryMachinePool")
+        );
+        let refused = objects.into_iter().map(|o| to_upstream(o, Boot::default()));
+        assert!(refused.into_iter().any(|o| o.is_err()));
+    }
+
+    #[test]
+    fn a_deployment_without_health_check_differs_only_by_the_health_check() {
+        let kinds = |health_check: bool| -> Vec<String> {
+            let workers = Workers::Deployment { health_check };
+            generated_cluster_with("c1", "ns", 7, workers, KUBERNETES_VERSION)
+                .unwrap()
+                .iter()
+                .map(|o| o.types.as_ref().unwrap().kind.clone())
+                .collect()
+        };
+        let (with, without) = (kinds(true), kinds(false));
+        assert!(with.contains(&"MachineHealthCheck".to_string()));
+        let with: Vec<String> = with
+            .into_iter()
+            .filter(|k| k != "MachineHealthCheck")
+            .collect();
+        assert_eq!(with, without);
     }
 }
