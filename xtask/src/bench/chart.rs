@@ -1,7 +1,9 @@
 //! The picture of a side-by-side result, drawn by the bench itself (SVG, `plotters`): above, how
 //! many machines are Running (one cluster) or clusters Available (many clusters) over time;
 //! below, API requests per second to the management API server over time — every round of both
-//! stacks on the same axes, from the timeline each round records (a sample every 2 s).
+//! stacks on the same axes, from the timeline each round records (a sample every 2 s). A round
+//! with a `label` (the pool scenario's) is named by it, and drawn in green when a MachinePool ran
+//! its workers.
 
 use std::path::Path;
 
@@ -21,6 +23,7 @@ struct Curve {
 
 const OURS: RGBColor = RGBColor(31, 119, 180);
 const UPSTREAM: RGBColor = RGBColor(214, 39, 40);
+const POOL: RGBColor = RGBColor(44, 160, 44);
 
 /// Draws `result` (a scenario's JSON, with `rounds`) as an SVG at `path`.
 pub(crate) fn draw(path: &Path, title: &str, result: &Value) -> Result<()> {
@@ -114,9 +117,20 @@ fn curve(round: &Value, column: usize) -> Curve {
         .filter(|w| w[1][0] > w[0][0])
         .map(|w| (w[1][0], (w[1][3] - w[0][3]) / (w[1][0] - w[0][0])))
         .collect();
+    let label = match round["label"].as_str() {
+        Some(label) => label.to_string(),
+        None => format!("{stack}, round {}", round["round"]),
+    };
+    let color = if stack == "upstream" {
+        UPSTREAM
+    } else if round["workers"] == "MachinePool" {
+        POOL
+    } else {
+        OURS
+    };
     Curve {
-        label: format!("{stack}, round {}", round["round"]),
-        color: if stack == "upstream" { UPSTREAM } else { OURS },
+        label,
+        color,
         done,
         rate,
     }

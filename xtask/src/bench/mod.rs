@@ -6,13 +6,13 @@
 //!
 //! ```text
 //! cargo xtask bench report [--check]
-//! cargo xtask bench [all|one-cluster|clusters|latency]... [--machines N] [--clusters N]
+//! cargo xtask bench [all|one-cluster|clusters|latency|pool]... [--machines N] [--clusters N]
 //!                   [--boot-ms MS] [--idle-seconds S] [--qps F] [--burst N] [--concurrency N]
 //!                   [--no-leader-election] [--stack capi-rs|upstream]... [--rounds N]
 //!                   [--build release|debug] [--out DIR]
 //! ```
 //!
-//! Every scenario runs **side by side** ([`side_by_side`]): this workspace's stack and upstream
+//! Every scenario but `pool` runs **side by side** ([`side_by_side`]): this workspace's stack and upstream
 //! Cluster API v1.14's ([`stack`]), one after the other on a fresh control plane each, A-B-A-B
 //! when the size allows (`--rounds`), at the same QPS, burst and reconciles at once per kind;
 //! the table gives both stacks' figures and their ratios. capi-rs's manager runs at its shipped
@@ -25,6 +25,14 @@
 //! - `clusters` ([`clusters`]): N single-node clusters (default 1000), KubeadmControlPlane of 1.
 //! - `latency`: one cluster of N machines whose instances take `--boot-ms` (default 10 000) ± 20 %
 //!   to boot.
+//! - `pool` ([`pool`]): one MachinePool of N instances (default 1000) beside one
+//!   MachineDeployment of N machines, each cluster with a KubeadmControlPlane of 1, on capi-rs's
+//!   stack only: upstream's in-memory provider has no pool. In the same JSON: time to every
+//!   instance running, writes per instance, peak RSS, of both.
+//!
+//! `all` runs every scenario above, `pool` included: like the others it measures a scale this
+//! workspace ships for, and `all` means every measurement; its upstream half is the one it cannot
+//! have (with `all`, `--machines` is both the one-cluster's machines and the pool's instances).
 //!
 //! [`rig`] starts capi-rs's processes; [`measure`] reads the figures; [`chart`] draws each
 //! result as an SVG beside its JSON; `report` ([`report`]) writes `benches/README.md` from the
@@ -35,6 +43,7 @@ mod clusters;
 mod floor;
 pub(crate) mod measure;
 pub(crate) mod one_cluster;
+mod pool;
 pub(crate) mod report;
 pub(crate) mod rig;
 mod side_by_side;
@@ -74,6 +83,9 @@ pub(crate) enum Scenario {
     Clusters,
     /// One cluster of `--machines` machines whose instances take `--boot-ms` ± 20 % to boot.
     Latency,
+    /// One MachinePool of `--machines` instances beside one MachineDeployment of as many
+    /// machines (capi-rs only: upstream's in-memory provider has no pool).
+    Pool,
     /// Runs nothing: writes benches/README.md from the committed results (`--check`: fails
     /// when it differs instead).
     Report,
@@ -81,7 +93,7 @@ pub(crate) enum Scenario {
 
 impl Scenario {
     /// The scenarios, in the order `all` runs them.
-    const EACH: [Self; 3] = [Self::OneCluster, Self::Clusters, Self::Latency];
+    const EACH: [Self; 4] = [Self::OneCluster, Self::Clusters, Self::Latency, Self::Pool];
 
     fn name(self) -> &'static str {
         match self {
@@ -89,8 +101,14 @@ impl Scenario {
             Self::OneCluster => "one-cluster",
             Self::Clusters => "clusters",
             Self::Latency => "latency",
+            Self::Pool => "pool",
             Self::Report => "report",
         }
+    }
+
+    /// Whether upstream's stack takes part when asked for.
+    fn runs_upstream(self) -> bool {
+        !matches!(self, Self::Pool | Self::Report)
     }
 }
 
@@ -100,7 +118,8 @@ pub(crate) struct BenchArgs {
     /// The scenarios to run, in order.
     #[arg(value_enum, default_value = "one-cluster")]
     scenarios: Vec<Scenario>,
-    /// Machines of the one-cluster and latency scenarios.
+    /// Machines of the one-cluster and latency scenarios; instances of the pool scenario's
+    /// MachinePool (and machines of its MachineDeployment).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(2..=10_000))]
     machines: u32,
     /// Clusters of the clusters scenario.
@@ -257,7 +276,9 @@ pub(crate) fn run_bench(mut options: Options) -> Result<()> {
     ));
     println!("    capi-rs at commit {}", crate::command::built_commit());
     options.bin_dir = build_binaries(options.manager.build)?;
-    if options.stacks.contains(&Stack::Upstream) {
+    if options.stacks.contains(&Stack::Upstream)
+        && options.scenarios.iter().any(|s| s.runs_upstream())
+    {
         step("Upstream Cluster API (Go modules; cached by version)");
         crate::upstream::install()?;
     }
@@ -273,6 +294,7 @@ pub(crate) fn run_bench(mut options: Options) -> Result<()> {
                     one_cluster::run(&options, Variant::Latency { boot_ms }).await
                 }
                 Scenario::Clusters => clusters::run(&options).await,
+                Scenario::Pool => pool::run(&options).await,
                 Scenario::OneCluster | Scenario::All | Scenario::Report => {
                     one_cluster::run(&options, Variant::Fast).await
                 }
@@ -292,6 +314,25 @@ pub(crate) fn run_bench(mut options: Options) -> Result<()> {
 /// One line per scenario for the summary.
 fn headline(result: &serde_json::Value) -> String {
     let summary = &result["comparison"]["summary"];
+    if result["scenario"] == "pool" {
+        let kind = |kind: &str| {
+            let s = &summary[kind];
+            format!(
+                "{kind}: all running in {:.1} s, {:.2} writes/instance, manager peak RSS {:.0} MiB",
+                s["seconds_to_all_instances_running"]
+                    .as_f64()
+                    .unwrap_or(f64::NAN),
+                s["writes_per_machine"].as_f64().unwrap_or(f64::NAN),
+                s["controllers_peak_rss_mib"].as_f64().unwrap_or(f64::NAN)
+            )
+        };
+        return format!(
+            "{} instances — {}; {}",
+            result["instances"],
+            kind("MachinePool"),
+            kind("MachineDeployment")
+        );
+    }
     let ratios = &result["comparison"]["ratios_upstream_over_capi_rs"];
     let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
     let stack = |name: &str| {

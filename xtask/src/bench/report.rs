@@ -93,15 +93,89 @@ const SUMMARY_ROWS: [(&str, &str, Format); 10] = [
     ),
 ];
 
+/// The pool scenario's figures, in the order of its table: key in each kind of workers'
+/// `comparison.summary`, what it counts, how it is printed. Per instance: over every instance
+/// of the run, the control-plane machine's included.
+pub(crate) const POOL_ROWS: [(&str, &str, Format); 13] = [
+    (
+        "seconds_to_all_instances_running",
+        "seconds from the first object applied to every instance running: its Machine `Running` (node found) and counted in the owner's `status.readyReplicas`",
+        Format::Seconds,
+    ),
+    (
+        "seconds_to_all_machines_running",
+        "seconds to every Machine `Running`",
+        Format::Seconds,
+    ),
+    (
+        "seconds_to_owner_ready_replicas",
+        "seconds to the owner's `status.readyReplicas` counting every worker",
+        Format::Seconds,
+    ),
+    (
+        "seconds_to_all_clusters_available",
+        "seconds to the Cluster `Available`",
+        Format::Seconds,
+    ),
+    (
+        "writes_per_machine",
+        "API writes per instance until all ran (create, update, patch, delete; 409s apart)",
+        Format::Decimal,
+    ),
+    (
+        "writes_until_quiet_per_machine",
+        "API writes per instance until 5 s without a write",
+        Format::Decimal,
+    ),
+    (
+        "requests_per_machine",
+        "API requests per instance until all ran (reads and writes)",
+        Format::Decimal,
+    ),
+    (
+        "conflicts_per_machine",
+        "409 Conflict answers per instance until all ran",
+        Format::Decimal,
+    ),
+    (
+        "controllers_cpu_seconds",
+        "CPU seconds of the manager until all ran",
+        Format::Decimal,
+    ),
+    (
+        "controllers_peak_rss_mib",
+        "peak RSS of the manager over the round, MiB",
+        Format::Decimal,
+    ),
+    (
+        "all_processes_peak_rss_mib",
+        "peak RSS over the round of every process (manager, simulated cloud, workload API server and etcd), summed, MiB",
+        Format::Decimal,
+    ),
+    (
+        "teardown_seconds",
+        "seconds from deleting the Cluster to nothing left",
+        Format::Seconds,
+    ),
+    (
+        "teardown_writes_per_machine",
+        "API writes per instance while tearing down",
+        Format::Decimal,
+    ),
+];
+
+/// How a figure is printed.
 #[derive(Clone, Copy)]
-enum Format {
+pub(crate) enum Format {
     Seconds,
     Decimal,
 }
 
 impl Format {
-    fn show(self, value: Option<f64>) -> String {
-        match (self, value) {
+    /// `value` as the tables print it (`—` for none).
+    pub(crate) fn show(self, value: Option<f64>) -> String {
+        // Adding +0.0 turns a -0.0 (a float sum of nothing) into 0.0: never "-0.00".
+        match (self, value.map(|v| v + 0.0)) {
             (_, None) => "—".to_string(),
             (Self::Seconds, Some(v)) => format!("{v:.1}"),
             (Self::Decimal, Some(v)) if v.abs() >= 100.0 => format!("{v:.0}"),
@@ -143,6 +217,7 @@ pub(crate) fn generate(dir: &Path) -> Result<String> {
         let chart = chart.is_file().then(|| file_name(&chart));
         match result["scenario"].as_str() {
             Some("chaos") => chaos(&mut out, &name, &result),
+            Some("pool") => pool(&mut out, &name, chart.as_deref(), &result),
             Some(_) if result["comparison"]["summary"].is_object() => {
                 side_by_side(&mut out, &name, chart.as_deref(), &result)
             }
@@ -190,15 +265,8 @@ fn provenance(out: &mut String, name: &str, result: &Value) {
     );
 }
 
-fn side_by_side(out: &mut String, name: &str, chart: Option<&str>, result: &Value) {
-    let _ = writeln!(
-        out,
-        "\n## {}: {} machine(s) in {} cluster(s)\n",
-        text(&result["scenario"]),
-        text(&result["machines"]),
-        text(&result["clusters"]),
-    );
-    provenance(out, name, result);
+/// What ran, and at which settings: one line each.
+fn stacks(out: &mut String, result: &Value) {
     for (stack, description) in result["stacks"].as_object().into_iter().flatten() {
         let _ = writeln!(out, "- **{stack}**: {}", text(description));
     }
@@ -212,6 +280,18 @@ fn side_by_side(out: &mut String, name: &str, chart: Option<&str>, result: &Valu
             .collect();
         let _ = writeln!(out, "- settings of {stack}: {}", shown.join(", "));
     }
+}
+
+fn side_by_side(out: &mut String, name: &str, chart: Option<&str>, result: &Value) {
+    let _ = writeln!(
+        out,
+        "\n## {}: {} machine(s) in {} cluster(s)\n",
+        text(&result["scenario"]),
+        text(&result["machines"]),
+        text(&result["clusters"]),
+    );
+    provenance(out, name, result);
+    stacks(out, result);
     let _ = writeln!(out, "- counted: {}\n", text(&result["what_is_counted"]));
 
     let summary = &result["comparison"]["summary"];
@@ -270,6 +350,100 @@ fn side_by_side(out: &mut String, name: &str, chart: Option<&str>, result: &Valu
     if !idle.is_empty() {
         let _ = writeln!(out, "\nIdle after the build, capi-rs: {}.", idle.join("; "));
     }
+    if let Some(chart) = chart {
+        let _ = writeln!(out, "\n![{chart}](results/{chart})");
+    }
+}
+
+/// How far apart two figures may be and still count as about the same: within this factor
+/// either way.
+const ABOUT_THE_SAME: f64 = 1.25;
+
+/// The pool scenario: a MachinePool beside a MachineDeployment, capi-rs only.
+fn pool(out: &mut String, name: &str, chart: Option<&str>, result: &Value) {
+    let kinds = ["MachinePool", "MachineDeployment"];
+    let _ = writeln!(
+        out,
+        "\n## pool: a MachinePool of {n} instances beside a MachineDeployment of {n} machines\n",
+        n = text(&result["instances"]),
+    );
+    provenance(out, name, result);
+    stacks(out, result);
+    for kind in kinds {
+        let _ = writeln!(out, "- **{kind}**: {}", text(&result["workers"][kind]));
+    }
+    let _ = writeln!(out, "- **upstream**: {}", text(&result["upstream"]["why"]));
+    let without = text(&result["machine_pool_machines"]["without_them"]);
+    let _ = writeln!(out, "- **a pool without MachinePool Machines**: {without}");
+    let _ = writeln!(out, "- counted: {}\n", text(&result["what_is_counted"]));
+
+    let summary = &result["comparison"]["summary"];
+    let ratios = &result["comparison"]["ratios_pool_over_deployment"];
+    out.push_str(
+        "| figure | MachinePool | MachineDeployment | MachinePool ÷ MachineDeployment |\n|---|---|---|---|\n",
+    );
+    for (key, what, format) in POOL_ROWS {
+        let ratio = number(&ratios[key]).map(|r| format!("{r:.2}×"));
+        let _ = writeln!(
+            out,
+            "| {what} | {} | {} | {} |",
+            format.show(number(&summary[kinds[0]][key])),
+            format.show(number(&summary[kinds[1]][key])),
+            ratio.unwrap_or_else(|| "—".to_string())
+        );
+    }
+
+    let instances = number(&result["machines"]).unwrap_or(f64::NAN);
+    let mut writes: std::collections::BTreeMap<(String, String), [Option<f64>; 2]> =
+        Default::default();
+    let rounds = result["rounds"].as_array().into_iter().flatten();
+    for round in rounds.filter(|r| r["round"] == 1) {
+        let Some(column) = kinds.iter().position(|k| round["workers"] == *k) else {
+            continue;
+        };
+        for request in round["create"]["requests"].as_array().into_iter().flatten() {
+            let verb = text(&request["verb"]);
+            if !super::measure::is_write(&verb) {
+                continue;
+            }
+            let count = number(&request["count"]).unwrap_or(0.0);
+            let key = (text(&request["resource"]), verb);
+            writes.entry(key).or_default()[column] = Some(count / instances);
+        }
+    }
+    if !writes.is_empty() {
+        out.push_str(
+            "\nWrites per instance until all ran, by resource (round 1 of each):\n\n\
+             | resource | verb | MachinePool | MachineDeployment |\n|---|---|---|---|\n",
+        );
+        for ((resource, verb), [pool, deployment]) in &writes {
+            let _ = writeln!(
+                out,
+                "| {resource} | {verb} | {} | {} |",
+                Format::Decimal.show(*pool),
+                Format::Decimal.show(*deployment)
+            );
+        }
+    }
+
+    let show =
+        |key: &str| number(&ratios[key]).map_or_else(|| "—".to_string(), |r| format!("{r:.2}×"));
+    let verdict = match number(&ratios["writes_per_machine"]) {
+        Some(r) if r < 1.0 / ABOUT_THE_SAME => "fewer",
+        Some(r) if r > ABOUT_THE_SAME => "more",
+        Some(_) => "about the same",
+        None => "not known",
+    };
+    let _ = writeln!(
+        out,
+        "\nThe expectation — a pool costs a small fraction of the writes of as many Machines \
+         without MachinePool Machines, and about the same with them: with MachinePool Machines \
+         (every pool capi-rs runs), the pool made {} the MachineDeployment's writes per instance \
+         until all ran and {} until quiet: {verdict}, where about the same is within \
+         {ABOUT_THE_SAME}× either way. Without MachinePool Machines: {without}.",
+        show("writes_per_machine"),
+        show("writes_until_quiet_per_machine"),
+    );
     if let Some(chart) = chart {
         let _ = writeln!(out, "\n![{chart}](results/{chart})");
     }
@@ -355,6 +529,68 @@ mod tests {
         );
         assert!(
             report.contains("[`notes.txt`](results/notes.txt)"),
+            "{report}"
+        );
+    }
+
+    #[test]
+    fn a_pool_result_gives_both_kinds_of_workers_their_writes_and_the_expectation() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let round = |workers: &str, machines: f64| {
+            serde_json::json!({"stack": "capi-rs", "round": 1, "workers": workers,
+            "create": {"requests": [
+                {"verb": "POST", "resource": "machines", "count": machines},
+                {"verb": "GET", "resource": "machines", "count": 9.0},
+            ]}})
+        };
+        let result = serde_json::json!({
+            "scenario": "pool", "instances": 3, "machines": 4, "clusters": 1, "date": "d",
+            "command": "cargo xtask bench pool", "host": {"cpu_model": "c", "cpus": 2, "memory_gib": 8},
+            "stacks": {"capi-rs": "ours"}, "settings": {"capi-rs": {"qps": 100.0}},
+            "workers": {"MachinePool": "a pool", "MachineDeployment": "a deployment"},
+            "upstream": {"run": false, "why": "no pool upstream"},
+            "machine_pool_machines": {"made": true, "without_them": "not measured"},
+            "what_is_counted": "requests",
+            "comparison": {
+                "summary": {"MachinePool": {"writes_per_machine": 11.0, "controllers_peak_rss_mib": 60.0},
+                            "MachineDeployment": {"writes_per_machine": 12.0, "controllers_peak_rss_mib": 50.0}},
+                "ratios_pool_over_deployment": {"writes_per_machine": 0.9166, "controllers_peak_rss_mib": 1.2},
+            },
+            "rounds": [round("MachinePool", 4.0), round("MachineDeployment", 8.0)],
+        });
+        std::fs::write(dir.path().join("pool-3.json"), result.to_string())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let report = generate(dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
+        assert!(
+            report.contains(
+                "## pool: a MachinePool of 3 instances beside a MachineDeployment of 3 machines"
+            ),
+            "{report}"
+        );
+        assert!(report.contains("| 11.00 | 12.00 | 0.92× |"), "{report}");
+        assert!(report.contains("| 60.00 | 50.00 | 1.20× |"), "{report}");
+        assert!(
+            report.contains("| machines | POST | 1.00 | 2.00 |"),
+            "{report}"
+        );
+        assert!(
+            !report.contains("| GET |"),
+            "reads are not writes: {report}"
+        );
+        assert!(
+            report.contains("- **upstream**: no pool upstream"),
+            "{report}"
+        );
+        assert!(
+            report.contains("0.92× the MachineDeployment's writes per instance"),
+            "{report}"
+        );
+        assert!(
+            report.contains("until quiet: about the same, where"),
+            "{report}"
+        );
+        assert!(
+            report.contains("Without MachinePool Machines: not measured."),
             "{report}"
         );
     }
