@@ -592,6 +592,11 @@ async fn the_machinepool_flavor_runs_standalone_and_goes_with_its_cluster() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(pools.get_opt("demo-mp-0").await.unwrap().is_none());
+    // With no garbage collector running, the pool's bootstrap data Secret goes with it too.
+    assert!(
+        secrets.get_opt("demo-mp-0").await.unwrap().is_none(),
+        "the pool's bootstrap data Secret is left behind"
+    );
     running.abort();
     kubelets.abort();
 }

@@ -169,7 +169,7 @@ pub(super) async fn delete(
     }
 
     // Once its config is gone (no new data can be rendered into it), the data Secret.
-    delete_bootstrap_secret(machine, &namespace, context).await?;
+    delete_bootstrap_secret(&machine.spec.bootstrap, &namespace, &context.client).await?;
 
     // The node, unless the whole cluster is going.
     if let Some(node) = &node_name
@@ -250,25 +250,23 @@ async fn wait_for_hooks(
     Ok(Some(Next::Requeue(poll)))
 }
 
-/// The bootstrap data Secret goes with the machine when its config owned it (no garbage collector
-/// is needed for that).
-async fn delete_bootstrap_secret(
-    machine: &Machine,
+/// The bootstrap data Secret of `bootstrap` (a machine's, or a pool's) goes with its owner when
+/// its config owned it (no garbage collector is needed for that).
+pub(crate) async fn delete_bootstrap_secret(
+    bootstrap: &capi_core::api::Bootstrap,
     namespace: &str,
-    context: &Context<MachineController>,
+    client: &kube::Client,
 ) -> Result<(), kube::Error> {
-    let Some(config) = &machine.spec.bootstrap.config_ref else {
+    let Some(config) = &bootstrap.config_ref else {
         return Ok(());
     };
-    // A machine deleted before it recorded its data Secret may still have one: the bootstrap
+    // An owner deleted before it recorded its data Secret may still have one: the bootstrap
     // provider names it after the config. Only a Secret the config owns is ever deleted.
-    let name = machine
-        .spec
-        .bootstrap
+    let name = bootstrap
         .data_secret_name
         .as_deref()
         .unwrap_or(config.name.as_str());
-    let secrets: Api<Secret> = Api::namespaced(context.client.clone(), namespace);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let Some(secret) = secrets.get_metadata_opt(name).await? else {
         return Ok(());
     };

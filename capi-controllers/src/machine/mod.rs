@@ -13,6 +13,7 @@
 //! from what the pass found (`status`) and written once.
 
 mod deletion;
+pub(crate) use deletion::delete_bootstrap_secret;
 mod drain;
 mod phases;
 pub(crate) mod status;

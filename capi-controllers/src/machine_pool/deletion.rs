@@ -1,6 +1,7 @@
 //! Deleting a pool, a pass at a time: its infrastructure pool and bootstrap config first (the
-//! infrastructure provider deletes the instances, their machines and `Machine`s), then any
-//! `Machine` of the pool left, then its nodes, then the finalizer.
+//! infrastructure provider deletes the instances, their machines and `Machine`s), then the
+//! bootstrap data Secret its config owned, then any `Machine` of the pool left, then its nodes,
+//! then the finalizer.
 //!
 //! No `Machine` of the pool is deleted while its infrastructure pool exists: the provider would
 //! take a deleted `Machine` for an instance to replace.
@@ -52,6 +53,10 @@ pub(super) async fn delete(
         }
     }
     if left.is_empty() {
+        // Once its config is gone (no new data can be rendered into it), the data Secret.
+        let client = scope.pools.clone().into_client();
+        crate::machine::delete_bootstrap_secret(&template.bootstrap, &scope.namespace, &client)
+            .await?;
         let Some(store) = synced(&deps.machines) else {
             return Ok(Next::Requeue(poll));
         };
