@@ -4,7 +4,6 @@
 use base64::Engine;
 use capi_core::ActuatorError;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::api::{Image, SubnetRole};
 use crate::arm::models::{
@@ -97,10 +96,11 @@ pub fn image_reference(
     }
 }
 
-/// The SSH key: the spec's (base64 of an `authorized_keys` line), else an Ed25519 public key
-/// whose private half nobody holds — derived from the machine's idempotency key, so that every
-/// PUT of the VM is the same.
-pub fn ssh_key(spec_key: Option<&str>, idempotency_key: &str) -> Result<String, ActuatorError> {
+/// The SSH key: the spec's (base64 of an `authorized_keys` line); else `existing`, the key the
+/// resource already has (ARM answers it), so that putting it again changes nothing; else a fresh
+/// Ed25519 public key made from the system's randomness, whose private half is dropped here and
+/// never stored anywhere — nobody can log in with it, and nothing it is derived from is known.
+pub fn ssh_key(spec_key: Option<&str>, existing: Option<&str>) -> Result<String, ActuatorError> {
     if let Some(encoded) = spec_key.filter(|k| !k.is_empty()) {
         let decoded = base64::engine::general_purpose::STANDARD
             .decode(encoded)
@@ -114,12 +114,16 @@ pub fn ssh_key(spec_key: Option<&str>, idempotency_key: &str) -> Result<String, 
             })?;
         return Ok(decoded.trim().to_string());
     }
-    // A real Ed25519 key from a seed derived from the key (so every PUT of the VM is the same),
-    // whose private half is dropped here and never stored anywhere.
-    let seed = Sha256::digest(format!("unheld-ssh-key/{idempotency_key}").as_bytes());
-    let pair = ring::signature::Ed25519KeyPair::from_seed_unchecked(&seed).map_err(|_| {
-        ActuatorError::transient_message("SSHKeyUnavailable", "could not derive an SSH key")
-    })?;
+    if let Some(existing) = existing.map(str::trim).filter(|k| !k.is_empty()) {
+        return Ok(existing.to_string());
+    }
+    let unavailable =
+        || ActuatorError::transient_message("SSHKeyUnavailable", "could not make an SSH key");
+    let random = ring::rand::SystemRandom::new();
+    let pkcs8 =
+        ring::signature::Ed25519KeyPair::generate_pkcs8(&random).map_err(|_| unavailable())?;
+    let pair =
+        ring::signature::Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).map_err(|_| unavailable())?;
     let public = ring::signature::KeyPair::public_key(&pair)
         .as_ref()
         .to_vec();
@@ -132,6 +136,12 @@ pub fn ssh_key(spec_key: Option<&str>, idempotency_key: &str) -> Result<String, 
         "ssh-ed25519 {} unheld",
         base64::engine::general_purpose::STANDARD.encode(blob)
     ))
+}
+
+/// The SSH key a VM or a scale set's model has (`osProfile.linuxConfiguration.ssh`), as ARM
+/// answers it.
+pub(crate) fn existing_ssh_key(os_profile: &Value) -> Option<&str> {
+    os_profile["linuxConfiguration"]["ssh"]["publicKeys"][0]["keyData"].as_str()
 }
 
 impl Ctx {
@@ -208,8 +218,13 @@ impl Ctx {
         })
     }
 
-    /// The VM, with `custom_data` (base64 of the bootstrap data).
-    pub(crate) fn vm_body(&self, custom_data: Option<String>) -> Result<Value, ActuatorError> {
+    /// The VM, with `custom_data` (base64 of the bootstrap data) and the SSH key of `existing`
+    /// (the VM as ARM answered it, when it is put again).
+    pub(crate) fn vm_body(
+        &self,
+        custom_data: Option<String>,
+        existing: Option<&Value>,
+    ) -> Result<Value, ActuatorError> {
         let spec = &self.infra.spec;
         let image = image_reference(spec.image.as_ref(), self.version.as_deref())?;
         let managed = |disk: Option<&crate::api::ManagedDisk>| {
@@ -289,7 +304,12 @@ impl Ctx {
                         ssh: Some(SshConfiguration {
                             public_keys: vec![SshPublicKey {
                                 path: format!("/home/{ADMIN_USER}/.ssh/authorized_keys"),
-                                key_data: ssh_key(spec.ssh_public_key.as_deref(), &self.key)?,
+                                key_data: ssh_key(
+                                    spec.ssh_public_key.as_deref(),
+                                    existing.and_then(|vm| {
+                                        existing_ssh_key(&vm["properties"]["osProfile"])
+                                    }),
+                                )?,
                             }],
                         }),
                     }),
@@ -358,19 +378,21 @@ mod tests {
     }
 
     #[test]
-    fn a_machine_without_a_key_gets_the_same_unheld_key_every_time() {
-        let a = ssh_key(None, "capi-1").unwrap_or_default();
-        assert_eq!(a, ssh_key(None, "capi-1").unwrap_or_default());
-        assert_ne!(a, ssh_key(None, "capi-2").unwrap_or_default());
+    fn a_machine_without_a_key_gets_a_random_unheld_key_and_keeps_the_one_it_has() {
+        let a = ssh_key(None, None).unwrap_or_default();
+        // Nothing it is made from is known: two makings differ.
+        assert_ne!(a, ssh_key(None, None).unwrap_or_default());
         assert!(
             a.starts_with("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI"),
             "{a}"
         );
+        // A resource put again keeps the key it has.
+        assert_eq!(ssh_key(None, Some(&a)).unwrap_or_default(), a);
         let given = base64::engine::general_purpose::STANDARD.encode("ssh-rsa AAAAB3 me@host\n");
         assert_eq!(
-            ssh_key(Some(&given), "k").unwrap_or_default(),
+            ssh_key(Some(&given), Some(&a)).unwrap_or_default(),
             "ssh-rsa AAAAB3 me@host"
         );
-        assert!(ssh_key(Some("!!"), "k").is_err());
+        assert!(ssh_key(Some("!!"), None).is_err());
     }
 }

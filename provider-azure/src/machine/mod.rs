@@ -48,6 +48,7 @@ use crate::resource::{
     Foreign, Removal, Step, Wanted, converge, ensure, provisioning_state, remove,
 };
 
+pub(crate) use body::existing_ssh_key;
 pub use body::{
     ADMIN_USER, MAX_CUSTOM_DATA, REFERENCE_GALLERY, REFERENCE_IMAGE, image_reference, ssh_key,
 };
@@ -348,14 +349,15 @@ impl AzureMachineActuator {
     }
 
     /// PUTs the VM and records its operation: with `custom_data` to create it; with `None` to
-    /// put it again after a failure, when ARM keeps the `customData` it was created with (which
-    /// cannot change).
+    /// put it again after a failure (`existing`, as ARM answered it), when ARM keeps the
+    /// `customData` it was created with (which cannot change), and the VM keeps its SSH key.
     async fn put_vm(
         ctx: &Ctx,
         custom_data: Option<String>,
+        existing: Option<&Value>,
         operations: &mut Operations,
     ) -> Result<Value, ActuatorError> {
-        let body = ctx.vm_body(custom_data)?;
+        let body = ctx.vm_body(custom_data, existing)?;
         let id = ctx.vm_id();
         let accepted = ctx
             .cluster
@@ -474,7 +476,7 @@ impl Actuator<AzureMachine, AzureCluster> for AzureMachineActuator {
         let ctx = self.context(scope).await?;
         let mut operations = Operations::resume(ctx.cluster.arm.as_ref(), &ctx.recorded()).await;
         let (nic, public_ip) = Self::prerequisites(&ctx, &mut operations).await?;
-        let vm = Self::put_vm(&ctx, Some(custom_data), &mut operations).await?;
+        let vm = Self::put_vm(&ctx, Some(custom_data), None, &mut operations).await?;
         Self::report(
             &ctx,
             &VmRecord {
@@ -500,7 +502,8 @@ impl Actuator<AzureMachine, AzureCluster> for AzureMachineActuator {
         if state.failed() && !put_under_way {
             // ARM recovers a VM whose provisioning failed by PUTting it again.
             let (nic, public_ip) = Self::prerequisites(&ctx, &mut record.operations).await?;
-            record.vm = Self::put_vm(&ctx, None, &mut record.operations).await?;
+            let existing = record.vm.clone();
+            record.vm = Self::put_vm(&ctx, None, Some(&existing), &mut record.operations).await?;
             record.nic = Some(nic);
             record.public_ip = public_ip;
         } else if state.succeeded() {

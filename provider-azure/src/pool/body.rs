@@ -5,10 +5,11 @@
 
 use capi_core::{ActuatorError, ModelRevision};
 use serde_json::{Value, json};
+use sha2::Digest;
 
 use crate::api::SubnetRole;
 use crate::arm::models::Tags;
-use crate::machine::{ADMIN_USER, image_reference, ssh_key};
+use crate::machine::{ADMIN_USER, existing_ssh_key, image_reference, ssh_key};
 use crate::naming::Role;
 
 use super::{DATA_DIGEST_TAG, POOL_TAG, PoolCtx, REVISION_TAG, user_data};
@@ -17,8 +18,9 @@ use super::{DATA_DIGEST_TAG, POOL_TAG, PoolCtx, REVISION_TAG, user_data};
 /// orchestration requires).
 pub(super) const NETWORK_API_VERSION: &str = "2020-11-01";
 
-/// The longest computer name prefix taken from the pool's name (Azure appends six characters).
-const MAX_PREFIX: usize = 20;
+/// The longest part of the pool's name in the computer name prefix (a digest of the pool's key
+/// and Azure's six characters follow it).
+const MAX_PREFIX: usize = 14;
 
 impl PoolCtx {
     /// The scale set's tags: the user's, the cluster's ownership, the node role, the pool's key,
@@ -35,9 +37,10 @@ impl PoolCtx {
         tags
     }
 
-    /// The prefix of the VMs' computer (and node) names: the pool's name, lower case, letters,
-    /// digits and `-` only.
-    fn computer_name_prefix(&self) -> String {
+    /// The prefix of the VMs' computer (and node) names: the pool's name (lower case, letters,
+    /// digits and `-` only, cut short) and four hex digits of the pool's key, so that two pools
+    /// of one cluster whose names start alike never share a node name.
+    pub(super) fn computer_name_prefix(&self) -> String {
         let name = kube::ResourceExt::name_any(self.pool.as_ref()).to_ascii_lowercase();
         let mut prefix: String = name
             .chars()
@@ -48,17 +51,20 @@ impl PoolCtx {
         if prefix.is_empty() {
             prefix = "pool".into();
         }
-        format!("{prefix}-")
+        let digest = sha2::Sha256::digest(self.key.as_bytes());
+        format!("{prefix}-{:02x}{:02x}-", digest[0], digest[1])
     }
 
     /// The scale set at `capacity`, its model of `revision` with `custom_data` (base64 of the
-    /// bootstrap data, whose digest is `digest`).
+    /// bootstrap data, whose digest is `digest`) and the SSH key of `existing` (the scale set as
+    /// ARM answered it, when it is put again).
     pub(super) fn scale_set_body(
         &self,
         capacity: u32,
         revision: &ModelRevision,
         digest: &str,
         custom_data: String,
+        existing: Option<&Value>,
     ) -> Result<Value, ActuatorError> {
         let template = &self.pool.spec.template;
         let image = image_reference(template.image.as_ref(), self.version.as_deref())?;
@@ -88,6 +94,8 @@ impl PoolCtx {
             "sku": {"name": template.vm_size, "capacity": capacity},
             "properties": {
                 "orchestrationMode": "Flexible",
+                // New models reach only new VMs: the loop replaces VMs itself.
+                "upgradePolicy": {"mode": "Manual"},
                 "platformFaultDomainCount": 1,
                 "singlePlacementGroup": false,
                 "virtualMachineProfile": {
@@ -99,7 +107,12 @@ impl PoolCtx {
                             "disablePasswordAuthentication": true,
                             "ssh": {"publicKeys": [{
                                 "path": format!("/home/{ADMIN_USER}/.ssh/authorized_keys"),
-                                "keyData": ssh_key(template.ssh_public_key.as_deref(), &self.key)?,
+                                "keyData": ssh_key(
+                                    template.ssh_public_key.as_deref(),
+                                    existing.and_then(|set| existing_ssh_key(
+                                        &set["properties"]["virtualMachineProfile"]["osProfile"],
+                                    )),
+                                )?,
                             }]},
                         },
                     },

@@ -32,6 +32,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use base64::Engine;
 use capi_core::api::{MachineAddress, MachineAddressType};
+use capi_core::condition::{ConditionStatus, DesiredCondition};
 use capi_core::{
     ActuatorError, BootstrapData, Found, InstanceState, ModelRevision, PoolActuator, PoolInstance,
     PoolScope, ProviderStatus, ScaleSetReport,
@@ -59,6 +60,10 @@ pub const REVISION_TAG: &str = "capi-rs.dev_model-revision";
 pub const DATA_DIGEST_TAG: &str = "capi-rs.dev_bootstrap-digest";
 /// The key of the revision in the `userData` (JSON) of the model and of each VM.
 pub const REVISION_KEY: &str = "capi-rs.dev/model-revision";
+
+/// The provider's condition on the pool: whether the scale set's last operation succeeded
+/// (`False` with ARM's reason when it failed; the next reconcile puts it again).
+pub const SCALE_SET_PROVISIONED: &str = "ScaleSetProvisioned";
 
 /// How soon a scale set being changed or deleted is looked at again.
 const POLL: Duration = Duration::from_secs(5);
@@ -115,6 +120,29 @@ impl PoolCtx {
     /// Whether `tags` mark a scale set as this pool's.
     fn owns(&self, tags: &Value) -> bool {
         self.cluster.naming.owns(tags) && tags[POOL_TAG].as_str() == Some(self.key.as_str())
+    }
+
+    /// Refuses a recorded `spec.providerID` that names another scale set than `id` (the
+    /// cluster's resource group or subscription changed, or the ID was written by hand): a
+    /// second scale set would be made while the first one, and its nodes, were left.
+    fn check_provider_id(&self, id: &ResourceId) -> Result<(), ActuatorError> {
+        let Some(recorded) = self.pool.spec.provider_id.as_deref() else {
+            return Ok(());
+        };
+        let named = recorded
+            .strip_prefix(crate::machine::PROVIDER_ID_PREFIX)
+            .and_then(|path| ResourceId::parse(path).ok());
+        if named.as_ref().is_some_and(|named| named.same(id)) {
+            return Ok(());
+        }
+        Err(ActuatorError::invalid_configuration(
+            "ProviderIDMismatch",
+            format!(
+                "spec.providerID {recorded:?} is not this pool's scale set {id}: the \
+                 AzureCluster's subscription or resource group changed, or the ID was set by \
+                 hand; restore them, or delete the scale set it names and clear spec.providerID"
+            ),
+        ))
     }
 
     /// The OData filter selecting the scale set's VMs.
@@ -177,9 +205,12 @@ impl AzurePoolActuator {
         Self { connector }
     }
 
+    /// The call's context; `check` refuses a spec the scale set cannot be made from (deletion
+    /// does not check: a pool made with a wrong spec must still go).
     async fn context(
         &self,
         scope: &PoolScope<AzureMachinePool, AzureCluster>,
+        check: bool,
     ) -> Result<PoolCtx, ActuatorError> {
         let pool = &scope.infra_pool;
         let infra_cluster = scope.infra_cluster.clone().ok_or_else(|| {
@@ -195,6 +226,7 @@ impl AzurePoolActuator {
             )
         })?;
         if let Some(location) = pool.spec.location.as_deref()
+            && check
             && !location.eq_ignore_ascii_case(&infra_cluster.spec.location)
         {
             return Err(ActuatorError::invalid_configuration(
@@ -225,8 +257,9 @@ impl AzurePoolActuator {
     /// pool's name exists. Never writes.
     async fn find(ctx: &PoolCtx) -> Result<Option<ScaleSetRecord>, ActuatorError> {
         let arm = ctx.cluster.arm.as_ref();
-        let mut operations = Operations::resume(arm, &ctx.recorded()).await;
         let id = ctx.scale_set_id();
+        ctx.check_provider_id(&id)?;
+        let mut operations = Operations::resume(arm, &ctx.recorded()).await;
         let Some(scale_set) = arm
             .get(&id)
             .await
@@ -311,6 +344,7 @@ impl AzurePoolActuator {
         let model_revision = revision.map(|r| r.as_str().to_string()).or_else(|| {
             record.scale_set["tags"][REVISION_TAG]
                 .as_str()
+                .filter(|r| r.len() <= 63)
                 .map(str::to_string)
         });
         let mut instance_revisions = Vec::new();
@@ -363,13 +397,39 @@ impl AzurePoolActuator {
             }
             reported = reported.with_instance(instance);
         }
+        let state = provisioning_state(&record.scale_set);
+        let failure = record.operations.failure_message();
+        let condition = if state.failed() || failure.is_some() {
+            DesiredCondition::new(
+                SCALE_SET_PROVISIONED,
+                ConditionStatus::False,
+                "ProvisioningFailed",
+            )
+            .message(failure.unwrap_or_else(|| {
+                format!(
+                    "the last operation on scale set {} did not complete",
+                    id.name
+                )
+            }))
+        } else if state.succeeded() {
+            DesiredCondition::new(SCALE_SET_PROVISIONED, ConditionStatus::True, "Provisioned")
+        } else {
+            DesiredCondition::new(
+                SCALE_SET_PROVISIONED,
+                ConditionStatus::False,
+                "Provisioning",
+            )
+            .message(format!("scale set {} is {}", id.name, state.0))
+        };
         let status = ProviderStatus::from_typed(&PoolStatus {
             model_revision,
             instance_revisions,
             long_running_operation_states: record.operations.to_record(),
         })
         .map_err(|e| ActuatorError::transient("ProviderStatusInvalid", e))?;
-        Ok(reported.with_provider_status(status))
+        Ok(reported
+            .with_provider_status(status)
+            .with_condition(condition))
     }
 
     /// PUTs the scale set at `capacity` with the model of `revision` and `bootstrap`, and
@@ -379,10 +439,17 @@ impl AzurePoolActuator {
         capacity: u32,
         revision: &ModelRevision,
         bootstrap: &BootstrapData,
+        existing: Option<&Value>,
         operations: &mut Operations,
     ) -> Result<Value, ActuatorError> {
         let custom_data = custom_data(bootstrap)?;
-        let body = ctx.scale_set_body(capacity, revision, &data_digest(bootstrap), custom_data)?;
+        let body = ctx.scale_set_body(
+            capacity,
+            revision,
+            &data_digest(bootstrap),
+            custom_data,
+            existing,
+        )?;
         let id = ctx.scale_set_id();
         let accepted = ctx
             .cluster
@@ -422,7 +489,7 @@ impl PoolActuator<AzureMachinePool, AzureCluster> for AzurePoolActuator {
         &self,
         scope: &PoolScope<AzureMachinePool, AzureCluster>,
     ) -> Result<Option<Found<ScaleSetRecord, ScaleSetReport>>, ActuatorError> {
-        let ctx = self.context(scope).await?;
+        let ctx = self.context(scope, true).await?;
         let Some(record) = Self::find(&ctx).await? else {
             return Ok(None);
         };
@@ -437,7 +504,7 @@ impl PoolActuator<AzureMachinePool, AzureCluster> for AzurePoolActuator {
     ) -> Result<ScaleSetReport, ActuatorError> {
         // Bootstrap data Azure would refuse is said before any request.
         custom_data(bootstrap)?;
-        let ctx = self.context(scope).await?;
+        let ctx = self.context(scope, true).await?;
         if let Some(record) = Self::find(&ctx).await? {
             return Self::report(&ctx, &record, None);
         }
@@ -450,8 +517,15 @@ impl PoolActuator<AzureMachinePool, AzureCluster> for AzurePoolActuator {
                 .and_then(|r| u32::try_from(r).ok())
                 .unwrap_or(1)
         });
-        let scale_set =
-            Self::put(&ctx, capacity, &scope.revision, bootstrap, &mut operations).await?;
+        let scale_set = Self::put(
+            &ctx,
+            capacity,
+            &scope.revision,
+            bootstrap,
+            None,
+            &mut operations,
+        )
+        .await?;
         Self::report(
             &ctx,
             &ScaleSetRecord {
@@ -470,15 +544,17 @@ impl PoolActuator<AzureMachinePool, AzureCluster> for AzurePoolActuator {
         found: Found<ScaleSetRecord, ScaleSetReport>,
         bootstrap: Option<BootstrapData>,
     ) -> Result<ScaleSetReport, ActuatorError> {
-        let ctx = self.context(scope).await?;
+        let ctx = self.context(scope, true).await?;
         let mut record = found.instance;
         let id = ctx.scale_set_id();
         let busy = record.operations.in_flight(&id, OperationType::Put)
             || record.operations.in_flight(&id, OperationType::Delete)
-            || provisioning_state(&record.scale_set).in_progress();
+            || provisioning_state(&record.scale_set).in_progress()
+            || record.vms.iter().any(is_deleting);
         if busy {
-            // ARM refuses a second operation on a scale set while one runs: looked at again
-            // once it ends.
+            // ARM refuses a second operation on a scale set while one runs, and a PUT while
+            // VMs are still leaving could count them and make new ones: looked at again once
+            // it ends (also when its record was lost, by the VMs' own state).
             return Self::report(&ctx, &record, None);
         }
         // The named VMs first, in one removal that lowers the capacity with them.
@@ -506,7 +582,14 @@ impl PoolActuator<AzureMachinePool, AzureCluster> for AzurePoolActuator {
                 .post(&id, "delete", &json!({ "instanceIds": leaving }))
                 .await
                 .map_err(|e| {
-                    e.into_actuator(&format!("removing VMs from scale set {}", id.name))
+                    let what = format!("removing VMs from scale set {}", id.name);
+                    if matches!(e.class(), crate::arm::ErrorClass::Invalid) {
+                        // A VM named may have gone between the listing and the removal, which
+                        // ARM refuses as a whole: listed again and retried, never frozen.
+                        ActuatorError::transient_message("RemovalRefused", format!("{what}: {e}"))
+                    } else {
+                        e.into_actuator(&what)
+                    }
                 })?;
             if let Some(operation) = &pending {
                 record
@@ -515,16 +598,26 @@ impl PoolActuator<AzureMachinePool, AzureCluster> for AzurePoolActuator {
             }
             tracing::info!(scale_set = %id.name, vms = ?leaving, "removing virtual machines");
             for vm in record.vms.iter_mut() {
-                if vm["name"]
+                let named = vm["name"]
                     .as_str()
-                    .is_some_and(|n| leaving.iter().any(|l| l.eq_ignore_ascii_case(n)))
+                    .is_some_and(|n| leaving.iter().any(|l| l.eq_ignore_ascii_case(n)));
+                if let Some(properties) = vm
+                    .get_mut("properties")
+                    .and_then(Value::as_object_mut)
+                    .filter(|_| named)
                 {
-                    vm["properties"]["provisioningState"] = json!("Deleting");
+                    properties.insert("provisioningState".into(), json!("Deleting"));
                 }
             }
             let capacity = capacity_of(&record.scale_set)
                 .saturating_sub(u32::try_from(leaving.len()).unwrap_or(u32::MAX));
-            record.scale_set["sku"]["capacity"] = json!(capacity);
+            if let Some(sku) = record
+                .scale_set
+                .get_mut("sku")
+                .and_then(Value::as_object_mut)
+            {
+                sku.insert("capacity".into(), json!(capacity));
+            }
             return Self::report(&ctx, &record, None);
         }
         // The model and the capacity: put again when either differs. Without bootstrap data
@@ -545,11 +638,13 @@ impl PoolActuator<AzureMachinePool, AzureCluster> for AzurePoolActuator {
             )
             || provisioning_state(&record.scale_set).failed();
         if capacity != current || stale {
+            let existing = record.scale_set.clone();
             record.scale_set = Self::put(
                 &ctx,
                 capacity,
                 &scope.revision,
                 &bootstrap,
+                Some(&existing),
                 &mut record.operations,
             )
             .await?;
@@ -562,7 +657,7 @@ impl PoolActuator<AzureMachinePool, AzureCluster> for AzurePoolActuator {
         &self,
         scope: &PoolScope<AzureMachinePool, AzureCluster>,
     ) -> Result<(), ActuatorError> {
-        let ctx = self.context(scope).await?;
+        let ctx = self.context(scope, false).await?;
         let arm = ctx.cluster.arm.as_ref();
         let id = ctx.scale_set_id();
         let found = arm

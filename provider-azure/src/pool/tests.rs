@@ -404,3 +404,117 @@ async fn deletion_takes_the_scale_set_then_any_vm_it_left_and_ends_when_none_is_
     assert!(lock(&state).get(&vm_id("vm-a")).is_none());
     assert!(actuator.delete(&scope).await.is_ok());
 }
+
+#[tokio::test]
+async fn a_provider_id_naming_another_scale_set_is_refused_before_anything_is_made() {
+    let (arm, state) = fake();
+    let actuator = actuator(arm);
+    let mut pool = infra_pool(json!({}));
+    pool.spec.provider_id = Some(format!(
+        "azure:///subscriptions/{SUB}/resourceGroups/old-group/providers/Microsoft.Compute/virtualMachineScaleSets/{KEY}"
+    ));
+    let scope = scope_with(pool, Some(1), &[], "r1");
+    let error = actuator.exists(&scope).await.err();
+    assert_eq!(
+        error.map(|e| e.reason().to_string()).as_deref(),
+        Some("ProviderIDMismatch")
+    );
+    let error = actuator.create(&scope, &bootstrap()).await.err();
+    assert_eq!(
+        error.map(|e| e.reason().to_string()).as_deref(),
+        Some("ProviderIDMismatch")
+    );
+    assert!(lock(&state).calls("PUT").is_empty());
+}
+
+#[tokio::test]
+async fn a_pool_with_a_wrong_location_is_refused_and_still_deleted() {
+    let (arm, state) = fake();
+    let actuator = actuator(arm);
+    existing(&state, &actuator, &[("vm-a", "r1")], "r1").await;
+    let mut pool = infra_pool(json!({}));
+    pool.spec.location = Some("eastus".into());
+    let scope = scope_with(pool, Some(1), &[], "r1");
+    let error = actuator.exists(&scope).await.err();
+    assert_eq!(
+        error.map(|e| e.reason().to_string()).as_deref(),
+        Some("LocationMismatch")
+    );
+    let mut attempts = 0;
+    while actuator.delete(&scope).await.is_err() {
+        attempts += 1;
+        assert!(attempts < 5, "the pool's deletion is stuck");
+    }
+    assert!(lock(&state).get(&set_id()).is_none());
+}
+
+#[tokio::test]
+async fn a_removal_arm_refuses_is_retried_not_frozen_and_nothing_is_put_while_vms_leave() {
+    let (arm, state) = fake();
+    let actuator = actuator(arm);
+    existing(&state, &actuator, &[("vm-a", "r1"), ("vm-b", "r1")], "r1").await;
+    lock(&state).errors.insert(
+        ("POST".into(), "*".into()),
+        crate::arm::ArmError::new(Some(400), "InvalidParameter", "vm-a is not in the set"),
+    );
+    let leaving = provider_id(&vm_id("vm-a"));
+    let scope = scope(1, &[leaving.as_str()], "r1");
+    let found = look(&actuator, &scope).await;
+    let error = actuator
+        .update(&scope, found, Some(bootstrap()))
+        .await
+        .err();
+    assert_eq!(
+        error.as_ref().map(|e| e.reason().to_string()).as_deref(),
+        Some("RemovalRefused")
+    );
+    assert!(matches!(
+        error.as_ref().map(ActuatorError::kind),
+        Some(ActuatorErrorKind::Transient)
+    ));
+    // A VM still leaving (its removal's record lost): a new model waits for it to go.
+    if let Some(vm) = lock(&state)
+        .resources
+        .get_mut(&vm_id("vm-b").to_string().to_lowercase())
+    {
+        vm["properties"]["provisioningState"] = json!("Deleting");
+    }
+    let grow = scope_with(infra_pool(json!({})), Some(3), &[], "r2");
+    let found = look(&actuator, &grow).await;
+    assert!(
+        actuator
+            .update(&grow, found, Some(bootstrap()))
+            .await
+            .is_ok()
+    );
+    assert!(lock(&state).calls("PUT").is_empty());
+}
+
+#[tokio::test]
+async fn a_model_put_again_keeps_the_scale_sets_ssh_key() {
+    let (arm, state) = fake();
+    let actuator = actuator(arm);
+    existing(&state, &actuator, &[("vm-a", "r1")], "r1").await;
+    let key_of = |state: &Arc<Mutex<State>>| {
+        lock(state).get(&set_id()).cloned().unwrap_or_default()["properties"]
+            ["virtualMachineProfile"]["osProfile"]["linuxConfiguration"]["ssh"]["publicKeys"][0]
+            ["keyData"]
+            .clone()
+    };
+    let first = key_of(&state);
+    assert!(
+        first
+            .as_str()
+            .is_some_and(|k| k.starts_with("ssh-ed25519 "))
+    );
+    let scope = scope(2, &[], "r2");
+    let found = look(&actuator, &scope).await;
+    assert!(
+        actuator
+            .update(&scope, found, Some(bootstrap()))
+            .await
+            .is_ok()
+    );
+    assert_eq!(lock(&state).calls("PUT"), [KEY]);
+    assert_eq!(key_of(&state), first);
+}
