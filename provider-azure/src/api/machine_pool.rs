@@ -17,8 +17,9 @@ use super::tags::{Tags, user_tags};
 /// or bootstrap configuration) rolls the VMs, surge first; tags change in place.
 ///
 /// Differences from CAPZ's `AzureMachinePool`:
-/// - `orchestrationMode` is `Flexible` only (CAPZ's default): a Uniform scale set's instances
-///   are not VMs of their own, and cannot be told apart by the pool's machines;
+/// - `orchestrationMode` is `Flexible` only, and is the default (CAPZ defaults to `Uniform`):
+///   a Uniform scale set's instances are not VMs of their own, cannot be removed as VMs by
+///   name through the VM API, and Azure recommends Flexible for new scale sets;
 /// - no `strategy` (the pool loop replaces VMs itself, one at a time with none missing, and
 ///   removes only the VMs whose machines were drained — never a VM Azure picks), no identities,
 ///   role assignments, extensions, diagnostics, data disks, spot options or accelerated
@@ -120,7 +121,7 @@ pub struct AzureMachinePoolMachineTemplate {
     /// The OS disk.
     pub os_disk: OsDisk,
     /// An SSH public key for the `capi` user, base64-encoded in `authorized_keys` format. Unset,
-    /// the VMs take no SSH key.
+    /// the VMs get a random key whose private half nobody holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 16384), pattern(r"^([A-Za-z0-9+/]+={0,2})?$"))]
     pub ssh_public_key: Option<String>,
