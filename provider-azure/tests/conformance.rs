@@ -3,8 +3,8 @@
 //! network, security groups, subnets, public IP, load balancer) provisioned, reconciled again
 //! and deleted, and inside it machines created, re-created after lost responses and after
 //! `create` was stopped at each of its await points (a restart in the middle of a VM's
-//! creation), updated and deleted — with every resource in the server accounted for, and every
-//! body checked against Azure's models.
+//! creation), updated and deleted; and the pool rules for scale sets in such a cluster — with
+//! every resource in the server accounted for, and every body checked against Azure's models.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -14,15 +14,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use capi_core::ClusterInfrastructure;
 use capi_core::api::Cluster;
-use capi_testing::conformance::{CloudInventory, ClusterSuite, MachineSuite, Settings};
+use capi_testing::conformance::{
+    CloudInventory, ClusterSuite, MachineSuite, POOL_CREATE_IS_FOUND, POOL_CREATE_IS_IDEMPOTENT,
+    POOL_CREATE_SURVIVES_CRASHES, POOL_DELETE_RETURNS_ONLY_WHEN_GONE, POOL_EXISTS_NEVER_CREATES,
+    POOL_HOLDS_ITS_CAPACITY, POOL_LAUNCHES_THE_CURRENT_REVISION, POOL_REMOVES_ONLY_THE_NAMED,
+    PoolSuite, Report, Settings,
+};
 use common::arm_server::ArmServer;
 use common::model_checker::ModelChecker;
 use common::{FixedConnector, arm_client};
-use provider_azure::api::{AzureCluster, AzureMachine};
+use provider_azure::api::{AzureCluster, AzureMachine, AzureMachinePool};
 use provider_azure::arm::ResourceType;
 use provider_azure::cluster::AzureClusterActuator;
 use provider_azure::machine::AzureMachineActuator;
+use provider_azure::pool::AzurePoolActuator;
 
 const NAMESPACE: &str = "conformance";
 const CLUSTER: &str = "gamma";
@@ -47,15 +54,24 @@ impl CloudInventory for Inventory {
     }
 }
 
-#[tokio::test]
-async fn the_azure_provider_conforms_on_the_arm_test_server() {
+/// A test server whose operations take 100 ms, everything in it, a connector to it, and an
+/// `AzureCluster` named `name` with its `Cluster`, as the suites start from.
+struct Setup {
+    server: Arc<ArmServer>,
+    inventory: Arc<Inventory>,
+    connector: Arc<FixedConnector>,
+    infra_cluster: AzureCluster,
+    cluster: Cluster,
+}
+
+async fn setup(name: &str) -> Setup {
     let server = ArmServer::start(Arc::new(ModelChecker::start())).await;
     server.faults(|f| f.operation_time = Duration::from_millis(100));
     let inventory = Arc::new(Inventory(server.clone()));
     let connector = Arc::new(FixedConnector(arm_client(&server)));
     let mut infra_cluster: AzureCluster = serde_json::from_value(serde_json::json!({
         "apiVersion": "infrastructure.capi-rs.dev/v1alpha1", "kind": "AzureCluster",
-        "metadata": {"name": CLUSTER, "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {
             "subscriptionID": SUBSCRIPTION,
             "location": "westeurope",
@@ -63,19 +79,67 @@ async fn the_azure_provider_conforms_on_the_arm_test_server() {
         },
     }))
     .unwrap();
-    infra_cluster.metadata.uid = Some(format!("uid-{CLUSTER}-{}", std::process::id()));
+    infra_cluster.metadata.uid = Some(format!("uid-{name}-{}", std::process::id()));
     let mut cluster = Cluster::default();
-    cluster.metadata.name = Some(CLUSTER.into());
+    cluster.metadata.name = Some(name.into());
     cluster.metadata.namespace = Some(NAMESPACE.into());
     cluster.metadata.uid = infra_cluster.metadata.uid.clone();
+    Setup {
+        server,
+        inventory,
+        connector,
+        infra_cluster,
+        cluster,
+    }
+}
 
-    let settings = Settings {
+/// `infra_cluster` as the loop reads it once the cluster suite provisioned it.
+fn provisioned(mut infra_cluster: AzureCluster, reported: &ClusterInfrastructure) -> AzureCluster {
+    let status = serde_json::Value::Object(reported.provider_status.fields().clone());
+    infra_cluster.status = Some(serde_json::from_value(status).unwrap());
+    infra_cluster
+}
+
+/// Fails unless the suites conformed and left nothing in the server.
+async fn assert_conformed(report: Report, setup: &Setup) {
+    report.assert_conforms();
+    for note in &report.notes {
+        println!("conformance note: {note}");
+    }
+    assert!(report.checked.len() >= 10, "{:?}", report.checked);
+    assert!(
+        setup.inventory.resources().await.unwrap().is_empty(),
+        "nothing is left: {:?}",
+        setup.inventory.resources().await.unwrap()
+    );
+    setup.server.assert_clean();
+    println!(
+        "bodies checked against Azure's models: {}",
+        setup.server.checked()
+    );
+}
+
+fn settings(crash_points: usize) -> Settings {
+    Settings {
         deadline: Duration::from_secs(120),
         max_wait: Duration::from_millis(150),
-        crash_points: 16,
+        crash_points,
         poll_gap: Duration::from_millis(20),
         restart_delay: Duration::from_millis(50),
-    };
+    }
+}
+
+#[tokio::test]
+async fn the_azure_provider_conforms_on_the_arm_test_server() {
+    let setup = setup(CLUSTER).await;
+    let Setup {
+        inventory,
+        connector,
+        infra_cluster,
+        cluster,
+        ..
+    } = &setup;
+    let settings = settings(16);
     let infra_machine: AzureMachine = serde_json::from_value(serde_json::json!({
         "apiVersion": "infrastructure.capi-rs.dev/v1alpha1", "kind": "AzureMachine",
         "metadata": {"name": "template"},
@@ -89,7 +153,7 @@ async fn the_azure_provider_conforms_on_the_arm_test_server() {
     .unwrap();
     let machines = Arc::new(AzureMachineActuator::new(connector.clone()));
     let report = ClusterSuite::new(
-        Arc::new(AzureClusterActuator::new(connector)),
+        Arc::new(AzureClusterActuator::new(connector.clone())),
         inventory.clone(),
         infra_cluster.clone(),
     )
@@ -97,28 +161,78 @@ async fn the_azure_provider_conforms_on_the_arm_test_server() {
     .settings(settings.clone())
     .run_with(|reported| {
         // The machines' scope holds the AzureCluster as the loop reads it: provisioned.
-        let mut provisioned = infra_cluster;
-        let status = serde_json::Value::Object(reported.provider_status.fields().clone());
-        provisioned.status = Some(serde_json::from_value(status).unwrap());
-        let suite = MachineSuite::new(machines, inventory.clone(), infra_machine, provisioned)
-            .cluster(cluster)
-            .settings(settings);
+        let suite = MachineSuite::new(
+            machines,
+            inventory.clone(),
+            infra_machine,
+            provisioned(infra_cluster.clone(), &reported),
+        )
+        .cluster(cluster.clone())
+        .settings(settings);
         async move { suite.run().await }
     })
     .await;
-    report.assert_conforms();
-    for note in &report.notes {
-        println!("conformance note: {note}");
+    assert_conformed(report, &setup).await;
+}
+
+/// The pool rules: a scale set made exactly once (also when `create` is stopped at each of its
+/// await points, and when answers are lost), holding its capacity, losing only the VMs named,
+/// launching the current model, and deleted with nothing left.
+#[tokio::test]
+async fn azure_pools_conform_on_the_arm_test_server() {
+    let setup = setup("delta").await;
+    let Setup {
+        inventory,
+        connector,
+        infra_cluster,
+        cluster,
+        ..
+    } = &setup;
+    let settings = settings(12);
+    let infra_pool: AzureMachinePool = serde_json::from_value(serde_json::json!({
+        "apiVersion": "infrastructure.capi-rs.dev/v1alpha1", "kind": "AzureMachinePool",
+        "metadata": {"name": "template"},
+        "spec": {
+            "additionalTags": {"cost-center": "42"},
+            "template": {
+                "vmSize": "Standard_D2s_v3",
+                "image": {"marketplace": {"publisher": "Canonical", "offer": "ubuntu-24_04-lts", "sku": "server", "version": "latest"}},
+                "osDisk": {"osType": "Linux", "diskSizeGB": 64, "managedDisk": {"storageAccountType": "Premium_LRS"}},
+            },
+        },
+    }))
+    .unwrap();
+    let pools = Arc::new(AzurePoolActuator::new(connector.clone()));
+    let report = ClusterSuite::new(
+        Arc::new(AzureClusterActuator::new(connector.clone())),
+        inventory.clone(),
+        infra_cluster.clone(),
+    )
+    .cluster(cluster.clone())
+    .settings(settings.clone())
+    .run_with(|reported| {
+        let suite = PoolSuite::new(
+            pools,
+            inventory.clone(),
+            infra_pool,
+            provisioned(infra_cluster.clone(), &reported),
+        )
+        .cluster(cluster.clone())
+        .settings(settings);
+        async move { suite.run().await }
+    })
+    .await;
+    for rule in [
+        POOL_EXISTS_NEVER_CREATES,
+        POOL_CREATE_IS_FOUND,
+        POOL_CREATE_IS_IDEMPOTENT,
+        POOL_CREATE_SURVIVES_CRASHES,
+        POOL_HOLDS_ITS_CAPACITY,
+        POOL_REMOVES_ONLY_THE_NAMED,
+        POOL_LAUNCHES_THE_CURRENT_REVISION,
+        POOL_DELETE_RETURNS_ONLY_WHEN_GONE,
+    ] {
+        assert!(report.checked.contains(&rule), "{rule:?} was not checked");
     }
-    assert!(report.checked.len() >= 10, "{:?}", report.checked);
-    assert!(
-        inventory.resources().await.unwrap().is_empty(),
-        "nothing is left: {:?}",
-        inventory.resources().await.unwrap()
-    );
-    server.assert_clean();
-    println!(
-        "bodies checked against Azure's models: {}",
-        server.checked()
-    );
+    assert_conformed(report, &setup).await;
 }
