@@ -33,7 +33,7 @@ use capi_control_plane::api::KubeadmControlPlane;
 use capi_core::api::Cluster;
 use capi_testing::deployed;
 use common::arm_server::{CLIENT, SECRET, TENANT, Target};
-use common::manager::{Harness, SUBSCRIPTION, assert_nothing_secret, names};
+use common::manager::{Harness, SUBSCRIPTION, assert_nothing_secret, names, rendered_cluster};
 use k8s_openapi::api::core::v1::{Event, Node};
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, ResourceExt};
@@ -51,34 +51,18 @@ const WITHIN: Duration = Duration::from_secs(300);
 /// The cluster as `capictl generate cluster e2e --infrastructure azure --flavor
 /// static-credentials` renders it with CAPZ's variables.
 fn cluster_manifests(namespace: &str) -> Vec<kube::api::DynamicObject> {
-    use capi_cli::generate;
-    let extra = [
-        ("AZURE_SUBSCRIPTION_ID", SUBSCRIPTION),
-        ("AZURE_LOCATION", "westeurope"),
-        ("AZURE_CONTROL_PLANE_MACHINE_TYPE", "Standard_D2s_v3"),
-        ("AZURE_NODE_MACHINE_TYPE", "Standard_D4s_v3"),
-        ("AZURE_TENANT_ID", TENANT),
-        ("AZURE_CLIENT_ID", CLIENT),
-        ("AZURE_CLIENT_SECRET", SECRET),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    let inputs = generate::Inputs {
-        cluster_name: CLUSTER.into(),
-        namespace: Some(namespace.into()),
-        kubernetes_version: Some(KUBERNETES_VERSION.into()),
-        control_plane_machine_count: Some(3),
-        worker_machine_count: Some(2),
-        extra,
-    };
-    let text = generate::render(
-        generate::built_in("azure", Some("static-credentials")).unwrap(),
-        &inputs,
-        |_| None,
+    rendered_cluster(
+        CLUSTER,
+        namespace,
+        Some("static-credentials"),
+        KUBERNETES_VERSION,
+        (3, 2),
+        &[
+            ("AZURE_TENANT_ID", TENANT),
+            ("AZURE_CLIENT_ID", CLIENT),
+            ("AZURE_CLIENT_SECRET", SECRET),
+        ],
     )
-    .unwrap();
-    capi_testing::manifest::parse(&text).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

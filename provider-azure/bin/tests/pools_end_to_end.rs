@@ -20,7 +20,9 @@ use std::time::Duration;
 use capi_core::api::{Cluster, MachinePool};
 use capi_core::{condition, labels};
 use common::arm_server::{ArmServer, CLIENT, SECRET, TENANT, Target};
-use common::manager::{Harness, SUBSCRIPTION, World, assert_nothing_secret, names};
+use common::manager::{
+    Harness, SUBSCRIPTION, World, assert_nothing_secret, names, rendered_cluster,
+};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
@@ -38,32 +40,14 @@ const WITHIN: Duration = Duration::from_secs(240);
 /// The cluster as `capictl generate cluster pools --infrastructure azure --flavor machinepool`
 /// renders it, with the credentials Secret the template expects beside it.
 fn cluster_manifests(namespace: &str) -> Vec<kube::api::DynamicObject> {
-    use capi_cli::generate;
-    let extra = [
-        ("AZURE_SUBSCRIPTION_ID", SUBSCRIPTION),
-        ("AZURE_LOCATION", "westeurope"),
-        ("AZURE_CONTROL_PLANE_MACHINE_TYPE", "Standard_D2s_v3"),
-        ("AZURE_NODE_MACHINE_TYPE", "Standard_D4s_v3"),
-        ("AZURE_CLUSTER_IDENTITY_SECRET_NAME", "azure-credentials"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    let inputs = generate::Inputs {
-        cluster_name: CLUSTER.into(),
-        namespace: Some(namespace.into()),
-        kubernetes_version: Some(KUBERNETES_VERSION.into()),
-        control_plane_machine_count: Some(1),
-        worker_machine_count: Some(2),
-        extra,
-    };
-    let text = generate::render(
-        generate::built_in("azure", Some("machinepool")).unwrap(),
-        &inputs,
-        |_| None,
-    )
-    .unwrap();
-    let mut objects = capi_testing::manifest::parse(&text).unwrap();
+    let mut objects = rendered_cluster(
+        CLUSTER,
+        namespace,
+        Some("machinepool"),
+        KUBERNETES_VERSION,
+        (1, 2),
+        &[("AZURE_CLUSTER_IDENTITY_SECRET_NAME", "azure-credentials")],
+    );
     objects.push(
         serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Secret",

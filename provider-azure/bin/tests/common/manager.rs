@@ -228,6 +228,46 @@ impl Harness {
     }
 }
 
+/// The cluster `capictl generate cluster <cluster> --infrastructure azure [--flavor <flavor>]`
+/// renders in `namespace` for Kubernetes `version`, with CAPZ's variables (the test server's
+/// subscription, `westeurope`, `Standard_D2s_v3` control-plane and `Standard_D4s_v3` node VMs)
+/// and `extra` ones.
+pub fn rendered_cluster(
+    cluster: &str,
+    namespace: &str,
+    flavor: Option<&str>,
+    version: &str,
+    (control_plane, workers): (u32, u32),
+    extra: &[(&str, &str)],
+) -> Vec<kube::api::DynamicObject> {
+    use capi_cli::generate;
+    let variables = [
+        ("AZURE_SUBSCRIPTION_ID", SUBSCRIPTION),
+        ("AZURE_LOCATION", "westeurope"),
+        ("AZURE_CONTROL_PLANE_MACHINE_TYPE", "Standard_D2s_v3"),
+        ("AZURE_NODE_MACHINE_TYPE", "Standard_D4s_v3"),
+    ]
+    .iter()
+    .chain(extra)
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let inputs = generate::Inputs {
+        cluster_name: cluster.into(),
+        namespace: Some(namespace.into()),
+        kubernetes_version: Some(version.into()),
+        control_plane_machine_count: Some(control_plane),
+        worker_machine_count: Some(workers),
+        extra: variables,
+    };
+    let text = generate::render(
+        generate::built_in("azure", flavor).unwrap(),
+        &inputs,
+        |_| None,
+    )
+    .unwrap();
+    capi_testing::manifest::parse(&text).unwrap()
+}
+
 /// The names of the server's resources of `kind`.
 pub fn names(server: &ArmServer, kind: ResourceType) -> BTreeSet<String> {
     server
