@@ -285,10 +285,9 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
                         watch
                             .max_per_key
                             .fetch_max(seen.max_created_per_tag as usize, Ordering::Relaxed);
-                        watch.max_scale_sets_per_key.fetch_max(
-                            seen.max_scale_sets_per_tag as usize,
-                            Ordering::Relaxed,
-                        );
+                        watch
+                            .max_scale_sets_per_key
+                            .fetch_max(seen.max_scale_sets_per_tag as usize, Ordering::Relaxed);
                     }
                     Err(_) => {
                         watch.errors.fetch_add(1, Ordering::Relaxed);
