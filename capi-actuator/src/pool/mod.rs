@@ -177,12 +177,9 @@ async fn reconcile_once<P: InfraMachinePool, C: InfraCluster>(
     context: &Context<DynPoolActuator<P, C>>,
     owners: &observe::Owners<P, C>,
 ) -> Result<Next, ReconcileError> {
-    // The pool's machines and `Machine`s are read from the stores alone: before their first
-    // list is in, a pool would look as if it had none (and make a second machine per instance).
-    let listed = owners.members.store().wait_until_ready().await.is_ok()
-        && owners.machines.store().wait_until_ready().await.is_ok();
-    if !listed {
-        return Ok(Next::Requeue(context.retry.policy.poll));
+    let poll = context.retry.policy.poll;
+    if !owners.listed_within(poll).await {
+        return Ok(Next::Requeue(poll));
     }
     let invalid = context.retry.invalid_at(infra.as_ref());
     let snapshot = observe::observe(&context.client, owners, Arc::clone(infra), invalid).await?;

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use capi_core::api::{Cluster, Machine, MachinePool};
 use capi_core::infra::{InfraCluster, InfraMachinePool};
@@ -21,6 +22,18 @@ pub(crate) struct Owners<P: InfraMachinePool, C: InfraCluster> {
     pub(crate) infra_clusters: Cached<C>,
     pub(crate) machines: Cached<Machine>,
     pub(crate) members: Cached<P::Machine>,
+}
+
+impl<P: InfraMachinePool, C: InfraCluster> Owners<P, C> {
+    /// Whether the stores a pass counts from — the pool's machines and the `Machine`s — hold their
+    /// first lists, waiting for them at most `limit`. Before, a pool would look as if it had no
+    /// machines (and make a second machine per instance); a pass that finds them missing
+    /// requeues instead of holding its worker for as long as a list takes.
+    pub(crate) async fn listed_within(&self, limit: Duration) -> bool {
+        let lists =
+            futures::future::join(self.members.until_listed(), self.machines.until_listed());
+        tokio::time::timeout(limit, lists).await.is_ok()
+    }
 }
 
 /// The owner reference to a Cluster API `MachinePool`, if any: its name and UID.

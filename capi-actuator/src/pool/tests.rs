@@ -715,3 +715,49 @@ async fn an_unlisted_instance_of_a_deleting_machine_is_not_forgotten_at_once() {
     let plan = decide(&actuator, observed(later), POLL).await;
     assert_eq!(plan.record.members.release_finalizer.len(), 1);
 }
+
+/// A pass counts machines only from stores that hold their first lists, and waits for them no
+/// longer than its bound: with a watch that never lists (an API server out of reach) it requeues
+/// instead of holding its worker for good — the pool reconciler of `cargo xtask chaos --pool` once
+/// waited forever after a failover, and reconciled nothing again.
+#[tokio::test]
+async fn a_pass_waits_for_its_stores_first_lists_no_longer_than_its_bound() {
+    use super::observe::Owners;
+    use capi_runtime::cache::informer::Informers;
+    use capi_runtime::cache::lookup::Cached;
+    use kube::Api;
+    use kube::runtime::watcher;
+
+    // Nothing listens there: the watches retry, and never list.
+    let client = kube::Client::try_from(kube::Config::new(
+        "http://127.0.0.1:9".parse().expect("a URL"),
+    ))
+    .expect("a client");
+    let informers = Informers::default();
+    let never_listed = Owners::<TestMachinePool, TestCluster> {
+        machine_pools: Cached::new(kube::runtime::reflector::store().0, client.clone()),
+        clusters: Cached::new(kube::runtime::reflector::store().0, client.clone()),
+        infra_clusters: Cached::new(kube::runtime::reflector::store().0, client.clone()),
+        machines: Cached::of(
+            informers.informer(Api::all(client.clone()), watcher::Config::default()),
+            client.clone(),
+        ),
+        members: Cached::of(
+            informers.informer(Api::all(client.clone()), watcher::Config::default()),
+            client.clone(),
+        ),
+    };
+    let bound = Duration::from_millis(200);
+    let waited = tokio::time::timeout(Duration::from_secs(10), never_listed.listed_within(bound))
+        .await
+        .expect("the wait ends at its bound");
+    assert!(!waited, "not listed: the pass requeues");
+
+    // Stores given filled count as listed: no wait.
+    let listed = Owners::<TestMachinePool, TestCluster> {
+        machines: Cached::new(kube::runtime::reflector::store().0, client.clone()),
+        members: Cached::new(kube::runtime::reflector::store().0, client.clone()),
+        ..never_listed
+    };
+    assert!(listed.listed_within(Duration::ZERO).await);
+}

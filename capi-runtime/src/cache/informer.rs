@@ -26,6 +26,12 @@
 //!   of the list before that would find the old version, or none — kube-runtime then drops the
 //!   request — and wait for the next change or its resync).
 //!
+//! Readers that must not act on a partial view wait for the first list with
+//! [`Informer::until_listed`] (or ask [`Informer::listed`]), which wakes every task waiting, never
+//! with the store's own `Store::wait_until_ready`: kube-runtime's store keeps one waker, that of
+//! the task that polled it last, so of two readers waiting on a shared store (two reconciles, a
+//! reconcile and a controller's start, a check that polls it once) all but one may sleep forever.
+//!
 //! A typed watch without selectors can also be offered, through [`DynamicViews`], to readers that
 //! know its kind only at run time (the objects Cluster API objects refer to by kind): they read the
 //! same store, seen as `DynamicObject`s, instead of keeping a second copy of every object.
@@ -48,7 +54,7 @@ use kube::{Api, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 /// The informers of one manager (one API server, one identity), by kind, URL and selectors.
 /// Cloning it shares them.
@@ -231,7 +237,7 @@ where
     K: Resource<DynamicType = ()> + Clone + Debug + Serialize + Send + Sync + 'static,
 {
     fn listed(&self) -> bool {
-        lock(&self.hub.state).listed
+        Informer::listed(self)
     }
 
     fn contains(&self, namespace: Option<&str>, name: &str) -> bool {
@@ -326,9 +332,30 @@ impl<K> Informer<K>
 where
     K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
 {
-    /// The shared store (ready once the first list is in: `Store::wait_until_ready`).
+    /// The shared store. Whether it holds the first list is [`listed`](Self::listed) (or
+    /// [`until_listed`](Self::until_listed)) to say, not the store's `wait_until_ready` (see the
+    /// module's guarantees).
     pub fn store(&self) -> Store<K> {
         self.hub.store.clone()
+    }
+
+    /// Whether the store holds the watch's first complete list (before, a missing object may
+    /// exist). Stays true: a re-list swaps the store's contents whole.
+    pub fn listed(&self) -> bool {
+        *self.hub.listed.borrow()
+    }
+
+    /// Completes once the store holds the watch's first complete list — at once if it does. Any
+    /// number of tasks may wait at once, and every one is woken; the future keeps the watch
+    /// running while it waits. It waits as long as the list takes (forever for a kind the API
+    /// server never lists): bound it with a timeout.
+    pub fn until_listed(&self) -> impl Future<Output = ()> + Send + 'static + use<K> {
+        let hub = Arc::clone(&self.hub);
+        async move {
+            // The hub, which holds the sender, lives as long as this future: `wait_for` can only
+            // end with the list in.
+            let _ = hub.listed.subscribe().wait_for(|listed| *listed).await;
+        }
     }
 
     /// A new subscriber's stream of the watch's events, starting with a complete list (see the
@@ -366,6 +393,9 @@ struct Hub<K: Resource<DynamicType = ()> + Clone + 'static> {
     /// Watched without selectors or other settings: every object of the URL.
     unfiltered: bool,
     state: Mutex<HubState<K>>,
+    /// The first list is in (set under `state`'s lock): a new subscriber is given the store's
+    /// contents at once (see [`HubState::listing`]), and every reader waiting for it is woken.
+    listed: watch::Sender<bool>,
     task: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
@@ -373,10 +403,9 @@ struct Hub<K: Resource<DynamicType = ()> + Clone + 'static> {
 type Subscriber<K> = mpsc::UnboundedSender<watcher::Event<Arc<K>>>;
 
 struct HubState<K> {
-    /// The first list is in: a new subscriber is given the store's contents at once…
-    listed: bool,
-    /// …unless a (re-)list is under way: then it waits for its end, so that what it gets is one
-    /// whole list, never the old store followed by the tail of a new list.
+    /// A (re-)list is under way: a new subscriber waits for its end (as for the first list,
+    /// [`Hub::listed`]), so that what it gets is one whole list, never the old store followed by
+    /// the tail of a new list.
     listing: bool,
     subscribers: Vec<Subscriber<K>>,
     /// The objects of the (re-)list under way, passed on at its end (see [`Hub::dispatch`]).
@@ -405,12 +434,12 @@ where
             url,
             unfiltered,
             state: Mutex::new(HubState {
-                listed: false,
                 listing: false,
                 subscribers: Vec::new(),
                 relist: Vec::new(),
                 waiting: Vec::new(),
             }),
+            listed: watch::Sender::new(false),
             task: Mutex::new(None),
         })
     }
@@ -445,7 +474,7 @@ where
 
     fn subscribe(&self, sender: Subscriber<K>) {
         let mut state = lock(&self.state);
-        if state.listed && !state.listing {
+        if *self.listed.borrow() && !state.listing {
             self.seed(&sender);
             state.subscribers.push(sender);
         } else {
@@ -518,7 +547,8 @@ where
                 .retain(|subscriber| subscriber.send(event.clone()).is_ok());
         }
         if done {
-            state.listed = true;
+            // The store swapped the list in before this event came: readers find it whole.
+            self.listed.send_replace(true);
             state.listing = false;
             let waiting = std::mem::take(&mut state.waiting);
             for subscriber in waiting {
@@ -822,6 +852,39 @@ mod tests {
                 assert_eq!(stored.data, object.data);
             }
         }
+    }
+
+    /// The hang of a pool reconcile in `cargo xtask chaos --pool`: it waited for the shared
+    /// `Machine` store's first list while the `Machine` controller's start waited for the same
+    /// store and another controller checked it once; only the last to poll was woken.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_reader_waiting_for_the_first_list_is_woken_whoever_else_polls_the_store() {
+        use futures::FutureExt;
+        use std::time::Duration;
+        let (informer, mut writer) = fed();
+        assert!(!informer.listed());
+        let waiting: Vec<_> = (0..3)
+            .map(|_| tokio::spawn(informer.until_listed()))
+            .collect();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // What else reads the store meanwhile: a controller that awaits it before its first
+        // reconcile (kube-runtime's `Controller`), one that checks it without waiting.
+        let store = informer.store();
+        let controller_start = tokio::spawn(async move { store.wait_until_ready().await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(informer.store().wait_until_ready().now_or_never().is_none());
+
+        list(&informer, &mut writer, vec![map("a", "1")]);
+        for waiter in waiting {
+            tokio::time::timeout(Duration::from_secs(5), waiter)
+                .await
+                .expect("every waiting reader is woken by the list")
+                .expect("the waiter did not panic");
+        }
+        assert!(informer.listed());
+        // Listed for good, and at once for a reader that comes later.
+        assert!(informer.until_listed().now_or_never().is_some());
+        controller_start.abort();
     }
 
     #[tokio::test]

@@ -24,9 +24,9 @@ use serde::de::DeserializeOwned;
 pub struct Cached<K: Resource<DynamicType = ()> + Clone + 'static> {
     store: Store<K>,
     client: Client,
-    /// The watch filling `store`, kept running while this cache lives (`None`: someone else
-    /// keeps it running).
-    _watch: Option<crate::cache::informer::Informer<K>>,
+    /// The watch filling `store`, which says whether its first list is in, kept running while
+    /// this cache lives (`None`: a store handed in, see [`Cached::new`]).
+    informer: Option<crate::cache::informer::Informer<K>>,
 }
 
 impl<K: Resource<DynamicType = ()> + Clone + 'static> Debug for Cached<K> {
@@ -39,13 +39,13 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Debug for Cached<K> {
 }
 
 impl<K: Resource<DynamicType = ()> + Clone + 'static> Cached<K> {
-    /// A cache over `store` (filled by someone else's watch, e.g. an
-    /// [`Informer`](crate::cache::informer::Informer)); reads that miss it go to `client`.
+    /// A cache over `store`, filled by someone else (a test, a watch the caller waited for): it
+    /// counts as [`listed`](Self::listed) from the start. Reads that miss it go to `client`.
     pub fn new(store: Store<K>, client: Client) -> Self {
         Self {
             store,
             client,
-            _watch: None,
+            informer: None,
         }
     }
 }
@@ -61,7 +61,24 @@ where
         Self {
             store: informer.store(),
             client,
-            _watch: Some(informer),
+            informer: Some(informer),
+        }
+    }
+
+    /// Whether the store holds its watch's first complete list (before, a missing object may
+    /// exist): what a reader that counts objects from the store alone asks first.
+    pub fn listed(&self) -> bool {
+        self.informer
+            .as_ref()
+            .is_none_or(crate::cache::informer::Informer::listed)
+    }
+
+    /// Completes once the store holds its watch's first complete list (see
+    /// [`Informer::until_listed`](crate::cache::informer::Informer::until_listed): every reader
+    /// waiting is woken; it waits as long as the list takes, so bound it with a timeout).
+    pub async fn until_listed(&self) {
+        if let Some(informer) = &self.informer {
+            informer.until_listed().await;
         }
     }
 }
@@ -70,7 +87,7 @@ where
 /// hand it to `Controller::watches_stream` (filtered as the controller needs). Reads that miss the
 /// store go to `api`'s client. The watch is an [`Informer`](crate::cache::informer::Informer) of its own
 /// (a manager's controllers share theirs through `Reconciler::cached`); it starts now, so this is
-/// called within a Tokio runtime, and lasts while the stream does.
+/// called within a Tokio runtime, and lasts while the cache or the stream does.
 pub fn cached<K>(
     api: Api<K>,
 ) -> (
@@ -104,7 +121,7 @@ pub(crate) fn of_informer<K>(
 where
     K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
 {
-    (Cached::new(informer.store(), client), informer.changes())
+    (Cached::of(informer.clone(), client), informer.changes())
 }
 
 impl<K> Cached<K>
@@ -128,7 +145,9 @@ where
             .map(|found| found.map(Arc::new))
     }
 
-    /// The store itself (what the watch has seen).
+    /// The store itself (what the watch has seen). Whether it holds the first list is
+    /// [`listed`](Self::listed) to say, never the store's `wait_until_ready` (see
+    /// [`crate::cache::informer`]).
     pub fn store(&self) -> &Store<K> {
         &self.store
     }
