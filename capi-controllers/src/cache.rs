@@ -55,37 +55,35 @@ pub(crate) async fn cluster_or_wait(
     })
 }
 
-/// The cache in `slot` once it holds everything the API server had at its first list — never a
-/// partial view. A controller that counted machines in a cache still filling after a restart would
-/// see too few and create more than the user asked for; so every decision that counts from a cache
-/// asks here first and requeues on `None` (which only happens after a restart or at start-up). It
-/// never waits: a worker is not held while the first list is under way.
-pub(crate) fn synced<K>(slot: &std::sync::OnceLock<Store<K>>) -> Option<&Store<K>>
+/// The store of the watch in `slot` once it holds everything the API server had at its first list
+/// — never a partial view. A controller that counted machines in a cache still filling after a
+/// restart would see too few and create more than the user asked for; so every decision that
+/// counts from a cache asks here first and requeues on `None` (which only happens after a restart
+/// or at start-up). It never waits: a worker is not held while the first list is under way. (It
+/// asks the informer, not the store's `wait_until_ready`, whose poll would take the wake-up of
+/// whoever awaits the store: see `capi_runtime::cache::informer`.)
+pub(crate) fn synced<K>(slot: &std::sync::OnceLock<Informer<K>>) -> Option<Store<K>>
 where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Clone + Eq + std::hash::Hash,
+    K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
 {
-    use futures::FutureExt;
-    let store = slot.get()?;
-    match store.wait_until_ready().now_or_never() {
-        Some(Ok(())) => Some(store),
-        _ => None,
-    }
+    let informer = slot.get()?;
+    informer.listed().then(|| informer.store())
 }
 
-/// The store of a manager's shared watch ([`Informer`]: one per kind for every controller,
-/// managed fields dropped), and this controller's stream of its changes (hand it to
-/// `Controller::watches_stream`).
+/// A manager's shared watch ([`Informer`]: one per kind for every controller, managed fields
+/// dropped; its store, and whether its first list is in), and this controller's stream of its
+/// changes (hand it to `Controller::watches_stream`).
 pub(crate) fn cache<K>(
     informer: Informer<K>,
 ) -> (
-    Store<K>,
+    Informer<K>,
     impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
 )
 where
     K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
 {
-    (informer.store(), informer.changes())
+    let changes = informer.changes();
+    (informer, changes)
 }
 
 /// [`cache`] for Clusters: the store sees every change, the stream passes on only those the
@@ -96,12 +94,12 @@ pub(crate) fn cluster_cache(
     Store<Cluster>,
     impl Stream<Item = Result<Cluster, watcher::Error>> + Send + 'static,
 ) {
-    let (store, changes) = cache(informer);
+    let (informer, changes) = cache(informer);
     let relevant = capi_runtime::cache::predicate::changed(
         changes,
         capi_runtime::cache::predicate::cluster_as_its_objects_see_it,
     );
-    (store, relevant)
+    (informer.store(), relevant)
 }
 
 /// Maps a changed Cluster to the objects of `store` that belong to it (same namespace,

@@ -9,13 +9,13 @@ use capi_core::condition::{self, ConditionStatus, DesiredCondition};
 use capi_core::{cluster_objects, labels};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::ListParams;
-use kube::runtime::reflector::Store;
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use super::ClusterController;
 use crate::references::Confirm;
 use crate::{ownership, synced};
+use capi_runtime::cache::informer::Informer;
 use capi_runtime::pace;
 use capi_runtime::plan::{FinalizerChange, Next};
 use capi_runtime::reasons;
@@ -207,14 +207,16 @@ impl Seen<'_> {
     /// The objects of the cluster.
     async fn objects<K>(
         &self,
-        cache: &OnceLock<Store<K>>,
+        cache: &OnceLock<Informer<K>>,
         cluster_of: impl Fn(&K) -> &String,
     ) -> Result<Vec<Arc<K>>, kube::Error>
     where
         K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
             + Clone
             + DeserializeOwned
-            + std::fmt::Debug,
+            + std::fmt::Debug
+            + Send
+            + Sync,
     {
         match synced(cache) {
             Some(store) => Ok(store
@@ -238,14 +240,16 @@ impl Seen<'_> {
     /// Requests deletion of every object of the cluster; returns how many are left.
     async fn delete_all<K>(
         &self,
-        cache: &OnceLock<Store<K>>,
+        cache: &OnceLock<Informer<K>>,
         cluster_of: impl Fn(&K) -> &String,
     ) -> Result<usize, kube::Error>
     where
         K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
             + Clone
             + DeserializeOwned
-            + std::fmt::Debug,
+            + std::fmt::Debug
+            + Send
+            + Sync,
     {
         self.delete_all_where(cache, cluster_of, |_| true).await
     }
@@ -253,7 +257,7 @@ impl Seen<'_> {
     /// [`Seen::delete_all`] of the objects `which` selects.
     async fn delete_all_where<K>(
         &self,
-        cache: &OnceLock<Store<K>>,
+        cache: &OnceLock<Informer<K>>,
         cluster_of: impl Fn(&K) -> &String,
         which: impl Fn(&K) -> bool,
     ) -> Result<usize, kube::Error>
@@ -261,7 +265,9 @@ impl Seen<'_> {
         K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
             + Clone
             + DeserializeOwned
-            + std::fmt::Debug,
+            + std::fmt::Debug
+            + Send
+            + Sync,
     {
         let api: Api<K> = Api::namespaced(self.client.clone(), self.namespace);
         let objects: Vec<Arc<K>> = self

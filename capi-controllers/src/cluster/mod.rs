@@ -35,13 +35,14 @@ use futures::{StreamExt, stream};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::DynamicObject;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use tokio::sync::mpsc;
 
 use crate::references::{ReferenceWatches, References};
 use crate::workload::WorkloadClusters;
 use crate::{CoreSettings, cache, receiver_stream, take};
+use capi_runtime::cache::informer::Informer;
 use capi_runtime::pace::StatusPacer;
 use capi_runtime::plan::Next;
 use capi_runtime::{Context, ReconcileError, Reconciler, back_off, drain};
@@ -51,14 +52,14 @@ pub(crate) struct ClusterController {
     references: References,
     reference_changes: Mutex<Option<mpsc::UnboundedReceiver<Arc<DynamicObject>>>>,
     workloads: Arc<WorkloadClusters>,
-    machines: OnceLock<Store<Machine>>,
+    machines: OnceLock<Informer<Machine>>,
     /// A deleting cluster's objects, from watches: each pass of a deletion reads these instead
     /// of listing every object of the namespace (one authoritative list per kind comes last,
     /// before the finalizer goes).
-    deployments: OnceLock<Store<MachineDeployment>>,
-    sets: OnceLock<Store<MachineSet>>,
-    pools: OnceLock<Store<MachinePool>>,
-    health_checks: OnceLock<Store<MachineHealthCheck>>,
+    deployments: OnceLock<Informer<MachineDeployment>>,
+    sets: OnceLock<Informer<MachineSet>>,
+    pools: OnceLock<Informer<MachinePool>>,
+    health_checks: OnceLock<Informer<MachineHealthCheck>>,
     /// Spaces this summary's status writes (see [`capi_runtime::pace`]).
     pacer: StatusPacer,
     settings: CoreSettings,

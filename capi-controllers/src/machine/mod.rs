@@ -95,8 +95,8 @@ pub(crate) async fn run(
     let (clusters, cluster_changes) = cluster_cache(reconciler.informer::<Cluster>());
     let _ = reconciler.state().clusters.set(clusters);
     let (deployments, deployment_changes) = cache(reconciler.informer::<MachineDeployment>());
-    let deployment_changes = template_changes(deployment_changes, deployments.clone());
-    let _ = reconciler.state().deployments.set(deployments);
+    let deployment_changes = template_changes(deployment_changes, deployments.store());
+    let _ = reconciler.state().deployments.set(deployments.store());
     let by_deployment = machines.clone();
     let reference_changes = take(&reconciler.state().reference_changes);
     let node_changes = take(&reconciler.state().node_changes);

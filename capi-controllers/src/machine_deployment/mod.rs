@@ -33,6 +33,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 
 use crate::{CoreSettings, cache, cluster_cache, of_cluster, ownership};
+use capi_runtime::cache::informer::Informer;
 use capi_runtime::pace::StatusPacer;
 use capi_runtime::plan::{EventNote, Next};
 use capi_runtime::{Context, ReconcileError, Reconciler, back_off, drain};
@@ -44,7 +45,7 @@ pub const TEMPLATE_HASH_LABEL: &str = "machine-template-hash";
 
 /// What the MachineDeployment controller works with besides the client.
 pub(crate) struct DeploymentController {
-    sets: OnceLock<Store<MachineSet>>,
+    sets: OnceLock<Informer<MachineSet>>,
     clusters: OnceLock<Store<Cluster>>,
     /// Spaces this summary's status writes (see [`capi_runtime::pace`]).
     pacer: StatusPacer,

@@ -36,13 +36,14 @@ use kube::{Api, ResourceExt};
 
 use crate::workload::WorkloadClusters;
 use crate::{CoreSettings, cache, cluster_cache, of_cluster, selector};
+use capi_runtime::cache::informer::Informer;
 use capi_runtime::plan::Next;
 use capi_runtime::{Context, ReconcileError, Reconciler, back_off, drain};
 
 /// What the MachineHealthCheck controller works with besides the client.
 pub(crate) struct HealthCheckController {
     workloads: Arc<WorkloadClusters>,
-    machines: OnceLock<Store<Machine>>,
+    machines: OnceLock<Informer<Machine>>,
     clusters: OnceLock<Store<Cluster>>,
     settings: CoreSettings,
 }

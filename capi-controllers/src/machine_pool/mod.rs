@@ -43,6 +43,7 @@ use tokio::sync::mpsc;
 use crate::references::{ReferenceWatches, References};
 use crate::workload::{NodeChange, WorkloadClusters};
 use crate::{CoreSettings, cache, cluster_cache, of_cluster, receiver_stream, take};
+use capi_runtime::cache::informer::Informer;
 use capi_runtime::pace::StatusPacer;
 use capi_runtime::plan::{EventNote, Next};
 use capi_runtime::{Context, ReconcileError, Reconciler, back_off, drain};
@@ -57,7 +58,7 @@ pub(crate) struct MachinePoolController {
     reference_changes: Mutex<Option<mpsc::UnboundedReceiver<Arc<DynamicObject>>>>,
     workloads: Arc<WorkloadClusters>,
     node_changes: Mutex<Option<mpsc::UnboundedReceiver<NodeChange>>>,
-    machines: OnceLock<Store<Machine>>,
+    machines: OnceLock<Informer<Machine>>,
     clusters: OnceLock<Store<Cluster>>,
     /// Spaces the status writes of each pool (see [`capi_runtime::pace`]).
     pacer: StatusPacer,

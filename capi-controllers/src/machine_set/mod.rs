@@ -29,6 +29,7 @@ use kube::{Api, ResourceExt};
 use self::expectations::Expectations;
 use crate::references::{ReferenceWatches, References};
 use crate::{CoreSettings, cache, cluster_cache, of_cluster, ownership, selector};
+use capi_runtime::cache::informer::Informer;
 use capi_runtime::pace::StatusPacer;
 use capi_runtime::plan::{EventNote, Next};
 use capi_runtime::{Context, ReconcileError, Reconciler, back_off, drain};
@@ -40,7 +41,7 @@ pub const MACHINE_SET_FINALIZER: &str = "machineset.cluster.x-k8s.io";
 pub(crate) struct MachineSetController {
     references: References,
     expectations: Expectations,
-    machines: OnceLock<Store<Machine>>,
+    machines: OnceLock<Informer<Machine>>,
     clusters: OnceLock<Store<Cluster>>,
     /// Spaces this summary's status writes (see [`capi_runtime::pace`]).
     pacer: StatusPacer,

@@ -858,6 +858,7 @@ mod tests {
     /// `Machine` store's first list while the `Machine` controller's start waited for the same
     /// store and another controller checked it once; only the last to poll was woken.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[allow(clippy::disallowed_methods)] // the store's own readiness, polled as the others poll it
     async fn every_reader_waiting_for_the_first_list_is_woken_whoever_else_polls_the_store() {
         use futures::FutureExt;
         use std::time::Duration;
