@@ -450,7 +450,15 @@ fn pool(out: &mut String, name: &str, chart: Option<&str>, result: &Value) {
 }
 
 fn chaos(out: &mut String, name: &str, result: &Value) {
-    let _ = writeln!(out, "\n## chaos: {} machines\n", text(&result["machines"]));
+    let workers = match result["workers"].as_str() {
+        Some("MachinePool") => ", the workers one MachinePool",
+        _ => "",
+    };
+    let _ = writeln!(
+        out,
+        "\n## chaos: {} machines{workers}\n",
+        text(&result["machines"])
+    );
     provenance(out, name, result);
     out.push_str("| fault | setting or count |\n|---|---|\n");
     for (key, value) in result["faults"].as_object().into_iter().flatten() {
@@ -464,9 +472,15 @@ fn chaos(out: &mut String, name: &str, result: &Value) {
             &cloud["max_instances_per_key"],
         ),
         ("instances left after deletion", &cloud["instances_left"]),
+        (
+            "scale sets at most per idempotency key",
+            &cloud["max_scale_sets_per_key"],
+        ),
+        ("scale sets left after deletion", &cloud["scale_sets_left"]),
         ("manager panics", &result["manager_panics"]),
     ];
-    for (what, value) in outcomes {
+    // A run without pools records no scale-set figures.
+    for (what, value) in outcomes.iter().filter(|(_, v)| !v.is_null()) {
         let _ = writeln!(out, "| {what} | {} |", text(value));
     }
     let running = &result["time_to_running_seconds"];
