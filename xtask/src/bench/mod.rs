@@ -12,10 +12,10 @@
 //!                   [--build release|debug] [--out DIR]
 //! ```
 //!
-//! Every scenario but `pool` runs **side by side** ([`side_by_side`]): this workspace's stack and upstream
-//! Cluster API v1.14's ([`stack`]), one after the other on a fresh control plane each, A-B-A-B
-//! when the size allows (`--rounds`), at the same QPS, burst and reconciles at once per kind;
-//! the table gives both stacks' figures and their ratios. capi-rs's manager runs at its shipped
+//! Every scenario but `pool` runs **side by side** ([`side_by_side`]): this workspace's stack and
+//! upstream Cluster API v1.14's ([`stack`]), one after the other on a fresh control plane each,
+//! A-B-A-B when the size allows (`--rounds`), at the same QPS, burst and reconciles at once per
+//! kind; the table gives both stacks' figures and their ratios. capi-rs's manager runs at its shipped
 //! settings (QPS, burst, concurrency, leader election on) unless told otherwise, and every result
 //! says which settings it was taken at.
 //!
@@ -30,9 +30,9 @@
 //!   stack only: upstream's in-memory provider has no pool. In the same JSON: time to every
 //!   instance running, writes per instance, peak RSS, of both.
 //!
-//! `all` runs every scenario above, `pool` included: like the others it measures a scale this
-//! workspace ships for, and `all` means every measurement; its upstream half is the one it cannot
-//! have (with `all`, `--machines` is both the one-cluster's machines and the pool's instances).
+//! `all` runs every scenario above, `pool` included: `all` means every measurement of a scale
+//! this workspace ships for, and a pool is one; only the pool's has no upstream half. With `all`,
+//! `--machines` is both the one-cluster scenario's machines and the pool's instances.
 //!
 //! [`rig`] starts capi-rs's processes; [`measure`] reads the figures; [`chart`] draws each
 //! result as an SVG beside its JSON; `report` ([`report`]) writes `benches/README.md` from the
