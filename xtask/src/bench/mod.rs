@@ -15,9 +15,9 @@
 //! Every scenario but `pool` runs **side by side** ([`side_by_side`]): this workspace's stack and
 //! upstream Cluster API v1.14's ([`stack`]), one after the other on a fresh control plane each,
 //! A-B-A-B when the size allows (`--rounds`), at the same QPS, burst and reconciles at once per
-//! kind; the table gives both stacks' figures and their ratios. capi-rs's manager runs at its shipped
-//! settings (QPS, burst, concurrency, leader election on) unless told otherwise, and every result
-//! says which settings it was taken at.
+//! kind; the table gives both stacks' figures and their ratios. capi-rs's manager runs at its
+//! shipped settings (QPS, burst, concurrency, leader election on) unless told otherwise, and every
+//! result says which settings it was taken at.
 //!
 //! - `one-cluster` ([`one_cluster`]): one cluster of N machines (default 1000, up to 10 000), zero
 //!   latency; for capi-rs also idle requests (management and workload API servers, cloud) and CPU
