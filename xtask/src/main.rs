@@ -157,7 +157,12 @@ fn main() -> Result<()> {
 
 /// The workspace root (the parent of this crate's manifest directory).
 fn workspace_root() -> PathBuf {
-    let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    // `cargo run` (the `cargo xtask` alias) names the manifest of the checkout it runs in; the
+    // path compiled in is only a fallback, since clones sharing one target directory share one
+    // xtask binary, built in whichever clone built it last.
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
     manifest_dir
         .parent()
         .map(PathBuf::from)
