@@ -47,7 +47,7 @@ mod pool;
 pub(crate) mod report;
 pub(crate) mod rig;
 mod side_by_side;
-mod stack;
+pub(crate) mod stack;
 
 use std::path::PathBuf;
 

@@ -424,16 +424,23 @@ impl Rig {
     }
 
     /// The objects of cluster `name` as `capictl generate` renders the built-in in-memory template
-    /// (a KubeadmControlPlane of 1, `machines` − 1 workers); its `<name>-kubeconfig` Secret is
-    /// created in `namespace` now, the objects are for the caller to create.
+    /// (a KubeadmControlPlane of 1, `machines` − 1 workers run by `workers`); its
+    /// `<name>-kubeconfig` Secret is created in `namespace` now, the objects are for the caller
+    /// to create.
     pub(crate) async fn generated_cluster(
         &self,
         name: &str,
         namespace: &str,
         machines: u32,
+        workers: super::stack::Workers,
     ) -> Result<Vec<kube::api::DynamicObject>> {
-        let objects =
-            super::stack::generated_cluster_of_version(name, namespace, machines - 1, "v1.33.0")?;
+        let objects = super::stack::generated_cluster_with(
+            name,
+            namespace,
+            machines - 1,
+            workers,
+            "v1.33.0",
+        )?;
         Api::namespaced(self.client.clone(), namespace)
             .create(
                 &PostParams::default(),

@@ -367,21 +367,9 @@ const UPSTREAM_COMPONENT_STARTUP: &str = "0s";
 const UPSTREAM_ANNOTATION: &str = "bench.example/run";
 
 /// The documents of cluster `name`: the built-in in-memory template as `capictl generate`
-/// renders it asking for Kubernetes `version`, 1 control-plane machine and `workers` workers in
-/// a MachineDeployment with a MachineHealthCheck; without workers, without the
-/// MachineDeployment, its templates and its MachineHealthCheck.
-pub(crate) fn generated_cluster_of_version(
-    name: &str,
-    namespace: &str,
-    workers: u32,
-    version: &str,
-) -> Result<Vec<DynamicObject>> {
-    let kind = Workers::Deployment { health_check: true };
-    generated_cluster_with(name, namespace, workers, kind, version)
-}
-
-/// [`generated_cluster_of_version`] with its `workers` workers run by `kind` (none: no
-/// workers' objects at all).
+/// renders it asking for Kubernetes `version`, 1 control-plane machine and `workers` workers run
+/// by `kind` (a MachineDeployment with or without a MachineHealthCheck, or a MachinePool);
+/// without workers, without the workers' objects at all.
 pub(crate) fn generated_cluster_with(
     name: &str,
     namespace: &str,
@@ -486,7 +474,14 @@ mod tests {
 
     #[test]
     fn upstream_gets_the_same_documents_with_its_own_infrastructure_kinds() {
-        let ours = generated_cluster_of_version("c1", "ns", 2, KUBERNETES_VERSION).unwrap();
+        let ours = generated_cluster_with(
+            "c1",
+            "ns",
+            2,
+            Workers::Deployment { health_check: true },
+            KUBERNETES_VERSION,
+        )
+        .unwrap();
         let kinds: Vec<_> = ours
             .iter()
             .map(|o| o.types.as_ref().unwrap().kind.clone())
@@ -524,7 +519,14 @@ mod tests {
 
     #[test]
     fn a_single_node_cluster_has_no_worker_pool() {
-        let objects = generated_cluster_of_version("c1", "ns", 0, KUBERNETES_VERSION).unwrap();
+        let objects = generated_cluster_with(
+            "c1",
+            "ns",
+            0,
+            Workers::Deployment { health_check: true },
+            KUBERNETES_VERSION,
+        )
+        .unwrap();
         let kinds: Vec<_> = objects
             .iter()
             .map(|o| o.types.as_ref().unwrap().kind.as_str())

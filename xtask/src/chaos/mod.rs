@@ -57,6 +57,7 @@ use serde_json::json;
 use crate::bench::measure;
 use crate::bench::one_cluster::{MachineFollower, PHASE_TIMEOUT};
 use crate::bench::rig::{Build, CloudOptions, ManagerOptions, Rig};
+use crate::bench::stack;
 use crate::command::step;
 use crate::workspace_root;
 use conflicts::ConflictProxy;
@@ -298,11 +299,12 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
         })
     };
 
-    let mut objects = if options.pool {
-        pool_cluster(&rig, n).await?
+    let kind = if options.pool {
+        stack::Workers::Pool
     } else {
-        rig.generated_cluster(CLUSTER, NAMESPACE, n).await?
+        stack::Workers::Deployment { health_check: true }
     };
+    let mut objects = rig.generated_cluster(CLUSTER, NAMESPACE, n, kind).await?;
     let secrets_before = secret_names(&client).await?;
 
     // The cluster grows in stages, one disruption at the end of each: a stage can converge in a
@@ -310,11 +312,7 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
     // and the disruption lands while they are being created — at any size and speed.
     let plan = disruptions(options.kills);
     let replicas = stage_replicas(n - 1, plan.len() + 1);
-    let workers_kind = if options.pool {
-        "MachinePool"
-    } else {
-        "MachineDeployment"
-    };
+    let workers_kind = kind.owner_kind();
     let workers = Workers::new(&client, &mut objects, workers_kind, replicas[0])?;
 
     step(&format!(
@@ -881,32 +879,6 @@ impl Workers {
         }
         Ok(true)
     }
-}
-
-/// The cluster with `--flavor machinepool`: the control plane's machine and a `MachinePool` of
-/// `machines - 1` workers; the workload kubeconfig Secret the bench's clusters get.
-async fn pool_cluster(rig: &Rig, machines: u32) -> Result<Vec<kube::api::DynamicObject>> {
-    let inputs = capi_cli::generate::Inputs {
-        cluster_name: CLUSTER.into(),
-        namespace: Some(NAMESPACE.into()),
-        kubernetes_version: Some("v1.33.0".into()),
-        control_plane_machine_count: Some(1),
-        worker_machine_count: Some(machines - 1),
-        ..Default::default()
-    };
-    let yaml = capi_cli::generate::render(
-        capi_cli::generate::built_in("inmemory", Some("machinepool"))?,
-        &inputs,
-        |_| None,
-    )?;
-    let objects = manifest::parse(&yaml)?;
-    Api::<Secret>::namespaced(rig.client.clone(), NAMESPACE)
-        .create(
-            &kube::api::PostParams::default(),
-            &rig.workload_kubeconfig(CLUSTER, NAMESPACE)?,
-        )
-        .await?;
-    Ok(objects)
 }
 
 async fn wait_for<F, Fut>(what: &str, mut check: F) -> Result<()>
