@@ -190,3 +190,34 @@ pub(crate) fn fake() -> (MockArm, Arc<Mutex<State>>) {
     });
     (arm, state)
 }
+
+/// The subscription of the unit tests' `AzureCluster`.
+pub(crate) const SUB: &str = "7b5e7a4c-1d2e-4f3a-9b8c-0d1e2f3a4b5c";
+
+/// The `AzureCluster` `ns/demo` of the actuators' unit tests, in `westeurope`.
+pub(crate) fn azure_cluster() -> crate::api::AzureCluster {
+    serde_json::from_value(json!({
+        "apiVersion": "infrastructure.capi-rs.dev/v1alpha1", "kind": "AzureCluster",
+        "metadata": {"name": "demo", "namespace": "ns"},
+        "spec": {"subscriptionID": SUB, "location": "westeurope",
+                 "identityRef": {"name": "creds", "kind": "Secret"}},
+    }))
+    .unwrap_or_default()
+}
+
+/// A connector answering every cluster with `arm`.
+pub(crate) fn connector(arm: MockArm) -> crate::connector::MockConnector {
+    let arm: Arc<dyn crate::arm::Arm> = Arc::new(arm);
+    let mut connector = crate::connector::MockConnector::new();
+    connector
+        .expect_connect()
+        .returning(move |_| Ok(arm.clone()));
+    connector
+}
+
+/// The fake's state, locked (a panicked test's lock too).
+pub(crate) fn lock(state: &Arc<Mutex<State>>) -> std::sync::MutexGuard<'_, State> {
+    state
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -96,6 +96,21 @@ pub fn image_reference(
     }
 }
 
+/// The bootstrap data as `customData` (base64), within Azure's limit ([`MAX_CUSTOM_DATA`]).
+pub(crate) fn custom_data(bootstrap: &capi_core::BootstrapData) -> Result<String, ActuatorError> {
+    let data = bootstrap.expose();
+    if data.len() > MAX_CUSTOM_DATA {
+        return Err(ActuatorError::invalid_configuration(
+            "BootstrapDataTooLarge",
+            format!(
+                "the bootstrap data is {} bytes; Azure's customData takes at most {MAX_CUSTOM_DATA}",
+                data.len()
+            ),
+        ));
+    }
+    Ok(base64::engine::general_purpose::STANDARD.encode(data))
+}
+
 /// The SSH key: the spec's (base64 of an `authorized_keys` line); else `existing`, the key the
 /// resource already has (ARM answers it), so that putting it again changes nothing; else a fresh
 /// Ed25519 public key made from the system's randomness, whose private half is dropped here and

@@ -27,7 +27,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use base64::Engine;
 use capi_core::api::{MachineAddress, MachineAddressType};
 use capi_core::condition::{ConditionStatus, DesiredCondition};
 use capi_core::{
@@ -48,10 +47,10 @@ use crate::resource::{
     Foreign, Removal, Step, Wanted, converge, ensure, provisioning_state, remove,
 };
 
-pub(crate) use body::existing_ssh_key;
 pub use body::{
     ADMIN_USER, MAX_CUSTOM_DATA, REFERENCE_GALLERY, REFERENCE_IMAGE, image_reference, ssh_key,
 };
+pub(crate) use body::{custom_data, existing_ssh_key};
 
 /// The provider ID prefix.
 pub const PROVIDER_ID_PREFIX: &str = "azure://";
@@ -65,6 +64,14 @@ pub fn provider_id(id: &ResourceId) -> String {
     let mut lowered = id.clone();
     lowered.resource_group = id.resource_group.to_lowercase();
     format!("{PROVIDER_ID_PREFIX}{lowered}")
+}
+
+/// The resource a provider ID (`azure:///subscriptions/…`) names, if it names one the provider
+/// knows.
+pub fn resource_of(provider_id: &str) -> Option<ResourceId> {
+    provider_id
+        .strip_prefix(PROVIDER_ID_PREFIX)
+        .and_then(|path| ResourceId::parse(path).ok())
 }
 
 /// One reconcile of one machine.
@@ -333,21 +340,6 @@ impl AzureMachineActuator {
         ))
     }
 
-    /// The bootstrap data as `customData`, within Azure's limit.
-    fn custom_data(bootstrap: &BootstrapData) -> Result<String, ActuatorError> {
-        let data = bootstrap.expose();
-        if data.len() > MAX_CUSTOM_DATA {
-            return Err(ActuatorError::invalid_configuration(
-                "BootstrapDataTooLarge",
-                format!(
-                    "the bootstrap data is {} bytes; Azure's customData takes at most {MAX_CUSTOM_DATA}",
-                    data.len()
-                ),
-            ));
-        }
-        Ok(base64::engine::general_purpose::STANDARD.encode(data))
-    }
-
     /// PUTs the VM and records its operation: with `custom_data` to create it; with `None` to
     /// put it again after a failure (`existing`, as ARM answered it), when ARM keeps the
     /// `customData` it was created with (which cannot change), and the VM keeps its SSH key.
@@ -472,7 +464,7 @@ impl Actuator<AzureMachine, AzureCluster> for AzureMachineActuator {
         bootstrap: &BootstrapData,
     ) -> Result<MachineInstance, ActuatorError> {
         // Bootstrap data Azure would refuse is said before any request.
-        let custom_data = Self::custom_data(bootstrap)?;
+        let custom_data = custom_data(bootstrap)?;
         let ctx = self.context(scope).await?;
         let mut operations = Operations::resume(ctx.cluster.arm.as_ref(), &ctx.recorded()).await;
         let (nic, public_ip) = Self::prerequisites(&ctx, &mut operations).await?;

@@ -1,29 +1,17 @@
 //! Every branch of the machine actuator over a mocked ARM (`crate::fake_arm`).
 
-use std::sync::Mutex;
-
+use base64::Engine;
 use capi_core::api::{Cluster, Machine};
 use capi_core::{ActuatorErrorKind, BootstrapData, BootstrapFormat, IdempotencyKey};
 use serde_json::json;
 
 use super::*;
 use crate::api::AzureCluster;
-use crate::arm::{Arm, ArmError, MockArm, Poll};
+use crate::arm::{ArmError, MockArm, Poll};
 use crate::connector::MockConnector;
-use crate::fake_arm::{State, fake};
+use crate::fake_arm::{SUB, azure_cluster, connector, fake, lock};
 
-const SUB: &str = "7b5e7a4c-1d2e-4f3a-9b8c-0d1e2f3a4b5c";
 const VM: &str = "demo-control-plane-x7k2p";
-
-fn azure_cluster() -> AzureCluster {
-    serde_json::from_value(json!({
-        "apiVersion": "infrastructure.capi-rs.dev/v1alpha1", "kind": "AzureCluster",
-        "metadata": {"name": "demo", "namespace": "ns"},
-        "spec": {"subscriptionID": SUB, "location": "westeurope",
-                 "identityRef": {"name": "creds", "kind": "Secret"}},
-    }))
-    .unwrap_or_default()
-}
 
 fn infra(control_plane: bool, status: serde_json::Value) -> AzureMachine {
     let mut labels = json!({"cluster.x-k8s.io/cluster-name": "demo"});
@@ -70,18 +58,7 @@ fn bootstrap() -> BootstrapData {
 }
 
 fn actuator(arm: MockArm) -> AzureMachineActuator {
-    let arm: Arc<dyn Arm> = Arc::new(arm);
-    let mut connector = MockConnector::new();
-    connector
-        .expect_connect()
-        .returning(move |_| Ok(arm.clone()));
-    AzureMachineActuator::new(Arc::new(connector))
-}
-
-fn lock(state: &Arc<Mutex<State>>) -> std::sync::MutexGuard<'_, State> {
-    state
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    AzureMachineActuator::new(Arc::new(connector(arm)))
 }
 
 /// `body` with the cluster's tags, as the provider makes everything.

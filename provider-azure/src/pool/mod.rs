@@ -48,7 +48,7 @@ use crate::api::{
 use crate::arm::{ResourceId, ResourceType};
 use crate::cluster::Ctx as ClusterCtx;
 use crate::connector::Connector;
-use crate::machine::{MAX_CUSTOM_DATA, provider_id};
+use crate::machine::{custom_data, provider_id, resource_of};
 use crate::operations::Operations;
 use crate::resource::{Removal, provisioning_state, remove};
 
@@ -96,13 +96,21 @@ pub(crate) struct PoolCtx {
 }
 
 impl PoolCtx {
-    fn scale_set_id(&self) -> ResourceId {
+    fn id(&self, kind: ResourceType, name: &str) -> ResourceId {
         ResourceId::new(
             &self.cluster.subscription,
             &self.cluster.resource_group,
-            ResourceType::VirtualMachineScaleSet,
-            &self.key,
+            kind,
+            name,
         )
+    }
+
+    fn scale_set_id(&self) -> ResourceId {
+        self.id(ResourceType::VirtualMachineScaleSet, &self.key)
+    }
+
+    fn vm_id(&self, name: &str) -> ResourceId {
+        self.id(ResourceType::VirtualMachine, name)
     }
 
     fn group_id(&self) -> ResourceId {
@@ -129,9 +137,7 @@ impl PoolCtx {
         let Some(recorded) = self.pool.spec.provider_id.as_deref() else {
             return Ok(());
         };
-        let named = recorded
-            .strip_prefix(crate::machine::PROVIDER_ID_PREFIX)
-            .and_then(|path| ResourceId::parse(path).ok());
+        let named = resource_of(recorded);
         if named.as_ref().is_some_and(|named| named.same(id)) {
             return Ok(());
         }
@@ -308,12 +314,7 @@ impl AzurePoolActuator {
             if is_deleting(vm) {
                 continue;
             }
-            let vm_id = ResourceId::new(
-                &ctx.cluster.subscription,
-                &ctx.cluster.resource_group,
-                ResourceType::VirtualMachine,
-                name,
-            );
+            let vm_id = ctx.vm_id(name);
             let expanded = arm
                 .get_expanded(&vm_id, "userData")
                 .await
@@ -356,12 +357,7 @@ impl AzurePoolActuator {
             let Some(name) = vm["name"].as_str() else {
                 continue;
             };
-            let vm_id = ResourceId::new(
-                &ctx.cluster.subscription,
-                &ctx.cluster.resource_group,
-                ResourceType::VirtualMachine,
-                name,
-            );
+            let vm_id = ctx.vm_id(name);
             let state = provisioning_state(vm);
             let loop_state = match state.0.to_ascii_lowercase().as_str() {
                 "succeeded" => InstanceState::Running,
@@ -465,21 +461,6 @@ impl AzurePoolActuator {
     }
 }
 
-/// The bootstrap data as `customData`, within Azure's limit.
-fn custom_data(bootstrap: &BootstrapData) -> Result<String, ActuatorError> {
-    let data = bootstrap.expose();
-    if data.len() > MAX_CUSTOM_DATA {
-        return Err(ActuatorError::invalid_configuration(
-            "BootstrapDataTooLarge",
-            format!(
-                "the bootstrap data is {} bytes; Azure's customData takes at most {MAX_CUSTOM_DATA}",
-                data.len()
-            ),
-        ));
-    }
-    Ok(base64::engine::general_purpose::STANDARD.encode(data))
-}
-
 #[async_trait]
 impl PoolActuator<AzureMachinePool, AzureCluster> for AzurePoolActuator {
     /// The scale set, its VMs and their revisions as ARM answered them.
@@ -562,8 +543,7 @@ impl PoolActuator<AzureMachinePool, AzureCluster> for AzurePoolActuator {
             .size
             .remove
             .iter()
-            .filter_map(|p| p.strip_prefix(crate::machine::PROVIDER_ID_PREFIX))
-            .filter_map(|p| ResourceId::parse(p).ok())
+            .filter_map(|p| resource_of(p))
             .filter(|vm| vm.kind == ResourceType::VirtualMachine)
             .filter(|vm| {
                 record.vms.iter().any(|v| {
@@ -701,12 +681,7 @@ impl PoolActuator<AzureMachinePool, AzureCluster> for AzurePoolActuator {
             let Some(name) = vm["name"].as_str() else {
                 continue;
             };
-            let vm_id = ResourceId::new(
-                &ctx.cluster.subscription,
-                &ctx.cluster.resource_group,
-                ResourceType::VirtualMachine,
-                name,
-            );
+            let vm_id = ctx.vm_id(name);
             if let Removal::Refused(error) = remove(arm, None, &vm_id)
                 .await
                 .map_err(|e| e.into_actuator("deleting a virtual machine"))?

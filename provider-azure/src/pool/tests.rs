@@ -8,22 +8,12 @@ use capi_core::{ActuatorErrorKind, BootstrapData, BootstrapFormat, IdempotencyKe
 use serde_json::json;
 
 use super::*;
-use crate::arm::{Arm, MockArm, Poll};
+use crate::arm::{MockArm, Poll};
 use crate::connector::MockConnector;
-use crate::fake_arm::{State, fake};
+use crate::fake_arm::{SUB, State, azure_cluster, connector, fake, lock};
+use crate::machine::MAX_CUSTOM_DATA;
 
-const SUB: &str = "7b5e7a4c-1d2e-4f3a-9b8c-0d1e2f3a4b5c";
 const KEY: &str = "capi-pool-uid-1";
-
-fn azure_cluster() -> AzureCluster {
-    serde_json::from_value(json!({
-        "apiVersion": "infrastructure.capi-rs.dev/v1alpha1", "kind": "AzureCluster",
-        "metadata": {"name": "demo", "namespace": "ns"},
-        "spec": {"subscriptionID": SUB, "location": "westeurope",
-                 "identityRef": {"name": "creds", "kind": "Secret"}},
-    }))
-    .unwrap_or_default()
-}
 
 fn infra_pool(status: Value) -> AzureMachinePool {
     serde_json::from_value(json!({
@@ -82,18 +72,7 @@ fn bootstrap() -> BootstrapData {
 }
 
 fn actuator(arm: MockArm) -> AzurePoolActuator {
-    let arm: Arc<dyn Arm> = Arc::new(arm);
-    let mut connector = MockConnector::new();
-    connector
-        .expect_connect()
-        .returning(move |_| Ok(arm.clone()));
-    AzurePoolActuator::new(Arc::new(connector))
-}
-
-fn lock(state: &Arc<Mutex<State>>) -> std::sync::MutexGuard<'_, State> {
-    state
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    AzurePoolActuator::new(Arc::new(connector(arm)))
 }
 
 fn set_id() -> ResourceId {
