@@ -33,7 +33,9 @@ use capi_control_plane::api::KubeadmControlPlane;
 use capi_core::api::Cluster;
 use capi_testing::deployed;
 use common::arm_server::{CLIENT, SECRET, TENANT, Target};
-use common::manager::{Harness, SUBSCRIPTION, assert_nothing_secret, names, rendered_cluster};
+use common::manager::{
+    Harness, SUBSCRIPTION, assert_nothing_secret, names, rendered_cluster, vms_custom_data,
+};
 use k8s_openapi::api::core::v1::{Event, Node};
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, ResourceExt};
@@ -261,14 +263,7 @@ async fn the_manager_builds_and_tears_down_a_kubeadm_cluster_on_the_arm_test_ser
     );
 
     // What the VMs booted with, to look for in what a user sees.
-    let custom_data: Vec<String> = {
-        let world = server.world.lock().unwrap();
-        world
-            .of_kind(ResourceType::VirtualMachine)
-            .iter()
-            .filter_map(|vm| world.custom_data(&vm.id))
-            .collect()
-    };
+    let custom_data = vms_custom_data(&server);
     assert_eq!(
         custom_data.len(),
         5,

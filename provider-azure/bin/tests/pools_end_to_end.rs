@@ -21,7 +21,7 @@ use capi_core::api::{Cluster, MachinePool};
 use capi_core::{condition, labels};
 use common::arm_server::{ArmServer, CLIENT, SECRET, TENANT, Target};
 use common::manager::{
-    Harness, SUBSCRIPTION, World, assert_nothing_secret, names, rendered_cluster,
+    Harness, SUBSCRIPTION, World, assert_nothing_secret, names, rendered_cluster, vms_custom_data,
 };
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
@@ -284,14 +284,7 @@ async fn the_manager_runs_an_azure_pool_through_scaling_a_restart_a_roll_and_del
     );
 
     // What the VMs booted with, to look for in what a user sees.
-    let custom_data: Vec<String> = {
-        let world = server.world.lock().unwrap();
-        world
-            .of_kind(ResourceType::VirtualMachine)
-            .iter()
-            .filter_map(|vm| world.custom_data(&vm.id))
-            .collect()
-    };
+    let custom_data = vms_custom_data(&server);
     assert_eq!(
         custom_data.len(),
         2,

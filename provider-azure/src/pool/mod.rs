@@ -258,14 +258,15 @@ impl AzurePoolActuator {
         })
     }
 
-    /// Reads the pool's scale set — after polling the operations recorded in status — and its
-    /// VMs, learning the revision of those not yet known. `None` when no scale set of the
-    /// pool's name exists. Never writes.
-    async fn find(ctx: &PoolCtx) -> Result<Option<ScaleSetRecord>, ActuatorError> {
+    /// Reads the pool's scale set — after `operations`, those recorded in status, were polled
+    /// — and its VMs, learning the revision of those not yet known. `None` when no scale set of
+    /// the pool's name exists. Never writes.
+    async fn find(
+        ctx: &PoolCtx,
+        mut operations: Operations,
+    ) -> Result<Option<ScaleSetRecord>, ActuatorError> {
         let arm = ctx.cluster.arm.as_ref();
         let id = ctx.scale_set_id();
-        ctx.check_provider_id(&id)?;
-        let mut operations = Operations::resume(arm, &ctx.recorded()).await;
         let Some(scale_set) = arm
             .get(&id)
             .await
@@ -471,7 +472,9 @@ impl PoolActuator<AzureMachinePool, AzureCluster> for AzurePoolActuator {
         scope: &PoolScope<AzureMachinePool, AzureCluster>,
     ) -> Result<Option<Found<ScaleSetRecord, ScaleSetReport>>, ActuatorError> {
         let ctx = self.context(scope, true).await?;
-        let Some(record) = Self::find(&ctx).await? else {
+        ctx.check_provider_id(&ctx.scale_set_id())?;
+        let operations = Operations::resume(ctx.cluster.arm.as_ref(), &ctx.recorded()).await;
+        let Some(record) = Self::find(&ctx, operations).await? else {
             return Ok(None);
         };
         let reported = Self::report(&ctx, &record, None)?;
@@ -486,10 +489,12 @@ impl PoolActuator<AzureMachinePool, AzureCluster> for AzurePoolActuator {
         // Bootstrap data Azure would refuse is said before any request.
         custom_data(bootstrap)?;
         let ctx = self.context(scope, true).await?;
-        if let Some(record) = Self::find(&ctx).await? {
+        ctx.check_provider_id(&ctx.scale_set_id())?;
+        // The recorded operations are polled once, for the lookup and for the PUT after it.
+        let mut operations = Operations::resume(ctx.cluster.arm.as_ref(), &ctx.recorded()).await;
+        if let Some(record) = Self::find(&ctx, operations.clone()).await? {
             return Self::report(&ctx, &record, None);
         }
-        let mut operations = Operations::resume(ctx.cluster.arm.as_ref(), &ctx.recorded()).await;
         let capacity = scope.size.capacity.unwrap_or_else(|| {
             scope
                 .machine_pool

@@ -280,6 +280,17 @@ pub fn names(server: &ArmServer, kind: ResourceType) -> BTreeSet<String> {
         .collect()
 }
 
+/// The `customData` every VM of the server was created with (what to look for in what a user
+/// sees).
+pub fn vms_custom_data(server: &ArmServer) -> Vec<String> {
+    let world = server.world.lock().unwrap();
+    world
+        .of_kind(ResourceType::VirtualMachine)
+        .iter()
+        .filter_map(|vm| world.custom_data(&vm.id))
+        .collect()
+}
+
 /// Fails if `text` (what `source` shows a user) holds the client secret, a token or a VM's
 /// bootstrap data (`customData`).
 pub fn assert_nothing_secret(source: &str, text: &str, server: &ArmServer, custom_data: &[String]) {
