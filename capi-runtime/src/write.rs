@@ -55,8 +55,9 @@ where
     }
 }
 
-/// Merge-patches the status subresource with `desired` unless it equals `current` (an unchanged
-/// pass writes nothing, and so triggers nothing).
+/// Merge-patches the status subresource from `current` to `desired` unless they are equal (an
+/// unchanged pass writes nothing, and so triggers nothing). A field `current` has and `desired`
+/// has not — a list emptied and so left out, an optional field gone — is removed ([`merge_patch`]).
 pub async fn patch_status_if_changed<K, S>(
     api: &Api<K>,
     name: &str,
@@ -70,8 +71,37 @@ where
     if current == Some(desired) {
         return Ok(());
     }
-    let value = serde_json::to_value(desired).map_err(kube::Error::SerdeError)?;
-    patch_status(api, name, value).await
+    let desired = serde_json::to_value(desired).map_err(kube::Error::SerdeError)?;
+    let current = match current {
+        Some(current) => serde_json::to_value(current).map_err(kube::Error::SerdeError)?,
+        None => Value::Null,
+    };
+    patch_status(api, name, merge_patch(&current, &desired)).await
+}
+
+/// The JSON merge patch (RFC 7386) that turns `current` into `desired`: `desired` itself, with
+/// `null` for each field of an object in `current` that the same object in `desired` lacks, at
+/// any depth. (`desired` alone would leave such fields in place: a list serialized only when
+/// not empty could never be emptied.) Lists and scalars are replaced whole.
+pub fn merge_patch(current: &Value, desired: &Value) -> Value {
+    match (current, desired) {
+        (Value::Object(current), Value::Object(desired)) => {
+            let mut patch: serde_json::Map<String, Value> = current
+                .keys()
+                .filter(|key| !desired.contains_key(*key))
+                .map(|key| (key.clone(), Value::Null))
+                .collect();
+            for (key, value) in desired {
+                let field = match current.get(key) {
+                    Some(was) => merge_patch(was, value),
+                    None => value.clone(),
+                };
+                patch.insert(key.clone(), field);
+            }
+            Value::Object(patch)
+        }
+        _ => desired.clone(),
+    }
 }
 
 /// Requests deletion; an object already gone is not an error.
@@ -395,6 +425,82 @@ mod tests {
         });
         let client = kube::Client::new(service, "default");
         (Api::namespaced(client, "default"), sent)
+    }
+
+    #[test]
+    fn a_merge_patch_removes_what_the_desired_object_left_out() {
+        let current = json!({"nodeRefs": [{"name": "a"}], "replicas": 1,
+                             "deprecated": {"v1beta1": {"readyReplicas": 1, "keep": 2}}});
+        let desired = json!({"replicas": 0, "deprecated": {"v1beta1": {"keep": 2}}});
+        assert_eq!(
+            merge_patch(&current, &desired),
+            json!({"nodeRefs": null, "replicas": 0,
+                   "deprecated": {"v1beta1": {"readyReplicas": null, "keep": 2}}})
+        );
+        assert_eq!(
+            merge_patch(&Value::Null, &desired),
+            desired,
+            "nothing to remove"
+        );
+        assert_eq!(
+            merge_patch(&json!({"list": [1, 2]}), &json!({"list": [2]})),
+            json!({"list": [2]}),
+            "lists are replaced whole"
+        );
+    }
+
+    /// A status whose list is left out when empty, as the API types serialize theirs.
+    #[derive(serde::Serialize, PartialEq)]
+    struct Summary {
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        refs: Vec<String>,
+        replicas: i32,
+    }
+
+    #[tokio::test]
+    async fn a_status_written_from_a_longer_one_clears_the_emptied_list() {
+        let sent = Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+        let bodies = Arc::clone(&sent);
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let bodies = Arc::clone(&bodies);
+            async move {
+                let bytes = http_body_util::BodyExt::collect(request.into_body())
+                    .await
+                    .map(|b| b.to_bytes())
+                    .unwrap_or_default();
+                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                bodies
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(body);
+                let answer = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                    "metadata": {"name": "c", "namespace": "default"}});
+                http::Response::builder()
+                    .status(200)
+                    .body(kube::client::Body::from(answer.to_string().into_bytes()))
+            }
+        });
+        let api: Api<ConfigMap> = Api::namespaced(kube::Client::new(service, "default"), "default");
+        let current = Summary {
+            refs: vec!["node-a".into()],
+            replicas: 1,
+        };
+        let desired = Summary {
+            refs: Vec::new(),
+            replicas: 0,
+        };
+        patch_status_if_changed(&api, "c", Some(&current), &desired)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let sent = sent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        assert_eq!(
+            sent,
+            vec![json!({"status": {"refs": null, "replicas": 0}})],
+            "the emptied list is removed, not left as it was"
+        );
     }
 
     #[test]

@@ -18,15 +18,13 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use capi_core::api::{Cluster, MachinePool};
-use capi_core::{condition, labels};
-use common::arm_server::{ArmServer, CLIENT, SECRET, TENANT, Target};
-use common::manager::{
-    Harness, SUBSCRIPTION, World, assert_nothing_secret, names, rendered_cluster, vms_custom_data,
-};
+use common::arm_server::Target;
+use common::manager::{Harness, assert_nothing_secret, names, vms_custom_data};
+use common::pools::{converged, pool_cluster, scale};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
-use provider_azure::api::{AzureMachine, AzureMachinePool};
+use provider_azure::api::AzureMachinePool;
 use provider_azure::arm::ResourceType;
 use serde_json::json;
 
@@ -36,146 +34,6 @@ const KUBERNETES_VERSION: &str = "v1.33.0";
 /// How long a scale set's operation (and a standalone VM's creation) takes.
 const OPERATION: Duration = Duration::from_secs(3);
 const WITHIN: Duration = Duration::from_secs(240);
-
-/// The cluster as `capictl generate cluster pools --infrastructure azure --flavor machinepool`
-/// renders it, with the credentials Secret the template expects beside it.
-fn cluster_manifests(namespace: &str) -> Vec<kube::api::DynamicObject> {
-    let mut objects = rendered_cluster(
-        CLUSTER,
-        namespace,
-        Some("machinepool"),
-        KUBERNETES_VERSION,
-        (1, 2),
-        &[("AZURE_CLUSTER_IDENTITY_SECRET_NAME", "azure-credentials")],
-    );
-    objects.push(
-        serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": "azure-credentials", "namespace": namespace},
-            "stringData": {"tenantID": TENANT, "clientID": CLIENT, "clientSecret": SECRET},
-        }))
-        .unwrap(),
-    );
-    objects
-}
-
-/// The scale set's VMs in the server: name → (VM size, provisioning state).
-fn scale_set_vms(server: &ArmServer) -> Vec<(String, String, String)> {
-    let world = server.world.lock().unwrap();
-    world
-        .of_kind(ResourceType::VirtualMachine)
-        .into_iter()
-        .filter(|vm| {
-            vm.body["properties"]["virtualMachineScaleSet"]["id"]
-                .as_str()
-                .is_some()
-        })
-        .map(|vm| {
-            (
-                vm.id.rsplit('/').next().unwrap_or_default().to_string(),
-                vm.body["properties"]["hardwareProfile"]["vmSize"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-                vm.state.clone(),
-            )
-        })
-        .collect()
-}
-
-/// Waits until the pool holds `n` VMs of `size`, all running, each with a node, a Machine
-/// Running on it and an AzureMachine, listed in `spec.providerIDList` and `status.nodeRefs`,
-/// and nothing else; returns the VMs' names.
-async fn converged(
-    world: &mut World,
-    server: &ArmServer,
-    nodes: &Api<Node>,
-    n: usize,
-    size: &str,
-) -> BTreeSet<String> {
-    let pools: Api<MachinePool> = Api::namespaced(world.client.clone(), &world.namespace);
-    let infra_pools: Api<AzureMachinePool> =
-        Api::namespaced(world.client.clone(), &world.namespace);
-    let infra_machines: Api<AzureMachine> = Api::namespaced(world.client.clone(), &world.namespace);
-    let machines = world.machines();
-    let what = format!("{n} VMs of {size} in the pool, each a Running Machine with a node");
-    world
-        .until(&what, || async {
-            let vms = scale_set_vms(server);
-            let names: BTreeSet<String> = vms.iter().map(|(name, _, _)| name.clone()).collect();
-            let ids: BTreeSet<String> = names
-                .iter()
-                .map(|name| {
-                    format!(
-                        "azure:///subscriptions/{SUBSCRIPTION}/resourceGroups/{CLUSTER}/providers/Microsoft.Compute/virtualMachines/{name}"
-                    )
-                })
-                .collect();
-            let pool = pools.get(POOL).await.map_err(|e| e.to_string())?;
-            let status = pool.status.clone().unwrap_or_default();
-            let infra = infra_pools.get(POOL).await.map_err(|e| e.to_string())?;
-            let selector = format!("{}={POOL}", labels::MACHINE_POOL_NAME);
-            let running: BTreeSet<String> = machines
-                .list(&ListParams::default().labels(&selector))
-                .await
-                .map_err(|e| e.to_string())?
-                .items
-                .into_iter()
-                .filter(|m| {
-                    m.metadata.deletion_timestamp.is_none()
-                        && m.status.as_ref().is_some_and(|s| {
-                            s.node_ref.is_some()
-                                && condition::is_true(&s.conditions, condition::READY)
-                        })
-                })
-                .filter_map(|m| m.spec.provider_id)
-                .collect();
-            let azure_machines = infra_machines
-                .list(&ListParams::default().labels(&selector))
-                .await
-                .map_err(|e| e.to_string())?
-                .items
-                .len();
-            let node_ids: BTreeSet<String> = nodes
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?
-                .items
-                .into_iter()
-                .filter_map(|n| n.spec.and_then(|s| s.provider_id))
-                .filter(|id| id.contains("/virtualMachines/capi-"))
-                .collect();
-            let listed: BTreeSet<String> = infra.spec.provider_id_list.iter().cloned().collect();
-            let settled = vms.len() == n
-                && vms.iter().all(|(_, s, state)| s == size && state == "Succeeded")
-                && listed == ids
-                && running == ids
-                && azure_machines == n
-                && node_ids == ids
-                && status.node_refs.len() == n
-                && status.ready_replicas == i32::try_from(n).ok();
-            settled.then(|| names.clone()).ok_or_else(|| {
-                format!(
-                    "VMs {vms:?}; providerIDList {listed:?}; running Machines {running:?}; \
-                     {azure_machines} AzureMachines; nodes {node_ids:?}; MachinePool status \
-                     {status:?}; AzureMachinePool status {:?}",
-                    infra.status
-                )
-            })
-        })
-        .await
-}
-
-async fn scale(world: &World, replicas: i32) {
-    Api::<MachinePool>::namespaced(world.client.clone(), &world.namespace)
-        .patch(
-            POOL,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"replicas": replicas}})),
-        )
-        .await
-        .unwrap();
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_manager_runs_an_azure_pool_through_scaling_a_restart_a_roll_and_deletion() {
@@ -207,7 +65,7 @@ async fn the_manager_runs_an_azure_pool_through_scaling_a_restart_a_roll_and_del
     let namespace = world.namespace.clone();
     capi_cli::apply::apply(
         &client,
-        &cluster_manifests(&namespace),
+        &pool_cluster(CLUSTER, &namespace, KUBERNETES_VERSION, 2),
         Some(&namespace),
         |_| {},
     )
@@ -216,7 +74,7 @@ async fn the_manager_runs_an_azure_pool_through_scaling_a_restart_a_roll_and_del
     let nodes: Api<Node> = Api::all(workload.client().await.unwrap());
 
     // Up: the control plane's machine, and a pool of two VMs in one scale set.
-    let first = converged(&mut world, &server, &nodes, 2, "Standard_D4s_v3").await;
+    let first = converged(&mut world, &server, &nodes, POOL, 2, "Standard_D4s_v3").await;
     assert_eq!(
         names(&server, ResourceType::VirtualMachineScaleSet).len(),
         1,
@@ -225,7 +83,7 @@ async fn the_manager_runs_an_azure_pool_through_scaling_a_restart_a_roll_and_del
     let mut made: BTreeSet<String> = first.clone();
 
     // Grown to four; the manager is killed while the scale set's PUT is recorded in flight.
-    scale(&world, 4).await;
+    scale(&world, POOL, 4).await;
     let infra_pools: Api<AzureMachinePool> = Api::namespaced(client.clone(), &namespace);
     world
         .until("the scale set's operation recorded in flight", || async {
@@ -242,7 +100,7 @@ async fn the_manager_runs_an_azure_pool_through_scaling_a_restart_a_roll_and_del
     world.manager.start_kill().unwrap();
     let _ = world.manager.wait().await;
     world.spawn(&env);
-    let grown = converged(&mut world, &server, &nodes, 4, "Standard_D4s_v3").await;
+    let grown = converged(&mut world, &server, &nodes, POOL, 4, "Standard_D4s_v3").await;
     assert!(
         first.is_subset(&grown),
         "the first VMs stay: {first:?} {grown:?}"
@@ -254,8 +112,8 @@ async fn the_manager_runs_an_azure_pool_through_scaling_a_restart_a_roll_and_del
     );
 
     // Shrunk to one by three named VMs: the one left is one of the four, none made since.
-    scale(&world, 1).await;
-    let shrunk = converged(&mut world, &server, &nodes, 1, "Standard_D4s_v3").await;
+    scale(&world, POOL, 1).await;
+    let shrunk = converged(&mut world, &server, &nodes, POOL, 1, "Standard_D4s_v3").await;
     assert!(shrunk.is_subset(&grown), "{shrunk:?} ⊄ {grown:?}");
     made.extend(shrunk.iter().cloned());
     assert_eq!(made.len(), 4, "no VM replaced a removed one: {made:?}");
@@ -269,7 +127,7 @@ async fn the_manager_runs_an_azure_pool_through_scaling_a_restart_a_roll_and_del
         )
         .await
         .unwrap();
-    let rolled = converged(&mut world, &server, &nodes, 1, "Standard_D8s_v3").await;
+    let rolled = converged(&mut world, &server, &nodes, POOL, 1, "Standard_D8s_v3").await;
     assert!(rolled.is_disjoint(&shrunk), "the VM was replaced");
     let infra = infra_pools.get(POOL).await.unwrap();
     let status = infra.status.clone().unwrap_or_default();

@@ -37,7 +37,8 @@
 //! - Faults on demand ([`Faults`]), by method and kind ([`Target`]): throttling (`429` +
 //!   `Retry-After`), conflicts (`409`), failed and vanished operations, slow operations, lost
 //!   responses (the request is carried out, the connection closed unanswered), a low
-//!   remaining-request budget.
+//!   remaining-request budget; or at random from a seed ([`Chaos`]), with scale-set VMs that
+//!   show in listings only a while after they were made.
 //! - **Every request body the provider sends and every body the server answers is checked
 //!   against Azure's own models** ([`ModelChecker`]); a mismatch is recorded
 //!   ([`ArmServer::violations`]) and answered `400 ModelViolation`. A listing's envelope has no
@@ -132,6 +133,98 @@ pub struct Faults {
     /// answers `202` while under way, the resource (`200`) or nothing (`204`) once done, and the
     /// operation's error status when it failed.
     pub location_only: bool,
+    /// Seeded random faults on every ARM request, and listings that lag (a chaos run).
+    pub chaos: Option<Chaos>,
+}
+
+/// A random fault [`Chaos`] gave a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ChaosFault {
+    /// `429` with `Retry-After: 1`.
+    Throttle,
+    /// `409 AnotherOperationInProgress` (writes only).
+    Conflict,
+    /// Carried out, its connection closed unanswered.
+    LoseResponse,
+    /// Its operation fails (writes that make no VM: a failed VM stays failed until its Machine
+    /// is deleted, which is a user's or a health check's decision, not a fault's).
+    FailOperation,
+    /// Its operation's status answers `404` while the operation completes.
+    VanishOperation,
+}
+
+/// Seeded random faults: each ARM request (not a token request, not an operation's status)
+/// meets one with probability `rate`; a new scale-set VM shows in listings only after up to
+/// `list_lag` (ARM's listings are eventually consistent; a GET of the VM finds it at once).
+#[derive(Debug)]
+pub struct Chaos {
+    rate: f64,
+    list_lag: Duration,
+    state: u64,
+    /// What was injected, by fault.
+    pub injected: BTreeMap<ChaosFault, u64>,
+}
+
+impl Chaos {
+    /// Faults at `rate` (0 to 1) from `seed`, listings lagging up to `list_lag`.
+    pub fn new(seed: u64, rate: f64, list_lag: Duration) -> Self {
+        Self {
+            rate,
+            list_lag,
+            state: seed,
+            injected: BTreeMap::new(),
+        }
+    }
+
+    /// splitmix64.
+    fn next(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// The fault of the next request, `method` on `kind`, if it meets one.
+    fn pick(&mut self, method: &Method, kind: Option<ResourceType>) -> Option<ChaosFault> {
+        if self.unit() >= self.rate {
+            return None;
+        }
+        let makes_vms = matches!(
+            kind,
+            Some(ResourceType::VirtualMachine | ResourceType::VirtualMachineScaleSet)
+        ) && *method != Method::DELETE;
+        let choices: &[ChaosFault] = if *method == Method::GET {
+            &[ChaosFault::Throttle, ChaosFault::LoseResponse]
+        } else if makes_vms {
+            &[
+                ChaosFault::Throttle,
+                ChaosFault::Conflict,
+                ChaosFault::LoseResponse,
+                ChaosFault::VanishOperation,
+            ]
+        } else {
+            &[
+                ChaosFault::Throttle,
+                ChaosFault::Conflict,
+                ChaosFault::LoseResponse,
+                ChaosFault::FailOperation,
+                ChaosFault::VanishOperation,
+            ]
+        };
+        let fault = choices[(self.next() % choices.len() as u64) as usize];
+        *self.injected.entry(fault).or_default() += 1;
+        Some(fault)
+    }
+
+    /// How long from now a VM made now stays out of listings.
+    fn lag(&mut self) -> Duration {
+        self.list_lag.mul_f64(self.unit())
+    }
 }
 
 impl Default for Faults {
@@ -146,6 +239,7 @@ impl Default for Faults {
             slow: Vec::new(),
             remaining_writes: None,
             location_only: false,
+            chaos: None,
         }
     }
 }
@@ -194,6 +288,8 @@ pub struct Stored {
     created: Option<String>,
     /// The order it was made in (the newest has the highest).
     serial: u64,
+    /// Not in listings before then (a lagging listing, [`Chaos`]).
+    listed_after: Option<Instant>,
 }
 
 impl Stored {
@@ -210,6 +306,7 @@ impl Stored {
             vm_id: None,
             created: None,
             serial: 0,
+            listed_after: None,
         }
     }
 }
@@ -1033,6 +1130,11 @@ impl World {
         vm.vm_id = Some(new_uuid());
         vm.created = Some(now());
         vm.serial = self.next_serial();
+        vm.listed_after = self
+            .faults
+            .chaos
+            .as_mut()
+            .map(|chaos| Instant::now() + chaos.lag());
         let key = id.to_string().to_lowercase();
         self.resources.insert(key.clone(), vm);
         Some(key)
@@ -1579,11 +1681,30 @@ impl ArmServer {
             let mut world = self.world.lock().unwrap();
             world.tick();
             let faults = &mut world.faults;
+            let chaos = faults
+                .chaos
+                .as_mut()
+                .and_then(|c| c.pick(&parts.method, kind));
+            let method = match parts.method {
+                Method::PUT => Some("PUT"),
+                Method::POST => Some("POST"),
+                Method::DELETE => Some("DELETE"),
+                _ => None,
+            };
+            let target = Target { method, kind };
+            match chaos {
+                Some(ChaosFault::FailOperation) => faults.fail_operation.push(target),
+                Some(ChaosFault::VanishOperation) => faults.vanish_operation.push(target),
+                _ => {}
+            }
             (
-                take_count(&mut faults.throttle, &parts.method, kind),
+                chaos == Some(ChaosFault::Throttle)
+                    || take_count(&mut faults.throttle, &parts.method, kind),
                 parts.method != Method::GET
-                    && take_count(&mut faults.conflict, &parts.method, kind),
-                take_once(&mut faults.lose_response, &parts.method, kind),
+                    && (chaos == Some(ChaosFault::Conflict)
+                        || take_count(&mut faults.conflict, &parts.method, kind)),
+                chaos == Some(ChaosFault::LoseResponse)
+                    || take_once(&mut faults.lose_response, &parts.method, kind),
                 faults.remaining_writes,
             )
         };
@@ -1680,6 +1801,7 @@ impl ArmServer {
             },
         };
         let after = query_param(query, "$skiptoken").map(|t| t.to_lowercase());
+        let now = Instant::now();
         let page = {
             let world = self.world.lock().unwrap();
             world.find(&group.to_string()).map(|_| {
@@ -1695,6 +1817,7 @@ impl ArmServer {
                     .filter_map(|(key, r)| Some((key.strip_prefix(&prefix)?, r)))
                     .filter(|(name, r)| {
                         r.kind == kind
+                            && r.listed_after.is_none_or(|t| t <= now)
                             && !name.contains('/')
                             && after.as_deref().is_none_or(|after| *name > after)
                             && scale_set.as_deref().is_none_or(|set| {
@@ -2292,6 +2415,7 @@ impl ArmServer {
                 vm_id,
                 created: time_created,
                 serial,
+                listed_after: existing.as_ref().and_then(|e| e.listed_after),
             },
         );
         let members = if id.kind == ResourceType::VirtualMachineScaleSet {

@@ -11,3 +11,4 @@ pub mod arm_server;
 
 pub mod azure_servers;
 pub mod manager;
+pub mod pools;
