@@ -73,6 +73,41 @@ pub(crate) struct CachedNode {
     pub(crate) provider_id: Option<Box<str>>,
     /// `status.conditions`, as reported.
     pub(crate) conditions: Box<[NodeReading]>,
+    /// The owner upstream's annotations name, when the node carries all four of them.
+    pub(crate) owner: Option<NodeOwner>,
+}
+
+/// Upstream's annotations on a node: its cluster, and the object that owns it.
+pub(crate) const CLUSTER_NAME_ANNOTATION: &str = "cluster.x-k8s.io/cluster-name";
+/// The namespace of the node's cluster.
+pub(crate) const CLUSTER_NAMESPACE_ANNOTATION: &str = "cluster.x-k8s.io/cluster-namespace";
+/// The kind of the object that owns the node (`MachinePool`, `MachineSet` …).
+pub(crate) const OWNER_KIND_ANNOTATION: &str = "cluster.x-k8s.io/owner-kind";
+/// Its name.
+pub(crate) const OWNER_NAME_ANNOTATION: &str = "cluster.x-k8s.io/owner-name";
+const OWNER_ANNOTATIONS: [&str; 4] = [
+    CLUSTER_NAMESPACE_ANNOTATION,
+    CLUSTER_NAME_ANNOTATION,
+    OWNER_KIND_ANNOTATION,
+    OWNER_NAME_ANNOTATION,
+];
+
+/// The owner a node's annotations name: cluster namespace, cluster, owner kind and owner name,
+/// in one string (`<namespace>/<cluster>/<kind>/<name>`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct NodeOwner(Box<str>);
+
+impl NodeOwner {
+    /// The owner `kind` `name` in cluster `namespace/cluster`.
+    pub(crate) fn new(namespace: &str, cluster: &str, kind: &str, name: &str) -> Self {
+        Self(format!("{namespace}/{cluster}/{kind}/{name}").into())
+    }
+
+    fn of(annotations: &std::collections::BTreeMap<String, String>) -> Option<Self> {
+        let [namespace, cluster, kind, name] =
+            OWNER_ANNOTATIONS.map(|key| annotations.get(key).map(String::as_str));
+        Some(Self::new(namespace?, cluster?, kind?, name?))
+    }
 }
 
 /// One of a node's conditions as the controllers read it: type, status, since when, message —
@@ -116,18 +151,25 @@ impl CachedNode {
                 .and_then(|s| s.provider_id.as_deref())
                 .map(Into::into),
             conditions,
+            owner: node.metadata.annotations.as_ref().and_then(NodeOwner::of),
         })
     }
 }
 
 /// A watched node cut down to what [`CachedNode`] and the change report read (name, UID,
-/// provider ID, conditions) before anything holds it — a re-list's nodes are held until its end.
+/// owner annotations, provider ID, conditions) before anything holds it — a re-list's nodes are
+/// held until its end.
 fn slim_node(node: &mut Node) {
     let name = node.metadata.name.take();
     let uid = node.metadata.uid.take();
+    let annotations = node.metadata.annotations.take().map(|mut all| {
+        all.retain(|key, _| OWNER_ANNOTATIONS.contains(&key.as_str()));
+        all
+    });
     node.metadata = ObjectMeta {
         name,
         uid,
+        annotations: annotations.filter(|kept| !kept.is_empty()),
         ..ObjectMeta::default()
     };
     let provider_id = node.spec.take().and_then(|s| s.provider_id);
@@ -216,6 +258,21 @@ fn lock_nodes(nodes: &Mutex<NodeCache>) -> std::sync::MutexGuard<'_, NodeCache> 
 }
 
 impl Workload {
+    /// A workload cluster reached through `client` whose cache holds `nodes` (tests of what the
+    /// controllers do with a cache in a given state).
+    #[cfg(test)]
+    pub(crate) fn cached(client: Client, nodes: &[Node]) -> Self {
+        let mut cache = NodeCache::default();
+        for node in nodes.iter().filter_map(CachedNode::of) {
+            cache.live.put(node);
+        }
+        Self {
+            client,
+            nodes: Arc::new(Mutex::new(cache)),
+            synced: Arc::new(AtomicBool::new(true)),
+        }
+    }
+
     /// The node with this provider ID, from the cache; `None` also while the cache fills
     /// (see [`Workload::synced`]).
     pub(crate) fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<CachedNode>> {
@@ -487,7 +544,9 @@ mod tests {
         let node: Node = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "n-0", "uid": "u", "resourceVersion": "7",
                 "labels": {"kubernetes.io/hostname": "n-0"},
-                "annotations": {"volumes.kubernetes.io/controller-managed-attach-detach": "true"},
+                "annotations": {"volumes.kubernetes.io/controller-managed-attach-detach": "true",
+                    "cluster.x-k8s.io/cluster-namespace": "ns", "cluster.x-k8s.io/cluster-name": "c",
+                    "cluster.x-k8s.io/owner-kind": "MachinePool", "cluster.x-k8s.io/owner-name": "p"},
                 "managedFields": [{"manager": "kubelet", "operation": "Update"}]},
             "spec": {"providerID": "inmemory:///i-1", "podCIDR": "10.0.0.0/24",
                      "taints": [{"key": "k", "effect": "NoSchedule"}]},
@@ -514,6 +573,15 @@ mod tests {
             "slimmed first, same"
         );
         assert!(slimmed.status.as_ref().unwrap().images.is_none());
+        assert_eq!(
+            slimmed.metadata.annotations.as_ref().map(|a| a.len()),
+            Some(4),
+            "only the owner's annotations are kept"
+        );
+        assert_eq!(
+            cached.owner,
+            Some(NodeOwner::new("ns", "c", "MachinePool", "p"))
+        );
         assert_eq!(&*cached.name, "n-0");
         assert_eq!(cached.uid.as_deref(), Some("u"));
         assert_eq!(cached.provider_id.as_deref(), Some("inmemory:///i-1"));

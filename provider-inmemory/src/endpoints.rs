@@ -111,6 +111,9 @@ async fn serve(client: kube::Client, listener: TcpListener) {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
+        // Small requests and answers, one after another on a kept-alive connection: without
+        // this, each may wait for the peer's delayed acknowledgement (Nagle's algorithm).
+        let _ = stream.set_nodelay(true);
         let client = client.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request| {

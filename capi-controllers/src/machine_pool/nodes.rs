@@ -5,21 +5,25 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use futures::{StreamExt, TryStreamExt, stream};
+
 use capi_core::api::{Cluster, MachinePool};
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::Scope;
-use crate::workload::{CachedNode, Workload};
+use crate::workload::{
+    CLUSTER_NAME_ANNOTATION, CLUSTER_NAMESPACE_ANNOTATION, CachedNode, NodeOwner,
+    OWNER_KIND_ANNOTATION, OWNER_NAME_ANNOTATION, Workload,
+};
 use capi_runtime::ReconcileError;
 
-/// Upstream's annotations on a node: its cluster, and the object that owns it.
-const CLUSTER_NAME_ANNOTATION: &str = "cluster.x-k8s.io/cluster-name";
-const CLUSTER_NAMESPACE_ANNOTATION: &str = "cluster.x-k8s.io/cluster-namespace";
-const OWNER_KIND_ANNOTATION: &str = "cluster.x-k8s.io/owner-kind";
-const OWNER_NAME_ANNOTATION: &str = "cluster.x-k8s.io/owner-name";
+/// How many node annotations a pass sends at once: a pool's first pass over a thousand new
+/// nodes is a thousand round trips to the workload cluster, which one after another would hold
+/// the pass (its Machines, its status) for tens of seconds.
+const ANNOTATING_AT_ONCE: usize = 16;
 
 /// What the pass found of the pool's nodes.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -62,7 +66,7 @@ pub(super) async fn reconcile(
             min_ready(pool),
             jiff::Timestamp::now().as_second(),
         );
-        annotate_new(&workload, pool, &previous, &nodes.refs).await?;
+        annotate(&workload, pool, &nodes.refs).await?;
         Ok::<_, kube::Error>(nodes)
     }
     .await;
@@ -178,36 +182,54 @@ pub(super) async fn delete_node(
     }
 }
 
-/// Puts upstream's annotations (cluster, namespace, owner kind and name) on the nodes the pool
-/// references for the first time.
-async fn annotate_new(
+/// Puts upstream's annotations (cluster, namespace, owner kind and name) on the pool's nodes
+/// that do not carry them yet, as the node cache shows them (a pass after a restart, or over a
+/// pool object not yet showing its last status, sends nothing for nodes already annotated),
+/// [`ANNOTATING_AT_ONCE`] at a time.
+async fn annotate(
     workload: &Workload,
     pool: &MachinePool,
-    previous: &[ObjectReference],
     refs: &[ObjectReference],
 ) -> Result<(), kube::Error> {
+    let namespace = pool.namespace().unwrap_or_default();
+    let owner = NodeOwner::new(
+        &namespace,
+        &pool.spec.cluster_name,
+        "MachinePool",
+        &pool.name_any(),
+    );
     let api: Api<Node> = Api::all(workload.client.clone());
     let patch = json!({"metadata": {"annotations": {
         CLUSTER_NAME_ANNOTATION: pool.spec.cluster_name,
-        CLUSTER_NAMESPACE_ANNOTATION: pool.namespace().unwrap_or_default(),
+        CLUSTER_NAMESPACE_ANNOTATION: namespace,
         OWNER_KIND_ANNOTATION: "MachinePool",
         OWNER_NAME_ANNOTATION: pool.name_any(),
     }}});
-    for reference in refs.iter().filter(|r| !previous.contains(r)) {
-        let Some(name) = reference.name.as_deref() else {
-            continue;
-        };
-        match api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Err(kube::Error::Api(status)) if status.is_not_found() => {}
-            other => {
-                other?;
-            }
-        }
+    let unannotated: Vec<String> = refs
+        .iter()
+        .filter_map(|reference| reference.name.clone())
+        .filter(|name| {
+            workload
+                .node(name)
+                .is_some_and(|node| node.owner.as_ref() != Some(&owner))
+        })
+        .collect();
+    stream::iter(unannotated)
+        .map(|name| annotate_node(&api, name, &patch))
+        .buffer_unordered(ANNOTATING_AT_ONCE)
+        .try_collect::<()>()
+        .await
+}
+
+/// Merge-patches node `name` with `patch`; a node gone is not an error.
+async fn annotate_node(api: &Api<Node>, name: String, patch: &Value) -> Result<(), kube::Error> {
+    match api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+    {
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
+        other => other.map(drop),
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -230,6 +252,7 @@ mod tests {
                 })
                 .into_iter()
                 .collect(),
+            owner: None,
         })
     }
 
@@ -267,5 +290,108 @@ mod tests {
             "b has been ready for 10 of its 30 seconds"
         );
         assert_eq!(found.recheck, Some(Duration::from_secs(20)));
+    }
+
+    /// A workload client that answers every request with an empty node after `delay`, and
+    /// counts them, the most in flight at once too.
+    fn counting_workload(
+        nodes: &[Node],
+        delay: Duration,
+    ) -> (
+        Workload,
+        Arc<std::sync::atomic::AtomicUsize>,
+        Arc<std::sync::atomic::AtomicUsize>,
+    ) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let sent = Arc::new(AtomicUsize::new(0));
+        let peak = Arc::new(AtomicUsize::new(0));
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let (counter, most) = (Arc::clone(&sent), Arc::clone(&peak));
+        let service = tower::service_fn(move |_: http::Request<kube::client::Body>| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(now, Ordering::SeqCst);
+            let in_flight = Arc::clone(&in_flight);
+            async move {
+                tokio::time::sleep(delay).await;
+                in_flight.fetch_sub(1, Ordering::SeqCst);
+                http::Response::builder()
+                    .status(200)
+                    .body(kube::client::Body::from(
+                        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}})
+                            .to_string()
+                            .into_bytes(),
+                    ))
+            }
+        });
+        let client = kube::Client::new(service, "default");
+        (Workload::cached(client, nodes), sent, peak)
+    }
+
+    fn pool() -> MachinePool {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"clusterName": "c", "template": {"spec": {"clusterName": "c",
+                "bootstrap": {}, "infrastructureRef":
+                    {"apiGroup": "infrastructure.example.com", "kind": "X", "name": "x"}}}},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn workload_node(name: &str, annotated: bool) -> Node {
+        let mut node = json!({"metadata": {"name": name, "uid": format!("uid-{name}")},
+                              "spec": {"providerID": format!("p:///{name}")}});
+        if annotated {
+            node["metadata"]["annotations"] = json!({
+                CLUSTER_NAMESPACE_ANNOTATION: "ns", CLUSTER_NAME_ANNOTATION: "c",
+                OWNER_KIND_ANNOTATION: "MachinePool", OWNER_NAME_ANNOTATION: "p"});
+        }
+        serde_json::from_value(node).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn refs(names: &[String]) -> Vec<ObjectReference> {
+        names
+            .iter()
+            .map(|name| ObjectReference {
+                name: Some(name.clone()),
+                ..ObjectReference::default()
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn nodes_already_annotated_are_not_annotated_again() {
+        use std::sync::atomic::Ordering;
+        let names: Vec<String> = (0..50).map(|i| format!("n-{i}")).collect();
+        let mut nodes: Vec<Node> = names.iter().map(|n| workload_node(n, true)).collect();
+        nodes[7] = workload_node("n-7", false);
+        let (workload, sent, _) = counting_workload(&nodes, Duration::ZERO);
+        annotate(&workload, &pool(), &refs(&names))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            sent.load(Ordering::SeqCst),
+            1,
+            "only the node without the annotations is patched, whatever the pool's status said"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn new_nodes_are_annotated_several_at_a_time() {
+        use std::sync::atomic::Ordering;
+        let names: Vec<String> = (0..160).map(|i| format!("n-{i}")).collect();
+        let nodes: Vec<Node> = names.iter().map(|n| workload_node(n, false)).collect();
+        let (workload, sent, peak) = counting_workload(&nodes, Duration::from_millis(50));
+        let started = tokio::time::Instant::now();
+        annotate(&workload, &pool(), &refs(&names))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(sent.load(Ordering::SeqCst), 160);
+        assert_eq!(peak.load(Ordering::SeqCst), ANNOTATING_AT_ONCE);
+        assert!(
+            started.elapsed() <= Duration::from_millis(50 * 160 / ANNOTATING_AT_ONCE as u64 + 50),
+            "{:?}: one round trip after another",
+            started.elapsed()
+        );
     }
 }
