@@ -22,8 +22,9 @@ use capi_core::{
     PoolSize, ScaleSetReport,
 };
 use capi_testing::conformance::{CloudInventory, PoolSuite, Settings};
+use common::proxy::{Chaos, FaultProxy};
 use common::world::{World, world};
-use common::{FixedConnector, Moto, provider_clients};
+use common::{FixedConnector, Moto, fresh_account, provider_clients};
 use provider_aws::api::{AWSCluster, AWSMachinePool};
 use provider_aws::pool::AwsPoolActuator;
 
@@ -176,7 +177,8 @@ impl Pool<'_> {
         }
     }
 
-    /// One pass of the loop: `exists`, then `update` or `create`; records the provider ID.
+    /// One pass of the loop: `exists`, then `update` or `create`; records the provider ID and
+    /// the provider's status fields.
     async fn pass(
         &mut self,
         scope: &PoolScope<AWSMachinePool, AWSCluster>,
@@ -197,6 +199,11 @@ impl Pool<'_> {
             None => self.actuator.create(scope, bootstrap).await.unwrap(),
         };
         self.infra.spec.provider_id = Some(report.provider_id.clone());
+        let mut infra = serde_json::to_value(&self.infra).unwrap();
+        for (field, value) in report.provider_status.fields() {
+            infra["status"][field] = value.clone();
+        }
+        self.infra = serde_json::from_value(infra).unwrap();
         report
     }
 
@@ -231,6 +238,21 @@ impl Pool<'_> {
     }
 }
 
+/// A pool of `workers` in `world`, its `MachinePool` of UID `uid`.
+fn pool<'a>(world: &'a World, image: &str, uid: &str) -> Pool<'a> {
+    let mut machine_pool = MachinePool::default();
+    machine_pool.metadata.uid = Some(uid.into());
+    machine_pool.metadata.name = Some("workers".into());
+    machine_pool.spec.cluster_name = "demo".into();
+    machine_pool.spec.template.spec.version = Some("v1.33.1".into());
+    Pool {
+        world,
+        actuator: AwsPoolActuator::new(Arc::new(FixedConnector(provider_clients(&world.moto)))),
+        machine_pool: Arc::new(machine_pool),
+        infra: infra_pool(image, "t3.medium"),
+    }
+}
+
 fn revisions(report: &ScaleSetReport) -> Vec<String> {
     let mut revisions: Vec<String> = report
         .instances
@@ -259,17 +281,7 @@ fn gunzip(data: &[u8]) -> String {
 async fn a_pool_scales_rolls_rotates_its_token_and_leaves_nothing() {
     let world = world(Moto::new()).await;
     let image = world.moto.any_image().await;
-    let mut machine_pool = MachinePool::default();
-    machine_pool.metadata.uid = Some("pool-uid-life".into());
-    machine_pool.metadata.name = Some("workers".into());
-    machine_pool.spec.cluster_name = "demo".into();
-    machine_pool.spec.template.spec.version = Some("v1.33.1".into());
-    let mut pool = Pool {
-        world: &world,
-        actuator: AwsPoolActuator::new(Arc::new(FixedConnector(provider_clients(&world.moto)))),
-        machine_pool: Arc::new(machine_pool),
-        infra: infra_pool(&image, "t3.medium"),
-    };
+    let mut pool = pool(&world, &image, "pool-uid-life");
     let token = |t: &str| {
         BootstrapData::new(
             BootstrapFormat::CloudConfig,
@@ -428,5 +440,43 @@ async fn a_pool_scales_rolls_rotates_its_token_and_leaves_nothing() {
             .unwrap()
             .map(|f| f.reported),
         None
+    );
+}
+
+/// EC2 describes an instance only a while after Auto Scaling launched it (eventual consistency,
+/// here the proxy's lag). Until then the instance is of the revision of the template Auto Scaling
+/// says it was launched from, as the pool's status records it — not of an unknown revision,
+/// which the loop would take for an outdated instance and surge to replace.
+#[tokio::test]
+async fn an_instance_ec2_does_not_describe_yet_is_of_its_templates_revision() {
+    let proxy = FaultProxy::start().await;
+    let world = world(Moto::at(&proxy.url, &fresh_account())).await;
+    let image = world.moto.any_image().await;
+    let mut pool = pool(&world, &image, "pool-uid-lag");
+    let bootstrap = common::world::bootstrap();
+    pool.pass(&pool.scope(1, &[], "r-1"), &bootstrap).await;
+
+    // From now on EC2 does not describe an instance it has not shown before.
+    proxy.faults.lock().unwrap().chaos = Some(Chaos::new(1, 0.0, 0.0, Duration::from_secs(3600)));
+    let grown = pool.pass(&pool.scope(4, &[], "r-1"), &bootstrap).await;
+    assert_eq!(grown.instances.len(), 4);
+    assert_eq!(revisions(&grown), vec!["r-1"; 4]);
+    let found = pool
+        .actuator
+        .exists(&pool.scope(4, &[], "r-1"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(revisions(&found.reported), vec!["r-1"; 4]);
+    let hidden = proxy
+        .faults
+        .lock()
+        .unwrap()
+        .chaos
+        .as_ref()
+        .map(|c| c.injected.hidden_instances);
+    assert!(
+        hidden.is_some_and(|n| n > 0),
+        "EC2 described every instance: {hidden:?}"
     );
 }

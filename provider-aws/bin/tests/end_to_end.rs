@@ -38,9 +38,9 @@ use capi_core::api::{Cluster, Machine, MachineDeployment};
 use capi_testing::TestEnv;
 use capi_testing::deployed;
 use capi_testing::envtest::ControlPlane;
-use common::Account;
 use common::census::{census, live_instances};
 use common::ec2_servers::Ec2Servers;
+use common::{Account, assert_no_credentials};
 use k8s_openapi::api::core::v1::{Event, Node, Secret};
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
@@ -198,21 +198,6 @@ async fn targets(elb: &aws_sdk_elasticloadbalancingv2::Client) -> Result<BTreeSe
         .iter()
         .filter_map(|d| d.target()?.id().map(str::to_string))
         .collect())
-}
-
-/// Fails if `text` (what `source` shows a user) holds one of the account's credentials or a
-/// signed request's secrets.
-fn assert_no_credentials(source: &str, text: &str, account: &Account) {
-    for (i, secret) in account.secrets().iter().enumerate() {
-        assert!(
-            !text.contains(secret),
-            "{source} contains credential value #{i}"
-        );
-    }
-    let lower = text.to_ascii_lowercase();
-    for header in ["x-amz-security-token", "authorization: aws4"] {
-        assert!(!lower.contains(header), "{source} contains {header}");
-    }
 }
 
 /// The cluster as `capictl generate cluster e2e --infrastructure aws --flavor

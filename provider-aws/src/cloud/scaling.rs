@@ -51,6 +51,8 @@ pub struct GroupInstance {
     pub lifecycle: String,
     /// Auto Scaling's health status says `Unhealthy`.
     pub unhealthy: bool,
+    /// The launch template Auto Scaling launched it from (moto says the group's current one).
+    pub launch_template_id: Option<String>,
 }
 
 impl GroupInstance {

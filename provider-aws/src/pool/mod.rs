@@ -15,7 +15,10 @@
 //! - **Rollouts.** Each model revision gets a launch template of its own ([`model`]); its
 //!   instances carry the revision as a tag, which is what `update` reports per instance (Auto
 //!   Scaling's own per-instance template is not relied on: moto reports the group's current one
-//!   for every instance).
+//!   for every instance). An instance EC2 does not describe yet — it shows launches a while
+//!   after Auto Scaling made them — is of the revision of the template Auto Scaling launched it
+//!   from when that template is the one the pool's status records, never of an unknown one: the
+//!   loop would take it for outdated and surge to replace an instance it just asked for.
 //! - **Deletion.** The group is scaled to zero, deleted once empty, then its templates and
 //!   secrets; `Ok` only when all are gone.
 //!
@@ -354,11 +357,32 @@ async fn subnets(ctx: &PoolCtx, failure_domains: &[String]) -> Result<Vec<String
 
 /// What the loop records of `found`; `template` and `revision` when `update` or `create` knows
 /// what new instances launch from.
+///
+/// An instance EC2 does not describe yet (EC2 shows a launch a while after Auto Scaling made it)
+/// is of the revision of the template Auto Scaling launched it from, when that is `template` or
+/// the template `pool`'s status records with its revision (a template is made for one revision
+/// and never changed): reported of no revision, it would count as outdated, and the loop would
+/// surge to replace an instance it just asked for.
 fn report(
+    pool: &AWSMachinePool,
     found: &FoundGroup,
     template: Option<&str>,
     revision: Option<&ModelRevision>,
 ) -> Result<ScaleSetReport, ActuatorError> {
+    let recorded = pool.status.as_ref().and_then(|status| {
+        Some((
+            status.launch_template_id.as_deref()?,
+            status.model_revision.as_deref()?,
+        ))
+    });
+    let known = template.zip(revision.map(ModelRevision::as_str));
+    let revision_of = |template: &str| {
+        known
+            .into_iter()
+            .chain(recorded)
+            .find(|(id, _)| *id == template)
+            .map(|(_, revision)| revision)
+    };
     let group = &found.group;
     let status = ProviderStatus::from_typed(&GroupStatus {
         launch_template_id: template.or(group.launch_template_id.as_deref()),
@@ -376,11 +400,15 @@ fn report(
             .unwrap_or_default();
         let state = instance_state(member, described);
         let mut instance = PoolInstance::new(provider_id(&zone, &member.id), &member.id, state);
-        if let Some(described) = described {
-            instance = instance.with_addresses(addresses(described));
-            if let Some(revision) = described.tags.get(model::REVISION_TAG) {
-                instance = instance.from_revision(ModelRevision::new(revision.clone()));
+        let launched = match described {
+            Some(described) => {
+                instance = instance.with_addresses(addresses(described));
+                described.tags.get(model::REVISION_TAG).map(String::as_str)
             }
+            None => member.launch_template_id.as_deref().and_then(revision_of),
+        };
+        if let Some(revision) = launched {
+            instance = instance.from_revision(ModelRevision::new(revision));
         }
         if !zone.is_empty() {
             instance = instance.in_failure_domain(zone);
@@ -482,7 +510,10 @@ impl PoolActuator<AWSMachinePool, AWSCluster> for AwsPoolActuator {
             return Ok(None);
         };
         let found = self.described(&ctx, group).await?;
-        Ok(Some(Found::with(report(&found, None, None)?, found)))
+        Ok(Some(Found::with(
+            report(&ctx.pool, &found, None, None)?,
+            found,
+        )))
     }
 
     async fn create(
@@ -493,7 +524,7 @@ impl PoolActuator<AWSMachinePool, AWSCluster> for AwsPoolActuator {
         let ctx = self.context(scope).await?;
         // Looked up first: a create whose answer was lost made the group already.
         if let Some(group) = self.find(&ctx).await? {
-            return report(&self.described(&ctx, group).await?, None, None);
+            return report(&ctx.pool, &self.described(&ctx, group).await?, None, None);
         }
         let templates = model::templates(&ctx).await?;
         let template = model::ensure(&ctx, &templates, &scope.revision, bootstrap).await?;
@@ -516,7 +547,7 @@ impl PoolActuator<AWSMachinePool, AWSCluster> for AwsPoolActuator {
         }
         let found = self.current(&ctx).await?;
         suspend_processes(&ctx, &found.group).await?;
-        report(&found, Some(&template.id), Some(&scope.revision))
+        report(&ctx.pool, &found, Some(&template.id), Some(&scope.revision))
     }
 
     async fn update(
@@ -659,6 +690,7 @@ impl PoolActuator<AWSMachinePool, AWSCluster> for AwsPoolActuator {
             model::sweep(&ctx, &templates, template, &recent).await?;
         }
         report(
+            &ctx.pool,
             &now,
             template.as_ref().map(|t| t.id.as_str()),
             template.is_some().then_some(&scope.revision),

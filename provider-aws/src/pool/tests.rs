@@ -110,6 +110,7 @@ fn group(instances: &[(&str, &str)]) -> Group {
                 zone: Some("us-east-1a".into()),
                 lifecycle: (*lifecycle).to_string(),
                 unhealthy: false,
+                launch_template_id: Some("lt-1".into()),
             })
             .collect(),
         deleting: false,
@@ -205,6 +206,64 @@ async fn a_group_named_in_the_provider_id_without_the_pools_tags_is_never_touche
     ));
 }
 
+/// EC2 lags behind Auto Scaling's launches: an instance it does not describe yet is of the
+/// revision its template was made for, when the pool's status records that template — never of
+/// no revision (which the loop takes for outdated, and surges to replace).
+#[tokio::test]
+async fn an_instance_ec2_does_not_describe_yet_is_of_the_revision_its_template_was_made_for() {
+    let mut scaling = MockScaling::new();
+    scaling.expect_group().returning(|_| {
+        let mut found = group(&[("i-1", "InService"), ("i-2", "Pending"), ("i-3", "Pending")]);
+        found.instances[2].launch_template_id = Some("lt-0".into());
+        Ok(Some(found))
+    });
+    let mut compute = MockCompute::new();
+    compute.expect_instances_by_id().returning(|ids| {
+        Ok(ids
+            .iter()
+            .filter(|id| *id == "i-1")
+            .map(|id| described(id))
+            .collect())
+    });
+    let mut recorded = pool(Some(ARN));
+    recorded.status = Some(crate::api::AWSMachinePoolStatus {
+        launch_template_id: Some("lt-1".into()),
+        model_revision: Some("r-1".into()),
+        ..Default::default()
+    });
+    let actuator = actuator(compute, scaling, MockSecrets::new());
+    let found = actuator
+        .exists(&scope(recorded, 3, &[]))
+        .await
+        .unwrap()
+        .unwrap();
+    let revisions: Vec<(&str, Option<&str>)> = found
+        .reported
+        .instances
+        .iter()
+        .map(|i| {
+            (
+                i.name.as_str(),
+                i.revision.as_ref().map(ModelRevision::as_str),
+            )
+        })
+        .collect();
+    assert_eq!(
+        revisions,
+        [
+            ("i-1", Some("r-1")),
+            ("i-2", Some("r-1")),
+            // Launched from a template the pool knows no revision of.
+            ("i-3", None),
+        ]
+    );
+    let current = ModelRevision::new("r-1");
+    assert!(
+        found.reported.instances[1].state == LoopState::Provisioning
+            && found.reported.instances[1].is_up_to_date(&current)
+    );
+}
+
 #[tokio::test]
 async fn update_removes_exactly_the_named_instances_that_are_not_leaving_already() {
     let mut scaling = MockScaling::new();
@@ -254,7 +313,7 @@ async fn update_removes_exactly_the_named_instances_that_are_not_leaving_already
     let reported = actuator
         .update(
             &scope,
-            Found::with(report(&found, None, None).unwrap(), found),
+            Found::with(report(&pool(None), &found, None, None).unwrap(), found),
             None,
         )
         .await
@@ -396,7 +455,7 @@ async fn rotate(
     actuator(compute, scaling, secrets)
         .update(
             &scope(pool(Some(ARN)), 1, &[]),
-            Found::with(report(&found, None, None).unwrap(), found),
+            Found::with(report(&pool(None), &found, None, None).unwrap(), found),
             Some(bootstrap()),
         )
         .await
@@ -558,7 +617,7 @@ async fn a_removal_below_the_groups_lower_bound_lowers_the_bound_before_the_inst
     let reported = actuator(compute(), scaling, MockSecrets::new())
         .update(
             &scope(pool(Some(ARN)), 0, &["aws:///us-east-1a/i-1"]),
-            Found::with(report(&found, None, None).unwrap(), found),
+            Found::with(report(&pool(None), &found, None, None).unwrap(), found),
             None,
         )
         .await
@@ -626,7 +685,10 @@ async fn an_autoscaled_pools_removal_is_never_replaced() {
     actuator(compute(), scaling, MockSecrets::new())
         .update(
             &scope,
-            Found::with(report(&found, None, None).unwrap(), found),
+            Found::with(
+                report(&scope.infra_pool, &found, None, None).unwrap(),
+                found,
+            ),
             None,
         )
         .await
@@ -663,7 +725,7 @@ async fn a_model_that_cannot_be_made_adds_no_surge_of_the_old_one_and_is_reporte
     let error = actuator(compute(), scaling, secrets)
         .update(
             &scope(pool(Some(ARN)), 3, &[]),
-            Found::with(report(&found, None, None).unwrap(), found),
+            Found::with(report(&pool(None), &found, None, None).unwrap(), found),
             Some(bootstrap()),
         )
         .await

@@ -1,7 +1,8 @@
-//! What the `aws-manager` end-to-end test needs of moto besides the provider: an AWS account of
+//! What the `aws-manager` end-to-end tests need of moto besides the provider: an AWS account of
 //! its own with temporary credentials, the account prepared as a CAPA user's would be (the IAM
 //! instance profiles `clusterawsadm bootstrap iam` creates, an AMI named in CAPA's format, an SSH
-//! key pair), the census of a cluster, and the instances booted from their user data.
+//! key pair), the census of a cluster, the instances booted from their user data, the
+//! fault-injecting proxy of the provider's tests, and the check that no credential shows.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../../../tests/common/census.rs"]
@@ -9,6 +10,8 @@ pub mod census;
 pub mod ec2_servers;
 #[path = "../../../tests/common/endpoint.rs"]
 mod endpoint;
+#[path = "../../../tests/common/proxy.rs"]
+pub mod proxy;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -273,5 +276,20 @@ impl Account {
             .send()
             .await
             .unwrap();
+    }
+}
+
+/// Fails if `text` (what `source` shows a user) holds one of `account`'s credentials or a
+/// signed request's secrets.
+pub fn assert_no_credentials(source: &str, text: &str, account: &Account) {
+    for (i, secret) in account.secrets().iter().enumerate() {
+        assert!(
+            !text.contains(secret),
+            "{source} contains credential value #{i}"
+        );
+    }
+    let lower = text.to_ascii_lowercase();
+    for header in ["x-amz-security-token", "authorization: aws4"] {
+        assert!(!lower.contains(header), "{source} contains {header}");
     }
 }

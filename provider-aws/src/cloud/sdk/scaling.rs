@@ -96,6 +96,10 @@ fn group_of(group: &asg::AutoScalingGroup) -> Option<Group> {
                         .map(|s| s.as_str().to_string())
                         .unwrap_or_default(),
                     unhealthy: i.health_status() == Some("Unhealthy"),
+                    launch_template_id: i
+                        .launch_template()
+                        .and_then(|t| t.launch_template_id())
+                        .map(str::to_string),
                 })
             })
             .collect(),
