@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
-use crate::arm::{Accepted, ArmError, Deletion, MockArm, PendingOperation, Poll, ResourceId};
+use crate::arm::{
+    Accepted, ArmError, Deletion, MockArm, PendingOperation, Poll, ResourceId, ResourceType,
+};
 
 /// What the fake holds and does.
 #[derive(Debug, Default)]
@@ -26,6 +28,9 @@ pub(crate) struct State {
     pub(crate) errors: BTreeMap<(String, String), ArmError>,
     /// Every call: method and resource name.
     pub(crate) calls: Vec<(String, String)>,
+    /// The etag of every conditional PUT.
+    pub(crate) if_match: Vec<String>,
+    etags: u64,
 }
 
 impl State {
@@ -45,12 +50,50 @@ impl State {
             .collect()
     }
 
+    /// A scale set's next etag (each write of one changes it, as ARM's).
+    pub(crate) fn next_etag(&mut self) -> String {
+        self.etags += 1;
+        format!("\"{}\"", self.etags)
+    }
+
     fn error(&mut self, method: &str, id: &ResourceId) -> Option<ArmError> {
         let key = id.to_string().to_lowercase();
         self.errors
             .remove(&(method.to_string(), key))
             .or_else(|| self.errors.remove(&(method.to_string(), "*".to_string())))
     }
+}
+
+/// A PUT: the resource stored in the fake's PUT state (a scale set with a new etag), or the
+/// error injected for it.
+fn put(st: &mut State, id: &ResourceId, body: &Value) -> Result<Accepted, ArmError> {
+    st.calls.push(("PUT".into(), id.name.clone()));
+    if let Some(e) = st.error("PUT", id) {
+        return Err(e);
+    }
+    let mut stored = body.clone();
+    let slow = st.slow_kind.is_none_or(|k| k == id.kind);
+    let state = if st.put_state.is_empty() || !slow {
+        "Succeeded".to_string()
+    } else {
+        st.put_state.clone()
+    };
+    if !stored["properties"].is_object() {
+        stored["properties"] = json!({});
+    }
+    stored["properties"]["provisioningState"] = json!(state);
+    stored["id"] = json!(id.to_string());
+    if id.kind == ResourceType::VirtualMachineScaleSet {
+        stored["etag"] = json!(st.next_etag());
+    }
+    st.insert(id, stored.clone());
+    Ok(Accepted {
+        body: stored,
+        operation: (state != "Succeeded").then(|| PendingOperation {
+            polling_url: format!("https://arm.test/operations/{}", id.name),
+            retry_after: None,
+        }),
+    })
 }
 
 /// A fake and its state.
@@ -69,30 +112,24 @@ pub(crate) fn fake() -> (MockArm, Arc<Mutex<State>>) {
     let s = state.clone();
     arm.expect_put().returning(move |id, body| {
         let mut st = s.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        st.calls.push(("PUT".into(), id.name.clone()));
-        if let Some(e) = st.error("PUT", id) {
-            return Err(e);
+        put(&mut st, id, body)
+    });
+    let s = state.clone();
+    arm.expect_put_if_match().returning(move |id, body, etag| {
+        let mut st = s.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        st.if_match.push(etag.to_string());
+        let current = st
+            .get(id)
+            .and_then(|r| r["etag"].as_str().map(str::to_string));
+        if current.as_deref() != Some(etag) {
+            st.calls.push(("PUT".into(), id.name.clone()));
+            return Err(ArmError::new(
+                Some(412),
+                "PreconditionFailed",
+                format!("the resource's etag is {current:?}, not {etag}"),
+            ));
         }
-        let mut stored = body.clone();
-        let slow = st.slow_kind.is_none_or(|k| k == id.kind);
-        let state = if st.put_state.is_empty() || !slow {
-            "Succeeded".to_string()
-        } else {
-            st.put_state.clone()
-        };
-        if !stored["properties"].is_object() {
-            stored["properties"] = json!({});
-        }
-        stored["properties"]["provisioningState"] = json!(state);
-        stored["id"] = json!(id.to_string());
-        st.insert(id, stored.clone());
-        Ok(Accepted {
-            body: stored,
-            operation: (state != "Succeeded").then(|| PendingOperation {
-                polling_url: format!("https://arm.test/operations/{}", id.name),
-                retry_after: None,
-            }),
-        })
+        put(&mut st, id, body)
     });
     let s = state.clone();
     arm.expect_delete().returning(move |id| {
@@ -179,9 +216,11 @@ pub(crate) fn fake() -> (MockArm, Arc<Mutex<State>>) {
         for key in &removed {
             st.resources.remove(key);
         }
+        let etag = st.next_etag();
         if let Some(set) = st.resources.get_mut(&id.to_string().to_lowercase()) {
             let capacity = set["sku"]["capacity"].as_u64().unwrap_or(0);
             set["sku"]["capacity"] = json!(capacity.saturating_sub(removed.len() as u64));
+            set["etag"] = json!(etag);
         }
         Ok(Some(PendingOperation {
             polling_url: format!("https://arm.test/operations/post-{}", id.name),

@@ -807,3 +807,55 @@ async fn only_a_flexible_scale_set_with_a_capacity_and_a_network_is_made() {
     assert_eq!(setup.count(ResourceType::VirtualMachine), 0);
     setup.server.assert_clean();
 }
+
+#[tokio::test]
+async fn a_put_if_match_is_refused_once_the_scale_set_changed_and_changes_nothing() {
+    let setup = setup().await;
+    let made = setup.put("pool", &Model::of(2, "r1")).await;
+    setup.until_done(&made).await;
+    let read = setup.client.get(&scale_set("pool")).await.unwrap().unwrap();
+    let etag = read["etag"]
+        .as_str()
+        .expect("a scale set has an etag")
+        .to_string();
+    let again = setup.client.get(&scale_set("pool")).await.unwrap().unwrap();
+    assert_eq!(again["etag"], read["etag"], "unchanged, the same etag");
+
+    // An autoscaler raises the capacity after the read.
+    let raised = setup.put("pool", &Model::of(4, "r1")).await;
+    setup.until_done(&raised).await;
+    let refused = setup
+        .client
+        .put_if_match(&scale_set("pool"), &Model::of(2, "r2").body(), &etag)
+        .await
+        .expect_err("the scale set changed since its etag was read");
+    assert_eq!(refused.status, Some(412));
+    assert_eq!(refused.code, "PreconditionFailed");
+    assert_eq!(setup.capacity("pool").await, 4, "nothing written");
+
+    // A removal changes it too; with the etag read after it, the PUT goes through.
+    let vms: Vec<String> = names(&setup.members("pool").await).into_iter().collect();
+    let after_raise = setup.client.get(&scale_set("pool")).await.unwrap().unwrap();
+    let removing = setup.delete_instances("pool", &[&vms[0]]).await;
+    setup.until_done(&removing).await;
+    let stale = after_raise["etag"].as_str().unwrap();
+    let refused = setup
+        .client
+        .put_if_match(&scale_set("pool"), &Model::of(4, "r2").body(), stale)
+        .await
+        .expect_err("a removal changed it");
+    assert_eq!(refused.status, Some(412));
+    let current = setup.client.get(&scale_set("pool")).await.unwrap().unwrap();
+    let accepted = setup
+        .client
+        .put_if_match(
+            &scale_set("pool"),
+            &Model::of(3, "r2").body(),
+            current["etag"].as_str().unwrap(),
+        )
+        .await
+        .unwrap();
+    setup.until_done(&accepted.operation.unwrap()).await;
+    assert_eq!(setup.capacity("pool").await, 3);
+    setup.server.assert_clean();
+}

@@ -1,10 +1,10 @@
 //! Azure machine pools under chaos: the `azure-manager` binary (standalone, as in
 //! `pools_end_to_end`) runs a cluster with a MachinePool against the ARM test server while a
-//! seeded share of ARM's answers go wrong ([`Chaos`]: throttling, 409s, answers lost after the
-//! request was carried out, failed and vanished operations) and new scale-set VMs show in
-//! listings only up to 2 s after they were made. The pool grows in stages to 8 VMs, is scaled
-//! to zero and is deleted with its cluster; in each of those, the manager is killed (SIGKILL)
-//! while the scale set is changing and started again.
+//! seeded share of ARM's answers go wrong ([`Chaos`]: a tenth of reads and a quarter of writes
+//! meet throttling, 409s, answers lost after the request was carried out, failed and vanished
+//! operations) and new scale-set VMs show in listings only up to 2 s after they were made. The
+//! pool grows in stages to 8 VMs, is scaled to zero and is deleted with its cluster; in each of
+//! those, the manager is killed (SIGKILL) while the scale set is changing and started again.
 //!
 //! What must hold whatever the seed: the pool never had a second scale set and the control
 //! plane's machine never a second VM; at no moment did the pool hold more VMs than the stage
@@ -39,8 +39,10 @@ const CLUSTER: &str = "chaos";
 const POOL: &str = "chaos-mp-0";
 const KUBERNETES_VERSION: &str = "v1.33.0";
 const SIZE: &str = "Standard_D4s_v3";
-/// The share of ARM requests that meet a fault.
+/// The share of ARM reads that meet a fault.
 const RATE: f64 = 0.1;
+/// The share of ARM writes that meet one.
+const WRITE_RATE: f64 = 0.25;
 /// The longest a new scale-set VM stays out of listings.
 const LIST_LAG: Duration = Duration::from_secs(2);
 /// How long each scale-set and VM operation takes.
@@ -166,7 +168,7 @@ async fn an_azure_pool_grows_shrinks_and_goes_through_faults_kills_and_lagging_l
         kubelets,
     } = Harness::start(CLUSTER, "azure-pools-chaos-", WITHIN, |f| {
         f.operation_time = OPERATION;
-        f.chaos = Some(Chaos::new(seed, RATE, LIST_LAG));
+        f.chaos = Some(Chaos::new(seed, RATE, WRITE_RATE, LIST_LAG));
     })
     .await;
     let client = world.client.clone();
@@ -300,11 +302,9 @@ async fn an_azure_pool_grows_shrinks_and_goes_through_faults_kills_and_lagging_l
         seen.peak,
         server.world.lock().unwrap().requests.len()
     );
-    for fault in [
-        ChaosFault::Throttle,
-        ChaosFault::Conflict,
-        ChaosFault::LoseResponse,
-    ] {
+    // Throttling and lost answers are common enough to land in every run; 409s and failed or
+    // vanished operations land on writes only, and not in every run.
+    for fault in [ChaosFault::Throttle, ChaosFault::LoseResponse] {
         assert!(
             injected.get(&fault).copied().unwrap_or(0) > 0,
             "seed {seed}: no {fault:?} was injected: {injected:?}"

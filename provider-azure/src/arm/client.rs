@@ -98,6 +98,16 @@ pub trait Arm: Send + Sync {
     /// same PUT is the same resource, never a second one).
     async fn put(&self, id: &ResourceId, body: &Value) -> Result<Accepted, ArmError>;
 
+    /// [`Arm::put`], carried out only if the resource is still as it was read: `etag` is the one
+    /// ARM answered with it (sent as `If-Match`). A resource changed since (or gone) is refused
+    /// with `412 PreconditionFailed` and nothing is written: read it again.
+    async fn put_if_match(
+        &self,
+        id: &ResourceId,
+        body: &Value,
+        etag: &str,
+    ) -> Result<Accepted, ArmError>;
+
     /// Deletes the resource (a resource that does not exist is [`Deletion::Gone`]).
     async fn delete(&self, id: &ResourceId) -> Result<Deletion, ArmError>;
 
@@ -266,6 +276,7 @@ impl ArmClient {
         method: reqwest::Method,
         url: &str,
         body: Option<&Value>,
+        if_match: Option<&str>,
     ) -> Result<(u16, HeaderMap, Value), ArmError> {
         if let Some(wait) = self
             .pace
@@ -294,6 +305,9 @@ impl ArmClient {
                 reqwest::header::USER_AGENT,
                 concat!("capi-rs-provider-azure/", env!("CARGO_PKG_VERSION")),
             );
+        if let Some(etag) = if_match {
+            request = request.header(reqwest::header::IF_MATCH, etag);
+        }
         if let Some(body) = body {
             request = request
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
@@ -400,7 +414,13 @@ fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
 impl Arm for ArmClient {
     async fn get(&self, id: &ResourceId) -> Result<Option<Value>, ArmError> {
         match self
-            .send(Budget::Reads, reqwest::Method::GET, &self.url(id), None)
+            .send(
+                Budget::Reads,
+                reqwest::Method::GET,
+                &self.url(id),
+                None,
+                None,
+            )
             .await
         {
             Ok((_, _, body)) => Ok(Some(body)),
@@ -416,6 +436,28 @@ impl Arm for ArmClient {
                 reqwest::Method::PUT,
                 &self.url(id),
                 Some(body),
+                None,
+            )
+            .await?;
+        Ok(Accepted {
+            body,
+            operation: Self::pending(&headers),
+        })
+    }
+
+    async fn put_if_match(
+        &self,
+        id: &ResourceId,
+        body: &Value,
+        etag: &str,
+    ) -> Result<Accepted, ArmError> {
+        let (_, headers, body) = self
+            .send(
+                Budget::Writes,
+                reqwest::Method::PUT,
+                &self.url(id),
+                Some(body),
+                Some(etag),
             )
             .await?;
         Ok(Accepted {
@@ -430,6 +472,7 @@ impl Arm for ArmClient {
                 Budget::Deletes,
                 reqwest::Method::DELETE,
                 &self.url(id),
+                None,
                 None,
             )
             .await
@@ -451,7 +494,7 @@ impl Arm for ArmClient {
     async fn get_expanded(&self, id: &ResourceId, expand: &str) -> Result<Option<Value>, ArmError> {
         let url = format!("{}&$expand={}", self.url(id), encode(expand));
         match self
-            .send(Budget::Reads, reqwest::Method::GET, &url, None)
+            .send(Budget::Reads, reqwest::Method::GET, &url, None, None)
             .await
         {
             Ok((_, _, body)) => Ok(Some(body)),
@@ -481,7 +524,7 @@ impl Arm for ArmClient {
         let mut all = Vec::new();
         for _ in 0..MAX_PAGES {
             let (_, _, page) = self
-                .send(Budget::Reads, reqwest::Method::GET, &url, None)
+                .send(Budget::Reads, reqwest::Method::GET, &url, None, None)
                 .await?;
             if let Some(values) = page["value"].as_array() {
                 all.extend(values.iter().cloned());
@@ -521,7 +564,13 @@ impl Arm for ArmClient {
             id.kind.api_version()
         );
         let (_, headers, _) = self
-            .send(Budget::Writes, reqwest::Method::POST, &url, Some(body))
+            .send(
+                Budget::Writes,
+                reqwest::Method::POST,
+                &url,
+                Some(body),
+                None,
+            )
             .await?;
         Ok(Self::pending(&headers))
     }
@@ -535,7 +584,7 @@ impl Arm for ArmClient {
             return Ok(Poll::Vanished);
         }
         let (status, headers, body) = match self
-            .send(Budget::Reads, reqwest::Method::GET, polling_url, None)
+            .send(Budget::Reads, reqwest::Method::GET, polling_url, None, None)
             .await
         {
             Ok(answer) => answer,

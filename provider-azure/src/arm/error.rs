@@ -123,7 +123,8 @@ impl ArmError {
             {
                 ErrorClass::Conflict
             }
-            Some(409) => ErrorClass::Conflict,
+            // 412: a conditional write found the resource changed since it was read.
+            Some(409 | 412) => ErrorClass::Conflict,
             Some(401 | 403) => ErrorClass::Unauthorized,
             Some(404) => ErrorClass::NotFound,
             Some(400 | 422) => ErrorClass::Invalid,

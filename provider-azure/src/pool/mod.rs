@@ -448,12 +448,15 @@ impl AzurePoolActuator {
             existing,
         )?;
         let id = ctx.scale_set_id();
-        let accepted = ctx
-            .cluster
-            .arm
-            .put(&id, &body)
-            .await
-            .map_err(|e| e.into_actuator(&format!("putting scale set {}", id.name)))?;
+        // An existing scale set is put only as it was read (its etag): a capacity raised since
+        // by an autoscaler, or a removal since, is never undone by this PUT.
+        let etag = existing.and_then(|e| e["etag"].as_str());
+        let arm = &ctx.cluster.arm;
+        let accepted = match etag {
+            Some(etag) => arm.put_if_match(&id, &body, etag).await,
+            None => arm.put(&id, &body).await,
+        }
+        .map_err(|e| e.into_actuator(&format!("putting scale set {}", id.name)))?;
         if let Some(operation) = &accepted.operation {
             operations.record(&id, OperationType::Put, operation);
         }

@@ -497,3 +497,47 @@ async fn a_model_put_again_keeps_the_scale_sets_ssh_key() {
     assert_eq!(lock(&state).calls("PUT"), [KEY]);
     assert_eq!(key_of(&state), first);
 }
+
+#[tokio::test]
+async fn a_capacity_an_autoscaler_raised_after_the_read_is_never_lowered_by_the_model_put() {
+    let (arm, state) = fake();
+    let actuator = actuator(arm);
+    existing(&state, &actuator, &[("vm-a", "r1"), ("vm-b", "r1")], "r1").await;
+    // Autoscaled (no capacity asked), with a new revision to put: the scale set is read at 2 …
+    let autoscaled = scope_with(infra_pool(json!({})), None, &[], "r2");
+    let found = look(&actuator, &autoscaled).await;
+    // … and the autoscaler raises it to 5 before the model is put.
+    {
+        let mut st = lock(&state);
+        let etag = st.next_etag();
+        let mut set = st.get(&set_id()).cloned().unwrap_or_default();
+        set["sku"]["capacity"] = json!(5);
+        set["etag"] = json!(etag);
+        st.insert(&set_id(), set);
+    }
+    let raced = actuator.update(&autoscaled, found, Some(bootstrap())).await;
+    assert!(
+        matches!(&raced, Err(ActuatorError::RequeueAfter { .. })),
+        "the stale PUT is refused and the pool looks again soon: {raced:?}"
+    );
+    assert_eq!(
+        lock(&state)
+            .get(&set_id())
+            .map(|s| s["sku"]["capacity"].clone()),
+        Some(json!(5)),
+        "the autoscaler's capacity stands"
+    );
+    // The next pass reads 5 and puts the model at 5.
+    let found = look(&actuator, &autoscaled).await;
+    let report = actuator.update(&autoscaled, found, Some(bootstrap())).await;
+    assert_eq!(report.map(|r| r.capacity).ok(), Some(5));
+    let st = lock(&state);
+    let body = st.get(&set_id()).cloned().unwrap_or_default();
+    assert_eq!(body["tags"][REVISION_TAG], "r2");
+    assert_eq!(body["sku"]["capacity"], 5);
+    assert_eq!(
+        st.if_match.len(),
+        2,
+        "every PUT of the existing scale set is conditional"
+    );
+}

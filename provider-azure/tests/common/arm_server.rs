@@ -1,9 +1,10 @@
 //! An ARM test server of the project's own: stateful, on 127.0.0.1 over TLS, modelled on the
 //! public ARM REST reference for the resources the provider manages.
 //!
-//! - Resource IDs by path, the kind's api-version required; PUT answers `201` (new) or `200`
-//!   with `provisioningState` `Creating`/`Updating` and an `Azure-AsyncOperation` URL; the
-//!   operation ends (`Succeeded`) after [`Faults::operation_time`] whether or not anyone polls;
+//! - Resource IDs by path, the kind's api-version required; a scale set answered with an `etag`
+//!   that changes with it, and a PUT with `If-Match` refused `412` unless it still matches; PUT
+//!   answers `201` (new) or `200` with `provisioningState` `Creating`/`Updating` and an
+//!   `Azure-AsyncOperation` URL; the operation ends (`Succeeded`) after [`Faults::operation_time`] whether or not anyone polls;
 //!   resource groups are made at once. GET answers the resource with what ARM fills in (IDs of
 //!   children, addresses, the subnets' IP configurations, a pool's members, the NIC's VM, the
 //!   VM's OS disk, when a VM or scale set was made); `customData` is never answered, `userData`
@@ -153,12 +154,14 @@ pub enum ChaosFault {
     VanishOperation,
 }
 
-/// Seeded random faults: each ARM request (not a token request, not an operation's status)
-/// meets one with probability `rate`; a new scale-set VM shows in listings only after up to
-/// `list_lag` (ARM's listings are eventually consistent; a GET of the VM finds it at once).
+/// Seeded random faults: each ARM read (not a token request, not an operation's status) meets
+/// one with probability `rate`, each write (PUT, POST, DELETE: far fewer) with `write_rate`; a
+/// new scale-set VM shows in listings only after up to `list_lag` (ARM's listings are
+/// eventually consistent; a GET of the VM finds it at once).
 #[derive(Debug)]
 pub struct Chaos {
     rate: f64,
+    write_rate: f64,
     list_lag: Duration,
     state: u64,
     /// What was injected, by fault.
@@ -166,10 +169,12 @@ pub struct Chaos {
 }
 
 impl Chaos {
-    /// Faults at `rate` (0 to 1) from `seed`, listings lagging up to `list_lag`.
-    pub fn new(seed: u64, rate: f64, list_lag: Duration) -> Self {
+    /// Faults at `rate` of reads and `write_rate` of writes (0 to 1) from `seed`, listings
+    /// lagging up to `list_lag`.
+    pub fn new(seed: u64, rate: f64, write_rate: f64, list_lag: Duration) -> Self {
         Self {
             rate,
+            write_rate,
             list_lag,
             state: seed,
             injected: BTreeMap::new(),
@@ -191,7 +196,12 @@ impl Chaos {
 
     /// The fault of the next request, `method` on `kind`, if it meets one.
     fn pick(&mut self, method: &Method, kind: Option<ResourceType>) -> Option<ChaosFault> {
-        if self.unit() >= self.rate {
+        let rate = if *method == Method::GET {
+            self.rate
+        } else {
+            self.write_rate
+        };
+        if self.unit() >= rate {
             return None;
         }
         let makes_vms = matches!(
@@ -747,6 +757,9 @@ impl World {
         body["id"] = json!(id);
         body["name"] = json!(name);
         body["type"] = json!(type_name(stored.kind));
+        if stored.kind == ResourceType::VirtualMachineScaleSet {
+            body["etag"] = json!(etag_of(stored));
+        }
         let mut properties = if body["properties"].is_object() {
             body["properties"].clone()
         } else {
@@ -1734,7 +1747,20 @@ impl ArmServer {
         }
         let mut response = match (&parts.method, &route) {
             (&Method::GET, Route::Resource(id)) => self.get(id, Expand::from_query(query)).await,
-            (&Method::PUT, Route::Resource(id)) => self.put(id, body).await,
+            (&Method::PUT, Route::Resource(id)) => {
+                match parts.headers.get("if-match").and_then(|v| v.to_str().ok()) {
+                    Some(wanted) if !self.etag_matches(id, wanted) => {
+                        self.error(
+                            412,
+                            kind,
+                            "PreconditionFailed",
+                            "The resource was changed since its etag was read (If-Match).",
+                        )
+                        .await
+                    }
+                    _ => self.put(id, body).await,
+                }
+            }
             (&Method::DELETE, Route::Resource(id)) => self.delete(id).await,
             (&Method::POST, Route::Action(id, action)) => self.post(id, action, body).await,
             (&Method::GET, Route::Collection(group, kind)) => {
@@ -1752,6 +1778,14 @@ impl ArmServer {
             return Err(LostResponse);
         }
         Ok(response)
+    }
+
+    /// Whether resource `id` exists with etag `wanted` (`*`: with any).
+    fn etag_matches(&self, id: &ResourceId, wanted: &str) -> bool {
+        let world = self.world.lock().unwrap();
+        world
+            .find(&id.to_string())
+            .is_some_and(|stored| wanted == "*" || etag_of(stored) == wanted)
     }
 
     async fn get(&self, id: &ResourceId, expand: Expand) -> Response<Full<Bytes>> {
@@ -2724,6 +2758,12 @@ fn new_uuid() -> String {
 /// Now, as ARM writes times.
 fn now() -> String {
     jiff::Timestamp::now().to_string()
+}
+
+/// A scale set's etag: it changes whenever what was written of it does (its model, its
+/// capacity, lowered by a removal too).
+fn etag_of(stored: &Stored) -> String {
+    format!("\"{:016x}\"", fnv(stored.body.to_string().as_bytes()))
 }
 
 fn fastrand_u64() -> u64 {
