@@ -59,8 +59,9 @@ pub(crate) struct Workload {
     synced: Arc<AtomicBool>,
 }
 
-/// What the controllers read of a node: its name, provider ID and conditions — about 300 bytes
-/// where a decoded `Node` is 1.5 KB before any of its images, labels, annotations, managed
+/// What the controllers read of a node: its name, UID, provider ID, conditions and upstream's
+/// owner annotations — about 300 bytes where a decoded `Node` is 1.5 KB before any of its
+/// images, labels, other annotations, managed
 /// fields, capacity and heartbeats (a node cache holds one per machine). Anything else is read
 /// from the API server.
 #[derive(Clone, Debug, PartialEq)]

@@ -13,12 +13,11 @@
 //!   instances on their own — `AZRebalance`, `ReplaceUnhealthy` — are suspended on every group,
 //!   and no instance refresh is ever started: a rollout is the loop's surge and removals.
 //! - **Rollouts.** Each model revision gets a launch template of its own ([`model`]); its
-//!   instances carry the revision as a tag, which is what `update` reports per instance (Auto
-//!   Scaling's own per-instance template is not relied on: moto reports the group's current one
-//!   for every instance). An instance EC2 does not describe yet — it shows launches a while
-//!   after Auto Scaling made them — is of the revision of the template Auto Scaling launched it
-//!   from when that template is the one the pool's status records, never of an unknown one: the
-//!   loop would take it for outdated and surge to replace an instance it just asked for.
+//!   instances carry the revision as a tag, which is what `update` reports per instance. An
+//!   instance EC2 does not describe yet — it shows launches a while after Auto Scaling made
+//!   them — is of the revision the tag of the template Auto Scaling says it launched from
+//!   carries: reported of none, the loop would take it for outdated and surge to replace an
+//!   instance it just asked for.
 //! - **Deletion.** The group is scaled to zero, deleted once empty, then its templates and
 //!   secrets; `Ok` only when all are gone.
 //!
@@ -27,7 +26,7 @@
 
 pub mod model;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -69,6 +68,9 @@ pub struct FoundGroup {
     pub group: Group,
     /// Its instances as EC2 describes them.
     pub instances: Vec<Instance>,
+    /// The model revision of each of the pool's launch templates, by ID, as the template's tag
+    /// says; read only when EC2 does not describe an instance of the group yet.
+    pub template_revisions: BTreeMap<String, String>,
 }
 
 /// One call for one pool: the machine context of the pool's launch settings (an `AWSMachine`
@@ -209,7 +211,26 @@ impl AwsPoolActuator {
                     .map_err(|e| ctx.clients().error(e))?,
             );
         }
-        Ok(FoundGroup { group, instances })
+        // An instance EC2 does not describe yet is of the revision of the template it was
+        // launched from, which carries it (a template is made for one revision, never changed).
+        let undescribed = group
+            .instances
+            .iter()
+            .any(|member| !instances.iter().any(|i: &Instance| i.id == member.id));
+        let template_revisions = if undescribed {
+            model::templates(ctx)
+                .await?
+                .into_iter()
+                .filter_map(|t| Some((t.id, t.tags.get(model::REVISION_TAG)?.clone())))
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        Ok(FoundGroup {
+            group,
+            instances,
+            template_revisions,
+        })
     }
 
     /// Sends `update` to group `name`, unless it changes nothing.
@@ -359,29 +380,21 @@ async fn subnets(ctx: &PoolCtx, failure_domains: &[String]) -> Result<Vec<String
 /// what new instances launch from.
 ///
 /// An instance EC2 does not describe yet (EC2 shows a launch a while after Auto Scaling made it)
-/// is of the revision of the template Auto Scaling launched it from, when that is `template` or
-/// the template `pool`'s status records with its revision (a template is made for one revision
-/// and never changed): reported of no revision, it would count as outdated, and the loop would
-/// surge to replace an instance it just asked for.
+/// is of the revision of the template Auto Scaling launched it from, as that template's tag
+/// says (`found.template_revisions`, or `template` itself): reported of no revision, it would
+/// count as outdated, and the loop would surge to replace an instance it just asked for. One
+/// launched from a template not found is reported of no revision.
 fn report(
-    pool: &AWSMachinePool,
     found: &FoundGroup,
     template: Option<&str>,
     revision: Option<&ModelRevision>,
 ) -> Result<ScaleSetReport, ActuatorError> {
-    let recorded = pool.status.as_ref().and_then(|status| {
-        Some((
-            status.launch_template_id.as_deref()?,
-            status.model_revision.as_deref()?,
-        ))
-    });
     let known = template.zip(revision.map(ModelRevision::as_str));
     let revision_of = |template: &str| {
         known
-            .into_iter()
-            .chain(recorded)
-            .find(|(id, _)| *id == template)
+            .filter(|(id, _)| *id == template)
             .map(|(_, revision)| revision)
+            .or_else(|| found.template_revisions.get(template).map(String::as_str))
     };
     let group = &found.group;
     let status = ProviderStatus::from_typed(&GroupStatus {
@@ -510,10 +523,7 @@ impl PoolActuator<AWSMachinePool, AWSCluster> for AwsPoolActuator {
             return Ok(None);
         };
         let found = self.described(&ctx, group).await?;
-        Ok(Some(Found::with(
-            report(&ctx.pool, &found, None, None)?,
-            found,
-        )))
+        Ok(Some(Found::with(report(&found, None, None)?, found)))
     }
 
     async fn create(
@@ -524,7 +534,7 @@ impl PoolActuator<AWSMachinePool, AWSCluster> for AwsPoolActuator {
         let ctx = self.context(scope).await?;
         // Looked up first: a create whose answer was lost made the group already.
         if let Some(group) = self.find(&ctx).await? {
-            return report(&ctx.pool, &self.described(&ctx, group).await?, None, None);
+            return report(&self.described(&ctx, group).await?, None, None);
         }
         let templates = model::templates(&ctx).await?;
         let template = model::ensure(&ctx, &templates, &scope.revision, bootstrap).await?;
@@ -547,7 +557,7 @@ impl PoolActuator<AWSMachinePool, AWSCluster> for AwsPoolActuator {
         }
         let found = self.current(&ctx).await?;
         suspend_processes(&ctx, &found.group).await?;
-        report(&ctx.pool, &found, Some(&template.id), Some(&scope.revision))
+        report(&found, Some(&template.id), Some(&scope.revision))
     }
 
     async fn update(
@@ -690,7 +700,6 @@ impl PoolActuator<AWSMachinePool, AWSCluster> for AwsPoolActuator {
             model::sweep(&ctx, &templates, template, &recent).await?;
         }
         report(
-            &ctx.pool,
             &now,
             template.as_ref().map(|t| t.id.as_str()),
             template.is_some().then_some(&scope.revision),

@@ -207,16 +207,37 @@ async fn a_group_named_in_the_provider_id_without_the_pools_tags_is_never_touche
 }
 
 /// EC2 lags behind Auto Scaling's launches: an instance it does not describe yet is of the
-/// revision its template was made for, when the pool's status records that template — never of
-/// no revision (which the loop takes for outdated, and surges to replace).
+/// revision the tag of its template says — never of no revision (which the loop takes for
+/// outdated, and surges to replace), whatever the pool's status records.
 #[tokio::test]
 async fn an_instance_ec2_does_not_describe_yet_is_of_the_revision_its_template_was_made_for() {
     let mut scaling = MockScaling::new();
     scaling.expect_group().returning(|_| {
-        let mut found = group(&[("i-1", "InService"), ("i-2", "Pending"), ("i-3", "Pending")]);
+        let mut found = group(&[
+            ("i-1", "InService"),
+            ("i-2", "Pending"),
+            ("i-3", "Pending"),
+            ("i-4", "Pending"),
+        ]);
+        found.instances[1].launch_template_id = Some("lt-1".into());
         found.instances[2].launch_template_id = Some("lt-0".into());
+        found.instances[3].launch_template_id = Some("lt-2".into());
         Ok(Some(found))
     });
+    let template = |id: &str, revision: &str| {
+        let mut tags = our_tags();
+        tags.insert(model::REVISION_TAG.into(), revision.into());
+        LaunchTemplate {
+            id: id.into(),
+            name: format!("{KEY}-{id}"),
+            tags,
+        }
+    };
+    let templates = vec![template("lt-1", "r-1"), template("lt-2", "r-2")];
+    scaling
+        .expect_launch_templates()
+        .times(1)
+        .returning(move |_, _| Ok(templates.clone()));
     let mut compute = MockCompute::new();
     compute.expect_instances_by_id().returning(|ids| {
         Ok(ids
@@ -225,15 +246,17 @@ async fn an_instance_ec2_does_not_describe_yet_is_of_the_revision_its_template_w
             .map(|id| described(id))
             .collect())
     });
+    // The status records another template for r-1 (the one before a rotated token): it is not
+    // what tells.
     let mut recorded = pool(Some(ARN));
     recorded.status = Some(crate::api::AWSMachinePoolStatus {
-        launch_template_id: Some("lt-1".into()),
+        launch_template_id: Some("lt-9".into()),
         model_revision: Some("r-1".into()),
         ..Default::default()
     });
     let actuator = actuator(compute, scaling, MockSecrets::new());
     let found = actuator
-        .exists(&scope(recorded, 3, &[]))
+        .exists(&scope(recorded, 4, &[]))
         .await
         .unwrap()
         .unwrap();
@@ -253,8 +276,10 @@ async fn an_instance_ec2_does_not_describe_yet_is_of_the_revision_its_template_w
         [
             ("i-1", Some("r-1")),
             ("i-2", Some("r-1")),
-            // Launched from a template the pool knows no revision of.
+            // Launched from a template not found.
             ("i-3", None),
+            // Launched from the template of another revision: outdated.
+            ("i-4", Some("r-2")),
         ]
     );
     let current = ModelRevision::new("r-1");
@@ -262,6 +287,7 @@ async fn an_instance_ec2_does_not_describe_yet_is_of_the_revision_its_template_w
         found.reported.instances[1].state == LoopState::Provisioning
             && found.reported.instances[1].is_up_to_date(&current)
     );
+    assert!(!found.reported.instances[3].is_up_to_date(&current));
 }
 
 #[tokio::test]
@@ -299,6 +325,7 @@ async fn update_removes_exactly_the_named_instances_that_are_not_leaving_already
     let found = FoundGroup {
         instances: before.instances.iter().map(|i| described(&i.id)).collect(),
         group: before,
+        template_revisions: Default::default(),
     };
     let actuator = actuator(compute(), scaling, MockSecrets::new());
     let scope = scope(
@@ -313,7 +340,7 @@ async fn update_removes_exactly_the_named_instances_that_are_not_leaving_already
     let reported = actuator
         .update(
             &scope,
-            Found::with(report(&pool(None), &found, None, None).unwrap(), found),
+            Found::with(report(&found, None, None).unwrap(), found),
             None,
         )
         .await
@@ -451,11 +478,12 @@ async fn rotate(
     let found = FoundGroup {
         instances: vec![described("i-1")],
         group: group(&[("i-1", "InService")]),
+        template_revisions: Default::default(),
     };
     actuator(compute, scaling, secrets)
         .update(
             &scope(pool(Some(ARN)), 1, &[]),
-            Found::with(report(&pool(None), &found, None, None).unwrap(), found),
+            Found::with(report(&found, None, None).unwrap(), found),
             Some(bootstrap()),
         )
         .await
@@ -613,11 +641,12 @@ async fn a_removal_below_the_groups_lower_bound_lowers_the_bound_before_the_inst
     let found = FoundGroup {
         instances: vec![described("i-1")],
         group: before,
+        template_revisions: Default::default(),
     };
     let reported = actuator(compute(), scaling, MockSecrets::new())
         .update(
             &scope(pool(Some(ARN)), 0, &["aws:///us-east-1a/i-1"]),
-            Found::with(report(&pool(None), &found, None, None).unwrap(), found),
+            Found::with(report(&found, None, None).unwrap(), found),
             None,
         )
         .await
@@ -679,16 +708,14 @@ async fn an_autoscaled_pools_removal_is_never_replaced() {
     let found = FoundGroup {
         instances: vec![described("i-1"), described("i-2")],
         group: before,
+        template_revisions: Default::default(),
     };
     let mut scope = scope(pool, 0, &["aws:///us-east-1a/i-1"]);
     scope.size.capacity = None;
     actuator(compute(), scaling, MockSecrets::new())
         .update(
             &scope,
-            Found::with(
-                report(&scope.infra_pool, &found, None, None).unwrap(),
-                found,
-            ),
+            Found::with(report(&found, None, None).unwrap(), found),
             None,
         )
         .await
@@ -721,11 +748,12 @@ async fn a_model_that_cannot_be_made_adds_no_surge_of_the_old_one_and_is_reporte
     let found = FoundGroup {
         instances: vec![described("i-1"), described("i-2")],
         group: before,
+        template_revisions: Default::default(),
     };
     let error = actuator(compute(), scaling, secrets)
         .update(
             &scope(pool(Some(ARN)), 3, &[]),
-            Found::with(report(&pool(None), &found, None, None).unwrap(), found),
+            Found::with(report(&found, None, None).unwrap(), found),
             Some(bootstrap()),
         )
         .await

@@ -12,7 +12,7 @@
 //! retried PUT); every stage converged (each VM a node, a Running Machine and an AzureMachine);
 //! after the deletion nothing is left in Azure and no object of the cluster (or a Secret they
 //! owned) in the API server; nothing secret in the managers' logs; every body matched Azure's
-//! models. The seed is printed; `CAPI_RS_CHAOS_SEED` replays one.
+//! models. The seed is printed; `CAPI_RS_POOLS_CHAOS_SEED` replays one.
 #![cfg(feature = "real-etcd")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -49,9 +49,9 @@ const LIST_LAG: Duration = Duration::from_secs(2);
 const OPERATION: Duration = Duration::from_secs(1);
 const WITHIN: Duration = Duration::from_secs(120);
 
-/// The seed: `CAPI_RS_CHAOS_SEED` or the clock's.
+/// The seed: `CAPI_RS_POOLS_CHAOS_SEED` or the clock's.
 fn seed() -> u64 {
-    std::env::var("CAPI_RS_CHAOS_SEED")
+    std::env::var("CAPI_RS_POOLS_CHAOS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| {
@@ -158,7 +158,7 @@ async fn an_azure_pool_grows_shrinks_and_goes_through_faults_kills_and_lagging_l
         .with_env_filter("provider_inmemory=warn")
         .try_init();
     let seed = seed();
-    println!("chaos seed {seed} (CAPI_RS_CHAOS_SEED={seed} replays it)");
+    println!("chaos seed {seed} (CAPI_RS_POOLS_CHAOS_SEED={seed} replays it)");
     let Harness {
         server,
         env,

@@ -430,7 +430,7 @@ impl AzurePoolActuator {
     }
 
     /// PUTs the scale set at `capacity` with the model of `revision` and `bootstrap`, and
-    /// records its operation.
+    /// records its operation; over `existing`, only while it is as it was read (its etag).
     async fn put(
         ctx: &PoolCtx,
         capacity: u32,
