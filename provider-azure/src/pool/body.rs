@@ -56,8 +56,8 @@ impl PoolCtx {
     }
 
     /// The scale set at `capacity`, its model of `revision` with `custom_data` (base64 of the
-    /// bootstrap data, whose digest is `digest`) and the SSH key of `existing` (the scale set as
-    /// ARM answered it, when it is put again).
+    /// bootstrap data, whose digest is `digest`), and the SSH key and zones of `existing` (the
+    /// scale set as ARM answered it, when it is put again) or else the pool's failure domains.
     pub(super) fn scale_set_body(
         &self,
         capacity: u32,
@@ -88,7 +88,17 @@ impl PoolCtx {
             os_disk["managedDisk"] = json!({ "storageAccountType": kind.as_str() });
         }
         let subnet = self.cluster.subnet_id(SubnetRole::Node).to_string();
-        Ok(json!({
+        // Zones are chosen when the scale set is made, and kept.
+        let zones: Vec<String> = match existing {
+            Some(set) => super::zones_of(set),
+            None => {
+                let mut zones = self.zones.clone();
+                zones.sort();
+                zones.dedup();
+                zones
+            }
+        };
+        let mut body = json!({
             "location": self.cluster.cluster.spec.location,
             "tags": self.scale_set_tags(revision, digest),
             "sku": {"name": template.vm_size, "capacity": capacity},
@@ -137,6 +147,10 @@ impl PoolCtx {
                     "userData": user_data(revision),
                 },
             },
-        }))
+        });
+        if !zones.is_empty() {
+            body["zones"] = json!(zones);
+        }
+        Ok(body)
     }
 }

@@ -17,6 +17,10 @@
 //! - **Operations recorded, not awaited** (as for an `AzureMachine`): the scale set's PUT and a
 //!   removal are recorded in `status.longRunningOperationStates` and read once per reconcile; no
 //!   other request is sent to the scale set while one is under way.
+//! - **Zones.** A new scale set spreads its VMs over the zones the `MachinePool`'s
+//!   `spec.failureDomains` names (regional when it names none). A scale set's zones are chosen
+//!   when it is made and kept: a change of the failure domains afterwards is reported
+//!   ([`FAILURE_DOMAINS_APPLIED`] `False`), not applied — a new pool takes it.
 //! - **Deletion.** The scale set is deleted with its VMs; VMs of it that outlive it (made by a
 //!   PUT another party sent) are deleted one by one; `Ok` once none is left.
 //!
@@ -65,6 +69,10 @@ pub const REVISION_KEY: &str = "capi-rs.dev/model-revision";
 /// (`False` with ARM's reason when it failed; the next reconcile puts it again).
 pub const SCALE_SET_PROVISIONED: &str = "ScaleSetProvisioned";
 
+/// The provider's condition on the pool: whether the scale set's zones are the `MachinePool`'s
+/// failure domains (`False`, `ZonesImmutable`, when they were changed after it was made).
+pub const FAILURE_DOMAINS_APPLIED: &str = "FailureDomainsApplied";
+
 /// How soon a scale set being changed or deleted is looked at again.
 const POLL: Duration = Duration::from_secs(5);
 
@@ -93,6 +101,8 @@ pub(crate) struct PoolCtx {
     pub(crate) pool: Arc<AzureMachinePool>,
     pub(crate) key: String,
     pub(crate) version: Option<String>,
+    /// The zones a new scale set spreads its VMs over: the `MachinePool`'s failure domains.
+    pub(crate) zones: Vec<String>,
 }
 
 impl PoolCtx {
@@ -194,6 +204,48 @@ fn user_data(revision: &ModelRevision) -> String {
         .encode(json!({ REVISION_KEY: revision.as_str() }).to_string())
 }
 
+/// The zones of `scale_set` as ARM answered it, sorted (none: regional).
+fn zones_of(scale_set: &Value) -> Vec<String> {
+    let mut zones: Vec<String> = scale_set["zones"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|z| z.as_str().map(str::to_string))
+        .collect();
+    zones.sort();
+    zones
+}
+
+/// [`FAILURE_DOMAINS_APPLIED`]: whether `scale_set`'s zones are the pool's failure domains.
+fn zones_condition(ctx: &PoolCtx, scale_set: &Value) -> DesiredCondition {
+    let mut wanted = ctx.zones.clone();
+    wanted.sort();
+    wanted.dedup();
+    let have = zones_of(scale_set);
+    if wanted == have {
+        return DesiredCondition::new(FAILURE_DOMAINS_APPLIED, ConditionStatus::True, "Applied");
+    }
+    let shown = |zones: &[String]| {
+        if zones.is_empty() {
+            "none (regional)".to_string()
+        } else {
+            zones.join(", ")
+        }
+    };
+    DesiredCondition::new(
+        FAILURE_DOMAINS_APPLIED,
+        ConditionStatus::False,
+        "ZonesImmutable",
+    )
+    .message(format!(
+        "the scale set's zones are {} and the MachinePool's failure domains {}: a scale set's \
+         zones are chosen when it is made; restore spec.failureDomains, or replace the \
+         MachinePool to move its VMs",
+        shown(&have),
+        shown(&wanted)
+    ))
+}
+
 fn capacity_of(scale_set: &Value) -> u32 {
     scale_set["sku"]["capacity"]
         .as_u64()
@@ -255,6 +307,7 @@ impl AzurePoolActuator {
             pool: Arc::clone(pool),
             key: scope.idempotency_key.as_str().to_string(),
             version: scope.machine_pool.spec.template.spec.version.clone(),
+            zones: scope.machine_pool.spec.failure_domains.clone(),
         })
     }
 
@@ -426,7 +479,8 @@ impl AzurePoolActuator {
         .map_err(|e| ActuatorError::transient("ProviderStatusInvalid", e))?;
         Ok(reported
             .with_provider_status(status)
-            .with_condition(condition))
+            .with_condition(condition)
+            .with_condition(zones_condition(ctx, &record.scale_set)))
     }
 
     /// PUTs the scale set at `capacity` with the model of `revision` and `bootstrap`, and

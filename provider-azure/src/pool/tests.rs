@@ -541,3 +541,73 @@ async fn a_capacity_an_autoscaler_raised_after_the_read_is_never_lowered_by_the_
         "every PUT of the existing scale set is conditional"
     );
 }
+
+/// `scope` for a `MachinePool` whose `spec.failureDomains` are `zones`.
+fn zoned(
+    scope: PoolScope<AzureMachinePool, AzureCluster>,
+    zones: &[&str],
+) -> PoolScope<AzureMachinePool, AzureCluster> {
+    let mut machine_pool = (*scope.machine_pool).clone();
+    machine_pool.spec.failure_domains = zones.iter().map(|z| (*z).to_string()).collect();
+    PoolScope {
+        machine_pool: Arc::new(machine_pool),
+        ..scope
+    }
+}
+
+#[tokio::test]
+async fn a_scale_set_spreads_over_the_pools_failure_domains_chosen_when_it_is_made() {
+    let (arm, state) = fake();
+    let actuator = actuator(arm);
+    let first = zoned(scope(2, &[], "r1"), &["2", "1", "2"]);
+    let made = actuator.create(&first, &bootstrap()).await;
+    let condition = |report: &ScaleSetReport| {
+        report
+            .conditions
+            .iter()
+            .find(|c| c.type_ == FAILURE_DOMAINS_APPLIED)
+            .map(|c| (c.status, c.reason.clone()))
+    };
+    assert_eq!(
+        made.as_ref().ok().and_then(condition),
+        Some((ConditionStatus::True, "Applied".to_string())),
+        "{made:?}"
+    );
+    let body = lock(&state).get(&set_id()).cloned().unwrap_or_default();
+    assert_eq!(body["zones"], json!(["1", "2"]));
+
+    // The failure domains changed, and a new revision is put: the zones stay, and the change is
+    // reported.
+    let moved = zoned(scope(2, &[], "r2"), &["3"]);
+    let found = look(&actuator, &moved).await;
+    let report = actuator.update(&moved, found, Some(bootstrap())).await;
+    let body = lock(&state).get(&set_id()).cloned().unwrap_or_default();
+    assert_eq!(body["tags"][REVISION_TAG], "r2", "the model was put");
+    assert_eq!(body["zones"], json!(["1", "2"]), "its zones kept");
+    let reported = report.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        condition(&reported),
+        Some((ConditionStatus::False, "ZonesImmutable".to_string()))
+    );
+    let message = reported
+        .conditions
+        .iter()
+        .find(|c| c.type_ == FAILURE_DOMAINS_APPLIED)
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.contains("1, 2") && message.contains('3'),
+        "{message}"
+    );
+
+    // A regional pool stays regional.
+    let (arm, state) = fake();
+    let actuator = self::actuator(arm);
+    let regional = actuator.create(&scope(1, &[], "r1"), &bootstrap()).await;
+    assert_eq!(
+        regional.as_ref().ok().and_then(condition),
+        Some((ConditionStatus::True, "Applied".to_string()))
+    );
+    let body = lock(&state).get(&set_id()).cloned().unwrap_or_default();
+    assert!(body.get("zones").is_none(), "{body}");
+}
