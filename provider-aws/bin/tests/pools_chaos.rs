@@ -172,14 +172,24 @@ impl Watch {
             .send()
             .await
             .map_err(|e| e.to_string())?;
-        let ids = |instances: Vec<aws_sdk_ec2::types::Instance>| -> BTreeSet<String> {
+        // The cluster's live instances in one listing, told apart by their tags: two listings
+        // would count an instance launched between them as the control plane's.
+        let instances = live(account, common::census::owned(cluster_tag)).await?;
+        let of_pool = |i: &aws_sdk_ec2::types::Instance| {
+            i.tags().iter().any(|t| {
+                (t.key() == Some(POOL_NAME_TAG) && t.value() == Some(pool_tag))
+                    || t.key() == Some("aws:autoscaling:groupName")
+            })
+        };
+        let ids = |pool: bool| -> BTreeSet<String> {
             instances
                 .iter()
+                .filter(|i| of_pool(i) == pool)
                 .filter_map(|i| i.instance_id().map(str::to_string))
                 .collect()
         };
-        let pool = ids(live(account, tag_filter(POOL_NAME_TAG, pool_tag)).await?);
-        let cluster = ids(live(account, common::census::owned(cluster_tag)).await?);
+        let pool = ids(true);
+        let control_plane = ids(false);
         let allowed = self.allowed.load(Ordering::SeqCst);
         let at = format!("{:.1?}", self.started.elapsed());
         let mut seen = self.seen.lock().unwrap();
@@ -213,7 +223,6 @@ impl Watch {
                 pool.len()
             ));
         }
-        let control_plane: Vec<&String> = cluster.difference(&pool).collect();
         if control_plane.len() > 1 {
             seen.violations.push(format!(
                 "{at}: {} control-plane instances live: {control_plane:?}",
