@@ -19,7 +19,6 @@ use capi_core::{MachineCapacity, MachineTemplateActuator, TemplateScope, labels}
 use futures::Future;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::{Api, Client, ResourceExt};
-use serde_json::{Map, Value, json};
 
 use capi_runtime::cache::lookup::Cached;
 use capi_runtime::plan::Next;
@@ -192,8 +191,8 @@ fn desired_status(current: &MachineTemplateStatus, plan: &Plan) -> MachineTempla
     desired
 }
 
-/// Writes the plan's status if it changed: a merge patch that replaces `capacity` and
-/// `nodeInfo` as a whole (resources the cloud no longer reports are removed).
+/// Writes the plan's status if it changed, as the diff from the status read: resources the
+/// cloud no longer reports, and a `nodeInfo` it no longer gives, are removed.
 async fn record<T: InfraMachineTemplate>(
     client: &Client,
     template: &T,
@@ -201,31 +200,8 @@ async fn record<T: InfraMachineTemplate>(
 ) -> Result<(), kube::Error> {
     let current = template.template_status().cloned().unwrap_or_default();
     let desired = desired_status(&current, plan);
-    if desired == current {
-        return Ok(());
-    }
-    let mut capacity: Map<String, Value> = current
-        .capacity
-        .keys()
-        .map(|name| (name.clone(), Value::Null))
-        .collect();
-    for (name, quantity) in &desired.capacity {
-        capacity.insert(name.clone(), json!(quantity));
-    }
-    let node_info = match &desired.node_info {
-        Some(info) => json!({
-            "architecture": info.architecture,
-            "operatingSystem": info.operating_system,
-        }),
-        None => Value::Null,
-    };
-    let status = json!({
-        "capacity": capacity,
-        "nodeInfo": node_info,
-        "conditions": desired.conditions,
-    });
     let api: Api<T> = Api::namespaced(client.clone(), &template.namespace().unwrap_or_default());
-    write::patch_status(&api, &template.name_any(), status).await
+    write::patch_status_if_changed(&api, &template.name_any(), Some(&current), &desired).await
 }
 
 #[cfg(test)]
