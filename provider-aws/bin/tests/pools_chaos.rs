@@ -585,6 +585,7 @@ fn since(now: Injected, before: Injected) -> Injected {
     Injected {
         throttled: now.throttled - before.throttled,
         lost_answers: now.lost_answers - before.lost_answers,
+        lost_creates: now.lost_creates - before.lost_creates,
         hidden_groups: now.hidden_groups - before.hidden_groups,
         hidden_instances: now.hidden_instances - before.hidden_instances,
     }
@@ -951,6 +952,7 @@ async fn a_machine_pool_through_faults_and_kills_has_one_group_and_leaves_nothin
     for (kind, count) in [
         ("throttled answers", injected.throttled),
         ("lost answers", injected.lost_answers),
+        ("lost group creations", injected.lost_creates),
         ("hidden groups", injected.hidden_groups),
         ("hidden instances", injected.hidden_instances),
     ] {

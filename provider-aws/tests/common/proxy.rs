@@ -67,10 +67,12 @@ pub const LOSABLE: [&str; 10] = [
 
 /// Random faults drawn from a seeded generator (requests come concurrently: a seed fixes the
 /// sequence of draws, not which request gets which): any request throttled, answers of the
-/// [`LOSABLE`] writes lost after moto made the change, and a new group (instance) left out of
-/// `DescribeAutoScalingGroups` (`DescribeInstances`) answers for a while after the proxy first
-/// saw it — a `DescribeInstances` naming a hidden instance is refused with
-/// `InvalidInstanceID.NotFound`, as EC2 refuses one it does not know yet.
+/// [`LOSABLE`] writes lost after moto made the change (the first `CreateAutoScalingGroup`'s
+/// always), and a new group (instance) left out of
+/// `DescribeAutoScalingGroups` (`DescribeInstances`) answers — always from the first answer
+/// that would name it, and from every answer until a lag of its own drawn up to [`Chaos::lag`]
+/// has passed since the proxy first saw it. A `DescribeInstances` naming a hidden instance is
+/// refused with `InvalidInstanceID.NotFound`, as EC2 refuses one it does not know yet.
 #[derive(Debug)]
 pub struct Chaos {
     /// The probability that a request is answered with its service's throttling error without
@@ -84,7 +86,17 @@ pub struct Chaos {
     pub injected: Injected,
     rng: fastrand::Rng,
     /// When each group (by name) and instance (by ID) the proxy saw shows in lists.
-    shows_at: HashMap<String, Instant>,
+    shows_at: HashMap<String, Showing>,
+}
+
+/// When a new group or instance shows in lists.
+#[derive(Debug)]
+struct Showing {
+    /// Not before this.
+    at: Instant,
+    /// Not before one answer left it out, however short its lag: every new name is hidden at
+    /// least once, so a run cannot pass without the fault it claims to inject.
+    left_out: bool,
 }
 
 /// The faults a [`Chaos`] injected, by kind.
@@ -94,6 +106,8 @@ pub struct Injected {
     pub throttled: usize,
     /// Writes carried out whose answer was replaced by a 500.
     pub lost_answers: usize,
+    /// Of those, `CreateAutoScalingGroup`s (the first is always lost).
+    pub lost_creates: usize,
     /// Groups left out of `DescribeAutoScalingGroups` answers.
     pub hidden_groups: usize,
     /// Instances left out of `DescribeInstances` answers, or refused as not found.
@@ -122,15 +136,26 @@ impl Chaos {
     fn saw(&mut self, name: &str) {
         if !self.shows_at.contains_key(name) {
             let lag = self.lag.mul_f64(self.rng.f64());
-            self.shows_at.insert(name.to_string(), Instant::now() + lag);
+            self.shows_at.insert(
+                name.to_string(),
+                Showing {
+                    at: Instant::now() + lag,
+                    left_out: false,
+                },
+            );
         }
     }
 
-    /// Whether `name` is still left out of lists.
-    fn hidden(&self, name: &str) -> bool {
-        self.shows_at
-            .get(name)
-            .is_some_and(|at| Instant::now() < *at)
+    /// Whether the answer being written leaves `name` out (recorded: the first answer always
+    /// does).
+    fn hidden(&mut self, name: &str) -> bool {
+        match self.shows_at.get_mut(name) {
+            Some(showing) if !showing.left_out || Instant::now() < showing.at => {
+                showing.left_out = true;
+                true
+            }
+            _ => false,
+        }
     }
 }
 
@@ -500,7 +525,13 @@ async fn handle(
             }
             _ => {}
         }
-        if LOSABLE.contains(&action.as_str()) && chaos.draw(chaos.lose_rate) {
+        // The first group's creation always loses its answer: the case a second group would
+        // come from is in every run, whatever the draws.
+        let first_create = action == "CreateAutoScalingGroup" && chaos.injected.lost_creates == 0;
+        if LOSABLE.contains(&action.as_str()) && (first_create || chaos.draw(chaos.lose_rate)) {
+            if action == "CreateAutoScalingGroup" {
+                chaos.injected.lost_creates += 1;
+            }
             chaos.injected.lost_answers += 1;
             return Ok(xml(StatusCode::INTERNAL_SERVER_ERROR, String::new()));
         }
