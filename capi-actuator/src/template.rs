@@ -16,8 +16,8 @@ use capi_core::api::Cluster;
 use capi_core::condition::{self, ConditionStatus};
 use capi_core::infra::{InfraCluster, InfraMachineTemplate, MachineTemplateStatus};
 use capi_core::{MachineCapacity, MachineTemplateActuator, TemplateScope, labels};
+use capi_runtime::controller::{Action, Config as ControllerConfig, Controller};
 use futures::Future;
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::{Api, Client, ResourceExt};
 
 use capi_runtime::cache::lookup::Cached;

@@ -1,12 +1,13 @@
 //! The controller runtime every controller of this SDK runs on — the infrastructure reconcilers
 //! (`capi-actuator`), the core controllers (`capi-controllers`), the kubeadm bootstrap and control
-//! plane providers, and an operator author's own controllers of any kind. It adds to
-//! kube-runtime's `Controller` what a Cluster API controller needs, the same way for all of them.
+//! plane providers, and an operator author's own controllers of any kind. It adds to kube-runtime
+//! what a Cluster API controller needs, the same way for all of them.
 //!
 //! # Start here
 //!
 //! A controller is a [`Reconciler`] (its kind `K`, the state `S` its reconciles share) run by a
-//! function that builds a kube-runtime `Controller` from the reconciler's
+//! function that builds a [`controller::Controller`] (kube-runtime's builder, serving due
+//! requests oldest first) from the reconciler's
 //! [`trigger`](Reconciler::trigger) and [`Context`]. Each reconcile ends with a [`plan::Next`]
 //! (done, resync, requeue after, failed) that [`Context::reconcile`] turns into the controller's
 //! next action, with metrics and per-object backoff. A family of controllers implements
@@ -21,7 +22,7 @@
 //! use capi_runtime::plan::Next;
 //! use capi_runtime::{Reconciler, back_off, drain};
 //! use k8s_openapi::api::core::v1::ConfigMap;
-//! use kube::runtime::Controller;
+//! use capi_runtime::controller::Controller;
 //!
 //! struct Settings;
 //! struct ConfigMaps;
@@ -60,6 +61,8 @@
 //!
 //! - [`manager`]: the [`Manager`] — families of controllers, their clients, health, metrics,
 //!   leader election, shutdown;
+//! - [`controller`]: the loop that runs reconciles — triggers, concurrency, requeues — on a
+//!   queue that serves the oldest due request first;
 //! - [`Reconciler`] and [`Context`]: the watch that triggers a controller, what its reconciles
 //!   share, how a reconcile's end becomes its next action ([`back_off`], [`drain`]);
 //! - [`plan`]: what one reconcile decided — conditions, events, the next step;
@@ -80,6 +83,7 @@
 //! - [`telemetry`]: text or JSON logs.
 
 pub mod cache;
+pub mod controller;
 pub mod events;
 pub mod kubeconfig;
 pub mod manager;

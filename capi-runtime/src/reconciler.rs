@@ -15,10 +15,10 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::controller::Action;
 use capi_core::ActuatorError;
 use futures::{Stream, StreamExt};
 use k8s_openapi::NamespaceResourceScope;
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
@@ -433,9 +433,9 @@ impl<S: ?Sized> Context<S> {
         started: Instant,
         outcome: Result<Next, ReconcileError>,
     ) -> Result<Action, ReconcileError> {
-        // One line per reconcile at debug level, inside kube-runtime's span (the object and what
-        // triggered it): a per-object timeline when enabled (`capi_runtime::reconciler=debug,
-        // kube_runtime::controller=info`). Only the outcome's kind: an error's text is logged
+        // One line per reconcile at debug level, inside the controller's span (the object and why it was
+        // queued): a per-object timeline when enabled (`capi_runtime::reconciler=debug,
+        // capi_runtime::controller=info`). Only the outcome's kind: an error's text is logged
         // where it is handled.
         if tracing::enabled!(tracing::Level::DEBUG) {
             let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::controller::Action;
 use capi_core::ActuatorError;
-use kube::runtime::controller::Action;
 use kube::runtime::utils::Backoff;
 
 use crate::cache::resync::Resyncs;

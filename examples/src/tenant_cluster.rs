@@ -34,6 +34,7 @@ use std::time::Duration;
 
 use capi_core::api::{Cluster, ClusterPhase};
 use capi_runtime::cache::lookup::Cached;
+use capi_runtime::controller::{Action, Config as ControllerConfig, Controller};
 use capi_runtime::manager::{Controllers, Manager};
 use capi_runtime::plan::{FinalizerChange, Next};
 use capi_runtime::rbac::{READ, rule};
@@ -41,7 +42,6 @@ use capi_runtime::{Context, ReconcileError, Reconciler, back_off, drain, write};
 use futures::Future;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, CustomResource, Resource, ResourceExt};
 use schemars::JsonSchema;

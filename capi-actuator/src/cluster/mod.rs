@@ -15,9 +15,9 @@ use std::sync::Arc;
 use capi_core::ClusterActuator;
 use capi_core::api::Cluster;
 use capi_core::infra::InfraCluster;
+use capi_runtime::controller::{Action, Config as ControllerConfig, Controller};
 use futures::Future;
 use kube::ResourceExt;
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
 
 pub use decide::INFRA_CLUSTER_FINALIZER;

@@ -19,9 +19,9 @@ use std::sync::Arc;
 use capi_core::Actuator;
 use capi_core::api::{Cluster, Machine};
 use capi_core::infra::{InfraCluster, InfraMachine};
+use capi_runtime::controller::{Action, Config as ControllerConfig, Controller};
 use futures::Future;
 use kube::ResourceExt;
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 

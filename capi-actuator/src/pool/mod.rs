@@ -34,8 +34,8 @@ use capi_core::PoolActuator;
 use capi_core::api::{Cluster, Machine, MachinePool};
 use capi_core::infra::{InfraCluster, InfraMachinePool};
 use capi_core::labels;
+use capi_runtime::controller::{Action, Config as ControllerConfig, Controller};
 use futures::Future;
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 

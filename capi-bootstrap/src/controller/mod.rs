@@ -46,9 +46,9 @@ use std::time::Duration;
 use crate::api::KubeadmConfig;
 use crate::render::PlanFile;
 use capi_core::api::{Cluster, Machine, MachinePool};
+use capi_runtime::controller::{Action, Config as ControllerConfig, Controller};
 use futures::Future;
 use kube::ResourceExt;
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
 
 use capi_runtime::cache::packed::Packed;

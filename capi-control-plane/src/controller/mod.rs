@@ -50,12 +50,12 @@ use std::time::Duration;
 use capi_controllers::references::{ReferenceWatches, References};
 use capi_core::api::{Cluster, Machine};
 use capi_runtime::cache::lookup::Cached;
+use capi_runtime::controller::{Action, Config as ControllerConfig, Controller};
 use capi_runtime::manager::{Controllers, Manager};
 use capi_runtime::rbac::{READ, rule};
 use capi_runtime::{Context, ReconcileError, Reconciler, back_off, drain};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::ResourceExt;
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
 
 use capi_runtime::cache::memo::Memo;

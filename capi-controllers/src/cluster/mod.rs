@@ -31,10 +31,10 @@ use capi_core::api::{
 };
 use capi_core::condition::{self, ConditionStatus, DesiredCondition};
 use capi_core::labels;
+use capi_runtime::controller::{Action, Config as ControllerConfig, Controller};
 use futures::{StreamExt, stream};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::DynamicObject;
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use tokio::sync::mpsc;

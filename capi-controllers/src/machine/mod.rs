@@ -25,10 +25,10 @@ use std::time::Duration;
 
 use capi_core::api::{Cluster, Machine, MachineDeployment};
 use capi_core::labels;
+use capi_runtime::controller::{Action, Config as ControllerConfig, Controller};
 use futures::{Stream, StreamExt, stream};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::DynamicObject;
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};

@@ -28,7 +28,7 @@ use std::sync::{Arc, OnceLock};
 use capi_core::api::{
     Cluster, MachineDeployment, MachineDeploymentStatus, MachineSet, MachineTemplateSpec,
 };
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use capi_runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 

@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use capi_core::api::{Cluster, Machine, MachineHealthCheck, MachineHealthCheckStatus};
 use capi_core::condition::{self, ConditionStatus, DesiredCondition};
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use capi_runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 

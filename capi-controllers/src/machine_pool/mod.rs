@@ -33,9 +33,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use capi_core::api::{Cluster, Machine, MachinePool, MachinePoolStatus};
 use capi_core::labels;
+use capi_runtime::controller::{Action, Config as ControllerConfig, Controller};
 use futures::{StreamExt, stream};
 use kube::api::DynamicObject;
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 use tokio::sync::mpsc;

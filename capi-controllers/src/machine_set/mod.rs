@@ -22,7 +22,7 @@ use std::ops::ControlFlow::{Break, Continue};
 use std::sync::{Arc, OnceLock};
 
 use capi_core::api::{Cluster, Machine, MachineSet, MachineSetStatus};
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use capi_runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 
