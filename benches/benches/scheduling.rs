@@ -85,10 +85,13 @@ async fn kube_runtime(store: Store<ConfigMap>, keys: &[ObjectRef<ConfigMap>]) {
 }
 
 fn scheduling(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
-        .expect("a runtime");
+    else {
+        eprintln!("no tokio runtime: nothing measured");
+        return;
+    };
     let mut group = c.benchmark_group("controller loop, N keys each triggered twice");
     group.sample_size(10);
     for n in [1000, 10_000] {

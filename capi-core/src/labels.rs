@@ -27,6 +27,10 @@ pub const THIS_INSTALLATION: &str = "capi-rs";
 pub const PROVIDER: &str = "cluster.x-k8s.io/provider";
 /// Label on a Secret that a cluster's controllers must watch (kubeconfig, CA …).
 pub const WATCH: &str = "cluster.x-k8s.io/watch";
+/// Label whose value picks the manager that reconciles an object: a manager started with
+/// `--watch-filter VALUE` reconciles only objects carrying `cluster.x-k8s.io/watch-filter: VALUE`
+/// (upstream's `WatchLabel`), so several managers can share one management cluster.
+pub const WATCH_FILTER: &str = "cluster.x-k8s.io/watch-filter";
 /// On an object (or a CRD: every object of its kind), `clusterctl move` carries it to the target
 /// management cluster even when no ownership reaches it from a Cluster (credentials Secrets).
 pub const CLUSTERCTL_MOVE: &str = "clusterctl.cluster.x-k8s.io/move";

@@ -37,6 +37,11 @@ pub struct ManagerArgs {
     /// Only reconcile objects matching this label selector.
     #[arg(long, value_name = "SEL")]
     pub label_selector: Option<String>,
+    /// Only reconcile objects labelled `cluster.x-k8s.io/watch-filter` with this value, as
+    /// upstream's managers (empty: every object). Objects a controller creates carry it when
+    /// their template's labels do.
+    #[arg(long, value_name = "VALUE", default_value = "", value_parser = parse_label_value)]
+    pub watch_filter: String,
     /// At most this many objects of each kind are reconciled at once.
     #[arg(long, value_name = "N", default_value_t = ReconcilerOptions::default().concurrency, value_parser = parse_concurrency)]
     pub concurrency: u16,
@@ -119,6 +124,7 @@ impl ManagerArgs {
         if let Some(selector) = &self.label_selector {
             reconciler = reconciler.label_selector(selector);
         }
+        reconciler = reconciler.watch_filter(&self.watch_filter);
         ManagerConfig {
             reconciler,
             qps: self.qps,
@@ -147,6 +153,23 @@ fn parse_concurrency(value: &str) -> Result<u16, String> {
         .ok()
         .filter(|n| *n > 0)
         .ok_or_else(|| "expected a count (1–65535)".to_string())
+}
+
+/// A label value as Kubernetes takes it: at most 63 characters of letters, digits, `-`, `_` and
+/// `.`, beginning and ending with a letter or digit (or empty).
+fn parse_label_value(value: &str) -> Result<String, String> {
+    let edge = |c: Option<char>| c.is_none_or(|c| c.is_ascii_alphanumeric());
+    let valid = value.len() <= 63
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && edge(value.chars().next())
+        && edge(value.chars().last());
+    if valid {
+        Ok(value.to_string())
+    } else {
+        Err("expected a label value (at most 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit)".to_string())
+    }
 }
 
 fn parse_qps(value: &str) -> Result<f64, String> {
@@ -231,6 +254,8 @@ mod tests {
             "team-a",
             "--label-selector",
             "tier=gold",
+            "--watch-filter",
+            "team-a",
             "--concurrency",
             "7",
             "--qps",
@@ -253,6 +278,7 @@ mod tests {
             config.reconciler.label_selector.as_deref(),
             Some("tier=gold")
         );
+        assert_eq!(config.reconciler.watch_filter.as_deref(), Some("team-a"));
         assert_eq!(config.reconciler.concurrency, 7);
         assert_eq!((config.qps, config.burst), (12.5, 30));
         let lease = config.leader_election.unwrap();
@@ -309,6 +335,8 @@ mod tests {
             (["--controllers", "all"], "provider or standalone"),
             (["--http-addr", "localhost"], "HOST:PORT"),
             (["--concurrency", "many"], "a count (1–65535)"),
+            (["--watch-filter", "team a"], "a label value"),
+            (["--watch-filter", "a."], "a label value"),
         ] {
             let error = parse(&args).unwrap_err().to_string();
             assert!(error.contains(expected), "{args:?}: {error}");

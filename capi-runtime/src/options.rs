@@ -20,6 +20,9 @@ pub struct ReconcilerOptions {
     pub namespace: Option<String>,
     /// Only objects matching this label selector.
     pub label_selector: Option<String>,
+    /// Only objects labelled `cluster.x-k8s.io/watch-filter` with this value (upstream's
+    /// `--watch-filter`), on top of `label_selector`.
+    pub watch_filter: Option<String>,
 }
 
 impl Default for ReconcilerOptions {
@@ -29,6 +32,7 @@ impl Default for ReconcilerOptions {
             concurrency: 16,
             namespace: None,
             label_selector: None,
+            watch_filter: None,
         }
     }
 }
@@ -58,10 +62,36 @@ impl ReconcilerOptions {
         self
     }
 
+    /// Only objects labelled [`WATCH_FILTER`](capi_core::labels::WATCH_FILTER) with `value`, as
+    /// upstream's managers with `--watch-filter`: the objects of the reconciled kind without it
+    /// never trigger a reconcile, and a trigger through a related object finds nothing to
+    /// reconcile. An empty value filters nothing (upstream's default). The objects a controller
+    /// creates carry the label when their template does (a MachineDeployment's
+    /// `spec.template.metadata.labels`, a KubeadmControlPlane's
+    /// `spec.machineTemplate.metadata.labels`), as upstream.
+    pub fn watch_filter(mut self, value: impl Into<String>) -> Self {
+        let value = value.into();
+        self.watch_filter = (!value.is_empty()).then_some(value);
+        self
+    }
+
+    /// The label selector of the reconciled kind's watch: `label_selector` and the watch filter.
+    pub(crate) fn selector(&self) -> Option<String> {
+        let filter = self
+            .watch_filter
+            .as_ref()
+            .map(|value| format!("{}={value}", capi_core::labels::WATCH_FILTER));
+        match (&self.label_selector, filter) {
+            (Some(selector), Some(filter)) => Some(format!("{selector},{filter}")),
+            (Some(selector), None) => Some(selector.clone()),
+            (None, filter) => filter,
+        }
+    }
+
     /// The watch configuration for the reconciled kind.
     pub(crate) fn watch_config(&self) -> watcher::Config {
-        match &self.label_selector {
-            Some(selector) => watcher::Config::default().labels(selector),
+        match self.selector() {
+            Some(selector) => watcher::Config::default().labels(&selector),
             None => watcher::Config::default(),
         }
     }
@@ -75,5 +105,37 @@ impl ReconcilerOptions {
             Some(ns) => kube::Api::namespaced(client.clone(), ns),
             None => kube::Api::all(client.clone()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_watch_filter_selects_its_label_beside_the_selector() {
+        let none = ReconcilerOptions::default();
+        assert_eq!(none.selector(), None);
+        assert_eq!(
+            none.clone().watch_filter("").selector(),
+            None,
+            "empty: no filter"
+        );
+        let filtered = none.clone().watch_filter("team-a");
+        assert_eq!(
+            filtered.selector().as_deref(),
+            Some("cluster.x-k8s.io/watch-filter=team-a")
+        );
+        assert_eq!(
+            filtered.label_selector("tier=gold").selector().as_deref(),
+            Some("tier=gold,cluster.x-k8s.io/watch-filter=team-a")
+        );
+        assert_eq!(
+            none.label_selector("tier=gold")
+                .watch_config()
+                .label_selector
+                .as_deref(),
+            Some("tier=gold")
+        );
     }
 }

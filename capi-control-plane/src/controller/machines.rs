@@ -302,7 +302,9 @@ pub(super) async fn complete(
 ) -> Result<(), ReconcileError> {
     let namespace = machine.namespace().unwrap_or_default();
     let name = machine.name_any();
-    let owned_labels = machine_labels(kcp, &machine.spec.cluster_name);
+    // The machine's labels (the machine template's, then the control plane's own), as upstream
+    // labels a control-plane machine's config and infrastructure machine.
+    let owned_labels = machine.labels().clone();
     let configs: Api<KubeadmConfig> = Api::namespaced(client.clone(), &namespace);
     if configs.get_opt(&name).await?.is_none() {
         let mut config = KubeadmConfig::new(&name, config_spec(kcp, init));

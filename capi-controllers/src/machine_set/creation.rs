@@ -163,14 +163,9 @@ async fn clone_template(
     namespace: &str,
     deps: &MachineSetController,
 ) -> Result<(), ReconcileError> {
-    let copied: BTreeMap<String, String> = [
-        labels::CLUSTER_NAME,
-        labels::MACHINE_SET_NAME,
-        labels::MACHINE_DEPLOYMENT_NAME,
-    ]
-    .into_iter()
-    .filter_map(|key| Some((key.to_string(), machine.labels().get(key)?.clone())))
-    .collect();
+    // Every label of the machine, as upstream's MachineSet gives them to the objects it clones
+    // for it (a watch filter among them: the manager that made the machine reconciles them).
+    let copied: BTreeMap<String, String> = machine.labels().clone();
     deps.references
         .clone_template(
             template_ref,
