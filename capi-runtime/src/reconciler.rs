@@ -178,6 +178,24 @@ impl<K: Resource<DynamicType = ()>, S: ?Sized> Reconciler<K, S> {
             .informer(self.api::<T>(), watcher::Config::default())
     }
 
+    /// [`informer`](Self::informer) of only the `T`s matching the label selector `selector`: a
+    /// watch of its own, shared by every controller of the manager that asks for the same
+    /// selection. For a controller that reads a small part of a kind, whose cache then holds
+    /// only that part.
+    pub fn selected_informer<T>(&self, selector: &str) -> Informer<T>
+    where
+        T: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.informers
+            .informer(self.api::<T>(), watcher::Config::default().labels(selector))
+    }
+
     /// [`cached`](crate::cache::lookup::cached) over the manager's shared watch of `T`
     /// ([`informer`](Self::informer)): a store with the API server behind it for what it does not
     /// hold, and this controller's stream of its changes.

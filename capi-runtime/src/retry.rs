@@ -90,7 +90,8 @@ fn doubled(base: Duration, cap: Duration, n: u32) -> Duration {
 
 /// How a failed watch is retried: after 0.5 s, doubling up to 5 s (±20 %), and from 0.5 s again
 /// after anything the watch delivers (kube-runtime resets it on every event). Used for every
-/// watch and for every controller's trigger stream (which pauses the whole controller on an error).
+/// watch, and the default of every controller's trigger streams (each paced on its own errors;
+/// see [`crate::controller::Controller::trigger_backoff`]).
 ///
 /// kube-runtime's default (client-go's: up to 30 s plus as much again in jitter, reset only after
 /// two quiet minutes) left every controller blind for over a minute after an API server restart:

@@ -1,5 +1,6 @@
 //! Injecting API-server failures into a client: `409 Conflict` on a status write, `500` on a list,
-//! a request that hangs (a stalled proxy), without touching the server.
+//! a request that hangs (a stalled proxy), a watch whose events arrive late (a lagging cache),
+//! without touching the server.
 //!
 //! ```no_run
 //! # async fn demo(env: &capi_testing::TestEnv) -> Result<(), capi_testing::envtest::EnvtestError> {
@@ -41,6 +42,7 @@ struct Rule {
 pub struct ApiFaults {
     rules: Arc<Mutex<Vec<Rule>>>,
     stalls: Arc<Mutex<Vec<String>>>,
+    lags: Arc<Mutex<Vec<(String, std::time::Duration)>>>,
     injected: Arc<AtomicU64>,
 }
 
@@ -66,6 +68,29 @@ impl ApiFaults {
     /// Lets every stalled request through, and stalls no more.
     pub fn unstall(&self) {
         lock(&self.stalls).clear();
+    }
+
+    /// Watches whose path contains `path_contains`, started from now on, deliver every event
+    /// `lag` after the server sent it, in order: a cache fed by them lags its own writes by
+    /// `lag`, as behind a slow API server or a congested link.
+    pub fn lag_watches(&self, path_contains: &str, lag: std::time::Duration) {
+        lock(&self.lags).push((path_contains.to_string(), lag));
+    }
+
+    fn lag_of(&self, request: &Request<Body>) -> Option<std::time::Duration> {
+        let watch = request
+            .uri()
+            .query()
+            .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
+        let path = request.uri().path();
+        watch
+            .then(|| {
+                lock(&self.lags)
+                    .iter()
+                    .find(|(s, _)| path.contains(s.as_str()))
+                    .map(|(_, lag)| *lag)
+            })
+            .flatten()
     }
 
     fn stalled(&self, path: &str) -> bool {
@@ -130,6 +155,10 @@ where
         if let Some(code) = self.faults.take(&request) {
             return Box::pin(async move { Ok(status_response(code)) });
         }
+        if let Some(lag) = self.faults.lag_of(&request) {
+            let answer = self.inner.call(request);
+            return Box::pin(async move { Ok(answer.await?.map(|body| lagging(body, lag))) });
+        }
         let path = request.uri().path().to_string();
         if !self.faults.stalled(&path) {
             return Box::pin(self.inner.call(request));
@@ -144,6 +173,25 @@ where
             sent.await
         })
     }
+}
+
+/// `body` with each frame delivered `lag` after it arrived, in order.
+fn lagging(mut body: Box<DynBody>, lag: std::time::Duration) -> Box<DynBody> {
+    let (frames, arriving) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(frame) = body.frame().await {
+            let at = tokio::time::Instant::now() + lag;
+            if frames.send((at, frame)).is_err() {
+                return;
+            }
+        }
+    });
+    let delivered = futures::stream::unfold(arriving, |mut arriving| async move {
+        let (at, frame) = arriving.recv().await?;
+        tokio::time::sleep_until(at).await;
+        Some((frame, arriving))
+    });
+    Box::new(http_body_util::StreamBody::new(Box::pin(delivered)))
 }
 
 fn status_response(code: u16) -> Response<Box<DynBody>> {

@@ -28,6 +28,7 @@ use capi_core::api::{Cluster, Machine};
 use capi_core::condition;
 use capi_runtime::manager::Manager;
 use capi_testing::envtest::ControlPlane;
+use capi_testing::faults::ApiFaults;
 use capi_testing::{TestEnv, manifest};
 use common::{TIMEOUT, manager_config, workload_kubeconfig};
 use kube::api::{ListParams, Patch, PatchParams};
@@ -228,6 +229,11 @@ enum EtcdMode {
 }
 
 async fn world(mode: EtcdMode) -> World {
+    world_lagging(mode, None).await
+}
+
+/// [`world`] whose manager's watches of Machines deliver every event `lag` late, when given.
+async fn world_lagging(mode: EtcdMode, lag: Option<Duration>) -> World {
     let _ = capi_runtime::telemetry::init_logging(capi_runtime::telemetry::LogFormat::Text);
     let mut crds = capi_core::crd::core();
     crds.extend(capi_bootstrap::api::crds());
@@ -270,12 +276,28 @@ async fn world(mode: EtcdMode) -> World {
         NodeRegistrar::new(workload.client().await.unwrap(), cloud.clone())
             .run(Duration::from_millis(100)),
     );
-    let mut manager = Manager::new(
-        env.control_plane().config().await.unwrap(),
-        manager_config(&ns),
-    )
-    .await
-    .unwrap();
+    let mut manager = match lag {
+        None => Manager::new(
+            env.control_plane().config().await.unwrap(),
+            manager_config(&ns),
+        )
+        .await
+        .unwrap(),
+        Some(lag) => {
+            let faults = ApiFaults::default();
+            faults.lag_watches(
+                &format!("/apis/cluster.x-k8s.io/v1beta2/namespaces/{ns}/machines"),
+                lag,
+            );
+            let client = faults
+                .client(env.control_plane().kubeconfig_yaml())
+                .await
+                .unwrap();
+            Manager::with_client(client, manager_config(&ns))
+                .await
+                .unwrap()
+        }
+    };
     let actuator = Arc::new(InMemoryActuator::new(
         cloud.clone(),
         cloud.clone(),
@@ -472,6 +494,48 @@ async fn scale_roll_and_scale_down(world: World) {
     let (nodes, members) = world.settled(1, "v1.34.0").await;
     assert_eq!(nodes, members, "no member left behind after scaling down");
 
+    let watch = world.watch.lock().unwrap();
+    assert!(watch.violations.is_empty(), "{:#?}", watch.violations);
+}
+
+/// The control plane counts its machines from the manager's shared watch of Machines. Behind a
+/// watch that delivers every event 2 s late — ten of the controller's 200 ms polls — it creates
+/// each machine only once the watch shows the one before: scaled 1 → 3, three machines are ever
+/// made, never a fourth (and a fourth etcd member).
+#[tokio::test]
+async fn behind_a_lagging_machine_watch_no_machine_is_made_twice() {
+    let world = world_lagging(EtcdMode::Simulated, Some(Duration::from_secs(2))).await;
+    // Every machine ever made, and the most alive at once, read past the lagging client.
+    let seen = Arc::new(Mutex::new((BTreeSet::<String>::new(), 0usize)));
+    let watcher = {
+        let (machines, seen) = (world.machines(), seen.clone());
+        tokio::spawn(async move {
+            loop {
+                if let Ok(list) = machines.list(&ListParams::default()).await {
+                    let mut seen = seen.lock().unwrap();
+                    seen.1 = seen.1.max(list.items.len());
+                    seen.0.extend(list.items.iter().map(|m| m.name_any()));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let (nodes, members) = world.settled(1, "v1.33.0").await;
+    assert_eq!(nodes, members);
+    world
+        .kcps()
+        .patch_scale("demo-cp", &PatchParams::default(), &scale(3))
+        .await
+        .unwrap();
+    let (nodes, members) = world.settled(3, "v1.33.0").await;
+    assert_eq!(nodes, members, "one member per machine");
+    // Settled means the lagging watch shows all three: another pass would have made a fourth.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    watcher.abort();
+    let (ever, most) = seen.lock().unwrap().clone();
+    assert_eq!(ever.len(), 3, "machines ever made: {ever:?}");
+    assert_eq!(most, 3);
+    assert_eq!(world.cloud.instance_count(), 3);
     let watch = world.watch.lock().unwrap();
     assert!(watch.violations.is_empty(), "{:#?}", watch.violations);
 }

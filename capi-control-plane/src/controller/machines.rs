@@ -285,9 +285,19 @@ pub(super) async fn create(
         },
         status: None,
     };
+    // Expected before it is sent: a pass that starts while the answer is on its way waits for
+    // the watch to show it.
+    let owner = kcp.uid().unwrap_or_default();
+    state.expectations.created(&owner, name);
     let created = Api::<Machine>::namespaced(client.clone(), &namespace)
         .create(&PostParams::default(), &machine)
-        .await?;
+        .await
+        .inspect_err(|error| {
+            // One that exists was made by a pass whose answer was lost: it will show.
+            if !matches!(error, kube::Error::Api(status) if status.is_already_exists()) {
+                state.expectations.create_failed(&owner, name);
+            }
+        })?;
     complete(kcp, &created, init, client, state).await
 }
 

@@ -47,9 +47,12 @@ mod step;
 use std::sync::Arc;
 use std::time::Duration;
 
+use capi_bootstrap::api::KubeadmConfig;
 use capi_controllers::references::{ReferenceWatches, References};
 use capi_core::api::{Cluster, Machine};
+use capi_core::labels;
 use capi_runtime::cache::lookup::Cached;
+use capi_runtime::cache::{Expectations, Informer};
 use capi_runtime::controller::{Action, Config as ControllerConfig, Controller};
 use capi_runtime::manager::{Controllers, Manager};
 use capi_runtime::rbac::{READ, rule};
@@ -125,6 +128,16 @@ pub(crate) struct ControlPlaneController {
     pki_complete: Memo<()>,
     /// Clusters, from the controller's own watch (set when it runs).
     clusters: std::sync::OnceLock<Cached<Cluster>>,
+    /// Every Machine, from the manager's shared watch (set when it runs): a pass counts its
+    /// machines here, once `expectations` says the watch shows its own creates and deletes.
+    machines: std::sync::OnceLock<Informer<Machine>>,
+    /// Control-plane KubeadmConfigs, from a watch of those alone (set when it runs); a config
+    /// not seen yet is read from the API server.
+    configs: std::sync::OnceLock<Cached<KubeadmConfig>>,
+    /// The machines each control plane (by UID) created or deleted that `machines` has not
+    /// shown yet: no machine is created or deleted before the last one shows, so a lagging
+    /// watch never brings a second etcd member.
+    expectations: Expectations,
 }
 
 impl Controllers for KubeadmControlPlanes {
@@ -141,6 +154,9 @@ impl Controllers for KubeadmControlPlanes {
                 workloads: WorkloadClients::default(),
                 pki_complete: Memo::new(PKI_RECHECK),
                 clusters: std::sync::OnceLock::new(),
+                machines: std::sync::OnceLock::new(),
+                configs: std::sync::OnceLock::new(),
+                expectations: Expectations::default(),
             }));
         manager.add_controller(move |shutdown| run(reconciler, shutdown.wait()));
     }
@@ -153,7 +169,14 @@ async fn run(
     let (trigger, reader) = reconciler.trigger();
     reconciler.offer_as_referenced();
     // The manager's shared watch of Machines (the core controllers' too).
-    let machine_changes = reconciler.informer::<Machine>().changes();
+    let machines = reconciler.informer::<Machine>();
+    let _ = reconciler.state().machines.set(machines.clone());
+    let machine_changes = machines.changes();
+    let configs = reconciler.selected_informer::<KubeadmConfig>(labels::MACHINE_CONTROL_PLANE);
+    let _ = reconciler
+        .state()
+        .configs
+        .set(Cached::of(configs, reconciler.client().clone()));
     let (clusters, cluster_stream) = reconciler.cached::<Cluster>();
     let _ = reconciler.state().clusters.set(clusters);
     let concurrency = reconciler.concurrency();
@@ -226,7 +249,11 @@ pub fn rbac(infra_group: &str, infra_plurals: &[&str]) -> Vec<PolicyRule> {
             &["machines"],
             &["get", "list", "watch", "create", "patch", "delete"],
         ),
-        rule(&bootstrap, &["kubeadmconfigs"], &["get", "list", "create"]),
+        rule(
+            &bootstrap,
+            &["kubeadmconfigs"],
+            &["get", "list", "watch", "create"],
+        ),
         rule(
             infra_group,
             infra_plurals,

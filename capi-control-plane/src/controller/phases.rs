@@ -51,25 +51,49 @@ pub(super) async fn read_cluster(scope: &Scope<'_>) -> Result<Option<Arc<Cluster
     }
 }
 
-/// The machines the control plane controls, read fresh from the API server and sorted by name;
-/// reads only.
-pub(super) async fn read_machines(scope: &mut Scope<'_>) -> Result<(), kube::Error> {
+/// The machines the control plane controls (its labels and its controller reference), sorted by
+/// name; reads only. They come from the manager's shared watch once it holds its first list and
+/// shows every machine this control plane created or deleted
+/// ([`Expectations`](capi_runtime::cache::Expectations)); until it does,
+/// the pass waits (`Break`: the machine's event brings the next pass), so a lagging watch never
+/// makes a pass create or delete a machine again. Before the first list, from the API server.
+pub(super) async fn read_machines(scope: &mut Scope<'_>) -> Result<ControlFlow<Next>, kube::Error> {
     let uid = scope.kcp.uid().unwrap_or_default();
-    let mut owned: Vec<Machine> = scope
-        .machines
-        .list(&ListParams::default().labels(&scope.selector))
-        .await?
-        .items
-        .into_iter()
-        .filter(|m| {
-            m.owner_references()
+    let wanted = machines::machine_labels(scope.kcp, &scope.cluster_name);
+    let ours = |m: &Machine| {
+        wanted.iter().all(|(k, v)| m.labels().get(k) == Some(v))
+            && m.owner_references()
                 .iter()
                 .any(|r| r.controller == Some(true) && r.uid == uid)
-        })
-        .collect();
+    };
+    let mut owned: Vec<Machine> = match scope.state().machines.get().filter(|i| i.listed()) {
+        Some(informer) => informer
+            .store()
+            .state()
+            .iter()
+            .filter(|m| m.namespace().as_deref() == Some(scope.namespace.as_str()) && ours(m))
+            .map(|m| Machine::clone(m))
+            .collect(),
+        None => scope
+            .machines
+            .list(&ListParams::default().labels(&scope.selector))
+            .await?
+            .items
+            .into_iter()
+            .filter(|m| ours(m))
+            .collect(),
+    };
+    let shown = scope.state().expectations.satisfied(&uid, |name| {
+        owned
+            .iter()
+            .any(|m| m.name_any() == name && m.metadata.deletion_timestamp.is_none())
+    });
+    if !shown {
+        return Ok(Break(Next::Requeue(scope.poll())));
+    }
     owned.sort_by_key(|m| m.name_any());
     scope.owned = owned;
-    Ok(())
+    Ok(Continue(()))
 }
 
 /// Without its Cluster the control plane waits, and says so.
@@ -165,11 +189,18 @@ pub(super) async fn ensure_certificates(
 /// outdated, if it is; reads only.
 pub(super) async fn observe_machines(scope: &mut Scope<'_>) -> Result<(), ReconcileError> {
     let (kcp, state) = (scope.kcp, scope.state());
-    let configs: Vec<KubeadmConfig> =
-        Api::<KubeadmConfig>::namespaced(scope.context.client.clone(), &scope.namespace)
-            .list(&ListParams::default().labels(&scope.selector))
-            .await?
-            .items;
+    let mut configs: Vec<Option<Arc<KubeadmConfig>>> = Vec::with_capacity(scope.owned.len());
+    for machine in &scope.owned {
+        configs.push(match state.configs.get() {
+            Some(cached) => cached.get(&scope.namespace, &machine.name_any()).await?,
+            None => {
+                Api::<KubeadmConfig>::namespaced(scope.context.client.clone(), &scope.namespace)
+                    .get_opt(&machine.name_any())
+                    .await?
+                    .map(Arc::new)
+            }
+        });
+    }
     let mut infrastructure = Vec::with_capacity(scope.owned.len());
     for machine in &scope.owned {
         infrastructure.push(
@@ -184,13 +215,13 @@ pub(super) async fn observe_machines(scope: &mut Scope<'_>) -> Result<(), Reconc
         .owned
         .iter()
         .zip(&infrastructure)
-        .map(|(machine, infrastructure)| {
-            let config = configs.iter().find(|c| c.name_any() == machine.name_any());
+        .zip(&configs)
+        .map(|((machine, infrastructure), config)| {
             machines::outdated(
                 kcp,
                 &MachineObserved {
                     machine,
-                    config,
+                    config: config.as_deref(),
                     infrastructure: infrastructure.as_deref(),
                 },
                 now,
@@ -296,8 +327,11 @@ pub(super) async fn remediate(scope: &mut Scope<'_>) -> Result<ControlFlow<Next>
         &scope.facts,
         etcd_read,
         scope.initialized,
-        &scope.kcps,
-        &scope.machines,
+        remediate::Writes {
+            kcps: &scope.kcps,
+            machines: &scope.machines,
+            expectations: &scope.state().expectations,
+        },
     )
     .await?;
     let report = &mut scope.report;

@@ -105,7 +105,9 @@ pub(super) async fn reconcile_once(
     };
     let mut scope = Scope::new(kcp, context, cluster_name);
     let cluster = phases::read_cluster(&scope).await?;
-    phases::read_machines(&mut scope).await?;
+    if let Break(next) = phases::read_machines(&mut scope).await? {
+        return Ok(next);
+    }
     if kcp.metadata.deletion_timestamp.is_some() {
         return deletion::reconcile_delete(&mut scope).await;
     }

@@ -7,6 +7,7 @@
 use capi_core::api::Machine;
 use capi_core::condition::{self, ConditionStatus, DesiredCondition};
 use capi_core::labels;
+use capi_runtime::cache::Expectations;
 use capi_runtime::{ReconcileError, write};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -66,6 +67,14 @@ pub(super) async fn clear_in_progress(
     write::patch(kcps, &kcp.name_any(), patch).await
 }
 
+/// Where the phase writes.
+pub(super) struct Writes<'a> {
+    pub(super) kcps: &'a Api<KubeadmControlPlane>,
+    pub(super) machines: &'a Api<Machine>,
+    /// Records the machine it deletes, before the delete is sent.
+    pub(super) expectations: &'a Expectations,
+}
+
 /// Runs the phase.
 pub(super) async fn remediate(
     kcp: &KubeadmControlPlane,
@@ -73,9 +82,13 @@ pub(super) async fn remediate(
     facts: &[MachineFacts],
     etcd: Option<Result<&EtcdClusterStatus, &str>>,
     initialized: bool,
-    kcps: &Api<KubeadmControlPlane>,
-    machines_api: &Api<Machine>,
+    writes: Writes<'_>,
 ) -> Result<Outcome, ReconcileError> {
+    let Writes {
+        kcps,
+        machines: machines_api,
+        expectations,
+    } = writes;
     let mut running = in_progress(kcp);
     if kcp.annotations().contains_key(IN_PROGRESS_ANNOTATION) {
         // Stale once a machine newer than the remediation exists (a crash after creating the
@@ -178,6 +191,7 @@ pub(super) async fn remediate(
                 )
                 .await?;
             }
+            expectations.deleted(&kcp.uid().unwrap_or_default(), &machine);
             write::delete(machines_api, &machine).await?;
             // After the deletion: a crash in between costs the retry count, never a latch.
             let patch = json!({"metadata": {"annotations": {

@@ -94,6 +94,10 @@ pub(super) async fn take_next_step(
                     ),
                 );
             }
+            scope
+                .state()
+                .expectations
+                .deleted(&kcp.uid().unwrap_or_default(), &machine);
             write::delete(&scope.machines, &machine).await?;
             scope.report.event(
                 false,

@@ -14,7 +14,6 @@
 
 mod creation;
 pub mod deletion_priority;
-mod expectations;
 mod phases;
 mod status;
 
@@ -26,9 +25,9 @@ use capi_runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 
-use self::expectations::Expectations;
 use crate::references::{ReferenceWatches, References};
 use crate::{CoreSettings, cache, cluster_cache, of_cluster, ownership, selector};
+use capi_runtime::cache::Expectations;
 use capi_runtime::cache::informer::Informer;
 use capi_runtime::pace::StatusPacer;
 use capi_runtime::plan::{EventNote, Next};

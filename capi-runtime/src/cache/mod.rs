@@ -10,12 +10,15 @@
 //!   kinds known only at run time ([`PackedStore`]) — compressed, decoded when read;
 //! - [`memo`]: values that hardly ever change, kept by key for a while;
 //! - `resync`: the periodic look at converged objects, without a timer per object;
-//! - [`predicate`]: which changes of a reconciled object are worth a reconcile.
+//! - [`predicate`]: which changes of a reconciled object are worth a reconcile;
+//! - [`expectations`]: a controller's own creates and deletes its cache has not shown yet, so
+//!   that a count read from a cache never repeats a write.
 //!
 //! Guarantees shared by every cache here: managed fields are dropped; a store is read for
 //! decisions only once its first list is in; a (re-)list replaces a store's contents at its end,
 //! so no reader sees half a list.
 
+pub mod expectations;
 pub mod informer;
 pub mod lookup;
 pub mod memo;
@@ -23,6 +26,7 @@ pub mod packed;
 pub mod predicate;
 pub(crate) mod resync;
 
+pub use expectations::Expectations;
 pub use informer::{Informer, Informers};
 pub use lookup::Cached;
 pub use packed::{Packed, PackedStore};

@@ -178,7 +178,12 @@ where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
     /// A controller of the objects of `trigger` (a watch of `K`), found in `store` when their
-    /// reconcile starts.
+    /// reconcile starts. `store` must hold an object by the time `trigger` yields it, as the
+    /// stores of [`Reconciler::trigger`](crate::Reconciler::trigger) and of the manager's
+    /// informers do; a key the store does not hold is not reconciled
+    /// ([`Error::ObjectNotFound`]). (kube-runtime's `reflector(..).applied_objects()` yields its
+    /// first list before its store holds it, and kube-runtime's `Controller` waits for that
+    /// store; this one does not.)
     pub fn for_stream(
         trigger: impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
         store: Store<K>,
@@ -199,7 +204,9 @@ where
     }
 
     /// Paces the watches that trigger the controller after they fail (each watch its own copy of
-    /// `backoff`, reset when it delivers again).
+    /// `backoff`, reset when it delivers again). Without it, [`WatchBackoff`]'s default.
+    ///
+    /// [`WatchBackoff`]: crate::retry::WatchBackoff
     #[must_use]
     pub fn trigger_backoff<B: Backoff + Clone + 'static>(mut self, backoff: B) -> Self {
         self.backoff = Some(Box::new(move || Box::new(backoff.clone())));
@@ -282,11 +289,10 @@ where
             shutdown,
         } = self;
         let mut all: SelectAll<Trigger<K>> = stream::select_all(triggers);
+        let backoff = backoff
+            .get_or_insert_with(|| Box::new(|| Box::new(crate::retry::WatchBackoff::default())));
         for trigger in watched {
-            match backoff.as_mut() {
-                Some(backoff) => all.push(StreamBackoff::new(trigger, backoff()).boxed()),
-                None => all.push(trigger),
-            }
+            all.push(StreamBackoff::new(trigger, backoff()).boxed());
         }
         let mut run = Run::<K, E> {
             queue: WorkQueue::default(),
@@ -344,8 +350,12 @@ where
                             Err(Error::ReconcilerFailed(error, key.clone())),
                         ),
                     };
-                    if let Some(after) = action.requeue_after() {
-                        run.queue.add_at(key, Instant::now() + after, reason);
+                    // A delay past what a clock can hold means never.
+                    if let Some(at) = action
+                        .requeue_after()
+                        .and_then(|after| Instant::now().checked_add(after))
+                    {
+                        run.queue.add_at(key, at, reason);
                     }
                     run.outcomes.push_back(outcome);
                     continue;

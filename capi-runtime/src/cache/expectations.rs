@@ -1,17 +1,18 @@
 //! Expectations: what a controller created or deleted and has not yet seen in its cache.
 //!
 //! A cache lags behind the controller's own writes. A MachineSet that counted its machines from a
-//! cache that has not yet seen the three it just created would create three more; upstream
-//! guards this for deletions only in some paths. Here every create and delete is recorded, and an
-//! owner is not scaled again until its cache shows all of them (or they expire, in case an event
-//! was missed: the next pass then works from fresh data).
+//! cache that has not yet seen the three it just created would create three more, and a
+//! KubeadmControlPlane a second etcd member; upstream guards this for deletions only in some
+//! paths. A controller that counts from a cache records every create and delete here, and does
+//! not scale an owner again until its cache shows all of them (or they expire after
+//! [`EXPECTATION_TTL`], in case an event was missed).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// How long an expectation is waited for before it is dropped.
-pub(crate) const EXPECTATION_TTL: Duration = Duration::from_secs(60);
+pub const EXPECTATION_TTL: Duration = Duration::from_secs(60);
 
 #[derive(Debug)]
 struct Pending {
@@ -22,7 +23,7 @@ struct Pending {
 
 /// Pending creates and deletes per owner (keyed by the owner's UID).
 #[derive(Debug, Default)]
-pub(crate) struct Expectations {
+pub struct Expectations {
     owners: Mutex<HashMap<String, Pending>>,
 }
 
@@ -43,24 +44,24 @@ impl Expectations {
     }
 
     /// Records that `owner` created the object `name`.
-    pub(crate) fn created(&self, owner: &str, name: &str) {
+    pub fn created(&self, owner: &str, name: &str) {
         self.entry(owner, |p| p.creates.insert(name.to_string()));
     }
 
     /// Records that `owner` deleted the object `name`.
-    pub(crate) fn deleted(&self, owner: &str, name: &str) {
+    pub fn deleted(&self, owner: &str, name: &str) {
         self.entry(owner, |p| p.deletes.insert(name.to_string()));
     }
 
     /// Forgets a create that failed.
-    pub(crate) fn create_failed(&self, owner: &str, name: &str) {
+    pub fn create_failed(&self, owner: &str, name: &str) {
         self.entry(owner, |p| p.creates.remove(name));
     }
 
     /// Whether the cache of `owner`'s objects — `present` says whether a name is there (and not
     /// being deleted) — shows every recorded change. Observed changes are forgotten; expired ones
     /// too.
-    pub(crate) fn satisfied(&self, owner: &str, present: impl Fn(&str) -> bool) -> bool {
+    pub fn satisfied(&self, owner: &str, present: impl Fn(&str) -> bool) -> bool {
         let mut owners = self.lock();
         let Some(pending) = owners.get_mut(owner) else {
             return true;
@@ -76,7 +77,7 @@ impl Expectations {
     }
 
     /// Forgets everything about `owner` (it was deleted).
-    pub(crate) fn forget(&self, owner: &str) {
+    pub fn forget(&self, owner: &str) {
         self.lock().remove(owner);
     }
 }
