@@ -122,25 +122,31 @@ pub fn replicas_managed_externally(meta: &ObjectMeta) -> bool {
         .is_some_and(|value| value != "false")
 }
 
+/// Whether `value` is a label value Kubernetes takes: empty, or at most 63 characters of letters,
+/// digits, `-`, `_` and `.`, beginning and ending with a letter or digit.
+pub fn is_label_value(value: &str) -> bool {
+    value.is_empty()
+        || (value.len() <= 63
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            && value
+                .as_bytes()
+                .first()
+                .is_some_and(u8::is_ascii_alphanumeric)
+            && value
+                .as_bytes()
+                .last()
+                .is_some_and(u8::is_ascii_alphanumeric))
+}
+
 /// `name` as a label value, as upstream formats the values of [`MACHINE_POOL_NAME`]: unchanged
 /// when it is a valid label value (at most 63 characters of letters, digits, `-`, `_` and `.`,
 /// beginning and ending with a letter or digit), else `hash_<FNV-32a of name, URL-safe base64
 /// without padding>_z`. Upstream's controllers and this SDK's find a pool's objects by the same
 /// value.
 pub fn label_value(name: &str) -> std::borrow::Cow<'_, str> {
-    let valid = name.is_empty()
-        || (name.len() <= 63
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-            && name
-                .as_bytes()
-                .first()
-                .is_some_and(u8::is_ascii_alphanumeric)
-            && name
-                .as_bytes()
-                .last()
-                .is_some_and(u8::is_ascii_alphanumeric));
+    let valid = is_label_value(name);
     if valid {
         return std::borrow::Cow::Borrowed(name);
     }

@@ -155,17 +155,9 @@ fn parse_concurrency(value: &str) -> Result<u16, String> {
         .ok_or_else(|| "expected a count (1–65535)".to_string())
 }
 
-/// A label value as Kubernetes takes it: at most 63 characters of letters, digits, `-`, `_` and
-/// `.`, beginning and ending with a letter or digit (or empty).
+/// A label value as Kubernetes takes it ([`capi_core::labels::is_label_value`]).
 fn parse_label_value(value: &str) -> Result<String, String> {
-    let edge = |c: Option<char>| c.is_none_or(|c| c.is_ascii_alphanumeric());
-    let valid = value.len() <= 63
-        && value
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && edge(value.chars().next())
-        && edge(value.chars().last());
-    if valid {
+    if capi_core::labels::is_label_value(value) {
         Ok(value.to_string())
     } else {
         Err("expected a label value (at most 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit)".to_string())
