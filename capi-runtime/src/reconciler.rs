@@ -80,6 +80,8 @@ impl ReconcileError {
 /// one wired to the manager's client, options, metrics and readiness.
 pub struct Reconciler<K, S: ?Sized> {
     client: Client,
+    /// The client events are published through (the reconciler's own when `None`).
+    events_client: Option<Client>,
     state: Arc<S>,
     options: ReconcilerOptions,
     metrics: Option<Metrics>,
@@ -94,6 +96,7 @@ impl<K: Resource<DynamicType = ()>, S: ?Sized> Reconciler<K, S> {
     pub fn new(client: Client, state: Arc<S>) -> Self {
         Self {
             client,
+            events_client: None,
             state,
             options: ReconcilerOptions::default(),
             metrics: None,
@@ -119,6 +122,15 @@ impl<K: Resource<DynamicType = ()>, S: ?Sized> Reconciler<K, S> {
     /// Reports this controller ready in `readiness` once its cache is filled.
     pub fn readiness(mut self, readiness: Readiness) -> Self {
         self.readiness = Some(readiness);
+        self
+    }
+
+    /// Publishes events through `client` instead of the reconciler's own client: a client with
+    /// a request budget of its own (as upstream's event broadcaster has), so that events never
+    /// spend the requests a reconcile needs. A [`crate::manager::Manager`] gives every
+    /// reconciler its one events client.
+    pub fn events_client(mut self, client: Client) -> Self {
+        self.events_client = Some(client);
         self
     }
 
@@ -324,7 +336,10 @@ where
             None => self.state,
         };
         Arc::new(Context {
-            recorder: EventRecorder::new(self.client.clone(), format!("{controller}-controller")),
+            recorder: EventRecorder::new(
+                self.events_client.unwrap_or_else(|| self.client.clone()),
+                format!("{controller}-controller"),
+            ),
             client: self.client,
             state,
             retry: RetryState::with_memory(self.options.retry.clone(), self.memory),
@@ -515,6 +530,62 @@ mod tests {
         object.metadata.uid = Some(format!("uid-{name}"));
         object.metadata.generation = Some(1);
         object
+    }
+
+    /// A client answering every request with an Event, counting the requests it got.
+    fn counting_client(count: Arc<std::sync::atomic::AtomicUsize>) -> Client {
+        let service = tower::service_fn(move |_: http::Request<kube::client::Body>| {
+            count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            async move {
+                let answer = serde_json::json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                                                "metadata": {"name": "e", "namespace": "ns"},
+                                                "eventTime": "2026-11-30T00:00:00.000000Z"});
+                http::Response::builder()
+                    .status(201)
+                    .body(kube::client::Body::from(answer.to_string().into_bytes()))
+            }
+        });
+        Client::new(service, "default")
+    }
+
+    #[tokio::test]
+    async fn events_go_through_the_events_client_and_spend_none_of_the_reconcilers_requests() {
+        let occurrence = crate::events::Occurrence {
+            warning: false,
+            reason: "Created",
+            action: "Reconcile",
+            note: "made",
+        };
+        let regarding = k8s_openapi::api::core::v1::ObjectReference {
+            kind: Some("ConfigMap".into()),
+            name: Some("a".into()),
+            namespace: Some("ns".into()),
+            ..Default::default()
+        };
+        let (own, events) = (Arc::default(), Arc::default());
+        let context =
+            Reconciler::<ConfigMap, ()>::new(counting_client(Arc::clone(&own)), Arc::new(()))
+                .events_client(counting_client(Arc::clone(&events)))
+                .into_context(|state, _, _| state);
+        context
+            .recorder
+            .publish(&regarding, &occurrence)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let count =
+            |c: &Arc<std::sync::atomic::AtomicUsize>| c.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!((count(&own), count(&events)), (0, 1));
+
+        // Without one, events share the reconciler's client.
+        let alone =
+            Reconciler::<ConfigMap, ()>::new(counting_client(Arc::clone(&own)), Arc::new(()))
+                .into_context(|state, _, _| state);
+        alone
+            .recorder
+            .publish(&regarding, &occurrence)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((count(&own), count(&events)), (1, 1));
     }
 
     #[test]

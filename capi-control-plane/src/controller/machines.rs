@@ -298,7 +298,18 @@ pub(super) async fn create(
                 state.expectations.create_failed(&owner, name);
             }
         })?;
-    complete(kcp, &created, init, client, state).await
+    complete(kcp, &created, init, Made::Now, client, state).await
+}
+
+/// Whether a machine's KubeadmConfig and infrastructure machine may exist already.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Made {
+    /// The machine was created by this pass: only a create of this pass can have made them, so
+    /// they are created without a read first (a create that finds one leaves it alone).
+    Now,
+    /// An earlier pass made the machine (its answer, or its next creates, may have been lost):
+    /// each is read first and created only when missing.
+    Earlier,
 }
 
 /// Creates what `machine` lacks of its KubeadmConfig and infrastructure machine (both are
@@ -307,6 +318,7 @@ pub(super) async fn complete(
     kcp: &KubeadmControlPlane,
     machine: &Machine,
     init: bool,
+    made: Made,
     client: &kube::Client,
     state: &ControlPlaneController,
 ) -> Result<(), ReconcileError> {
@@ -316,7 +328,7 @@ pub(super) async fn complete(
     // labels a control-plane machine's config and infrastructure machine.
     let owned_labels = machine.labels().clone();
     let configs: Api<KubeadmConfig> = Api::namespaced(client.clone(), &namespace);
-    if configs.get_opt(&name).await?.is_none() {
+    if made == Made::Now || configs.get_opt(&name).await?.is_none() {
         let mut config = KubeadmConfig::new(&name, config_spec(kcp, init));
         config.metadata.namespace = Some(namespace.clone());
         config.metadata.labels = Some(owned_labels.clone());
@@ -332,11 +344,12 @@ pub(super) async fn complete(
     }
     let template = &kcp.spec.machine_template.spec.infrastructure_ref;
     let target = &machine.spec.infrastructure_ref;
-    if state
-        .references
-        .get_fresh(target, &namespace)
-        .await?
-        .is_none()
+    if made == Made::Now
+        || state
+            .references
+            .get_fresh(target, &namespace)
+            .await?
+            .is_none()
     {
         state
             .references

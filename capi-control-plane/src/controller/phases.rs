@@ -304,6 +304,7 @@ pub(super) async fn complete_machines(scope: &Scope<'_>) -> Result<(), Reconcile
                 scope.kcp,
                 machine,
                 init,
+                machines::Made::Earlier,
                 &scope.context.client,
                 scope.state(),
             )

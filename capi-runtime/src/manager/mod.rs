@@ -147,6 +147,10 @@ pub struct Manager {
     /// The clients of named families ([`Manager::add_to`]), built on first use.
     named_families: HashMap<&'static str, Client>,
     lease_client: Client,
+    /// The client every reconciler publishes its events through: with its own rate limit when
+    /// the manager built the clients ([`Manager::new`]), so that events never spend a family's
+    /// budget; `None` when the caller gave the client (events share it).
+    events_client: Option<Client>,
     config: ManagerConfig,
     listener: TcpListener,
     /// The secure metrics endpoint's listener and TLS ([`MetricsEndpoint::Secure`]).
@@ -189,6 +193,7 @@ impl Manager {
         let lease_client = Client::try_from(kube_config)?;
         let mut manager = Self::with_client(client, config).await?;
         manager.use_lease_client(lease_client);
+        manager.events_client = Some(families.build()?);
         manager.family_clients = Some(families);
         Ok(manager)
     }
@@ -223,6 +228,7 @@ impl Manager {
         Ok(Self {
             secure_metrics,
             lease_client: client.clone(),
+            events_client: None,
             client,
             family_clients: None,
             named_families: HashMap::new(),
@@ -357,11 +363,15 @@ impl Manager {
         &self,
         reconciler: Reconciler<K, A>,
     ) -> Reconciler<K, A> {
-        reconciler
+        let reconciler = reconciler
             .options(self.config.reconciler.clone())
             .metrics(self.metrics.clone())
             .readiness(self.readiness.clone())
-            .informers(self.informers.clone())
+            .informers(self.informers.clone());
+        match &self.events_client {
+            Some(client) => reconciler.events_client(client.clone()),
+            None => reconciler,
+        }
     }
 
     /// Runs until SIGTERM or SIGINT.

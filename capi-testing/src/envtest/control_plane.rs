@@ -15,6 +15,65 @@ use super::{Assets, EnvtestError};
 const START_TIMEOUT: Duration = Duration::from_secs(90);
 const POLL: Duration = Duration::from_millis(100);
 
+/// How [`ControlPlane::start_with_options`] starts the API server; the default is what
+/// [`ControlPlane::start_with`] starts.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct ControlPlaneOptions {
+    /// Also accept client certificates signed by this CA (PEM).
+    pub client_ca_pem: Option<String>,
+    /// Where the API server writes its audit log: one JSON line per request it completed
+    /// (`audit.k8s.io/v1` events at level `Metadata`, stage `ResponseComplete` or `Panic`, in the
+    /// order the API server completed them), every request to a resource by any user but the
+    /// API server itself; nothing for non-resource paths (`/healthz`, `/metrics`, `/openapi`).
+    /// The file outlives the control plane. Writing it costs the API server a synchronous write
+    /// per request.
+    pub audit_log: Option<PathBuf>,
+}
+
+impl ControlPlaneOptions {
+    /// Also accept client certificates signed by `pem`.
+    pub fn with_client_ca(mut self, pem: impl Into<String>) -> Self {
+        self.client_ca_pem = Some(pem.into());
+        self
+    }
+
+    /// Write an audit log to `path` ([`ControlPlaneOptions::audit_log`]).
+    pub fn with_audit_log(mut self, path: impl Into<PathBuf>) -> Self {
+        self.audit_log = Some(path.into());
+        self
+    }
+}
+
+/// The audit policy of [`ControlPlaneOptions::audit_log`].
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: None
+    users: [\"system:apiserver\"]
+  - level: None
+    nonResourceURLs: [\"/*\"]
+  - level: Metadata
+";
+
+/// The API server's flags for an audit log at `path` (none without one).
+fn audit_args(root: &Path, path: Option<&Path>) -> Result<Vec<String>, EnvtestError> {
+    let Some(path) = path else {
+        return Ok(Vec::new());
+    };
+    let policy = root.join("audit-policy.yaml");
+    write(&policy, AUDIT_POLICY)?;
+    Ok(vec![
+        format!("--audit-policy-file={}", policy.display()),
+        format!("--audit-log-path={}", path.display()),
+        "--audit-log-format=json".into(),
+        // Never rotated, never dropped: the log is read whole afterwards.
+        "--audit-log-maxsize=0".into(),
+        "--audit-log-mode=blocking".into(),
+    ])
+}
+
 /// A running etcd + kube-apiserver pair on free loopback ports, with an admin token.
 ///
 /// Guarantees: the processes and their data directory are removed when the value is dropped; if
@@ -64,10 +123,23 @@ impl ControlPlane {
         assets: &Assets,
         client_ca_pem: Option<&str>,
     ) -> Result<Self, EnvtestError> {
+        let options = ControlPlaneOptions {
+            client_ca_pem: client_ca_pem.map(str::to_string),
+            ..ControlPlaneOptions::default()
+        };
+        Self::start_with_options(assets, &options).await
+    }
+
+    /// Starts a control plane from the given binaries as `options` say. Retries twice when a
+    /// port picked as free was taken by someone else in the meantime.
+    pub async fn start_with_options(
+        assets: &Assets,
+        options: &ControlPlaneOptions,
+    ) -> Result<Self, EnvtestError> {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match Self::start_once(assets, client_ca_pem).await {
+            match Self::start_once(assets, options).await {
                 Err(EnvtestError::Exited { ref tail, .. })
                     if attempt < 3 && tail.contains("address already in use") =>
                 {
@@ -80,7 +152,7 @@ impl ControlPlane {
 
     async fn start_once(
         assets: &Assets,
-        client_ca_pem: Option<&str>,
+        options: &ControlPlaneOptions,
     ) -> Result<Self, EnvtestError> {
         let dir = scratch_dir()?;
         let root = dir.path().to_path_buf();
@@ -102,7 +174,7 @@ impl ControlPlane {
         )?;
 
         let mut client_ca_args = Vec::new();
-        if let Some(pem) = client_ca_pem {
+        if let Some(pem) = &options.client_ca_pem {
             write(&root.join("client-ca.crt"), pem)?;
             client_ca_args.push(format!(
                 "--client-ca-file={}",
@@ -166,6 +238,7 @@ impl ControlPlane {
         ]
         .into_iter()
         .chain(client_ca_args)
+        .chain(audit_args(&root, options.audit_log.as_deref())?)
         .collect();
         let mut apiserver = Process::spawn(
             &mut apiserver_command(&assets.kube_apiserver, &apiserver_args),

@@ -9,8 +9,8 @@ pub use assets::{
     KUBEBUILDER_ASSETS, KUBERNETES_VERSION, cache_root, default_assets_dir, kubeadm_for,
     kubernetes_minor,
 };
-pub use control_plane::ControlPlane;
 pub(crate) use control_plane::config_from_kubeconfig;
+pub use control_plane::{ControlPlane, ControlPlaneOptions};
 
 use std::path::PathBuf;
 

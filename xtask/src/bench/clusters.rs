@@ -3,7 +3,9 @@
 //! upstream's scale tests: one control-plane machine per cluster, `kubeadm init`, so a CA and keys
 //! per cluster), zero simulated latency, built by capi-rs's stack and by upstream's. Measured per
 //! stack: time until every Machine is Running and every Cluster Available, API requests and writes
-//! per machine (409s apart), CPU and peak RSS, teardown.
+//! per machine (409s apart), CPU and peak RSS, teardown; then, after capi-rs's first round, its
+//! floor program on the same API server ([`floor::clusters`](super::floor::clusters)), to which
+//! capi-rs's time to every Cluster Available is compared.
 
 use anyhow::Result;
 use serde_json::json;
@@ -27,7 +29,10 @@ pub(crate) async fn run(options: &Options) -> Result<serde_json::Value> {
         options,
         "clusters",
         shape,
-        Extras::default(),
+        Extras {
+            floor: Some(side_by_side::FloorProgram::Clusters),
+            ..Extras::default()
+        },
         &options.stacks,
         options.rounds_for(n),
     )
@@ -37,6 +42,26 @@ pub(crate) async fn run(options: &Options) -> Result<serde_json::Value> {
         options.manager.describe()
     ));
     let comparison = side_by_side::compare(&rounds, &shape);
+    if let Some(ours) = rounds.iter().find(|r| r.floor.is_some())
+        && let Some(floor) = &ours.floor
+    {
+        println!();
+        measure::print_table(&[
+            (
+                "floor program (same limits)".to_string(),
+                format!(
+                    "{:.1} s for {:.0} writes ({:.2}/cluster)",
+                    floor.seconds,
+                    floor.writes,
+                    floor.writes / f64::from(n)
+                ),
+            ),
+            (
+                "capi-rs time to all Available ÷ floor time".to_string(),
+                format!("{:.2}", ours.floor_ratio().unwrap_or(f64::NAN)),
+            ),
+        ]);
+    }
     let mut result = side_by_side::conditions(options, &shape, &rounds);
     result["scenario"] = json!("clusters");
     result["comparison"] = comparison;

@@ -9,7 +9,7 @@
 //! cargo xtask bench [all|one-cluster|clusters|latency|pool]... [--machines N] [--clusters N]
 //!                   [--boot-ms MS] [--idle-seconds S] [--qps F] [--burst N] [--concurrency N]
 //!                   [--no-leader-election] [--stack capi-rs|upstream]... [--rounds N]
-//!                   [--build release|debug] [--out DIR]
+//!                   [--build release|debug] [--out DIR] [--time-limit S] [--audit]
 //! ```
 //!
 //! Every scenario but `pool` runs **side by side** ([`side_by_side`]): this workspace's stack and
@@ -22,7 +22,8 @@
 //! - `one-cluster` ([`one_cluster`]): one cluster of N machines (default 1000, up to 10 000), zero
 //!   latency; for capi-rs also idle requests (management and workload API servers, cloud) and CPU
 //!   over two resync periods afterwards, and the floor program ([`floor`]).
-//! - `clusters` ([`clusters`]): N single-node clusters (default 1000), KubeadmControlPlane of 1.
+//! - `clusters` ([`clusters`]): N single-node clusters (default 1000), KubeadmControlPlane of 1;
+//!   for capi-rs also its floor program ([`floor::clusters`]).
 //! - `latency`: one cluster of N machines whose instances take `--boot-ms` (default 10 000) ± 20 %
 //!   to boot.
 //! - `pool` ([`pool`]): one MachinePool of N instances (default 1000) beside one
@@ -34,10 +35,16 @@
 //! this workspace ships for, and a pool is one; only the pool's has no upstream half. With `all`,
 //! `--machines` is both the one-cluster scenario's machines and the pool's instances.
 //!
+//! A stack's round that has not converged after `--time-limit` seconds (and then, separately, not
+//! torn down after as long) is stopped and recorded as far as it got: machines Running and
+//! clusters Available over time, its times lower bounds; the run goes on. `--audit` has each
+//! round's API server write an audit log and records one cluster's requests ([`audit`]).
+//!
 //! [`rig`] starts capi-rs's processes; [`measure`] reads the figures; [`chart`] draws each
 //! result as an SVG beside its JSON; `report` ([`report`]) writes `benches/README.md` from the
 //! committed results (`--check`: fails when it is stale) and runs nothing.
 
+mod audit;
 mod chart;
 mod clusters;
 mod floor;
@@ -160,6 +167,16 @@ pub(crate) struct BenchArgs {
     /// With `report`: fail when benches/README.md is not what the results give, write nothing.
     #[arg(long)]
     check: bool,
+    /// How long a stack's round may build (and then tear down) before it is stopped: a stopped
+    /// round records how far it got (machines Running and clusters Available over time) and
+    /// its times are lower bounds; the run goes on with the next round.
+    #[arg(long, value_name = "S", default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..))]
+    time_limit: u64,
+    /// Each round's management API server writes an audit log; one cluster's requests during the
+    /// create are printed and recorded with the round (the log costs the API server a write per
+    /// request: an audited run's times are for finding requests, not for comparing).
+    #[arg(long)]
+    audit: bool,
 }
 
 /// Two of the reconcilers' resync periods, each at its longest jitter, in whole seconds.
@@ -190,6 +207,8 @@ pub(crate) struct Options {
     rounds: Option<u32>,
     out: PathBuf,
     check: bool,
+    audit: bool,
+    time_limit: std::time::Duration,
     assets_dir: PathBuf,
     bin_dir: PathBuf,
     args: Vec<String>,
@@ -235,6 +254,8 @@ impl Options {
                 .out
                 .unwrap_or_else(|| workspace_root().join("benches/results")),
             check: args.check,
+            audit: args.audit,
+            time_limit: std::time::Duration::from_secs(args.time_limit),
             assets_dir: PathBuf::new(),
             bin_dir: PathBuf::new(),
             args: raw,

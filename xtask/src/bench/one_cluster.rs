@@ -60,7 +60,7 @@ pub(crate) async fn run(options: &Options, variant: Variant) -> Result<serde_jso
     let extras = Extras {
         settle: true,
         idle_seconds: options.idle_seconds,
-        floor: variant == Variant::Fast,
+        floor: (variant == Variant::Fast).then_some(side_by_side::FloorProgram::Machines),
     };
     let rounds = side_by_side::run_rounds(
         options,
@@ -122,7 +122,7 @@ pub(crate) async fn run(options: &Options, variant: Variant) -> Result<serde_jso
             ));
             rows.push((
                 "capi-rs time ÷ floor time".into(),
-                format!("{:.2}", ours.running_seconds / floor.seconds),
+                format!("{:.2}", ours.floor_ratio().unwrap_or(f64::NAN)),
             ));
         }
         if let Variant::Latency { boot_ms } = variant {

@@ -69,7 +69,7 @@ pub(crate) async fn run(options: &Options) -> Result<Value> {
     let extras = Extras {
         settle: true,
         idle_seconds: 0,
-        floor: false,
+        floor: None,
     };
     let rounds = options.rounds_for(n);
     let mut done = Vec::new();

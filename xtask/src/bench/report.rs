@@ -165,7 +165,7 @@ pub(crate) const POOL_ROWS: [(&str, &str, Format); 13] = [
 ];
 
 /// How a figure is printed.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Format {
     Seconds,
     Decimal,
@@ -298,17 +298,65 @@ fn side_by_side(out: &mut String, name: &str, chart: Option<&str>, result: &Valu
     let summary = &result["comparison"]["summary"];
     let ratios = &result["comparison"]["ratios_upstream_over_capi_rs"];
     out.push_str("| figure | capi-rs | upstream | upstream ÷ capi-rs |\n|---|---|---|---|\n");
+    // A stack stopped at the time limit: its times are lower bounds.
+    let stopped = |stack: &str| number(&summary[stack]["stopped_rounds"]).is_some_and(|n| n > 0.0);
     for (key, what, format) in SUMMARY_ROWS {
+        let bound = |stack: &str| {
+            if format == Format::Seconds && stopped(stack) {
+                "≥ "
+            } else {
+                ""
+            }
+        };
         let ours = number(&summary["capi-rs"][key]);
         let theirs = number(&summary["upstream"][key]);
-        let ratio = number(&ratios[key]).map(|r| format!("{r:.2}×"));
+        let ratio = number(&ratios[key]).map(|r| {
+            let prefix = match (bound("capi-rs"), bound("upstream")) {
+                ("", "≥ ") => "≥ ",
+                ("≥ ", "") => "≤ ",
+                _ => "",
+            };
+            format!("{prefix}{r:.2}×")
+        });
         let _ = writeln!(
             out,
-            "| {what} | {} | {} | {} |",
+            "| {what} | {}{} | {}{} | {} |",
+            bound("capi-rs"),
             format.show(ours),
+            bound("upstream"),
             format.show(theirs),
             ratio.unwrap_or_else(|| "—".to_string())
         );
+    }
+    for round in result["rounds"].as_array().into_iter().flatten() {
+        let stop = &round["stopped"];
+        if stop.is_object() {
+            let _ = writeln!(
+                out,
+                "\n{} round {} was stopped at the time limit in its {} after {} s: {}",
+                text(&round["stack"]),
+                text(&round["round"]),
+                text(&stop["phase"]),
+                Format::Seconds.show(number(&stop["seconds"])),
+                if stop["phase"] == "create" {
+                    format!(
+                        "{}/{} machines Running, {}/{} clusters Available (its timeline in the JSON).",
+                        text(&stop["machines_running"]),
+                        text(&stop["machines"]),
+                        text(&stop["clusters_available"]),
+                        text(&stop["clusters"])
+                    )
+                } else {
+                    format!(
+                        "{}/{} machines and {}/{} clusters left.",
+                        text(&stop["machines_left"]),
+                        text(&stop["machines"]),
+                        text(&stop["clusters_left"]),
+                        text(&stop["clusters"])
+                    )
+                }
+            );
+        }
     }
     let rounds = result["rounds"]
         .as_array()
@@ -326,10 +374,16 @@ fn side_by_side(out: &mut String, name: &str, chart: Option<&str>, result: &Valu
             .filter_map(|r| number(&r["floor"]["writes_per_machine"]))
             .map(|w| format!("{w:.2}"))
             .collect();
+        let compared = match ours.first().map(|r| &r["floor"]["compared_with"]) {
+            Some(Value::String(key)) if key == "seconds_to_all_clusters_available" => {
+                "to every Cluster Available"
+            }
+            _ => "to every Machine Running",
+        };
         let _ = writeln!(
             out,
             "\nThe floor (a program doing only the writes the contract requires, at the same limits, in \
-             the same run): capi-rs took {} its time, per round; the floor wrote {} per machine.",
+             the same run): capi-rs took {} its time {compared}, per round; the floor wrote {} per machine.",
             floors.join(", "),
             floor_writes.join(", ")
         );
@@ -544,6 +598,51 @@ mod tests {
         );
         assert!(
             report.contains("[`notes.txt`](results/notes.txt)"),
+            "{report}"
+        );
+    }
+
+    #[test]
+    fn a_stack_stopped_at_the_time_limit_shows_lower_bounds_and_how_far_it_got() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let result = serde_json::json!({
+            "scenario": "clusters", "machines": 10, "clusters": 10, "date": "d",
+            "command": "cargo xtask bench clusters", "host": {"cpu_model": "c", "cpus": 2, "memory_gib": 8},
+            "stacks": {"capi-rs": "ours", "upstream": "theirs"},
+            "settings": {"capi-rs": {"qps": 100.0}},
+            "what_is_counted": "requests",
+            "comparison": {
+                "summary": {
+                    "capi-rs": {"stopped_rounds": 0, "seconds_to_all_clusters_available": 100.0, "writes_per_machine": 30.0},
+                    "upstream": {"stopped_rounds": 1, "seconds_to_all_clusters_available": 1800.0, "writes_per_machine": 60.0},
+                },
+                "ratios_upstream_over_capi_rs": {"seconds_to_all_clusters_available": 18.0, "writes_per_machine": 2.0},
+            },
+            "rounds": [
+                {"stack": "capi-rs", "round": 1,
+                 "floor": {"ratio": 1.25, "writes_per_machine": 31.0, "compared_with": "seconds_to_all_clusters_available"}},
+                {"stack": "upstream", "round": 1,
+                 "stopped": {"phase": "create", "seconds": 1800.2, "machines_running": 9, "machines": 10,
+                             "clusters_available": 7, "clusters": 10}},
+            ],
+        });
+        std::fs::write(dir.path().join("clusters-10.json"), result.to_string())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let report = generate(dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
+        assert!(
+            report.contains("| 100.0 | ≥ 1800.0 | ≥ 18.00× |"),
+            "{report}"
+        );
+        // Only times are bounds: what the stopped stack wrote per machine is what it wrote.
+        assert!(report.contains("| 30.00 | 60.00 | 2.00× |"), "{report}");
+        assert!(
+            report.contains(
+                "upstream round 1 was stopped at the time limit in its create after 1800.2 s: 9/10 machines Running, 7/10 clusters Available"
+            ),
+            "{report}"
+        );
+        assert!(
+            report.contains("capi-rs took 1.25× its time to every Cluster Available"),
             "{report}"
         );
     }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context, Result};
-use capi_testing::envtest::{Assets, ControlPlane};
+use capi_testing::envtest::{Assets, ControlPlane, ControlPlaneOptions};
 use capi_testing::install_crds;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::PostParams;
@@ -227,10 +227,15 @@ impl Rig {
         cloud: &CloudOptions,
         manager_options: ManagerOptions,
         namespace: &str,
+        audit_log: Option<&Path>,
     ) -> Result<Self> {
         let assets = Assets::in_dir(assets_dir)?;
+        let mut management_options = ControlPlaneOptions::default();
+        if let Some(path) = audit_log {
+            management_options = management_options.with_audit_log(path);
+        }
         let (management, workload) = tokio::try_join!(
-            ControlPlane::start_with(&assets),
+            ControlPlane::start_with_options(&assets, &management_options),
             ControlPlane::start_with(&assets)
         )?;
         let client = management.client().await?;
@@ -568,7 +573,7 @@ pub(crate) async fn create<K>(
     client: &Client,
     namespace: &str,
     object: serde_json::Value,
-) -> Result<()>
+) -> Result<K>
 where
     K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
@@ -577,8 +582,7 @@ where
         + std::fmt::Debug,
 {
     let object: K = serde_json::from_value(object)?;
-    Api::<K>::namespaced(client.clone(), namespace)
+    Ok(Api::<K>::namespaced(client.clone(), namespace)
         .create(&PostParams::default(), &object)
-        .await?;
-    Ok(())
+        .await?)
 }

@@ -24,10 +24,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
 use super::Options;
-use super::floor::{self, Floor};
+use super::audit;
+use super::floor::{self, Floor, FloorEnd};
 use super::measure::{self, Scrape, Settle, is_write, scrape, total};
-use super::one_cluster::{Idle, PHASE_TIMEOUT, measure_idle};
-use super::stack::{Boot, Running, Stack, StackUsage, TEARDOWN_TIMEOUT, Workers};
+use super::one_cluster::{Idle, measure_idle};
+use super::stack::{Boot, Running, Stack, StackUsage, Workers};
 use crate::command::step;
 
 /// How many clusters the driver creates at once.
@@ -78,8 +79,17 @@ pub(crate) struct Extras {
     pub(crate) settle: bool,
     /// Idle requests and CPU for this long after settling (0: not at all).
     pub(crate) idle_seconds: u64,
-    /// The floor program after the teardown, on the same API server.
-    pub(crate) floor: bool,
+    /// The floor program to run after the teardown, on the same API server.
+    pub(crate) floor: Option<FloorProgram>,
+}
+
+/// Which floor program a scenario is measured against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FloorProgram {
+    /// [`floor::run`]: the machines of one cluster to Running.
+    Machines,
+    /// [`floor::clusters::run`]: single-node clusters to Available.
+    Clusters,
 }
 
 /// One stack's figures at one point in time.
@@ -120,9 +130,71 @@ pub(crate) struct Round {
     pub(crate) floor: Option<Floor>,
     /// capi-rs: instances (and scale sets) the simulated cloud still held after the teardown.
     pub(crate) instances_left: Option<usize>,
+    /// With `--audit`: one cluster's requests during the create ([`audit::one_cluster`]).
+    pub(crate) audit: Option<Value>,
+    /// When the round ran out of time (`--time-limit`): how far it got. The times of a phase it
+    /// did not finish are then the time it was stopped at, a lower bound.
+    pub(crate) stopped: Option<Stopped>,
+}
+
+/// How far a round got when its phase ran out of time.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Stopped {
+    /// `create` (machines Running and clusters Available at the stop) or `teardown` (machines
+    /// and clusters left at the stop).
+    pub(crate) phase: &'static str,
+    /// Seconds into the phase.
+    pub(crate) seconds: f64,
+    pub(crate) machines: usize,
+    pub(crate) machines_wanted: usize,
+    pub(crate) clusters: usize,
+    pub(crate) clusters_wanted: usize,
+}
+
+impl Stopped {
+    fn json(&self) -> Value {
+        let (machines, clusters) = if self.phase == "create" {
+            ("machines_running", "clusters_available")
+        } else {
+            ("machines_left", "clusters_left")
+        };
+        json!({
+            "phase": self.phase, "seconds": self.seconds,
+            machines: self.machines, clusters: self.clusters,
+            "machines": self.machines_wanted, "clusters": self.clusters_wanted,
+        })
+    }
+}
+
+impl std::fmt::Display for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (machines, clusters) = if self.phase == "create" {
+            ("Running", "Available")
+        } else {
+            ("left", "left")
+        };
+        write!(
+            f,
+            "{} after {:.1} s: {}/{} machines {machines}, {}/{} clusters {clusters}",
+            self.phase,
+            self.seconds,
+            self.machines,
+            self.machines_wanted,
+            self.clusters,
+            self.clusters_wanted
+        )
+    }
 }
 
 impl Round {
+    /// The scenario's time divided by its floor's (the time the floor stands for).
+    pub(crate) fn floor_ratio(&self) -> Option<f64> {
+        self.floor.as_ref().map(|f| match f.end {
+            FloorEnd::MachinesRunning => self.running_seconds / f.seconds,
+            FloorEnd::ClustersAvailable => self.available_seconds / f.seconds,
+        })
+    }
+
     /// Writes (409s apart) per machine, create → all Running and Available.
     pub(crate) fn writes_per_machine(&self, shape: &Shape) -> f64 {
         total(&self.create.requests, true) / f64::from(shape.machines())
@@ -176,10 +248,28 @@ impl Round {
             "usage": self.total_usage.json(),
             "floor": self.floor.as_ref().map(|f| json!({
                 "seconds": f.seconds, "writes": f.writes, "writes_per_machine": f.writes / n,
-                "ratio": self.running_seconds / f.seconds})),
+                "compared_with": f.end.key(),
+                "ratio": self.floor_ratio().unwrap_or(f64::NAN)})),
         });
         if let Some(seconds) = self.owner_ready_seconds {
             round["seconds_to_owner_ready_replicas"] = json!(seconds);
+        }
+        if let Some(audit) = &self.audit {
+            round["audit"] = audit.clone();
+        }
+        if let Some(stopped) = &self.stopped {
+            round["stopped"] = stopped.json();
+            if stopped.phase == "create" {
+                // Not reached: null, the lower bound is the stop's time.
+                for key in [
+                    "seconds_to_all_machines_running",
+                    "seconds_to_all_clusters_available",
+                ] {
+                    if round[key].as_f64() >= Some(stopped.seconds) {
+                        round[key] = Value::Null;
+                    }
+                }
+            }
         }
         round
     }
@@ -243,7 +333,15 @@ pub(crate) async fn run_round(
     extras: Extras,
 ) -> Result<Round> {
     let namespace = "bench";
-    let mut running = Running::start(stack, options, shape.boot, namespace).await?;
+    let audit_log = options.audit.then(|| {
+        audit::log_path(
+            &format!("{}x{}", shape.clusters, shape.workers + 1),
+            stack.name(),
+            index,
+        )
+    });
+    let mut running =
+        Running::start(stack, options, shape.boot, namespace, audit_log.as_deref()).await?;
     let client = running.client.clone();
     let mut prepared = Vec::with_capacity(shape.clusters as usize);
     for i in 0..shape.clusters {
@@ -267,6 +365,7 @@ pub(crate) async fn run_round(
     let before = scrape(&client).await?;
     let usage_before = running.usage()?;
     let started = Instant::now();
+    let started_at = jiff::Timestamp::now();
     {
         let running = &running;
         stream::iter(prepared.iter())
@@ -278,23 +377,70 @@ pub(crate) async fn run_round(
     let driver_seconds = started.elapsed().as_secs_f64();
     println!("    all objects created after {driver_seconds:.1} s");
     let converged = follower
-        .wait(&mut running, &shape, started, &before)
+        .wait(&mut running, &shape, started, &before, options.time_limit)
         .await?;
     let create = scrape(&client).await?.since(&before);
+    let converged_at = jiff::Timestamp::now();
     let usage_converged = running.usage()?;
     let create_usage = StackUsage {
         controllers: delta(usage_converged.controllers, usage_before.controllers),
         all: delta(usage_converged.all, usage_before.all),
     };
-    println!(
-        "    all {} machines Running after {:.1} s, all {} clusters Available after {:.1} s; {:.2} writes/machine, controllers' CPU {:.1} s",
-        shape.machines(),
-        converged.running_seconds,
-        shape.clusters,
-        converged.available_seconds,
-        total(&create.requests, true) / f64::from(shape.machines()),
-        create_usage.controllers.cpu_seconds
-    );
+    match &converged.stopped {
+        None => println!(
+            "    all {} machines Running after {:.1} s, all {} clusters Available after {:.1} s; {:.2} writes/machine, controllers' CPU {:.1} s",
+            shape.machines(),
+            converged.running_seconds,
+            shape.clusters,
+            converged.available_seconds,
+            total(&create.requests, true) / f64::from(shape.machines()),
+            create_usage.controllers.cpu_seconds
+        ),
+        Some(stopped) => println!(
+            "    stopped at the time limit: {stopped}; {:.2} writes/machine so far, controllers' CPU {:.1} s",
+            total(&create.requests, true) / f64::from(shape.machines()),
+            create_usage.controllers.cpu_seconds
+        ),
+    }
+
+    let audit = match &audit_log {
+        Some(path) => {
+            let cluster = shape.cluster_name(shape.clusters / 2);
+            let audit =
+                audit::one_cluster(path, &cluster, shape.clusters, started_at, converged_at)?;
+            audit::print(&audit);
+            println!("    audit log: {}", path.display());
+            Some(audit)
+        }
+        None => None,
+    };
+
+    if let Some(stopped) = converged.stopped {
+        // Neither the teardown nor anything measured after convergence is taken from a stack
+        // that did not converge: its processes and control plane go with `running`.
+        let total_usage = running.usage()?;
+        return Ok(Round {
+            stack,
+            index,
+            workers_in: shape.workers_in,
+            driver_seconds,
+            running_seconds: converged.running_seconds,
+            available_seconds: converged.available_seconds,
+            owner_ready_seconds: converged.owner_ready_seconds,
+            create,
+            create_usage,
+            timeline: converged.timeline,
+            settle: None,
+            idle: None,
+            teardown_seconds: f64::NAN,
+            teardown: Scrape::default(),
+            total_usage,
+            floor: None,
+            instances_left: None,
+            audit,
+            stopped: Some(stopped),
+        });
+    }
 
     let mut settle = None;
     let mut idle = None;
@@ -339,12 +485,40 @@ pub(crate) async fn run_round(
         .buffer_unordered(DRIVER_CONCURRENCY)
         .try_collect::<Vec<()>>()
         .await?;
-    follower.wait_gone(&mut running, teardown_started).await?;
+    let stopped = follower
+        .wait_gone(&mut running, teardown_started, options.time_limit)
+        .await?;
     let teardown_seconds = teardown_started.elapsed().as_secs_f64();
     let teardown = scrape(&client).await?.since(&teardown_before);
     let total_usage = running.usage()?;
-    println!("    every cluster and machine gone after {teardown_seconds:.1} s");
+    match &stopped {
+        None => println!("    every cluster and machine gone after {teardown_seconds:.1} s"),
+        Some(stopped) => println!("    teardown stopped at the time limit: {stopped}"),
+    }
     drop(follower);
+    if stopped.is_some() {
+        return Ok(Round {
+            stack,
+            index,
+            workers_in: shape.workers_in,
+            driver_seconds,
+            running_seconds: converged.running_seconds,
+            available_seconds: converged.available_seconds,
+            owner_ready_seconds: converged.owner_ready_seconds,
+            create,
+            create_usage,
+            timeline: converged.timeline,
+            settle,
+            idle,
+            teardown_seconds,
+            teardown,
+            total_usage,
+            floor: None,
+            instances_left: None,
+            audit,
+            stopped,
+        });
+    }
 
     let mut instances_left = None;
     let mut floor_figures = None;
@@ -360,9 +534,13 @@ pub(crate) async fn run_round(
                 cloud.scale_sets.len()
             );
         }
-        if extras.floor {
-            floor_figures = Some(floor::run(rig, options, shape.machines()).await?);
-        }
+        floor_figures = match extras.floor {
+            Some(FloorProgram::Machines) => Some(floor::run(rig, options, shape.machines()).await?),
+            Some(FloorProgram::Clusters) => {
+                Some(floor::clusters::run(rig, options, shape.clusters).await?)
+            }
+            None => None,
+        };
     }
     Ok(Round {
         stack,
@@ -382,6 +560,8 @@ pub(crate) async fn run_round(
         total_usage,
         floor: floor_figures,
         instances_left,
+        audit,
+        stopped: None,
     })
 }
 
@@ -408,10 +588,14 @@ struct Follower {
 
 /// When a round converged, and how it got there.
 struct Converged {
+    /// When every machine was Running (the stop's time when it never was).
     running_seconds: f64,
+    /// When every cluster was Available (the stop's time when it never was).
     available_seconds: f64,
     owner_ready_seconds: Option<f64>,
     timeline: Vec<Sample>,
+    /// Set when the time limit came first.
+    stopped: Option<Stopped>,
 }
 
 impl Follower {
@@ -491,6 +675,7 @@ impl Follower {
         shape: &Shape,
         started: Instant,
         before: &Scrape,
+        limit: Duration,
     ) -> Result<Converged> {
         let (want_machines, want_clusters) = (shape.machines() as usize, shape.clusters as usize);
         let mut running_at = None;
@@ -514,7 +699,8 @@ impl Follower {
                 owners_at = Some(now);
             }
             let done = running_at.is_some() && available_at.is_some() && owners_at.is_some();
-            if done || last_sample.is_none_or(|t| t.elapsed() >= SAMPLE_EVERY) {
+            let out_of_time = !done && started.elapsed() > limit;
+            if done || out_of_time || last_sample.is_none_or(|t| t.elapsed() >= SAMPLE_EVERY) {
                 running.check()?;
                 let requests = scrape(&running.client)
                     .await?
@@ -537,6 +723,7 @@ impl Follower {
                     available_seconds,
                     owner_ready_seconds: self.owners.is_some().then_some(owner_ready),
                     timeline,
+                    stopped: None,
                 });
             }
             let owners_said = if self.owners.is_some() {
@@ -547,11 +734,21 @@ impl Follower {
             } else {
                 String::new()
             };
-            if started.elapsed() > PHASE_TIMEOUT {
-                bail!(
-                    "{}: only {machines}/{want_machines} machines Running and {clusters}/{want_clusters} clusters Available{owners_said} after {PHASE_TIMEOUT:?}",
-                    running.stack.name()
-                );
+            if out_of_time {
+                return Ok(Converged {
+                    running_seconds: running_at.unwrap_or(now),
+                    available_seconds: available_at.unwrap_or(now),
+                    owner_ready_seconds: self.owners.is_some().then(|| owners_at.unwrap_or(now)),
+                    timeline,
+                    stopped: Some(Stopped {
+                        phase: "create",
+                        seconds: now,
+                        machines,
+                        machines_wanted: want_machines,
+                        clusters,
+                        clusters_wanted: want_clusters,
+                    }),
+                });
             }
             if last_print.elapsed() > Duration::from_secs(10) {
                 println!(
@@ -564,19 +761,31 @@ impl Follower {
         }
     }
 
-    /// Waits until no Cluster and no Machine is left.
-    async fn wait_gone(&self, running: &mut Running, started: Instant) -> Result<()> {
+    /// Waits until no Cluster and no Machine is left, or `limit` has passed (then says how many
+    /// were left).
+    async fn wait_gone(
+        &self,
+        running: &mut Running,
+        started: Instant,
+        limit: Duration,
+    ) -> Result<Option<Stopped>> {
         let mut last_print = Instant::now();
+        let (machines_wanted, clusters_wanted) =
+            (self.machines.state().len(), self.clusters.state().len());
         loop {
             let (machines, clusters) = (self.machines.state().len(), self.clusters.state().len());
             if machines == 0 && clusters == 0 {
-                return Ok(());
+                return Ok(None);
             }
-            if started.elapsed() > TEARDOWN_TIMEOUT {
-                bail!(
-                    "{}: {machines} machines and {clusters} clusters left {TEARDOWN_TIMEOUT:?} after the deletes",
-                    running.stack.name()
-                );
+            if started.elapsed() > limit {
+                return Ok(Some(Stopped {
+                    phase: "teardown",
+                    seconds: started.elapsed().as_secs_f64(),
+                    machines,
+                    machines_wanted,
+                    clusters,
+                    clusters_wanted,
+                }));
             }
             if last_print.elapsed() > Duration::from_secs(10) {
                 running.check()?;
@@ -603,6 +812,8 @@ impl Drop for Follower {
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Summary {
     pub(crate) rounds: usize,
+    /// Rounds stopped at the time limit: their times are lower bounds, and so the means.
+    pub(crate) stopped_rounds: usize,
     pub(crate) running_seconds: f64,
     pub(crate) available_seconds: f64,
     pub(crate) writes_per_machine: f64,
@@ -624,6 +835,7 @@ impl Summary {
         let mean = |f: &dyn Fn(&Round) -> f64| rounds.iter().map(|r| f(r)).sum::<f64>() / count;
         Self {
             rounds: rounds.len(),
+            stopped_rounds: rounds.iter().filter(|r| r.stopped.is_some()).count(),
             running_seconds: mean(&|r| r.running_seconds),
             available_seconds: mean(&|r| r.available_seconds),
             writes_per_machine: mean(&|r| r.writes_per_machine(shape)),
@@ -682,6 +894,7 @@ impl Summary {
     pub(crate) fn json(&self) -> Value {
         json!({
             "rounds": self.rounds,
+            "stopped_rounds": self.stopped_rounds,
             "seconds_to_all_machines_running": self.running_seconds,
             "seconds_to_all_clusters_available": self.available_seconds,
             "writes_per_machine": self.writes_per_machine,
@@ -731,7 +944,10 @@ pub(crate) fn compare(rounds: &[Round], shape: &Shape) -> Value {
     ];
     for (i, key) in keys.iter().enumerate() {
         let label = Summary::default().rows()[i].0;
-        let show = |c: Option<(f64, &str)>| match c {
+        let show = |c: Option<(f64, &str)>, s: &Option<Summary>| match c {
+            Some((v, _)) if v.is_nan() => "—".into(),
+            // A stopped round's time is when it was stopped.
+            Some((v, "s")) if s.is_some_and(|s| s.stopped_rounds > 0) => format!("≥ {v:.2} s"),
             Some((v, unit)) => format!("{v:.2} {unit}"),
             None => "—".into(),
         };
@@ -744,8 +960,8 @@ pub(crate) fn compare(rounds: &[Round], shape: &Shape) -> Value {
         }
         println!(
             "    {label:<38} {:>12} {:>12} {:>20}",
-            show(cell(&ours, i)),
-            show(cell(&upstream, i)),
+            show(cell(&ours, i), &ours),
+            show(cell(&upstream, i), &upstream),
             ratio
                 .map(|r| format!("{r:.2}×"))
                 .unwrap_or_else(|| "—".into())
@@ -761,6 +977,9 @@ pub(crate) fn compare(rounds: &[Round], shape: &Shape) -> Value {
             round.writes_per_machine(shape),
             round.teardown_seconds
         );
+        if let Some(stopped) = &round.stopped {
+            println!("      stopped at the time limit: {stopped}");
+        }
     }
     for stack in [Stack::Ours, Stack::Upstream] {
         if let Some(round) = rounds.iter().find(|r| r.stack == stack) {
@@ -825,6 +1044,8 @@ pub(crate) fn conditions(options: &Options, shape: &Shape, rounds: &[Round]) -> 
             },
         },
         "kubernetes_version_of_the_clusters": super::stack::KUBERNETES_VERSION,
+        "audited": options.audit,
+        "audited_note": options.audit.then_some("the management API server wrote an audit log, a synchronous write per request: these times are not comparable with an unaudited run's"),
         "what_is_counted": "requests to the management API server (apiserver_request_total, by verb and resource, 409s apart); the API server's own upkeep (endpoints, services, namespaces, flow control, leases) is not counted; capi-rs's kubeconfig Secrets are written before the clock; CPU and RSS from /proc of each process; peak RSS summed over a group's processes",
     })
 }

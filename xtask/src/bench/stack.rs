@@ -15,10 +15,10 @@
 //! and `DevMachineTemplate` (`backend.inMemory`) on the upstream side; the same client limits and
 //! reconciles at once per kind ([`PeerSettings`]).
 
-use std::time::Duration;
+use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use capi_testing::envtest::{Assets, ControlPlane};
+use capi_testing::envtest::{Assets, ControlPlane, ControlPlaneOptions};
 use capi_testing::upstream::{
     CLUSTER_API_VERSION, COMPONENTS, PeerSettings, UpstreamAssets, UpstreamPeer,
 };
@@ -107,7 +107,6 @@ pub(crate) struct Boot {
 
 /// A stack running on its own fresh management control plane; dropping it stops everything.
 pub(crate) struct Running {
-    pub(crate) stack: Stack,
     /// An admin client of the management API server.
     pub(crate) client: Client,
     pub(crate) namespace: String,
@@ -174,6 +173,7 @@ impl Running {
         options: &Options,
         boot: Boot,
         namespace: &str,
+        audit_log: Option<&Path>,
     ) -> Result<Self> {
         match stack {
             Stack::Ours => {
@@ -188,11 +188,11 @@ impl Running {
                     &cloud,
                     options.manager.clone(),
                     namespace,
+                    audit_log,
                 )
                 .await?;
                 rig.start_manager()?;
                 Ok(Self {
-                    stack,
                     client: rig.client.clone(),
                     namespace: namespace.to_string(),
                     world: World::Ours(Box::new(rig)),
@@ -200,8 +200,15 @@ impl Running {
             }
             Stack::Upstream => {
                 let assets = UpstreamAssets::locate()?;
-                let control_plane =
-                    ControlPlane::start_with(&Assets::in_dir(&options.assets_dir)?).await?;
+                let mut control_plane_options = ControlPlaneOptions::default();
+                if let Some(path) = audit_log {
+                    control_plane_options = control_plane_options.with_audit_log(path);
+                }
+                let control_plane = ControlPlane::start_with_options(
+                    &Assets::in_dir(&options.assets_dir)?,
+                    &control_plane_options,
+                )
+                .await?;
                 let peer = UpstreamPeer::start_with(
                     &control_plane,
                     &assets,
@@ -217,7 +224,6 @@ impl Running {
                     .await?;
                 println!("    upstream managers' logs: {}", peer.dir().display());
                 Ok(Self {
-                    stack,
                     client,
                     namespace: namespace.to_string(),
                     world: World::Upstream(Box::new(UpstreamWorld {
@@ -464,9 +470,6 @@ fn rewrite_references(value: &mut Value) {
         _ => {}
     }
 }
-
-/// How long a teardown may take before the run fails.
-pub(crate) const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(3600);
 
 #[cfg(test)]
 mod tests {

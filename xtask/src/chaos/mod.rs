@@ -250,7 +250,7 @@ async fn chaos(options: Options, assets_dir: PathBuf, bin_dir: PathBuf) -> Resul
         replicas: REPLICAS,
         build: options.build,
     };
-    let mut rig = Rig::start(&assets_dir, &bin_dir, &cloud, manager, NAMESPACE).await?;
+    let mut rig = Rig::start(&assets_dir, &bin_dir, &cloud, manager, NAMESPACE, None).await?;
     let client = rig.client.clone();
     // Each replica reaches the API server through a proxy of its own, so that one replica's
     // lease requests can be stalled.

@@ -54,11 +54,34 @@ const NAMESPACE: &str = "floor";
 /// The writes of one worker (the control-plane machine has one fewer: no health check mark).
 pub(crate) const WRITES_PER_WORKER: u32 = 12;
 
+pub(crate) mod clusters;
+
 /// What the floor program took.
 pub(crate) struct Floor {
     pub(crate) seconds: f64,
     /// Writes the API server counted.
     pub(crate) writes: f64,
+    /// Which of the scenario's times the floor's time stands for.
+    pub(crate) end: FloorEnd,
+}
+
+/// Which of the scenario's times a floor's time stands for: its last write is what ends it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FloorEnd {
+    /// Every machine `Running` (the one-cluster scenario).
+    MachinesRunning,
+    /// Every cluster `Available` (the many-clusters scenario).
+    ClustersAvailable,
+}
+
+impl FloorEnd {
+    /// The JSON key of the scenario's time the floor is compared with.
+    pub(crate) fn key(self) -> &'static str {
+        match self {
+            Self::MachinesRunning => "seconds_to_all_machines_running",
+            Self::ClustersAvailable => "seconds_to_all_clusters_available",
+        }
+    }
 }
 
 /// One client per family of controllers, each with the manager's rate limit.
@@ -82,25 +105,17 @@ pub(crate) async fn run(rig: &Rig, options: &Options, machines: u32) -> Result<F
         .create(&PostParams::default(), &ns)
         .await?;
     let config = rig.management.config().await?;
-    let family = || -> Result<Client> {
-        let window =
-            Duration::from_secs_f64(f64::from(options.manager.burst) / options.manager.qps);
-        let rate_limit =
-            tower::limit::RateLimitLayer::new(u64::from(options.manager.burst), window);
-        Ok(ClientBuilder::try_from(config.clone())?
-            .with_layer(&rate_limit)
-            .build())
-    };
+    let family = || family_client(&config, options);
     let families = Families {
         core: family()?,
         bootstrap: family()?,
         infrastructure: family()?,
     };
     let watches = vec![
-        watch::<Machine>(&families.core),
-        watch::<KubeadmConfig>(&families.bootstrap),
-        watch::<InMemoryMachine>(&families.infrastructure),
-        watch::<Secret>(&families.bootstrap),
+        watch::<Machine>(&families.core, NAMESPACE),
+        watch::<KubeadmConfig>(&families.bootstrap, NAMESPACE),
+        watch::<InMemoryMachine>(&families.infrastructure, NAMESPACE),
+        watch::<Secret>(&families.bootstrap, NAMESPACE),
     ];
     // Bootstrap data of a realistic size (a rendered cloud-config is a few KiB).
     let user_data = "#cloud-config\n".to_string() + &"# kubeadm join …\n".repeat(200);
@@ -134,11 +149,25 @@ pub(crate) async fn run(rig: &Rig, options: &Options, machines: u32) -> Result<F
     }
     let writes = total(&requests, true);
     println!("    {machines} machines written in {seconds:.1}s ({writes:.0} writes)");
-    Ok(Floor { seconds, writes })
+    Ok(Floor {
+        seconds,
+        writes,
+        end: FloorEnd::MachinesRunning,
+    })
 }
 
-/// A watch of `K` in the floor's namespace, drained until aborted.
-fn watch<K>(client: &Client) -> tokio::task::JoinHandle<()>
+/// A client of one family of controllers: the manager's configuration and rate limit (`burst`
+/// requests per window of `burst / qps` seconds, as the manager's own family clients).
+fn family_client(config: &kube::Config, options: &Options) -> Result<Client> {
+    let window = Duration::from_secs_f64(f64::from(options.manager.burst) / options.manager.qps);
+    let rate_limit = tower::limit::RateLimitLayer::new(u64::from(options.manager.burst), window);
+    Ok(ClientBuilder::try_from(config.clone())?
+        .with_layer(&rate_limit)
+        .build())
+}
+
+/// A watch of `K` in `namespace`, drained until aborted.
+fn watch<K>(client: &Client, namespace: &str) -> tokio::task::JoinHandle<()>
 where
     K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
@@ -147,7 +176,7 @@ where
         + Send
         + 'static,
 {
-    let api: Api<K> = Api::namespaced(client.clone(), NAMESPACE);
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
     tokio::spawn(watcher(api, watcher::Config::default()).for_each(|_| std::future::ready(())))
 }
 
