@@ -127,8 +127,9 @@ impl<K: Resource<DynamicType = ()>, S: ?Sized> Reconciler<K, S> {
 
     /// Publishes events through `client` instead of the reconciler's own client: a client with
     /// a request budget of its own (as upstream's event broadcaster has), so that events never
-    /// spend the requests a reconcile needs. A [`crate::manager::Manager`] gives every
-    /// reconciler its one events client.
+    /// spend the requests a reconcile needs (a reconcile still waits for its event's answer). A
+    /// manager made by [`crate::manager::Manager::new`] gives every reconciler its one events
+    /// client; with [`crate::manager::Manager::with_client`], events share the given client.
     pub fn events_client(mut self, client: Client) -> Self {
         self.events_client = Some(client);
         self

@@ -304,8 +304,8 @@ pub(super) async fn create(
 /// Whether a machine's KubeadmConfig and infrastructure machine may exist already.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Made {
-    /// The machine was created by this pass: only a create of this pass can have made them, so
-    /// they are created without a read first (a create that finds one leaves it alone).
+    /// The machine was created by this pass, so they are created without a read first: a create
+    /// that finds one (a leftover of that name) leaves it alone, as a read would have.
     Now,
     /// An earlier pass made the machine (its answer, or its next creates, may have been lost):
     /// each is read first and created only when missing.

@@ -22,12 +22,12 @@ const POLL: Duration = Duration::from_millis(100);
 pub struct ControlPlaneOptions {
     /// Also accept client certificates signed by this CA (PEM).
     pub client_ca_pem: Option<String>,
-    /// Where the API server writes its audit log: one JSON line per request it completed
-    /// (`audit.k8s.io/v1` events at level `Metadata`, stage `ResponseComplete` or `Panic`, in the
-    /// order the API server completed them), every request to a resource by any user but the
-    /// API server itself; nothing for non-resource paths (`/healthz`, `/metrics`, `/openapi`).
-    /// The file outlives the control plane. Writing it costs the API server a synchronous write
-    /// per request.
+    /// Where the API server writes its audit log: JSON lines of `audit.k8s.io/v1` events at
+    /// level `Metadata` (stages `ResponseComplete` and `Panic` for every request, and also
+    /// `ResponseStarted` for long-running ones such as watches), for every request to a
+    /// resource by any user but the API server itself; nothing for non-resource paths
+    /// (`/healthz`, `/metrics`, `/openapi`). One file, never rotated; it outlives the control
+    /// plane. Writing it costs the API server a synchronous write per request.
     pub audit_log: Option<PathBuf>,
 }
 
@@ -68,8 +68,9 @@ fn audit_args(root: &Path, path: Option<&Path>) -> Result<Vec<String>, EnvtestEr
         format!("--audit-policy-file={}", policy.display()),
         format!("--audit-log-path={}", path.display()),
         "--audit-log-format=json".into(),
-        // Never rotated, never dropped: the log is read whole afterwards.
-        "--audit-log-maxsize=0".into(),
+        // Never rotated (0 would mean the 100 MB default, and a rotated part would be missed):
+        // the log is read whole afterwards, from this one file.
+        "--audit-log-maxsize=1000000".into(),
         "--audit-log-mode=blocking".into(),
     ])
 }

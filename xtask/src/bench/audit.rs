@@ -8,7 +8,8 @@
 //! object of a cluster of the scenario is named that way, by either stack (its infrastructure
 //! cluster and control plane, their Secrets, the control plane's machines, their bootstrap
 //! configs and infrastructure machines, the bootstrap data). Only requests received while the
-//! clock ran (from the first create until every cluster is Available) are read; an audited run
+//! clock ran (from the first create until the scrape that follows every cluster `Available`) are
+//! read; an audited run
 //! pays a synchronous write per request, so its times are not the scenario's figures.
 
 use std::collections::BTreeMap;
@@ -73,7 +74,8 @@ impl Event {
         self.object_ref.as_ref().map_or("", |o| o.name.as_str())
     }
 
-    /// The verb as the request counters name it (`PATCH`, `LIST`…).
+    /// The verb as the request counters name it (`PATCH`, `LIST`…), but for a server-side apply,
+    /// which the audit log calls `patch` and the counters `APPLY`.
     fn verb(&self) -> String {
         match self.verb.as_str() {
             "create" => "POST".to_string(),

@@ -160,11 +160,12 @@ pub(crate) fn is_upkeep(resource: &str) -> bool {
     )
 }
 
-/// Whether the API server counts `verb` as a write.
+/// Whether `verb` (as `apiserver_request_total` names it) is a write: `APPLY` is a server-side
+/// apply, a PATCH the counters name apart.
 pub(crate) fn is_write(verb: &str) -> bool {
     matches!(
         verb,
-        "POST" | "PUT" | "PATCH" | "DELETE" | "DELETECOLLECTION"
+        "POST" | "PUT" | "PATCH" | "APPLY" | "DELETE" | "DELETECOLLECTION"
     )
 }
 

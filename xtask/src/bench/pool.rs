@@ -77,7 +77,15 @@ pub(crate) async fn run(options: &Options) -> Result<Value> {
         for workers in WORKERS {
             let shape = shape(n, workers);
             side_by_side::announce("pool", index, rounds, Stack::Ours, &shape);
-            done.push(side_by_side::run_round(options, Stack::Ours, index, shape, extras).await?);
+            let round = side_by_side::run_round(options, Stack::Ours, index, shape, extras).await?;
+            // Only capi-rs runs here: a stop is its own failure, not a slow peer's.
+            if let Some(stopped) = &round.stopped {
+                anyhow::bail!(
+                    "the {} round {index} ran out of time (--time-limit): {stopped}",
+                    workers.owner_kind()
+                );
+            }
+            done.push(round);
         }
     }
 

@@ -298,34 +298,30 @@ fn side_by_side(out: &mut String, name: &str, chart: Option<&str>, result: &Valu
     let summary = &result["comparison"]["summary"];
     let ratios = &result["comparison"]["ratios_upstream_over_capi_rs"];
     out.push_str("| figure | capi-rs | upstream | upstream ÷ capi-rs |\n|---|---|---|---|\n");
-    // A stack stopped at the time limit: its times are lower bounds.
-    let stopped = |stack: &str| number(&summary[stack]["stopped_rounds"]).is_some_and(|n| n > 0.0);
     for (key, what, format) in SUMMARY_ROWS {
-        let bound = |stack: &str| {
-            if format == Format::Seconds && stopped(stack) {
-                "≥ "
-            } else {
-                ""
+        // A time of a phase a stack's round was stopped in is a lower bound.
+        let bounded = |stack: &str| {
+            super::side_by_side::stopped_phase_of(key).is_some_and(|phase| {
+                number(&summary[stack][format!("stopped_in_{phase}")]).is_some_and(|n| n > 0.0)
+            })
+        };
+        let show = |stack: &str| {
+            let value = number(&summary[stack][key]);
+            match value {
+                Some(_) if bounded(stack) => format!("≥ {}", format.show(value)),
+                _ => format.show(value),
             }
         };
-        let ours = number(&summary["capi-rs"][key]);
-        let theirs = number(&summary["upstream"][key]);
-        let ratio = number(&ratios[key]).map(|r| {
-            let prefix = match (bound("capi-rs"), bound("upstream")) {
-                ("", "≥ ") => "≥ ",
-                ("≥ ", "") => "≤ ",
-                _ => "",
-            };
-            format!("{prefix}{r:.2}×")
-        });
+        let prefix = super::side_by_side::ratio_bound(bounded("capi-rs"), bounded("upstream"));
+        let ratio = match (number(&ratios[key]), prefix) {
+            (Some(r), Some(prefix)) => format!("{prefix}{r:.2}×"),
+            _ => "—".to_string(),
+        };
         let _ = writeln!(
             out,
-            "| {what} | {}{} | {}{} | {} |",
-            bound("capi-rs"),
-            format.show(ours),
-            bound("upstream"),
-            format.show(theirs),
-            ratio.unwrap_or_else(|| "—".to_string())
+            "| {what} | {} | {} | {ratio} |",
+            show("capi-rs"),
+            show("upstream"),
         );
     }
     for round in result["rounds"].as_array().into_iter().flatten() {
@@ -613,8 +609,10 @@ mod tests {
             "what_is_counted": "requests",
             "comparison": {
                 "summary": {
-                    "capi-rs": {"stopped_rounds": 0, "seconds_to_all_clusters_available": 100.0, "writes_per_machine": 30.0},
-                    "upstream": {"stopped_rounds": 1, "seconds_to_all_clusters_available": 1800.0, "writes_per_machine": 60.0},
+                    "capi-rs": {"stopped_in_create": 0, "seconds_to_all_clusters_available": 100.0, "writes_per_machine": 30.0,
+                                "teardown_seconds": 50.0},
+                    "upstream": {"stopped_in_create": 1, "stopped_in_teardown": 0, "seconds_to_all_clusters_available": 1800.0,
+                                 "writes_per_machine": 60.0, "teardown_seconds": null},
                 },
                 "ratios_upstream_over_capi_rs": {"seconds_to_all_clusters_available": 18.0, "writes_per_machine": 2.0},
             },
@@ -635,6 +633,8 @@ mod tests {
         );
         // Only times are bounds: what the stopped stack wrote per machine is what it wrote.
         assert!(report.contains("| 30.00 | 60.00 | 2.00× |"), "{report}");
+        // A stack stopped while building has no teardown: no bound of nothing.
+        assert!(report.contains("| 50.0 | — | — |"), "{report}");
         assert!(
             report.contains(
                 "upstream round 1 was stopped at the time limit in its create after 1800.2 s: 9/10 machines Running, 7/10 clusters Available"

@@ -259,16 +259,17 @@ impl Round {
         }
         if let Some(stopped) = &self.stopped {
             round["stopped"] = stopped.json();
+            // A time not reached is null here (its lower bound, the stop's time, is what the
+            // summary's mean takes).
             if stopped.phase == "create" {
-                // Not reached: null, the lower bound is the stop's time.
-                for key in [
-                    "seconds_to_all_machines_running",
-                    "seconds_to_all_clusters_available",
-                ] {
-                    if round[key].as_f64() >= Some(stopped.seconds) {
-                        round[key] = Value::Null;
-                    }
+                if stopped.machines < stopped.machines_wanted {
+                    round["seconds_to_all_machines_running"] = Value::Null;
                 }
+                if stopped.clusters < stopped.clusters_wanted {
+                    round["seconds_to_all_clusters_available"] = Value::Null;
+                }
+            } else {
+                round["teardown"]["seconds"] = Value::Null;
             }
         }
         round
@@ -335,7 +336,12 @@ pub(crate) async fn run_round(
     let namespace = "bench";
     let audit_log = options.audit.then(|| {
         audit::log_path(
-            &format!("{}x{}", shape.clusters, shape.workers + 1),
+            &format!(
+                "{}x{}-{}",
+                shape.clusters,
+                shape.workers + 1,
+                shape.workers_in.owner_kind()
+            ),
             stack.name(),
             index,
         )
@@ -808,12 +814,37 @@ impl Drop for Follower {
     }
 }
 
+/// The phase whose stop makes the time `key` a lower bound (`None`: not a time of a phase).
+pub(crate) fn stopped_phase_of(key: &str) -> Option<&'static str> {
+    match key {
+        "seconds_to_all_machines_running" | "seconds_to_all_clusters_available" => Some("create"),
+        "teardown_seconds" => Some("teardown"),
+        _ => None,
+    }
+}
+
+/// The prefix of a ratio (upstream's over capi-rs's) whose figures may be lower bounds: `≥`
+/// when only upstream's is one, `≤` when only capi-rs's is; `None` when both are (the ratio is
+/// then unknown).
+pub(crate) fn ratio_bound(ours_bounded: bool, upstream_bounded: bool) -> Option<&'static str> {
+    match (ours_bounded, upstream_bounded) {
+        (false, false) => Some(""),
+        (false, true) => Some("≥ "),
+        (true, false) => Some("≤ "),
+        (true, true) => None,
+    }
+}
+
 /// The mean of each figure over one stack's rounds.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Summary {
     pub(crate) rounds: usize,
-    /// Rounds stopped at the time limit: their times are lower bounds, and so the means.
-    pub(crate) stopped_rounds: usize,
+    /// Rounds stopped at the time limit while building: their build times are lower bounds,
+    /// and so the means of those times.
+    pub(crate) stopped_in_create: usize,
+    /// Rounds stopped at the time limit while tearing down: their teardown times are lower
+    /// bounds, and so the teardown's mean.
+    pub(crate) stopped_in_teardown: usize,
     pub(crate) running_seconds: f64,
     pub(crate) available_seconds: f64,
     pub(crate) writes_per_machine: f64,
@@ -833,9 +864,29 @@ impl Summary {
         let n = f64::from(shape.machines());
         let count = rounds.len().max(1) as f64;
         let mean = |f: &dyn Fn(&Round) -> f64| rounds.iter().map(|r| f(r)).sum::<f64>() / count;
+        let stopped_in = |phase: &str| {
+            rounds
+                .iter()
+                .filter(|r| r.stopped.is_some_and(|s| s.phase == phase))
+                .count()
+        };
+        // A round stopped while building was never torn down: the teardown's means are over the
+        // others (NaN, shown as none, when there are none).
+        let torn_down: Vec<&&Round> = rounds
+            .iter()
+            .filter(|r| r.stopped.is_none_or(|s| s.phase != "create"))
+            .collect();
+        let teardown_mean = |f: &dyn Fn(&Round) -> f64| {
+            if torn_down.is_empty() {
+                f64::NAN
+            } else {
+                torn_down.iter().map(|r| f(r)).sum::<f64>() / torn_down.len() as f64
+            }
+        };
         Self {
             rounds: rounds.len(),
-            stopped_rounds: rounds.iter().filter(|r| r.stopped.is_some()).count(),
+            stopped_in_create: stopped_in("create"),
+            stopped_in_teardown: stopped_in("teardown"),
             running_seconds: mean(&|r| r.running_seconds),
             available_seconds: mean(&|r| r.available_seconds),
             writes_per_machine: mean(&|r| r.writes_per_machine(shape)),
@@ -849,8 +900,17 @@ impl Summary {
             all_cpu_seconds: mean(&|r| r.create_usage.all.cpu_seconds),
             controllers_peak_rss_mib: mean(&|r| r.total_usage.controllers.peak_rss_mib),
             all_peak_rss_mib: mean(&|r| r.total_usage.all.peak_rss_mib),
-            teardown_seconds: mean(&|r| r.teardown_seconds),
-            teardown_writes_per_machine: mean(&|r| total(&r.teardown.requests, true) / n),
+            teardown_seconds: teardown_mean(&|r| r.teardown_seconds),
+            teardown_writes_per_machine: teardown_mean(&|r| total(&r.teardown.requests, true) / n),
+        }
+    }
+
+    /// Whether the mean of `key` is a lower bound (a time of a phase some round was stopped in).
+    pub(crate) fn bounded(&self, key: &str) -> bool {
+        match stopped_phase_of(key) {
+            Some("create") => self.stopped_in_create > 0,
+            Some(_) => self.stopped_in_teardown > 0,
+            None => false,
         }
     }
 
@@ -894,7 +954,8 @@ impl Summary {
     pub(crate) fn json(&self) -> Value {
         json!({
             "rounds": self.rounds,
-            "stopped_rounds": self.stopped_rounds,
+            "stopped_in_create": self.stopped_in_create,
+            "stopped_in_teardown": self.stopped_in_teardown,
             "seconds_to_all_machines_running": self.running_seconds,
             "seconds_to_all_clusters_available": self.available_seconds,
             "writes_per_machine": self.writes_per_machine,
@@ -929,6 +990,7 @@ pub(crate) fn compare(rounds: &[Round], shape: &Shape) -> Value {
         })
     };
     let mut ratios = serde_json::Map::new();
+    let mut bounds = serde_json::Map::new();
     let keys = [
         "seconds_to_all_machines_running",
         "seconds_to_all_clusters_available",
@@ -944,26 +1006,31 @@ pub(crate) fn compare(rounds: &[Round], shape: &Shape) -> Value {
     ];
     for (i, key) in keys.iter().enumerate() {
         let label = Summary::default().rows()[i].0;
+        let bounded = |s: &Option<Summary>| s.is_some_and(|s| s.bounded(key));
         let show = |c: Option<(f64, &str)>, s: &Option<Summary>| match c {
             Some((v, _)) if v.is_nan() => "—".into(),
             // A stopped round's time is when it was stopped.
-            Some((v, "s")) if s.is_some_and(|s| s.stopped_rounds > 0) => format!("≥ {v:.2} s"),
+            Some((v, unit)) if bounded(s) => format!("≥ {v:.2} {unit}"),
             Some((v, unit)) => format!("{v:.2} {unit}"),
             None => "—".into(),
         };
-        let ratio = match (cell(&ours, i), cell(&upstream, i)) {
-            (Some((a, _)), Some((b, _))) if a > 0.0 => Some(b / a),
+        let prefix = ratio_bound(bounded(&ours), bounded(&upstream));
+        let ratio = match (cell(&ours, i), cell(&upstream, i), prefix) {
+            (Some((a, _)), Some((b, _)), Some(_)) if a > 0.0 && b.is_finite() => Some(b / a),
             _ => None,
         };
-        if let Some(r) = ratio {
+        if let (Some(r), Some(prefix)) = (ratio, prefix) {
             ratios.insert((*key).into(), json!(r));
+            if !prefix.is_empty() {
+                bounds.insert((*key).into(), json!(prefix.trim()));
+            }
         }
         println!(
             "    {label:<38} {:>12} {:>12} {:>20}",
             show(cell(&ours, i), &ours),
             show(cell(&upstream, i), &upstream),
             ratio
-                .map(|r| format!("{r:.2}×"))
+                .map(|r| format!("{}{r:.2}×", prefix.unwrap_or_default()))
                 .unwrap_or_else(|| "—".into())
         );
     }
@@ -1015,6 +1082,8 @@ pub(crate) fn compare(rounds: &[Round], shape: &Shape) -> Value {
             "upstream": upstream.map(|s| s.json()),
         },
         "ratios_upstream_over_capi_rs": ratios,
+        // A ratio from a lower bound: ≥ (upstream's figure is one) or ≤ (capi-rs's is).
+        "ratio_bounds": bounds,
     })
 }
 
