@@ -502,33 +502,14 @@ pub(crate) async fn run_round(
         Some(stopped) => println!("    teardown stopped at the time limit: {stopped}"),
     }
     drop(follower);
-    if stopped.is_some() {
-        return Ok(Round {
-            stack,
-            index,
-            workers_in: shape.workers_in,
-            driver_seconds,
-            running_seconds: converged.running_seconds,
-            available_seconds: converged.available_seconds,
-            owner_ready_seconds: converged.owner_ready_seconds,
-            create,
-            create_usage,
-            timeline: converged.timeline,
-            settle,
-            idle,
-            teardown_seconds,
-            teardown,
-            total_usage,
-            floor: None,
-            instances_left: None,
-            audit,
-            stopped,
-        });
-    }
 
     let mut instances_left = None;
     let mut floor_figures = None;
-    if let Some(rig) = running.rig_mut() {
+    // A teardown stopped at the limit leaves the cloud unfinished and the API server busy:
+    // neither its leftovers nor a floor are taken then.
+    if stopped.is_none()
+        && let Some(rig) = running.rig_mut()
+    {
         let cloud = rig.inspect().await?;
         let left = cloud.instances.len() + cloud.scale_sets.len();
         instances_left = Some(left);
@@ -567,7 +548,7 @@ pub(crate) async fn run_round(
         floor: floor_figures,
         instances_left,
         audit,
-        stopped: None,
+        stopped,
     })
 }
 
