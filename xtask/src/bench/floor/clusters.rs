@@ -44,8 +44,6 @@
 //! contract's own writes at the limits.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Instant;
 
 use anyhow::{Context, Result};
 use capi_bootstrap::api::KubeadmConfig;
@@ -58,10 +56,9 @@ use provider_inmemory::api::{InMemoryCluster, InMemoryMachine};
 use serde_json::{Value, json};
 
 use super::super::Options;
-use super::super::measure::{difference, request_counts, total};
 use super::super::rig::{Rig, create};
 use super::super::stack::{KUBERNETES_VERSION, Workers, generated_cluster_with};
-use super::{Floor, FloorEnd, NAMESPACE, family_client, patch, patch_status, watch};
+use super::{Floor, FloorEnd, NAMESPACE, family_client, in_workers, patch, patch_status, watch};
 use crate::command::step;
 
 /// The families' writes per cluster.
@@ -115,34 +112,16 @@ pub(crate) async fn run(rig: &Rig, options: &Options, clusters: u32) -> Result<F
     let pem = "-----BEGIN CERTIFICATE-----\n".to_string() + &"A".repeat(1400);
     let init_data = "#cloud-config\n".to_string() + &"# kubeadm init …\n".repeat(600);
 
-    let before = request_counts(&admin).await?;
-    let started = Instant::now();
-    let next = Arc::new(AtomicU32::new(0));
-    let workers: Vec<_> = (0..options.manager.concurrency)
-        .map(|_| {
-            let families = families.clone();
-            let next = Arc::clone(&next);
-            let (pem, init_data) = (pem.clone(), init_data.clone());
-            tokio::spawn(async move {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= clusters {
-                        return Ok::<_, anyhow::Error>(());
-                    }
-                    one_cluster(&families, i, &pem, &init_data).await?;
-                }
-            })
-        })
-        .collect();
-    for worker in workers {
-        worker.await.context("a floor worker panicked")??;
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    let requests = difference(&request_counts(&admin).await?, &before);
+    let (pem, init_data): (Arc<str>, Arc<str>) = (pem.into(), init_data.into());
+    let (seconds, writes) = in_workers(&admin, options.manager.concurrency, clusters, move |i| {
+        let families = families.clone();
+        let (pem, init_data) = (Arc::clone(&pem), Arc::clone(&init_data));
+        async move { one_cluster(&families, i, &pem, &init_data).await }
+    })
+    .await?;
     for watch in watches {
         watch.abort();
     }
-    let writes = total(&requests, true);
     println!("    {clusters} clusters written in {seconds:.1}s ({writes:.0} writes)");
     Ok(Floor {
         seconds,

@@ -120,40 +120,54 @@ pub(crate) async fn run(rig: &Rig, options: &Options, machines: u32) -> Result<F
     // Bootstrap data of a realistic size (a rendered cloud-config is a few KiB).
     let user_data = "#cloud-config\n".to_string() + &"# kubeadm join …\n".repeat(200);
 
-    let before = request_counts(&admin).await?;
-    let started = Instant::now();
-    let next = Arc::new(AtomicU32::new(0));
-    let workers: Vec<_> = (0..options.manager.concurrency)
-        .map(|_| {
-            let families = families.clone();
-            let next = Arc::clone(&next);
-            let user_data = user_data.clone();
-            tokio::spawn(async move {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= machines {
-                        return Ok::<_, anyhow::Error>(());
-                    }
-                    one_machine(&families, i, &user_data).await?;
-                }
-            })
-        })
-        .collect();
-    for worker in workers {
-        worker.await.context("a floor worker panicked")??;
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    let requests = difference(&request_counts(&admin).await?, &before);
+    let user_data: Arc<str> = user_data.into();
+    let (seconds, writes) = in_workers(&admin, options.manager.concurrency, machines, move |i| {
+        let (families, user_data) = (families.clone(), Arc::clone(&user_data));
+        async move { one_machine(&families, i, &user_data).await }
+    })
+    .await?;
     for watch in watches {
         watch.abort();
     }
-    let writes = total(&requests, true);
     println!("    {machines} machines written in {seconds:.1}s ({writes:.0} writes)");
     Ok(Floor {
         seconds,
         writes,
         end: FloorEnd::MachinesRunning,
     })
+}
+
+/// Runs `one(i)` for every `i` below `count`, `workers` at a time (a worker takes the next
+/// index when its last is done); returns the seconds it took and the writes the API server
+/// counted meanwhile.
+async fn in_workers<F, Fut>(admin: &Client, workers: u16, count: u32, one: F) -> Result<(f64, f64)>
+where
+    F: Fn(u32) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<()>> + Send + 'static,
+{
+    let before = request_counts(admin).await?;
+    let started = Instant::now();
+    let next = Arc::new(AtomicU32::new(0));
+    let tasks: Vec<_> = (0..workers)
+        .map(|_| {
+            let (next, one) = (Arc::clone(&next), one.clone());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= count {
+                        return Ok::<_, anyhow::Error>(());
+                    }
+                    one(i).await?;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.context("a floor worker panicked")??;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let requests = difference(&request_counts(admin).await?, &before);
+    Ok((seconds, total(&requests, true)))
 }
 
 /// A client of one family of controllers: the manager's configuration and rate limit (`burst`
