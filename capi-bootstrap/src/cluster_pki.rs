@@ -37,7 +37,6 @@ pub async fn ensure(
     server: &str,
 ) -> Result<ClusterPki, EnsureError> {
     let name = cluster.name_any();
-    let namespace = cluster.namespace().unwrap_or_default();
     let mut found = Vec::new();
     for suffix in SECRET_SUFFIXES {
         if let Some(secret) = secrets.get_opt(&format!("{name}-{suffix}")).await? {
@@ -45,23 +44,15 @@ pub async fn ensure(
         }
     }
     let pki = match found.len() {
-        0 => {
-            let pki = ClusterPki::generate().map_err(EnsureError::Invalid)?;
-            let owner = cluster.controller_owner_ref(&());
-            for secret in pki.secrets(&name, &namespace, owner) {
-                match secrets.create(&PostParams::default(), &secret).await {
-                    Ok(_) => {}
-                    // Another reconcile created it first: use what is stored, next time.
-                    Err(kube::Error::Api(status)) if status.is_already_exists() => {
-                        return Err(EnsureError::Pending(
-                            "the cluster PKI is being created".into(),
-                        ));
-                    }
-                    Err(error) => return Err(error.into()),
-                }
+        0 => match create(secrets, cluster).await? {
+            Some(pki) => pki,
+            // Another reconcile created it first: use what is stored, next time.
+            None => {
+                return Err(EnsureError::Pending(
+                    "the cluster PKI is being created".into(),
+                ));
             }
-            pki
-        }
+        },
         n if n == SECRET_SUFFIXES.len() => {
             ClusterPki::from_secrets(&name, &found).map_err(EnsureError::Invalid)?
         }
@@ -73,28 +64,100 @@ pub async fn ensure(
             )));
         }
     };
-    let kubeconfig_name = format!("{name}-kubeconfig");
-    if secrets.get_opt(&kubeconfig_name).await?.is_none() {
-        let kubeconfig = pki
-            .admin_kubeconfig(&name, server)
-            .map_err(EnsureError::Invalid)?;
-        let mut secret = BootstrapSecret::new(
-            &namespace,
-            &kubeconfig_name,
-            &name,
-            BootstrapFormat::CloudConfig,
-            kubeconfig.into_bytes(),
-        )
-        .into_secret();
-        if let Some(data) = secret.data.as_mut() {
-            data.remove(crate::secret::FORMAT_KEY);
-        }
-        secret.metadata.owner_references = cluster.controller_owner_ref(&()).map(|o| vec![o]);
+    if secrets.get_opt(&kubeconfig_name(cluster)).await?.is_none() {
+        write_kubeconfig(secrets, cluster, &pki, server).await?;
+    }
+    Ok(pki)
+}
+
+/// Makes sure the PKI Secrets and admin kubeconfig of `cluster` are stored, as [`ensure`] does,
+/// reading nothing that `exists` — what a watch of the namespace's Secrets shows of a Secret, by
+/// name; `None` when it cannot tell — already answers: with every CA Secret and the kubeconfig
+/// shown, nothing is read or written; with no CA Secret shown, the PKI is generated and created
+/// without reading first (a CA Secret that exists after all — a lagging watch, a user's own CA —
+/// is then read as [`ensure`] reads it); otherwise [`ensure`].
+pub async fn ensure_stored(
+    secrets: &Api<Secret>,
+    cluster: &Cluster,
+    server: &str,
+    exists: impl Fn(&str) -> Option<bool>,
+) -> Result<(), EnsureError> {
+    let name = cluster.name_any();
+    let shown: Vec<Option<bool>> = SECRET_SUFFIXES
+        .iter()
+        .map(|suffix| exists(&format!("{name}-{suffix}")))
+        .collect();
+    let kubeconfig = exists(&kubeconfig_name(cluster));
+    if shown.iter().all(|s| *s == Some(true)) && kubeconfig == Some(true) {
+        return Ok(());
+    }
+    if shown.iter().all(|s| *s == Some(false)) {
+        return match create(secrets, cluster).await? {
+            Some(_) if kubeconfig == Some(true) => Ok(()),
+            Some(pki) => write_kubeconfig(secrets, cluster, &pki, server).await,
+            None => ensure(secrets, cluster, server).await.map(drop),
+        };
+    }
+    ensure(secrets, cluster, server).await.map(drop)
+}
+
+/// Generates the cluster's PKI and creates its CA Secrets, in [`SECRET_SUFFIXES`]' order (two
+/// writers racing both start with the first, so only one of them goes on). Returns the PKI
+/// every CA Secret was created from, or `None` when the first existed already (another writer,
+/// or the user's own): then nothing was created, and what is stored is for the caller to read.
+async fn create(
+    secrets: &Api<Secret>,
+    cluster: &Cluster,
+) -> Result<Option<ClusterPki>, EnsureError> {
+    let name = cluster.name_any();
+    let namespace = cluster.namespace().unwrap_or_default();
+    let pki = ClusterPki::generate().map_err(EnsureError::Invalid)?;
+    let owner = cluster.controller_owner_ref(&());
+    for secret in pki.secrets(&name, &namespace, owner) {
         match secrets.create(&PostParams::default(), &secret).await {
             Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.is_already_exists() => {}
+            Err(kube::Error::Api(status)) if status.is_already_exists() => {
+                return Ok(None);
+            }
             Err(error) => return Err(error.into()),
         }
     }
-    Ok(pki)
+    Ok(Some(pki))
+}
+
+/// `<cluster>-kubeconfig`.
+fn kubeconfig_name(cluster: &Cluster) -> String {
+    format!("{}-kubeconfig", cluster.name_any())
+}
+
+/// Creates the admin kubeconfig for `server`, signed by `pki`, owned by the Cluster (one that
+/// exists already is kept).
+async fn write_kubeconfig(
+    secrets: &Api<Secret>,
+    cluster: &Cluster,
+    pki: &ClusterPki,
+    server: &str,
+) -> Result<(), EnsureError> {
+    let name = cluster.name_any();
+    let namespace = cluster.namespace().unwrap_or_default();
+    let kubeconfig = pki
+        .admin_kubeconfig(&name, server)
+        .map_err(EnsureError::Invalid)?;
+    let mut secret = BootstrapSecret::new(
+        &namespace,
+        kubeconfig_name(cluster),
+        &name,
+        BootstrapFormat::CloudConfig,
+        kubeconfig.into_bytes(),
+    )
+    .into_secret();
+    if let Some(data) = secret.data.as_mut() {
+        data.remove(crate::secret::FORMAT_KEY);
+    }
+    secret.metadata.owner_references = cluster.controller_owner_ref(&()).map(|o| vec![o]);
+    match secrets.create(&PostParams::default(), &secret).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(()),
+        Err(error) => Err(error.into()),
+    }
 }

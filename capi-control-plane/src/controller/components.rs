@@ -3,6 +3,7 @@
 //! node's etcd member ([`crate::components`]), and writes the judgements as the machine's
 //! conditions when they changed.
 
+use capi_controllers::cluster_secrets::ClusterSecrets;
 use capi_core::api::{Cluster, Machine};
 use capi_core::condition::{self, ConditionStatus, DesiredCondition};
 use capi_runtime::write;
@@ -21,6 +22,7 @@ use crate::workload::WorkloadClients;
 pub(super) async fn observe(
     workloads: &WorkloadClients,
     management: &kube::Client,
+    secrets: &ClusterSecrets,
     cluster: &Cluster,
     machines: &[Machine],
     etcd: Result<&EtcdClusterStatus, &str>,
@@ -35,7 +37,7 @@ pub(super) async fn observe(
     if judged.is_empty() {
         return out;
     }
-    let pods = match workloads.for_cluster(management, cluster).await {
+    let pods = match workloads.for_cluster(management, secrets, cluster).await {
         Ok(workload) => Ok(Api::<Pod>::namespaced(workload, "kube-system")),
         Err(error) => Err(error.to_string()),
     };

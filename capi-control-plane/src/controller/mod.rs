@@ -16,14 +16,15 @@
 //! members without a machine removed (`membership.rs`), half-made machines completed, marked
 //! machines remediated, then the one step [`crate::rollout::next_step`] decides taken — create a
 //! machine, hand etcd leadership over and delete one, or wait (`step.rs`); status computed and
-//! written once, at the end ([`status`], `report.rs`).
+//! written once, at the end ([`status`], `report.rs`) — except after creating a machine: that
+//! status would not count the machine, whose appearance in the watch brings the next pass.
 //!
 //! Guarantees: outside deletion, at most one machine is created or deleted per pass (a remediation
 //! included); an etcd member is removed only while etcd keeps its quorum without it, a leader
 //! handing its leadership to a healthy member of a staying machine first when there is one; a
 //! departing machine's pre-terminate hook goes only once its member has left (or etcd has none for
-//! it); the control plane's machines are deleted only after the cluster's other machines; one
-//! status write per pass, the events published after it.
+//! it); the control plane's machines are deleted only after the cluster's other machines; at
+//! most one status write per pass, the events published after it.
 //!
 //! ```no_run
 //! # fn demo(manager: &mut capi_runtime::Manager, etcd: std::sync::Arc<dyn capi_control_plane::etcd::EtcdAccess>) {
@@ -48,6 +49,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capi_bootstrap::api::KubeadmConfig;
+use capi_controllers::cluster_secrets::ClusterSecrets;
 use capi_controllers::references::{ReferenceWatches, References};
 use capi_core::api::{Cluster, Machine};
 use capi_core::labels;
@@ -123,6 +125,9 @@ pub(crate) struct ControlPlaneController {
     settings: ControlPlaneSettings,
     references: References,
     workloads: WorkloadClients,
+    /// What the manager's watch of cluster Secrets shows: the PKI Secrets and kubeconfig a pass
+    /// need not read or create, whether a workload client is still its kubeconfig's.
+    secrets: ClusterSecrets,
     /// The clusters (UID and endpoint) whose PKI Secrets and kubeconfig were found complete a
     /// moment ago: each pass would otherwise read five Secrets to learn that again.
     pki_complete: Memo<()>,
@@ -146,12 +151,15 @@ impl Controllers for KubeadmControlPlanes {
         let namespace = manager.reconciler_options().namespace.clone();
         // Changes of infrastructure machines reach the control plane through their Machines.
         let watches = ReferenceWatches::of(&manager.informers());
+        let secrets =
+            ClusterSecrets::new(&manager.informers(), client.clone(), namespace.as_deref());
         let (references, _) = References::sharing(&watches, client, namespace);
         let reconciler: Reconciler<KubeadmControlPlane, ControlPlaneController> = manager
             .reconciler(Arc::new(ControlPlaneController {
                 settings: self.settings,
                 references,
                 workloads: WorkloadClients::default(),
+                secrets,
                 pki_complete: Memo::new(PKI_RECHECK),
                 clusters: std::sync::OnceLock::new(),
                 machines: std::sync::OnceLock::new(),
@@ -259,7 +267,8 @@ pub fn rbac(infra_group: &str, infra_plurals: &[&str]) -> Vec<PolicyRule> {
             infra_plurals,
             &["get", "list", "watch", "create"],
         ),
-        rule("", &["secrets"], &["get", "create"]),
+        // Watched for their metadata only (`ClusterSecrets`).
+        rule("", &["secrets"], &["get", "list", "watch", "create"]),
         // Whether a referenced infrastructure template is a provider's (its CRD's contract label).
         rule(
             "apiextensions.k8s.io",

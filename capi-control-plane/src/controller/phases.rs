@@ -153,8 +153,9 @@ pub(super) async fn await_infrastructure(
 }
 
 /// The cluster PKI Secrets and kubeconfig for `server` exist (generated once, see
-/// [`cluster_pki`]); once found complete they are not read again for a while. Until they exist
-/// the control plane waits.
+/// [`cluster_pki`]): what the watch of cluster Secrets shows is neither read nor created, and
+/// once found complete they are not looked at again for a while. Until they exist the control
+/// plane waits.
 pub(super) async fn ensure_certificates(
     scope: &mut Scope<'_>,
     cluster: &Cluster,
@@ -169,9 +170,11 @@ pub(super) async fn ensure_certificates(
     );
     let pki = match state.pki_complete.get(&pki_key) {
         Some(_) => Ok(()),
-        None => cluster_pki::ensure(&secrets, cluster, server)
-            .await
-            .map(|_| drop(state.pki_complete.put(pki_key, ()))),
+        None => cluster_pki::ensure_stored(&secrets, cluster, server, |name| {
+            state.secrets.exists(&scope.namespace, name)
+        })
+        .await
+        .map(|_| drop(state.pki_complete.put(pki_key, ()))),
     };
     match pki {
         Ok(()) => Ok(Continue(())),
@@ -262,6 +265,7 @@ pub(super) async fn record_components(
         scope.report.components = components::observe(
             &state.workloads,
             &scope.context.client,
+            &state.secrets,
             cluster,
             &scope.owned,
             etcd_read,

@@ -41,6 +41,8 @@ pub(super) struct Scope<'a> {
     pub(super) waiting: Vec<String>,
     /// The remediation in progress: the next machine created replaces its machine.
     pub(super) remediation_in_progress: Option<RemediationData>,
+    /// The pass created a machine: the status it could compute does not count it.
+    pub(super) created: bool,
 }
 
 impl<'a> Scope<'a> {
@@ -66,6 +68,7 @@ impl<'a> Scope<'a> {
             facts: Vec::new(),
             waiting: Vec::new(),
             remediation_in_progress: None,
+            created: false,
         }
     }
 
@@ -76,6 +79,13 @@ impl<'a> Scope<'a> {
     /// How soon the control plane looks again while it waits for what no watch reports.
     pub(super) fn poll(&self) -> std::time::Duration {
         self.state().settings.poll
+    }
+
+    /// Publishes the pass's events and writes no status: for a pass that created a machine, whose
+    /// status would not count it — the machine's appearance in the watch brings the next pass,
+    /// which writes the status with it.
+    pub(super) async fn leave_status(&self) {
+        capi_runtime::write::publish(&self.context.recorder, self.kcp, &self.report.events).await;
     }
 
     /// Computes the status from what the pass found and writes it if it changed, then publishes
@@ -136,6 +146,10 @@ pub(super) async fn reconcile_once(
         return Ok(next);
     }
     let next = step::take_next_step(&mut scope, &cluster).await?;
-    scope.write_status().await?;
+    if scope.created {
+        scope.leave_status().await;
+    } else {
+        scope.write_status().await?;
+    }
     Ok(next)
 }

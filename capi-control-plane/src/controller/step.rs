@@ -44,6 +44,7 @@ pub(super) async fn take_next_step(
                     };
                     machines::create(kcp, cluster, &new, &scope.context.client, scope.state())
                         .await?;
+                    scope.created = true;
                     // The replacement carries the remediation on: it is no longer in progress.
                     if scope.remediation_in_progress.is_some() {
                         remediate::clear_in_progress(&scope.kcps, kcp).await?;
