@@ -4,6 +4,13 @@
 //! say what the next one says again. A paced status is written at most once per interval per
 //! object; a change inside the interval is written at its end, by a requeue, from what the
 //! caches hold then. Nothing is lost: the reconcile that writes recomputes the whole status.
+//!
+//! A change is either one some controller acts on ([`Change::ActedOn`]: a Machine's node
+//! reference, a Cluster's initialization) or one that only informs a reader
+//! ([`Change::Informs`]: a condition's reason, an intermediate phase). A change that only
+//! informs is also held for the pacer's hold from when it was first seen unwritten, so that the
+//! steps that follow it closely go in the same write — and a change acted on, when one comes,
+//! takes it along at once.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -20,17 +27,34 @@ use crate::write;
 /// counts by at most this long.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 
-/// When each object's status was last written, to space the writes `interval` apart. Bounded:
-/// once it holds 256 records, each write drops those older than the interval.
+/// How long a change that only informs is held by default before it is written.
+pub const DEFAULT_HOLD: Duration = Duration::from_secs(5);
+
+/// What a status change is to the controllers that read the object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Some controller acts on it (it waits for it, or counts it): written once the interval
+    /// since the last write has passed.
+    ActedOn,
+    /// It only informs a reader: written once the interval since the last write has passed and
+    /// the hold since it was first seen unwritten, whichever is later.
+    Informs,
+}
+
+/// When each object's status was last written, to space the writes `interval` apart, and since
+/// when a change that only informs has been held, to write it `hold` after. Bounded: once either
+/// holds 256 records, each write drops those that can no longer hold anything back.
 #[derive(Debug)]
 pub struct StatusPacer {
     interval: Duration,
+    hold: Duration,
     written: Mutex<HashMap<String, Instant>>,
+    held: Mutex<HashMap<String, Instant>>,
 }
 
 impl Default for StatusPacer {
     fn default() -> Self {
-        Self::new(DEFAULT_INTERVAL)
+        Self::new(DEFAULT_INTERVAL).holding(DEFAULT_HOLD)
     }
 }
 
@@ -38,12 +62,46 @@ impl Default for StatusPacer {
 const PRUNE_ABOVE: usize = 256;
 
 impl StatusPacer {
-    /// A pacer that keeps writes of one object `interval` apart (zero: never holds one back).
+    /// A pacer that keeps writes of one object `interval` apart (zero: never holds one back), and
+    /// holds a change that only informs no longer than that.
     pub fn new(interval: Duration) -> Self {
         Self {
             interval,
+            hold: Duration::ZERO,
             written: Mutex::new(HashMap::new()),
+            held: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// This pacer, holding a change that only informs for `hold` from when it is first seen
+    /// unwritten.
+    pub fn holding(mut self, hold: Duration) -> Self {
+        self.hold = hold;
+        self
+    }
+
+    /// How long until a `change` of `object`'s status may be written; `None`: now. The first
+    /// call for a change that only informs starts its hold.
+    pub fn wait_for<K: Resource>(&self, object: &K, change: Change) -> Option<Duration> {
+        let spacing = self.wait(object);
+        if change == Change::ActedOn || self.hold.is_zero() {
+            return spacing;
+        }
+        let uid = object.meta().uid.as_ref()?;
+        let since = {
+            let mut held = lock(&self.held);
+            if held.len() >= PRUNE_ABOVE {
+                // A record this old belongs to an object gone or a change undone.
+                let stale = self.hold * 10;
+                held.retain(|_, at| at.elapsed() < stale);
+            }
+            *held.entry(uid.clone()).or_insert_with(Instant::now)
+        };
+        let holding = self
+            .hold
+            .checked_sub(since.elapsed())
+            .filter(|w| !w.is_zero());
+        spacing.max(holding)
     }
 
     /// How long until `object`'s status may be written again; `None`: now.
@@ -60,6 +118,7 @@ impl StatusPacer {
         let Some(uid) = &object.meta().uid else {
             return;
         };
+        lock(&self.held).remove(uid);
         let mut written = self.lock();
         if written.len() >= PRUNE_ABOVE {
             let interval = self.interval;
@@ -69,16 +128,23 @@ impl StatusPacer {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
-        self.written
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.written)
     }
 }
 
+fn lock(
+    records: &Mutex<HashMap<String, Instant>>,
+) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+    records
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Merge-patches `object`'s status to `desired` when it differs from `current`, paced by
-/// `pacer`: inside the interval nothing is written and the returned [`Next`] is `next` made due
-/// by the interval's end at the latest (an [`Next::InvalidConfiguration`] or a failure, which
-/// cannot carry a requeue, is written at once instead). Otherwise returns `next` unchanged.
+/// `pacer` as a change some controller acts on: inside the interval nothing is written and the
+/// returned [`Next`] is `next` made due by the interval's end at the latest (an
+/// [`Next::InvalidConfiguration`] or a failure, which cannot carry a requeue, is written at once
+/// instead). Otherwise returns `next` unchanged.
 pub async fn patch_status<K, S>(
     pacer: &StatusPacer,
     api: &Api<K>,
@@ -91,10 +157,28 @@ where
     K: Resource + Clone + DeserializeOwned + Debug,
     S: serde::Serialize + PartialEq,
 {
+    patch_status_as(pacer, api, object, current, desired, Change::ActedOn, next).await
+}
+
+/// [`patch_status`] for a `change` of the kind given: one that only informs is also held (see
+/// [`StatusPacer::wait_for`]).
+pub async fn patch_status_as<K, S>(
+    pacer: &StatusPacer,
+    api: &Api<K>,
+    object: &K,
+    current: Option<&S>,
+    desired: &S,
+    change: Change,
+    next: Next,
+) -> Result<Next, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+    S: serde::Serialize + PartialEq,
+{
     if current == Some(desired) {
         return Ok(next);
     }
-    if let Some(wait) = pacer.wait(object)
+    if let Some(wait) = pacer.wait_for(object, change)
         && matches!(next, Next::AwaitChange | Next::Resync | Next::Requeue(_))
     {
         return Ok(next.due_within(wait));
@@ -128,6 +212,44 @@ mod tests {
             pacer.wait(&object("b")),
             None,
             "another object is not held back"
+        );
+    }
+
+    #[test]
+    fn a_change_that_only_informs_is_held_from_when_it_was_first_seen_until_written() {
+        let pacer = StatusPacer::new(Duration::from_secs(1)).holding(Duration::from_secs(60));
+        let a = object("a");
+        assert_eq!(
+            pacer.wait_for(&a, Change::ActedOn),
+            None,
+            "a change acted on is written at once"
+        );
+        let first = pacer.wait_for(&a, Change::Informs);
+        assert!(
+            first.is_some_and(|w| w > Duration::from_secs(59)),
+            "held: {first:?}"
+        );
+        let again = pacer.wait_for(&a, Change::Informs);
+        assert!(
+            again.is_some_and(|w| w <= first.unwrap_or_default()),
+            "the hold runs from the first sight, not from each pass: {again:?} after {first:?}"
+        );
+        assert_eq!(
+            pacer.wait_for(&a, Change::ActedOn),
+            None,
+            "a change acted on takes the held one along at once"
+        );
+        pacer.wrote(&a);
+        let after = pacer.wait_for(&a, Change::Informs);
+        assert!(
+            after.is_some_and(|w| w > Duration::from_secs(59)),
+            "a write ends the hold; the next change starts its own: {after:?}"
+        );
+        let unpaced = StatusPacer::new(Duration::ZERO);
+        assert_eq!(
+            unpaced.wait_for(&a, Change::Informs),
+            None,
+            "a pacer without a hold holds nothing"
         );
     }
 

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use capi_core::api::{ClusterInitializationStatus, ClusterPhase, Machine, ReplicaSummary};
+use capi_core::api::{
+    ClusterInitializationStatus, ClusterPhase, ClusterStatus, Machine, ReplicaSummary,
+};
 use capi_core::condition::{self, ConditionStatus};
 
 use super::phases::current_endpoint;
@@ -13,7 +15,8 @@ use capi_runtime::plan::Next;
 use capi_runtime::reasons;
 
 /// Initialization, phase, `Available` and the replica summaries (a control plane provider's own
-/// counters, machines counted only without one), written once (paced, see [`pace`]). A cluster
+/// counters, machines counted only without one), written once (paced, see [`pace`]; a change
+/// that only informs is held, see [`change`]). A cluster
 /// whose infrastructure is not provisioned looks again after the poll interval.
 pub(super) async fn write(scope: &mut Scope<'_>) -> Result<Next, ReconcileError> {
     let (cluster, deps) = (scope.cluster, scope.deps());
@@ -62,15 +65,56 @@ pub(super) async fn write(scope: &mut Scope<'_>) -> Result<Next, ReconcileError>
     } else {
         Next::Requeue(deps.settings.poll)
     };
-    Ok(pace::patch_status(
+    let change = change(cluster.status.as_ref(), &scope.status);
+    Ok(pace::patch_status_as(
         &deps.pacer,
         &scope.api,
         cluster,
         cluster.status.as_ref(),
         &scope.status,
+        change,
         next,
     )
     .await?)
+}
+
+/// What the change from `current` to `desired` is to the controllers that read Clusters: acted
+/// on when a flag of the initialization becomes or stops being true or the failure domains
+/// change (a control plane and the bootstrap
+/// provider wait for them, a control plane spreads its machines over them), or `Available`,
+/// `InfrastructureReady`, `ControlPlaneInitialized` or `ControlPlaneAvailable` becomes or stops
+/// being `True`; otherwise it only informs (reasons and messages, conditions that are not yet
+/// true, the phase, the replica summaries).
+fn change(current: Option<&ClusterStatus>, desired: &ClusterStatus) -> pace::Change {
+    let empty = ClusterStatus::default();
+    let current = current.unwrap_or(&empty);
+    let initialized = |s: &ClusterStatus| {
+        s.initialization.as_ref().map(|i| {
+            (
+                i.infrastructure_provisioned == Some(true),
+                i.control_plane_initialized == Some(true),
+            )
+        })
+    };
+    let acted_on = initialized(current).unwrap_or_default()
+        != initialized(desired).unwrap_or_default()
+        || current.failure_domains != desired.failure_domains
+        || [
+            condition::AVAILABLE,
+            condition::INFRASTRUCTURE_READY,
+            condition::CONTROL_PLANE_INITIALIZED,
+            control_plane::CONTROL_PLANE_AVAILABLE,
+        ]
+        .iter()
+        .any(|type_| {
+            condition::is_true(&current.conditions, type_)
+                != condition::is_true(&desired.conditions, type_)
+        });
+    if acted_on {
+        pace::Change::ActedOn
+    } else {
+        pace::Change::Informs
+    }
 }
 
 /// The replica summary of the control-plane machines or of the workers.
@@ -115,4 +159,61 @@ fn versions<'a>(of: impl Iterator<Item = &'a str>) -> Vec<capi_core::api::Status
             replicas: Some(n),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(value: serde_json::Value) -> ClusterStatus {
+        serde_json::from_value(value).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn condition(type_: &str, status: &str) -> serde_json::Value {
+        serde_json::json!({"type": type_, "status": status, "reason": "R",
+                           "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    }
+
+    #[test]
+    fn only_a_change_a_controller_acts_on_is_written_at_once() {
+        let waiting = status(serde_json::json!({
+            "initialization": {"infrastructureProvisioned": false, "controlPlaneInitialized": false},
+            "phase": "Provisioning",
+            "conditions": [condition("InfrastructureReady", "False"), condition("Available", "False")],
+        }));
+        assert_eq!(
+            change(None, &waiting),
+            pace::Change::Informs,
+            "a first status of flags and conditions not yet true only informs"
+        );
+        let provisioned = status(serde_json::json!({
+            "initialization": {"infrastructureProvisioned": true, "controlPlaneInitialized": false},
+            "phase": "Provisioned",
+            "conditions": [condition("InfrastructureReady", "True"), condition("Available", "False")],
+        }));
+        assert_eq!(
+            change(Some(&waiting), &provisioned),
+            pace::Change::ActedOn,
+            "the control plane and the bootstrap provider wait for the infrastructure"
+        );
+        let mut summarised = provisioned.clone();
+        summarised.workers = Some(ReplicaSummary {
+            replicas: Some(1),
+            ..ReplicaSummary::default()
+        });
+        assert_eq!(
+            change(Some(&provisioned), &summarised),
+            pace::Change::Informs,
+            "a replica count only informs"
+        );
+        let mut spread = provisioned.clone();
+        spread.failure_domains =
+            serde_json::from_value(serde_json::json!([{"name": "zone-a", "controlPlane": true}]))
+                .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            change(Some(&provisioned), &spread),
+            pace::Change::ActedOn,
+            "a control plane spreads its machines over the failure domains"
+        );
+    }
 }

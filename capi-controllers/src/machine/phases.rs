@@ -177,7 +177,8 @@ pub(super) fn await_creator(
 }
 
 /// The status from what this pass found, written once (guarded by the version of the Machine as
-/// last written, and paced: a change within the pacer's interval goes with the next ones).
+/// last written, and paced: a change within the pacer's interval, or one that only informs
+/// within its hold, goes with the next ones — see [`status::change`]).
 /// Returns what comes next: polling for the node, or waiting for `minReadySeconds`.
 pub(super) async fn write_status(
     scope: &Scope<'_>,
@@ -230,9 +231,13 @@ pub(super) async fn write_status(
         next = Next::Requeue(wait);
     }
     if desired != current {
-        match deps.pacer.wait(machine) {
-            // Written a moment ago: this change goes with the next ones, at the interval's end
-            // (steps that follow each other closely — data, instance, node — are one write).
+        match deps
+            .pacer
+            .wait_for(machine, status::change(&current, &desired))
+        {
+            // Written a moment ago, or a change that only informs: it goes with the next ones,
+            // at the interval's or the hold's end (steps that follow each other closely — data,
+            // instance — are one write, and go with the node when it comes).
             Some(wait) => next = next.due_within(wait),
             None => {
                 let value = serde_json::to_value(&desired).map_err(kube::Error::SerdeError)?;

@@ -9,6 +9,7 @@ use capi_core::api::{
 use capi_core::condition::{self, ConditionStatus, DesiredCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use capi_runtime::pace::Change;
 use capi_runtime::reasons;
 
 /// `HealthCheckSucceeded`, written by the MachineHealthCheck controller.
@@ -185,6 +186,33 @@ pub(crate) fn desired(
     (status, wait)
 }
 
+/// What the change from `current` to `desired` is to the controllers that read Machines: acted
+/// on when the node reference changes, the phase goes into or out of `Running`, or `Ready`,
+/// `Available` or `NodeReady` becomes or stops being `True` (a control plane, a MachineSet, a
+/// health check waits for or counts these); otherwise it only informs (reasons and messages,
+/// conditions that are not yet true, `UpToDate`, which only a summary counts, intermediate
+/// phases, initialization, addresses).
+pub(crate) fn change(current: &MachineStatus, desired: &MachineStatus) -> Change {
+    let running = |s: &MachineStatus| s.phase == Some(MachinePhase::Running);
+    let acted_on = current.node_ref != desired.node_ref
+        || running(current) != running(desired)
+        || [
+            condition::READY,
+            condition::AVAILABLE,
+            condition::NODE_READY,
+        ]
+        .iter()
+        .any(|type_| {
+            condition::is_true(&current.conditions, type_)
+                != condition::is_true(&desired.conditions, type_)
+        });
+    if acted_on {
+        Change::ActedOn
+    } else {
+        Change::Informs
+    }
+}
+
 /// The upstream phase of a Machine that is not being deleted.
 pub(crate) fn phase(bootstrap_data: bool, provisioned: bool, node: bool) -> MachinePhase {
     match (bootstrap_data, provisioned, node) {
@@ -242,6 +270,54 @@ mod tests {
             min_ready: Duration::ZERO,
             readiness_gates: Vec::new(),
         }
+    }
+
+    #[test]
+    fn only_a_change_a_controller_acts_on_is_written_at_once() {
+        let now = at(1_000);
+        let pending = Facts {
+            bootstrap_data: false,
+            bootstrap: Step::waiting("WaitingForDataSecret", "waiting for the bootstrap data"),
+            infrastructure_provisioned: false,
+            infrastructure: Step::waiting("WaitingForBootstrapData", "waiting for data"),
+            node_name: None,
+            node: Step::waiting("NodeNotFound", "no node yet"),
+            ..facts()
+        };
+        let (fresh, _) = desired(&MachineStatus::default(), &pending, now.clone());
+        assert_eq!(
+            change(&MachineStatus::default(), &fresh),
+            Change::Informs,
+            "conditions that are not true yet, and a first phase, only inform"
+        );
+        let provisioned = Facts {
+            bootstrap_data: true,
+            bootstrap: Step::done("DataSecretAvailable"),
+            infrastructure_provisioned: true,
+            infrastructure: Step::done("Provisioned"),
+            ..pending.clone()
+        };
+        let (next, _) = desired(&fresh, &provisioned, now.clone());
+        assert_eq!(next.phase, Some(MachinePhase::Provisioned));
+        assert_eq!(
+            change(&fresh, &next),
+            Change::Informs,
+            "bootstrap data and an instance, without a node, only inform"
+        );
+        let (running, _) = desired(&next, &facts(), now.clone());
+        assert_eq!(
+            change(&next, &running),
+            Change::ActedOn,
+            "a node reference, Running and Ready are waited for"
+        );
+        let mut unready = facts();
+        unready.node = Step::waiting("NodeNotReady", "the node is not ready");
+        let (lost, _) = desired(&running, &unready, now);
+        assert_eq!(
+            change(&running, &lost),
+            Change::ActedOn,
+            "a machine that stops being ready is counted at once"
+        );
     }
 
     #[test]
