@@ -4,7 +4,7 @@
 //! first, so that each key exists exactly once per cluster.
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::PostParams;
+use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::{Api, Resource, ResourceExt};
 
 use crate::pki::{ClusterPki, PkiError, SECRET_SUFFIXES};
@@ -70,41 +70,32 @@ pub async fn ensure(
     Ok(pki)
 }
 
-/// Makes sure the PKI Secrets and admin kubeconfig of `cluster` are stored, as [`ensure`] does,
-/// reading nothing that `exists` — what a watch of the namespace's Secrets shows of a Secret, by
-/// name; `None` when it cannot tell — already answers: with every CA Secret and the kubeconfig
-/// shown, nothing is read or written; with no CA Secret shown, the PKI is generated and created
-/// without reading first (a CA Secret that exists after all — a lagging watch, a user's own CA —
-/// is then read as [`ensure`] reads it); otherwise [`ensure`].
-pub async fn ensure_stored(
+/// [`ensure`] for a writer that expects nothing stored yet (a control plane that has not seen
+/// its certificates): the PKI is generated and its CA Secrets created without reading first,
+/// then the admin kubeconfig, one that exists already kept. When a CA Secret exists after all —
+/// another writer's PKI, or the user's own — nothing of this call's PKI is kept (the CA Secrets
+/// it created before meeting it are deleted again) and what is stored is read as [`ensure`]
+/// reads it: a partial PKI is never completed by generating the rest.
+pub async fn ensure_new(
     secrets: &Api<Secret>,
     cluster: &Cluster,
     server: &str,
-    exists: impl Fn(&str) -> Option<bool>,
-) -> Result<(), EnsureError> {
-    let name = cluster.name_any();
-    let shown: Vec<Option<bool>> = SECRET_SUFFIXES
-        .iter()
-        .map(|suffix| exists(&format!("{name}-{suffix}")))
-        .collect();
-    let kubeconfig = exists(&kubeconfig_name(cluster));
-    if shown.iter().all(|s| *s == Some(true)) && kubeconfig == Some(true) {
-        return Ok(());
+) -> Result<ClusterPki, EnsureError> {
+    match create(secrets, cluster).await? {
+        Some(pki) => {
+            write_kubeconfig(secrets, cluster, &pki, server).await?;
+            Ok(pki)
+        }
+        None => ensure(secrets, cluster, server).await,
     }
-    if shown.iter().all(|s| *s == Some(false)) {
-        return match create(secrets, cluster).await? {
-            Some(_) if kubeconfig == Some(true) => Ok(()),
-            Some(pki) => write_kubeconfig(secrets, cluster, &pki, server).await,
-            None => ensure(secrets, cluster, server).await.map(drop),
-        };
-    }
-    ensure(secrets, cluster, server).await.map(drop)
 }
 
-/// Generates the cluster's PKI and creates its CA Secrets, in [`SECRET_SUFFIXES`]' order (two
-/// writers racing both start with the first, so only one of them goes on). Returns the PKI
-/// every CA Secret was created from, or `None` when the first existed already (another writer,
-/// or the user's own): then nothing was created, and what is stored is for the caller to read.
+/// Generates the cluster's PKI and creates its CA Secrets, in [`SECRET_SUFFIXES`]' order.
+/// Returns the PKI every CA Secret was created from, or `None` when one of them existed already:
+/// then the Secrets this call created before it are deleted again (those of this call only: the
+/// deletion is conditional on their UIDs), and what is stored is for the caller to read. Every
+/// writer of this module creates in the same order, so two racing writers meet at the first
+/// Secret and only one goes on.
 async fn create(
     secrets: &Api<Secret>,
     cluster: &Cluster,
@@ -113,10 +104,25 @@ async fn create(
     let namespace = cluster.namespace().unwrap_or_default();
     let pki = ClusterPki::generate().map_err(EnsureError::Invalid)?;
     let owner = cluster.controller_owner_ref(&());
+    let mut created = Vec::new();
     for secret in pki.secrets(&name, &namespace, owner) {
         match secrets.create(&PostParams::default(), &secret).await {
-            Ok(_) => {}
+            Ok(made) => created.push(made),
             Err(kube::Error::Api(status)) if status.is_already_exists() => {
+                for made in created {
+                    let only_this = DeleteParams {
+                        preconditions: Some(Preconditions {
+                            uid: made.uid(),
+                            resource_version: None,
+                        }),
+                        ..DeleteParams::default()
+                    };
+                    match secrets.delete(&made.name_any(), &only_this).await {
+                        Ok(_) => {}
+                        Err(kube::Error::Api(status)) if status.is_not_found() => {}
+                        Err(error) => return Err(error.into()),
+                    }
+                }
                 return Ok(None);
             }
             Err(error) => return Err(error.into()),

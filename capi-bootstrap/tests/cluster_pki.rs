@@ -1,6 +1,6 @@
-//! A cluster's stored PKI on a real API server, written by `cluster_pki::ensure_stored` from what
-//! a watch of the namespace's Secrets shows: nothing read that the watch answers, nothing written
-//! twice, and a Secret the watch missed read rather than generated again.
+//! A cluster's stored PKI on a real API server, written by `cluster_pki::ensure_new` by a writer
+//! that expects none: nothing read first, nothing generated twice, a stored PKI read instead, and
+//! a user's partial PKI never completed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};
@@ -9,7 +9,7 @@ use capi_bootstrap::cluster_pki;
 use capi_core::api::Cluster;
 use capi_testing::TestEnv;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::PostParams;
+use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
@@ -74,12 +74,12 @@ async fn stored(secrets: &Api<Secret>) -> Vec<Option<Secret>> {
 }
 
 #[tokio::test]
-async fn a_pki_the_watch_does_not_show_is_created_without_a_read_and_one_it_shows_is_left_alone() {
+async fn a_new_pki_is_created_without_a_read_first_and_kept() {
     let (env, ns, cluster) = environment().await;
     let (client, seen) = recording_client(&env).await;
     let secrets: Api<Secret> = Api::namespaced(client, &ns);
 
-    cluster_pki::ensure_stored(&secrets, &cluster, SERVER, |_| Some(false))
+    cluster_pki::ensure_new(&secrets, &cluster, SERVER)
         .await
         .unwrap();
     assert_eq!(
@@ -91,43 +91,54 @@ async fn a_pki_the_watch_does_not_show_is_created_without_a_read_and_one_it_show
     let first = stored(&admin).await;
     assert!(first.iter().all(Option::is_some), "every Secret stored");
 
-    seen.lock().unwrap().clear();
-    cluster_pki::ensure_stored(&secrets, &cluster, SERVER, |_| Some(true))
-        .await
-        .unwrap();
-    assert_eq!(counts(&seen), (0, 0), "what the watch shows is not read");
-
-    // The PKI is usable by the reader that needs its keys, and is the one just created.
-    let loaded = cluster_pki::ensure(&admin, &cluster, SERVER).await.unwrap();
-    drop(loaded);
-    assert_eq!(stored(&admin).await, first, "nothing was generated again");
+    // The reader that needs its keys loads the same PKI; nothing is generated again.
+    cluster_pki::ensure(&admin, &cluster, SERVER).await.unwrap();
+    assert_eq!(stored(&admin).await, first);
 }
 
 #[tokio::test]
-async fn a_pki_a_lagging_watch_misses_is_read_not_generated_again() {
+async fn a_pki_stored_already_is_read_not_generated_again() {
     let (env, ns, cluster) = environment().await;
     let admin: Api<Secret> = Api::namespaced(env.client(), &ns);
-    // Stored by another writer; the watch has not shown it yet.
+    // Stored by another writer.
     cluster_pki::ensure(&admin, &cluster, SERVER).await.unwrap();
     let first = stored(&admin).await;
 
     let (client, seen) = recording_client(&env).await;
     let secrets: Api<Secret> = Api::namespaced(client, &ns);
-    cluster_pki::ensure_stored(&secrets, &cluster, SERVER, |_| Some(false))
+    cluster_pki::ensure_new(&secrets, &cluster, SERVER)
         .await
         .unwrap();
-    let (reads, creates) = counts(&seen);
-    assert_eq!(creates, 1, "only the first CA Secret was tried: {seen:?}");
     assert_eq!(
-        reads, 5,
-        "the stored PKI and kubeconfig were read instead: {seen:?}"
+        counts(&seen),
+        (5, 1),
+        "the first CA Secret was tried, then the stored PKI and kubeconfig read: {seen:?}"
     );
     assert_eq!(stored(&admin).await, first, "what was stored is kept");
+}
 
-    // A watch that cannot tell yet: read as before.
-    seen.lock().unwrap().clear();
-    cluster_pki::ensure_stored(&secrets, &cluster, SERVER, |_| None)
+#[tokio::test]
+async fn a_partial_pki_of_the_users_is_never_completed_and_nothing_of_a_new_one_is_left() {
+    let (env, ns, cluster) = environment().await;
+    let admin: Api<Secret> = Api::namespaced(env.client(), &ns);
+    // The user's own etcd, proxy and service-account keys, without a cluster CA.
+    cluster_pki::ensure(&admin, &cluster, SERVER).await.unwrap();
+    admin
+        .delete("demo-ca", &DeleteParams::default())
         .await
         .unwrap();
-    assert_eq!(counts(&seen), (5, 0));
+    let users = stored(&admin).await;
+
+    let Err(error) = cluster_pki::ensure_new(&admin, &cluster, SERVER).await else {
+        panic!("a partial PKI is refused");
+    };
+    assert!(
+        matches!(error, cluster_pki::EnsureError::Pending(ref why) if why.contains("3 of")),
+        "{error}"
+    );
+    assert_eq!(
+        stored(&admin).await,
+        users,
+        "the CA Secret made before meeting the user's Secrets was deleted again; theirs are untouched"
+    );
 }

@@ -1,15 +1,14 @@
 //! Clients of workload clusters for the control plane provider, reached through each cluster's
 //! `<cluster>-kubeconfig` Secret (key `value`) and built once per version of that Secret: the
-//! Secret is read again when the manager's watch of cluster Secrets ([`ClusterSecrets`]) shows
-//! another version (or, for a Secret it does not show, at most every [`SECRET_RECHECK`]), and
-//! the kubeconfig parsed and a TLS client built only when the Secret changed.
+//! Secret is read again at most every [`SECRET_RECHECK`] (one request), and the kubeconfig parsed
+//! and a TLS client built only when the Secret changed.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
-use capi_controllers::cluster_secrets::{ClusterSecrets, Seen};
-use capi_controllers::{SECRET_RECHECK, WorkloadError};
+use capi_controllers::SECRET_RECHECK;
+use capi_controllers::WorkloadError;
 use capi_core::api::Cluster;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client, ResourceExt};
@@ -23,7 +22,6 @@ pub(crate) struct WorkloadClients {
 
 /// A client, the Secret version it was built from, and when that Secret was last read.
 struct Built {
-    /// The Secret's UID and resource version, `<uid>/<resourceVersion>`.
     version: String,
     client: Client,
     checked: Instant,
@@ -64,29 +62,20 @@ impl WorkloadClients {
     }
 
     /// The client of `cluster`'s workload cluster, its kubeconfig Secret read with `management`
-    /// unless `secrets` shows it at the version the cached client was built from (or, a Secret
-    /// it does not show, it was read less than [`SECRET_RECHECK`] ago).
+    /// unless it was read less than [`SECRET_RECHECK`] ago.
     pub(crate) async fn for_cluster(
         &self,
         management: &Client,
-        secrets: &ClusterSecrets,
         cluster: &Cluster,
     ) -> Result<Client, WorkloadError> {
         let name = format!("{}-kubeconfig", cluster.name_any());
         let namespace = cluster.namespace().unwrap_or_default();
-        let seen = secrets.seen(&namespace, &name);
         if let Some(built) = self
             .clients
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&(namespace, name.clone()))
-            && match &seen {
-                Seen::Version {
-                    uid,
-                    resource_version,
-                } => built.version == format!("{uid}/{resource_version}"),
-                Seen::Unknown | Seen::Absent => built.checked.elapsed() < SECRET_RECHECK,
-            }
+            && built.checked.elapsed() < SECRET_RECHECK
         {
             return Ok(built.client.clone());
         }

@@ -55,7 +55,6 @@
 //! that a management cluster without one still ends clean).
 
 pub mod cluster;
-pub mod cluster_secrets;
 pub mod machine;
 pub mod machine_deployment;
 pub mod machine_health_check;
@@ -91,7 +90,6 @@ pub(crate) use cache::{
     cache, cluster_cache, find_cluster, of_cluster, receiver_stream, synced, take,
 };
 use cluster::ClusterController;
-use cluster_secrets::ClusterSecrets;
 use machine::MachineController;
 use machine_deployment::DeploymentController;
 use machine_health_check::HealthCheckController;
@@ -155,9 +153,7 @@ impl Controllers for CoreControllers {
         let settings = self.settings;
         let client = manager.client();
         let namespace = manager.reconciler_options().namespace.clone();
-        let secrets =
-            ClusterSecrets::new(&manager.informers(), client.clone(), namespace.as_deref());
-        let (workloads, node_changes) = WorkloadClusters::new(client.clone(), secrets);
+        let (workloads, node_changes) = WorkloadClusters::new(client.clone());
         let workloads = Arc::new(workloads);
         // One cache per referenced kind for the whole manager (the control plane's too).
         let watches = ReferenceWatches::of(&manager.informers());
@@ -275,7 +271,5 @@ pub fn rbac(infra_group: &str, infra_plurals: &[&str]) -> Vec<PolicyRule> {
         // Kubeconfigs of workload clusters; what a deleted cluster owned, by name
         // (`capi_core::cluster_objects`): no list.
         rule("", &["secrets", "configmaps"], &["get", "delete"]),
-        // The metadata of cluster Secrets (`cluster_secrets`): whether a kubeconfig changed.
-        rule("", &["secrets"], &["list", "watch"]),
     ]
 }

@@ -4,10 +4,7 @@
 //! Each cached cluster keeps a cache of its `Node`s, fed by one watch, so that finding a machine's
 //! node by provider ID costs no request; every node change is reported on a channel (as the
 //! cluster it belongs to and the node's provider ID) so that the machine controller looks again.
-//! A cached client is used as long as the manager's watch of cluster Secrets
-//! ([`ClusterSecrets`]) shows the kubeconfig Secret at the version it was built from; a Secret
-//! that watch does not show (one without the cluster-name label) is read again at most every
-//! [`SECRET_RECHECK`]. After a failure it is read again at once.
+//! The Secret is read again at most every [`SECRET_RECHECK`], and at once after a failure.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,10 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::mpsc;
 
-use crate::cluster_secrets::{ClusterSecrets, Seen};
-
-/// How long a cached client is used before a kubeconfig Secret that the watch of cluster
-/// Secrets does not show is read again to check for changes.
+/// How long a cached client is used before the kubeconfig Secret is checked for changes.
 pub const SECRET_RECHECK: Duration = Duration::from_secs(10);
 
 /// Why a workload cluster cannot be reached.
@@ -299,11 +293,8 @@ impl Workload {
 }
 
 struct Entry {
-    /// The kubeconfig Secret's resource version the client was built from.
     secret_version: String,
     checked: Instant,
-    /// A request with the client failed: the Secret is read again at the next use.
-    suspect: bool,
     workload: Workload,
     task: tokio::task::JoinHandle<()>,
 }
@@ -311,7 +302,6 @@ struct Entry {
 /// The workload clusters known to the controllers; see the module documentation.
 pub(crate) struct WorkloadClusters {
     management: Client,
-    secrets: ClusterSecrets,
     entries: Mutex<HashMap<(String, String), Entry>>,
     /// Where node changes go: one channel per controller that follows nodes.
     subscribers: Arc<Mutex<Vec<mpsc::UnboundedSender<NodeChange>>>>,
@@ -331,16 +321,11 @@ impl Drop for WorkloadClusters {
 }
 
 impl WorkloadClusters {
-    /// Workload clusters found through Secrets read with `management`, whose versions `secrets`
-    /// shows; node changes arrive on the returned receiver (and on those of
-    /// [`WorkloadClusters::subscribe`]).
-    pub(crate) fn new(
-        management: Client,
-        secrets: ClusterSecrets,
-    ) -> (Self, mpsc::UnboundedReceiver<NodeChange>) {
+    /// Workload clusters found through Secrets read with `management`; node changes arrive on the
+    /// returned receiver (and on those of [`WorkloadClusters::subscribe`]).
+    pub(crate) fn new(management: Client) -> (Self, mpsc::UnboundedReceiver<NodeChange>) {
         let clusters = Self {
             management,
-            secrets,
             entries: Mutex::new(HashMap::new()),
             subscribers: Arc::default(),
         };
@@ -372,17 +357,14 @@ impl WorkloadClusters {
         cluster: &str,
     ) -> Result<Workload, WorkloadError> {
         let key = (namespace.to_string(), cluster.to_string());
-        let name = format!("{cluster}-kubeconfig");
-        let seen = self.secrets.seen(namespace, &name);
         let known_version = match self.lock().get(&key) {
-            Some(entry)
-                if !entry.suspect && still_current(&seen, &entry.secret_version, entry.checked) =>
-            {
+            Some(entry) if entry.checked.elapsed() < SECRET_RECHECK => {
                 return Ok(entry.workload.clone());
             }
             Some(entry) => Some(entry.secret_version.clone()),
             None => None,
         };
+        let name = format!("{cluster}-kubeconfig");
         let secret = Api::<Secret>::namespaced(self.management.clone(), namespace)
             .get_opt(&name)
             .await
@@ -396,7 +378,6 @@ impl WorkloadClusters {
             let mut entries = self.lock();
             if let Some(entry) = entries.get_mut(&key) {
                 entry.checked = Instant::now();
-                entry.suspect = false;
                 return Ok(entry.workload.clone());
             }
         }
@@ -407,7 +388,6 @@ impl WorkloadClusters {
             Entry {
                 secret_version: version,
                 checked: Instant::now(),
-                suspect: false,
                 workload: workload.0.clone(),
                 task: workload.1,
             },
@@ -435,7 +415,7 @@ impl WorkloadClusters {
             .lock()
             .get_mut(&(namespace.to_string(), cluster.to_string()))
         {
-            entry.suspect = true;
+            entry.checked = Instant::now() - SECRET_RECHECK;
         }
     }
 
@@ -475,18 +455,6 @@ impl WorkloadClusters {
     }
 }
 
-/// Whether a client built from the kubeconfig Secret at `built_from` (its resource version),
-/// read at `checked`, is still that Secret's: the watch of cluster Secrets shows that version, or
-/// (a Secret it does not show) it was read less than [`SECRET_RECHECK`] ago.
-pub(crate) fn still_current(seen: &Seen, built_from: &str, checked: Instant) -> bool {
-    match seen {
-        Seen::Version {
-            resource_version, ..
-        } => resource_version == built_from,
-        Seen::Unknown | Seen::Absent => checked.elapsed() < SECRET_RECHECK,
-    }
-}
-
 /// A client of the workload cluster whose kubeconfig `secret` holds (key `value`), with kube's
 /// own retries off (the controllers retry on their own terms). The Secret is in the tenant's
 /// namespace: only what a control plane writes in a kubeconfig is followed
@@ -518,25 +486,6 @@ pub async fn client_from_secret(secret: &Secret) -> Result<Client, WorkloadError
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_client_is_kept_while_the_watch_shows_its_kubeconfig_version_and_else_for_a_while() {
-        let long_ago = Instant::now() - SECRET_RECHECK * 3;
-        let shown = |version: &str| Seen::Version {
-            uid: "u".into(),
-            resource_version: version.into(),
-        };
-        // The watch shows the version it was built from: kept, however long ago it was read.
-        assert!(still_current(&shown("7"), "7", long_ago));
-        // Another version: read again at once, however recently it was read.
-        assert!(!still_current(&shown("8"), "7", Instant::now()));
-        // A Secret the watch does not show (or a watch without its first list): read again
-        // once the recheck interval has passed.
-        for seen in [Seen::Absent, Seen::Unknown] {
-            assert!(still_current(&seen, "7", Instant::now()));
-            assert!(!still_current(&seen, "7", long_ago));
-        }
-    }
 
     fn node(name: &str, provider_id: &str) -> Node {
         serde_json::from_value(serde_json::json!({

@@ -33,7 +33,7 @@ pub const DEFAULT_HOLD: Duration = Duration::from_secs(5);
 /// What a status change is to the controllers that read the object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Change {
-    /// Some controller acts on it (it waits for it, or counts it): written once the interval
+    /// Some controller acts on it (it waits for it, or decides by it): written once the interval
     /// since the last write has passed.
     ActedOn,
     /// It only informs a reader: written once the interval since the last write has passed and
@@ -49,7 +49,25 @@ pub struct StatusPacer {
     interval: Duration,
     hold: Duration,
     written: Mutex<HashMap<String, Instant>>,
-    held: Mutex<HashMap<String, Instant>>,
+    held: Mutex<Held>,
+}
+
+/// Since when each object's change that only informs has been held, and the size at which the
+/// records are next pruned (twice what the last pruning kept, so that pruning stays rare however
+/// many objects are held at once).
+#[derive(Debug)]
+struct Held {
+    since: HashMap<String, Instant>,
+    prune_at: usize,
+}
+
+impl Default for Held {
+    fn default() -> Self {
+        Self {
+            since: HashMap::new(),
+            prune_at: PRUNE_ABOVE,
+        }
+    }
 }
 
 impl Default for StatusPacer {
@@ -69,7 +87,7 @@ impl StatusPacer {
             interval,
             hold: Duration::ZERO,
             written: Mutex::new(HashMap::new()),
-            held: Mutex::new(HashMap::new()),
+            held: Mutex::new(Held::default()),
         }
     }
 
@@ -90,12 +108,14 @@ impl StatusPacer {
         let uid = object.meta().uid.as_ref()?;
         let since = {
             let mut held = lock(&self.held);
-            if held.len() >= PRUNE_ABOVE {
-                // A record this old belongs to an object gone or a change undone.
+            if held.since.len() >= held.prune_at {
+                // A record this old belongs to an object gone, a change undone or a status
+                // written by another path.
                 let stale = self.hold * 10;
-                held.retain(|_, at| at.elapsed() < stale);
+                held.since.retain(|_, at| at.elapsed() < stale);
+                held.prune_at = (held.since.len() * 2).max(PRUNE_ABOVE);
             }
-            *held.entry(uid.clone()).or_insert_with(Instant::now)
+            *held.since.entry(uid.clone()).or_insert_with(Instant::now)
         };
         let holding = self
             .hold
@@ -118,7 +138,7 @@ impl StatusPacer {
         let Some(uid) = &object.meta().uid else {
             return;
         };
-        lock(&self.held).remove(uid);
+        lock(&self.held).since.remove(uid);
         let mut written = self.lock();
         if written.len() >= PRUNE_ABOVE {
             let interval = self.interval;
@@ -132,9 +152,7 @@ impl StatusPacer {
     }
 }
 
-fn lock(
-    records: &Mutex<HashMap<String, Instant>>,
-) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+fn lock<T>(records: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     records
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -215,8 +233,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_change_that_only_informs_is_held_from_when_it_was_first_seen_until_written() {
+    #[tokio::test]
+    async fn a_change_that_only_informs_is_held_from_when_it_was_first_seen_until_written() {
         let pacer = StatusPacer::new(Duration::from_secs(1)).holding(Duration::from_secs(60));
         let a = object("a");
         assert_eq!(
@@ -229,9 +247,10 @@ mod tests {
             first.is_some_and(|w| w > Duration::from_secs(59)),
             "held: {first:?}"
         );
+        tokio::time::sleep(Duration::from_millis(50)).await;
         let again = pacer.wait_for(&a, Change::Informs);
         assert!(
-            again.is_some_and(|w| w <= first.unwrap_or_default()),
+            again.is_some_and(|w| w + Duration::from_millis(40) < first.unwrap_or_default()),
             "the hold runs from the first sight, not from each pass: {again:?} after {first:?}"
         );
         assert_eq!(

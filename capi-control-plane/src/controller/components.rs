@@ -3,7 +3,6 @@
 //! node's etcd member ([`crate::components`]), and writes the judgements as the machine's
 //! conditions when they changed.
 
-use capi_controllers::cluster_secrets::ClusterSecrets;
 use capi_core::api::{Cluster, Machine};
 use capi_core::condition::{self, ConditionStatus, DesiredCondition};
 use capi_runtime::write;
@@ -22,7 +21,6 @@ use crate::workload::WorkloadClients;
 pub(super) async fn observe(
     workloads: &WorkloadClients,
     management: &kube::Client,
-    secrets: &ClusterSecrets,
     cluster: &Cluster,
     machines: &[Machine],
     etcd: Result<&EtcdClusterStatus, &str>,
@@ -37,7 +35,7 @@ pub(super) async fn observe(
     if judged.is_empty() {
         return out;
     }
-    let pods = match workloads.for_cluster(management, secrets, cluster).await {
+    let pods = match workloads.for_cluster(management, cluster).await {
         Ok(workload) => Ok(Api::<Pod>::namespaced(workload, "kube-system")),
         Err(error) => Err(error.to_string()),
     };

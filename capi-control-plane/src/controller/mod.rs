@@ -49,7 +49,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capi_bootstrap::api::KubeadmConfig;
-use capi_controllers::cluster_secrets::ClusterSecrets;
 use capi_controllers::references::{ReferenceWatches, References};
 use capi_core::api::{Cluster, Machine};
 use capi_core::labels;
@@ -125,9 +124,6 @@ pub(crate) struct ControlPlaneController {
     settings: ControlPlaneSettings,
     references: References,
     workloads: WorkloadClients,
-    /// What the manager's watch of cluster Secrets shows: the PKI Secrets and kubeconfig a pass
-    /// need not read or create, whether a workload client is still its kubeconfig's.
-    secrets: ClusterSecrets,
     /// The clusters (UID and endpoint) whose PKI Secrets and kubeconfig were found complete a
     /// moment ago: each pass would otherwise read five Secrets to learn that again.
     pki_complete: Memo<()>,
@@ -151,15 +147,12 @@ impl Controllers for KubeadmControlPlanes {
         let namespace = manager.reconciler_options().namespace.clone();
         // Changes of infrastructure machines reach the control plane through their Machines.
         let watches = ReferenceWatches::of(&manager.informers());
-        let secrets =
-            ClusterSecrets::new(&manager.informers(), client.clone(), namespace.as_deref());
         let (references, _) = References::sharing(&watches, client, namespace);
         let reconciler: Reconciler<KubeadmControlPlane, ControlPlaneController> = manager
             .reconciler(Arc::new(ControlPlaneController {
                 settings: self.settings,
                 references,
                 workloads: WorkloadClients::default(),
-                secrets,
                 pki_complete: Memo::new(PKI_RECHECK),
                 clusters: std::sync::OnceLock::new(),
                 machines: std::sync::OnceLock::new(),
@@ -267,8 +260,9 @@ pub fn rbac(infra_group: &str, infra_plurals: &[&str]) -> Vec<PolicyRule> {
             infra_plurals,
             &["get", "list", "watch", "create"],
         ),
-        // Watched for their metadata only (`ClusterSecrets`).
-        rule("", &["secrets"], &["get", "list", "watch", "create"]),
+        // By name only: a PKI this controller started is deleted again when part of another
+        // exists (`cluster_pki::ensure_new`).
+        rule("", &["secrets"], &["get", "create", "delete"]),
         // Whether a referenced infrastructure template is a provider's (its CRD's contract label).
         rule(
             "apiextensions.k8s.io",

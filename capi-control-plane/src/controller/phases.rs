@@ -9,7 +9,7 @@ use std::sync::Arc;
 use capi_bootstrap::api::KubeadmConfig;
 use capi_bootstrap::cluster_pki::{self, EnsureError};
 use capi_core::api::{Cluster, Machine};
-use capi_core::labels;
+use capi_core::{condition, labels};
 use capi_runtime::ReconcileError;
 use capi_runtime::plan::{FinalizerChange, Next};
 use capi_runtime::write;
@@ -21,7 +21,7 @@ use super::machines::{self, Observed as MachineObserved, node_name};
 use super::membership::read_etcd;
 use super::reconcile::Scope;
 use super::report::events;
-use super::{FINALIZER, components, remediate};
+use super::{FINALIZER, components, remediate, status};
 use crate::api::KubeadmControlPlane;
 use crate::scale::MachineFacts;
 
@@ -153,9 +153,10 @@ pub(super) async fn await_infrastructure(
 }
 
 /// The cluster PKI Secrets and kubeconfig for `server` exist (generated once, see
-/// [`cluster_pki`]): what the watch of cluster Secrets shows is neither read nor created, and
-/// once found complete they are not looked at again for a while. Until they exist the control
-/// plane waits.
+/// [`cluster_pki`]); once found complete they are not read again for a while. A control plane
+/// that has not recorded its certificates as available yet expects none stored, and creates them
+/// without reading first ([`cluster_pki::ensure_new`]). Until they exist the control plane
+/// waits.
 pub(super) async fn ensure_certificates(
     scope: &mut Scope<'_>,
     cluster: &Cluster,
@@ -170,11 +171,17 @@ pub(super) async fn ensure_certificates(
     );
     let pki = match state.pki_complete.get(&pki_key) {
         Some(_) => Ok(()),
-        None => cluster_pki::ensure_stored(&secrets, cluster, server, |name| {
-            state.secrets.exists(&scope.namespace, name)
-        })
-        .await
-        .map(|_| drop(state.pki_complete.put(pki_key, ()))),
+        None => {
+            let recorded = scope.kcp.status.as_ref().is_some_and(|s| {
+                condition::is_true(&s.conditions, status::types::CERTIFICATES_AVAILABLE)
+            });
+            let found = if recorded {
+                cluster_pki::ensure(&secrets, cluster, server).await
+            } else {
+                cluster_pki::ensure_new(&secrets, cluster, server).await
+            };
+            found.map(|_| drop(state.pki_complete.put(pki_key, ())))
+        }
     };
     match pki {
         Ok(()) => Ok(Continue(())),
@@ -265,7 +272,6 @@ pub(super) async fn record_components(
         scope.report.components = components::observe(
             &state.workloads,
             &scope.context.client,
-            &state.secrets,
             cluster,
             &scope.owned,
             etcd_read,

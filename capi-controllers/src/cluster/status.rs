@@ -83,8 +83,9 @@ pub(super) async fn write(scope: &mut Scope<'_>) -> Result<Next, ReconcileError>
 /// change (a control plane and the bootstrap
 /// provider wait for them, a control plane spreads its machines over them), or `Available`,
 /// `InfrastructureReady`, `ControlPlaneInitialized` or `ControlPlaneAvailable` becomes or stops
-/// being `True`; otherwise it only informs (reasons and messages, conditions that are not yet
-/// true, the phase, the replica summaries).
+/// being `True`, or the phase goes into or out of `Provisioned` (what a user waits for before
+/// anything else); otherwise it only informs (reasons and messages, conditions that are not yet
+/// true, the other phases, the replica summaries).
 fn change(current: Option<&ClusterStatus>, desired: &ClusterStatus) -> pace::Change {
     let empty = ClusterStatus::default();
     let current = current.unwrap_or(&empty);
@@ -96,8 +97,10 @@ fn change(current: Option<&ClusterStatus>, desired: &ClusterStatus) -> pace::Cha
             )
         })
     };
+    let provisioned = |s: &ClusterStatus| s.phase == Some(ClusterPhase::Provisioned);
     let acted_on = initialized(current).unwrap_or_default()
         != initialized(desired).unwrap_or_default()
+        || provisioned(current) != provisioned(desired)
         || current.failure_domains != desired.failure_domains
         || [
             condition::AVAILABLE,

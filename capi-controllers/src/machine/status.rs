@@ -187,15 +187,26 @@ pub(crate) fn desired(
 }
 
 /// What the change from `current` to `desired` is to the controllers that read Machines: acted
-/// on when the node reference changes, the phase goes into or out of `Running`, or `Ready`,
-/// `Available` or `NodeReady` becomes or stops being `True` (a control plane, a MachineSet, a
-/// health check waits for or counts these); otherwise it only informs (reasons and messages,
-/// conditions that are not yet true, `UpToDate`, which only a summary counts, intermediate
-/// phases, initialization, addresses).
+/// on when the node reference changes, the phase goes into or out of `Running`, the
+/// infrastructure becomes or stops being provisioned (a control plane and a MachineSet stop
+/// completing the machine), `NodeReady` changes between reported states (a control plane judges
+/// its components by it), or `Ready`, `Available` or `NodeReady` becomes or stops being `True` (a
+/// control plane, a MachineSet, a health check waits for these or decides by them); otherwise it
+/// only informs (reasons and messages, conditions not yet reported or not yet true, `UpToDate`,
+/// which only a summary counts, the bootstrap data's flag, intermediate phases, addresses).
 pub(crate) fn change(current: &MachineStatus, desired: &MachineStatus) -> Change {
     let running = |s: &MachineStatus| s.phase == Some(MachinePhase::Running);
+    let provisioned = |s: &MachineStatus| {
+        s.initialization
+            .as_ref()
+            .and_then(|i| i.infrastructure_provisioned)
+            == Some(true)
+    };
+    let node_ready = |s: &MachineStatus| condition::status(&s.conditions, condition::NODE_READY);
     let acted_on = current.node_ref != desired.node_ref
         || running(current) != running(desired)
+        || provisioned(current) != provisioned(desired)
+        || node_ready(current).is_some() && node_ready(current) != node_ready(desired)
         || [
             condition::READY,
             condition::AVAILABLE,
@@ -290,19 +301,29 @@ mod tests {
             Change::Informs,
             "conditions that are not true yet, and a first phase, only inform"
         );
-        let provisioned = Facts {
+        let data = Facts {
             bootstrap_data: true,
             bootstrap: Step::done("DataSecretAvailable"),
-            infrastructure_provisioned: true,
-            infrastructure: Step::done("Provisioned"),
             ..pending.clone()
         };
-        let (next, _) = desired(&fresh, &provisioned, now.clone());
+        let (with_data, _) = desired(&fresh, &data, now.clone());
+        assert_eq!(with_data.phase, Some(MachinePhase::Provisioning));
+        assert_eq!(
+            change(&fresh, &with_data),
+            Change::Informs,
+            "bootstrap data, without an instance, only informs"
+        );
+        let provisioned = Facts {
+            infrastructure_provisioned: true,
+            infrastructure: Step::done("Provisioned"),
+            ..data
+        };
+        let (next, _) = desired(&with_data, &provisioned, now.clone());
         assert_eq!(next.phase, Some(MachinePhase::Provisioned));
         assert_eq!(
-            change(&fresh, &next),
-            Change::Informs,
-            "bootstrap data and an instance, without a node, only inform"
+            change(&with_data, &next),
+            Change::ActedOn,
+            "a provisioned instance ends the completing of the machine"
         );
         let (running, _) = desired(&next, &facts(), now.clone());
         assert_eq!(
