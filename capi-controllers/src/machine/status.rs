@@ -186,14 +186,14 @@ pub(crate) fn desired(
     (status, wait)
 }
 
-/// What the change from `current` to `desired` is to the controllers that read Machines: acted
-/// on when the node reference changes, the phase goes into or out of `Running`, the
-/// infrastructure becomes or stops being provisioned (a control plane and a MachineSet stop
-/// completing the machine), `NodeReady` changes between reported states (a control plane judges
-/// its components by it), or `Ready`, `Available` or `NodeReady` becomes or stops being `True` (a
-/// control plane, a MachineSet, a health check waits for these or decides by them); otherwise it
-/// only informs (reasons and messages, conditions not yet reported or not yet true, `UpToDate`,
-/// which only a summary counts, the bootstrap data's flag, intermediate phases, addresses).
+/// What the change from `current` to `desired` is to the controllers and users that read
+/// Machines: acted on when the node reference changes, the phase goes into or out of `Running`,
+/// the infrastructure becomes or stops being provisioned (a control plane and a MachineSet stop
+/// completing the machine), `Ready`, `Available` or `NodeReady` becomes `True` or changes once
+/// reported (a control plane, a MachineSet, a health check waits for these or decides by them),
+/// or `UpToDate` changes once reported (a machine that needs a rollout says so while it lives);
+/// otherwise it only informs (reasons and messages, a first report of a condition that is not
+/// true, a first `UpToDate`, the bootstrap data's flag, intermediate phases, addresses).
 pub(crate) fn change(current: &MachineStatus, desired: &MachineStatus) -> Change {
     let running = |s: &MachineStatus| s.phase == Some(MachinePhase::Running);
     let provisioned = |s: &MachineStatus| {
@@ -202,21 +202,26 @@ pub(crate) fn change(current: &MachineStatus, desired: &MachineStatus) -> Change
             .and_then(|i| i.infrastructure_provisioned)
             == Some(true)
     };
-    let node_ready = |s: &MachineStatus| condition::status(&s.conditions, condition::NODE_READY);
+    // A condition changing once reported (False for Unknown, True for False …), or becoming
+    // true when it is waited for.
+    let changed = |type_: &str, waited_for: bool| {
+        let (before, after) = (
+            condition::status(&current.conditions, type_),
+            condition::status(&desired.conditions, type_),
+        );
+        before != after && (before.is_some() || waited_for && after == Some(ConditionStatus::True))
+    };
     let acted_on = current.node_ref != desired.node_ref
         || running(current) != running(desired)
         || provisioned(current) != provisioned(desired)
-        || node_ready(current).is_some() && node_ready(current) != node_ready(desired)
         || [
             condition::READY,
             condition::AVAILABLE,
             condition::NODE_READY,
         ]
         .iter()
-        .any(|type_| {
-            condition::is_true(&current.conditions, type_)
-                != condition::is_true(&desired.conditions, type_)
-        });
+        .any(|type_| changed(type_, true))
+        || changed(condition::UP_TO_DATE, false);
     if acted_on {
         Change::ActedOn
     } else {
@@ -330,6 +335,14 @@ mod tests {
             change(&next, &running),
             Change::ActedOn,
             "a node reference, Running and Ready are waited for"
+        );
+        let mut outdated = facts();
+        outdated.up_to_date = Step::waiting("NeedsRollout", "the template changed");
+        let (needs_rollout, _) = desired(&running, &outdated, now.clone());
+        assert_eq!(
+            change(&running, &needs_rollout),
+            Change::ActedOn,
+            "a machine that needs a rollout says so while it lives"
         );
         let mut unready = facts();
         unready.node = Step::waiting("NodeNotReady", "the node is not ready");
